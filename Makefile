@@ -1,0 +1,45 @@
+# NetApprox. `make demo` runs the demo experiment on the kernel switch; `make test` runs the test suite.
+# Both set up what they need first: Debian packages (as root) and a project venv in .venv.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+TARGET ?= kernel
+P4C    ?= p4c-bm2-ss
+P4_DEFINES ?=
+
+.PHONY: setup test demo bench p4 p4-tna clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml tools/setup-system.sh
+	./tools/setup-system.sh
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+test: setup
+	$(PY) -m pytest
+
+demo: setup
+	$(PY) -m topo.demo --target $(TARGET)
+
+bench: setup
+	$(PY) -m bench
+
+p4: build/v1model/bmv2.json
+
+build/v1model/bmv2.json: $(shell find p4src -name '*.p4' 2>/dev/null)
+	@command -v $(P4C) >/dev/null || { echo "make p4: '$(P4C)' not found. Install p4c (https://github.com/p4lang/p4c, package 'p4lang-p4c') and put it on PATH." >&2; exit 1; }
+	mkdir -p build/v1model
+	$(P4C) --arch v1model --std p4-16 $(P4_DEFINES) -I p4src \
+	    --p4runtime-files build/v1model/p4info.txtpb -o build/v1model/bmv2.json p4src/v1model/netapprox.p4
+
+p4-tna:
+	@command -v bf-p4c >/dev/null || command -v p4c-tofino >/dev/null || { echo "make p4-tna: no Tofino compiler (bf-p4c) on PATH. Install the Intel Tofino SDE (or open-p4studio) and source its set_sde.bash." >&2; exit 1; }
+	mkdir -p build/tna
+	bf-p4c --arch tna --std p4-16 $(P4_DEFINES) -I p4src -o build/tna \
+	    --p4runtime-files build/tna/p4info.txtpb p4src/tna/netapprox.p4
+
+clean:
+	rm -rf build results .pytest_cache

@@ -1,0 +1,1 @@
+"""ApproxLib: the ATP host library of NetApprox."""

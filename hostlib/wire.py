@@ -1,0 +1,225 @@
+"""ATP wire format: the one Python definition of docs/wire-format.md.
+
+Pure functions over bytes, no I/O. ``HEADER_FIELDS`` lists (name, bit width) in wire order; the P4 header
+(p4src/shared/header.p4) and the scapy layer (hostlib/scapy_atp.py) are checked against it by
+tests/test_wire_contract.py.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import struct
+
+VERSION = 1
+HEADER_LEN = 32
+DEFAULT_ATP_PORT = 7600
+DEFAULT_REPORT_PORT = 7601
+QUEUE_UNSET = 0xFF
+NO_DEADLINE = 0xFFFFFFFF
+TLR_ONE = 0x8000  # Q1.15 fixed point: 1.0
+
+# (name, bits) in wire order. version and type share the first byte (version in the high nibble).
+HEADER_FIELDS: tuple[tuple[str, int], ...] = (
+    ("version", 4),
+    ("type", 4),
+    ("flags", 8),
+    ("queue", 8),
+    ("priority", 8),
+    ("job_id", 32),
+    ("msg_id", 32),
+    ("group_id", 16),
+    ("tlr", 16),
+    ("pkt_idx", 16),
+    ("pkt_cnt", 16),
+    ("seq", 32),
+    ("deadline_us", 32),
+    ("weight", 8),
+    ("reserved", 8),
+    ("length", 16),
+)
+_HEADER = struct.Struct("!BBBBIIHHHHIIBBH")
+assert _HEADER.size == HEADER_LEN == sum(bits for _, bits in HEADER_FIELDS) // 8
+
+
+class PacketType(enum.IntEnum):
+    DATA = 1
+    ACK = 2
+    REPORT = 3
+    DONE = 4
+
+
+class Flags(enum.IntFlag):
+    APPROX = 0x01
+    RETX = 0x02
+    ECE = 0x04
+    TAGGED = 0x08
+    CE = 0x10
+
+
+_VALID_FLAGS = 0x1F
+
+
+class MalformedPacket(ValueError):
+    """A datagram that is not a well-formed ATP packet. ``reason`` is a short machine-readable tag."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+
+
+def tlr_to_q15(tlr: float) -> int:
+    """Encode a TLR in [0, 1] as Q1.15 (clamped; NaN is an error)."""
+    if tlr != tlr:
+        raise ValueError("TLR is NaN")
+    return int(round(min(1.0, max(0.0, tlr)) * TLR_ONE))
+
+
+def q15_to_tlr(value: int) -> float:
+    return value / TLR_ONE
+
+
+@dataclasses.dataclass(frozen=True)
+class Header:
+    """One ATP header. Defaults describe an untagged, non-approximate DATA packet."""
+
+    type: PacketType = PacketType.DATA
+    flags: int = 0
+    queue: int = QUEUE_UNSET
+    priority: int = 0
+    job_id: int = 0
+    msg_id: int = 0
+    group_id: int = 0
+    tlr: int = 0
+    pkt_idx: int = 0
+    pkt_cnt: int = 1
+    seq: int = 0
+    deadline_us: int = NO_DEADLINE
+    weight: int = 0
+    length: int = 0
+    version: int = VERSION
+
+    @property
+    def approx(self) -> bool:
+        return bool(self.flags & Flags.APPROX)
+
+    @property
+    def tagged(self) -> bool:
+        return bool(self.flags & Flags.TAGGED)
+
+    def encode(self) -> bytes:
+        return _HEADER.pack(
+            (self.version << 4) | int(self.type),
+            self.flags,
+            self.queue,
+            self.priority,
+            self.job_id,
+            self.msg_id,
+            self.group_id,
+            self.tlr,
+            self.pkt_idx,
+            self.pkt_cnt,
+            self.seq,
+            self.deadline_us,
+            self.weight,
+            0,
+            self.length,
+        )
+
+
+def encode(header: Header, payload: bytes = b"") -> bytes:
+    """Header plus payload, with ``length`` set from the payload."""
+    if len(payload) > 0xFFFF:
+        raise ValueError(f"payload of {len(payload)} bytes does not fit the 16-bit length field")
+    return dataclasses.replace(header, length=len(payload)).encode() + payload
+
+
+def decode(data: bytes) -> tuple[Header, bytes]:
+    """Parse one datagram into (header, payload). Raises MalformedPacket for anything off-spec."""
+    if len(data) < HEADER_LEN:
+        raise MalformedPacket("truncated", f"{len(data)} bytes, header needs {HEADER_LEN}")
+    (vt, flags, queue, prio, job, msg, group, tlr, idx, cnt, seq, deadline, weight, _res,
+     length) = _HEADER.unpack_from(data)
+    version, ptype = vt >> 4, vt & 0x0F
+    if version != VERSION:
+        raise MalformedPacket("bad_version", f"version {version}, expected {VERSION}")
+    try:
+        ptype = PacketType(ptype)
+    except ValueError:
+        raise MalformedPacket("bad_type", f"packet type {ptype}") from None
+    if flags & ~_VALID_FLAGS:
+        raise MalformedPacket("bad_flags", f"flags 0x{flags:02x}")
+    if tlr > TLR_ONE:
+        raise MalformedPacket("bad_tlr", f"tlr 0x{tlr:04x} above 1.0")
+    if cnt == 0 or idx >= cnt:
+        raise MalformedPacket("bad_index", f"packet index {idx} of {cnt}")
+    if len(data) < HEADER_LEN + length:
+        raise MalformedPacket("truncated", f"payload {len(data) - HEADER_LEN} bytes, header says {length}")
+    header = Header(type=ptype, flags=flags, queue=queue, priority=prio, job_id=job, msg_id=msg,
+                    group_id=group, tlr=tlr, pkt_idx=idx, pkt_cnt=cnt, seq=seq, deadline_us=deadline,
+                    weight=weight, length=length, version=version)
+    return header, bytes(data[HEADER_LEN:HEADER_LEN + length])
+
+
+# --- REPORT payload -------------------------------------------------------------------------------
+
+_REPORT = struct.Struct("!HHIIIII")
+REPORT_PAYLOAD_LEN = _REPORT.size  # 24
+REPORT_MAC_LEN = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+    """One per-epoch sender report (job, group) for the controller."""
+
+    job_id: int
+    group_id: int
+    seq: int
+    tlr: float
+    loss: float
+    msr: float
+    rate_kbps: int
+    total: int
+    delivered: int
+    lost: int
+    epoch: int
+
+    def encode(self, key: bytes | None = None) -> bytes:
+        body = _REPORT.pack(tlr_to_q15(self.loss), tlr_to_q15(self.msr), self.rate_kbps, self.total,
+                            self.delivered, self.lost, self.epoch)
+        header = Header(type=PacketType.REPORT, job_id=self.job_id, group_id=self.group_id,
+                        tlr=tlr_to_q15(self.tlr), seq=self.seq)
+        if key is not None:
+            body += _report_mac(key, header.encode()[4:], body)
+        return encode(header, body)
+
+    @classmethod
+    def decode(cls, data: bytes, key: bytes | None = None) -> "Report":
+        """Parse a REPORT datagram. With ``key``, the HMAC must be present and correct."""
+        header, payload = decode(data)
+        if header.type != PacketType.REPORT:
+            raise MalformedPacket("not_report", f"packet type {header.type.name}")
+        if len(payload) not in (REPORT_PAYLOAD_LEN, REPORT_PAYLOAD_LEN + REPORT_MAC_LEN):
+            raise MalformedPacket("bad_report", f"report payload of {len(payload)} bytes")
+        body = payload[:REPORT_PAYLOAD_LEN]
+        if key is not None:
+            import hmac
+
+            mac = payload[REPORT_PAYLOAD_LEN:]
+            want = _report_mac(key, dataclasses.replace(header, length=0).encode()[4:], body)
+            if not mac or not hmac.compare_digest(mac, want):
+                raise MalformedPacket("bad_mac", "report HMAC missing or wrong")
+        loss, msr, rate, total, delivered, lost, epoch = _REPORT.unpack(body)
+        if loss > TLR_ONE or msr > TLR_ONE:
+            raise MalformedPacket("bad_report", "loss or MSR above 1.0")
+        return cls(job_id=header.job_id, group_id=header.group_id, seq=header.seq,
+                   tlr=q15_to_tlr(header.tlr), loss=q15_to_tlr(loss), msr=q15_to_tlr(msr),
+                   rate_kbps=rate, total=total, delivered=delivered, lost=lost, epoch=epoch)
+
+
+def _report_mac(key: bytes, header_tail: bytes, body: bytes) -> bytes:
+    """HMAC-SHA256 over the header from job_id on (length zeroed, queue byte excluded) and the body."""
+    import hashlib
+    import hmac
+
+    # header_tail starts at job_id; drop the trailing length field, which differs with/without the MAC.
+    return hmac.new(key, header_tail[:-2] + body, hashlib.sha256).digest()[:REPORT_MAC_LEN]

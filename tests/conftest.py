@@ -1,0 +1,16 @@
+"""Shared test fixtures and skip conditions. A skip always says why."""
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+IS_ROOT = os.geteuid() == 0
+HAVE_P4 = shutil.which("p4c-bm2-ss") is not None and shutil.which("simple_switch_grpc") is not None
+
+requires_root = pytest.mark.skipif(not IS_ROOT, reason="needs root to create network namespaces and qdiscs")
+requires_p4 = pytest.mark.skipif(
+    not HAVE_P4,
+    reason="needs p4c (p4c-bm2-ss) and BMv2 (simple_switch_grpc >= 1.15.1) on PATH; see docs/dataplane.md",
+)

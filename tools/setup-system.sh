@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the Debian/Ubuntu packages NetApprox needs (as root), skipping apt entirely when all are present.
+set -euo pipefail
+pkgs=(python3-venv python3-dev iproute2 iputils-ping ethtool bridge-utils iperf3 mininet)
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+    exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+    echo "setup-system: missing packages ${missing[*]}; run as root (or: sudo apt-get install ${missing[*]})" >&2
+    exit 1
+fi
+echo "setup-system: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"
