@@ -194,6 +194,19 @@ class WriteSummary:
         return self.inserted + self.modified + self.deleted
 
 
+class SwitchUnavailable(ConnectionError):
+    """A driver cannot reach its switch (connection refused or lost, switch restarted).
+
+    Drivers raise it from ``connect``/``apply``/``read_counters``; the controller then marks the switch down,
+    reconnects with backoff and calls ``connect`` again, which must re-push the pipeline and re-install the
+    last applied state."""
+
+    def __init__(self, switch: str, detail: str) -> None:
+        super().__init__(f"switch {switch!r} unavailable: {detail}")
+        self.switch = switch
+        self.detail = detail
+
+
 class Driver(abc.ABC):
     """One switch, one data plane. Implementations: controller/p4runtime_driver.py (BMv2, Tofino) and
     controller/kernel_driver.py (the Linux kernel switch)."""
@@ -215,3 +228,9 @@ class Driver(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None:
         """Release the connection and anything this driver started."""
+
+    def drain_packet_in(self) -> list[bytes]:
+        """Frames the switch punted to the controller since the last call (packet-in), oldest first.
+
+        The controller parses REPORT packets out of them. Data planes without packet-in return nothing."""
+        return []

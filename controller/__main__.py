@@ -1,0 +1,85 @@
+"""``netapprox-controller --config FILE`` / ``python -m controller --config FILE``.
+
+CLI flags override the TOML file; both only fill in ``controller.config.ControllerConfig``.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from controller.config import ControllerConfig, load_config
+from controller.errors import ControllerError
+from controller.loop import Controller
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="netapprox-controller", description=__doc__.splitlines()[0])
+    p.add_argument("--config", "-c", required=True, help="TOML config file (see controller/examples/)")
+    p.add_argument("--epoch-ms", type=float, help="epoch length in ms (default from config, else 20)")
+    p.add_argument("--report-bind", help="address of the UDP report socket")
+    p.add_argument("--report-port", type=int, help="UDP report port (0: any free port, -1: off)")
+    p.add_argument("--report-key-file", help="file holding the shared HMAC key for reports")
+    p.add_argument("--metrics-bind", help="address of the Prometheus endpoint (default 127.0.0.1)")
+    p.add_argument("--metrics-port", type=int, help="Prometheus port (-1: off)")
+    p.add_argument("--decision-log", help="JSON-lines decision log file")
+    p.add_argument("--duration", type=float, help="stop after this many seconds (default: until SIGINT/SIGTERM)")
+    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
+    return p
+
+
+def apply_flags(config: ControllerConfig, args: argparse.Namespace) -> ControllerConfig:
+    """The config with CLI overrides applied."""
+    top: dict = {}
+    reports: dict = {}
+    if args.epoch_ms is not None:
+        top["epoch_s"] = args.epoch_ms / 1000.0
+    if args.metrics_bind is not None:
+        top["metrics_bind"] = args.metrics_bind
+    if args.metrics_port is not None:
+        top["metrics_port"] = args.metrics_port
+    if args.decision_log is not None:
+        top["decision_log"] = args.decision_log
+    if args.report_bind is not None:
+        reports["bind"] = args.report_bind
+    if args.report_port is not None:
+        reports["port"] = args.report_port
+    if args.report_key_file is not None:
+        reports["key"] = Path(args.report_key_file).read_bytes().strip()
+    if reports:
+        top["reports"] = dataclasses.replace(config.reports, **reports)
+    return dataclasses.replace(config, **top)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    log = logging.getLogger("controller")
+    try:
+        config = apply_flags(load_config(args.config), args)
+        controller = Controller(config)
+    except (ControllerError, OSError) as e:
+        print(f"netapprox-controller: {e}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    if args.duration is not None:
+        timer = threading.Timer(args.duration, stop.set)
+        timer.daemon = True
+        timer.start()
+    log.info("controller: %d switch(es), epoch %.1f ms, reports on %s, metrics on %s",
+             len(config.switches), config.epoch_s * 1000, controller.report_address, controller.metrics_address)
+    try:
+        controller.run(stop)
+    finally:
+        controller.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

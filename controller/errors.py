@@ -1,0 +1,108 @@
+"""Typed, actionable controller errors.
+
+Every error says what failed and, where we can tell, how to fix it: P4Runtime write failures are unpacked
+per update ("At index N: CODE, message", as p4runtime-shell does), unknown P4Info names come with the
+closest known name ("Did you mean ...?", as finsy does), config errors name the file and the key.
+``controller.model.SwitchUnavailable`` (raised by drivers when a switch is unreachable) lives in the model
+because both drivers raise it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from typing import Iterable, Sequence
+
+from controller.model import SwitchUnavailable
+
+__all__ = [
+    "ControllerError",
+    "ConfigError",
+    "P4InfoError",
+    "P4RuntimeWriteError",
+    "UpdateError",
+    "NotPrimaryError",
+    "PipelineError",
+    "QueueConfigError",
+    "SwitchUnavailable",
+    "did_you_mean",
+]
+
+
+class ControllerError(Exception):
+    """Base class of the controller's own errors."""
+
+
+class ConfigError(ControllerError, ValueError):
+    """The configuration (TOML file, CLI flags or a driver's options) is invalid."""
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """`` Did you mean 'x'?`` for the closest known name (matching on the last dotted component too), or ''."""
+    known = list(known)
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+    if not close:
+        short = {k.rsplit(".", 1)[-1]: k for k in known}
+        hit = difflib.get_close_matches(name.rsplit(".", 1)[-1], list(short), n=1, cutoff=0.5)
+        close = [short[hit[0]]] if hit else []
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
+class P4InfoError(ControllerError, KeyError):
+    """The P4Info lacks an entity or field the controller needs (the P4 program and docs/architecture.md
+    disagree)."""
+
+    def __init__(self, kind: str, name: str, known: Iterable[str], where: str = "") -> None:
+        known = sorted(known)
+        where = f" in {where}" if where else ""
+        self.message = f"no {kind} named {name!r}{where}.{did_you_mean(name, known)}"
+        super().__init__(self.message)
+        self.kind = kind
+        self.name = name
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclasses.dataclass(frozen=True)
+class UpdateError:
+    """One failed update of a batched Write."""
+
+    index: int
+    code: str  # google.rpc.Code name, e.g. "ALREADY_EXISTS"
+    message: str
+    update: str  # the update, one-line protobuf text
+
+    def __str__(self) -> str:
+        return f"At index {self.index}: {self.code}, '{self.message}'"
+
+
+class P4RuntimeWriteError(ControllerError):
+    """A batched P4Runtime Write failed for some updates. ``errors`` lists only the failed ones; the others were
+    applied (P4Runtime CONTINUE_ON_ERROR semantics) and the driver's installed copy reflects that."""
+
+    def __init__(self, switch: str, errors: Sequence[UpdateError], total: int, grpc_message: str = "") -> None:
+        self.switch = switch
+        self.errors = tuple(errors)
+        self.total = total
+        lines = [f"switch {switch!r}: P4Runtime Write failed for {len(self.errors)} of {total} updates"
+                 + (f" ({grpc_message})" if grpc_message else "")]
+        lines += [f"  {e}" + (f"\n    update: {e.update}" if e.update else "") for e in self.errors]
+        super().__init__("\n".join(lines))
+
+
+class NotPrimaryError(ControllerError):
+    """Another client holds a higher election id for this device, so this controller may not write."""
+
+    def __init__(self, switch: str, election_id: tuple[int, int], detail: str) -> None:
+        super().__init__(
+            f"switch {switch!r}: not primary with election id {election_id} ({detail}). "
+            "Stop the other controller, or raise election_id in this switch's options.")
+        self.switch = switch
+
+
+class PipelineError(ControllerError):
+    """SetForwardingPipelineConfig was refused, or the pipeline artifacts are missing."""
+
+
+class QueueConfigError(ControllerError):
+    """Per-queue buffer configuration (BMv2 Thrift CLI, Tofino BfRt) failed."""

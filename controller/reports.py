@@ -1,0 +1,117 @@
+"""Host report intake, sans-I/O: bytes in (from the UDP socket or a packet-in), validated ``Report`` out.
+
+A report is dropped (and counted under a reason) when it is malformed (any ``hostlib.wire.MalformedPacket``
+reason: ``truncated``, ``bad_version``, ``bad_tlr``, ``not_report``, ``bad_report``, ``bad_mac`` ...),
+names job 0 (``bad_job``), does not move its (job, group) sequence number forward (``stale_seq``), or comes
+from a host that exceeded its token bucket (``rate_limited``). Nothing here raises on bad input.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import struct
+
+from controller.config import ReportConfig
+from hostlib.wire import MalformedPacket, Report
+
+MAX_HOSTS = 4096
+
+
+@dataclasses.dataclass
+class _Bucket:
+    tokens: float
+    stamp: float
+
+
+class ReportIngest:
+    """Validates reports. ``accepted`` and ``dropped`` (reason -> count) are cumulative."""
+
+    def __init__(self, config: ReportConfig) -> None:
+        self.config = config
+        self.accepted = 0
+        self.dropped: collections.Counter[str] = collections.Counter()
+        self._last_seq: dict[tuple[int, int], int] = {}
+        self._buckets: dict[str, _Bucket] = {}
+
+    def receive(self, data: bytes, host: str, now: float) -> Report | None:
+        """Validate one REPORT datagram from ``host`` (an address; the rate-limit key). None if dropped."""
+        if not self._take_token(host, now):
+            self.dropped["rate_limited"] += 1
+            return None
+        try:
+            report = Report.decode(data, key=self.config.key)
+        except MalformedPacket as e:
+            self.dropped[e.reason] += 1
+            return None
+        except Exception:  # noqa: BLE001 - a report must never take the loop down
+            self.dropped["undecodable"] += 1
+            return None
+        if report.job_id == 0:
+            self.dropped["bad_job"] += 1
+            return None
+        if not (0.0 <= report.tlr <= 1.0 and 0.0 <= report.loss <= 1.0):
+            self.dropped["bad_tlr"] += 1
+            return None
+        key = (report.job_id, report.group_id)
+        last = self._last_seq.get(key)
+        if last is not None and report.seq <= last:
+            self.dropped["stale_seq"] += 1
+            return None
+        self._last_seq[key] = report.seq
+        self.accepted += 1
+        return report
+
+    def forget_job(self, job_id: int) -> None:
+        """Forget an expired job's sequence numbers, so a restarted sender (seq from 0 again) is accepted."""
+        for key in [k for k in self._last_seq if k[0] == job_id]:
+            del self._last_seq[key]
+
+    def forget_group(self, job_id: int, group_id: int) -> None:
+        self._last_seq.pop((job_id, group_id), None)
+
+    def _take_token(self, host: str, now: float) -> bool:
+        bucket = self._buckets.get(host)
+        if bucket is None:
+            if len(self._buckets) >= MAX_HOSTS:
+                self._prune(now)
+            bucket = self._buckets[host] = _Bucket(float(self.config.burst), now)
+        bucket.tokens = min(float(self.config.burst),
+                            bucket.tokens + max(0.0, now - bucket.stamp) * self.config.rate_per_host)
+        bucket.stamp = now
+        if bucket.tokens < 1.0:
+            return False
+        bucket.tokens -= 1.0
+        return True
+
+    def _prune(self, now: float) -> None:
+        full = [h for h, b in self._buckets.items()
+                if b.tokens + (now - b.stamp) * self.config.rate_per_host >= self.config.burst]
+        for h in full or list(self._buckets)[: len(self._buckets) // 2]:
+            del self._buckets[h]
+
+
+def udp_payload_from_frame(frame: bytes) -> tuple[bytes, str] | None:
+    """(UDP payload, IPv4 source) of an Ethernet/IPv4/UDP frame (one optional 802.1Q tag), else None.
+    Used on packet-in frames."""
+    try:
+        off = 12
+        (ethertype,) = struct.unpack_from("!H", frame, off)
+        off += 2
+        if ethertype == 0x8100:
+            (ethertype,) = struct.unpack_from("!H", frame, off + 2)
+            off += 4
+        if ethertype != 0x0800 or frame[off] >> 4 != 4:
+            return None
+        ihl = (frame[off] & 0x0F) * 4
+        total_len = struct.unpack_from("!H", frame, off + 2)[0]
+        if frame[off + 9] != 17 or ihl < 20:
+            return None
+        src = ".".join(str(b) for b in frame[off + 12:off + 16])
+        udp = off + ihl
+        udp_len = struct.unpack_from("!H", frame, udp + 4)[0]
+        end = min(len(frame), off + total_len, udp + udp_len)
+        if end < udp + 8:
+            return None
+        return bytes(frame[udp + 8:end]), src
+    except (struct.error, IndexError):
+        return None
