@@ -1,0 +1,177 @@
+"""KernelDriver: programs the Linux kernel switch (topo/kernel_switch.py) through pyroute2.
+
+The kernel switch is a bridge in its own network namespace; every egress port carries an HTB
+strict-priority tree (8 logical queues) and one u32 classifier whose entries mirror the P4 tables
+(docs/architecture.md, docs/emulation.md). This driver owns those trees and entries:
+
+- ``connect()`` builds the queue tree on each port (kept when it already has the right shape, so counters
+  survive a reconnect), removes any u32 entries it did not write, and re-installs the last applied state.
+- ``apply(state)`` compiles the state to u32 entries, diffs them against its installed copy and writes only
+  the difference (``replace`` for new or changed entries, ``del`` for removed ones), on every port. An
+  unchanged state writes nothing. Counts in the returned ``WriteSummary`` are per port (one entry on a
+  3-port switch counts 3).
+- ``read_counters()`` reads per-queue packets and drops of each port's leaf fifos.
+
+Not implemented by this target (documented in docs/emulation.md): ``routes`` (the switch bridges),
+``ecn_rules`` (no CE marking: accepted and ignored), per-job hit counters (``job_packets`` is empty).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any, Mapping
+
+from controller.model import Counters, Driver, QueueStats, SwitchState, WriteSummary
+from hostlib.wire import DEFAULT_ATP_PORT
+from topo import kernel_switch as ks
+
+log = logging.getLogger(__name__)
+
+
+class KernelDriverError(ks.KernelSwitchError):
+    """The kernel switch could not be programmed; the message names the port and the fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelDriverOptions:
+    """Where the kernel switch is and how its ports are shaped."""
+
+    ports: Mapping[str, int]
+    """Egress interfaces of the switch (inside ``netns``) -> port numbers used in counters."""
+    netns: str | None = None
+    """Network namespace of the switch: a name under /var/run/netns or a path such as /proc/PID/ns/net.
+    ``None``: the namespace of this process."""
+    rate_mbit: float = 100.0
+    """Line rate of every port, Mbit/s (``port_rates_mbit`` overrides per port)."""
+    port_rates_mbit: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    """Per-interface line rates, Mbit/s."""
+    buffer_packets: int = 256
+    """Port buffer in MTU-sized packets: queue k >= 1 holds 8 - k packets, queue 0 the rest."""
+    atp_port: int = DEFAULT_ATP_PORT
+    """UDP port that identifies ATP DATA (destination port)."""
+
+    @classmethod
+    def from_mapping(cls, options: Mapping[str, Any]) -> "KernelDriverOptions":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise KernelDriverError(f"unknown kernel driver option(s) {unknown}; known: {sorted(known)}")
+        if "ports" not in options:
+            raise KernelDriverError("kernel driver needs 'ports': a list of interface names or a {name: port} map")
+        kwargs = dict(options)
+        ports = kwargs["ports"]
+        if isinstance(ports, (list, tuple)):
+            ports = {name: i + 1 for i, name in enumerate(ports)}
+        kwargs["ports"] = dict(ports)
+        kwargs["port_rates_mbit"] = dict(kwargs.get("port_rates_mbit", {}))
+        return cls(**kwargs)
+
+    def shape(self, ifname: str) -> ks.PortShape:
+        return ks.PortShape(rate_mbit=float(self.port_rates_mbit.get(ifname, self.rate_mbit)),
+                            buffer_packets=self.buffer_packets)
+
+
+class KernelDriver(Driver):
+    """One kernel switch. Not thread-safe: call it from the controller's epoch loop only."""
+
+    def __init__(self, name: str, options: KernelDriverOptions) -> None:
+        self.name = name
+        self.options = options
+        self._ipr = None
+        self._ifindex: dict[str, int] = {}
+        self._htid: dict[str, int | None] = {}
+        self._job_nodes = ks.JobNodes()
+        self._installed: dict[int, ks.U32Entry] = {}  # node -> entry, identical on every port
+        self._state = SwitchState()
+        self._warned_ecn = False
+
+    @classmethod
+    def from_options(cls, name: str, options: Mapping[str, Any]) -> "KernelDriver":
+        return cls(name, KernelDriverOptions.from_mapping(options))
+
+    # -- Driver --------------------------------------------------------------------------------------------
+    def connect(self) -> None:
+        from pyroute2 import IPRoute
+
+        self.close()
+        try:
+            self._ipr = IPRoute(netns=self.options.netns) if self.options.netns else IPRoute()
+        except OSError as exc:
+            raise KernelDriverError(f"{self.name}: cannot open network namespace {self.options.netns!r}: {exc}. "
+                                    "Is the switch running (ip netns list)?") from exc
+        for ifname in self.options.ports:
+            idx = self._ipr.link_lookup(ifname=ifname)
+            if not idx:
+                raise KernelDriverError(f"{self.name}: no interface {ifname!r} in namespace "
+                                        f"{self.options.netns or '(current)'}")
+            self._ifindex[ifname] = idx[0]
+            shape = self.options.shape(ifname)
+            if not ks.port_has_shape(self._ipr, idx[0], shape):
+                ks.build_port(self._ipr, idx[0], shape)
+            ks.flush_filters(self._ipr, idx[0])
+            self._htid[ifname] = None
+        state, self._state, self._installed = self._state, SwitchState(), {}
+        self._job_nodes = ks.JobNodes()
+        self.apply(state)
+
+    def apply(self, desired: SwitchState) -> WriteSummary:
+        if self._ipr is None:
+            raise KernelDriverError(f"{self.name}: apply() before connect()")
+        if desired.ecn_rules and not self._warned_ecn:
+            log.warning("%s: the kernel switch does not mark ECN; %d ecn_thresholds entries ignored",
+                        self.name, len(desired.ecn_rules))
+            self._warned_ecn = True
+        wanted = ks.compile_filters(desired, self.options.atp_port, self._job_nodes)
+        changed = [e for n, e in sorted(wanted.items()) if self._installed.get(n) != e]
+        removed = sorted(set(self._installed) - set(wanted))
+        inserted = sum(1 for e in changed if e.node not in self._installed)
+        modified = len(changed) - inserted
+        for ifname, idx in self._ifindex.items():
+            try:
+                for entry in changed:
+                    ks.write_entry(self._ipr, idx, self._htid[ifname], entry)
+                    if self._htid[ifname] is None:
+                        self._htid[ifname] = ks.root_htid(self._ipr, idx)
+                for node in removed:
+                    ks.delete_entry(self._ipr, idx, self._htid[ifname], node)
+            except Exception as exc:
+                # The port is now partly written: forget what we believe is installed so that the next
+                # connect() rewrites everything.
+                self._installed = {}
+                raise KernelDriverError(f"{self.name}: writing u32 entries on {ifname} failed: {exc}. "
+                                        "Call connect() to re-install the whole state.") from exc
+        self._installed = wanted
+        self._state = desired
+        n = len(self._ifindex)
+        return WriteSummary(inserted=inserted * n, modified=modified * n, deleted=len(removed) * n)
+
+    def read_counters(self) -> Counters:
+        if self._ipr is None:
+            raise KernelDriverError(f"{self.name}: read_counters() before connect()")
+        queues = []
+        for ifname, idx in self._ifindex.items():
+            port = self.options.ports[ifname]
+            for s in ks.read_port_stats(self._ipr, idx):
+                queues.append(QueueStats(port=port, qid=s.qid, enqueued=s.packets + s.drops + s.backlog_packets,
+                                         transmitted=s.packets, dropped=s.drops))
+        return Counters(queues=tuple(queues), job_packets={})
+
+    def close(self) -> None:
+        if self._ipr is not None:
+            try:
+                self._ipr.close()
+            finally:
+                self._ipr = None
+                self._ifindex = {}
+                self._htid = {}
+
+    # -- helpers for tests and the demo --------------------------------------------------------------------
+    @property
+    def installed(self) -> Mapping[int, ks.U32Entry]:
+        """The u32 entries this driver believes are on every port (node id -> entry)."""
+        return dict(self._installed)
+
+    @property
+    def state(self) -> SwitchState:
+        """The last state applied."""
+        return self._state

@@ -1,0 +1,129 @@
+"""Named network namespaces, veth links and a kernel switch without Mininet (tests, benchmarks).
+
+Everything created here has a unique name (``na`` + random hex) and is removed by ``close()`` (also on
+errors and Ctrl-C when used as a context manager). Processes started with ``NetnsLab.popen`` are tracked by
+PID and stopped exactly by that PID.
+"""
+from __future__ import annotations
+
+import ipaddress
+import os
+import secrets
+import signal
+import subprocess
+import time
+from typing import Sequence
+
+
+def unique_tag(nbytes: int = 2) -> str:
+    return secrets.token_hex(nbytes)
+
+
+def run(cmd: Sequence[str], *, check: bool = True, netns: str | None = None, **kw) -> subprocess.CompletedProcess:
+    """Run ``cmd`` (a list), inside ``netns`` when given. Raises with stderr on failure when ``check``."""
+    full = (["ip", "netns", "exec", netns] if netns else []) + list(cmd)
+    res = subprocess.run(full, capture_output=True, text=True, **kw)
+    if check and res.returncode != 0:
+        raise RuntimeError(f"{' '.join(full)} failed ({res.returncode}): {res.stderr.strip()}")
+    return res
+
+
+class NetnsLab:
+    """A kernel switch (bridge in its own namespace) with ``hosts`` host namespaces, one veth each.
+
+    Host i (0-based) has address ``subnet`` .i+1, interface ``eth0``; the switch port facing it is
+    ``p<i+1>`` (port number i+1). The queue tree and classifier are not built here: use
+    ``controller.kernel_driver.KernelDriver`` with ``netns=lab.switch_ns`` and ``ports=lab.ports``.
+    """
+
+    def __init__(self, hosts: int = 2, subnet: str = "10.201.0.0/24") -> None:
+        self.tag = unique_tag()
+        self.switch_ns = f"na{self.tag}sw"
+        self.host_ns = [f"na{self.tag}h{i + 1}" for i in range(hosts)]
+        net = ipaddress.ip_network(subnet)
+        self.prefixlen = net.prefixlen
+        self.host_ips = [str(net.network_address + i + 1) for i in range(hosts)]
+        self.ports = [f"p{i + 1}" for i in range(hosts)]
+        self._namespaces: list[str] = []
+        self._procs: list[subprocess.Popen] = []
+
+    # -- lifecycle ------------------------------------------------------------------------------------------
+    def __enter__(self) -> "NetnsLab":
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def start(self) -> None:
+        for ns in [self.switch_ns] + self.host_ns:
+            run(["ip", "netns", "add", ns])
+            self._namespaces.append(ns)
+            run(["ip", "link", "set", "lo", "up"], netns=ns)
+        sw = self.switch_ns
+        run(["ip", "link", "add", "br0", "type", "bridge"], netns=sw)
+        # No STP, forward immediately, and no bridge netfilter hooks.
+        run(["ip", "link", "set", "br0", "type", "bridge", "stp_state", "0", "forward_delay", "0"], netns=sw)
+        run(["ip", "link", "set", "br0", "up"], netns=sw)
+        for i, ns in enumerate(self.host_ns):
+            port = self.ports[i]
+            run(["ip", "link", "add", port, "netns", sw, "type", "veth", "peer", "name", "eth0", "netns", ns],
+                netns=sw)
+            run(["ip", "link", "set", port, "master", "br0", "up"], netns=sw)
+            run(["ip", "addr", "add", f"{self.host_ips[i]}/{self.prefixlen}", "dev", "eth0"], netns=ns)
+            run(["ip", "link", "set", "eth0", "up"], netns=ns)
+            run(["ethtool", "-K", "eth0", "tx", "off"], netns=ns, check=False)
+
+    def popen(self, host: int, cmd: Sequence[str], **kw) -> subprocess.Popen:
+        """Start ``cmd`` in host ``host``'s namespace; it is stopped (by PID) on close()."""
+        p = subprocess.Popen(["ip", "netns", "exec", self.host_ns[host]] + list(cmd), start_new_session=True, **kw)
+        self._procs.append(p)
+        return p
+
+    def run(self, host: int, cmd: Sequence[str], **kw) -> subprocess.CompletedProcess:
+        return run(cmd, netns=self.host_ns[host], **kw)
+
+    def close(self) -> None:
+        for p in self._procs:
+            stop_process(p)
+        self._procs.clear()
+        for ns in reversed(self._namespaces):
+            subprocess.run(["ip", "netns", "delete", ns], capture_output=True)
+        self._namespaces.clear()
+
+
+def stop_process(p: subprocess.Popen, timeout: float = 3.0) -> None:
+    """Stop exactly ``p`` (and its own process group, which it leads when started with
+    ``start_new_session=True``): SIGTERM, then SIGKILL."""
+    if p.poll() is not None:
+        return
+    try:
+        pgid = os.getpgid(p.pid)
+        own_group = pgid == p.pid
+    except ProcessLookupError:
+        return
+    sig_target = (lambda s: os.killpg(pgid, s)) if own_group else p.send_signal
+    try:
+        sig_target(signal.SIGTERM)
+        p.wait(timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            sig_target(signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait(timeout)
+    except ProcessLookupError:
+        pass
+
+
+def wait_until(pred, timeout: float, interval: float = 0.05) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(interval)
+    return pred()
