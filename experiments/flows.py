@@ -1,0 +1,225 @@
+"""Non-approximate request flows over kernel TCP, for flow completion times (FCT).
+
+A client opens one TCP connection per flow at the flow's start time, writes a 12-byte header
+(flow id, size) and ``size`` bytes, and waits for the server's one-byte answer, sent once the server
+has read all of it. FCT = start of connect -> answer received. Flows run concurrently (one selector,
+non-blocking sockets), so a slow flow does not delay the start of the next.
+
+CLI: ``python -m experiments.flows server ADDR[:PORT] --json F`` and
+``python -m experiments.flows client HOST[:PORT] --schedule FILE --json F`` where the schedule is a JSON
+list of ``{"start_s", "size", "trace_size"}`` (experiments.workloads.Flow fields).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import selectors
+import socket
+import struct
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+from experiments.baselines import pick_congestion_control
+
+FLOW_DEFAULT_PORT = 5800
+_HDR = struct.Struct("!IQ")  # flow id, size
+_ANSWER = b"K"
+
+
+@dataclasses.dataclass
+class _ClientFlow:
+    fid: int
+    size: int
+    trace_size: int
+    start_s: float
+    sock: socket.socket | None = None
+    out: memoryview | None = None
+    started: float | None = None
+    done: float | None = None
+    error: str | None = None
+
+
+def run_client(dest: tuple[str, int], schedule: Sequence[dict], *, timeout: float = 60.0, cc: str | None = None,
+               tos: int | None = None) -> dict:
+    """Run every flow of ``schedule``; return per-flow FCTs (``None`` for flows that did not finish)."""
+    cc = cc or pick_congestion_control()
+    flows = [_ClientFlow(i, int(f["size"]), int(f.get("trace_size", f["size"])), float(f["start_s"]))
+             for i, f in enumerate(sorted(schedule, key=lambda f: f["start_s"]))]
+    sel = selectors.DefaultSelector()
+    t0 = time.monotonic()
+    start_wall = time.time()
+    nxt = 0
+    active = 0
+    deadline = t0 + (flows[-1].start_s if flows else 0) + timeout
+    try:
+        while (nxt < len(flows) or active) and time.monotonic() < deadline:
+            now = time.monotonic()
+            while nxt < len(flows) and t0 + flows[nxt].start_s <= now:
+                f = flows[nxt]
+                nxt += 1
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                try:
+                    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc.encode())
+                except OSError:
+                    pass
+                if tos is not None:
+                    s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
+                s.setblocking(False)
+                f.started = time.monotonic()
+                try:
+                    s.connect(dest)
+                except BlockingIOError:
+                    pass
+                except OSError as e:
+                    f.error = str(e)
+                    s.close()
+                    continue
+                f.sock = s
+                f.out = memoryview(_HDR.pack(f.fid, f.size) + b"\0" * f.size)
+                sel.register(s, selectors.EVENT_WRITE | selectors.EVENT_READ, f)
+                active += 1
+            wait = 0.05
+            if nxt < len(flows):
+                wait = min(wait, max(0.0, t0 + flows[nxt].start_s - time.monotonic()))
+            for key, events in sel.select(timeout=wait):
+                f = key.data
+                try:
+                    if events & selectors.EVENT_WRITE and f.out:
+                        k = f.sock.send(f.out)
+                        f.out = f.out[k:]
+                        if not f.out:
+                            sel.modify(f.sock, selectors.EVENT_READ, f)
+                    if events & selectors.EVENT_READ:
+                        data = f.sock.recv(16)
+                        if data:
+                            f.done = time.monotonic()
+                        else:
+                            f.error = "closed before answer"
+                        sel.unregister(f.sock)
+                        f.sock.close()
+                        active -= 1
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except OSError as e:
+                    f.error = str(e)
+                    sel.unregister(f.sock)
+                    f.sock.close()
+                    active -= 1
+    finally:
+        for f in flows:
+            if f.sock is not None and f.done is None and f.error is None:
+                try:
+                    sel.unregister(f.sock)
+                except (KeyError, ValueError):
+                    pass
+                f.sock.close()
+        sel.close()
+    return {
+        "protocol": "tcp-flows", "cc": cc, "start_wall": start_wall,
+        "flows": [{"id": f.fid, "size": f.size, "trace_size": f.trace_size, "start_s": f.start_s,
+                   "fct_s": (f.done - f.started) if f.done is not None else None, "error": f.error}
+                  for f in flows],
+    }
+
+
+def run_server(bind: tuple[str, int], *, duration: float, ready_file: str | None = None) -> dict:
+    """Answer flows for ``duration`` seconds; return how many flows and bytes were served."""
+    lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    lsock.bind(bind)
+    lsock.listen(256)
+    lsock.setblocking(False)
+    if ready_file:
+        Path(ready_file).write_text("ready\n")
+    sel = selectors.DefaultSelector()
+    sel.register(lsock, selectors.EVENT_READ, None)
+    served = 0
+    nbytes = 0
+    end = time.monotonic() + duration
+    state: dict[socket.socket, list] = {}
+    try:
+        while time.monotonic() < end:
+            for key, _ in sel.select(timeout=0.1):
+                if key.data is None:
+                    try:
+                        s, _ = lsock.accept()
+                    except BlockingIOError:
+                        continue
+                    s.setblocking(False)
+                    state[s] = [bytearray(), None]
+                    sel.register(s, selectors.EVENT_READ, True)
+                    continue
+                s = key.fileobj
+                try:
+                    data = s.recv(1 << 16)
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except OSError:
+                    data = b""
+                st = state[s]
+                if data:
+                    nbytes += len(data)
+                    if st[1] is None:
+                        st[0] += data
+                        if len(st[0]) >= _HDR.size:
+                            _fid, size = _HDR.unpack_from(st[0])
+                            st[1] = size - (len(st[0]) - _HDR.size)
+                    else:
+                        st[1] -= len(data)
+                    if st[1] is not None and st[1] <= 0:
+                        try:
+                            s.send(_ANSWER)
+                        except OSError:
+                            pass
+                        served += 1
+                        st[1] = float("inf")  # answered; wait for the client to close
+                    continue
+                sel.unregister(s)
+                s.close()
+                del state[s]
+    finally:
+        for s in state:
+            s.close()
+        sel.close()
+        lsock.close()
+    return {"protocol": "tcp-flows-server", "served": served, "bytes": nbytes}
+
+
+def _addr(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return (text, FLOW_DEFAULT_PORT) if not host else (host, int(port))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m experiments.flows", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("client")
+    c.add_argument("dest")
+    c.add_argument("--schedule", required=True)
+    c.add_argument("--timeout", type=float, default=60.0, help="seconds after the last start")
+    c.add_argument("--tos", type=lambda x: int(x, 0), default=None)
+    c.add_argument("--json")
+    s = sub.add_parser("server")
+    s.add_argument("bind")
+    s.add_argument("--duration", type=float, required=True)
+    s.add_argument("--ready-file")
+    s.add_argument("--json")
+    args = p.parse_args(argv)
+    if args.cmd == "client":
+        out = run_client(_addr(args.dest), json.loads(Path(args.schedule).read_text()), timeout=args.timeout,
+                         tos=args.tos)
+    else:
+        out = run_server(_addr(args.bind), duration=args.duration, ready_file=args.ready_file)
+    text = json.dumps(out, indent=1)
+    if args.json:
+        Path(args.json).write_text(text + "\n")
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,248 @@
+"""Result files: per-seed records, their spread, the JSON every experiment writes, and its plots.
+
+Every experiment writes ``results/<experiment>/result.json``::
+
+    {"experiment": ..., "command": [...], "git_commit": ..., "started_utc": ..., "finished_utc": ...,
+     "config": {...}, "seeds": [...], "environment": {"tcp_cc": ..., "kernel": ..., "cpus": ...},
+     "runs": [{"seed": s, "params": {...}, "metrics": {...}, "raw": {...}}, ...],
+     "summary": [{"params": {...}, "metric": m, "n": k, "mean": .., "median": .., "min": .., "max": .., "std": ..}]}
+
+and one or more PNGs next to it (matplotlib, Agg backend). Plots show the mean over seeds with min-max
+error bars, so the spread is always visible.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+RESULTS_DIR = Path(os.environ.get("NETAPPROX_RESULTS", "results"))
+
+
+def spread(values: Iterable[float | None]) -> dict:
+    """n, mean, median, min, max, std (population) of the non-missing values; ``n_missing`` counts the rest."""
+    values = list(values)
+    vals = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    missing = len(values) - len(vals)
+    if not vals:
+        return {"n": 0, "n_missing": missing, "mean": None, "median": None, "min": None, "max": None, "std": None}
+    vals.sort()
+    n = len(vals)
+    mean = sum(vals) / n
+    mid = n // 2
+    median = vals[mid] if n % 2 else (vals[mid - 1] + vals[mid]) / 2
+    std = math.sqrt(sum((v - mean) ** 2 for v in vals) / n)
+    return {"n": n, "n_missing": missing, "mean": mean, "median": median, "min": vals[0], "max": vals[-1], "std": std}
+
+
+def percentile(values: Sequence[float], p: float) -> float | None:
+    """Linear-interpolated percentile (``p`` in 0..100) of ``values``; ``None`` when empty."""
+    vals = sorted(float(v) for v in values if v is not None)
+    if not vals:
+        return None
+    if len(vals) == 1:
+        return vals[0]
+    k = (len(vals) - 1) * p / 100.0
+    lo = math.floor(k)
+    hi = min(lo + 1, len(vals) - 1)
+    return vals[lo] + (vals[hi] - vals[lo]) * (k - lo)
+
+
+def _key(params: Mapping[str, Any]) -> str:
+    return json.dumps(params, sort_keys=True)
+
+
+def summarize(runs: Sequence[Mapping[str, Any]]) -> list[dict]:
+    """Group runs by ``params`` and give the spread of every metric over the seeds."""
+    groups: dict[str, dict] = {}
+    for r in runs:
+        g = groups.setdefault(_key(r["params"]), {"params": dict(r["params"]), "metrics": {}})
+        for m, v in r["metrics"].items():
+            g["metrics"].setdefault(m, []).append(v)
+    out = []
+    for g in groups.values():
+        for m, vals in g["metrics"].items():
+            out.append({"params": g["params"], "metric": m, **spread(vals)})
+    return out
+
+
+def lookup(summary: Sequence[Mapping[str, Any]], metric: str, **params: Any) -> dict | None:
+    """The summary row of ``metric`` whose params include ``params``."""
+    for row in summary:
+        if row["metric"] == metric and all(row["params"].get(k) == v for k, v in params.items()):
+            return dict(row)
+    return None
+
+
+def git_commit() -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def environment() -> dict:
+    from experiments.baselines import pick_congestion_control
+    return {"tcp_cc": pick_congestion_control(), "kernel": platform.release(), "cpus": os.cpu_count(),
+            "python": platform.python_version()}
+
+
+def now_utc() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclasses.dataclass
+class ResultFile:
+    """Collects an experiment's runs and writes result.json (call :meth:`write` as runs arrive)."""
+
+    experiment: str
+    config: dict
+    seeds: Sequence[int]
+    out_dir: Path
+    command: Sequence[str] = dataclasses.field(default_factory=lambda: list(sys.argv))
+    runs: list = dataclasses.field(default_factory=list)
+    started_utc: str = dataclasses.field(default_factory=now_utc)
+    notes: list = dataclasses.field(default_factory=list)
+
+    def add(self, seed: int, params: Mapping[str, Any], metrics: Mapping[str, Any], raw: Any = None) -> None:
+        self.runs.append({"seed": seed, "params": dict(params), "metrics": dict(metrics), "raw": raw})
+
+    def to_dict(self) -> dict:
+        return {
+            "experiment": self.experiment, "command": list(self.command), "git_commit": git_commit(),
+            "started_utc": self.started_utc, "finished_utc": now_utc(), "config": self.config,
+            "seeds": list(self.seeds), "environment": environment(), "notes": list(self.notes),
+            "runs": self.runs, "summary": summarize(self.runs),
+        }
+
+    def write(self) -> Path:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        path = self.out_dir / "result.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=1, default=_json_default) + "\n")
+        tmp.replace(path)
+        return path
+
+
+def _json_default(o: Any) -> Any:
+    if dataclasses.is_dataclass(o):
+        return dataclasses.asdict(o)
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"cannot serialise {type(o).__name__}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Plots
+
+
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def plot_lines(summary: Sequence[Mapping[str, Any]], *, metric: str, x: str, series: str, path: Path,
+               title: str, xlabel: str, ylabel: str, fixed: Mapping[str, Any] | None = None,
+               logy: bool = False) -> Path | None:
+    """One line per value of ``series``: mean of ``metric`` against ``x``, min-max error bars."""
+    rows = [r for r in summary if r["metric"] == metric and r["n"] > 0
+            and all(r["params"].get(k) == v for k, v in (fixed or {}).items())]
+    if not rows:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    names = sorted({str(r["params"].get(series)) for r in rows})
+    for name in names:
+        pts = sorted((r["params"][x], r) for r in rows if str(r["params"].get(series)) == name)
+        xs = [p for p, _ in pts]
+        ys = [r["mean"] for _, r in pts]
+        lo = [r["mean"] - r["min"] for _, r in pts]
+        hi = [r["max"] - r["mean"] for _, r in pts]
+        ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=name)
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if logy:
+        ax.set_yscale("log")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def plot_bars(summary: Sequence[Mapping[str, Any]], *, metric: str, group: str, series: str, path: Path,
+              title: str, ylabel: str, fixed: Mapping[str, Any] | None = None) -> Path | None:
+    """Grouped bars: groups = values of ``group``, one bar per ``series``; min-max error bars."""
+    rows = [r for r in summary if r["metric"] == metric and r["n"] > 0
+            and all(r["params"].get(k) == v for k, v in (fixed or {}).items())]
+    if not rows:
+        return None
+    plt = _plt()
+    groups = sorted({r["params"].get(group) for r in rows}, key=lambda v: (str(type(v)), v))
+    names = sorted({str(r["params"].get(series)) for r in rows})
+    width = 0.8 / max(1, len(names))
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for i, name in enumerate(names):
+        xs, ys, lo, hi = [], [], [], []
+        for j, gv in enumerate(groups):
+            r = next((r for r in rows if r["params"].get(group) == gv and str(r["params"].get(series)) == name), None)
+            if r is None:
+                continue
+            xs.append(j + i * width)
+            ys.append(r["mean"])
+            lo.append(r["mean"] - r["min"])
+            hi.append(r["max"] - r["mean"])
+        ax.bar(xs, ys, width=width, yerr=[lo, hi], capsize=3, label=name)
+    ax.set_xticks([j + width * (len(names) - 1) / 2 for j in range(len(groups))])
+    ax.set_xticklabels([str(g) for g in groups])
+    ax.set_xlabel(group)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def plot_timeline(rows: Sequence[Mapping[str, Any]], *, fields: Sequence[str], path: Path, title: str,
+                  events: Sequence[tuple[float, str]] = ()) -> Path | None:
+    """Stacked panels of ``fields`` against ``time`` (timeline records), with vertical event markers."""
+    rows = [r for r in rows if "time" in r]
+    if not rows:
+        return None
+    plt = _plt()
+    fig, axes = plt.subplots(len(fields), 1, figsize=(6, 1.6 * len(fields)), sharex=True)
+    if len(fields) == 1:
+        axes = [axes]
+    ts = [r["time"] for r in rows]
+    for ax, f in zip(axes, fields):
+        ax.step(ts, [r.get(f) for r in rows], where="post")
+        ax.set_ylabel(f, fontsize=8)
+        ax.grid(True, alpha=0.3)
+        for t, label in events:
+            ax.axvline(t, color="grey", linestyle="--", linewidth=0.8)
+    axes[0].set_title(title)
+    axes[-1].set_xlabel("time (s)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
