@@ -1,0 +1,96 @@
+// NetApprox TNA: choose the logical queue (NetApproxIngress.classification). Same tables, keys, order
+// and defaults as p4src/v1model/include/control/classification.p4; the result goes to
+// ig_md.bridged.qid.
+//
+// TNA difference: a DirectCounter counts only in actions that call count(), and an action calling it
+// may only be used by the table that owns the counter. queue_by_job therefore uses its own action,
+// declared with @name("set_queue") so that P4Info still shows one action
+// NetApproxIngress.classification.set_queue(qid) for all four tables, as on v1model.
+#ifndef NETAPPROX_TNA_CLASSIFICATION_P4
+#define NETAPPROX_TNA_CLASSIFICATION_P4
+
+control Classification(in parsed_headers_t hdr, inout ingress_metadata_t ig_md) {
+    DirectCounter<bit<64>>(CounterType_t.PACKETS) job_packets;
+
+    action set_queue(logical_queue_t qid) {
+        ig_md.bridged.qid = qid;
+    }
+
+    @name("set_queue")
+    action set_queue_counted(logical_queue_t qid) {
+        ig_md.bridged.qid = qid;
+        job_packets.count();
+    }
+
+    table queue_by_class {
+        key = {
+            ig_md.ip_proto : ternary @name("ip_proto");
+            ig_md.l4_dport : ternary @name("l4_dport");
+        }
+        actions = {
+            set_queue;
+            @defaultonly NoAction;
+        }
+        const default_action = NoAction();
+        size = QUEUE_BY_CLASS_TABLE_SIZE;
+    }
+
+    table queue_by_job {
+        key = {
+            hdr.atp.job_id : exact @name("job_id");
+        }
+        actions = {
+            set_queue_counted;
+            @defaultonly NoAction;
+        }
+        const default_action = NoAction();
+        counters = job_packets;
+        size = QUEUE_BY_JOB_TABLE_SIZE;
+    }
+
+    table queue_by_tag {
+        key = {
+            hdr.atp.priority : range @name("priority");
+            hdr.atp.deadline_us : range @name("deadline_us");
+        }
+        actions = {
+            set_queue;
+            @defaultonly NoAction;
+        }
+        const default_action = NoAction();
+        size = QUEUE_BY_TAG_TABLE_SIZE;
+    }
+
+    table queue_by_tlr {
+        key = {
+            hdr.atp.tlr : range @name("tlr");
+        }
+        actions = {
+            set_queue;
+            @defaultonly NoAction;
+        }
+        const default_action = NoAction();
+        size = QUEUE_BY_TLR_TABLE_SIZE;
+    }
+
+    apply {
+        if (hdr.atp.isValid() && hdr.atp.type == ATP_TYPE_DATA
+                && (hdr.atp.flags & ATP_FLAG_APPROX) != 0) {
+            ig_md.bridged.qid = QUEUE_LOWEST;
+            if (!queue_by_job.apply().hit) {
+                bool tag_hit = false;
+                if ((hdr.atp.flags & ATP_FLAG_TAGGED) != 0) {
+                    tag_hit = queue_by_tag.apply().hit;
+                }
+                if (!tag_hit) {
+                    queue_by_tlr.apply();
+                }
+            }
+        } else {
+            ig_md.bridged.qid = QUEUE_NON_APPROX;
+            queue_by_class.apply();
+        }
+    }
+}
+
+#endif  // NETAPPROX_TNA_CLASSIFICATION_P4

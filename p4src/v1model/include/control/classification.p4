@@ -1,0 +1,92 @@
+// NetApprox v1model: choose the logical queue (NetApproxIngress.classification).
+//
+// Runs in ingress after forwarding, on packets that will be forwarded. Sets local_md.qid, in this
+// order (docs/architecture.md, logical tables 1-5):
+//   not approximate (non-ATP, ATP without APPROX, or any ATP type but DATA)
+//                 -> queue_by_class (ternary ip_proto, l4_dport); miss: queue 0
+//   approximate   -> queue_by_job (exact job_id, direct counter job_packets); hit wins
+//                 -> queue_by_tag (range priority, range deadline_us), only when TAGGED; hit wins
+//                 -> queue_by_tlr (range tlr); miss: queue 7 (QUEUE_LOWEST)
+// The controller never needs to write default actions: misses are handled here.
+#ifndef NETAPPROX_V1MODEL_CLASSIFICATION_P4
+#define NETAPPROX_V1MODEL_CLASSIFICATION_P4
+
+control Classification(in parsed_headers_t hdr, inout local_metadata_t local_md) {
+    direct_counter(CounterType.packets) job_packets;
+
+    action set_queue(logical_queue_t qid) {
+        local_md.qid = qid;
+    }
+
+    table queue_by_class {
+        key = {
+            local_md.ip_proto : ternary @name("ip_proto");
+            local_md.l4_dport : ternary @name("l4_dport");
+        }
+        actions = {
+            set_queue;
+            @defaultonly NoAction;
+        }
+        const default_action = NoAction();
+        size = QUEUE_BY_CLASS_TABLE_SIZE;
+    }
+
+    table queue_by_job {
+        key = {
+            hdr.atp.job_id : exact @name("job_id");
+        }
+        actions = {
+            set_queue;
+            @defaultonly NoAction;
+        }
+        const default_action = NoAction();
+        counters = job_packets;
+        size = QUEUE_BY_JOB_TABLE_SIZE;
+    }
+
+    table queue_by_tag {
+        key = {
+            hdr.atp.priority : range @name("priority");
+            hdr.atp.deadline_us : range @name("deadline_us");
+        }
+        actions = {
+            set_queue;
+            @defaultonly NoAction;
+        }
+        const default_action = NoAction();
+        size = QUEUE_BY_TAG_TABLE_SIZE;
+    }
+
+    table queue_by_tlr {
+        key = {
+            hdr.atp.tlr : range @name("tlr");
+        }
+        actions = {
+            set_queue;
+            @defaultonly NoAction;
+        }
+        const default_action = NoAction();
+        size = QUEUE_BY_TLR_TABLE_SIZE;
+    }
+
+    apply {
+        if (hdr.atp.isValid() && hdr.atp.type == ATP_TYPE_DATA
+                && (hdr.atp.flags & ATP_FLAG_APPROX) != 0) {
+            local_md.qid = QUEUE_LOWEST;
+            if (!queue_by_job.apply().hit) {
+                bool tag_hit = false;
+                if ((hdr.atp.flags & ATP_FLAG_TAGGED) != 0) {
+                    tag_hit = queue_by_tag.apply().hit;
+                }
+                if (!tag_hit) {
+                    queue_by_tlr.apply();
+                }
+            }
+        } else {
+            local_md.qid = QUEUE_NON_APPROX;
+            queue_by_class.apply();
+        }
+    }
+}
+
+#endif  // NETAPPROX_V1MODEL_CLASSIFICATION_P4

@@ -1,0 +1,113 @@
+// NetApprox data plane for BMv2 simple_switch_grpc (v1model).
+//
+// Run: simple_switch_grpc --priority-queues 8 --cpu-port 255 -i 1@<veth> ... build/v1model/bmv2.json
+// P4Info names are the contract of docs/architecture.md; p4src/tna/netapprox.p4 has the same ones.
+// Pipeline (docs/dataplane.md):
+//   ingress: packet-out -> validation (malformed: drop + count) -> REPORT: packet-in to the controller
+//            -> forwarding (routes_v4, TTL) -> classification (logical queue) -> enqueued_packets
+//            -> standard_metadata.priority = 7 - qid
+//   egress:  packet-in header on CPU_PORT | transmitted_packets -> ecn -> ATP DATA queue byte
+#include "define_v1model.p4"
+#include "include/parser.p4"
+#include "include/control/validation.p4"
+#include "include/control/forwarding.p4"
+#include "include/control/classification.p4"
+#include "include/control/ecn.p4"
+
+control NetApproxIngress(inout parsed_headers_t hdr,
+                         inout local_metadata_t local_md,
+                         inout standard_metadata_t standard_md) {
+    // Packets and bytes per (egress port, logical queue) handed to the traffic manager, index
+    // port * 8 + qid. Minus transmitted_packets: the tail drops of that queue.
+    counter(PORT_QUEUE_COUNTER_SIZE, CounterType.packets_and_bytes) enqueued_packets;
+    // Packets dropped per reason (MALFORMED_* / DROPPED_* in shared/define.p4).
+    counter(MALFORMED_COUNTER_SIZE, CounterType.packets) malformed_packets;
+
+    AtpValidation() validation;
+    Forwarding() forwarding;
+    Classification() classification;
+
+    apply {
+        local_md.ingress_port = standard_md.ingress_port;
+        if (hdr.packet_out.isValid()) {
+            // From the controller: out of the requested port, unchanged, in the top queue.
+            standard_md.egress_spec = hdr.packet_out.egress_port;
+            hdr.packet_out.setInvalid();
+            local_md.from_cpu = true;
+            local_md.qid = QUEUE_NON_APPROX;
+            standard_md.priority = BMV2_PRIORITY_OF(QUEUE_NON_APPROX);
+        } else {
+            bool malformed;
+            drop_reason_t reason;
+            validation.apply(hdr, malformed, reason);
+            if (standard_md.checksum_error == 1) {
+                malformed = true;
+                reason = DROPPED_IPV4_CHECKSUM;
+            }
+            if (malformed) {
+                malformed_packets.count((bit<32>)reason);
+                mark_to_drop(standard_md);
+            } else if (hdr.atp.isValid() && hdr.atp.type == ATP_TYPE_REPORT) {
+                // Sender report: to the controller as packet-in, never forwarded.
+                standard_md.egress_spec = CPU_PORT;
+                local_md.to_cpu = true;
+                local_md.qid = QUEUE_NON_APPROX;
+                standard_md.priority = BMV2_PRIORITY_OF(QUEUE_NON_APPROX);
+            } else if (!hdr.ipv4.isValid() || standard_md.parser_error != error.NoError) {
+                // Not IPv4, or a parser error outside the ATP header (e.g. a short TCP header).
+                mark_to_drop(standard_md);
+            } else {
+                local_md.ip_proto = hdr.ipv4.protocol;
+                if (hdr.udp.isValid()) {
+                    local_md.l4_dport = hdr.udp.dst_port;
+                } else if (hdr.tcp.isValid()) {
+                    local_md.l4_dport = hdr.tcp.dst_port;
+                }
+                forwarding.apply(hdr, local_md, standard_md);
+                if (local_md.drop) {
+                    if (local_md.ttl_expired) {
+                        malformed_packets.count((bit<32>)DROPPED_TTL_EXPIRED);
+                    }
+                    mark_to_drop(standard_md);
+                } else {
+                    classification.apply(hdr, local_md);
+                    enqueued_packets.count((bit<32>)(standard_md.egress_spec ++ local_md.qid));
+                    standard_md.priority = BMV2_PRIORITY_OF(local_md.qid);
+                }
+            }
+        }
+    }
+}
+
+control NetApproxEgress(inout parsed_headers_t hdr,
+                        inout local_metadata_t local_md,
+                        inout standard_metadata_t standard_md) {
+    // Packets and bytes per (egress port, logical queue) that left the queue, index port * 8 + qid.
+    counter(PORT_QUEUE_COUNTER_SIZE, CounterType.packets_and_bytes) transmitted_packets;
+
+    Ecn() ecn;
+
+    apply {
+        if (standard_md.egress_port == CPU_PORT) {
+            hdr.packet_in.setValid();
+            hdr.packet_in.ingress_port = local_md.ingress_port;
+            hdr.packet_in._pad = 0;
+        } else if (!local_md.from_cpu) {
+            transmitted_packets.count((bit<32>)(standard_md.egress_port ++ local_md.qid));
+            ecn.apply(hdr, local_md.qid, standard_md.enq_qdepth);
+            if (hdr.atp.isValid() && hdr.atp.type == ATP_TYPE_DATA) {
+                // Stamp the chosen logical queue. The UDP checksum would now be wrong; zero means
+                // "no checksum" for UDP over IPv4 (RFC 768), so zero it rather than update it.
+                hdr.atp.queue = (bit<8>)local_md.qid;
+                hdr.udp.checksum = 0;
+            }
+        }
+    }
+}
+
+V1Switch(NetApproxParser(),
+         NetApproxVerifyChecksum(),
+         NetApproxIngress(),
+         NetApproxEgress(),
+         NetApproxComputeChecksum(),
+         NetApproxDeparser()) main;
