@@ -432,6 +432,8 @@ def _addr(text: str, default_port: int) -> tuple[str, int]:
 def _job_from_args(args: argparse.Namespace) -> JobWorkload:
     if args.job:
         return JobWorkload.from_dict(json.loads(Path(args.job).read_text()))
+    if args.fixed_size is not None:
+        return JobWorkload(kind="fixed", seed=0, sizes=(args.fixed_size,) * args.n, ready_s=(0.0,) * args.n)
     return make_job(args.workload, args.workload_seed, args.n, offered_bps=args.offered_bps,
                     max_size=args.max_size)
 
@@ -455,6 +457,7 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--n", type=int, default=100, help="messages in the job")
         sp.add_argument("--offered-bps", type=float, default=None, help="application data rate (default: all ready)")
         sp.add_argument("--max-size", type=int, default=None)
+        sp.add_argument("--fixed-size", type=int, default=None, help="N messages of exactly this many bytes")
         sp.add_argument("--job-id", type=int, default=1)
 
     s = sub.add_parser("tcp-send", help="TCP-ES or TCP-SS sender")

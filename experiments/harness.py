@@ -150,6 +150,7 @@ class Testbed:
         self.reports_relayed = 0
         self.epochs: list[dict] = []
         self._procs: list[Proc] = []
+        self._aliases: dict[int, str] = {}
 
     # -- addresses -----------------------------------------------------------------------------------------
     def ip(self, host: int) -> str:
@@ -162,6 +163,19 @@ class Testbed:
     @property
     def report_addr(self) -> tuple[str, int]:
         return self.lab.host_ips[self.ctl_host], REPORT_PORT
+
+    def alias_ip(self, host: int) -> str:
+        """A second address on ``host`` (same interface, same switch port), created on first use.
+
+        Background traffic that must use the ATP port (to be queued by TLR) goes to this address, so it
+        shares the host's switch port with the host's ATP receiver without sharing its socket."""
+        if host not in self._aliases:
+            import ipaddress
+            base = ipaddress.ip_address(self.lab.host_ips[0]) - 1
+            addr = str(base + 200 + host)
+            self.lab.run(host, ["ip", "addr", "add", f"{addr}/{self.lab.prefixlen}", "dev", "eth0"])
+            self._aliases[host] = addr
+        return self._aliases[host]
 
     def port_of(self, host: int) -> str:
         """The switch port (egress interface) facing ``host``."""

@@ -1,0 +1,149 @@
+"""Run one ATP job of an experiment workload through hostlib's blocking API (``hostlib.api``).
+
+hostlib's own CLI sends uniform jobs; the experiments need jobs whose messages have the FBKV/FBHD sizes
+of a ``JobWorkload`` file, float-vector jobs, and several jobs per receiver, so this wrapper builds the
+``JobSpec`` and calls ``hostlib.api.send_job`` / ``receive_job``. It implements nothing of ATP itself.
+
+    python -m experiments.atp_job send HOST:PORT --job FILE --job-id J --msr 0.9 [--mode full|fixtlr|base]
+        [--no-mrdf] [--completion all_sent|early] [--rate 20M] [--report-to HOST:PORT]
+        [--json FILE] [--timeline FILE]
+    python -m experiments.atp_job send-vector HOST:PORT --vector FILE.npy --msr 0.85 ...
+    python -m experiments.atp_job recv ADDR:PORT --jobs K --timeout S --json FILE [--vector-out DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from experiments.workloads import JobWorkload
+
+ATP_PORT = 7600
+
+
+def _addr(text: str, default_port: int) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return (text, default_port) if not host else (host, int(port))
+
+
+def _jsonable(obj: Any) -> Any:
+    if hasattr(obj, "as_dict"):
+        return obj.as_dict()
+    if dataclasses.is_dataclass(obj):
+        return {f.name: _jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                if not isinstance(getattr(obj, f.name), (bytes, bytearray))}
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items() if not isinstance(v, (bytes, bytearray))}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    return obj
+
+
+def build_config(args: argparse.Namespace):
+    from hostlib.config import AtpConfig, parse_rate
+    kw: dict[str, Any] = {"mode": args.mode, "mrdf": not args.no_mrdf, "completion": args.completion}
+    if args.rate:
+        kw["max_rate_bps"] = parse_rate(args.rate)
+    return AtpConfig(**kw)
+
+
+def job_spec(workload: JobWorkload, job_id: int, msr: float):
+    from hostlib.config import JobSpec, Message, pattern_bytes
+    msgs = tuple(Message(pattern_bytes(i, s)) for i, s in enumerate(workload.sizes))
+    return JobSpec(job_id=job_id, messages=msgs, msr=msr)
+
+
+def send(args: argparse.Namespace) -> dict:
+    from hostlib import api
+    if args.cmd == "send-vector":
+        import numpy as np
+        from hostlib.config import JobSpec
+        values = np.load(args.vector).astype("float32").tolist()
+        job = JobSpec.from_vector(args.job_id, values, msr=args.msr)
+    else:
+        workload = JobWorkload.from_dict(json.loads(Path(args.job).read_text()))
+        job = job_spec(workload, args.job_id, args.msr)
+    kw: dict[str, Any] = {"config": build_config(args)}
+    if args.report_to:
+        kw["report_to"] = _addr(args.report_to, 7601)
+    if args.timeline:
+        kw["timeline"] = args.timeline
+    start_wall = time.time()
+    summary = api.send_job(_addr(args.dest, ATP_PORT), job, **kw)
+    out = _jsonable(summary)
+    out.update(protocol="atp", start_wall=start_wall, n=len(job.messages), msr=args.msr,
+               end_wall=start_wall + float(out.get("jct_s") or 0.0))
+    return out
+
+
+def recv(args: argparse.Namespace) -> dict:
+    from hostlib import api
+    results = []
+    end = time.monotonic() + args.timeout
+    for k in range(args.jobs):
+        left = end - time.monotonic()
+        if left <= 0:
+            break
+        try:
+            res = api.receive_job(_addr(args.bind, ATP_PORT), timeout=left)
+        except Exception as exc:  # a timeout or failure still writes what we have
+            results.append({"error": f"{type(exc).__name__}: {exc}"})
+            break
+        d = _jsonable(res)
+        d["done_wall"] = time.time()
+        vec = getattr(res, "vector", None)
+        if vec is not None and args.vector_out:
+            import numpy as np
+            path = Path(args.vector_out) / f"job{getattr(res, 'job_id', k)}.npy"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            np.save(path, np.asarray(vec, dtype="float32"))
+            d["vector_file"] = str(path)
+        d.pop("vector", None)
+        d.pop("messages", None)
+        results.append(d)
+    return {"protocol": "atp-recv", "jobs": results}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m experiments.atp_job", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    for name in ("send", "send-vector"):
+        s = sub.add_parser(name)
+        s.add_argument("dest")
+        if name == "send":
+            s.add_argument("--job", required=True, help="JobWorkload JSON")
+        else:
+            s.add_argument("--vector", required=True, help=".npy file of float32 values")
+        s.add_argument("--job-id", type=int, required=True)
+        s.add_argument("--msr", type=float, required=True)
+        s.add_argument("--mode", default="full", choices=["full", "fixtlr", "base"])
+        s.add_argument("--no-mrdf", action="store_true")
+        s.add_argument("--completion", default="all_sent", choices=["all_sent", "early"])
+        s.add_argument("--rate", default=None, help="R_max, e.g. 20M")
+        s.add_argument("--report-to", default=None)
+        s.add_argument("--timeline", default=None)
+        s.add_argument("--json")
+    r = sub.add_parser("recv")
+    r.add_argument("bind")
+    r.add_argument("--jobs", type=int, default=1)
+    r.add_argument("--timeout", type=float, default=120.0)
+    r.add_argument("--vector-out", default=None)
+    r.add_argument("--json")
+    args = p.parse_args(argv)
+    out = recv(args) if args.cmd == "recv" else send(args)
+    text = json.dumps(out, indent=1, default=str)
+    if args.json:
+        Path(args.json).write_text(text + "\n")
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
