@@ -5,6 +5,7 @@ import http.server
 import json
 import threading
 import time
+from pathlib import Path
 from typing import IO, Any, Callable
 
 
@@ -12,7 +13,10 @@ class DecisionLog:
     """Appends one JSON object per line. ``path=None`` discards everything."""
 
     def __init__(self, path: str | None) -> None:
-        self._file: IO[str] | None = open(path, "a", encoding="utf-8", buffering=1) if path else None
+        self._file: IO[str] | None = None
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(path, "a", encoding="utf-8", buffering=1)
         self._lock = threading.Lock()
 
     def write(self, event: str, **fields: Any) -> None:

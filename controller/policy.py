@@ -137,7 +137,7 @@ def tag_rules(cadentflows: tuple[CadentFlow, ...]) -> frozenset[TagRule]:
     tag ranges overlap the more urgent rule wins."""
     placed: list[tuple[int, int, int, object]] = []  # (qid, decl index, flow index, flow)
     for d, cf in enumerate(cadentflows):
-        keys = sorted({_urgency(f, cf.objective) for f in cf.flows})
+        keys = sorted({_urgency(f, cf.objective) for f in cf.flows if f.queue is None})
         n = len(keys)
         for i, f in enumerate(cf.flows):
             if f.queue is not None:

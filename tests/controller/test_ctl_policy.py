@@ -1,0 +1,162 @@
+"""The pure policy: thresholds, hysteresis, most-conservative group, expiry, CadentFlow tag rules."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from controller import policy
+from controller.config import CadentFlow, PolicyConfig, SwitchConfig, TaggedFlow
+from controller.model import EcnRule, JobRule, Route, TagRule, default_tlr_rules
+from controller.policy import GroupReport, decide, queue_for_tlr
+
+DEFAULT = PolicyConfig()
+NO_HYST = PolicyConfig(hysteresis=0.0)
+
+
+@pytest.mark.parametrize("tlr, qid", [
+    (0.0, 1), (0.05, 1), (0.124, 1), (0.125, 1), (0.2499, 1), (0.25, 2), (0.374, 2), (0.375, 3),
+    (0.5, 4), (0.625, 5), (0.75, 6), (0.874, 6), (0.875, 7), (1.0, 7),
+])
+def test_queue_for_tlr_default_thresholds(tlr, qid):
+    assert queue_for_tlr(tlr, DEFAULT.thresholds) == qid
+
+
+def test_queue_for_tlr_agrees_with_the_installed_tlr_table():
+    """The policy and the queue_by_tlr entries must map every Q1.15 TLR to the same queue."""
+    rules = default_tlr_rules()
+    for value in range(0, 0x8001, 7):
+        table_qid = next(r.qid for r in rules if r.tlr_lo <= value <= r.tlr_hi)
+        assert queue_for_tlr(value / 0x8000, DEFAULT.thresholds) == table_qid, value
+
+
+def test_custom_thresholds():
+    thresholds = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.8)
+    assert queue_for_tlr(0.005, thresholds) == 1
+    assert queue_for_tlr(0.03, thresholds) == 2
+    assert queue_for_tlr(0.05, thresholds) == 3
+    assert queue_for_tlr(0.9, thresholds) == 7
+
+
+def jobs_at(now: float, **tlrs: float) -> dict[int, dict[int, GroupReport]]:
+    return {int(k[1:]): {0: GroupReport(v, now)} for k, v in tlrs.items()}
+
+
+def test_new_job_gets_the_queue_of_its_tlr_and_is_logged_as_new():
+    d = decide(jobs_at(0.0, j1=0.3, j2=0.9), {}, 0.0, DEFAULT)
+    assert dict(d.assignments) == {1: 2, 2: 7}
+    assert [(c.job_id, c.reason, c.new_qid) for c in d.changes] == [(1, "new", 2), (2, "new", 7)]
+
+
+def test_hysteresis_holds_near_the_boundary_and_moves_beyond_it():
+    cfg = PolicyConfig(hysteresis=0.02)
+    # job in queue 2 ([0.25, 0.375)); TLR just above the upper boundary: held
+    d = decide(jobs_at(0.0, j1=0.38), {1: 2}, 0.0, cfg)
+    assert d.assignments[1] == 2
+    assert [(c.reason, c.old_qid, c.new_qid) for c in d.changes] == [("held", 2, 2)]
+    # beyond boundary + hysteresis: moves
+    d = decide(jobs_at(0.0, j1=0.40), {1: 2}, 0.0, cfg)
+    assert d.assignments[1] == 3
+    assert d.changes[0].reason == "moved"
+    # just below the lower boundary: held; far below: moves
+    assert decide(jobs_at(0.0, j1=0.24), {1: 2}, 0.0, cfg).assignments[1] == 2
+    assert decide(jobs_at(0.0, j1=0.20), {1: 1}, 0.0, cfg).assignments[1] == 1
+    assert decide(jobs_at(0.0, j1=0.20), {1: 2}, 0.0, cfg).assignments[1] == 1
+    # without hysteresis the same inputs move
+    assert decide(jobs_at(0.0, j1=0.38), {1: 2}, 0.0, NO_HYST).assignments[1] == 3
+
+
+@given(st.lists(st.floats(min_value=0.36, max_value=0.39), min_size=1, max_size=50))
+def test_hysteresis_no_flapping_while_tlr_wobbles_across_a_boundary(tlrs):
+    """TLR oscillating within +-hysteresis of the 0.375 boundary never changes the queue once assigned."""
+    cfg = PolicyConfig(hysteresis=0.02)
+    prev = {1: 2}
+    for i, tlr in enumerate(tlrs):
+        prev = dict(decide(jobs_at(float(i), j1=tlr), prev, float(i), cfg).assignments)
+        assert prev == {1: 2}
+
+
+def test_job_with_several_groups_uses_the_lowest_tlr():
+    jobs = {4: {0: GroupReport(0.9, 0.0), 1: GroupReport(0.3, 0.0), 2: GroupReport(0.6, 0.0)}}
+    d = decide(jobs, {}, 0.0, DEFAULT)
+    assert d.assignments[4] == 2
+    assert (d.changes[0].tlr, d.changes[0].group_id) == (0.3, 1)
+
+
+def test_stale_group_is_forgotten_and_no_longer_pins_the_job():
+    cfg = PolicyConfig(job_timeout_s=1.0, hysteresis=0.0)
+    jobs = {4: {0: GroupReport(0.9, 10.0), 1: GroupReport(0.1, 8.5)}}
+    d = decide(jobs, {4: 1}, 10.0, cfg)
+    assert set(d.live[4]) == {0}
+    assert d.assignments[4] == 7
+
+
+def test_job_expires_after_timeout_and_is_reported_as_expired():
+    cfg = PolicyConfig(job_timeout_s=1.0)
+    jobs = {1: {0: GroupReport(0.3, 0.0)}, 2: {0: GroupReport(0.6, 0.5)}}
+    d = decide(jobs, {1: 2, 2: 4}, 1.2, cfg)
+    assert dict(d.assignments) == {2: 4}
+    assert 1 not in d.live
+    assert [(c.job_id, c.reason, c.old_qid, c.new_qid) for c in d.changes] == [(1, "expired", 2, None)]
+    # exactly at the timeout the report is already too old
+    assert decide({1: {0: GroupReport(0.3, 0.0)}}, {}, 1.0, cfg).assignments == {}
+
+
+def test_decide_is_deterministic_and_does_not_mutate_inputs():
+    jobs = jobs_at(0.0, j3=0.5, j1=0.1, j2=0.8)
+    snapshot = {k: dict(v) for k, v in jobs.items()}
+    a = decide(jobs, {1: 1}, 0.0, DEFAULT)
+    b = decide(jobs, {1: 1}, 0.0, DEFAULT)
+    assert a == b
+    assert jobs == snapshot
+
+
+def test_tag_rules_priority_objective_orders_by_priority_tag():
+    cf = CadentFlow(name="fp", objective="priority", flows=(
+        TaggedFlow(priority=(10, 19)), TaggedFlow(priority=(0, 9)), TaggedFlow(priority=(20, 255)),
+    ))
+    rules = sorted(policy.tag_rules((cf,)), key=lambda r: r.qid)
+    assert [(r.priority_lo, r.priority_hi, r.qid) for r in rules] == [(0, 9, 1), (10, 19, 2), (20, 255, 3)]
+    assert [r.rank for r in rules] == [3, 2, 1]  # more urgent wins where ranges overlap
+
+
+def test_tag_rules_deadline_objective_tightest_deadline_first():
+    cf = CadentFlow(name="bp", objective="deadline", flows=(
+        TaggedFlow(deadline_us=(5001, 20000)), TaggedFlow(deadline_us=(0, 5000)),
+    ))
+    rules = {(r.deadline_lo_us, r.deadline_hi_us): r.qid for r in policy.tag_rules((cf,))}
+    assert rules == {(0, 5000): 1, (5001, 20000): 2}
+
+
+def test_tag_rules_weight_objective_heaviest_first_and_pinned_queue():
+    cf = CadentFlow(name="graph", objective="weight", flows=(
+        TaggedFlow(priority=(0, 0), weight=1), TaggedFlow(priority=(1, 1), weight=8),
+        TaggedFlow(priority=(2, 2), weight=4, queue=6),
+    ))
+    rules = {r.priority_lo: r.qid for r in policy.tag_rules((cf,))}
+    assert rules == {1: 1, 0: 2, 2: 6}
+
+
+def test_tag_rules_spread_many_flows_over_the_approximate_queues():
+    cf = CadentFlow(name="many", flows=tuple(TaggedFlow(priority=(p, p)) for p in range(14)))
+    qids = [r.qid for r in sorted(policy.tag_rules((cf,)), key=lambda r: r.priority_lo)]
+    assert qids == [1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7]
+    assert len({r.rank for r in policy.tag_rules((cf,))}) == 14
+
+
+def test_static_and_switch_state():
+    route = Route("10.0.0.1", 32, 1, "00:00:00:00:00:01", "00:00:00:00:01:01")
+    cfg = PolicyConfig(ecn_threshold_pkts=12, cadentflows=(
+        CadentFlow(name="x", flows=(TaggedFlow(priority=(0, 3)),), jobs=(9,)),))
+    static = policy.static_state(SwitchConfig(name="s1", routes=(route,)), cfg)
+    assert static.routes == {route}
+    assert static.ecn_rules == {EcnRule(0, 12)}
+    assert static.tlr_rules == default_tlr_rules()
+    assert static.tag_rules == {TagRule(1, 0, 3, 0, 0xFFFFFFFF, 1)}
+    state = policy.switch_state(static, {5: 3, 9: 2}, policy.tag_only_jobs(cfg))
+    assert state.job_rules == {JobRule(5, 3)}  # job 9 is CadentFlow-tagged: its tags decide
+    assert dataclasses.replace(state, job_rules=frozenset()) == static
+    no_tlr = policy.static_state(SwitchConfig(name="s1"), PolicyConfig(install_tlr_rules=False))
+    assert no_tlr.tlr_rules == frozenset()
