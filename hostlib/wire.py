@@ -223,3 +223,97 @@ def _report_mac(key: bytes, header_tail: bytes, body: bytes) -> bytes:
 
     # header_tail starts at job_id; drop the trailing length field, which differs with/without the MAC.
     return hmac.new(key, header_tail[:-2] + body, hashlib.sha256).digest()[:REPORT_MAC_LEN]
+
+
+# --- ACK payload: selective-ack blocks ------------------------------------------------------------
+
+MAX_SACK_BLOCKS = 16
+_U16 = struct.Struct("!H")
+_U32 = struct.Struct("!I")
+_SACK_BLOCK = struct.Struct("!II")
+
+
+def encode_ack_payload(blocks: "list[tuple[int, int]] | tuple[tuple[int, int], ...]") -> bytes:
+    """ACK payload: ``n:u16`` then ``n`` inclusive ``(first, last)`` sequence ranges, newest first (<= 16)."""
+    if len(blocks) > MAX_SACK_BLOCKS:
+        raise ValueError(f"{len(blocks)} SACK blocks, at most {MAX_SACK_BLOCKS} fit an ACK")
+    out = [_U16.pack(len(blocks))]
+    for first, last in blocks:
+        if not 0 <= first <= last <= 0xFFFFFFFF:
+            raise ValueError(f"bad SACK block ({first}, {last})")
+        out.append(_SACK_BLOCK.pack(first, last))
+    return b"".join(out)
+
+
+def decode_ack_payload(payload: bytes) -> list[tuple[int, int]]:
+    """Inverse of :func:`encode_ack_payload`. An empty payload means no blocks."""
+    if not payload:
+        return []
+    if len(payload) < 2:
+        raise MalformedPacket("bad_ack", "ACK payload shorter than its block count")
+    (n,) = _U16.unpack_from(payload)
+    if n > MAX_SACK_BLOCKS or len(payload) != 2 + 8 * n:
+        raise MalformedPacket("bad_ack", f"{n} SACK blocks in {len(payload)} payload bytes")
+    blocks = [_SACK_BLOCK.unpack_from(payload, 2 + 8 * i) for i in range(n)]
+    for first, last in blocks:
+        if first > last:
+            raise MalformedPacket("bad_ack", f"SACK block ({first}, {last}) runs backwards")
+    return blocks
+
+
+# --- DONE payload: lost message ids ----------------------------------------------------------------
+
+def done_ids_per_part(max_payload: int) -> int:
+    """How many lost message ids one DONE part carries within ``max_payload`` bytes."""
+    n = (max_payload - 4) // 4
+    if n < 1:
+        raise ValueError(f"max_payload {max_payload} cannot carry a DONE part")
+    return n
+
+
+def encode_done_payloads(lost_ids: "list[int] | tuple[int, ...]", max_payload: int) -> list[bytes]:
+    """Split ``lost_ids`` into DONE payloads (``n_lost:u32`` + ids), at least one part, at most 65535."""
+    per = done_ids_per_part(max_payload)
+    ids = list(lost_ids)
+    chunks = [ids[i:i + per] for i in range(0, len(ids), per)] or [[]]
+    if len(chunks) > 0xFFFF:
+        raise ValueError(f"{len(ids)} lost ids need {len(chunks)} DONE parts, at most 65535 fit pkt_cnt")
+    return [_U32.pack(len(c)) + struct.pack(f"!{len(c)}I", *c) for c in chunks]
+
+
+def decode_done_payload(payload: bytes) -> list[int]:
+    """Lost message ids of one DONE part."""
+    if len(payload) < 4:
+        raise MalformedPacket("bad_done", f"DONE payload of {len(payload)} bytes")
+    (n,) = _U32.unpack_from(payload)
+    if len(payload) != 4 + 4 * n:
+        raise MalformedPacket("bad_done", f"DONE says {n} ids in {len(payload)} payload bytes")
+    return list(struct.unpack_from(f"!{n}I", payload, 4))
+
+
+# --- DATA payload for float vectors (bounded-loss mode) -------------------------------------------
+
+FLOAT_RANGE_HEADER_LEN = 8
+
+
+def floats_per_packet(max_payload: int) -> int:
+    """Whole float32 values that fit one DATA payload after the 8-byte range header."""
+    return max(0, (max_payload - FLOAT_RANGE_HEADER_LEN) // 4)
+
+
+def encode_float_range(first_index: int, values) -> bytes:
+    """``first_index:u32, count:u32`` followed by ``count`` big-endian float32 values."""
+    values = list(values)
+    if not 0 <= first_index <= 0xFFFFFFFF or first_index + len(values) > 0xFFFFFFFF + 1:
+        raise ValueError(f"float range starting at {first_index} with {len(values)} values exceeds u32")
+    return struct.pack(f"!II{len(values)}f", first_index, len(values), *values)
+
+
+def decode_float_range(payload: bytes) -> tuple[int, tuple[float, ...]]:
+    """Inverse of :func:`encode_float_range`: (first_index, values)."""
+    if len(payload) < FLOAT_RANGE_HEADER_LEN:
+        raise MalformedPacket("bad_floats", f"float payload of {len(payload)} bytes, range header needs 8")
+    first, count = struct.unpack_from("!II", payload)
+    if len(payload) != FLOAT_RANGE_HEADER_LEN + 4 * count:
+        raise MalformedPacket("bad_floats", f"range says {count} floats in {len(payload) - 8} bytes")
+    return first, struct.unpack_from(f"!{count}f", payload, FLOAT_RANGE_HEADER_LEN)

@@ -1,0 +1,291 @@
+"""Configuration and job description: frozen values, filled in by callers (argparse only in ``__main__``)."""
+from __future__ import annotations
+
+import dataclasses
+import math
+import struct
+from typing import Iterable, Mapping, Sequence
+
+from hostlib import wire
+
+MODES = ("full", "fixtlr", "base")
+COMPLETION_POLICIES = ("all_sent", "early")
+MAX_MESSAGES = 0xFFFFFFF0  # msg ids above this are control messages (hostlib/control.py)
+
+
+class ConfigError(ValueError):
+    """A configuration or job description that cannot work; the message says which field and why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class AtpConfig:
+    """Sender and receiver knobs. Defaults suit a 20-100 Mbit/s emulated network with a ~1-10 ms RTT."""
+
+    mode: str = "full"
+    """``full``: dynamic TLR (eq. 1) + rate control (eq. 2/3). ``fixtlr``: static TLR = 1 - MSR.
+    ``base``: send everything at ``max_rate_bps``, then retransmit until every MSR is met."""
+
+    mrdf: bool = True
+    """Minimal-remaining-data-first scheduling. Off: messages go in id order, repairs first."""
+
+    completion: str = "all_sent"
+    """``all_sent``: done when every group meets its MSR and every message was sent at least once.
+    ``early``: done as soon as every group meets its MSR."""
+
+    max_rate_bps: float = 100e6
+    """R_max, bit/s on the wire (datagram + ``overhead_bytes``): the host's link rate."""
+
+    initial_rate_bps: float | None = None
+    """Starting rate; ``None`` means ``max_rate_bps``."""
+
+    gain: float = 0.25
+    """m in eq. 2: how fast the rate climbs back towards R_max when loss is below the TLR."""
+
+    packet_size: int = 1400
+    """Largest ATP datagram (32-byte header + payload) the sender builds."""
+
+    overhead_bytes: int = 42
+    """Per-packet bytes outside the ATP datagram counted by pacing (IPv4 20 + UDP 8 + Ethernet 14)."""
+
+    burst_packets: int = 2
+    """Token bucket depth in packets: approximate switch queues are a few packets deep, so bursts are loss."""
+
+    initial_rtt_s: float = 0.01
+    """RTT assumed before the first sample."""
+
+    min_epoch_s: float = 0.002
+    """Floor of the epoch length; an epoch is one smoothed RTT but never shorter than this."""
+
+    epoch_s: float | None = None
+    """Fixed epoch length; ``None`` means one smoothed RTT (floored by ``min_epoch_s``)."""
+
+    reorder_threshold: int = 3
+    """A packet is lost when a packet sent this many sequence numbers later is acknowledged."""
+
+    min_loss_timeout_s: float = 0.005
+    """Floor of the time after which an unacknowledged packet counts as lost."""
+
+    idle_timeout_s: float = 10.0
+    """Sender: give up when nothing has been acknowledged for this long. Receiver: forget a job that
+    has been silent this long (abandoned)."""
+
+    fin_timeout_s: float = 2.0
+    """Sender: how long to wait for the receiver's DONE after the job completed before finishing
+    without it (the summary then says ``receiver_confirmed: false``)."""
+
+    report_key: bytes | None = None
+    """HMAC key for REPORT packets to the controller; ``None`` sends them unsigned."""
+
+    # receiver limits (memory stays bounded whatever arrives)
+    max_messages: int = 1 << 20
+    """Receiver: largest N accepted for one job."""
+
+    max_packets_per_message: int = 4096
+    """Receiver: largest ``pkt_cnt`` accepted."""
+
+    max_buffered_bytes: int = 256 << 20
+    """Receiver: payload bytes held for incomplete or not-yet-in-order messages, over all jobs."""
+
+    max_jobs: int = 64
+    """Receiver: jobs tracked at once; packets of further jobs are dropped and counted."""
+
+    finished_linger_s: float = 5.0
+    """Receiver: how long a finished job's DONE is kept to answer repeated FINs."""
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigError(f"mode {self.mode!r}: choose one of {', '.join(MODES)}")
+        if self.completion not in COMPLETION_POLICIES:
+            raise ConfigError(f"completion {self.completion!r}: choose one of {', '.join(COMPLETION_POLICIES)}")
+        if not self.max_rate_bps > 0 or math.isinf(self.max_rate_bps):
+            raise ConfigError(f"max_rate_bps must be a positive finite rate, got {self.max_rate_bps}")
+        if self.initial_rate_bps is not None and not 0 < self.initial_rate_bps <= self.max_rate_bps:
+            raise ConfigError(f"initial_rate_bps must be in (0, max_rate_bps={self.max_rate_bps:g}]")
+        if not 0 < self.gain <= 1:
+            raise ConfigError(f"gain (m) must be in (0, 1], got {self.gain}")
+        if not wire.HEADER_LEN + 16 <= self.packet_size <= 65507:
+            raise ConfigError(f"packet_size {self.packet_size}: must be 48..65507 bytes (UDP payload)")
+        if self.burst_packets < 1:
+            raise ConfigError("burst_packets must be >= 1")
+        for name in ("initial_rtt_s", "min_epoch_s", "min_loss_timeout_s", "idle_timeout_s", "fin_timeout_s",
+                     "finished_linger_s"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.epoch_s is not None and not self.epoch_s > 0:
+            raise ConfigError(f"epoch_s must be > 0 or None, got {self.epoch_s}")
+        if self.reorder_threshold < 1:
+            raise ConfigError("reorder_threshold must be >= 1")
+        if not 1 <= self.max_messages <= MAX_MESSAGES:
+            raise ConfigError(f"max_messages must be in 1..{MAX_MESSAGES}")
+        if not 1 <= self.max_packets_per_message <= 0xFFFF:
+            raise ConfigError("max_packets_per_message must be in 1..65535")
+
+    @property
+    def max_payload(self) -> int:
+        return self.packet_size - wire.HEADER_LEN
+
+
+@dataclasses.dataclass(frozen=True)
+class Tags:
+    """CadentFlow tags, stamped into every packet of a message (TAGGED flag)."""
+
+    priority: int = 0
+    """0 = most urgent .. 255."""
+
+    weight: int = 1
+    """1..255."""
+
+    deadline_s: float | None = None
+    """Deadline in seconds after the job starts; packets carry the remaining slack in µs at send time."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.priority <= 255:
+            raise ConfigError(f"tag priority {self.priority}: must be 0..255")
+        if not 1 <= self.weight <= 255:
+            raise ConfigError(f"tag weight {self.weight}: must be 1..255")
+        if self.deadline_s is not None and not self.deadline_s >= 0:
+            raise ConfigError(f"tag deadline {self.deadline_s}: must be >= 0 seconds")
+
+
+@dataclasses.dataclass(frozen=True)
+class Message:
+    """One application message: delivered only when all its packets arrive."""
+
+    data: bytes
+    """Payload; split into packets of at most ``AtpConfig.max_payload`` bytes."""
+
+    group_id: int = 0
+    """Sampling group (0 = the job's global group)."""
+
+    tags: Tags | None = None
+    """CadentFlow tags for this message; ``None`` uses the job's tags."""
+
+
+@dataclasses.dataclass(frozen=True)
+class JobSpec:
+    """A job: N messages, a global MSR and optional per-group MSRs. Message ``i`` has msg_id ``i``."""
+
+    job_id: int
+    """Unique per controller domain, 1..2^32-1 (0 is reserved)."""
+
+    messages: tuple[Message, ...]
+    """The job's messages, in msg_id order."""
+
+    msr: float = 1.0
+    """Minimal message sampling rate of every group without its own entry in ``group_msr``."""
+
+    group_msr: tuple[tuple[int, float], ...] = ()
+    """Per-group MSRs as ``(group_id, msr)`` pairs (a dict is accepted and frozen)."""
+
+    tags: Tags | None = None
+    """CadentFlow tags for every message without its own."""
+
+    vector_len: int | None = None
+    """Set by :meth:`from_vector`: the job carries one float32 vector of this length."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.group_msr, Mapping):
+            object.__setattr__(self, "group_msr", tuple(sorted(self.group_msr.items())))
+        if not isinstance(self.messages, tuple):
+            object.__setattr__(self, "messages", tuple(self.messages))
+        if not 1 <= self.job_id <= 0xFFFFFFFF:
+            raise ConfigError(f"job_id {self.job_id}: must be 1..4294967295 (0 is reserved)")
+        if not self.messages:
+            raise ConfigError("a job needs at least one message")
+        if len(self.messages) > MAX_MESSAGES:
+            raise ConfigError(f"{len(self.messages)} messages; at most {MAX_MESSAGES} per job")
+        for g, msr in ((None, self.msr), *self.group_msr):
+            if not (isinstance(msr, (int, float)) and 0.0 <= msr <= 1.0):
+                where = "global MSR" if g is None else f"MSR of group {g}"
+                raise ConfigError(f"{where} is {msr!r}; must be in [0, 1]")
+        for i, m in enumerate(self.messages):
+            if not 0 <= m.group_id <= 0xFFFF:
+                raise ConfigError(f"message {i}: group_id {m.group_id} must be 0..65535")
+            if not isinstance(m.data, (bytes, bytearray, memoryview)):
+                raise ConfigError(f"message {i}: data must be bytes, got {type(m.data).__name__}")
+
+    def msr_of(self, group_id: int) -> float:
+        for g, msr in self.group_msr:
+            if g == group_id:
+                return float(msr)
+        return float(self.msr)
+
+    def group_sizes(self) -> dict[int, int]:
+        sizes: dict[int, int] = {}
+        for m in self.messages:
+            sizes[m.group_id] = sizes.get(m.group_id, 0) + 1
+        return sizes
+
+    def required(self, group_id: int, total: int | None = None) -> int:
+        """ceil(MSR_g * N_g): messages of group ``group_id`` that must be delivered."""
+        n = self.group_sizes()[group_id] if total is None else total
+        return required_messages(self.msr_of(group_id), n)
+
+    @classmethod
+    def uniform(cls, job_id: int, *, messages: int, size: int, msr: float = 1.0,
+                groups: Sequence[tuple[int, float, int]] = (), tags: Tags | None = None) -> "JobSpec":
+        """``messages`` messages of group 0 (global MSR ``msr``), then for each ``(group, msr, count)``
+        ``count`` messages of that group; every message ``size`` bytes of a recognisable pattern."""
+        if messages < 0 or size < 0:
+            raise ConfigError("message count and size must be >= 0")
+        msgs: list[Message] = []
+        group_msr: dict[int, float] = {}
+        plan = [(0, msr, messages)] + [tuple(g) for g in groups]
+        for group_id, g_msr, count in plan:
+            if count < 0:
+                raise ConfigError(f"group {group_id}: negative message count {count}")
+            if group_id != 0 or count:
+                if group_id in group_msr and group_id != 0:
+                    raise ConfigError(f"group {group_id} given twice")
+                if group_id != 0:
+                    group_msr[group_id] = g_msr
+            for _ in range(count):
+                msgs.append(Message(pattern_bytes(len(msgs), size), group_id))
+        return cls(job_id=job_id, messages=tuple(msgs), msr=msr, group_msr=group_msr, tags=tags)
+
+    @classmethod
+    def from_vector(cls, job_id: int, values: Iterable[float], *, msr: float,
+                    floats_per_message: int = wire.floats_per_packet(1400 - wire.HEADER_LEN),
+                    group_id: int = 0, tags: Tags | None = None) -> "JobSpec":
+        """A float32 vector split so that no float straddles packets: message ``i`` is one packet
+        carrying the range header and ``floats_per_message`` values (bounded-loss paper §3.2)."""
+        vals = list(values)
+        if floats_per_message < 1:
+            raise ConfigError("floats_per_message must be >= 1")
+        msgs = tuple(
+            Message(wire.encode_float_range(i, vals[i:i + floats_per_message]), group_id)
+            for i in range(0, len(vals), floats_per_message)
+        )
+        return cls(job_id=job_id, messages=msgs, msr=msr, tags=tags, vector_len=len(vals))
+
+
+def required_messages(msr: float, total: int) -> int:
+    """ceil(msr * total), robust to float error (0.9 * 10 is 9, not 10)."""
+    return min(total, math.ceil(round(msr * total, 9)))
+
+
+def pattern_bytes(msg_id: int, size: int) -> bytes:
+    """Deterministic payload for synthetic messages: the msg id repeated, so corruption is visible."""
+    if size == 0:
+        return b""
+    unit = struct.pack("!I", msg_id & 0xFFFFFFFF)
+    return (unit * (size // 4 + 1))[:size]
+
+
+def parse_rate(text: str) -> float:
+    """``100M``, ``20m``, ``1.5G``, ``500k`` or a plain number: bit/s."""
+    t = text.strip()
+    scale = {"k": 1e3, "m": 1e6, "g": 1e9}
+    mult = 1.0
+    if t and t[-1].lower() in scale:
+        mult = scale[t[-1].lower()]
+        t = t[:-1]
+    if t.lower().endswith("bit"):
+        t = t[:-3]
+    try:
+        value = float(t) * mult
+    except ValueError:
+        raise ConfigError(f"rate {text!r}: expected a number with optional k/M/G suffix, e.g. 100M") from None
+    if not value > 0 or math.isinf(value):
+        raise ConfigError(f"rate {text!r} must be positive")
+    return value

@@ -1,0 +1,166 @@
+"""Loss detection and accounting for the ATP sender (model: aioquic ``quic/recovery.py``). No I/O, no clock.
+
+A packet is acknowledged by an ACK echoing its ``seq`` or by a selective-ack block covering it. It is
+declared lost when
+
+* a packet sent ``reorder_threshold`` sequence numbers later has been acknowledged (packet threshold),
+* it is older than 9/8 · max(srtt, latest RTT) and a later packet has been acknowledged (time threshold),
+* or it is older than the tail timeout, max(min_loss_timeout, 2·srtt, srtt + 4·rttvar) (nothing later
+  acknowledged yet, e.g. every packet of the tail was dropped).
+
+An ACK arriving after its packet was declared lost still counts (the receiver has the data). Listeners
+(the rate controller) hear about every packet through keyword-only ``on_packet_sent/acked/lost`` hooks.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Iterable, Protocol
+
+K_TIME_THRESHOLD = 9 / 8
+_LATE_ACK_MEMORY = 16384
+
+
+@dataclasses.dataclass
+class SentPacket:
+    seq: int
+    msg_id: int
+    pkt_idx: int
+    group_id: int | None
+    """``None`` for control packets (announce, FIN): not counted by rate control."""
+    size: int
+    sent_time: float
+    retransmission: bool = False
+
+
+class PacketListener(Protocol):
+    def on_packet_sent(self, *, group_id: int | None, size: int, now: float) -> None: ...
+    def on_packet_acked(self, *, group_id: int | None, size: int, now: float) -> None: ...
+    def on_packet_lost(self, *, group_id: int | None, size: int, now: float) -> None: ...
+
+
+class LossRecovery:
+    def __init__(self, *, initial_rtt_s: float, reorder_threshold: int, min_loss_timeout_s: float,
+                 listeners: Iterable[PacketListener] = ()) -> None:
+        self.listeners = list(listeners)
+        self.reorder_threshold = reorder_threshold
+        self.min_loss_timeout_s = min_loss_timeout_s
+        self.srtt = initial_rtt_s
+        self.rttvar = initial_rtt_s / 2
+        self.latest_rtt = initial_rtt_s
+        self.min_rtt = float("inf")
+        self.has_rtt_sample = False
+        self.largest_acked = -1
+        self.in_flight: "collections.OrderedDict[int, SentPacket]" = collections.OrderedDict()
+        self._declared_lost: "collections.OrderedDict[int, SentPacket]" = collections.OrderedDict()
+        self.packets_acked = 0
+        self.packets_lost = 0
+        self.late_acks = 0
+
+    # -- timing ------------------------------------------------------------------------------------
+
+    @property
+    def tail_timeout(self) -> float:
+        return max(self.min_loss_timeout_s, 2 * self.srtt, self.srtt + 4 * self.rttvar)
+
+    @property
+    def time_threshold(self) -> float:
+        return max(K_TIME_THRESHOLD * max(self.srtt, self.latest_rtt), 1e-3)
+
+    def _update_rtt(self, sample: float) -> None:
+        sample = max(sample, 1e-6)
+        self.latest_rtt = sample
+        self.min_rtt = min(self.min_rtt, sample)
+        if not self.has_rtt_sample:
+            self.srtt, self.rttvar, self.has_rtt_sample = sample, sample / 2, True
+        else:
+            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - sample)
+            self.srtt = 0.875 * self.srtt + 0.125 * sample
+
+    def loss_deadline(self) -> float | None:
+        """When the oldest packet in flight will be declared lost if nothing changes."""
+        if not self.in_flight:
+            return None
+        oldest = next(iter(self.in_flight.values()))
+        if oldest.seq < self.largest_acked:
+            return oldest.sent_time + self.time_threshold
+        return oldest.sent_time + self.tail_timeout
+
+    # -- events ------------------------------------------------------------------------------------
+
+    def on_packet_sent(self, packet: SentPacket) -> None:
+        self.in_flight[packet.seq] = packet
+        for listener in self.listeners:
+            listener.on_packet_sent(group_id=packet.group_id, size=packet.size, now=packet.sent_time)
+
+    def on_ack_received(self, *, seq: int, blocks: list[tuple[int, int]], now: float
+                        ) -> tuple[list[SentPacket], list[SentPacket]]:
+        """Process one ACK: returns (newly acknowledged, newly lost) packets."""
+        acked: list[SentPacket] = []
+        pkt = self.in_flight.pop(seq, None)
+        if pkt is not None:
+            self._update_rtt(now - pkt.sent_time)
+            acked.append(pkt)
+        else:
+            late = self._declared_lost.pop(seq, None)
+            if late is not None:
+                self.late_acks += 1
+                acked.append(late)
+        largest = max([seq] + [last for _, last in blocks])
+        if largest > self.largest_acked:
+            self.largest_acked = largest
+        lost: list[SentPacket] = []
+        if blocks:
+            for first, last in blocks:  # late ACKs of packets already declared lost
+                if last - first < 64:
+                    for s in range(first, last + 1):
+                        late = self._declared_lost.pop(s, None)
+                        if late is not None:
+                            self.late_acks += 1
+                            acked.append(late)
+        # Walk the oldest packets up to the largest acknowledged: covered ones are acked, far ones lost.
+        keep: list[SentPacket] = []
+        while self.in_flight:
+            s, p = next(iter(self.in_flight.items()))
+            if s > self.largest_acked:
+                break
+            self.in_flight.popitem(last=False)
+            if any(first <= s <= last for first, last in blocks):
+                acked.append(p)
+            elif self.largest_acked - s >= self.reorder_threshold or now - p.sent_time >= self.time_threshold:
+                lost.append(p)
+            else:
+                keep.append(p)
+        for p in reversed(keep):
+            self.in_flight[p.seq] = p
+            self.in_flight.move_to_end(p.seq, last=False)
+        self._account(acked, lost, now)
+        return acked, lost
+
+    def detect_lost(self, now: float) -> list[SentPacket]:
+        """Declare lost every packet past its deadline (call from the loss timer)."""
+        lost: list[SentPacket] = []
+        tail = self.tail_timeout
+        thr = self.time_threshold
+        while self.in_flight:
+            p = next(iter(self.in_flight.values()))
+            limit = thr if p.seq < self.largest_acked else tail
+            if now < p.sent_time + limit:  # same expression as loss_deadline()
+                break
+            self.in_flight.popitem(last=False)
+            lost.append(p)
+        self._account([], lost, now)
+        return lost
+
+    def _account(self, acked: list[SentPacket], lost: list[SentPacket], now: float) -> None:
+        for p in acked:
+            self.packets_acked += 1
+            for listener in self.listeners:
+                listener.on_packet_acked(group_id=p.group_id, size=p.size, now=now)
+        for p in lost:
+            self.packets_lost += 1
+            self._declared_lost[p.seq] = p
+            if len(self._declared_lost) > _LATE_ACK_MEMORY:
+                self._declared_lost.popitem(last=False)
+            for listener in self.listeners:
+                listener.on_packet_lost(group_id=p.group_id, size=p.size, now=now)

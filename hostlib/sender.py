@@ -1,0 +1,603 @@
+"""The ATP sender state machine (sans-I/O, model: aioquic ``QuicConnection``).
+
+It never touches a socket or the clock. Its owner feeds it datagrams and time and takes datagrams,
+timers and events from it::
+
+    sender = AtpSender(job, config=AtpConfig(), peer=("10.0.0.2", 7600), now=clock())
+    loop:
+        for data, addr in sender.datagrams_to_send(now): sock.sendto(data, addr)
+        wait until sender.get_timer() or a datagram arrives
+        sender.receive_datagram(data, addr, now) / sender.handle_timer(now)
+        while (event := sender.next_event()) is not None: ...
+
+Life of a job: SENDING (announce, data, repairs, one epoch per smoothed RTT) -> CLOSING (the completion
+policy is met; FIN sent until the receiver's DONE arrives or ``fin_timeout_s`` passes) -> DONE, or FAILED
+when nothing is acknowledged for ``idle_timeout_s``.
+
+Message states per group: ACTIVE (not yet lost), DAMAGED (a packet was lost; the group can afford it, so
+it is left alone), REPAIRING (the group's MSR needs it: its lost packets are retransmitted), DELIVERED
+(every packet acknowledged). A group gives up at most ``N_g - ceil(MSR_g · N_g)`` messages; a further
+damaged message is repaired, so the job can only complete with every group's MSR met.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import enum
+import heapq
+import json
+from typing import Any
+
+from hostlib import control, events, wire
+from hostlib.config import AtpConfig, ConfigError, JobSpec, Tags, required_messages
+from hostlib.rate import RateController, TokenBucket
+from hostlib.recovery import LossRecovery, SentPacket
+from hostlib.scheduler import Scheduler
+
+Address = Any
+
+# message states
+ACTIVE, DAMAGED, REPAIRING, DELIVERED = range(4)
+# packet states
+UNSENT, IN_FLIGHT, ACKED, LOST = range(4)
+
+_MAX_SLACK_US = wire.NO_DEADLINE - 1
+_FIN_RETRY_MIN_S = 0.02
+
+
+class SenderState(enum.Enum):
+    SENDING = "sending"
+    CLOSING = "closing"
+    DONE = "done"
+    FAILED = "failed"
+
+
+class SenderError(RuntimeError):
+    """The sender was used in a way its state does not allow."""
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupSummary:
+    group_id: int
+    msr: float
+    total: int
+    required: int
+    delivered: int
+    lost: int
+    final_tlr: float
+    packets_sent: int
+    retransmissions: int
+
+    @property
+    def measured_loss(self) -> float:
+        """Fraction of the group's messages lost (to compare with the target 1 - MSR)."""
+        return self.lost / self.total if self.total else 0.0
+
+    @property
+    def target_loss(self) -> float:
+        return 1.0 - self.msr
+
+    def as_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d.update(measured_loss=round(self.measured_loss, 6), target_loss=round(self.target_loss, 6))
+        return d
+
+
+@dataclasses.dataclass(frozen=True)
+class SendSummary:
+    """What happened to a job, from the sender (confirmed by the receiver's DONE when it arrived)."""
+
+    job_id: int
+    mode: str
+    mrdf: bool
+    completion: str
+    jct_s: float
+    """Job completion time: start to the moment the completion policy was met."""
+    closed_s: float
+    """Start to the end of the close handshake."""
+    receiver_confirmed: bool
+    """True when the receiver's DONE arrived; delivered/lost then are the receiver's numbers."""
+    groups: tuple[GroupSummary, ...]
+    lost_ids: tuple[int, ...]
+    packets_sent: int
+    packets_acked: int
+    packets_lost: int
+    retransmissions: int
+    epochs: int
+    final_rate_bps: float
+    srtt_s: float
+
+    def group(self, group_id: int) -> GroupSummary:
+        for g in self.groups:
+            if g.group_id == group_id:
+                return g
+        raise KeyError(f"job {self.job_id} has no group {group_id}")
+
+    def msr_met(self) -> bool:
+        return all(g.delivered >= g.required for g in self.groups)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id, "mode": self.mode, "mrdf": self.mrdf, "completion": self.completion,
+            "jct_s": round(self.jct_s, 6), "closed_s": round(self.closed_s, 6),
+            "receiver_confirmed": self.receiver_confirmed, "msr_met": self.msr_met(),
+            "groups": [g.as_dict() for g in self.groups], "lost_ids": list(self.lost_ids),
+            "packets_sent": self.packets_sent, "packets_acked": self.packets_acked,
+            "packets_lost": self.packets_lost, "retransmissions": self.retransmissions,
+            "epochs": self.epochs, "final_rate_bps": round(self.final_rate_bps), "srtt_s": round(self.srtt_s, 6),
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.as_dict(), indent=2)
+
+
+class _Message:
+    __slots__ = ("msg_id", "group", "data", "cnt", "next_new", "pkt_state", "acked", "remaining", "lost_pkts",
+                 "state", "tags", "approx")
+
+    def __init__(self, msg_id: int, group: "_Group", data: bytes, max_payload: int, tags: Tags | None) -> None:
+        self.msg_id = msg_id
+        self.group = group
+        self.data = bytes(data)
+        self.cnt = max(1, -(-len(self.data) // max_payload))
+        self.next_new = 0
+        self.pkt_state = bytearray(self.cnt)
+        self.acked = 0
+        self.remaining = len(self.data)
+        self.lost_pkts: collections.deque[int] = collections.deque()
+        self.state = ACTIVE
+        self.tags = tags
+
+
+class _Group:
+    def __init__(self, group_id: int, msr: float, total: int, fixed_tlr: bool) -> None:
+        self.group_id = group_id
+        self.msr = msr
+        self.total = total
+        self.required = required_messages(msr, total)
+        self.budget = total - self.required
+        self.approx = msr < 1.0
+        self.fixed_tlr = fixed_tlr
+        self.tlr = 1.0 - msr
+        self.delivered = 0
+        self.active = total
+        self.damaged = 0
+        self.repairing = 0
+        self.idle: list[tuple] = []  # heap of damaged messages that may be picked for repair
+        self.packets_sent = 0
+        self.retransmissions = 0
+        self.report_seq = 0
+        self.queues: collections.Counter[int] = collections.Counter()
+
+    @property
+    def lost(self) -> int:
+        return self.damaged + self.repairing
+
+    def next_tlr(self) -> float:
+        """Eq. 1: ((1 - MSR)·N - lost) / (N - delivered), clamped to [0, 1]."""
+        if self.fixed_tlr:
+            return 1.0 - self.msr
+        left = self.total - self.delivered
+        if left <= 0:
+            return 1.0
+        return min(1.0, max(0.0, ((1.0 - self.msr) * self.total - self.lost) / left))
+
+
+class AtpSender:
+    """Sends one job to one receiver. See the module docstring for the state machine."""
+
+    def __init__(self, job: JobSpec, *, config: AtpConfig = AtpConfig(), peer: Address = None,
+                 now: float) -> None:
+        self.job = job
+        self.config = config
+        self.peer = peer
+        self.state = SenderState.SENDING
+        self.start_time = now
+        mp = config.max_payload
+        if job.vector_len is not None:
+            for i, m in enumerate(job.messages):
+                if len(m.data) > mp:
+                    raise ConfigError(f"vector message {i} has {len(m.data)} bytes but one packet carries "
+                                      f"{mp}: build the job with floats_per_message <= "
+                                      f"{wire.floats_per_packet(mp)}")
+        sizes = job.group_sizes()
+        fixed = config.mode in ("fixtlr", "base")
+        self.groups: dict[int, _Group] = {g: _Group(g, job.msr_of(g), n, fixed) for g, n in sorted(sizes.items())}
+        self.messages: list[_Message] = []
+        for i, m in enumerate(job.messages):
+            if len(m.data) > 0xFFFF * mp:
+                raise ConfigError(f"message {i} of {len(m.data)} bytes needs more than 65535 packets")
+            self.messages.append(_Message(i, self.groups[m.group_id], m.data, mp, m.tags or job.tags))
+        base = config.mode == "base"
+        self.scheduler = Scheduler(mrdf=config.mrdf, repairs_last=base)
+        for msg in self.messages:
+            self.scheduler.update(msg.msg_id, remaining=msg.remaining, repair=False)
+        self._unsent_open = len(self.messages)  # ACTIVE/REPAIRING messages with never-sent packets
+        wire_max = config.packet_size + config.overhead_bytes
+        initial = config.initial_rate_bps or config.max_rate_bps
+        self.rate = RateController(max_rate_bps=config.max_rate_bps, initial_rate_bps=initial,
+                                   gain=config.gain, packet_bits=wire_max * 8, fixed=base)
+        self.recovery = LossRecovery(initial_rtt_s=config.initial_rtt_s, reorder_threshold=config.reorder_threshold,
+                                     min_loss_timeout_s=config.min_loss_timeout_s, listeners=[self.rate])
+        self.bucket = TokenBucket(burst_bytes=config.burst_packets * wire_max, now=now)
+        self._seq = 0
+        self.epoch = 0
+        self._epoch_end = now + self._epoch_length()
+        self._last_progress = now
+        self._events: collections.deque[events.Event] = collections.deque()
+        # control messages: the job announce first, then (when closing) the FIN
+        manifest = control.Manifest(
+            total=len(self.messages), vector_len=job.vector_len,
+            groups=tuple(control.GroupShape(g.group_id, g.msr,
+                                            tuple(m.msg_id for m in self.messages if m.group is g))
+                         for g in self.groups.values()))
+        blob = manifest.encode()
+        self._announce = [blob[i:i + mp] for i in range(0, len(blob), mp)] or [b""]
+        if len(self._announce) > 0xFFFF:
+            raise ConfigError("job announce too large: split the job or give groups contiguous message ids")
+        self._announce_acked = bytearray(len(self._announce))
+        self._control: collections.deque[tuple[int, int]] = collections.deque(
+            (control.ANNOUNCE_MSG_ID, i) for i in range(len(self._announce)))
+        self._completed_at: float | None = None
+        self._fin_next: float | None = None
+        self._fin_deadline: float | None = None
+        self._done_parts: dict[int, list[int]] = {}
+        self._done_cnt: int | None = None
+        self.summary: SendSummary | None = None
+        self.failure: str | None = None
+        self.packets_sent = 0
+        self.retransmissions = 0
+        self.datagrams_ignored = 0
+
+    # -- public sans-I/O interface -----------------------------------------------------------------
+
+    def datagrams_to_send(self, now: float) -> list[tuple[bytes, Address]]:
+        """Datagrams the pacer allows now (at most ``burst_packets`` after an idle period)."""
+        if self.state not in (SenderState.SENDING, SenderState.CLOSING):
+            return []
+        out: list[tuple[bytes, Address]] = []
+        rate = self.rate.rate_bps
+        self.bucket.refill(rate, now)
+        overhead = self.config.overhead_bytes
+        while True:
+            nxt = self._peek(now)
+            if nxt is None:
+                break
+            msg_id, idx = nxt
+            size = wire.HEADER_LEN + self._payload_len(msg_id, idx) + overhead
+            if not self.bucket.can_send(size):
+                break
+            self.bucket.consume(size)
+            out.append((self._emit(msg_id, idx, now), self.peer))
+        return out
+
+    def get_timer(self) -> float | None:
+        """The next time :meth:`handle_timer` must run (pacing, loss detection, epoch end, timeouts)."""
+        if self.state == SenderState.SENDING:
+            times = [self._epoch_end, self._last_progress + self.config.idle_timeout_s]
+            loss = self.recovery.loss_deadline()
+            if loss is not None:
+                times.append(loss)
+            nxt = self._peek(None)
+            if nxt is not None:
+                size = wire.HEADER_LEN + self._payload_len(*nxt) + self.config.overhead_bytes
+                times.append(self.bucket.ready_at(size, self.rate.rate_bps))
+            return min(times)
+        if self.state == SenderState.CLOSING:
+            times = [self._fin_deadline]
+            if self._fin_next is not None:
+                times.append(self._fin_next)
+            if self._control:
+                times.append(self.bucket.ready_at(wire.HEADER_LEN + self.config.overhead_bytes,
+                                                  self.rate.rate_bps))
+            return min(times)
+        return None
+
+    def handle_timer(self, now: float) -> None:
+        if self.state == SenderState.SENDING:
+            self._on_lost(self.recovery.detect_lost(now), now)
+            if now >= self._epoch_end:
+                self._end_epoch(now)
+            if now >= self._last_progress + self.config.idle_timeout_s:
+                self._fail(f"no acknowledgement from {self.peer} for {self.config.idle_timeout_s:g} s "
+                           f"(receiver down, unreachable, or rejecting job {self.job.job_id}?)")
+                return
+            self._check_complete(now)
+        elif self.state == SenderState.CLOSING:
+            if now >= self._fin_deadline:
+                self._finish(now, confirmed=False)
+            elif self._fin_next is not None and now >= self._fin_next:
+                self._queue_fin(now)
+
+    def receive_datagram(self, data: bytes, addr: Address, now: float) -> None:
+        try:
+            header, payload = wire.decode(data)
+        except wire.MalformedPacket:
+            self.datagrams_ignored += 1
+            return
+        if header.job_id != self.job.job_id or self.state in (SenderState.DONE, SenderState.FAILED):
+            self.datagrams_ignored += 1
+            return
+        if header.type == wire.PacketType.ACK:
+            try:
+                blocks = wire.decode_ack_payload(payload)
+            except wire.MalformedPacket:
+                self.datagrams_ignored += 1
+                return
+            self._on_ack(header, blocks, now)
+        elif header.type == wire.PacketType.DONE:
+            self._on_done(header, payload, now)
+        else:
+            self.datagrams_ignored += 1
+
+    def next_event(self) -> events.Event | None:
+        return self._events.popleft() if self._events else None
+
+    # -- introspection -----------------------------------------------------------------------------
+
+    @property
+    def done(self) -> bool:
+        return self.state in (SenderState.DONE, SenderState.FAILED)
+
+    def tlr(self, group_id: int) -> float:
+        return self.groups[group_id].tlr
+
+    def delivered(self, group_id: int) -> int:
+        return self.groups[group_id].delivered
+
+    # -- sending -----------------------------------------------------------------------------------
+
+    def _payload_len(self, msg_id: int, idx: int) -> int:
+        if msg_id == control.ANNOUNCE_MSG_ID:
+            return len(self._announce[idx])
+        if msg_id == control.FIN_MSG_ID:
+            return 0
+        m = self.messages[msg_id]
+        mp = self.config.max_payload
+        return min(mp, len(m.data) - idx * mp) if m.data else 0
+
+    def _peek(self, now: float | None) -> tuple[int, int] | None:
+        """The next (msg_id, pkt_idx) to send, without sending it."""
+        ctl = self._control
+        while ctl:
+            msg_id, idx = ctl[0]
+            if msg_id == control.ANNOUNCE_MSG_ID and self._announce_acked[idx]:
+                ctl.popleft()
+                continue
+            return msg_id, idx
+        if self.state != SenderState.SENDING:
+            return None
+        while True:
+            msg_id = self.scheduler.peek()
+            if msg_id is None:
+                return None
+            m = self.messages[msg_id]
+            lost = m.lost_pkts
+            if m.state == REPAIRING:
+                while lost and m.pkt_state[lost[0]] != LOST:
+                    lost.popleft()
+                if lost:
+                    return msg_id, lost[0]
+            if m.state in (ACTIVE, REPAIRING) and m.next_new < m.cnt:
+                return msg_id, m.next_new
+            self.scheduler.remove(msg_id)
+
+    def _emit(self, msg_id: int, idx: int, now: float) -> bytes:
+        seq = self._seq
+        self._seq = (self._seq + 1) & 0xFFFFFFFF
+        self.packets_sent += 1
+        if msg_id in control.CONTROL_MSG_IDS:
+            self._control.popleft()
+            payload = self._announce[idx] if msg_id == control.ANNOUNCE_MSG_ID else b""
+            cnt = len(self._announce) if msg_id == control.ANNOUNCE_MSG_ID else 1
+            header = wire.Header(job_id=self.job.job_id, msg_id=msg_id, pkt_idx=idx, pkt_cnt=cnt, seq=seq)
+            if msg_id == control.ANNOUNCE_MSG_ID:
+                self.recovery.on_packet_sent(SentPacket(seq, msg_id, idx, None, len(payload), now))
+            else:
+                self._fin_next = now + max(_FIN_RETRY_MIN_S, self.recovery.tail_timeout)
+            return wire.encode(header, payload)
+        m = self.messages[msg_id]
+        g = m.group
+        mp = self.config.max_payload
+        payload = m.data[idx * mp:(idx + 1) * mp]
+        retx = m.pkt_state[idx] != UNSENT
+        if retx:
+            m.lost_pkts.popleft()
+            self.retransmissions += 1
+            g.retransmissions += 1
+        else:
+            m.next_new += 1
+            if m.next_new == m.cnt:
+                self._unsent_open -= 1
+        m.pkt_state[idx] = IN_FLIGHT
+        g.packets_sent += 1
+        flags = (wire.Flags.APPROX if g.approx else 0) | (wire.Flags.RETX if retx else 0)
+        priority = weight = 0
+        deadline = wire.NO_DEADLINE
+        tags = m.tags
+        if tags is not None:
+            flags |= wire.Flags.TAGGED
+            priority, weight = tags.priority, tags.weight
+            if tags.deadline_s is not None:
+                slack = self.start_time + tags.deadline_s - now
+                deadline = min(_MAX_SLACK_US, max(0, int(slack * 1e6)))
+        header = wire.Header(flags=int(flags), priority=priority, job_id=self.job.job_id, msg_id=msg_id,
+                             group_id=g.group_id, tlr=wire.tlr_to_q15(g.tlr), pkt_idx=idx, pkt_cnt=m.cnt,
+                             seq=seq, deadline_us=deadline, weight=weight)
+        self.recovery.on_packet_sent(SentPacket(seq, msg_id, idx, g.group_id, len(payload), now, retx))
+        return wire.encode(header, payload)
+
+    # -- acknowledgements and loss -----------------------------------------------------------------
+
+    def _on_ack(self, header: wire.Header, blocks: list[tuple[int, int]], now: float) -> None:
+        self._last_progress = now
+        if header.msg_id == control.FIN_MSG_ID:
+            return
+        group = self.groups.get(header.group_id)
+        if group is not None and header.msg_id not in control.CONTROL_MSG_IDS:
+            group.queues[header.queue] += 1
+        if self.state != SenderState.SENDING:
+            # keep counting deliveries while closing; losses no longer matter
+            acked, _lost = self.recovery.on_ack_received(seq=header.seq, blocks=blocks, now=now)
+            for p in acked:
+                self._on_packet_acked(p, now)
+            return
+        acked, lost = self.recovery.on_ack_received(seq=header.seq, blocks=blocks, now=now)
+        for p in acked:
+            self._on_packet_acked(p, now)
+        self._on_lost(lost, now)
+        self._check_complete(now)
+
+    def _on_packet_acked(self, p: SentPacket, now: float) -> None:
+        if p.msg_id == control.ANNOUNCE_MSG_ID:
+            self._announce_acked[p.pkt_idx] = 1
+            return
+        m = self.messages[p.msg_id]
+        if m.pkt_state[p.pkt_idx] == ACKED:
+            return
+        m.pkt_state[p.pkt_idx] = ACKED
+        m.acked += 1
+        m.remaining -= p.size
+        if m.acked < m.cnt:
+            if self.scheduler.mrdf and m.state in (ACTIVE, REPAIRING):
+                self.scheduler.update(m.msg_id, remaining=m.remaining, repair=m.state == REPAIRING)
+            return
+        g = m.group
+        if m.state == ACTIVE:
+            g.active -= 1
+        elif m.state == DAMAGED:
+            g.damaged -= 1
+        elif m.state == REPAIRING:
+            g.repairing -= 1
+        m.state = DELIVERED
+        g.delivered += 1
+        self.scheduler.remove(m.msg_id)
+        self._events.append(events.MessageAcked(m.msg_id, g.group_id))
+
+    def _on_lost(self, lost: list[SentPacket], now: float) -> None:
+        touched: set[int] = set()
+        for p in lost:
+            if p.msg_id == control.ANNOUNCE_MSG_ID:
+                if not self._announce_acked[p.pkt_idx]:
+                    self._control.append((p.msg_id, p.pkt_idx))
+                continue
+            m = self.messages[p.msg_id]
+            if m.pkt_state[p.pkt_idx] != IN_FLIGHT:
+                continue  # acknowledged meanwhile, or a newer copy is the one in flight
+            m.pkt_state[p.pkt_idx] = LOST
+            m.lost_pkts.append(p.pkt_idx)
+            g = m.group
+            if m.state == ACTIVE:
+                m.state = DAMAGED
+                g.active -= 1
+                g.damaged += 1
+                if m.next_new < m.cnt:
+                    self._unsent_open -= 1
+                self.scheduler.remove(m.msg_id)
+                key = (m.remaining, m.msg_id) if self.config.mrdf else (m.msg_id,)
+                heapq.heappush(g.idle, key)
+                touched.add(g.group_id)
+            elif m.state == REPAIRING:
+                self.scheduler.update(m.msg_id, remaining=m.remaining, repair=True)
+        for gid in touched:
+            self._plan_repairs(self.groups[gid])
+
+    def _plan_repairs(self, g: _Group) -> None:
+        """Repair damaged messages only while the group has given up more than it can afford."""
+        while g.damaged > g.budget and g.idle:
+            msg_id = heapq.heappop(g.idle)[-1]
+            m = self.messages[msg_id]
+            if m.state != DAMAGED:
+                continue
+            m.state = REPAIRING
+            g.damaged -= 1
+            g.repairing += 1
+            if m.next_new < m.cnt:
+                self._unsent_open += 1
+            self.scheduler.update(msg_id, remaining=m.remaining, repair=True)
+
+    # -- epochs, completion, close -----------------------------------------------------------------
+
+    def _epoch_length(self) -> float:
+        if self.config.epoch_s is not None:
+            return self.config.epoch_s
+        return max(self.config.min_epoch_s, self.recovery.srtt)
+
+    def _end_epoch(self, now: float) -> None:
+        srtt = self.recovery.srtt
+        counts = self.rate.end_epoch(tlr={gid: g.tlr for gid, g in self.groups.items()}, rtt_s=srtt)
+        rate = self.rate.rate_bps
+        for gid, g in self.groups.items():
+            g.tlr = g.next_tlr()
+            c = counts.get(gid)
+            loss = c.loss if c else 0.0
+            self._events.append(events.EpochEnded(
+                epoch=self.epoch, time=now - self.start_time, group_id=gid, tlr=g.tlr, rate_bps=rate,
+                loss=loss, sent=c.sent if c else 0, acked=c.acked if c else 0, queues=dict(g.queues)))
+            g.queues.clear()
+            g.report_seq += 1
+            self._events.append(events.ReportReady(wire.Report(
+                job_id=self.job.job_id, group_id=gid, seq=g.report_seq, tlr=g.tlr, loss=loss, msr=g.msr,
+                rate_kbps=min(0xFFFFFFFF, int(rate / 1000)), total=g.total, delivered=g.delivered, lost=g.lost,
+                epoch=self.epoch)))
+        self.epoch += 1
+        self._epoch_end = now + self._epoch_length()
+
+    def _check_complete(self, now: float) -> None:
+        if self.state != SenderState.SENDING:
+            return
+        if any(g.delivered < g.required for g in self.groups.values()) or not all(self._announce_acked):
+            return
+        if self.config.completion == "all_sent" and self._unsent_open > 0:
+            return
+        self._completed_at = now
+        self.state = SenderState.CLOSING
+        self._fin_deadline = now + self.config.fin_timeout_s
+        self._queue_fin(now)
+
+    def _queue_fin(self, now: float) -> None:
+        self._control.append((control.FIN_MSG_ID, 0))
+        self._fin_next = None  # set when the FIN actually leaves
+
+    def _on_done(self, header: wire.Header, payload: bytes, now: float) -> None:
+        if self.state != SenderState.CLOSING:
+            self.datagrams_ignored += 1
+            return
+        try:
+            ids = wire.decode_done_payload(payload)
+        except wire.MalformedPacket:
+            self.datagrams_ignored += 1
+            return
+        if self._done_cnt is not None and header.pkt_cnt != self._done_cnt:
+            self._done_parts.clear()
+        self._done_cnt = header.pkt_cnt
+        self._done_parts[header.pkt_idx] = ids
+        if len(self._done_parts) == self._done_cnt:
+            lost = sorted({i for part in self._done_parts.values() for i in part if i < len(self.messages)})
+            self._finish(now, confirmed=True, lost_ids=lost)
+
+    def _finish(self, now: float, *, confirmed: bool, lost_ids: list[int] | None = None) -> None:
+        if lost_ids is None:
+            lost_ids = [m.msg_id for m in self.messages if m.state != DELIVERED]
+        lost_per_group: collections.Counter[int] = collections.Counter(
+            self.messages[i].group.group_id for i in lost_ids)
+        groups = tuple(
+            GroupSummary(group_id=gid, msr=g.msr, total=g.total, required=g.required,
+                         delivered=g.total - lost_per_group[gid], lost=lost_per_group[gid], final_tlr=g.tlr,
+                         packets_sent=g.packets_sent, retransmissions=g.retransmissions)
+            for gid, g in self.groups.items())
+        completed = self._completed_at if self._completed_at is not None else now
+        self.summary = SendSummary(
+            job_id=self.job.job_id, mode=self.config.mode, mrdf=self.config.mrdf,
+            completion=self.config.completion, jct_s=completed - self.start_time, closed_s=now - self.start_time,
+            receiver_confirmed=confirmed, groups=groups, lost_ids=tuple(lost_ids), packets_sent=self.packets_sent,
+            packets_acked=self.recovery.packets_acked, packets_lost=self.recovery.packets_lost,
+            retransmissions=self.retransmissions, epochs=self.epoch, final_rate_bps=self.rate.rate_bps,
+            srtt_s=self.recovery.srtt)
+        self.state = SenderState.DONE
+        self._events.append(events.JobCompleted(self.summary))
+
+    def _fail(self, reason: str) -> None:
+        self.state = SenderState.FAILED
+        self.failure = reason
+        self._events.append(events.JobFailed(reason))
