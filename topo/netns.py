@@ -77,6 +77,15 @@ class NetnsLab:
             run(["ip", "addr", "add", f"{self.host_ips[i]}/{self.prefixlen}", "dev", "eth0"], netns=ns)
             run(["ip", "link", "set", "eth0", "up"], netns=ns)
             run(["ethtool", "-K", "eth0", "tx", "off"], netns=ns, check=False)
+        # Quiet, deterministic hosts: no IPv6 chatter, static ARP (per-queue counters then count only test traffic).
+        for ns in [self.switch_ns] + self.host_ns:
+            run(["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"], netns=ns, check=False)
+            run(["sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1"], netns=ns, check=False)
+        macs = [open_mac(ns) for ns in self.host_ns]
+        for i, ns in enumerate(self.host_ns):
+            for j, ip in enumerate(self.host_ips):
+                if i != j:
+                    run(["ip", "neigh", "replace", ip, "lladdr", macs[j], "dev", "eth0", "nud", "permanent"], netns=ns)
 
     def popen(self, host: int, cmd: Sequence[str], **kw) -> subprocess.Popen:
         """Start ``cmd`` in host ``host``'s namespace; it is stopped (by PID) on close()."""
@@ -94,6 +103,11 @@ class NetnsLab:
         for ns in reversed(self._namespaces):
             subprocess.run(["ip", "netns", "delete", ns], capture_output=True)
         self._namespaces.clear()
+
+
+def open_mac(netns: str, ifname: str = "eth0") -> str:
+    out = run(["cat", f"/sys/class/net/{ifname}/address"], netns=netns).stdout.strip()
+    return out
 
 
 def stop_process(p: subprocess.Popen, timeout: float = 3.0) -> None:

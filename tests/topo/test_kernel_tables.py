@@ -1,0 +1,139 @@
+"""The kernel switch's u32 layout implements the logical tables (no root needed).
+
+``u32_queue(compile_filters(state), pkt)`` evaluates the compiled entries exactly as the kernel does (first
+match in node-id order, 32-bit words & mask == value); ``reference_queue(state, pkt)`` evaluates the tables
+of docs/architecture.md directly. They must agree on every packet.
+"""
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from controller.model import ClassRule, JobRule, SwitchState, TagRule, TlrRule, default_tlr_rules
+from hostlib import wire
+from topo import kernel_switch as ks
+
+ATP = wire.DEFAULT_ATP_PORT
+
+
+def ipv4_udp(payload: bytes, dport: int, sport: int = 40000, proto: int = 17, ihl: int = 5) -> bytes:
+    options = bytes(4 * (ihl - 5))
+    total = 4 * ihl + 8 + len(payload)
+    ip = struct.pack("!BBHHHBBH4s4s", 0x40 | ihl, 0, total, 0, 0, 64, proto, 0, bytes([10, 0, 0, 1]),
+                     bytes([10, 0, 0, 2])) + options
+    return ip + struct.pack("!HHHH", sport, dport, 8 + len(payload), 0) + payload
+
+
+def atp_data(job=7, tlr=0, flags=wire.Flags.APPROX, priority=0, deadline=wire.NO_DEADLINE,
+             ptype=wire.PacketType.DATA, dport=ATP, proto=17, ihl=5) -> bytes:
+    hdr = wire.Header(type=ptype, flags=int(flags), job_id=job, tlr=tlr, priority=priority, deadline_us=deadline)
+    return ipv4_udp(wire.encode(hdr, bytes(16)), dport, proto=proto, ihl=ihl)
+
+
+def both(state: SwitchState, pkt: bytes) -> tuple[int, int]:
+    return ks.u32_queue(ks.compile_filters(state, ATP), pkt), ks.reference_queue(state, pkt, ATP)
+
+
+@pytest.mark.parametrize("lo,hi,bits", [(0, 0xFFFF, 16), (0, 0, 16), (5, 5, 8), (3, 200, 8), (4096, 8191, 16),
+                                        (1, 0xFFFFFFFE, 32), (0x8000, 0x8000, 16)])
+def test_prefix_split_covers_exactly_the_range(lo, hi, bits):
+    parts = ks.prefix_split(lo, hi, bits)
+    if bits <= 16:
+        covered = {x for x in range(1 << bits) if any(x & m == v for v, m in parts)}
+        assert covered == set(range(lo, hi + 1))
+    assert len(parts) <= 2 * bits
+    for v, m in parts:
+        assert v & ~m & ((1 << bits) - 1) == 0
+
+
+def test_default_tlr_thresholds_are_one_masked_match_each():
+    entries = [e for e in ks.compile_filters(SwitchState(tlr_rules=default_tlr_rules())).values()
+               if e.table == "queue_by_tlr"]
+    assert len(entries) == 9  # [k/8, (k+1)/8) for k = 0..7, plus 1.0 exactly
+    assert ks.u32_queue({e.node: e for e in entries}, atp_data(tlr=0x8000)) == 7
+
+
+@pytest.mark.parametrize("tlr,queue", [(0, 1), (4095, 1), (4096, 1), (8191, 1), (8192, 2), (16383, 3),
+                                       (16384, 4), (0x7000, 7), (0x7FFF, 7), (0x8000, 7)])
+def test_tlr_thresholds(tlr, queue):
+    state = SwitchState(tlr_rules=default_tlr_rules())
+    assert both(state, atp_data(tlr=tlr)) == (queue, queue)
+
+
+def test_table_order_job_then_tag_then_tlr_then_default():
+    state = SwitchState(
+        job_rules=frozenset({JobRule(42, 2)}),
+        tag_rules=frozenset({TagRule(rank=1, priority_lo=0, priority_hi=9, deadline_lo_us=0,
+                                     deadline_hi_us=999, qid=5)}),
+        tlr_rules=frozenset({TlrRule(0, 0x3FFF, 3)}),
+        class_rules=frozenset({ClassRule(rank=1, ip_proto=17, ip_proto_mask=0xFF, l4_dport=5201,
+                                         l4_dport_mask=0xFFFF, qid=6)}),
+    )
+    tagged = wire.Flags.APPROX | wire.Flags.TAGGED
+    cases = {
+        "job beats tag and tlr": (atp_data(job=42, flags=tagged, priority=1, deadline=10, tlr=0), 2),
+        "tag beats tlr": (atp_data(job=1, flags=tagged, priority=9, deadline=999, tlr=0), 5),
+        "tag range miss -> tlr": (atp_data(job=1, flags=tagged, priority=10, deadline=10, tlr=0), 3),
+        "untagged ignores tag table": (atp_data(job=1, priority=1, deadline=10, tlr=0), 3),
+        "no tlr match -> queue 7": (atp_data(job=1, tlr=0x4000), 7),
+        "non-approx ATP -> class default 0": (atp_data(job=42, flags=0), 0),
+        "ACK is never approximate": (atp_data(job=42, ptype=wire.PacketType.ACK), 0),
+        "other UDP port is not ATP": (atp_data(job=42, dport=ATP + 5), 0),
+        "IP options: not classified as ATP": (atp_data(job=42, ihl=6), 0),
+        "class rule for non-ATP": (ipv4_udp(bytes(100), 5201), 6),
+        "class rule does not touch approx DATA": (atp_data(job=9, tlr=0x7000, dport=ATP), 7),
+    }
+    for name, (pkt, q) in cases.items():
+        assert both(state, pkt) == (q, q), name
+
+
+def test_job_nodes_are_stable_so_a_move_is_one_replace():
+    nodes = ks.JobNodes()
+    s1 = ks.compile_filters(SwitchState(job_rules=frozenset({JobRule(1, 2), JobRule(9, 3)})), ATP, nodes)
+    s2 = ks.compile_filters(SwitchState(job_rules=frozenset({JobRule(1, 2), JobRule(9, 5), JobRule(4, 1)})),
+                            ATP, nodes)
+    changed = {n for n in s2 if s1.get(n) != s2[n]}
+    assert len(changed) == 2  # job 9 moved (same node), job 4 added
+    job9 = [e for e in s2.values() if e.table == "queue_by_job" and e.qid == 5]
+    assert job9 and job9[0].node in s1
+
+
+def test_too_many_entries_is_a_clear_error():
+    rules = frozenset(TagRule(rank=1, priority_lo=1, priority_hi=254, deadline_lo_us=1 + i,
+                              deadline_hi_us=0xFFFFFFF0, qid=3) for i in range(40))
+    with pytest.raises(ks.TableFull, match="queue_by_tag"):
+        ks.compile_filters(SwitchState(tag_rules=rules))
+
+
+_rules = st.builds(
+    SwitchState,
+    job_rules=st.lists(st.builds(JobRule, job_id=st.integers(1, 6), qid=st.integers(0, 7)),
+                       unique_by=lambda r: r.job_id, max_size=3).map(frozenset),
+    tag_rules=st.lists(st.builds(lambda r, a, b, c, d, q: TagRule(r, min(a, b), max(a, b), min(c, d), max(c, d), q),
+                                 st.integers(1, 3), st.integers(0, 255), st.integers(0, 255),
+                                 st.integers(0, 5000), st.integers(0, 5000), st.integers(1, 7)),
+                       max_size=2).map(frozenset),
+    tlr_rules=st.lists(st.builds(lambda a, b, q: TlrRule(min(a, b), max(a, b), q), st.integers(0, 0x8000),
+                                 st.integers(0, 0x8000), st.integers(1, 7)), max_size=3).map(frozenset),
+    class_rules=st.lists(st.builds(ClassRule, rank=st.integers(1, 3), ip_proto=st.sampled_from([6, 17, 1]),
+                                   ip_proto_mask=st.sampled_from([0, 0xFF]), l4_dport=st.integers(0, 0xFFFF),
+                                   l4_dport_mask=st.sampled_from([0, 0xFFFF, 0xFF00]), qid=st.integers(0, 7)),
+                         max_size=3).map(frozenset),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(state=_rules, job=st.integers(1, 7), tlr=st.integers(0, 0x8000), flags=st.integers(0, 0x1F),
+       priority=st.integers(0, 255), deadline=st.sampled_from([0, 17, 999, 5000, 5001, wire.NO_DEADLINE]),
+       ptype=st.sampled_from(list(wire.PacketType)), dport=st.sampled_from([ATP, 5201, 80]))
+def test_u32_layout_agrees_with_the_logical_tables(state, job, tlr, flags, priority, deadline, ptype, dport):
+    # Rules with the same rank overlap ambiguously in P4 too; keep ranks unique so the order is defined.
+    tags = sorted(state.tag_rules, key=lambda r: r.rank)
+    if len({r.rank for r in tags}) != len(tags) or len({r.rank for r in state.class_rules}) != len(state.class_rules):
+        return
+    pkt = atp_data(job=job, tlr=tlr, flags=flags, priority=priority, deadline=deadline, ptype=ptype, dport=dport)
+    u32, ref = both(state, pkt)
+    assert u32 == ref

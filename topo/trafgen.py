@@ -1,0 +1,179 @@
+"""Paced UDP traffic for tests and the demo's background load: ``python -m topo.trafgen send|recv``.
+
+``send`` emits UDP datagrams at a paced rate, either plain payload or ATP DATA headers (docs/wire-format.md)
+with a chosen job, TLR (optionally changing over time), flags and CadentFlow tags, so that a switch
+classifies them exactly like ATP traffic. It does not react to loss (it is load, not a transport).
+``recv`` counts what arrives per (destination port, ATP job) and prints one JSON object.
+
+Both print one JSON line on stdout when done; ``recv`` prints ``{"ready": true}`` first, once bound.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import select
+import socket
+import sys
+import time
+
+from hostlib import wire
+
+
+def parse_schedule(text: str) -> list[tuple[float, float]]:
+    """``"0:0.5,4:0.375"`` -> [(0.0, 0.5), (4.0, 0.375)]: value from that many seconds after the start."""
+    out = []
+    for part in text.split(","):
+        t, v = part.split(":")
+        out.append((float(t), float(v)))
+    out.sort()
+    if not out or out[0][0] != 0.0:
+        raise ValueError(f"schedule {text!r} must start at time 0")
+    return out
+
+
+def _at(schedule: list[tuple[float, float]], t: float) -> float:
+    value = schedule[0][1]
+    for start, v in schedule:
+        if t >= start:
+            value = v
+    return value
+
+
+def send(args: argparse.Namespace) -> dict:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+    if args.sport:
+        sock.bind(("0.0.0.0", args.sport))
+    if args.tos:
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, args.tos)
+    size = args.size
+    rates = parse_schedule(args.rate_mbit) if ":" in str(args.rate_mbit) else [(0.0, float(args.rate_mbit))]
+    tlrs = None
+    if args.tlr is not None:
+        tlrs = parse_schedule(args.tlr) if ":" in args.tlr else [(0.0, float(args.tlr))]
+    flags = 0
+    if args.approx:
+        flags |= wire.Flags.APPROX
+    if args.priority is not None or args.deadline_us is not None:
+        flags |= wire.Flags.TAGGED
+    payload_len = max(0, size - wire.HEADER_LEN)
+    filler = bytes(payload_len)
+    sent = 0
+    start = time.monotonic()
+    next_send = start
+    seq = 0
+    while True:
+        now = time.monotonic()
+        elapsed = now - start
+        if args.count is not None and sent >= args.count:
+            break
+        if args.duration is not None and elapsed >= args.duration:
+            break
+        if args.atp:
+            tlr = wire.tlr_to_q15(_at(tlrs, elapsed)) if tlrs else 0
+            hdr = wire.Header(type=wire.PacketType.DATA, flags=flags, job_id=args.job, msg_id=seq, tlr=tlr,
+                              priority=args.priority or 0,
+                              deadline_us=args.deadline_us if args.deadline_us is not None else wire.NO_DEADLINE,
+                              seq=seq)
+            data = wire.encode(hdr, filler)
+        else:
+            data = seq.to_bytes(4, "big") + bytes(max(0, size - 4))
+        try:
+            sock.sendto(data, (args.dst, args.dport))
+            sent += 1
+        except OSError:  # ENOBUFS under overload: count as not sent
+            pass
+        seq += 1
+        if args.burst > 1 and sent % args.burst:
+            continue  # back-to-back within a burst
+        if args.burst > 1 and args.gap_ms is not None:
+            next_send = time.monotonic() + args.gap_ms / 1000.0
+        else:
+            rate_bps = _at(rates, elapsed) * 1e6
+            wire_bytes = len(data) + 42  # UDP 8 + IPv4 20 + Ethernet 14
+            next_send = max(next_send + max(1, args.burst) * wire_bytes * 8 / rate_bps, now - 0.005)
+        while True:
+            ahead = next_send - time.monotonic()
+            if ahead <= 0:
+                break
+            time.sleep(ahead if ahead > 0.0005 else 0)
+    return {"sent": sent, "seconds": round(time.monotonic() - start, 4)}
+
+
+def recv(args: argparse.Namespace) -> dict:
+    socks = []
+    for port in args.port:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        s.bind(("0.0.0.0", port))
+        s.setblocking(False)
+        socks.append((port, s))
+    print(json.dumps({"ready": True}), flush=True)
+    counts: dict[str, int] = {}
+    total = 0
+    first = last = None
+    start = time.monotonic()
+    deadline = start + args.duration
+    while True:
+        now = time.monotonic()
+        if now >= deadline:
+            break
+        if args.idle is not None and last is not None and now - last >= args.idle:
+            break
+        ready, _, _ = select.select([s for _, s in socks], [], [], min(0.05, deadline - now))
+        for s in ready:
+            port = s.getsockname()[1]
+            while True:
+                try:
+                    data = s.recv(65535)
+                except BlockingIOError:
+                    break
+                total += 1
+                last = time.monotonic()
+                first = first or last
+                job = 0
+                if len(data) >= wire.HEADER_LEN and data[0] >> 4 == wire.VERSION:
+                    job = int.from_bytes(data[4:8], "big")
+                key = f"{port}/{job}"
+                counts[key] = counts.get(key, 0) + 1
+    return {"received": total, "by_port_job": counts,
+            "active_s": round((last - first) if first and last else 0.0, 4)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m topo.trafgen", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("send", help="paced UDP sender")
+    s.add_argument("--dst", required=True)
+    s.add_argument("--dport", type=int, default=wire.DEFAULT_ATP_PORT)
+    s.add_argument("--sport", type=int, default=0)
+    s.add_argument("--rate-mbit", default="10", help="rate, or a schedule 't:rate,...' (seconds:Mbit/s)")
+    s.add_argument("--size", type=int, default=1400, help="UDP payload bytes")
+    s.add_argument("--count", type=int, help="stop after this many datagrams")
+    s.add_argument("--duration", type=float, help="stop after this many seconds")
+    s.add_argument("--burst", type=int, default=1, help="datagrams sent back to back per pacing step")
+    s.add_argument("--gap-ms", type=float, help="with --burst: fixed gap between bursts instead of the rate")
+    s.add_argument("--atp", action="store_true", help="send ATP DATA headers")
+    s.add_argument("--approx", action="store_true", help="set the APPROX flag")
+    s.add_argument("--job", type=int, default=1)
+    s.add_argument("--tlr", help="TLR, or a schedule 't:tlr,...' (seconds:TLR in [0,1])")
+    s.add_argument("--priority", type=int, help="CadentFlow priority tag (sets TAGGED)")
+    s.add_argument("--deadline-us", type=int, help="CadentFlow deadline tag (sets TAGGED)")
+    s.add_argument("--tos", type=int, default=0)
+    r = sub.add_parser("recv", help="count received datagrams")
+    r.add_argument("--port", type=int, action="append", required=True)
+    r.add_argument("--duration", type=float, default=10.0)
+    r.add_argument("--idle", type=float, help="stop this many seconds after the last datagram")
+    args = ap.parse_args(argv)
+    if args.cmd == "send":
+        if args.count is None and args.duration is None:
+            ap.error("send needs --count or --duration")
+        result = send(args)
+    else:
+        result = recv(args)
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
