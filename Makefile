@@ -36,10 +36,15 @@ build/v1model/bmv2.json: $(shell find p4src -name '*.p4' 2>/dev/null)
 	    --p4runtime-files build/v1model/p4info.txtpb -o build/v1model/bmv2.json p4src/v1model/netapprox.p4
 
 p4-tna:
-	@command -v bf-p4c >/dev/null || command -v p4c-tofino >/dev/null || { echo "make p4-tna: no Tofino compiler (bf-p4c) on PATH. Install the Intel Tofino SDE (or open-p4studio) and source its set_sde.bash." >&2; exit 1; }
+	@command -v bf-p4c >/dev/null || { echo "make p4-tna: no Tofino compiler (bf-p4c) on PATH. Install the Intel Tofino SDE (or open-p4studio, https://github.com/p4lang/open-p4studio), source its set_sde.bash, then retry; see docs/dataplane.md." >&2; exit 1; }
 	mkdir -p build/tna
-	bf-p4c --arch tna --std p4-16 $(P4_DEFINES) -I p4src -o build/tna \
+	bf-p4c --target tofino --arch tna --std p4-16 $(P4_DEFINES) -I p4src -o build/tna \
 	    --p4runtime-files build/tna/p4info.txtpb p4src/tna/netapprox.p4
+
+# The PTF suite on BMv2 in a private network namespace (root; p4c and simple_switch_grpc on PATH).
+.PHONY: ptf
+ptf: setup p4
+	$(PY) ptf/run_ptf.py
 
 clean:
 	rm -rf build results .pytest_cache

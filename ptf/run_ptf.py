@@ -1,0 +1,209 @@
+"""Run the NetApprox PTF suite against BMv2 simple_switch_grpc in a private network namespace.
+
+    python ptf/run_ptf.py [--build] [test names ...]      (as root; `make ptf` does --build)
+
+What it does, and undoes in reverse whatever happens:
+  1. creates the namespace ``na-p4-<random>`` with IPv6 off (no stray router solicitations) and one veth pair
+     per switch port: ``swp<i>`` (BMv2 port i) <-> ``ptf<i>`` (PTF port i), i = 1..4;
+  2. starts ``simple_switch_grpc --priority-queues 8 --cpu-port 255`` on the swp side, without a
+     program (the tests push build/v1model/{bmv2.json,p4info.txtpb} over P4Runtime), keeps its PID and
+     waits until its gRPC and Thrift ports answer;
+  3. runs ``ptf`` inside the namespace on ptf/tests;
+  4. stops exactly that simple_switch_grpc PID and deletes the namespace (which removes the veths).
+The exit status is ptf's: 0 only if every PTF test passed.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import pathlib
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+PTF_TESTS = REPO / "ptf" / "tests"
+BUILD = REPO / "build" / "v1model"
+PORTS = (1, 2, 3, 4)
+CPU_PORT = 255
+GRPC_PORT = 9559
+THRIFT_PORT = 9090
+
+
+class HarnessError(RuntimeError):
+    """The namespace, the switch or the PTF run could not be set up."""
+
+
+def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    res = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if res.returncode != 0:
+        raise HarnessError(f"{' '.join(cmd)} failed ({res.returncode}): {res.stderr.strip() or res.stdout.strip()}")
+    return res
+
+
+def missing_tools() -> list[str]:
+    """Executables this harness needs that are not on PATH."""
+    return [t for t in ("p4c-bm2-ss", "simple_switch_grpc", "ip") if shutil.which(t) is None]
+
+
+def build(defines: str = "") -> None:
+    """`make p4`: compile p4src/v1model/netapprox.p4 into build/v1model (no-op when up to date)."""
+    cmd = ["make", "-C", str(REPO), "p4"]
+    if defines:
+        cmd.append(f"P4_DEFINES={defines}")
+    _run(cmd)
+
+
+class Bmv2Namespace(contextlib.AbstractContextManager):
+    """A namespace with veth pairs and one simple_switch_grpc in it. Use as a context manager."""
+
+    def __init__(self, workdir: pathlib.Path, ports=PORTS) -> None:
+        self.name = f"na-p4-{secrets.token_hex(4)}"
+        self.workdir = workdir
+        self.ports = tuple(ports)
+        self.switch: subprocess.Popen | None = None
+        self.switch_log = workdir / "simple_switch_grpc.log"
+        self._ns_created = False
+
+    def exec_cmd(self, cmd: list[str]) -> list[str]:
+        return ["ip", "netns", "exec", self.name, *cmd]
+
+    def __enter__(self) -> "Bmv2Namespace":
+        try:
+            self._create_namespace()
+            self._start_switch()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _create_namespace(self) -> None:
+        _run(["ip", "netns", "add", self.name])
+        self._ns_created = True
+        for key in ("all", "default"):
+            _run(self.exec_cmd(["sysctl", "-qw", f"net.ipv6.conf.{key}.disable_ipv6=1"]))
+        _run(self.exec_cmd(["ip", "link", "set", "lo", "up"]))
+        for i in self.ports:
+            _run(["ip", "-n", self.name, "link", "add", f"swp{i}", "type", "veth", "peer", "name", f"ptf{i}"])
+            for dev in (f"swp{i}", f"ptf{i}"):
+                _run(["ip", "-n", self.name, "link", "set", dev, "mtu", "9000", "up"])
+
+    def _start_switch(self) -> None:
+        cmd = ["simple_switch_grpc", "--no-p4", "--device-id", "0", "--thrift-port", str(THRIFT_PORT),
+               "--log-file", str(self.workdir / "bmv2"), "--log-flush"]
+        for i in self.ports:
+            cmd += ["-i", f"{i}@swp{i}"]
+        cmd += ["--", "--grpc-server-addr", f"127.0.0.1:{GRPC_PORT}", "--cpu-port", str(CPU_PORT),
+                "--priority-queues", "8"]
+        with open(self.switch_log, "wb") as log:
+            # `ip netns exec` execs the command, so this PID is simple_switch_grpc's own.
+            self.switch = subprocess.Popen(self.exec_cmd(cmd), stdout=log, stderr=subprocess.STDOUT)
+        self._wait_for_ports([GRPC_PORT, THRIFT_PORT], timeout=30)
+
+    def _wait_for_ports(self, ports: list[int], timeout: float) -> None:
+        probe = ("import socket,sys\n"
+                 "for p in sys.argv[1:]:\n"
+                 "    socket.create_connection(('127.0.0.1', int(p)), 0.5).close()\n")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.switch.poll() is not None:
+                raise HarnessError(f"simple_switch_grpc exited with {self.switch.returncode}:\n{self.log_tail()}")
+            res = subprocess.run(self.exec_cmd([sys.executable, "-c", probe, *map(str, ports)]),
+                                 capture_output=True)
+            if res.returncode == 0:
+                return
+            time.sleep(0.2)
+        raise HarnessError(f"simple_switch_grpc did not open ports {ports} within {timeout}s:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.switch_log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def close(self) -> None:
+        if self.switch is not None and self.switch.poll() is None:
+            self.switch.send_signal(signal.SIGTERM)
+            try:
+                self.switch.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.switch.kill()
+                self.switch.wait(timeout=10)
+        self.switch = None
+        if self._ns_created:
+            subprocess.run(["ip", "netns", "delete", self.name], capture_output=True)
+            self._ns_created = False
+
+
+def run_ptf(ns: Bmv2Namespace, tests: list[str], *, timeout: float = 300, arch: str = "v1model"
+            ) -> subprocess.CompletedProcess:
+    """Run ptf on ptf/tests inside ``ns``; returns the finished process (stdout+stderr in .stdout)."""
+    params = {
+        "grpcaddr": f"127.0.0.1:{GRPC_PORT}",
+        "device_id": 0,
+        "p4info": str(BUILD / "p4info.txtpb"),
+        "bmv2_json": str(BUILD / "bmv2.json"),
+        "cpu_port": CPU_PORT,
+        "thrift_port": THRIFT_PORT,
+        "arch": arch,
+    }
+    cmd = [sys.executable, str(pathlib.Path(sys.executable).parent / "ptf"), "--test-dir", str(PTF_TESTS),
+           "--log-file", str(ns.workdir / "ptf.log"), "--test-params", ";".join(f"{k}={v!r}" for k, v in params.items())]
+    for i in ns.ports:
+        cmd += ["--interface", f"{i}@ptf{i}"]
+    cmd += tests
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.Popen(ns.exec_cmd(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            cwd=str(ns.workdir), env=env)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        out += f"\nptf did not finish within {timeout}s and was stopped"
+        return subprocess.CompletedProcess(proc.args, 124, out)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("tests", nargs="*", help="PTF test names (module or module.Class); default: all")
+    ap.add_argument("--build", action="store_true", help="run `make p4` first")
+    ap.add_argument("--keep-logs", metavar="DIR", help="copy BMv2 and PTF logs here")
+    ap.add_argument("--timeout", type=float, default=300)
+    args = ap.parse_args(argv)
+    if os.geteuid() != 0:
+        print("run_ptf: needs root (network namespaces)", file=sys.stderr)
+        return 2
+    missing = missing_tools()
+    if missing:
+        print(f"run_ptf: not on PATH: {', '.join(missing)}; see docs/dataplane.md", file=sys.stderr)
+        return 2
+    if args.build:
+        build()
+    with tempfile.TemporaryDirectory(prefix="netapprox-ptf-") as tmp:
+        workdir = pathlib.Path(tmp)
+        try:
+            with Bmv2Namespace(workdir) as ns:
+                res = run_ptf(ns, args.tests, timeout=args.timeout)
+        finally:
+            if args.keep_logs:
+                dest = pathlib.Path(args.keep_logs)
+                dest.mkdir(parents=True, exist_ok=True)
+                for f in workdir.iterdir():
+                    if f.is_file():
+                        shutil.copy(f, dest / f.name)
+        print(res.stdout)
+        return res.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())

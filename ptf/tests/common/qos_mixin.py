@@ -1,0 +1,177 @@
+"""NetApprox feature helpers over P4RuntimeTest: one ``add_*`` per logical table of docs/architecture.md,
+counter reads per (port, queue), BMv2 queue knobs over Thrift, and the expected-packet builders.
+
+Every ``add_*`` inserts through P4RuntimeTest.insert, so tearDown removes it again.
+"""
+from __future__ import annotations
+
+from scapy.layers.inet import IP, TCP, UDP
+from scapy.layers.l2 import Ether
+
+from common.base_test import P4RuntimeTest, ipv4_to_int, mac_to_int
+from common.bmv2_thrift import SimpleSwitchThrift
+from hostlib import wire
+from hostlib.scapy_atp import ATP
+
+NUM_QUEUES = 8
+
+# Topology of the suite: PTF port i is switch port i.
+PORT_A, PORT_B, PORT_C = 1, 2, 3
+HOST_A_MAC, HOST_B_MAC, HOST_C_MAC = "00:00:00:00:0a:01", "00:00:00:00:0b:01", "00:00:00:00:0c:01"
+SWITCH_MAC = "00:00:00:00:5a:01"
+HOST_A_IP, HOST_B_IP, HOST_C_IP = "10.0.1.1", "10.0.2.1", "10.0.3.1"
+
+# Drop reasons: index of NetApproxIngress.malformed_packets (p4src/shared/define.p4).
+MALFORMED_TRUNCATED = 0
+MALFORMED_BAD_VERSION = 1
+MALFORMED_BAD_TYPE = 2
+MALFORMED_BAD_FLAGS = 3
+MALFORMED_BAD_TLR = 4
+MALFORMED_BAD_INDEX = 5
+DROPPED_TTL_EXPIRED = 6
+DROPPED_IPV4_CHECKSUM = 7
+
+
+def bmv2_priority(qid: int) -> int:
+    """Logical queue -> BMv2 priority queue (p4src/v1model/define_v1model.p4: BMV2_PRIORITY_OF)."""
+    return NUM_QUEUES - 1 - qid
+
+
+class QosHelper(P4RuntimeTest):
+    """Helpers for the NetApprox tables. Tests subclass this and define runTest."""
+
+    # --- logical tables ----------------------------------------------------------------------------
+    def add_route(self, prefix: str, prefix_len: int, port: int, src_mac: str, dst_mac: str):
+        return self.insert(self.table_entry(
+            "forwarding.routes_v4", {"dst_addr": (ipv4_to_int(prefix), prefix_len)},
+            "forwarding.route", {"port": port, "src_mac": mac_to_int(src_mac), "dst_mac": mac_to_int(dst_mac)}))
+
+    def add_drop_route(self, prefix: str, prefix_len: int):
+        return self.insert(self.table_entry(
+            "forwarding.routes_v4", {"dst_addr": (ipv4_to_int(prefix), prefix_len)}, "forwarding.drop"))
+
+    def add_queue_by_class(self, rank: int, ip_proto: int, ip_proto_mask: int, l4_dport: int,
+                           l4_dport_mask: int, qid: int):
+        return self.insert(self.table_entry(
+            "classification.queue_by_class",
+            {"ip_proto": (ip_proto, ip_proto_mask), "l4_dport": (l4_dport, l4_dport_mask)},
+            "classification.set_queue", {"qid": qid}, priority=rank))
+
+    def add_queue_by_job(self, job_id: int, qid: int):
+        return self.insert(self.table_entry(
+            "classification.queue_by_job", {"job_id": job_id}, "classification.set_queue", {"qid": qid}))
+
+    def add_queue_by_tag(self, rank: int, priority: tuple[int, int], deadline_us: tuple[int, int], qid: int):
+        return self.insert(self.table_entry(
+            "classification.queue_by_tag", {"priority": priority, "deadline_us": deadline_us},
+            "classification.set_queue", {"qid": qid}, priority=rank))
+
+    def add_queue_by_tlr(self, tlr_lo: int, tlr_hi: int, qid: int, rank: int = 1):
+        return self.insert(self.table_entry(
+            "classification.queue_by_tlr", {"tlr": (tlr_lo, tlr_hi)},
+            "classification.set_queue", {"qid": qid}, priority=rank))
+
+    def add_default_tlr_rules(self) -> None:
+        """The controller's default thresholds (controller.model.default_tlr_rules): TLR in [k/8, (k+1)/8)
+        -> queue k, [0, 1/8) -> queue 1, 1.0 in the last range."""
+        from controller.model import default_tlr_rules
+
+        for rule in sorted(default_tlr_rules()):
+            self.add_queue_by_tlr(rule.tlr_lo, rule.tlr_hi, rule.qid)
+
+    def add_ecn_threshold(self, qid: int, threshold: int):
+        return self.insert(self.table_entry(
+            "ecn.ecn_thresholds", {"qid": qid}, "ecn.mark_ecn", {"threshold": threshold}))
+
+    # --- counters ----------------------------------------------------------------------------------
+    def queue_counters(self, port: int, qid: int) -> tuple[int, int]:
+        """(enqueued, transmitted) packets of (port, logical queue)."""
+        index = port * NUM_QUEUES + qid
+        return (self.read_counter("enqueued_packets", index)[0],
+                self.read_counter("transmitted_packets", index)[0])
+
+    def all_queue_counters(self, port: int) -> list[tuple[int, int]]:
+        return [self.queue_counters(port, q) for q in range(NUM_QUEUES)]
+
+    def malformed_count(self, reason: int) -> int:
+        return self.read_counter("malformed_packets", reason)[0]
+
+    # --- BMv2 queues (Thrift) ----------------------------------------------------------------------
+    def _thrift(self) -> SimpleSwitchThrift:
+        if self.thrift_port is None:
+            self.skipTest("needs BMv2's Thrift port (test parameter thrift_port) to shape queues")
+        return SimpleSwitchThrift(self.thrift_port)
+
+    def set_queue_rate(self, port: int, qid: int, rate_pps: int) -> None:
+        """Rate-limit one logical queue of a port (BMv2 set_queue_rate); tearDown lifts the limit."""
+        prio = bmv2_priority(qid)
+        with self._thrift() as sw:
+            sw.set_egress_priority_queue_rate(port, prio, rate_pps)
+
+        def undo():
+            with self._thrift() as sw:
+                sw.set_egress_priority_queue_rate(port, prio, 0)
+
+        self.add_cleanup(undo)
+
+    def set_queue_depth(self, port: int, qid: int, depth_pkts: int, restore_to: int = 64) -> None:
+        """Capacity of one logical queue of a port (BMv2 set_queue_depth); tearDown restores 64."""
+        prio = bmv2_priority(qid)
+        with self._thrift() as sw:
+            sw.set_egress_priority_queue_depth(port, prio, depth_pkts)
+
+        def undo():
+            with self._thrift() as sw:
+                sw.set_egress_priority_queue_depth(port, prio, restore_to)
+
+        self.add_cleanup(undo)
+
+    # --- the standard little topology --------------------------------------------------------------
+    def add_standard_routes(self) -> None:
+        """10.0.1.0/24 -> port 1, 10.0.2.0/24 -> port 2, 10.0.3.0/24 -> port 3, switch MAC as source."""
+        self.add_route("10.0.1.0", 24, PORT_A, SWITCH_MAC, HOST_A_MAC)
+        self.add_route("10.0.2.0", 24, PORT_B, SWITCH_MAC, HOST_B_MAC)
+        self.add_route("10.0.3.0", 24, PORT_C, SWITCH_MAC, HOST_C_MAC)
+
+
+# --- packets ---------------------------------------------------------------------------------------
+def atp_packet(*, type=wire.PacketType.DATA, flags=0, tlr=0, job_id=1, priority=0,
+               deadline_us=wire.NO_DEADLINE, weight=0, pkt_idx=0, pkt_cnt=1, queue=wire.QUEUE_UNSET,
+               version=wire.VERSION, sport=40000, dport=wire.DEFAULT_ATP_PORT, src=HOST_A_IP, dst=HOST_B_IP,
+               ecn=0, ttl=64, payload=b"approximate!", length=None) -> Ether:
+    """A complete Ether/IPv4/UDP/ATP frame from host A, checksums computed (frozen as bytes)."""
+    atp = ATP(version=version, type=int(type), flags=flags, queue=queue, priority=priority, job_id=job_id,
+              msg_id=3, group_id=0, tlr=tlr, pkt_idx=pkt_idx, pkt_cnt=pkt_cnt, seq=11,
+              deadline_us=deadline_us, weight=weight, length=len(payload) if length is None else length)
+    pkt = (Ether(src=HOST_A_MAC, dst=SWITCH_MAC) / IP(src=src, dst=dst, ttl=ttl, tos=ecn, id=1)
+           / UDP(sport=sport, dport=dport) / atp / payload)
+    return Ether(bytes(pkt))
+
+
+def udp_packet(*, dport=5001, sport=40000, src=HOST_A_IP, dst=HOST_B_IP, ttl=64, ecn=0,
+               payload=b"x" * 32) -> Ether:
+    pkt = (Ether(src=HOST_A_MAC, dst=SWITCH_MAC) / IP(src=src, dst=dst, ttl=ttl, tos=ecn, id=1)
+           / UDP(sport=sport, dport=dport) / payload)
+    return Ether(bytes(pkt))
+
+
+def tcp_packet(*, dport=80, sport=40000, src=HOST_A_IP, dst=HOST_B_IP, ttl=64) -> Ether:
+    pkt = (Ether(src=HOST_A_MAC, dst=SWITCH_MAC) / IP(src=src, dst=dst, ttl=ttl, id=1)
+           / TCP(sport=sport, dport=dport, flags="S") / (b"y" * 16))
+    return Ether(bytes(pkt))
+
+
+def routed(pkt: Ether, dst_mac: str, *, queue: int | None = None, ecn: int | None = None) -> Ether:
+    """What the switch sends for ``pkt``: MACs rewritten, TTL - 1, IPv4 checksum recomputed; for ATP DATA
+    (``queue`` given) the queue byte stamped and the UDP checksum zeroed; ``ecn`` rewrites the ECN bits."""
+    out = Ether(bytes(pkt))
+    out[Ether].src = SWITCH_MAC
+    out[Ether].dst = dst_mac
+    out[IP].ttl -= 1
+    if ecn is not None:
+        out[IP].tos = (out[IP].tos & 0xFC) | ecn
+    del out[IP].chksum
+    if queue is not None:
+        out[ATP].queue = queue
+        out[UDP].chksum = 0
+    return Ether(bytes(out))
