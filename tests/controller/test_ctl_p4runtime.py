@@ -1,0 +1,494 @@
+"""P4Runtime driver and epoch loop against the in-process fake P4Runtime server (controller.fake_p4runtime).
+
+Protobufs are compared as text: the exact pipeline push, the exact batched write of an epoch.
+"""
+from __future__ import annotations
+
+import json
+import socket
+import time
+import urllib.request
+
+import pytest
+from google.protobuf import text_format
+from p4.config.v1 import p4info_pb2
+from p4.v1 import p4runtime_pb2
+
+from controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig
+from controller.errors import NotPrimaryError, P4InfoError, P4RuntimeWriteError, PipelineError
+from controller.fake_p4runtime import FakeP4RuntimeServer
+from controller.loop import Controller
+from controller.model import (
+    ClassRule,
+    EcnRule,
+    JobRule,
+    Route,
+    SwitchState,
+    SwitchUnavailable,
+    TagRule,
+    TlrRule,
+)
+from controller.p4info import P4Info
+from controller.p4runtime_driver import P4RuntimeDriver, P4RuntimeOptions, build_tofino_device_config
+from hostlib.wire import Report
+
+from conftest import BMV2_JSON_BYTES, P4INFO
+
+
+def as_text(message) -> str:
+    return text_format.MessageToString(message)
+
+
+def parse(kind, text: str):
+    return text_format.Parse(text, kind())
+
+
+STATE = SwitchState(
+    routes=frozenset({Route("10.0.0.1", 32, 1, "02:00:00:00:01:00", "02:00:00:00:00:01")}),
+    class_rules=frozenset({ClassRule(1, 6, 0xFF, 5001, 0xFFFF, 0)}),
+    job_rules=frozenset({JobRule(5, 2), JobRule(9, 4)}),
+    tag_rules=frozenset({TagRule(2, 0, 9, 0, 0xFFFFFFFF, 1)}),
+    tlr_rules=frozenset({TlrRule(0, 4095, 1)}),
+    ecn_rules=frozenset({EcnRule(0, 20)}),
+)
+
+SET_QUEUE = 'action { action { action_id: 16777219 params { param_id: 1 value: "%s" } } }'
+
+FIRST_WRITE = """
+device_id: 1
+election_id { low: 1 }
+updates { type: INSERT entity { table_entry {
+  table_id: 33554433
+  match { field_id: 1 lpm { value: "\\n\\000\\000\\001" prefix_len: 32 } }
+  action { action { action_id: 16777217
+    params { param_id: 1 value: "\\001" }
+    params { param_id: 2 value: "\\002\\000\\000\\000\\001\\000" }
+    params { param_id: 3 value: "\\002\\000\\000\\000\\000\\001" } } } } } }
+updates { type: INSERT entity { table_entry {
+  table_id: 33554434
+  match { field_id: 1 ternary { value: "\\006" mask: "\\377" } }
+  match { field_id: 2 ternary { value: "\\023\\211" mask: "\\377\\377" } }
+  %(q0)s
+  priority: 1 } } }
+updates { type: INSERT entity { table_entry {
+  table_id: 33554435 match { field_id: 1 exact { value: "\\005" } } %(q2)s } } }
+updates { type: INSERT entity { table_entry {
+  table_id: 33554435 match { field_id: 1 exact { value: "\\t" } } %(q4)s } } }
+updates { type: INSERT entity { table_entry {
+  table_id: 33554436
+  match { field_id: 1 range { low: "\\000" high: "\\t" } }
+  %(q1)s
+  priority: 2 } } }
+updates { type: INSERT entity { table_entry {
+  table_id: 33554437
+  match { field_id: 1 range { low: "\\000" high: "\\017\\377" } }
+  %(q1)s
+  priority: 1 } } }
+updates { type: INSERT entity { table_entry {
+  table_id: 33554438
+  match { field_id: 1 exact { value: "\\000" } }
+  action { action { action_id: 16777220 params { param_id: 1 value: "\\024" } } } } } }
+""" % {"q0": SET_QUEUE % "\\000", "q1": SET_QUEUE % "\\001", "q2": SET_QUEUE % "\\002", "q4": SET_QUEUE % "\\004"}
+
+# job 9 expired, job 5 moved to queue 6, job 7 new in queue 3: deletes, then modifies, then inserts
+EPOCH_WRITE = """
+device_id: 1
+election_id { low: 1 }
+updates { type: DELETE entity { table_entry { table_id: 33554435 match { field_id: 1 exact { value: "\\t" } } } } }
+updates { type: MODIFY entity { table_entry {
+  table_id: 33554435 match { field_id: 1 exact { value: "\\005" } } %(q6)s } } }
+updates { type: INSERT entity { table_entry {
+  table_id: 33554435 match { field_id: 1 exact { value: "\\007" } } %(q3)s } } }
+""" % {"q6": SET_QUEUE % "\\006", "q3": SET_QUEUE % "\\003"}
+
+
+def test_pipeline_push_is_exact(make_driver, fake_server):
+    driver = make_driver(election_id=(0, 5))
+    driver.connect()
+    (push,) = fake_server.pipelines
+    expected = p4runtime_pb2.SetForwardingPipelineConfigRequest(
+        device_id=1, election_id=p4runtime_pb2.Uint128(high=0, low=5),
+        action=p4runtime_pb2.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT,
+        config=p4runtime_pb2.ForwardingPipelineConfig(
+            p4info=text_format.Parse(P4INFO.read_text(), p4info_pb2.P4Info()), p4_device_config=BMV2_JSON_BYTES))
+    assert push.config.cookie.cookie != 0
+    got = p4runtime_pb2.SetForwardingPipelineConfigRequest()
+    got.CopyFrom(push)
+    got.config.ClearField("cookie")
+    assert as_text(got) == as_text(expected)
+    # arbitration came first, on the stream, with the same election id
+    assert as_text(fake_server.arbitrations[0]) == as_text(parse(
+        p4runtime_pb2.MasterArbitrationUpdate, "device_id: 1 election_id { low: 5 }"))
+
+
+def test_batched_writes_are_exact_and_an_unchanged_state_writes_nothing(make_driver, fake_server):
+    driver = make_driver()
+    driver.connect()
+    summary = driver.apply(STATE)
+    assert (summary.inserted, summary.modified, summary.deleted) == (7, 0, 0)
+    assert as_text(fake_server.writes[-1]) == as_text(parse(p4runtime_pb2.WriteRequest, FIRST_WRITE))
+
+    assert driver.apply(STATE).writes == 0
+    assert len(fake_server.writes) == 1  # nothing sent at all
+
+    moved = SwitchState(routes=STATE.routes, class_rules=STATE.class_rules, tag_rules=STATE.tag_rules,
+                        tlr_rules=STATE.tlr_rules, ecn_rules=STATE.ecn_rules,
+                        job_rules=frozenset({JobRule(5, 6), JobRule(7, 3)}))
+    summary = driver.apply(moved)
+    assert (summary.inserted, summary.modified, summary.deleted) == (1, 1, 1)
+    assert len(fake_server.writes) == 2
+    assert as_text(fake_server.writes[-1]) == as_text(parse(p4runtime_pb2.WriteRequest, EPOCH_WRITE))
+    # the switch now holds exactly the desired entries
+    assert len(fake_server.entries()) == 7
+
+
+def test_per_update_errors_are_unpacked_and_the_rest_applied(make_driver, fake_server):
+    driver = make_driver()
+    driver.connect()
+    # someone else installed job 9 behind our back: our INSERT of it fails, the others succeed
+    foreign = driver.classification._job_entry(JobRule(9, 1))
+    with fake_server.lock:
+        fake_server.writes.clear()
+    from controller.fake_p4runtime import _entry_key
+
+    fake_server.tables[_entry_key(foreign)] = foreign
+    with pytest.raises(P4RuntimeWriteError) as info:
+        driver.apply(STATE)
+    err = info.value
+    assert [(e.index, e.code) for e in err.errors] == [(3, "ALREADY_EXISTS")]
+    assert "At index 3: ALREADY_EXISTS, 'Match entry exists" in str(err)
+    assert "exact { value: \"\\t\" }" in str(err)  # the failing update, as text
+    assert err.total == 7
+    # next epoch repairs it with a MODIFY instead of repeating the failing INSERT
+    summary = driver.apply(STATE)
+    assert (summary.inserted, summary.modified, summary.deleted) == (0, 1, 0)
+    assert driver.apply(STATE).writes == 0
+
+
+def test_unknown_p4info_name_says_did_you_mean(tmp_path, bmv2_json):
+    info = text_format.Parse(P4INFO.read_text(), p4info_pb2.P4Info())
+    for t in info.tables:
+        if t.preamble.name.endswith("queue_by_job"):
+            t.preamble.name = "NetApproxIngress.classification.queue_by_jobs"
+    bad = tmp_path / "p4info.txtpb"
+    bad.write_text(text_format.MessageToString(info))
+    with pytest.raises(P4InfoError, match="no table named 'NetApproxIngress.classification.queue_by_job'. "
+                                          "Did you mean 'NetApproxIngress.classification.queue_by_jobs'"):
+        P4RuntimeDriver("s1", P4RuntimeOptions(p4info=str(bad), bmv2_json=str(bmv2_json)))
+    with pytest.raises(P4InfoError, match="Did you mean 'qid'"):
+        P4Info.load(P4INFO).action("NetApproxIngress.classification.set_queue").param("qdi")
+
+
+def test_counters_are_read_per_port_queue_and_per_job(make_driver, fake_server):
+    driver = make_driver(ports=(1, 2))
+    driver.connect()
+    driver.apply(STATE)
+    enq, tx = driver._enqueued_id, driver._transmitted_id
+    fake_server.counters[(enq, 1 * 8 + 2)] = (100, 150000)
+    fake_server.counters[(tx, 1 * 8 + 2)] = (93, 139500)
+    fake_server.counters[(enq, 2 * 8 + 0)] = (10, 1000)
+    fake_server.counters[(tx, 2 * 8 + 0)] = (10, 1000)
+    job5 = driver.classification._job_entry(JobRule(5, 2))
+    from controller.fake_p4runtime import _entry_key
+
+    fake_server.direct_counts[_entry_key(job5)] = 42
+    counters = driver.read_counters()
+    by_queue = {(q.port, q.qid): (q.enqueued, q.transmitted, q.dropped) for q in counters.queues}
+    assert len(by_queue) == 16  # every configured (port, queue), zeros included
+    assert by_queue[(1, 2)] == (100, 93, 7)
+    assert by_queue[(2, 0)] == (10, 10, 0)
+    assert by_queue[(1, 7)] == (0, 0, 0)
+    assert dict(counters.job_packets) == {5: 42, 9: 0}
+    # one Read per call
+    assert len(fake_server.reads) == 1
+
+
+def test_not_primary_is_a_typed_error(make_driver, fake_server):
+    first = make_driver(election_id=(0, 10))
+    first.connect()
+    second = make_driver(election_id=(0, 3))
+    with pytest.raises(NotPrimaryError, match="raise election_id"):
+        second.connect()
+
+
+def test_missing_pipeline_artifact_is_actionable(make_driver, tmp_path):
+    driver = make_driver(bmv2_json=str(tmp_path / "missing.json"))
+    with pytest.raises(PipelineError, match="make p4"):
+        driver.connect()
+
+
+def test_no_server_raises_switch_unavailable(bmv2_json):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    driver = P4RuntimeDriver("s1", P4RuntimeOptions(address=f"127.0.0.1:{port}", p4info=str(P4INFO),
+                                                    bmv2_json=str(bmv2_json), connect_timeout_s=0.3))
+    with pytest.raises(SwitchUnavailable, match="no P4Runtime server"):
+        driver.connect()
+    with pytest.raises(SwitchUnavailable, match="not connected"):
+        driver.apply(STATE)
+    driver.close()
+
+
+def test_packet_in_frames_are_queued(make_driver, fake_server):
+    driver = make_driver()
+    driver.connect()
+    fake_server.send_packet_in(b"frame-1")
+    fake_server.send_packet_in(b"frame-2")
+    deadline = time.monotonic() + 2
+    got: list[bytes] = []
+    while len(got) < 2 and time.monotonic() < deadline:
+        got += driver.drain_packet_in()
+        time.sleep(0.01)
+    assert got == [b"frame-1", b"frame-2"]
+
+
+# --- the epoch loop on the fake server ------------------------------------------------------------------
+
+
+def report(job: int, seq: int, tlr: float, group: int = 0) -> bytes:
+    return Report(job_id=job, group_id=group, seq=seq, tlr=tlr, loss=0.0, msr=0.9, rate_kbps=1000, total=10,
+                  delivered=0, lost=0, epoch=seq).encode()
+
+
+def controller_for(fake_server, bmv2_json, tmp_path, **kw) -> Controller:
+    options = {"address": fake_server.address, "p4info": str(P4INFO), "bmv2_json": str(bmv2_json),
+               "connect_timeout_s": 2.0}
+    config = ControllerConfig(
+        switches=(SwitchConfig(name="s1", options=options,
+                               routes=(Route("10.0.0.1", 32, 1, "02:00:00:00:01:00", "02:00:00:00:00:01"),)),),
+        policy=PolicyConfig(job_timeout_s=kw.pop("job_timeout_s", 1.0)),
+        reports=ReportConfig(bind="127.0.0.1", port=0),
+        decision_log=str(tmp_path / "decisions.jsonl"),
+        reconnect_initial_s=0.05, reconnect_max_s=0.2, **kw)
+    return Controller(config)
+
+
+def job_entries(fake_server) -> dict[int, int]:
+    out = {}
+    for e in fake_server.entries(33554435):
+        out[int.from_bytes(e.match[0].exact.value, "big")] = int.from_bytes(e.action.action.params[0].value, "big")
+    return out
+
+
+def test_epoch_loop_follows_reports_and_writes_once_per_change(fake_server, bmv2_json, tmp_path):
+    with controller_for(fake_server, bmv2_json, tmp_path) as ctl:
+        assert ctl.wait_until_up(5)
+        r = ctl.step(now=0.0)
+        assert r.writes["s1"].inserted == 10  # route + 8 TLR ranges + ECN of queue 0
+        ctl.ingest_report(report(5, 1, 0.30), "10.0.0.1", now=0.01)
+        r = ctl.step(now=0.02)
+        assert dict(r.assignments) == {5: 2} and r.reports_accepted == 1
+        assert job_entries(fake_server) == {5: 2}
+        writes = len(fake_server.writes)
+        r = ctl.step(now=0.04)  # nothing new: no write
+        assert r.writes["s1"].writes == 0 and len(fake_server.writes) == writes
+        ctl.ingest_report(report(5, 2, 0.80), "10.0.0.1", now=0.05)
+        ctl.step(now=0.06)
+        assert job_entries(fake_server) == {5: 6} and len(fake_server.writes) == writes + 1
+        r = ctl.step(now=1.2)  # job 5 stopped reporting: expired, entry deleted
+        assert dict(r.assignments) == {} and job_entries(fake_server) == {}
+        assert [c.reason for c in r.changes] == ["expired"]
+    lines = [json.loads(line) for line in (tmp_path / "decisions.jsonl").read_text().splitlines()]
+    jobs = [(d["reason"], d["old_queue"], d["new_queue"]) for d in lines if d["event"] == "job"]
+    assert jobs == [("new", None, 2), ("moved", 2, 6), ("expired", 6, None)]
+    assert any(d["event"] == "switch_up" for d in lines)
+
+
+def test_udp_reports_and_malformed_input_do_not_break_the_loop(fake_server, bmv2_json, tmp_path):
+    with controller_for(fake_server, bmv2_json, tmp_path) as ctl:
+        assert ctl.wait_until_up(5)
+        ctl.step()
+        host, port = ctl.report_address
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            for junk in (b"", b"\xff" * 3, b"\x13" + b"\x00" * 60, report(0, 1, 0.5), report(8, 1, 0.5)[:-1]):
+                s.sendto(junk, (host, port))
+            s.sendto(report(8, 1, 0.55), (host, port))
+            s.sendto(report(8, 1, 0.10), (host, port))  # replayed sequence number: dropped
+        # packet-in: garbage frames and one report for job 12 inside Ethernet/IPv4/UDP
+        from test_ctl_reports import frame
+
+        fake_server.send_packet_in(b"\x00" * 5)
+        fake_server.send_packet_in(frame(b"not a report"))
+        fake_server.send_packet_in(frame(report(12, 1, 0.9)))
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline and set(ctl.assignments) != {8, 12}:
+            ctl.step()
+            time.sleep(0.01)
+        assert dict(ctl.assignments) == {8: 4, 12: 7}
+        assert job_entries(fake_server) == {8: 4, 12: 7}
+        metrics = ctl.metrics_text()
+        assert 'netapprox_reports_dropped_total{reason="stale_seq"} 1' in metrics
+        assert 'netapprox_reports_dropped_total{reason="truncated"}' in metrics
+        assert 'netapprox_reports_dropped_total{reason="not_udp"} 1' in metrics
+        assert "netapprox_reports_accepted_total 2" in metrics
+
+
+def test_reconnect_after_the_switch_restarts(fake_server, bmv2_json, tmp_path):
+    with controller_for(fake_server, bmv2_json, tmp_path) as ctl:
+        assert ctl.wait_until_up(5)
+        ctl.ingest_report(report(5, 1, 0.3), "h")
+        ctl.step()
+        assert job_entries(fake_server) == {5: 2}
+        fake_server.restart()  # reboot: pipeline and tables gone
+        assert fake_server.entries() == []
+        deadline = time.monotonic() + 5
+        errors_seen = False
+        while time.monotonic() < deadline:
+            r = ctl.step()
+            errors_seen |= "s1" in r.errors
+            if ctl.switch_up("s1") and job_entries(fake_server) == {5: 2}:
+                break
+            time.sleep(0.02)
+        assert errors_seen
+        assert ctl.switch_up("s1")
+        assert len(fake_server.pipelines) == 1  # re-pushed to the fresh server
+        assert job_entries(fake_server) == {5: 2}
+        assert len(fake_server.entries()) == 11  # everything re-installed
+        assert 'netapprox_switch_reconnects_total{switch="s1"} 1' in ctl.metrics_text()
+    events = [json.loads(line)["event"] for line in (tmp_path / "decisions.jsonl").read_text().splitlines()]
+    assert "switch_down" in events and events.count("switch_up") == 2
+
+
+def test_several_switches_one_down_does_not_stall_the_other(fake_server, bmv2_json, tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    common = {"p4info": str(P4INFO), "bmv2_json": str(bmv2_json)}
+    config = ControllerConfig(
+        switches=(SwitchConfig("s1", options={**common, "address": fake_server.address}),
+                  SwitchConfig("s2", options={**common, "address": f"127.0.0.1:{dead}", "connect_timeout_s": 1.0})),
+        reports=ReportConfig(port=-1), reconnect_initial_s=0.05)
+    with Controller(config) as ctl:
+        assert ctl.wait_until_up(5, names=("s1",))
+        ctl.ingest_report(report(3, 1, 0.6), "h")
+        t0 = time.perf_counter()
+        r = ctl.step()
+        assert time.perf_counter() - t0 < 0.5  # the dead switch's connect attempt runs in the background
+        assert r.writes["s1"].inserted >= 1 and "s2" in r.errors
+        assert job_entries(fake_server) == {3: 4}
+
+
+def test_metrics_endpoint_serves_prometheus_text(fake_server, bmv2_json, tmp_path):
+    with controller_for(fake_server, bmv2_json, tmp_path, metrics_port=0, counters_every=1) as ctl:
+        assert ctl.wait_until_up(5)
+        ctl.ingest_report(report(5, 1, 0.3), "h")
+        driver = ctl._switches["s1"].driver
+        fake_server.counters[(driver._enqueued_id, 1 * 8 + 2)] = (50, 0)
+        fake_server.counters[(driver._transmitted_id, 1 * 8 + 2)] = (45, 0)
+        r = ctl.step()
+        assert r.counters["s1"].queues[0].dropped == 5
+        host, port = ctl.metrics_address
+        assert host == "127.0.0.1"
+        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=5) as resp:
+            body = resp.read().decode()
+            assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    assert "# TYPE netapprox_queue_dropped_packets counter" in body
+    assert 'netapprox_queue_dropped_packets{switch="s1",port="1",queue="2"} 5' in body
+    assert 'netapprox_job_queue{job="5"} 2' in body
+    assert 'netapprox_switch_up{switch="s1"} 1' in body
+
+
+def test_run_loop_writes_within_one_epoch_of_a_report(fake_server, bmv2_json, tmp_path):
+    import threading
+
+    with controller_for(fake_server, bmv2_json, tmp_path, epoch_s=0.02) as ctl:
+        assert ctl.wait_until_up(5)
+        stop = threading.Event()
+        runner = threading.Thread(target=ctl.run, args=(stop,))
+        runner.start()
+        try:
+            time.sleep(0.1)
+            n = len(fake_server.writes)
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.sendto(report(77, 1, 0.99), ctl.report_address)
+            assert fake_server.wait_for_writes(n + 1, timeout=2)
+            assert job_entries(fake_server) == {77: 7}
+        finally:
+            stop.set()
+            runner.join(5)
+        assert not runner.is_alive()
+
+
+# --- Tofino code path (against fakes: no Tofino here) -------------------------------------------------
+
+
+class FakeTm:
+    def __init__(self):
+        self.writes = []
+        self.closed = False
+
+    def port_queues(self, dev_port):
+        from controller.tofino_tm import PortQueues
+
+        return PortQueues(dev_port, dev_port >> 7, pg_id=dev_port % 128 // 8, pg_queues=tuple(range(8, 16)))
+
+    def write(self, op):
+        self.writes.append(op)
+
+    def close(self):
+        self.closed = True
+
+
+def test_tofino_pipeline_packing_tm_config_and_ecn_cells(make_driver, fake_server, tmp_path):
+    (tmp_path / "tofino.bin").write_bytes(b"BIN")
+    (tmp_path / "context.json").write_bytes(b"{}")
+    driver = make_driver(target="tofino", tofino_bin=str(tmp_path / "tofino.bin"),
+                         tofino_context=str(tmp_path / "context.json"), prog_name="netapprox", ports=(136,),
+                         buffer_packets=64)
+    tm = FakeTm()
+    driver.tm_client_factory = lambda: tm
+    driver.connect()
+    assert fake_server.pipelines[0].config.p4_device_config == (
+        b"\x09\x00\x00\x00netapprox" b"\x03\x00\x00\x00BIN" b"\x02\x00\x00\x00{}")
+    assert build_tofino_device_config("p", b"", b"") == b"\x01\x00\x00\x00p" + b"\x00" * 8
+    assert tm.closed and len(tm.writes) == 16
+    sched = [w for w in tm.writes if w.table == "tf1.tm.queue.sched_cfg"]
+    buf = [w for w in tm.writes if w.table == "tf1.tm.queue.buffer"]
+    assert [dict(w.data)["max_priority"] for w in sched] == [7, 6, 5, 4, 3, 2, 1, 0]
+    assert [dict(w.key)["pg_queue"] for w in sched] == list(range(8, 16))
+    assert all(w.pipe == 1 and dict(w.key)["pg_id"] == 1 for w in tm.writes)
+    assert [dict(w.data)["pool_max_cells"] for w in buf] == [36 * 19] + [(8 - k) * 19 for k in range(1, 8)]
+    assert all(dict(w.data)["dynamic_baf"] == "DISABLE" and dict(w.data)["guaranteed_cells"] == 0 for w in buf)
+    driver.apply(SwitchState(ecn_rules=frozenset({EcnRule(0, 20)})))
+    (entry,) = fake_server.entries(33554438)
+    assert int.from_bytes(entry.action.action.params[0].value, "big") == 20 * 19
+
+
+def test_tofino_without_artifacts_says_what_to_set(make_driver):
+    driver = make_driver(target="tofino")
+    with pytest.raises(PipelineError, match="device_config, or tofino_bin and tofino_context"):
+        driver.connect()
+
+
+# --- BMv2 queue depths through the Thrift CLI (a stand-in CLI records its stdin) --------------------------
+
+
+def fake_cli(tmp_path, output: str = "RuntimeCmd: ") -> tuple[str, object]:
+    log = tmp_path / "cli-stdin.txt"
+    script = tmp_path / "simple_switch_CLI"
+    script.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path}/cli-args.txt\ncat > {log}\necho '{output}'\n")
+    script.chmod(0o755)
+    return str(script), log
+
+
+def test_bmv2_queue_depths_are_set_through_the_cli(make_driver, tmp_path):
+    cli, log = fake_cli(tmp_path)
+    driver = make_driver(ports=(1, 2), thrift_port=9090, cli=cli, buffer_packets=64)
+    driver.connect()
+    assert driver.queue_config_error is None
+    assert (tmp_path / "cli-args.txt").read_text().split() == ["--thrift-port", "9090"]
+    lines = log.read_text().splitlines()
+    assert lines[:8] == ["set_queue_depth 36 1 7", "set_queue_depth 7 1 6", "set_queue_depth 6 1 5",
+                         "set_queue_depth 5 1 4", "set_queue_depth 4 1 3", "set_queue_depth 3 1 2",
+                         "set_queue_depth 2 1 1", "set_queue_depth 1 1 0"]
+    assert len(lines) == 16 and lines[8] == "set_queue_depth 36 2 7"
+
+
+def test_bmv2_cli_failure_is_reported_but_forwarding_still_programmed(make_driver, tmp_path, fake_server):
+    cli, _ = fake_cli(tmp_path, output="Error: Could not connect to thrift client on port 9090")
+    driver = make_driver(ports=(1,), thrift_port=9090, cli=cli)
+    driver.connect()
+    assert "Could not connect" in driver.queue_config_error
+    driver.apply(STATE)
+    assert len(fake_server.entries()) == 7
