@@ -62,10 +62,11 @@ def build(defines: str = "") -> None:
 class Bmv2Namespace(contextlib.AbstractContextManager):
     """A namespace with veth pairs and one simple_switch_grpc in it. Use as a context manager."""
 
-    def __init__(self, workdir: pathlib.Path, ports=PORTS) -> None:
+    def __init__(self, workdir: pathlib.Path, ports=PORTS, cpus: str | None = None) -> None:
         self.name = f"na-p4-{secrets.token_hex(4)}"
         self.workdir = workdir
         self.ports = tuple(ports)
+        self.cpus = cpus  # taskset CPU list for simple_switch_grpc, e.g. "0" (queueing experiments)
         self.switch: subprocess.Popen | None = None
         self.switch_log = workdir / "simple_switch_grpc.log"
         self._ns_created = False
@@ -103,6 +104,8 @@ class Bmv2Namespace(contextlib.AbstractContextManager):
             cmd += ["-i", f"{i}@swp{i}"]
         cmd += ["--", "--grpc-server-addr", f"127.0.0.1:{GRPC_PORT}", "--cpu-port", str(CPU_PORT),
                 "--priority-queues", "8"]
+        if self.cpus is not None:
+            cmd = ["taskset", "-c", self.cpus, *cmd]  # taskset execs too: the PID stays the switch's
         with open(self.switch_log, "wb") as log:
             # `ip netns exec` execs the command, so this PID is simple_switch_grpc's own.
             self.switch = subprocess.Popen(self.exec_cmd(cmd), stdout=log, stderr=subprocess.STDOUT)
@@ -156,7 +159,7 @@ def run_ptf(ns: Bmv2Namespace, tests: list[str], *, timeout: float = 300, arch: 
         "arch": arch,
     }
     cmd = [sys.executable, str(pathlib.Path(sys.executable).parent / "ptf"), "--test-dir", str(PTF_TESTS),
-           "--log-file", str(ns.workdir / "ptf.log"), "--test-params", ";".join(f"{k}={v!r}" for k, v in params.items())]
+           "--log-file", str(ns.workdir / "ptf.log"), "--qlen", "4096", "--test-params", ";".join(f"{k}={v!r}" for k, v in params.items())]
     for i in ns.ports:
         cmd += ["--interface", f"{i}@ptf{i}"]
     cmd += tests
@@ -179,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--build", action="store_true", help="run `make p4` first")
     ap.add_argument("--keep-logs", metavar="DIR", help="copy BMv2 and PTF logs here")
     ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--taskset", metavar="CPUS", help="pin simple_switch_grpc to these CPUs (e.g. 0)")
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         print("run_ptf: needs root (network namespaces)", file=sys.stderr)
@@ -192,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="netapprox-ptf-") as tmp:
         workdir = pathlib.Path(tmp)
         try:
-            with Bmv2Namespace(workdir) as ns:
+            with Bmv2Namespace(workdir, cpus=args.taskset) as ns:
                 res = run_ptf(ns, args.tests, timeout=args.timeout)
         finally:
             if args.keep_logs:

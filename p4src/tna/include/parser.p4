@@ -45,7 +45,9 @@ parser NetApproxIngressParser(packet_in pkt,
     state parse_ipv4 {
         pkt.extract(hdr.ipv4);
         ipv4_checksum.add(hdr.ipv4);
-        ig_md.ipv4_checksum_err = !ipv4_checksum.verify();
+        // Tofino's parser checksum unit writes true here when the header checksum is WRONG (the
+        // convention of Intel's switch.p4 and the TNA examples: `checksum_err = verify()`).
+        ig_md.ipv4_checksum_err = ipv4_checksum.verify();
         transition select(hdr.ipv4.ihl, hdr.ipv4.frag_offset, hdr.ipv4.protocol) {
             (5, 0, IP_PROTO_UDP): parse_udp;
             (5, 0, IP_PROTO_TCP): parse_tcp;
