@@ -347,6 +347,23 @@ class Testbed:
             time.sleep(0.02)
         raise TimeoutError(f"{path} did not appear within {timeout} s")
 
+    def wait_bound(self, host: int, port: int, *, udp: bool = True, timeout: float = 10.0) -> None:
+        """Wait until a socket on ``host`` listens on ``port`` (``ss`` inside the host's namespace)."""
+        flag = "-Hunl" if udp else "-Htnl"
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            res = self.lab.run(host, ["ss", flag, f"sport = :{port}"], check=False)
+            if res.stdout.strip():
+                return
+            time.sleep(0.05)
+        raise TimeoutError(f"nothing bound to port {port} on host {host} within {timeout} s")
+
+    def pin_jobs(self, job_queues: Sequence[tuple[int, int]]) -> None:
+        """Without a controller: install the static state with these (job, queue) pins (ATP_FixPrio)."""
+        if self.controller is not None or self.config.switch != "netapprox":
+            raise RuntimeError("job pins need switch='netapprox' and controller=False")
+        self.driver.apply(static_state(job_queues))
+
     def wait_all(self, procs: Sequence[Proc], timeout: float) -> list[int | None]:
         """Wait for ``procs``; a process still running at the deadline is stopped (by PID) and gets None."""
         from topo.netns import stop_process

@@ -16,8 +16,9 @@ and returns per-job metrics with the same names for every protocol:
   the job did not complete),
 - ``msr_met`` (bool), ``delivered`` (messages), ``msg_loss`` (ATP: messages given up / N),
 - ``pkt_loss`` (ATP: packets lost / sent; UDP: 1 - received / sent; TCP: retransmitted / sent segments),
-- ``lower_bound_s``: the ceil(MSR*N) smallest messages' bytes x 8 / bottleneck rate (``lower_bound_s()``),
-- ``jct_over_bound``.
+- ``bound_s``: MSR x job bytes x 8 / bottleneck rate (= MSR*N*size/rate for equal sizes), and
+  ``jct_over_bound`` = JCT / bound_s; ``strict_bound_s``: the ceil(MSR*N) smallest messages' bytes at
+  line rate (``lower_bound_s()``), a bound no scheme can beat even by picking the smallest messages.
 """
 from __future__ import annotations
 
@@ -145,7 +146,8 @@ def run_trial(tb: Testbed, protocol: str, plans: Sequence[JobPlan], *, name: str
                                    "--json", str(out), "--ready-file", str(ready)], f"{name}-bgrx{i}"), out))
         tb.wait_file(ready)
     if _is_atp(protocol):
-        time.sleep(0.3)  # the ATP receivers have no ready file; give them time to bind
+        for dst in by_dst:
+            tb.wait_bound(dst, 7600)
 
     # 2. background, flows, then the jobs
     t_start = time.time()
@@ -238,9 +240,10 @@ def _start_delayed(tb: Testbed, host: int, module: str, args: list[str], name: s
 def job_metrics(protocol: str, plan: JobPlan, tx: dict | None, rx: dict | None, rate_bps: float) -> dict:
     """Unified per-job metrics from the sender's and receiver's JSON summaries (see module docstring)."""
     n = plan.workload.n
-    bound = lower_bound_s(plan.workload, plan.msr, rate_bps)
+    bound = plan.msr * plan.workload.total_bytes * 8 / rate_bps
     m: dict[str, Any] = {"job_id": plan.job_id, "src": plan.src, "dst": plan.dst, "msr": plan.msr, "n": n,
-                         "bytes": plan.workload.total_bytes, "lower_bound_s": bound, "jct_s": None,
+                         "bytes": plan.workload.total_bytes, "bound_s": bound,
+                         "strict_bound_s": lower_bound_s(plan.workload, plan.msr, rate_bps), "jct_s": None,
                          "msr_met": False, "delivered": None, "msg_loss": None, "pkt_loss": None}
     if tx is None:
         return m

@@ -1,0 +1,48 @@
+"""``python -m experiments <name> [--seeds 1 2 3] [--quick] [--out results]``: run one experiment.
+
+Experiments (docs/experiments.md): alltoall (Fig. 5-8), incast (Fig. 9), dynamic (Fig. 10-11),
+ablation (Fig. 12), coexist (Fig. 13), fairness (Fig. 14), boundedloss (bounded-loss ML), all.
+Needs root (network namespaces). Results: results/<name>/result.json and PNGs.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from experiments.runner import EXPERIMENTS, QUICK, Scale
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m experiments", description=__doc__.split("\n\n")[0])
+    p.add_argument("experiment", choices=sorted(EXPERIMENTS) + ["all"])
+    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="one run per seed (default 1 2 3)")
+    p.add_argument("--quick", action="store_true", help="a reduced sweep that checks the pipeline end to end")
+    p.add_argument("--out", default="results", help="results directory (default: results/)")
+    p.add_argument("--rate-mbit", type=float, default=Scale.rate_mbit)
+    p.add_argument("--hosts", type=int, default=Scale.hosts)
+    p.add_argument("--fbkv-n", type=int, default=Scale.fbkv_n)
+    p.add_argument("--fbhd-n", type=int, default=Scale.fbhd_n)
+    p.add_argument("-v", "--verbose", action="store_true")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if os.geteuid() != 0:
+        print("experiments need root: they create network namespaces and program qdiscs", file=sys.stderr)
+        return 2
+    scale = dataclasses.replace(Scale(), rate_mbit=args.rate_mbit, hosts=args.hosts, fbkv_n=args.fbkv_n,
+                                fbhd_n=args.fbhd_n)
+    names = sorted(EXPERIMENTS) if args.experiment == "all" else [args.experiment]
+    for name in names:
+        kw = QUICK.get(name, {}) if args.quick else {}
+        rf = EXPERIMENTS[name](args.seeds, Path(args.out), scale, **kw)
+        path = rf.write()
+        print(f"{name}: {len(rf.runs)} runs -> {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

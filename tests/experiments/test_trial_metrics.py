@@ -1,0 +1,121 @@
+"""Pure parts of the trial runner, the experiments and the bench: metrics, bounds, summaries."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from experiments import runner, trial
+from experiments.workloads import Flow, JobWorkload
+
+RATE = 20e6
+
+
+def _job(sizes):
+    return JobWorkload(kind="fixed", seed=0, sizes=tuple(sizes), ready_s=(0.0,) * len(sizes))
+
+
+def test_bounds_equal_sizes_and_strict_bound_picks_smallest():
+    job = _job([1000] * 10)
+    assert trial.lower_bound_s(job, 0.5, RATE) == pytest.approx(5 * 1000 * 8 / RATE)
+    skew = _job([10, 10, 10, 10000])
+    assert trial.lower_bound_s(skew, 0.5, RATE) == pytest.approx(20 * 8 / RATE)
+
+
+def test_job_metrics_atp_summary():
+    plan = trial.JobPlan(7, 0, 1, _job([1000] * 10), 0.5)
+    tx = {"jct_s": 0.01, "msr_met": True, "packets_sent": 12, "packets_lost": 3, "receiver_confirmed": True,
+          "retransmissions": 1, "groups": [{"delivered": 8, "lost": 2, "final_tlr": 0.2}]}
+    m = trial.job_metrics("atp", plan, tx, None, RATE)
+    assert m["jct_s"] == 0.01 and m["msr_met"] and m["delivered"] == 8
+    assert m["msg_loss"] == pytest.approx(0.2) and m["pkt_loss"] == pytest.approx(0.25)
+    assert m["jct_over_bound"] == pytest.approx(0.01 / (5 * 8000 / RATE))
+
+
+def test_job_metrics_tcp_and_udp_and_missing():
+    plan = trial.JobPlan(7, 0, 1, _job([1000] * 10), 0.5)
+    tcp = trial.job_metrics("tcp-es", plan, {"jct_s": 0.5, "completed": True, "cc": "cubic",
+                                             "tcp_info": {"segs_out": 100, "total_retrans": 5}}, {"delivered": 6}, RATE)
+    assert tcp["msr_met"] and tcp["delivered"] == 6 and tcp["pkt_loss"] == pytest.approx(0.05)
+    udp = trial.job_metrics("udp", plan, {"start_wall": 100.0}, {"messages_complete": 4, "packet_loss": 0.4,
+                                                                 "target_wall": None}, RATE)
+    assert not udp["msr_met"] and udp["jct_s"] is None and udp["msg_loss"] == pytest.approx(0.6)
+    udp_ok = trial.job_metrics("udp", plan, {"start_wall": 100.0}, {"messages_complete": 5, "packet_loss": 0.1,
+                                                                    "target_wall": 100.25}, RATE)
+    assert udp_ok["msr_met"] and udp_ok["jct_s"] == pytest.approx(0.25)
+    gone = trial.job_metrics("atp", plan, None, None, RATE)
+    assert gone["jct_s"] is None and not gone["msr_met"]
+
+
+def test_flow_fct_stats_classes():
+    flows = [{"trace_size": 5_000, "fct_s": 0.01}, {"trace_size": 50_000, "fct_s": 0.03},
+             {"trace_size": 20_000_000, "fct_s": 1.0}, {"trace_size": 1_000_000, "fct_s": None}]
+    s = trial.flow_fct_stats(flows)
+    assert s["flows_all"] == 4 and s["flows_all_unfinished"] == 1
+    assert s["fct_small_mean"] == pytest.approx(0.02) and s["flows_small"] == 2
+    assert s["fct_large_mean"] == pytest.approx(1.0)
+    assert s["fct_all_mean"] == pytest.approx((0.01 + 0.03 + 1.0) / 3)
+
+
+def test_unknown_protocol_is_rejected():
+    with pytest.raises(ValueError, match="tcp-es"):
+        trial.run_trial(None, "quic", [], name="x")
+
+
+@pytest.mark.parametrize("tlr,q", [(0.0, 1), (0.1, 1), (0.125, 1), (0.25, 2), (0.5, 4), (0.51, 4), (0.875, 7), (1.0, 7)])
+def test_queue_for_tlr_matches_default_thresholds(tlr, q):
+    assert runner.queue_for_tlr(tlr) == q
+
+
+def test_queue_for_tlr_agrees_with_controller_model():
+    from controller.model import default_tlr_rules
+    from hostlib.wire import tlr_to_q15
+    rules = default_tlr_rules()
+    for tlr in np.linspace(0, 1, 41):
+        v = tlr_to_q15(float(tlr))
+        (qid,) = [r.qid for r in rules if r.tlr_lo <= v <= r.tlr_hi]
+        assert runner.queue_for_tlr(v / 32768) == qid
+
+
+def test_range_loss_error_grows_with_loss_like_sqrt():
+    vec = runner.gradient_vector(1, 200_000)
+    assert runner.range_loss_error(vec, 340, 0.0, 1)["rel_l2_error"] == 0.0
+    e = {p: runner.range_loss_error(vec, 340, p, 1) for p in (0.1, 0.35)}
+    for p, m in e.items():
+        assert m["packet_loss"] == pytest.approx(p, abs=0.03)
+        # iid values: the lost energy fraction is the loss rate, so the error is ~sqrt(loss)
+        assert m["rel_l2_error"] == pytest.approx(np.sqrt(m["packet_loss"]), rel=0.1)
+    assert runner.range_loss_error(vec, 340, 1.0, 1)["rel_l2_error"] == pytest.approx(1.0)
+
+
+def test_timeline_rows_normalise_and_fill_queue_from_controller():
+    tl = [{"time": 0.0, "tlr": 0.5, "rate_bps": 2e7, "measured_loss": 0.1},
+          {"time": 1.0, "tlr": 0.4, "rate_bps": 1e7, "measured_loss": 0.6}]
+    changes = [{"wall": 100.5, "assignments": {"9": 3}}]
+    rows = runner._timeline_rows(tl, changes, 9, 100.0)
+    assert rows[0] == {"time": 0.0, "tlr": 0.5, "rate_mbps": 20.0, "loss": 0.1}
+    assert rows[1]["queue"] == 3 and rows[1]["loss"] == 0.6
+
+
+def test_bench_summary_and_markdown_from_rows():
+    from bench.__main__ import markdown, summarize
+    rows = []
+    for seed in (1, 2):
+        for msr in (0.5, 0.9):
+            for p, jct in (("atp", 1.0), ("tcp-es", 2.0), ("tcp-ss", 4.0)):
+                rows.append({"seed": seed, "msr": msr, "protocol": p, "jct_s": jct * seed, "jct_over_bound": 1.5,
+                             "msr_met": True, "msg_loss": 0.6 if (p == "atp" and seed == 2 and msr == 0.5) else 0.0})
+    fct = {"rows": [{"seed": 1, "switch": "netapprox", "fct_all_mean": 0.1, "fct_all_p99": 0.2, "fct_small_mean": 0.01,
+                     "fct_small_p99": 0.02, "flows_all_unfinished": 0, "jct_mean_s": 1.0},
+                    {"seed": 1, "switch": "fifo", "fct_all_mean": 0.2, "fct_all_p99": 0.8, "fct_small_mean": 0.04,
+                     "fct_small_p99": 0.05, "flows_all_unfinished": 1, "jct_mean_s": 0.9}]}
+    s = summarize({"rows": rows}, fct)
+    assert s["msr0.5"]["atp_over_tcp_es"] == pytest.approx(0.5)
+    assert s["msr0.9"]["atp_over_tcp_ss"] == pytest.approx(0.25)
+    assert s["msr0.5"]["atp_over_tcp_es_per_seed"] == [0.5, 0.5]
+    assert s["atp_loss_within_bound"] == {"jobs": 4, "within": 3, "fraction": 0.75}
+    assert s["fct"]["fct_all_mean"]["netapprox_over_fifo"] == pytest.approx(0.5)
+    meta = {"finished_utc": "now", "scale": {"rate_mbit": 20, "buffer_packets": 64},
+            "environment": {"tcp_cc": "cubic"}, "seeds": [1, 2], "duration_s": 1.0}
+    md = markdown(s, meta, {"available": False, "reason": "absent"})
+    assert "| ATP JCT / TCP-ES JCT (background flows) | 0.500 | 0.500 |" in md
+    assert "**3/4**" in md and "not run: absent" in md
