@@ -13,6 +13,7 @@ Test parameters (``ptf --test-params "k='v';..."``, filled in by ptf/run_ptf.py)
 from __future__ import annotations
 
 import hashlib
+import itertools
 import queue
 import threading
 import time
@@ -28,7 +29,9 @@ from ptf.base_tests import BaseTest
 from ptf.dataplane import match_exp_pkt
 from scapy.layers.l2 import Ether
 
-ELECTION_ID = (0, 1)
+# Each test takes a new, higher election id: a stream of the previous test that the server has not torn
+# down yet cannot keep this test from becoming primary.
+_ELECTION_IDS = itertools.count(int(time.time()))
 
 
 def encode_int(value: int, bitwidth: int) -> bytes:
@@ -75,6 +78,7 @@ class P4RuntimeTest(BaseTest):
 
     def setUp(self) -> None:
         BaseTest.setUp(self)
+        self.election_id = (0, next(_ELECTION_IDS))
         self.dataplane = ptf.dataplane_instance
         self.dataplane.flush()
         self.grpc_addr = testutils.test_param_get("grpcaddr", "127.0.0.1:9559")
@@ -173,7 +177,7 @@ class P4RuntimeTest(BaseTest):
     def _arbitrate(self) -> None:
         req = p4runtime_pb2.StreamMessageRequest()
         req.arbitration.device_id = self.device_id
-        req.arbitration.election_id.high, req.arbitration.election_id.low = ELECTION_ID
+        req.arbitration.election_id.high, req.arbitration.election_id.low = self.election_id
         self._stream_out.put(req)
         rep = self._get_stream("arbitration", timeout=5)
         if rep is None:
@@ -205,7 +209,7 @@ class P4RuntimeTest(BaseTest):
         set_req = p4runtime_pb2.SetForwardingPipelineConfigRequest(
             device_id=self.device_id,
             action=p4runtime_pb2.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT)
-        set_req.election_id.high, set_req.election_id.low = ELECTION_ID
+        set_req.election_id.high, set_req.election_id.low = self.election_id
         set_req.config.p4info.CopyFrom(self.p4info)
         set_req.config.p4_device_config = device_config
         set_req.config.cookie.cookie = cookie
@@ -219,7 +223,7 @@ class P4RuntimeTest(BaseTest):
 
     def _write(self, updates) -> None:
         req = p4runtime_pb2.WriteRequest(device_id=self.device_id)
-        req.election_id.high, req.election_id.low = ELECTION_ID
+        req.election_id.high, req.election_id.low = self.election_id
         req.updates.extend(updates)
         try:
             self.stub.Write(req)
