@@ -4,6 +4,9 @@ The kernel switch is a bridge in its own network namespace; every egress port ca
 strict-priority tree (8 logical queues) and one u32 classifier whose entries mirror the P4 tables
 (docs/architecture.md, docs/emulation.md). This driver owns those trees and entries:
 
+Errors that mean "the switch is not (or no longer) there" raise ``controller.model.SwitchUnavailable``, so the
+controller's loop reconnects; bad options raise ``KernelDriverError``.
+
 - ``connect()`` builds the queue tree on each port (kept when it already has the right shape, so counters
   survive a reconnect), removes any u32 entries it did not write, and re-installs the last applied state.
 - ``apply(state)`` compiles the state to u32 entries, diffs them against its installed copy and writes only
@@ -21,7 +24,7 @@ import dataclasses
 import logging
 from typing import Any, Mapping
 
-from controller.model import Counters, Driver, QueueStats, SwitchState, WriteSummary
+from controller.model import Counters, Driver, QueueStats, SwitchState, SwitchUnavailable, WriteSummary
 from hostlib.wire import DEFAULT_ATP_PORT
 from topo import kernel_switch as ks
 
@@ -95,15 +98,17 @@ class KernelDriver(Driver):
 
         self.close()
         try:
-            self._ipr = IPRoute(netns=self.options.netns) if self.options.netns else IPRoute()
+            # flags=0: never create the namespace (pyroute2 defaults to O_CREAT).
+            self._ipr = IPRoute(netns=self.options.netns, flags=0) if self.options.netns else IPRoute()
         except OSError as exc:
-            raise KernelDriverError(f"{self.name}: cannot open network namespace {self.options.netns!r}: {exc}. "
+            raise SwitchUnavailable(self.name, f"cannot open network namespace {self.options.netns!r}: {exc}. "
                                     "Is the switch running (ip netns list)?") from exc
         for ifname in self.options.ports:
             idx = self._ipr.link_lookup(ifname=ifname)
             if not idx:
-                raise KernelDriverError(f"{self.name}: no interface {ifname!r} in namespace "
-                                        f"{self.options.netns or '(current)'}")
+                self.close()
+                raise SwitchUnavailable(self.name, f"no interface {ifname!r} in namespace "
+                                        f"{self.options.netns or '(current)'} (switch not started, or stopped)")
             self._ifindex[ifname] = idx[0]
             shape = self.options.shape(ifname)
             if not ks.port_has_shape(self._ipr, idx[0], shape):
@@ -138,8 +143,8 @@ class KernelDriver(Driver):
                 # The port is now partly written: forget what we believe is installed so that the next
                 # connect() rewrites everything.
                 self._installed = {}
-                raise KernelDriverError(f"{self.name}: writing u32 entries on {ifname} failed: {exc}. "
-                                        "Call connect() to re-install the whole state.") from exc
+                raise SwitchUnavailable(self.name, f"writing u32 entries on {ifname} failed: {exc}; "
+                                        "connect() re-installs the whole state") from exc
         self._installed = wanted
         self._state = desired
         n = len(self._ifindex)
@@ -151,7 +156,11 @@ class KernelDriver(Driver):
         queues = []
         for ifname, idx in self._ifindex.items():
             port = self.options.ports[ifname]
-            for s in ks.read_port_stats(self._ipr, idx):
+            try:
+                stats = ks.read_port_stats(self._ipr, idx)
+            except Exception as exc:
+                raise SwitchUnavailable(self.name, f"reading queue statistics of {ifname} failed: {exc}") from exc
+            for s in stats:
                 queues.append(QueueStats(port=port, qid=s.qid, enqueued=s.packets + s.drops + s.backlog_packets,
                                          transmitted=s.packets, dropped=s.drops))
         return Counters(queues=tuple(queues), job_packets={})

@@ -1,0 +1,228 @@
+"""An emulated NetApprox network: a Mininet topology on the kernel or BMv2 target, ready for a controller.
+
+    with Emulation(EmulationConfig(topology="dumbbell", hosts=2, bottleneck_mbit=30)) as emu:
+        emu.switch_configs()      # controller.config.SwitchConfig per switch (kind kernel or p4runtime)
+        emu.report_socket()       # UDP socket bound in the ``ctl`` host (kernel target: in-band reports)
+        emu.hosts[0].popen([...]) # Mininet hosts
+
+Everything is removed by ``stop()`` (Mininet's own ``net.stop()``: hosts, switches, links; switch PIDs;
+namespace names), also on errors and Ctrl-C when used as a context manager. Never ``mn -c``.
+"""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import functools
+import os
+import socket
+import threading
+from typing import Any
+
+from controller.model import ClassRule, Route
+from hostlib.wire import DEFAULT_ATP_PORT, DEFAULT_REPORT_PORT
+from topo.netns import run, unique_tag, wait_until
+from topo.switches import P4_TOOLS_HINT, BMv2Switch, KernelSwitch, NaLink, bmv2_available
+from topo.topologies import CTL_IP, TOPOLOGIES
+
+CLONE_NEWNET = 0x40000000
+TARGETS = ("kernel", "bmv2")
+
+
+@dataclasses.dataclass(frozen=True)
+class EmulationConfig:
+    """Shape of the emulated network."""
+
+    topology: str = "rack"
+    """``rack`` (one switch), ``dumbbell`` (two switches, one bottleneck link) or ``leafspine``."""
+    hosts: int = 4
+    """rack: hosts on the switch; dumbbell: hosts per side; leafspine: hosts per leaf."""
+    rate_mbit: float = 100.0
+    """Host link rate, Mbit/s (switch egress towards hosts)."""
+    bottleneck_mbit: float | None = None
+    """dumbbell: the s1-s2 link; leafspine: leaf-spine links. None: ``rate_mbit``."""
+    leaves: int = 2
+    """leafspine: number of leaves."""
+    spines: int = 2
+    """leafspine: number of spines."""
+    buffer_packets: int = 64
+    """Per-port buffer, MTU-sized packets: queue k >= 1 holds 8 - k, queue 0 the rest."""
+    target: str = "kernel"
+    """``kernel`` (Linux bridge + HTB/u32) or ``bmv2`` (simple_switch_grpc + kernel qdisc as TM)."""
+    atp_port: int = DEFAULT_ATP_PORT
+    """ATP UDP port."""
+    class_rules: tuple[ClassRule, ...] = ()
+    """queue_by_class entries every switch starts with (the controller's config should carry the same)."""
+    bmv2_json: str = "build/v1model/bmv2.json"
+    """BMv2 target: the compiled P4 program (``make p4``); its p4info.txtpb sits next to it."""
+    log_dir: str = "results"
+    """Where switch logs go."""
+
+    def __post_init__(self) -> None:
+        if self.topology not in TOPOLOGIES:
+            raise ValueError(f"topology {self.topology!r}: choose one of {', '.join(TOPOLOGIES)}")
+        if self.target not in TARGETS:
+            raise ValueError(f"target {self.target!r}: choose one of {', '.join(TARGETS)}")
+
+
+class TargetUnavailable(RuntimeError):
+    """The requested target's tools are missing; the message says what to install."""
+
+
+def socket_in_netns(pid: int, kind: int = socket.SOCK_DGRAM) -> socket.socket:
+    """A socket created inside the network namespace of process ``pid`` (it stays there)."""
+    box: dict[str, Any] = {}
+
+    def worker() -> None:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
+            try:
+                if libc.setns(fd, CLONE_NEWNET) != 0:
+                    err = ctypes.get_errno()
+                    raise OSError(err, f"setns into /proc/{pid}/ns/net: {os.strerror(err)}")
+            finally:
+                os.close(fd)
+            box["sock"] = socket.socket(socket.AF_INET, kind)
+        except BaseException as exc:  # handed to the caller
+            box["error"] = exc
+
+    t = threading.Thread(target=worker, name="netns-socket")
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box["sock"]
+
+
+class Emulation:
+    """A running Mininet network of NetApprox switches (see module docstring)."""
+
+    def __init__(self, config: EmulationConfig) -> None:
+        self.config = config
+        self.tag = unique_tag(2)[:3]
+        self.net = None
+        self._sockets: list[socket.socket] = []
+
+    # -- lifecycle ------------------------------------------------------------------------------------------
+    def __enter__(self) -> "Emulation":
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        from mininet.log import setLogLevel
+        from mininet.net import Mininet
+
+        cfg = self.config
+        setLogLevel("warning")
+        if cfg.target == "bmv2":
+            if not bmv2_available():
+                raise TargetUnavailable(P4_TOOLS_HINT)
+            if not os.path.exists(cfg.bmv2_json):
+                raise TargetUnavailable(f"{cfg.bmv2_json} not found: run `make p4` first (needs p4c-bm2-ss)")
+            switch = functools.partial(BMv2Switch, rate_mbit=cfg.rate_mbit, buffer_packets=cfg.buffer_packets,
+                                       atp_port=cfg.atp_port, class_rules=cfg.class_rules,
+                                       json_path=cfg.bmv2_json, log_dir=cfg.log_dir, tag=self.tag)
+        else:
+            switch = functools.partial(KernelSwitch, rate_mbit=cfg.rate_mbit, buffer_packets=cfg.buffer_packets,
+                                       atp_port=cfg.atp_port, class_rules=cfg.class_rules,
+                                       stp=cfg.topology == "leafspine", tag=self.tag)
+        topo = TOPOLOGIES[cfg.topology](hosts=cfg.hosts, rate_mbit=cfg.rate_mbit, bottleneck_mbit=cfg.bottleneck_mbit,
+                                        leaves=cfg.leaves, spines=cfg.spines)
+        self.net = Mininet(topo=topo, switch=switch, link=NaLink, controller=None, build=False,
+                           autoSetMacs=False, autoStaticArp=False, waitConnected=False)
+        self.net.build()
+        for h in self.net.hosts:
+            for intf in h.intfList():
+                h.cmd(f"ethtool -K {intf.name} tx off")
+            for key in ("all", "default"):
+                h.cmd(f"sysctl -qw net.ipv6.conf.{key}.disable_ipv6=1")
+        self.net.start()
+        if cfg.target == "bmv2":
+            self.net.staticArp()  # P4 routes by IP; hosts need the peers' MACs without ARP through BMv2
+        if cfg.topology == "leafspine" and cfg.target == "kernel":
+            if not wait_until(lambda: all(s.stp_converged() for s in self.net.switches), timeout=30, interval=0.5):
+                raise RuntimeError("STP did not converge within 30 s")
+
+    def stop(self) -> None:
+        for s in self._sockets:
+            s.close()
+        self._sockets.clear()
+        if self.net is not None:
+            net, self.net = self.net, None
+            net.stop()
+
+    # -- access ---------------------------------------------------------------------------------------------
+    @property
+    def hosts(self) -> list:
+        """Workload hosts h1..hN in order (without ``ctl``)."""
+        hs = [h for h in self.net.hosts if h.name != "ctl"]
+        return sorted(hs, key=lambda h: int(h.name[1:]))
+
+    @property
+    def ctl(self):
+        return self.net.get("ctl")
+
+    @property
+    def report_target(self) -> str:
+        """Where hosts send REPORTs: ``ip:port`` of the controller's in-band address."""
+        return f"{CTL_IP}:{DEFAULT_REPORT_PORT}"
+
+    def report_socket(self, port: int = DEFAULT_REPORT_PORT) -> socket.socket:
+        """A UDP socket bound to ``port`` inside the ``ctl`` host: REPORTs sent to ``report_target`` arrive
+        here (kernel target). Closed by ``stop()``."""
+        s = socket_in_netns(self.ctl.pid)
+        s.bind(("0.0.0.0", port))
+        self._sockets.append(s)
+        return s
+
+    def switch_configs(self):
+        """``controller.config.SwitchConfig`` for every switch, with this network's driver options."""
+        from controller.config import SwitchConfig
+
+        out = []
+        for sw in self.net.switches:
+            kind = "p4runtime" if isinstance(sw, BMv2Switch) else "kernel"
+            routes = tuple(self.routes(sw)) if kind == "p4runtime" else ()
+            out.append(SwitchConfig(name=sw.name, kind=kind, options=sw.driver_options(), routes=routes,
+                                    class_rules=tuple(self.config.class_rules)))
+        return tuple(out)
+
+    def routes(self, switch) -> list[Route]:
+        """BMv2 target: a /32 route per host on ``switch``, along a shortest path (BFS over the topology;
+        among equal paths, the spine is picked by the destination host's number)."""
+        import collections
+
+        net = self.net
+        nodes = {n.name: n for n in net.hosts + net.switches}
+        adj: dict[str, list[tuple[str, Any]]] = collections.defaultdict(list)
+        for link in net.links:
+            a, b = link.intf1, link.intf2
+            adj[a.node.name].append((b.node.name, a))
+            adj[b.node.name].append((a.node.name, b))
+        out = []
+        for h in net.hosts:
+            # BFS from the host: distance of every node to it.
+            dist = {h.name: 0}
+            queue = collections.deque([h.name])
+            while queue:
+                u = queue.popleft()
+                for v, _ in adj[u]:
+                    if v not in dist and (v == switch.name or v in {s.name for s in net.switches}):
+                        dist[v] = dist[u] + 1
+                        queue.append(v)
+            if switch.name not in dist:
+                continue
+            options = sorted((v, intf) for v, intf in adj[switch.name] if dist.get(v, 1 << 30) == dist[switch.name] - 1)
+            if not options:
+                continue
+            nxt, intf = options[int(h.name[1:]) % len(options)] if h.name[1:].isdigit() else options[0]
+            port = switch.port_map()[intf.name]
+            out.append(Route(prefix=h.IP(), prefix_len=32, port=port, src_mac=intf.MAC(), dst_mac=h.MAC()))
+        return out

@@ -1,0 +1,238 @@
+"""Mininet switch classes: ``KernelSwitch`` (Linux bridge + HTB/u32, no P4 toolchain) and ``BMv2Switch``.
+
+Both shape every egress port with the same traffic manager (topo/kernel_switch.py: HTB root at the link
+rate, 8 strict-priority classes, a large bfifo under queue 0 and 8 - k packets under queue k). They differ
+in who classifies:
+
+- ``KernelSwitch``: the switch is a bridge in its own network namespace; u32 filters on each egress port
+  implement the logical tables. The controller programs them with ``controller.kernel_driver.KernelDriver``
+  (``switch.driver_options()``).
+- ``BMv2Switch``: ``simple_switch_grpc`` runs the P4 pipeline (parse, route, classify, stamp the logical
+  queue into the ATP ``queue`` byte of DATA packets, ECN); it has no port shaper, so the kernel qdisc on each
+  of its egress interfaces is the traffic manager, classifying by that stamp (``compile_tm_filters``). The
+  controller programs the P4 tables with ``controller.p4runtime_driver.P4RuntimeDriver``.
+
+Per-link rates come from the link options (``net.addLink(a, b, rate_mbit=20)``), else the switch's
+``rate_mbit``. Interface names are unique per run (``na`` + tag), PIDs are kept and only those are stopped.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+from mininet.link import Link
+from mininet.node import Switch
+
+from controller.model import ClassRule, SwitchState, default_tlr_rules
+from hostlib.wire import DEFAULT_ATP_PORT
+from topo import kernel_switch as ks
+from topo.netns import run, stop_process, unique_tag, wait_until
+
+
+def intf_rate(intf, default: float) -> float:
+    return float(intf.params.get("rate_mbit", default)) if intf is not None else default
+
+
+class NaLink(Link):
+    """A Mininet veth link whose interface names carry the node's ``intf_prefix`` (unique per run for
+    switches that live in the root namespace, such as BMv2)."""
+
+    def intfName(self, node, n):  # noqa: N802 (Mininet's name)
+        return f"{getattr(node, 'intf_prefix', node.name)}-eth{n}"
+
+
+class KernelSwitch(Switch):
+    """A Linux bridge in its own network namespace with NetApprox queues on every port."""
+
+    def __init__(self, name: str, rate_mbit: float = 100.0, buffer_packets: int = 64,
+                 atp_port: int = DEFAULT_ATP_PORT, stp: bool = False, class_rules: tuple[ClassRule, ...] = (),
+                 tag: str | None = None, **params: Any) -> None:
+        params["inNamespace"] = True
+        super().__init__(name, **params)
+        self.rate_mbit = rate_mbit
+        self.buffer_packets = buffer_packets
+        self.atp_port = atp_port
+        self.stp = stp
+        self.class_rules = tuple(class_rules)
+        self.netns_name = f"na{tag or unique_tag()}{name}"
+        self._attached = False
+
+    def port_map(self) -> dict[str, int]:
+        return {intf.name: port for port, intf in sorted(self.intfs.items()) if intf.name != "lo"}
+
+    def driver_options(self) -> dict[str, Any]:
+        """Options for ``controller.kernel_driver.KernelDriver.from_options`` (the controller's switch entry)."""
+        rates = {intf.name: intf_rate(intf, self.rate_mbit) for intf in self.intfList() if intf.name != "lo"}
+        return {"netns": self.netns_name, "ports": self.port_map(), "rate_mbit": self.rate_mbit,
+                "port_rates_mbit": rates, "buffer_packets": self.buffer_packets, "atp_port": self.atp_port}
+
+    def default_state(self) -> SwitchState:
+        """What the switch does before a controller connects: TLR thresholds and the class rules."""
+        return SwitchState(tlr_rules=default_tlr_rules(), class_rules=frozenset(self.class_rules))
+
+    def start(self, controllers) -> None:
+        from controller.kernel_driver import KernelDriver
+
+        run(["ip", "netns", "attach", self.netns_name, str(self.pid)])
+        self._attached = True
+        for key in ("all", "default"):
+            self.cmd(f"sysctl -qw net.ipv6.conf.{key}.disable_ipv6=1")
+        stp = 1 if self.stp else 0
+        # Kernel STP timers: forward_delay 2 s (the minimum), hello 1 s; without STP forward at once.
+        self.cmd(f"ip link add br0 type bridge stp_state {stp} forward_delay {200 if stp else 0} hello_time 100")
+        for intf in self.intfList():
+            if intf.name != "lo":
+                self.cmd(f"ip link set {intf.name} master br0 up")
+        self.cmd("ip link set br0 up")
+        driver = KernelDriver.from_options(self.name, self.driver_options())
+        try:
+            driver.connect()
+            driver.apply(self.default_state())
+        finally:
+            driver.close()
+
+    def stp_converged(self) -> bool:
+        """All ports forwarding or blocking (not listening/learning)."""
+        out = self.cmd("bridge link show")
+        states = [line.split(" state ")[1].split()[0] for line in out.splitlines() if " state " in line]
+        return bool(states) and all(s in ("forwarding", "blocking", "disabled") for s in states)
+
+    def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 (Mininet's name)
+        if self._attached:
+            subprocess.run(["ip", "netns", "delete", self.netns_name], capture_output=True)
+            self._attached = False
+        super().stop(deleteIntfs)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# BMv2
+
+BMV2_CPU_PORT = 255
+P4_TOOLS_HINT = ("BMv2 is not installed: `simple_switch_grpc` (BMv2 >= 1.15.1 built with PI/P4Runtime and "
+                 "Thrift) and `p4c-bm2-ss` (p4c) must be on PATH. Build them from https://github.com/p4lang/"
+                 "behavioral-model and https://github.com/p4lang/p4c (or install the p4lang packages), then "
+                 "run `make p4`; see docs/emulation.md.")
+
+
+def bmv2_available() -> bool:
+    return shutil.which("simple_switch_grpc") is not None and shutil.which("p4c-bm2-ss") is not None
+
+
+def free_tcp_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def compile_tm_filters(class_rules, atp_port: int = DEFAULT_ATP_PORT) -> dict[int, ks.U32Entry]:
+    """The traffic-manager classifier behind a BMv2 port: ATP DATA -> the queue BMv2 stamped in its queue
+    byte; everything else -> ``queue_by_class`` (the same rules the P4 table holds), default queue 0."""
+    entries = {}
+    for q in range(ks.NUM_QUEUES):
+        keys = (ks.Key(0, 0x05000000, 0x0F000000), ks.Key(8, ks.IPPROTO_UDP << 16, 0x00FF0000),
+                ks.Key(20, atp_port, 0x0000FFFF), ks.Key(ks.ATP_OFFSET, (0x11 << 24) | (q << 8), 0xFF00FF00))
+        entries[1 + q] = ks.U32Entry(1 + q, keys, q, "tm_by_stamp")
+    state = ks.compile_filters(SwitchState(class_rules=frozenset(class_rules)), atp_port)
+    entries.update({n: e for n, e in state.items() if e.table == "queue_by_class"})
+    return entries
+
+
+class BMv2Switch(Switch):
+    """``simple_switch_grpc --priority-queues 8`` with a CPU port and Thrift; kernel qdiscs as the TM.
+
+    Runs in the root namespace (BMv2's gRPC port must be reachable by the controller), so its interfaces get
+    unique names (``intf_prefix``). ``start`` waits until the gRPC port answers; ``stop`` stops that PID.
+    """
+
+    def __init__(self, name: str, json_path: str | None = None, rate_mbit: float = 100.0, buffer_packets: int = 64,
+                 atp_port: int = DEFAULT_ATP_PORT, class_rules: tuple[ClassRule, ...] = (),
+                 device_id: int = 0, log_dir: str | None = None, tag: str | None = None, **params: Any) -> None:
+        params["inNamespace"] = False
+        super().__init__(name, **params)
+        self.intf_prefix = f"na{tag or unique_tag()}{name}"
+        self.json_path = json_path
+        self.rate_mbit = rate_mbit
+        self.buffer_packets = buffer_packets
+        self.atp_port = atp_port
+        self.class_rules = tuple(class_rules)
+        self.device_id = device_id
+        self.grpc_port = free_tcp_port()
+        self.thrift_port = free_tcp_port()
+        self.log_dir = Path(log_dir or "results")
+        self.proc: subprocess.Popen | None = None
+
+    def port_map(self) -> dict[str, int]:
+        return {intf.name: port for port, intf in sorted(self.intfs.items()) if intf.name != "lo"}
+
+    def grpc_address(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def driver_options(self) -> dict[str, Any]:
+        """Options for ``controller.p4runtime_driver.P4RuntimeDriver.from_options``."""
+        opts = {"address": self.grpc_address(), "device_id": self.device_id, "target": "bmv2",
+                "ports": sorted(self.port_map().values()), "buffer_packets": self.buffer_packets,
+                "thrift_port": self.thrift_port}
+        if self.json_path:
+            opts["bmv2_json"] = self.json_path
+            opts["p4info"] = str(Path(self.json_path).with_name("p4info.txtpb"))
+        return opts
+
+    def start(self, controllers) -> None:
+        if shutil.which("simple_switch_grpc") is None:
+            raise RuntimeError(P4_TOOLS_HINT)
+        cmd = ["simple_switch_grpc", "--device-id", str(self.device_id), "--priority-queues", "8",
+               "--thrift-port", str(self.thrift_port), "--log-level", "warn"]
+        for port, intf in sorted(self.intfs.items()):
+            if intf.name != "lo":
+                cmd += ["-i", f"{port}@{intf.name}"]
+        cmd += ["--no-p4"]  # the controller pushes the pipeline (P4Runtime SetForwardingPipelineConfig)
+        cmd += ["--", "--grpc-server-addr", self.grpc_address(), "--cpu-port", str(BMV2_CPU_PORT)]
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_dir / f"bmv2-{self.intf_prefix}.log", "w")
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+
+        def answers() -> bool:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"simple_switch_grpc exited with {self.proc.returncode}; see "
+                                   f"{self.log_dir}/bmv2-{self.intf_prefix}.log")
+            with socket.socket() as s:
+                s.settimeout(0.2)
+                return s.connect_ex(("127.0.0.1", self.grpc_port)) == 0
+
+        if not wait_until(answers, timeout=20.0, interval=0.1):
+            self.stop_process()
+            raise RuntimeError(f"simple_switch_grpc did not open its gRPC port {self.grpc_port} within 20 s")
+        self.install_tm()
+
+    def install_tm(self) -> None:
+        """The HTB strict-priority tree on every egress interface, classified by BMv2's queue stamp."""
+        from pyroute2 import IPRoute
+
+        entries = compile_tm_filters(self.class_rules, self.atp_port)
+        with IPRoute() as ipr:
+            for intf in self.intfList():
+                if intf.name == "lo":
+                    continue
+                idx = ipr.link_lookup(ifname=intf.name)[0]
+                ks.build_port(ipr, idx, ks.PortShape(rate_mbit=intf_rate(intf, self.rate_mbit),
+                                                     buffer_packets=self.buffer_packets))
+                htid = None
+                for node in sorted(entries):
+                    ks.write_entry(ipr, idx, htid, entries[node])
+                    htid = htid or ks.root_htid(ipr, idx)
+                run(["ethtool", "-K", intf.name, "tx", "off"], check=False)
+
+    def stop_process(self) -> None:
+        if self.proc is not None:
+            stop_process(self.proc)
+            self.proc = None
+
+    def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803
+        self.stop_process()
+        super().stop(deleteIntfs)
