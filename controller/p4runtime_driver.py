@@ -74,6 +74,7 @@ ENQUEUED_PACKETS = "NetApproxIngress.enqueued_packets"
 TRANSMITTED_PACKETS = "NetApproxEgress.transmitted_packets"
 
 TLR_RULE_PRIORITY = 1
+ENTRY_CACHE_SIZE = 1 << 16
 UNAVAILABLE_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED,
                      grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.PERMISSION_DENIED)
 
@@ -186,29 +187,43 @@ def _action(info: ActionInfo, **params: int) -> p4runtime_pb2.TableAction:
 
 
 class TableMirror:
-    """One P4 table and a copy of the entries this controller installed in it (identity key -> entry)."""
+    """One P4 table and a copy of what this controller installed in it: identity key -> (rule, entry).
+
+    Diffs compare rule values (cheap); protobuf entries are built only for what changed."""
 
     def __init__(self, p4info: P4Info, name: str) -> None:
         self.info: TableInfo = p4info.table(name)
         self.name = name
-        self.installed: dict[Hashable, p4runtime_pb2.TableEntry] = {}
+        self.installed: dict[Hashable, tuple[Any, p4runtime_pb2.TableEntry]] = {}
+        self._built: dict[Any, p4runtime_pb2.TableEntry] = {}  # rule -> entry (pure-Python protobuf is slow)
+
+    def build(self, rule: Any, build: Callable[[Any], p4runtime_pb2.TableEntry]) -> p4runtime_pb2.TableEntry:
+        entry = self._built.get(rule)
+        if entry is None:
+            if len(self._built) >= ENTRY_CACHE_SIZE:
+                self._built.clear()
+            entry = self._built[rule] = build(rule)
+        return entry
 
     def entry(self, matches: Iterable[p4runtime_pb2.FieldMatch | None], action: p4runtime_pb2.TableAction,
               priority: int = 0) -> p4runtime_pb2.TableEntry:
         return p4runtime_pb2.TableEntry(table_id=self.info.id, match=[m for m in matches if m is not None],
                                         action=action, priority=priority)
 
-    def diff(self, desired: Mapping[Hashable, p4runtime_pb2.TableEntry]) -> list["Change"]:
-        changes = []
-        for key in sorted(set(self.installed) - set(desired), key=repr):
-            changes.append(Change(p4runtime_pb2.Update.DELETE, self, key, self.installed[key]))
-        for key in sorted(desired, key=repr):
+    def diff(self, desired: Mapping[Hashable, Any],
+             build: Callable[[Any], p4runtime_pb2.TableEntry]) -> list["Change"]:
+        """Changes turning the installed copy into ``desired`` (key -> rule); ``build`` makes an entry."""
+        deletes, modifies, inserts = [], [], []
+        for key, (rule, entry) in self.installed.items():
+            if key not in desired:
+                deletes.append(Change(p4runtime_pb2.Update.DELETE, self, key, rule, entry))
+        for key, rule in desired.items():
             old = self.installed.get(key)
             if old is None:
-                changes.append(Change(p4runtime_pb2.Update.INSERT, self, key, desired[key]))
-            elif old.SerializeToString(deterministic=True) != desired[key].SerializeToString(deterministic=True):
-                changes.append(Change(p4runtime_pb2.Update.MODIFY, self, key, desired[key]))
-        return changes
+                inserts.append(Change(p4runtime_pb2.Update.INSERT, self, key, rule, self.build(rule, build)))
+            elif old[0] != rule:
+                modifies.append(Change(p4runtime_pb2.Update.MODIFY, self, key, rule, self.build(rule, build)))
+        return [c for group in (deletes, modifies, inserts) for c in sorted(group, key=lambda c: repr(c.key))]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,6 +231,7 @@ class Change:
     kind: int  # p4runtime_pb2.Update.Type
     table: TableMirror
     key: Hashable
+    rule: Any
     entry: p4runtime_pb2.TableEntry
 
     def update(self) -> p4runtime_pb2.Update:
@@ -228,17 +244,19 @@ class Change:
         if self.kind == p4runtime_pb2.Update.DELETE:
             self.table.installed.pop(self.key, None)
         else:
-            self.table.installed[self.key] = self.entry
+            self.table.installed[self.key] = (self.rule, self.entry)
 
 
 def _unique(rules: Iterable, key: Callable, table: str) -> dict:
+    """key -> rule; two rules with one P4Runtime identity (same match and priority) are an error."""
     out: dict = {}
-    for rule in sorted(rules):
+    for rule in rules:
         k = key(rule)
         if k in out:
-            raise ControllerError(f"two entries with the same key {k!r} in {table}: {out[k][0]} and {rule}")
-        out[k] = (rule,)
-    return {k: v[0] for k, v in out.items()}
+            a, b = sorted((out[k], rule))
+            raise ControllerError(f"two entries with the same key {k!r} in {table}: {a} and {b}")
+        out[k] = rule
+    return out
 
 
 class Forwarding:
@@ -255,9 +273,9 @@ class Forwarding:
     def tables(self) -> tuple[TableMirror, ...]:
         return (self.routes_v4,)
 
-    def desired(self, state: SwitchState) -> dict[TableMirror, dict]:
+    def desired(self, state: SwitchState) -> dict[TableMirror, tuple[dict, Callable]]:
         routes = _unique(state.routes, lambda r: (r.prefix, r.prefix_len), ROUTES_V4)
-        return {self.routes_v4: {k: self._entry(r) for k, r in routes.items()}}
+        return {self.routes_v4: (routes, self._entry)}
 
     def _entry(self, r: Route) -> p4runtime_pb2.TableEntry:
         return self.routes_v4.entry([_lpm(self._dst, ipv4_to_int(r.prefix), r.prefix_len)],
@@ -276,6 +294,7 @@ class Classification:
         self.queue_by_tlr = TableMirror(p4info, QUEUE_BY_TLR)
         self._set_queue = p4info.action(SET_QUEUE)
         self._set_queue.param("qid")
+        self._set_queue_actions: dict[int, p4runtime_pb2.TableAction] = {}
         c, j, t, r = (self.queue_by_class.info, self.queue_by_job.info, self.queue_by_tag.info, self.queue_by_tlr.info)
         self._ip_proto, self._l4_dport = c.field("ip_proto"), c.field("l4_dport")
         self._job_id = j.field("job_id")
@@ -287,19 +306,22 @@ class Classification:
         return (self.queue_by_class, self.queue_by_job, self.queue_by_tag, self.queue_by_tlr)
 
     def set_queue(self, qid: int) -> p4runtime_pb2.TableAction:
-        return _action(self._set_queue, qid=qid)
+        action = self._set_queue_actions.get(qid)
+        if action is None:
+            action = self._set_queue_actions[qid] = _action(self._set_queue, qid=qid)
+        return action
 
-    def desired(self, state: SwitchState) -> dict[TableMirror, dict]:
+    def desired(self, state: SwitchState) -> dict[TableMirror, tuple[dict, Callable]]:
         classes = _unique(state.class_rules, lambda r: (r.rank, r.ip_proto & r.ip_proto_mask, r.ip_proto_mask,
                                                         r.l4_dport & r.l4_dport_mask, r.l4_dport_mask), QUEUE_BY_CLASS)
         tags = _unique(state.tag_rules, lambda r: (r.rank, r.priority_lo, r.priority_hi, r.deadline_lo_us,
                                                    r.deadline_hi_us), QUEUE_BY_TAG)
         tlrs = _unique(state.tlr_rules, lambda r: (r.tlr_lo, r.tlr_hi), QUEUE_BY_TLR)
         return {
-            self.queue_by_class: {k: self._class_entry(r) for k, r in classes.items()},
-            self.queue_by_job: {r.job_id: self._job_entry(r) for r in state.job_rules},
-            self.queue_by_tag: {k: self._tag_entry(r) for k, r in tags.items()},
-            self.queue_by_tlr: {k: self._tlr_entry(r) for k, r in tlrs.items()},
+            self.queue_by_class: (classes, self._class_entry),
+            self.queue_by_job: ({r.job_id: r for r in state.job_rules}, self._job_entry),
+            self.queue_by_tag: (tags, self._tag_entry),
+            self.queue_by_tlr: (tlrs, self._tlr_entry),
         }
 
     def _class_entry(self, r: ClassRule) -> p4runtime_pb2.TableEntry:
@@ -335,9 +357,9 @@ class Ecn:
     def tables(self) -> tuple[TableMirror, ...]:
         return (self.ecn_thresholds,)
 
-    def desired(self, state: SwitchState) -> dict[TableMirror, dict]:
+    def desired(self, state: SwitchState) -> dict[TableMirror, tuple[dict, Callable]]:
         rules = _unique(state.ecn_rules, lambda r: r.qid, ECN_THRESHOLDS)
-        return {self.ecn_thresholds: {q: self._entry(r) for q, r in rules.items()}}
+        return {self.ecn_thresholds: (rules, self._entry)}
 
     def _entry(self, r: EcnRule) -> p4runtime_pb2.TableEntry:
         return self.ecn_thresholds.entry([_exact(self._qid, r.qid)],
@@ -571,8 +593,8 @@ class P4RuntimeDriver(Driver):
         """The updates ``apply(desired)`` would send, in order: deletes, modifies, inserts."""
         changes: list[Change] = []
         for control in self.controls:
-            for table, entries in control.desired(desired).items():
-                changes.extend(table.diff(entries))
+            for table, (rules, build) in control.desired(desired).items():
+                changes.extend(table.diff(rules, build))
         order = {p4runtime_pb2.Update.DELETE: 0, p4runtime_pb2.Update.MODIFY: 1, p4runtime_pb2.Update.INSERT: 2}
         return sorted(changes, key=lambda c: order[c.kind])  # stable: table order, then key order
 
@@ -609,10 +631,7 @@ class P4RuntimeDriver(Driver):
     def _heal(change: Change, err: UpdateError) -> None:
         """Make the next diff repair the disagreement behind ``err`` instead of repeating it."""
         if change.kind == p4runtime_pb2.Update.INSERT and err.code == "ALREADY_EXISTS":
-            stale = p4runtime_pb2.TableEntry()
-            stale.CopyFrom(change.entry)
-            stale.ClearField("action")
-            change.table.installed[change.key] = stale  # unknown content: next epoch sends MODIFY
+            change.table.installed[change.key] = (None, change.entry)  # unknown content: next epoch sends MODIFY
         elif err.code == "NOT_FOUND":
             change.table.installed.pop(change.key, None)  # next epoch re-inserts it if still wanted
 
