@@ -1,7 +1,8 @@
 """``python -m experiments <name> [--seeds 1 2 3] [--quick] [--out results]``: run one experiment.
 
 Experiments (docs/experiments.md): alltoall (Fig. 5-8), incast (Fig. 9), dynamic (Fig. 10-11),
-ablation (Fig. 12), coexist (Fig. 13), fairness (Fig. 14), boundedloss (bounded-loss ML), all.
+ablation (Fig. 12), coexist (Fig. 13), fairness (Fig. 14), ddnn (thesis: DNN ring traffic at low
+priority), boundedloss (bounded-loss ML), all.
 Needs root (network namespaces). Results: results/<name>/result.json and PNGs.
 """
 from __future__ import annotations

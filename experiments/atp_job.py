@@ -84,30 +84,24 @@ def send(args: argparse.Namespace) -> dict:
 
 def recv(args: argparse.Namespace) -> dict:
     from hostlib import api
+    try:
+        got = api.receive_jobs(_addr(args.bind, ATP_PORT), count=args.jobs, timeout=args.timeout)
+        error = None
+    except Exception as exc:  # a timeout or an abandoned job still writes a summary
+        got, error = [], f"{type(exc).__name__}: {exc}"
     results = []
-    end = time.monotonic() + args.timeout
-    for k in range(args.jobs):
-        left = end - time.monotonic()
-        if left <= 0:
-            break
-        try:
-            res = api.receive_job(_addr(args.bind, ATP_PORT), timeout=left)
-        except Exception as exc:  # a timeout or failure still writes what we have
-            results.append({"error": f"{type(exc).__name__}: {exc}"})
-            break
+    for res in got:
         d = _jsonable(res)
-        d["done_wall"] = time.time()
-        vec = getattr(res, "vector", None)
+        vec = res.vector
         if vec is not None and args.vector_out:
             import numpy as np
-            path = Path(args.vector_out) / f"job{getattr(res, 'job_id', k)}.npy"
+            path = Path(args.vector_out) / f"job{res.job_id}.npy"
             path.parent.mkdir(parents=True, exist_ok=True)
             np.save(path, np.asarray(vec, dtype="float32"))
             d["vector_file"] = str(path)
-        d.pop("vector", None)
-        d.pop("messages", None)
+        d.pop("lost_ranges", None)
         results.append(d)
-    return {"protocol": "atp-recv", "jobs": results}
+    return {"protocol": "atp-recv", "jobs": results, "error": error}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -358,11 +358,13 @@ class Testbed:
             time.sleep(0.05)
         raise TimeoutError(f"nothing bound to port {port} on host {host} within {timeout} s")
 
-    def pin_jobs(self, job_queues: Sequence[tuple[int, int]]) -> None:
-        """Without a controller: install the static state with these (job, queue) pins (ATP_FixPrio)."""
+    def pin_jobs(self, job_queues: Sequence[tuple[int, int]], class_rules: Sequence = ()) -> None:
+        """Without a controller: install the static state with these (job, queue) pins (ATP_FixPrio) and
+        queue_by_class rules (e.g. DNN traffic to a low-priority queue)."""
         if self.controller is not None or self.config.switch != "netapprox":
-            raise RuntimeError("job pins need switch='netapprox' and controller=False")
-        self.driver.apply(static_state(job_queues))
+            raise RuntimeError("static pins need switch='netapprox' and controller=False")
+        import dataclasses as _dc
+        self.driver.apply(_dc.replace(static_state(job_queues), class_rules=frozenset(class_rules)))
 
     def wait_all(self, procs: Sequence[Proc], timeout: float) -> list[int | None]:
         """Wait for ``procs``; a process still running at the deadline is stopped (by PID) and gets None."""

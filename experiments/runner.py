@@ -8,6 +8,7 @@ check the pipeline end to end in a minute or two.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 import time
@@ -229,11 +230,13 @@ def exp_dynamic(seeds: Sequence[int], out: Path, scale: Scale, *, msrs=(0.5, 0.7
 def _timeline_rows(timeline: Sequence[dict], changes: Sequence[dict], jid: int, t0_wall: float) -> list[dict]:
     """Normalise sender timeline records (hostlib --timeline JSON lines) for plotting."""
     rows = []
+    times = [r.get("time") for r in timeline if r.get("time") is not None]
+    t_first = min(times) if times else 0.0
     for r in timeline:
-        t = r.get("time", r.get("t"))
+        t = r.get("time")
         if t is None:
             continue
-        row = {"time": float(t)}
+        row = {"time": float(t) - t_first}
         for src, dst in (("loss", "loss"), ("measured_loss", "loss"), ("tlr", "tlr"), ("queue", "queue")):
             if src in r and r[src] is not None:
                 row[dst] = r[src]
@@ -371,6 +374,106 @@ def exp_fairness(seeds: Sequence[int], out: Path, scale: Scale, *,
 
 
 # --------------------------------------------------------------------------------------------------
+# 7. DDNN ring-allreduce next to web-search flows, same vs low priority (thesis, papers/003 ch. 5)
+
+
+def ddnn_trial(tb: Testbed, scale: Scale, seed: int, *, workers: int, model_bytes: int, compute_s: float,
+               flow_load: float, duration_s: float, name: str) -> tuple[dict, dict]:
+    from experiments import ddnn
+    from experiments.harness import read_json
+    rate = scale.rate_mbit * 1e6
+    wd = tb.workdir / name
+    wd.mkdir(parents=True, exist_ok=True)
+    peers = ",".join(tb.ip(h) for h in range(workers))
+    src = workers  # the flow source host
+    fl = web_search_flows(seed, load=flow_load, link_bps=rate, duration_s=duration_s, senders=[src],
+                          receivers=list(range(workers)), size_scale=scale.flow_size_scale)
+    by_dst: dict[int, list] = {}
+    for f in fl:
+        # the start of every flow is shifted by 1 s so that the ring is running when flows begin
+        by_dst.setdefault(f.dst, []).append(dataclasses.replace(f, start_s=f.start_s + 1.0))
+    servers = []
+    for d in by_dst:
+        ready = wd / f"fsrv{d}.ready"
+        servers.append(tb.start_py(d, "experiments.flows", ["server", f"{tb.ip(d)}:5800", "--duration",
+                                                            str(duration_s + scale.timeout_s + 5), "--ready-file", str(ready)],
+                                   f"{name}-fsrv{d}"))
+        tb.wait_file(ready)
+    procs = [tb.start_py(r, "experiments.ddnn", ["worker", "--rank", str(r), "--peers", peers, "--model-bytes",
+                                                 str(model_bytes), "--compute-s", str(compute_s), "--duration",
+                                                 str(duration_s + 1.0), "--json", str(wd / f"w{r}.json")], f"{name}-w{r}")
+             for r in range(workers)]
+    clients = []
+    for d, flows in by_dst.items():
+        sched = wd / f"flows{d}.json"
+        sched.write_text(json.dumps([dataclasses.asdict(f) for f in flows]))
+        clients.append((tb.start_py(src, "experiments.flows", ["client", f"{tb.ip(d)}:5800", "--schedule", str(sched),
+                                                               "--timeout", str(scale.timeout_s), "--json", str(wd / f"fcli{d}.json")],
+                                    f"{name}-fcli{d}"), wd / f"fcli{d}.json"))
+    tb.wait_all(procs, duration_s + scale.timeout_s)
+    tb.wait_all([c for c, _ in clients], scale.timeout_s + duration_s)
+    for s_ in servers:
+        tb.stop(s_)
+    iters = []
+    for r in range(workers):
+        w = read_json(wd / f"w{r}.json") or {}
+        iters += [it["iteration_s"] for it in w.get("iterations", [])[1:]]  # the first one warms up
+    flows = [f for _, path in clients for f in (read_json(path) or {}).get("flows", [])]
+    m = {"iteration_mean_s": float(np.mean(iters)) if iters else None, "iterations": len(iters),
+         "network_time_s": ddnn.network_time_s(model_bytes, workers, rate), **flow_fct_stats(flows)}
+    return m, {"iterations": iters, "flows": flows}
+
+
+def exp_ddnn(seeds: Sequence[int], out: Path, scale: Scale, *, ratios=(2.0, 4.0), flow_loads=(0.05, 0.2),
+             workers: int = 3, model_bytes: int = 400_000, duration_s: float = 8.0) -> R.ResultFile:
+    from experiments import ddnn
+    from controller.model import ClassRule
+    rate = scale.rate_mbit * 1e6
+    net = ddnn.network_time_s(model_bytes, workers, rate)
+    rf = R.ResultFile("ddnn", {"scale": dataclasses.asdict(scale), "compute_to_network": list(ratios),
+                               "flow_loads": list(flow_loads), "workers": workers, "model_bytes": model_bytes,
+                               "network_time_s": net, "duration_s": duration_s,
+                               "priorities": {"same": "ring traffic in queue 0 with the flows",
+                                              "low": "ring traffic (TCP dport 5900) in queue 1 (7 packets)"},
+                               "flows": "web-search TCP flows from an extra host to the workers"},
+                      seeds, out / "ddnn")
+    low_rule = ClassRule(rank=10, ip_proto=6, ip_proto_mask=0xFF, l4_dport=ddnn.RING_PORT, l4_dport_mask=0xFFFF, qid=1)
+    with Testbed(scale.testbed(hosts=workers + 1, controller=False), out / "ddnn" / "work") as tb:
+        for seed in seeds:
+            for ratio in ratios:
+                for load in flow_loads:
+                    for prio in ("same", "low"):
+                        tb.pin_jobs([], class_rules=[low_rule] if prio == "low" else [])
+                        m, raw = ddnn_trial(tb, scale, seed, workers=workers, model_bytes=model_bytes,
+                                            compute_s=ratio * net, flow_load=load, duration_s=duration_s,
+                                            name=f"s{seed}-{ratio}-{load}-{prio}")
+                        rf.add(seed, {"ratio": ratio, "flow_load": load, "priority": prio}, m, raw)
+                        rf.write()
+    # relative change low vs same, per seed
+    for seed in seeds:
+        for ratio in ratios:
+            for load in flow_loads:
+                same = next((r for r in rf.runs if r["seed"] == seed and r["params"] == {"ratio": ratio, "flow_load": load, "priority": "same"}), None)
+                low = next((r for r in rf.runs if r["seed"] == seed and r["params"] == {"ratio": ratio, "flow_load": load, "priority": "low"}), None)
+                if not same or not low:
+                    continue
+                ch = {}
+                for key in ("fct_small_mean", "fct_large_mean", "fct_all_mean", "iteration_mean_s"):
+                    a, b = low["metrics"].get(key), same["metrics"].get(key)
+                    ch[key + "_change_pct"] = (a - b) / b * 100 if a is not None and b else None
+                rf.add(seed, {"ratio": ratio, "flow_load": load, "priority": "low-vs-same"}, ch)
+    rf.write()
+    s = rf.to_dict()["summary"]
+    for key, label in (("fct_small_mean_change_pct", "small-flow FCT change (%)"),
+                       ("fct_all_mean_change_pct", "all-flow FCT change (%)"),
+                       ("iteration_mean_s_change_pct", "iteration time change (%)")):
+        R.plot_lines(s, metric=key, x="flow_load", series="ratio", fixed={"priority": "low-vs-same"},
+                     path=rf.out_dir / f"{key}.png", title=f"DNN at low priority: {label}",
+                     xlabel="web-search load", ylabel=label)
+    return rf
+
+
+# --------------------------------------------------------------------------------------------------
 # 8. bounded-loss ML: vector error against loss
 
 
@@ -496,6 +599,7 @@ EXPERIMENTS: dict[str, Callable[..., R.ResultFile]] = {
     "coexist": exp_coexist,
     "fairness": exp_fairness,
     "boundedloss": exp_boundedloss,
+    "ddnn": exp_ddnn,
 }
 
 QUICK: dict[str, dict[str, Any]] = {
@@ -506,4 +610,5 @@ QUICK: dict[str, dict[str, Any]] = {
     "coexist": {"msrs": (0.9,), "loads": (0.2,)},
     "fairness": {},
     "boundedloss": {"bounds": (0.15,), "bg_loads": (0.0, 0.8), "vector_len": 20_000},
+    "ddnn": {"ratios": (2.0,), "flow_loads": (0.1,), "duration_s": 5.0},
 }
