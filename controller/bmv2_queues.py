@@ -5,12 +5,16 @@ BMv2's ``simple_switch`` serves priority queues from the highest ``standard_meta
 BMv2 priority = 7 - logical queue (``bmv2_priority``); the P4 program sets ``priority`` that way, see
 docs/dataplane.md. Capacities are in packets: ``set_queue_depth <pkts> <port> <priority>``.
 
-We drive ``simple_switch_CLI --thrift-port N`` with the commands on stdin (no ``thrift`` Python module is
-needed in the controller's venv; the CLI brings its own).
+Two ways to send them: ``SimpleSwitchThrift`` speaks the few Thrift calls directly (TBinaryProtocol over
+TCP, multiplexed service ``simple_switch``; no ``thrift`` package needed), or ``run_cli`` drives
+``simple_switch_CLI --thrift-port N`` with ``set_queue_depth`` commands on stdin (needs a Python with
+``thrift`` for the CLI).
 """
 from __future__ import annotations
 
 import shutil
+import socket
+import struct
 import subprocess
 from typing import Iterable
 
@@ -51,3 +55,106 @@ def run_cli(commands: list[str], thrift_port: int, *, cli: str = "simple_switch_
         raise QueueConfigError(f"{' '.join(argv)} failed (exit {proc.returncode}): "
                                + ("; ".join(bad[:3]) or out.strip()[-300:]))
     return out
+
+
+def queue_depths(ports: Iterable[int], total_packets: int) -> list[tuple[int, int, int]]:
+    """(port, BMv2 priority, depth in packets) for every port and logical queue."""
+    return [(port, bmv2_priority(qid), queue_buffer_packets(qid, total_packets))
+            for port in sorted(set(ports)) for qid in range(NUM_QUEUES)]
+
+
+_VERSION_1 = 0x80010000
+_CALL, _EXCEPTION = 1, 3
+_T_STOP, _T_I32, _T_I64, _T_STRING, _T_STRUCT = 0, 8, 10, 11, 12
+
+
+class SimpleSwitchThrift:
+    """The ``simple_switch`` Thrift service calls for queue sizing, spoken directly.
+
+    ``set_egress_priority_queue_depth(port, priority, depth_pkts)`` returns nothing on success and raises
+    ``InvalidQueueOperation`` (reply field 1) for a bad port or priority."""
+
+    SERVICE = "simple_switch"
+
+    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 5.0) -> None:
+        try:
+            self._sock = socket.create_connection((host, port), timeout=timeout)
+        except OSError as e:
+            raise QueueConfigError(f"cannot reach BMv2's Thrift server at {host}:{port}: {e} (start "
+                                   "simple_switch_grpc with --thrift-port, or unset thrift_port)") from None
+        self._seq = 0
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def __enter__(self) -> "SimpleSwitchThrift":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def set_egress_priority_queue_depth(self, port: int, priority: int, depth_pkts: int) -> None:
+        self._call("set_egress_priority_queue_depth", ((_T_I32, port), (_T_I32, priority), (_T_I32, depth_pkts)))
+
+    def _call(self, method: str, args: tuple[tuple[int, int], ...]) -> None:
+        self._seq += 1
+        name = f"{self.SERVICE}:{method}".encode()
+        msg = [struct.pack("!II", _VERSION_1 | _CALL, len(name)), name, struct.pack("!i", self._seq)]
+        for field_id, (ttype, value) in enumerate(args, start=1):
+            msg.append(struct.pack("!bh", ttype, field_id) + struct.pack("!i" if ttype == _T_I32 else "!q", value))
+        msg.append(struct.pack("!b", _T_STOP))
+        try:
+            self._sock.sendall(b"".join(msg))
+            mtype = self._read_i32() & 0xFF
+            self._read_exact(self._read_i32())  # method name
+            self._read_i32()  # sequence id
+            body = self._read_struct()
+        except (OSError, struct.error) as e:
+            raise QueueConfigError(f"BMv2 Thrift {method}: {e}") from None
+        if mtype == _EXCEPTION:
+            raise QueueConfigError(f"BMv2 Thrift {method}{args}: application exception {body}")
+        if 1 in body:
+            raise QueueConfigError(f"BMv2 Thrift {method}{tuple(v for _, v in args)}: InvalidQueueOperation {body[1]}")
+
+    def _read_exact(self, n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            chunk = self._sock.recv(n - len(buf))
+            if not chunk:
+                raise OSError("connection closed by the switch")
+            buf += chunk
+        return buf
+
+    def _read_i32(self) -> int:
+        return struct.unpack("!i", self._read_exact(4))[0]
+
+    def _read_struct(self) -> dict[int, object]:
+        fields: dict[int, object] = {}
+        while True:
+            ttype = self._read_exact(1)[0]
+            if ttype == _T_STOP:
+                return fields
+            field_id = struct.unpack("!h", self._read_exact(2))[0]
+            if ttype == _T_I32:
+                fields[field_id] = self._read_i32()
+            elif ttype == _T_I64:
+                fields[field_id] = struct.unpack("!q", self._read_exact(8))[0]
+            elif ttype == _T_STRING:
+                fields[field_id] = self._read_exact(self._read_i32())
+            elif ttype == _T_STRUCT:
+                fields[field_id] = self._read_struct()
+            else:
+                raise OSError(f"unexpected Thrift type {ttype} in reply")
+
+
+def set_queue_depths(ports: Iterable[int], total_packets: int, thrift_port: int, *, host: str = "127.0.0.1",
+                     cli: str | None = None) -> list[tuple[int, int, int]]:
+    """Size every (port, queue): over Thrift directly, or through ``cli`` when given. Returns what was set."""
+    depths = queue_depths(ports, total_packets)
+    if cli:
+        run_cli([f"set_queue_depth {d} {p} {prio}" for p, prio, d in depths], thrift_port, cli=cli)
+        return depths
+    with SimpleSwitchThrift(thrift_port, host) as sw:
+        for port, prio, depth in depths:
+            sw.set_egress_priority_queue_depth(port, prio, depth)
+    return depths

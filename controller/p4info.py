@@ -53,8 +53,8 @@ class ActionInfo:
 
 
 class P4Info:
-    """Index over a ``p4info_pb2.P4Info``. Names resolve by full name (``NetApproxIngress.forwarding.routes_v4``)
-    or by the P4Info alias."""
+    """Index over a ``p4info_pb2.P4Info``. Names resolve by full name (``NetApproxIngress.forwarding.routes_v4``),
+    by the P4Info alias, or by a unique dotted suffix (so ``pipe.NetApproxIngress...`` from bf-p4c matches)."""
 
     def __init__(self, message: p4info_pb2.P4Info) -> None:
         self.message = message
@@ -102,30 +102,27 @@ class P4Info:
             message.ParseFromString(data)
         return cls(message)
 
+    @staticmethod
+    def _resolve(index: dict, name: str, kind: str):
+        """By exact name or alias, else by a unique dotted suffix (bf-p4c may prefix ``pipe.``)."""
+        if name in index:
+            return index[name]
+        hits = {getattr(v, "id", v): v for k, v in index.items() if k.endswith("." + name)}
+        if len(hits) == 1:
+            return next(iter(hits.values()))
+        raise P4InfoError(kind, name, [k for k in index if "." in k] or list(index))
+
     def table(self, name: str) -> TableInfo:
-        try:
-            return self._tables[name]
-        except KeyError:
-            raise P4InfoError("table", name, self.table_names) from None
+        return self._resolve(self._tables, name, "table")
 
     def action(self, name: str) -> ActionInfo:
-        try:
-            return self._actions[name]
-        except KeyError:
-            raise P4InfoError("action", name, [a.name for a in self.message.actions]) from None
+        return self._resolve(self._actions, name, "action")
 
     def counter_id(self, name: str) -> int:
-        try:
-            return self._counters[name]
-        except KeyError:
-            raise P4InfoError("counter", name, [c.preamble.name for c in self.message.counters]) from None
+        return self._resolve(self._counters, name, "counter")
 
     def direct_counter_id(self, name: str) -> int:
-        try:
-            return self._direct_counters[name]
-        except KeyError:
-            raise P4InfoError("direct counter", name,
-                              [c.preamble.name for c in self.message.direct_counters]) from None
+        return self._resolve(self._direct_counters, name, "direct counter")
 
     def packet_metadata(self, name: str) -> Mapping[str, Field]:
         """Fields of ``@controller_header(name)`` (``packet_in`` / ``packet_out``)."""

@@ -29,7 +29,7 @@ from google.protobuf import text_format
 from google.rpc import code_pb2, status_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
-from controller.bmv2_queues import queue_depth_commands, run_cli
+from controller.bmv2_queues import set_queue_depths
 from controller.errors import (
     ConfigError,
     ControllerError,
@@ -114,12 +114,14 @@ class P4RuntimeOptions:
     """Per-port buffer to share out: queue k >= 1 gets 8 - k packets, queue 0 the rest."""
     thrift_port: int | None = None
     """BMv2 Thrift port for ``set_queue_depth`` (None: leave BMv2's default of 64 packets per queue)."""
-    cli: str = "simple_switch_CLI"
-    """BMv2 runtime CLI executable."""
+    cli: str | None = None
+    """Size BMv2 queues through this runtime CLI (e.g. ``simple_switch_CLI``) instead of speaking Thrift directly."""
     bfrt_address: str | None = None
     """Tofino BfRt gRPC address (e.g. ``127.0.0.1:50052``) for traffic-manager configuration (None: skip)."""
     tm_prefix: str = "tf1"
     """BfRt TM table prefix: ``tf1`` (Tofino 1) or ``tf2``."""
+    tm_pool: str = "EG_APP_POOL_0"
+    """Tofino egress application pool the queues draw from (``tm.queue.buffer`` ``pool_id``)."""
     cells_per_packet: int = 19
     """Tofino buffer cells per 1500-byte packet (80-byte cells on Tofino 1); also scales the ECN threshold."""
     connect_timeout_s: float = 3.0
@@ -563,7 +565,8 @@ class P4RuntimeDriver(Driver):
         opts = self.options
         try:
             if opts.target == "bmv2" and opts.thrift_port is not None and opts.ports:
-                run_cli(queue_depth_commands(opts.ports, opts.buffer_packets), opts.thrift_port, cli=opts.cli)
+                set_queue_depths(opts.ports, opts.buffer_packets, opts.thrift_port,
+                                 host=opts.address.rsplit(":", 1)[0], cli=opts.cli)
             elif opts.target == "tofino" and (opts.bfrt_address or self.tm_client_factory) and opts.ports:
                 from controller.tofino_tm import BfrtTmClient, configure_queues
 
@@ -571,7 +574,7 @@ class P4RuntimeDriver(Driver):
                           BfrtTmClient(opts.bfrt_address, opts.prog_name, prefix=opts.tm_prefix))
                 try:
                     configure_queues(client, opts.ports, opts.buffer_packets, prefix=opts.tm_prefix,
-                                     cells_per_packet=opts.cells_per_packet)
+                                     cells_per_packet=opts.cells_per_packet, pool=opts.tm_pool)
                 finally:
                     client.close()
         except QueueConfigError as e:

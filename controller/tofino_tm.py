@@ -7,7 +7,8 @@ write, in the order given by ``tm_plan``:
 - ``<prefix>.tm.queue.sched_cfg`` key (``pg_id``, ``pg_queue``): ``min_priority = max_priority = 7 - k``
   (Tofino priority 7 is served first; logical queue 0 is the highest), so the queues are strictly ordered.
 - ``<prefix>.tm.queue.buffer`` key (``pg_id``, ``pg_queue``): ``pool_max_cells`` = packets x 19 (a 1500-byte
-  packet takes 19 80-byte cells on Tofino 1), ``guaranteed_cells = 0``, ``dynamic_baf = "DISABLE"``, so queue
+  packet takes 19 80-byte cells on Tofino 1) in the shared egress pool ``pool_id`` (option ``tm_pool``,
+  default ``EG_APP_POOL_0``), ``guaranteed_cells = 0``, ``dynamic_baf = "DISABLE"``, so queue
   ``k >= 1`` holds (8 - k) packets and queue 0 the rest of ``buffer_packets``.
 
 The port's ``pg_id`` and the ``pg_queue`` of each queue id come from ``<prefix>.tm.port.cfg``
@@ -62,7 +63,7 @@ def tm_priority(qid: int) -> int:
 
 
 def tm_plan(ports: Iterable[PortQueues], buffer_packets: int, *, prefix: str = "tf1",
-            cells_per_packet: int = CELLS_PER_1500B_PACKET) -> list[TmWrite]:
+            cells_per_packet: int = CELLS_PER_1500B_PACKET, pool: str = "EG_APP_POOL_0") -> list[TmWrite]:
     """The TM writes for ``ports``: per queue, scheduling priority then buffer."""
     ops = []
     for pq in sorted(ports, key=lambda p: p.dev_port):
@@ -76,15 +77,16 @@ def tm_plan(ports: Iterable[PortQueues], buffer_packets: int, *, prefix: str = "
                                (("min_priority", prio), ("max_priority", prio))))
             cells = queue_buffer_packets(qid, buffer_packets) * cells_per_packet
             ops.append(TmWrite(f"{prefix}.tm.queue.buffer", pq.pipe, key,
-                               (("pool_max_cells", cells), ("guaranteed_cells", 0), ("dynamic_baf", "DISABLE"))))
+                               (("pool_id", pool), ("pool_max_cells", cells), ("guaranteed_cells", 0),
+                                ("dynamic_baf", "DISABLE"))))
     return ops
 
 
 def configure_queues(client: TmClient, dev_ports: Iterable[int], buffer_packets: int, *, prefix: str = "tf1",
-                     cells_per_packet: int = CELLS_PER_1500B_PACKET) -> list[TmWrite]:
+                     cells_per_packet: int = CELLS_PER_1500B_PACKET, pool: str = "EG_APP_POOL_0") -> list[TmWrite]:
     """Look up each port's queues, then write the plan. Returns what was written."""
     ops = tm_plan([client.port_queues(p) for p in dev_ports], buffer_packets, prefix=prefix,
-                  cells_per_packet=cells_per_packet)
+                  cells_per_packet=cells_per_packet, pool=pool)
     for op in ops:
         try:
             client.write(op)

@@ -448,6 +448,7 @@ def test_tofino_pipeline_packing_tm_config_and_ecn_cells(make_driver, fake_serve
     assert [dict(w.data)["max_priority"] for w in sched] == [7, 6, 5, 4, 3, 2, 1, 0]
     assert [dict(w.key)["pg_queue"] for w in sched] == list(range(8, 16))
     assert all(w.pipe == 1 and dict(w.key)["pg_id"] == 1 for w in tm.writes)
+    assert all(dict(w.data)["pool_id"] == "EG_APP_POOL_0" for w in buf)
     assert [dict(w.data)["pool_max_cells"] for w in buf] == [36 * 19] + [(8 - k) * 19 for k in range(1, 8)]
     assert all(dict(w.data)["dynamic_baf"] == "DISABLE" and dict(w.data)["guaranteed_cells"] == 0 for w in buf)
     driver.apply(SwitchState(ecn_rules=frozenset({EcnRule(0, 20)})))
@@ -492,3 +493,87 @@ def test_bmv2_cli_failure_is_reported_but_forwarding_still_programmed(make_drive
     assert "Could not connect" in driver.queue_config_error
     driver.apply(STATE)
     assert len(fake_server.entries()) == 7
+
+
+class FakeThriftSwitch:
+    """Answers simple_switch Thrift calls on loopback, recording (method, args); refuses ports > 100."""
+
+    def __init__(self):
+        import struct
+        import threading
+
+        self.calls = []
+        self._srv = socket.socket()
+        self._srv.bind(("127.0.0.1", 0))
+        self._srv.listen(1)
+        self.port = self._srv.getsockname()[1]
+        self._struct = struct
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self):
+        st = self._struct
+        try:
+            conn, _ = self._srv.accept()
+        except OSError:
+            return
+        with conn:
+            f = conn.makefile("rb")
+            while True:
+                head = f.read(4)
+                if len(head) < 4:
+                    return
+                (name_len,) = st.unpack("!I", f.read(4))
+                name = f.read(name_len).decode()
+                (seq,) = st.unpack("!i", f.read(4))
+                args = []
+                while True:
+                    ttype = f.read(1)[0]
+                    if ttype == 0:
+                        break
+                    f.read(2)
+                    args.append(st.unpack("!i", f.read(4))[0] if ttype == 8 else st.unpack("!q", f.read(8))[0])
+                self.calls.append((name, tuple(args)))
+                reply_name = name.split(":", 1)[1].encode()
+                body = b""
+                if args[0] > 100:  # InvalidQueueOperation {code: 1}
+                    body = st.pack("!bh", 12, 1) + st.pack("!bhi", 8, 1, 1) + b"\x00"
+                conn.sendall(st.pack("!iI", -2147418110, len(reply_name)) + reply_name + st.pack("!i", seq)
+                             + body + b"\x00")
+
+    def close(self):
+        self._srv.close()
+
+
+def test_bmv2_queue_depths_over_thrift_directly(make_driver):
+    switch = FakeThriftSwitch()
+    try:
+        driver = make_driver(ports=(3,), thrift_port=switch.port, buffer_packets=100)
+        driver.connect()
+        assert driver.queue_config_error is None
+        assert switch.calls == [("simple_switch:set_egress_priority_queue_depth", (3, 7 - q, d))
+                                for q, d in enumerate([72, 7, 6, 5, 4, 3, 2, 1])]
+    finally:
+        switch.close()
+
+
+def test_bmv2_thrift_refusal_is_reported(make_driver):
+    switch = FakeThriftSwitch()
+    try:
+        driver = make_driver(ports=(300,), thrift_port=switch.port)
+        driver.connect()
+        assert "InvalidQueueOperation" in driver.queue_config_error
+    finally:
+        switch.close()
+
+
+def test_p4info_names_resolve_through_a_pipe_prefix(tmp_path):
+    info = text_format.Parse(P4INFO.read_text(), p4info_pb2.P4Info())
+    for t in list(info.tables) + list(info.actions) + list(info.counters) + list(info.direct_counters):
+        if t.preamble.name.startswith("NetApprox"):
+            t.preamble.name = "pipe." + t.preamble.name
+            t.preamble.alias = ""
+    p4info = P4Info(info)
+    assert p4info.table("NetApproxIngress.classification.queue_by_job").id == 33554435
+    assert p4info.counter_id("NetApproxEgress.transmitted_packets") == 301989890
+    P4RuntimeDriver("s1", P4RuntimeOptions(), p4info=p4info)  # every contract name resolves
