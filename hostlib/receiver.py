@@ -128,8 +128,13 @@ class _Job:
 class AtpReceiver:
     """Serves ATP jobs. See the module docstring."""
 
-    def __init__(self, *, config: AtpConfig = AtpConfig(), now: float = 0.0) -> None:
+    def __init__(self, *, config: AtpConfig = AtpConfig(), now: float = 0.0, accept_jobs: int | None = None) -> None:
+        """``accept_jobs``: serve at most this many distinct jobs over the receiver's life (``None``: no
+        limit). Packets of further jobs are dropped unacknowledged, so nothing is acknowledged that
+        the owner will not collect (``receive_job`` serves exactly one job)."""
         self.config = config
+        self.accept_jobs = accept_jobs
+        self.jobs_seen = 0
         self.jobs: dict[int, _Job] = {}
         self._out: list[tuple[bytes, Address]] = []
         self._events: collections.deque[events.Event] = collections.deque()
@@ -161,6 +166,10 @@ class AtpReceiver:
             if header.msg_id == control.FIN_MSG_ID:
                 self.dropped["fin_for_unknown_job"] += 1
                 return
+            if self.accept_jobs is not None and self.jobs_seen >= self.accept_jobs:
+                self.dropped["not_accepting_jobs"] += 1
+                return
+            self.jobs_seen += 1
             job = self.jobs[header.job_id] = _Job(header.job_id, addr, now)
         if job.done_datagrams is not None:
             if header.msg_id == control.FIN_MSG_ID:

@@ -188,6 +188,8 @@ class AtpSender:
 
     def __init__(self, job: JobSpec, *, config: AtpConfig = AtpConfig(), peer: Address = None,
                  now: float) -> None:
+        """``peer``: the receiver address returned with every datagram. ``now``: creation time; the job's
+        clock (JCT, epochs, deadlines) starts at the first :meth:`datagrams_to_send`."""
         self.job = job
         self.config = config
         self.peer = peer
@@ -222,6 +224,7 @@ class AtpSender:
         self.bucket = TokenBucket(burst_bytes=config.burst_packets * wire_max, now=now)
         self._seq = 0
         self.epoch = 0
+        self._started = False
         self._epoch_end = now + self._epoch_length()
         self._last_progress = now
         self._events: collections.deque[events.Event] = collections.deque()
@@ -255,6 +258,8 @@ class AtpSender:
         """Datagrams the pacer allows now (at most ``burst_packets`` after an idle period)."""
         if self.state not in (SenderState.SENDING, SenderState.CLOSING):
             return []
+        if not self._started:
+            self._start(now)
         out: list[tuple[bytes, Address]] = []
         rate = self.rate.rate_bps
         self.bucket.refill(rate, now)
@@ -273,6 +278,8 @@ class AtpSender:
 
     def get_timer(self) -> float | None:
         """The next time :meth:`handle_timer` must run (pacing, loss detection, epoch end, timeouts)."""
+        if not self._started:
+            return self.start_time
         if self.state == SenderState.SENDING:
             times = [self._epoch_end, self._last_progress + self.config.idle_timeout_s]
             loss = self.recovery.loss_deadline()
@@ -294,6 +301,8 @@ class AtpSender:
         return None
 
     def handle_timer(self, now: float) -> None:
+        if not self._started:
+            return
         if self.state == SenderState.SENDING:
             self._on_lost(self.recovery.detect_lost(now), now)
             if now >= self._epoch_end:
@@ -310,6 +319,9 @@ class AtpSender:
                 self._queue_fin(now)
 
     def receive_datagram(self, data: bytes, addr: Address, now: float) -> None:
+        if not self._started:
+            self.datagrams_ignored += 1
+            return
         try:
             header, payload = wire.decode(data)
         except wire.MalformedPacket:
@@ -345,7 +357,15 @@ class AtpSender:
     def delivered(self, group_id: int) -> int:
         return self.groups[group_id].delivered
 
-    # -- sending -----------------------------------------------------------------------------------
+    # -- sending ---------------------------------------------------------------------------------
+
+    def _start(self, now: float) -> None:
+        """The job starts at the first datagrams_to_send(), not at construction (which may be slow)."""
+        self._started = True
+        self.start_time = now
+        self.bucket = TokenBucket(burst_bytes=self.bucket.burst_bytes, now=now)
+        self._epoch_end = now + self._epoch_length()
+        self._last_progress = now
 
     def _payload_len(self, msg_id: int, idx: int) -> int:
         if msg_id == control.ANNOUNCE_MSG_ID:
@@ -421,11 +441,10 @@ class AtpSender:
             if tags.deadline_s is not None:
                 slack = self.start_time + tags.deadline_s - now
                 deadline = min(_MAX_SLACK_US, max(0, int(slack * 1e6)))
-        header = wire.Header(flags=int(flags), priority=priority, job_id=self.job.job_id, msg_id=msg_id,
-                             group_id=g.group_id, tlr=wire.tlr_to_q15(g.tlr), pkt_idx=idx, pkt_cnt=m.cnt,
-                             seq=seq, deadline_us=deadline, weight=weight)
         self.recovery.on_packet_sent(SentPacket(seq, msg_id, idx, g.group_id, len(payload), now, retx))
-        return wire.encode(header, payload)
+        return wire.encode_data(flags=int(flags), priority=priority, job_id=self.job.job_id, msg_id=msg_id,
+                                group_id=g.group_id, tlr=wire.tlr_to_q15(g.tlr), pkt_idx=idx, pkt_cnt=m.cnt,
+                                seq=seq, deadline_us=deadline, weight=weight, payload=payload)
 
     # -- acknowledgements and loss -----------------------------------------------------------------
 

@@ -317,3 +317,12 @@ def decode_float_range(payload: bytes) -> tuple[int, tuple[float, ...]]:
     if len(payload) != FLOAT_RANGE_HEADER_LEN + 4 * count:
         raise MalformedPacket("bad_floats", f"range says {count} floats in {len(payload) - 8} bytes")
     return first, struct.unpack_from(f"!{count}f", payload, FLOAT_RANGE_HEADER_LEN)
+
+
+def encode_data(*, flags: int, priority: int, job_id: int, msg_id: int, group_id: int, tlr: int, pkt_idx: int,
+                pkt_cnt: int, seq: int, deadline_us: int, weight: int, payload: bytes,
+                queue: int = QUEUE_UNSET) -> bytes:
+    """A DATA packet, same bytes as ``encode(Header(type=DATA, ...), payload)`` without building a Header
+    (the sender's per-packet fast path)."""
+    return _HEADER.pack((VERSION << 4) | PacketType.DATA, flags, queue, priority, job_id, msg_id, group_id, tlr,
+                        pkt_idx, pkt_cnt, seq, deadline_us, weight, 0, len(payload)) + payload

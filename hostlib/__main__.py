@@ -1,0 +1,306 @@
+"""Command line: ``python -m hostlib send ...`` / ``python -m hostlib recv ...`` (also ``atp-send``, ``atp-recv``).
+
+Exit status: 0 success, 1 the job failed or timed out, 2 bad input. Quiet unless ``-v``: the job summary
+goes to stdout, diagnostics to stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import random
+import signal
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from hostlib import api, events, wire
+from hostlib.config import AtpConfig, ConfigError, JobSpec, Tags, parse_rate
+
+log = logging.getLogger("hostlib")
+
+
+class _Interrupted(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_interrupted(signum: int, _frame: Any) -> None:
+    raise _Interrupted(signum)
+
+
+def _group(text: str) -> tuple[int, float, int]:
+    try:
+        gid, msr, count = text.split(":")
+        g, m, c = int(gid), float(msr), int(count)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected GROUP:MSR:MESSAGES, e.g. 1:0.9:200") from None
+    if not 0 < g <= 0xFFFF:
+        raise argparse.ArgumentTypeError(f"{text!r}: group id must be 1..65535 (0 is the global group)")
+    if not 0.0 <= m <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r}: MSR must be in [0, 1]")
+    if c < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a group needs at least one message")
+    return g, m, c
+
+
+def _rate(text: str) -> float:
+    try:
+        return parse_rate(text)
+    except ConfigError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _msr(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"MSR {text!r} is not a number") from None
+    if not 0.0 <= v <= 1.0:
+        raise argparse.ArgumentTypeError(f"MSR {text} must be in [0, 1]")
+    return v
+
+
+def _positive(kind):
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a valid {kind.__name__}") from None
+        if not v > 0:
+            raise argparse.ArgumentTypeError(f"{text} must be > 0")
+        return v
+    return parse
+
+
+def _setup_logging(verbose: int) -> None:
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
+
+
+def _install_signal_handlers() -> None:
+    signal.signal(signal.SIGINT, _raise_interrupted)
+    signal.signal(signal.SIGTERM, _raise_interrupted)
+
+
+# --- send -----------------------------------------------------------------------------------------
+
+def send_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="atp-send", description="Send one ATP job and print its summary.")
+    p.add_argument("dest", help="receiver HOST or HOST:PORT")
+    p.add_argument("--port", type=int, default=wire.DEFAULT_ATP_PORT, help="receiver ATP port if DEST has none")
+    p.add_argument("--job-id", type=int, default=None, help="job id, 1..2^32-1 (default: random)")
+    p.add_argument("--messages", type=int, default=None,
+                   help="messages in the global group 0 (default 100, or 0 when --group is given)")
+    p.add_argument("--size", type=int, default=1368, help="bytes per message (default 1368: one packet)")
+    p.add_argument("--msr", type=_msr, default=1.0, help="global MSR, for group 0 (default 1.0)")
+    p.add_argument("--group", type=_group, action="append", default=[], metavar="ID:MSR:MESSAGES",
+                   help="an extra group, e.g. 1:0.9:200 (repeatable)")
+    p.add_argument("--vector", type=int, default=None, metavar="N",
+                   help="send a float32 vector of N random values instead (bounded-loss mode)")
+    p.add_argument("--rate", type=_rate, default=100e6, help="R_max, e.g. 100M (bit/s, default 100M)")
+    p.add_argument("--initial-rate", type=_rate, default=None, help="starting rate (default R_max)")
+    p.add_argument("--gain", type=float, default=AtpConfig.gain, help="m of eq. 2 (default %(default)s)")
+    p.add_argument("--mode", choices=["full", "fixtlr", "base"], default="full")
+    p.add_argument("--no-mrdf", action="store_true", help="send messages in id order instead of MRDF")
+    p.add_argument("--early", action="store_true", help="complete as soon as every MSR is met")
+    p.add_argument("--packet-size", type=int, default=AtpConfig.packet_size, help="max ATP datagram bytes")
+    p.add_argument("--epoch-ms", type=_positive(float), default=None, help="fixed epoch (default: one srtt)")
+    p.add_argument("--min-epoch-ms", type=_positive(float), default=AtpConfig.min_epoch_s * 1e3)
+    p.add_argument("--priority", type=int, default=None, help="CadentFlow priority 0..255 (0 most urgent)")
+    p.add_argument("--weight", type=int, default=None, help="CadentFlow weight 1..255")
+    p.add_argument("--deadline-ms", type=float, default=None, help="CadentFlow deadline after job start")
+    p.add_argument("--report-to", default=None, metavar="HOST[:PORT]", help="controller (port 7601 default)")
+    p.add_argument("--report-key-file", type=Path, default=None, help="file holding the report HMAC key")
+    p.add_argument("--timeout", type=_positive(float), default=None, help="give up after this many seconds")
+    p.add_argument("--idle-timeout", type=_positive(float), default=AtpConfig.idle_timeout_s,
+                   help="give up when nothing is acknowledged for this long (default %(default)s s)")
+    p.add_argument("--seed", type=int, default=None, help="seed for --vector values")
+    p.add_argument("--json", type=Path, default=None, metavar="FILE", help="write the summary as JSON")
+    p.add_argument("--timeline", type=Path, default=None, metavar="FILE", help="per-epoch JSON lines")
+    p.add_argument("-v", "--verbose", action="count", default=0)
+    return p
+
+
+def _build_job(args: argparse.Namespace) -> JobSpec:
+    tags = None
+    if args.priority is not None or args.weight is not None or args.deadline_ms is not None:
+        tags = Tags(priority=args.priority or 0, weight=args.weight or 1,
+                    deadline_s=None if args.deadline_ms is None else args.deadline_ms / 1e3)
+    job_id = args.job_id if args.job_id is not None else random.SystemRandom().randint(1, 0x7FFFFFFF)
+    if args.vector is not None:
+        if args.vector < 1:
+            raise ConfigError("--vector needs N >= 1")
+        rng = random.Random(args.seed)
+        values = [rng.uniform(-1.0, 1.0) for _ in range(args.vector)]
+        return JobSpec.from_vector(job_id, values, msr=args.msr,
+                                   floats_per_message=wire.floats_per_packet(args.packet_size - wire.HEADER_LEN),
+                                   tags=tags)
+    messages = args.messages if args.messages is not None else (0 if args.group else 100)
+    if messages < 0 or args.size < 0:
+        raise ConfigError("--messages and --size must be >= 0")
+    if messages == 0 and not args.group:
+        raise ConfigError("nothing to send: give --messages N or at least one --group")
+    ids = [g for g, _, _ in args.group]
+    if len(set(ids)) != len(ids):
+        raise ConfigError("each --group id may appear once")
+    return JobSpec.uniform(job_id, messages=messages, size=args.size, msr=args.msr, groups=args.group, tags=tags)
+
+
+def _send_config(args: argparse.Namespace) -> AtpConfig:
+    key = None
+    if args.report_key_file is not None:
+        try:
+            key = args.report_key_file.read_bytes().strip()
+        except OSError as err:
+            raise ConfigError(f"--report-key-file {args.report_key_file}: {err.strerror}") from None
+        if not key:
+            raise ConfigError(f"--report-key-file {args.report_key_file} is empty")
+    return AtpConfig(mode=args.mode, mrdf=not args.no_mrdf, completion="early" if args.early else "all_sent",
+                     max_rate_bps=args.rate, initial_rate_bps=args.initial_rate, gain=args.gain,
+                     packet_size=args.packet_size, epoch_s=None if args.epoch_ms is None else args.epoch_ms / 1e3,
+                     min_epoch_s=args.min_epoch_ms / 1e3, idle_timeout_s=args.idle_timeout, report_key=key)
+
+
+def format_send_summary(s) -> str:
+    lines = [f"job {s.job_id}: {'MSR met' if s.msr_met() else 'MSR NOT met'} in JCT {s.jct_s * 1e3:.1f} ms "
+             f"(mode {s.mode}, mrdf {'on' if s.mrdf else 'off'}, completion {s.completion}, "
+             f"receiver {'confirmed' if s.receiver_confirmed else 'did not confirm'})"]
+    for g in s.groups:
+        lines.append(f"  group {g.group_id}: delivered {g.delivered}/{g.total} (need {g.required}), lost {g.lost}, "
+                     f"loss {g.measured_loss:.3f} vs 1-MSR {g.target_loss:.3f}, final TLR {g.final_tlr:.3f}, "
+                     f"retransmissions {g.retransmissions}")
+    lines.append(f"  packets sent {s.packets_sent}, acked {s.packets_acked}, declared lost {s.packets_lost}, "
+                 f"retransmissions {s.retransmissions}, epochs {s.epochs}, final rate "
+                 f"{s.final_rate_bps / 1e6:.2f} Mbit/s, srtt {s.srtt_s * 1e3:.2f} ms")
+    return "\n".join(lines)
+
+
+def send_main(argv: Sequence[str] | None = None) -> int:
+    parser = send_parser()
+    args = parser.parse_args(argv)
+    _setup_logging(args.verbose)
+    try:
+        job = _build_job(args)
+        config = _send_config(args)
+        dest = api.parse_address(args.dest, args.port)
+        report_to = None if args.report_to is None else api.parse_address(args.report_to, wire.DEFAULT_REPORT_PORT)
+    except (ConfigError, ValueError) as err:
+        parser.error(str(err))
+    _install_signal_handlers()
+
+    def on_event(ev: events.Event) -> None:
+        if isinstance(ev, events.EpochEnded) and log.isEnabledFor(logging.DEBUG):
+            log.debug("epoch %d group %d: tlr %.3f rate %.2f Mbit/s loss %.3f", ev.epoch, ev.group_id, ev.tlr,
+                      ev.rate_bps / 1e6, ev.loss)
+
+    log.info("sending job %d (%d messages) to %s:%d", job.job_id, len(job.messages), *dest)
+    try:
+        summary = api.send_job(dest, job, config=config, report_to=report_to, timeline=args.timeline,
+                               timeout=args.timeout, on_event=on_event)
+    except _Interrupted as sig:
+        print(f"atp-send: interrupted ({sig}), job {job.job_id} not finished", file=sys.stderr)
+        return 1
+    except (api.AtpError, OSError) as err:
+        print(f"atp-send: {err}", file=sys.stderr)
+        return 1
+    print(format_send_summary(summary))
+    if args.json is not None:
+        _write_json(args.json, summary.as_dict())
+    return 0
+
+
+# --- recv -----------------------------------------------------------------------------------------
+
+def recv_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="atp-recv", description="Receive ATP jobs and print a summary of each.")
+    p.add_argument("--bind", default="0.0.0.0", help="local address (default 0.0.0.0)")
+    p.add_argument("--port", type=int, default=wire.DEFAULT_ATP_PORT, help="ATP port (default %(default)s)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--once", dest="once", action="store_true", default=True,
+                      help="serve one job, then exit (default)")
+    mode.add_argument("--serve", dest="once", action="store_false", help="keep serving jobs until signalled")
+    p.add_argument("--timeout", type=_positive(float), default=None,
+                   help="--once: fail if no job finished within this many seconds; --serve: stop after it")
+    p.add_argument("--idle-timeout", type=_positive(float), default=AtpConfig.idle_timeout_s,
+                   help="forget a job silent for this long (default %(default)s s)")
+    p.add_argument("--max-messages", type=int, default=AtpConfig.max_messages, help="largest N accepted")
+    p.add_argument("--max-buffer-mb", type=_positive(float), default=AtpConfig.max_buffered_bytes / 2**20,
+                   help="payload bytes held for incomplete messages (default %(default)s MiB)")
+    p.add_argument("--json", type=Path, default=None, metavar="FILE",
+                   help="write the job summary as JSON (--serve: a list, rewritten after each job)")
+    p.add_argument("--vector-out", type=Path, default=None, metavar="FILE",
+                   help="--once, vector jobs: write the float32 vector (little-endian raw) here")
+    p.add_argument("-v", "--verbose", action="count", default=0)
+    return p
+
+
+def format_receive_result(r: api.ReceiveResult) -> str:
+    lines = [f"job {r.job_id} from {r.peer[0]}:{r.peer[1]}: delivered {r.delivered}/{r.total}, "
+             f"lost {len(r.lost_ids)}, {r.packets} packets ({r.duplicates} duplicates) in {r.elapsed_s * 1e3:.1f} ms"]
+    for g in r.groups:
+        lines.append(f"  group {g.group_id}: delivered {g.delivered}/{g.total}, lost {g.lost}, "
+                     f"loss {g.lost / g.total if g.total else 0:.3f} vs 1-MSR {1 - g.msr:.3f}")
+    if r.vector_len is not None:
+        ranges = r.lost_ranges
+        lines.append(f"  vector of {r.vector_len} floats, {sum(b - a for a, b in ranges)} zero-filled in "
+                     f"{len(ranges)} range(s)")
+    return "\n".join(lines)
+
+
+def recv_main(argv: Sequence[str] | None = None) -> int:
+    parser = recv_parser()
+    args = parser.parse_args(argv)
+    _setup_logging(args.verbose)
+    try:
+        config = AtpConfig(idle_timeout_s=args.idle_timeout, max_messages=args.max_messages,
+                           max_buffered_bytes=int(args.max_buffer_mb * 2**20))
+        bind = api.parse_address(args.bind, args.port)
+    except (ConfigError, ValueError) as err:
+        parser.error(str(err))
+    _install_signal_handlers()
+    done: list[dict] = []
+
+    def on_job(res: api.ReceiveResult) -> None:
+        print(format_receive_result(res), flush=True)
+        done.append(res.as_dict())
+        if not args.once and args.json is not None:
+            _write_json(args.json, done)
+        if args.once and args.vector_out is not None and res.vector is not None:
+            args.vector_out.write_bytes(res.vector.tobytes())
+
+    try:
+        with api.ReceiverEndpoint(bind, config=config, accept_jobs=1 if args.once else None) as ep:
+            log.info("serving ATP on %s:%d", *ep.bound)
+            ep.serve(jobs=1 if args.once else None, timeout=args.timeout, on_job=on_job)
+    except _Interrupted as sig:
+        log.info("stopping on %s", sig)
+        if args.once and not done:
+            print(f"atp-recv: interrupted ({sig}) before a job finished", file=sys.stderr)
+            return 1
+    except (api.AtpError, OSError) as err:
+        print(f"atp-recv: {err}", file=sys.stderr)
+        return 1
+    if args.json is not None:
+        _write_json(args.json, done[0] if args.once and done else done)
+    return 0
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in ("send", "recv"):
+        print("usage: python -m hostlib {send,recv} ...  (python -m hostlib send -h for help)", file=sys.stderr)
+        return 2
+    return send_main(argv[1:]) if argv[0] == "send" else recv_main(argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,369 @@
+"""Blocking API for scripts: ``send_job`` and ``receive_job`` over UDP sockets.
+
+The socket loop runs in the calling thread and waits with ``select.select``, whose timeout has microsecond
+resolution (asyncio's epoll wait rounds to milliseconds), so pacing holds up to ~10k packets/s with
+bursts of at most ``AtpConfig.burst_packets`` packets. Measured numbers: docs/hostlib.md.
+"""
+from __future__ import annotations
+
+import array
+import dataclasses
+import errno
+import json
+import os
+import select
+import socket
+import time
+from typing import Any, Callable, Iterable, TextIO
+
+from hostlib import events, wire
+from hostlib.config import AtpConfig, JobSpec
+from hostlib.receiver import AtpReceiver, GroupResult, JobResult
+from hostlib.sender import AtpSender, SendSummary
+from hostlib.vector import assemble
+
+Address = tuple[str, int]
+Timeline = "str | os.PathLike[str] | TextIO | Callable[[dict], None] | None"
+_RECV_BATCH = 256
+_SHORT_WAIT_S = 0.001
+
+
+class AtpError(RuntimeError):
+    """Base class of hostlib's runtime errors."""
+
+
+class JobFailedError(AtpError):
+    """The sender gave up on the job; the message says why."""
+
+
+class ReceiveTimeout(AtpError, TimeoutError):
+    """No job finished within the timeout."""
+
+
+class JobAbandonedError(AtpError):
+    """The job being received went silent before its FIN."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ReceiveResult:
+    """One job as the receiver saw it: every delivered message, and the ids of the lost ones."""
+
+    job_id: int
+    peer: Any
+    total: int
+    lost_ids: tuple[int, ...]
+    groups: tuple[GroupResult, ...]
+    messages: dict[int, bytes]
+    vector_len: int | None
+    elapsed_s: float
+    """First packet to FIN."""
+    packets: int
+    duplicates: int
+    malformed: dict[str, int]
+    dropped: dict[str, int]
+
+    @property
+    def delivered(self) -> int:
+        return len(self.messages)
+
+    @property
+    def vector(self) -> array.array | None:
+        """Float-vector jobs: the vector with lost ranges zero-filled (``None`` for other jobs)."""
+        if self.vector_len is None:
+            return None
+        return assemble(self.vector_len, self.messages.values())[0]
+
+    @property
+    def lost_ranges(self) -> list[tuple[int, int]]:
+        """Float-vector jobs: the missing index ranges, ``(start, stop)`` half-open."""
+        if self.vector_len is None:
+            return []
+        return assemble(self.vector_len, self.messages.values())[1]
+
+    def as_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "job_id": self.job_id, "peer": list(self.peer) if isinstance(self.peer, tuple) else self.peer,
+            "total": self.total, "delivered": self.delivered, "lost": len(self.lost_ids),
+            "lost_ids": list(self.lost_ids), "elapsed_s": round(self.elapsed_s, 6), "packets": self.packets,
+            "duplicates": self.duplicates, "malformed": dict(self.malformed), "dropped": dict(self.dropped),
+            "groups": [{"group_id": g.group_id, "msr": g.msr, "total": g.total, "delivered": g.delivered,
+                        "lost": g.lost, "measured_loss": round(g.lost / g.total, 6) if g.total else 0.0}
+                       for g in self.groups],
+        }
+        if self.vector_len is not None:
+            d["vector_len"] = self.vector_len
+            d["lost_ranges"] = [list(r) for r in self.lost_ranges]
+        return d
+
+
+def parse_address(text: "str | Address | int", default_port: int = wire.DEFAULT_ATP_PORT) -> Address:
+    """``host``, ``host:port``, ``[v6]:port``, a port number or a ``(host, port)`` tuple."""
+    if isinstance(text, tuple):
+        return (str(text[0]), int(text[1]))
+    if isinstance(text, int):
+        return ("0.0.0.0", text)
+    t = text.strip()
+    if t.startswith("["):
+        host, _, rest = t[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    elif t.count(":") == 1:
+        host, _, port = t.partition(":")
+    else:
+        host, port = t, ""
+    if not host:
+        raise ValueError(f"address {text!r}: missing host")
+    try:
+        p = int(port) if port else default_port
+    except ValueError:
+        raise ValueError(f"address {text!r}: port {port!r} is not a number") from None
+    if not 0 < p < 65536:
+        raise ValueError(f"address {text!r}: port {p} out of range")
+    return (host, p)
+
+
+def _udp_socket(addr: Address, *, bind: bool) -> tuple[socket.socket, Address]:
+    try:
+        infos = socket.getaddrinfo(addr[0], addr[1], type=socket.SOCK_DGRAM)
+    except socket.gaierror as err:
+        raise AtpError(f"cannot resolve {addr[0]!r}: {err}") from None
+    family, _, _, _, sockaddr = infos[0]
+    sock = socket.socket(family, socket.SOCK_DGRAM)
+    try:
+        sock.setblocking(False)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        if bind:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(sockaddr)
+            except OSError as err:
+                raise AtpError(f"cannot bind UDP {addr[0]}:{addr[1]}: {err.strerror}") from None
+    except BaseException:
+        sock.close()
+        raise
+    return sock, sockaddr[:2]
+
+
+def _send_all(sock: socket.socket, datagrams: Iterable[tuple[bytes, Any]]) -> int:
+    """Send; a full socket buffer or an ICMP error drops the datagram (ATP sees it as loss)."""
+    n = 0
+    for data, addr in datagrams:
+        try:
+            sock.sendto(data, addr)
+            n += 1
+        except (BlockingIOError, ConnectionRefusedError):
+            pass
+        except OSError as err:
+            if err.errno not in (errno.ENOBUFS, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EPERM):
+                raise
+    return n
+
+
+def _recv_all(sock: socket.socket, feed: Callable[[bytes, Any], None]) -> int:
+    n = 0
+    while n < _RECV_BATCH:
+        try:
+            data, addr = sock.recvfrom(65535)
+        except (BlockingIOError, InterruptedError):
+            break
+        except ConnectionRefusedError:
+            continue
+        feed(data, addr)
+        n += 1
+    return n
+
+
+def _wait(sock: socket.socket, until: float | None, clock: Callable[[], float], cap: float) -> None:
+    """Sleep until ``until`` (at most ``cap`` seconds) or until the socket is readable."""
+    timeout = cap if until is None else min(cap, until - clock())
+    if timeout <= 0:
+        return
+    if timeout <= _SHORT_WAIT_S:
+        # The next packet is due soon: sleep through arriving ACKs and read them in one batch afterwards.
+        # Waking once per ACK would double the loop iterations per packet and cap the rate.
+        time.sleep(timeout)
+        return
+    select.select([sock], [], [], timeout)
+
+
+class _TimelineWriter:
+    def __init__(self, timeline: Any) -> None:
+        self._own = None
+        self._write: Callable[[dict], None] | None = None
+        if timeline is None:
+            return
+        if callable(timeline):
+            self._write = timeline
+        elif hasattr(timeline, "write"):
+            self._write = lambda d: timeline.write(json.dumps(d) + "\n")
+        else:
+            self._own = open(os.fspath(timeline), "w", encoding="utf-8")
+            own = self._own
+            self._write = lambda d: own.write(json.dumps(d) + "\n")
+
+    def __call__(self, line: dict) -> None:
+        if self._write is not None:
+            self._write(line)
+
+    def close(self) -> None:
+        if self._own is not None:
+            self._own.close()
+
+
+def send_job(dest: "str | Address", job: JobSpec, *, config: AtpConfig = AtpConfig(),
+             report_to: "str | Address | None" = None, timeline: Any = None, bind: "str | Address | None" = None,
+             timeout: float | None = None, on_event: Callable[[events.Event], None] | None = None,
+             clock: Callable[[], float] = time.monotonic) -> SendSummary:
+    """Send ``job`` to the ATP receiver at ``dest`` and return the summary once the job is closed.
+
+    ``report_to``: controller address for per-epoch REPORTs (port 7601 if omitted; signed with
+    ``config.report_key``). ``timeline``: a path, a text file or a callable; gets one JSON object per
+    epoch per group (:meth:`hostlib.events.EpochEnded.as_dict`). ``bind``: local address for the data
+    socket. ``timeout``: overall limit in seconds. Raises :class:`JobFailedError` when the sender gives up.
+    """
+    dest_addr = parse_address(dest)
+    sock, peer = _udp_socket(dest_addr, bind=False)
+    report_sock = None
+    report_addr = None
+    writer = _TimelineWriter(timeline)
+    try:
+        if bind is not None:
+            try:
+                sock.bind(parse_address(bind, 0))
+            except OSError as err:
+                raise AtpError(f"cannot bind sender socket to {bind}: {err.strerror}") from None
+        if report_to is not None:
+            report_sock, report_addr = _udp_socket(parse_address(report_to, wire.DEFAULT_REPORT_PORT), bind=False)
+        start = clock()
+        deadline = None if timeout is None else start + timeout
+        sender = AtpSender(job, config=config, peer=peer, now=start)
+        while True:
+            now = clock()
+            _send_all(sock, sender.datagrams_to_send(now))
+            while (ev := sender.next_event()) is not None:
+                if isinstance(ev, events.ReportReady) and report_sock is not None:
+                    _send_all(report_sock, [(ev.report.encode(config.report_key), report_addr)])
+                elif isinstance(ev, events.EpochEnded):
+                    writer(ev.as_dict())
+                elif isinstance(ev, events.JobFailed):
+                    raise JobFailedError(f"job {job.job_id} to {dest_addr[0]}:{dest_addr[1]}: {ev.reason}")
+                if on_event is not None:
+                    on_event(ev)
+            if sender.summary is not None:
+                return sender.summary
+            if deadline is not None and now >= deadline:
+                raise JobFailedError(f"job {job.job_id} not finished after {timeout:g} s (timeout)")
+            timer = sender.get_timer()
+            if deadline is not None:
+                timer = deadline if timer is None else min(timer, deadline)
+            _wait(sock, timer, clock, cap=0.5)
+            now = clock()
+            if _recv_all(sock, lambda d, a: sender.receive_datagram(d, a, now)):
+                timer = sender.get_timer()
+            if timer is not None and timer <= now:
+                sender.handle_timer(now)
+    finally:
+        writer.close()
+        sock.close()
+        if report_sock is not None:
+            report_sock.close()
+
+
+class ReceiverEndpoint:
+    """A bound ATP receiver socket plus its sans-I/O core; ``serve`` runs it until told to stop."""
+
+    def __init__(self, bind: "str | Address | int", *, config: AtpConfig = AtpConfig(),
+                 accept_jobs: int | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.address = parse_address(bind)
+        self.sock, self.bound = _udp_socket(self.address, bind=True)
+        self.bound = self.sock.getsockname()[:2]
+        self.clock = clock
+        self.config = config
+        self.core = AtpReceiver(config=config, now=clock(), accept_jobs=accept_jobs)
+        self._messages: dict[int, dict[int, bytes]] = {}
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> "ReceiverEndpoint":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _result(self, r: JobResult) -> ReceiveResult:
+        msgs = self._messages.pop(r.job_id, {})
+        return ReceiveResult(
+            job_id=r.job_id, peer=r.peer, total=r.total, lost_ids=r.lost_ids, groups=r.groups, messages=msgs,
+            vector_len=r.vector_len, elapsed_s=r.finished_at - r.first_packet_at, packets=r.packets,
+            duplicates=r.duplicates, malformed=dict(self.core.malformed), dropped=dict(self.core.dropped))
+
+    def serve(self, *, jobs: int | None = None, timeout: float | None = None, linger_s: float = 0.2,
+              on_job: Callable[[ReceiveResult], None] | None = None,
+              on_message: Callable[[events.MessageReceived], None] | None = None,
+              on_event: Callable[[events.Event], None] | None = None) -> list[ReceiveResult]:
+        """Serve until ``jobs`` jobs finished (``None``: until ``timeout``), then keep answering
+        repeated FINs for ``linger_s``. Raises :class:`ReceiveTimeout` if ``timeout`` passes first
+        while ``jobs`` is set; abandoned jobs raise :class:`JobAbandonedError` when ``jobs`` is set."""
+        core = self.core
+        results: list[ReceiveResult] = []
+        start = self.clock()
+        deadline = None if timeout is None else start + timeout
+        linger_until: float | None = None
+        while True:
+            now = self.clock()
+            _send_all(self.sock, core.datagrams_to_send(now))
+            while (ev := core.next_event()) is not None:
+                if isinstance(ev, events.MessageReceived):
+                    if on_message is not None:
+                        on_message(ev)
+                    else:
+                        self._messages.setdefault(ev.job_id, {})[ev.msg_id] = ev.data
+                elif isinstance(ev, events.JobFinished):
+                    res = self._result(ev.result)
+                    results.append(res)
+                    if on_job is not None:
+                        on_job(res)
+                elif isinstance(ev, events.JobAbandoned):
+                    self._messages.pop(ev.job_id, None)
+                    if jobs is not None:
+                        raise JobAbandonedError(f"job {ev.job_id} went silent for "
+                                                f"{self.config.idle_timeout_s:g} s before finishing "
+                                                f"({ev.delivered} messages delivered)")
+                if on_event is not None:
+                    on_event(ev)
+            if jobs is not None and len(results) >= jobs and linger_until is None:
+                core.accept_jobs = core.jobs_seen  # take no new job while lingering
+                linger_until = now + linger_s
+            if linger_until is not None and now >= linger_until:
+                return results
+            if deadline is not None and now >= deadline:
+                if jobs is not None and len(results) < jobs:
+                    raise ReceiveTimeout(
+                        f"{len(results)} of {jobs} job(s) finished on {self.bound[0]}:{self.bound[1]} within "
+                        f"{timeout:g} s ({core.datagrams} datagrams received)")
+                return results
+            timer = core.get_timer()
+            for t in (deadline, linger_until):
+                if t is not None:
+                    timer = t if timer is None else min(timer, t)
+            _wait(self.sock, timer, self.clock, cap=0.5)
+            now = self.clock()
+            _recv_all(self.sock, lambda d, a: core.receive_datagram(d, a, now))
+            t = core.get_timer()
+            if t is not None and t <= self.clock():
+                core.handle_timer(self.clock())
+
+
+def receive_job(bind: "str | Address | int", *, timeout: float | None, config: AtpConfig = AtpConfig(),
+                linger_s: float = 0.2) -> ReceiveResult:
+    """Serve exactly one job on ``bind`` and return it (packets of other jobs are not acknowledged)."""
+    with ReceiverEndpoint(bind, config=config, accept_jobs=1) as ep:
+        return ep.serve(jobs=1, timeout=timeout, linger_s=linger_s)[0]
+
+
+def receive_jobs(bind: "str | Address | int", *, count: int, timeout: float | None,
+                 config: AtpConfig = AtpConfig(), linger_s: float = 0.2) -> list[ReceiveResult]:
+    """Serve ``count`` jobs, concurrently if they overlap, on one socket; results in finishing order."""
+    with ReceiverEndpoint(bind, config=config, accept_jobs=count) as ep:
+        return ep.serve(jobs=count, timeout=timeout, linger_s=linger_s)
