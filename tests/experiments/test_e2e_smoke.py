@@ -1,0 +1,34 @@
+"""One tiny end-to-end trial on the emulated rack (root only): ATP and TCP-ES deliver an FBKV job."""
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+ROOT = os.geteuid() == 0 and shutil.which("ip") is not None and os.path.isdir("/var/run") and shutil.which("ss")
+
+pytestmark = [pytest.mark.root, pytest.mark.slow,
+              pytest.mark.skipif(not ROOT, reason="needs root, iproute2 (ip, ss) to build network namespaces")]
+
+
+def test_atp_and_tcp_es_complete_a_small_job(tmp_path):
+    from experiments.harness import Testbed, TestbedConfig
+    from experiments.trial import JobPlan, run_trial
+    from experiments.workloads import make_job
+
+    job = make_job("fbkv", 1, 60)
+    with Testbed(TestbedConfig(hosts=2, rate_mbit=20), tmp_path) as tb:
+        ns = list(tb.lab.host_ns) + [tb.lab.switch_ns]
+        results = {p: run_trial(tb, p, [JobPlan(4242 + i, 0, 1, job, 0.5)], name=p, timeout=20)["jobs"][0]
+                   for i, p in enumerate(("atp", "tcp-es"))}
+        assert tb.reports_relayed > 0  # ATP's REPORTs reached the in-process controller
+    for p, m in results.items():
+        assert m["msr_met"], (p, m)
+        assert m["jct_s"] is not None and m["jct_s"] > 0
+        assert m["delivered"] >= 30
+    assert results["atp"]["msg_loss"] <= 0.5
+    # everything the testbed created is gone
+    import subprocess
+    left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert not any(n in left for n in ns)
