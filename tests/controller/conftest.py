@@ -42,3 +42,18 @@ def make_driver(fake_server, bmv2_json):
     yield make
     for d in drivers:
         d.close()
+
+
+def _root_conftest():
+    """tests/conftest.py (the shared skip markers); loaded by path since this file is also named conftest."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("netapprox_tests_conftest", Path(__file__).parents[1] / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_shared = _root_conftest()
+requires_p4 = _shared.requires_p4
+requires_root = _shared.requires_root
