@@ -1,0 +1,551 @@
+"""``make demo``: NetApprox end to end on one machine (``python -m topo.demo --target kernel|bmv2``).
+
+A Mininet dumbbell (h1..h3 on s1, h4..h6 on s2, one bottleneck s1 -> s2, plus the controller's in-band host
+``ctl`` on s1) carries, all across the bottleneck:
+
+- job A (approximate, MSR 0.9) h1 -> h4 and job B (approximate, MSR 0.5) h2 -> h5: ATP (hostlib CLI),
+  reporting their TLR every epoch to the controller;
+- a non-approximate bulk TCP flow (iperf3) h1 -> h4, started a few seconds in;
+- background load h3 -> h6: approximate ATP DATA with a fixed TLR that steps down over time
+  (0.5 -> 0.375 -> 0.25, i.e. queues 4 -> 3 -> 2 on the default thresholds), like the background of
+  Fig. 10 of the NetApprox paper; it sends no reports, so the switch places it by its TLR.
+
+The controller (``controller.loop.Controller``) runs its epoch loop in this process and programs every switch
+(kernel target: ``KernelDriver``; BMv2: ``P4RuntimeDriver``). While it runs, a progress line per second;
+then a table and one PNG timeline per job in ``results/``.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from hostlib import wire
+
+REPO = Path(__file__).resolve().parent.parent
+PY = sys.executable
+
+
+@dataclasses.dataclass(frozen=True)
+class DemoJob:
+    name: str
+    job_id: int
+    msr: float
+    messages: int
+    src: int  # host number
+    dst: int
+
+
+@dataclasses.dataclass(frozen=True)
+class DemoConfig:
+    """The experiment ``make demo`` runs."""
+
+    target: str = "kernel"
+    """``kernel`` or ``bmv2``."""
+    bottleneck_mbit: float = 20.0
+    """The s1 -> s2 link: every flow of the demo crosses it."""
+    host_mbit: float = 50.0
+    """Host links."""
+    buffer_packets: int = 64
+    """Per-port buffer in packets (queues 1..7 hold 7..1 packets, queue 0 the rest)."""
+    jobs: tuple[DemoJob, ...] = (
+        DemoJob("A", 101, 0.9, 20000, 1, 4),
+        DemoJob("B", 102, 0.5, 20000, 2, 5),
+    )
+    """The approximate jobs (1368-byte messages, one packet each)."""
+    job_rate: str = "25M"
+    """R_max of the ATP senders."""
+    bulk_bytes: int = 8_000_000
+    """The non-approximate TCP flow (iperf3 -n)."""
+    bulk_start_s: float = 8.0
+    """When the TCP flow starts, seconds after the jobs."""
+    background_mbit: float = 5.0
+    """Background load."""
+    background_tlr: str = "0:0.5,10:0.375,20:0.25"
+    """Background TLR schedule (seconds:TLR)."""
+    background_s: float = 40.0
+    """How long the background runs (it stops earlier when the jobs are done)."""
+    time_limit_s: float = 90.0
+    """Give up on the jobs after this long."""
+    epoch_s: float = 0.02
+    """Controller epoch."""
+    results: str = "results"
+    """Output directory."""
+
+
+def _log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+class _Timeline:
+    """Follows a sender's --timeline JSON-lines file as it grows."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.rows: list[dict] = []
+        self._pos = 0
+        self._partial = ""
+
+    def poll(self) -> list[dict]:
+        if not self.path.exists():
+            return []
+        with open(self.path) as f:
+            f.seek(self._pos)
+            chunk = f.read()
+            self._pos = f.tell()
+        text = self._partial + chunk
+        lines = text.split("\n")
+        self._partial = lines.pop()
+        new = []
+        for line in lines:
+            if line.strip():
+                try:
+                    new.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+        self.rows += new
+        return new
+
+
+class Demo:
+    def __init__(self, config: DemoConfig) -> None:
+        self.cfg = config
+        self.out = Path(config.results)
+        self.procs: list[subprocess.Popen] = []
+        self.stop = threading.Event()
+        self.t0 = 0.0
+        self.assign_log: list[tuple[float, dict[int, int]]] = []  # (t since t0, assignments) on change
+        self.report_times: dict[tuple[int, int], float] = {}  # (job, sender epoch) -> t since t0 (kernel)
+        self.latest_reports: dict[int, wire.Report] = {}
+        self.queue_samples: list[tuple[float, list]] = []
+        self.threads: list[threading.Thread] = []
+        self.emu = None
+        self.ctl = None
+
+    # -- processes --------------------------------------------------------------------------------------------
+    def popen(self, host, args: list[str], log_name: str) -> subprocess.Popen:
+        log = open(self.out / log_name, "w")
+        p = host.popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO))
+        log.close()
+        self.procs.append(p)
+        return p
+
+    def stop_processes(self) -> None:
+        from topo.netns import stop_process
+
+        for p in self.procs:
+            try:
+                stop_process(p)
+            except Exception:
+                pass
+        self.procs.clear()
+
+    # -- threads ----------------------------------------------------------------------------------------------
+    def spawn(self, fn, name: str) -> None:
+        t = threading.Thread(target=fn, name=name, daemon=True)
+        t.start()
+        self.threads.append(t)
+
+    def controller_loop(self) -> None:
+        last: dict[int, int] = {}
+        nxt = time.monotonic()
+        while not self.stop.is_set():
+            res = self.ctl.step()
+            if dict(res.assignments) != last:
+                last = dict(res.assignments)
+                self.assign_log.append((time.monotonic() - self.t0, last))
+            nxt += self.cfg.epoch_s
+            self.stop.wait(max(0.0, nxt - time.monotonic()))
+            if nxt < time.monotonic():
+                nxt = time.monotonic()
+
+    def relay_reports(self, sock) -> None:
+        sock.settimeout(0.1)
+        while not self.stop.is_set():
+            try:
+                data, src = sock.recvfrom(2048)
+            except OSError:
+                continue
+            rep = self.ctl.ingest_report(data, src[0])
+            if rep is not None:
+                self.latest_reports[rep.job_id] = rep
+                self.report_times.setdefault((rep.job_id, rep.epoch), time.monotonic() - self.t0)
+
+    def sample_queues(self, netns: str | None, ifname: str) -> None:
+        from pyroute2 import IPRoute
+
+        from topo import kernel_switch as ks
+
+        ipr = IPRoute(netns=netns, flags=0) if netns else IPRoute()
+        try:
+            idx = ipr.link_lookup(ifname=ifname)[0]
+            while not self.stop.is_set():
+                try:
+                    stats = ks.read_port_stats(ipr, idx)
+                    self.queue_samples.append((time.monotonic() - self.t0, stats))
+                except Exception:
+                    pass
+                self.stop.wait(0.1)
+        finally:
+            ipr.close()
+
+    # -- the run ----------------------------------------------------------------------------------------------
+    def run(self) -> int:
+        from controller.config import ControllerConfig, ReportConfig
+        from controller.loop import Controller
+        from topo.net import Emulation, EmulationConfig
+
+        cfg = self.cfg
+        self.out.mkdir(parents=True, exist_ok=True)
+        for old in self.out.glob("demo-*"):
+            old.unlink()
+        _log(f"NetApprox demo on the {cfg.target} target: dumbbell h1-h3 | s1 ={cfg.bottleneck_mbit:g} Mbit/s=> "
+             f"s2 | h4-h6, host links {cfg.host_mbit:g} Mbit/s, {cfg.buffer_packets}-packet port buffers")
+        for j in cfg.jobs:
+            _log(f"  job {j.name} (id {j.job_id}): h{j.src} -> h{j.dst}, {j.messages} messages, MSR {j.msr}")
+        _log(f"  bulk TCP h1 -> h4: {cfg.bulk_bytes / 1e6:g} MB from t = {cfg.bulk_start_s:g} s; background "
+             f"h3 -> h6: {cfg.background_mbit:g} Mbit/s approximate, TLR schedule {cfg.background_tlr}")
+        emu_cfg = EmulationConfig(topology="dumbbell", hosts=3, rate_mbit=cfg.host_mbit,
+                                  bottleneck_mbit=cfg.bottleneck_mbit, buffer_packets=cfg.buffer_packets,
+                                  target=cfg.target, log_dir=str(self.out))
+        t_setup = time.monotonic()
+        with Emulation(emu_cfg) as emu:
+            self.emu = emu
+            ccfg = ControllerConfig(switches=emu.switch_configs(), epoch_s=cfg.epoch_s, counters_every=0,
+                                    reports=ReportConfig(port=-1, rate_per_host=100000.0, burst=10000))
+            with Controller(ccfg) as ctl:
+                self.ctl = ctl
+                if not ctl.wait_until_up(30.0):
+                    raise RuntimeError("the controller could not program the switches within 30 s")
+                _log(f"network and controller up in {time.monotonic() - t_setup:.1f} s "
+                     f"({len(ccfg.switches)} switches, epoch {cfg.epoch_s * 1e3:g} ms)")
+                try:
+                    return self._experiment(emu)
+                finally:
+                    self.stop.set()
+                    for t in self.threads:
+                        t.join(timeout=3)
+                    self.stop_processes()
+
+    def _experiment(self, emu) -> int:
+        cfg = self.cfg
+        hosts = {int(h.name[1:]): h for h in emu.hosts}
+        s1 = emu.net.get("s1")
+        bottleneck = next(i.name for i in s1.intfList() if i.link and {i.link.intf1.node.name, i.link.intf2.node.name} == {"s1", "s2"})
+        self.t0 = time.monotonic()
+        if cfg.target == "kernel":
+            self.spawn(lambda: self.relay_reports(emu.report_socket()), "report-relay")
+            self.spawn(lambda: self.sample_queues(s1.netns_name, bottleneck), "queue-sampler")
+        else:
+            self.spawn(lambda: self.sample_queues(None, bottleneck), "queue-sampler")
+        self.spawn(self.controller_loop, "controller")
+
+        # Receivers first.
+        recv_timeout = str(int(cfg.time_limit_s + 20))
+        for j in cfg.jobs:
+            self.popen(hosts[j.dst], [PY, "-m", "hostlib", "recv", "--port", str(wire.DEFAULT_ATP_PORT), "--once",
+                                      "--timeout", recv_timeout, "--json", str(self.out / f"demo-recv-{j.name}.json")],
+                       f"demo-recv-{j.name}.log")
+        iperf_srv = self.popen(hosts[4], ["iperf3", "-s", "-1", "-p", "5201"], "demo-iperf3-server.log")
+        bg_rx = self.popen(hosts[6], [PY, "-m", "topo.trafgen", "recv", "--port", str(wire.DEFAULT_ATP_PORT),
+                                      "--duration", str(cfg.background_s + 5)], "demo-background-recv.log")
+        time.sleep(1.0)
+        bg = self.popen(hosts[3], [PY, "-m", "topo.trafgen", "send", "--dst", hosts[6].IP(), "--atp", "--approx",
+                                   "--job", "999", "--tlr", cfg.background_tlr,
+                                   "--rate-mbit", str(cfg.background_mbit), "--duration", str(cfg.background_s)],
+                        "demo-background.log")
+        bg_start = time.monotonic() - self.t0
+        senders = {}
+        timelines = {}
+        starts = {}
+        for j in cfg.jobs:
+            tl = self.out / f"demo-timeline-{j.name}.jsonl"
+            timelines[j.name] = _Timeline(tl)
+            starts[j.name] = time.monotonic() - self.t0
+            senders[j.name] = self.popen(hosts[j.src], [
+                PY, "-m", "hostlib", "send", f"{hosts[j.dst].IP()}:{wire.DEFAULT_ATP_PORT}", "--job-id", str(j.job_id),
+                "--messages", str(j.messages), "--msr", str(j.msr), "--rate", cfg.job_rate,
+                "--report-to", emu.report_target, "--timeout", str(int(cfg.time_limit_s)),
+                "--json", str(self.out / f"demo-send-{j.name}.json"), "--timeline", str(tl)],
+                f"demo-send-{j.name}.log")
+        jobs_start = min(starts.values())
+        bulk = None
+        bulk_json = self.out / "demo-bulk-tcp.json"
+        _log(f"traffic started (t = 0 is the background start; jobs at t = {jobs_start:.1f} s)")
+        _log("   t  | " + " | ".join(f"job {j.name}: TLR  rate Mbit/s  loss  queue" for j in cfg.jobs)
+             + " | bottleneck drops per queue 1..7")
+        next_print = time.monotonic() + 1.0
+        prev_drops = None
+        while True:
+            now = time.monotonic() - self.t0
+            if bulk is None and now >= jobs_start + cfg.bulk_start_s:
+                bulk = hosts[1].popen(["iperf3", "-c", hosts[4].IP(), "-p", "5201", "-n", str(cfg.bulk_bytes), "-J"],
+                                      stdout=open(bulk_json, "w"), stderr=subprocess.DEVNULL, cwd=str(REPO))
+                self.procs.append(bulk)
+                _log(f"{now:5.1f} | bulk TCP flow started")
+            for tl in timelines.values():
+                tl.poll()
+            done = all(p.poll() is not None for p in senders.values())
+            if time.monotonic() >= next_print:
+                next_print += 1.0
+                parts = []
+                for j in cfg.jobs:
+                    rows = [r for r in timelines[j.name].rows if r["time"] >= timelines[j.name].rows[-1]["time"] - 1.0] \
+                        if timelines[j.name].rows else []
+                    if senders[j.name].poll() is not None:
+                        parts.append(f"{'finished':^36}")
+                    elif rows:
+                        sent = sum(r["sent"] for r in rows)
+                        acked = sum(r["acked"] for r in rows)
+                        loss = max(0.0, 1 - acked / sent) if sent else 0.0
+                        q = self.queue_of(j.job_id, rows[-1]["tlr"], now, rows[-1].get("queues", {}))
+                        parts.append(f"{rows[-1]['tlr']:5.3f} {rows[-1]['rate_bps'] / 1e6:8.2f}   {loss:5.3f}    q{q}   ")
+                    else:
+                        parts.append(f"{'starting':^36}")
+                drops = "-"
+                if self.queue_samples:
+                    cur = [s.drops for s in self.queue_samples[-1][1]]
+                    base = prev_drops or [0] * len(cur)
+                    drops = " ".join(f"{c - b:4d}" for c, b in zip(cur[1:], base[1:]))
+                    prev_drops = cur
+                _log(f"{now:5.1f} | " + " | ".join(parts) + f" | {drops}")
+            if done and (bulk is None or bulk.poll() is not None):
+                break
+            if now > cfg.time_limit_s + 10:
+                _log("time limit reached; stopping the remaining flows")
+                break
+            time.sleep(0.1)
+        end = time.monotonic() - self.t0
+        self.stop.set()
+        for p in [bg, bg_rx, iperf_srv]:
+            try:
+                p.send_signal(signal.SIGINT)
+            except Exception:
+                pass
+        time.sleep(0.5)
+        for tl in timelines.values():
+            tl.poll()
+        return self.report(timelines, starts, bg_start, end, bulk_json)
+
+    # -- assigned queue ---------------------------------------------------------------------------------------
+    def queue_of(self, job_id: int, tlr: float, t: float, ack_queues: dict) -> int:
+        """The queue the switch used for the job at time ``t``. BMv2 stamps it (seen on ACKs); on the kernel
+        target it is the controller's job entry, or the TLR table before the first assignment."""
+        from controller.policy import queue_for_tlr
+        from controller.config import DEFAULT_THRESHOLDS
+
+        stamped = {int(k): v for k, v in ack_queues.items() if int(k) != wire.QUEUE_UNSET}
+        if stamped:
+            return max(stamped, key=stamped.get)
+        current = None
+        for when, assign in self.assign_log:
+            if when > t:
+                break
+            current = assign.get(job_id)
+        return current if current is not None else queue_for_tlr(tlr, DEFAULT_THRESHOLDS)
+
+    def sender_offset(self, job: DemoJob, rows: list[dict], launched: float) -> float:
+        """t0-relative time of the sender's clock zero: from report arrival times when available (kernel),
+        else its launch time."""
+        by_epoch = {r["epoch"]: r["time"] for r in rows}
+        cands = [t - by_epoch[e] for (jid, e), t in self.report_times.items() if jid == job.job_id and e in by_epoch]
+        return min(cands) if cands else launched
+
+    # -- results ----------------------------------------------------------------------------------------------
+    def report(self, timelines, starts, bg_start, end, bulk_json: Path) -> int:
+        cfg = self.cfg
+        rows_out = []
+        ok = True
+        for j in cfg.jobs:
+            send = _read_json(self.out / f"demo-send-{j.name}.json")
+            rows = timelines[j.name].rows
+            offset = self.sender_offset(j, rows, starts[j.name])
+            for r in rows:
+                r["t"] = r["time"] + offset
+                r["queue"] = self.queue_of(j.job_id, r["tlr"], r["t"], r.get("queues", {}))
+            queues_used = sorted({r["queue"] for r in rows if r["sent"]})
+            entry: dict[str, Any] = {"job": j.name, "job_id": j.job_id, "msr": j.msr, "queues": queues_used}
+            if send:
+                g = send["groups"][0]
+                entry.update(jct_s=send["jct_s"], delivered=g["delivered"], required=g["required"],
+                             total=g["total"], loss=g["measured_loss"], target_loss=g["target_loss"],
+                             msr_met=send["msr_met"])
+                ok &= bool(send["msr_met"])
+            else:
+                ok = False
+                entry.update(error=_tail(self.out / f"demo-send-{j.name}.log"))
+            rows_out.append(entry)
+            self.plot(j, rows, bg_start, end)
+        bulk = _read_json(bulk_json)
+        fct = None
+        if bulk and "end" in bulk and "sum_received" in bulk["end"]:
+            fct = bulk["end"]["sum_received"]["seconds"]
+        # Table.
+        _log("")
+        _log(f"{'job':<5}{'MSR':>5}{'JCT (s)':>9}{'delivered / required (of N)':>30}{'loss':>8}{'1-MSR':>7}"
+             f"{'MSR met':>9}  queues used")
+        for e in rows_out:
+            if "jct_s" in e:
+                _log(f"{e['job']:<5}{e['msr']:>5.2f}{e['jct_s']:>9.2f}"
+                     f"{str(e['delivered']) + ' / ' + str(e['required']) + ' (' + str(e['total']) + ')':>30}"
+                     f"{e['loss']:>8.3f}{e['target_loss']:>7.3f}{'yes' if e['msr_met'] else 'NO':>9}  "
+                     f"{', '.join(f'q{q}' for q in e['queues'])}")
+            else:
+                _log(f"{e['job']:<5}{e['msr']:>5.2f}  did not finish: {e['error']}")
+        if fct is not None:
+            mbit = bulk["end"]["sum_received"]["bits_per_second"] / 1e6
+            _log(f"non-approximate bulk TCP flow ({cfg.bulk_bytes / 1e6:g} MB, queue 0): FCT {fct:.2f} s "
+                 f"({mbit:.1f} Mbit/s)")
+        else:
+            ok = False
+            _log("non-approximate bulk TCP flow: no result (see results/demo-bulk-tcp.json)")
+        if self.queue_samples:
+            last = self.queue_samples[-1][1]
+            _log("bottleneck port s1 -> s2, per queue: " + ", ".join(
+                f"q{s.qid} {s.packets} sent/{s.drops} dropped" for s in last if s.packets or s.drops))
+        bg = _read_json_lines(self.out / "demo-background-recv.log")
+        bgs = _read_json_lines(self.out / "demo-background.log")
+        if bg and bgs:
+            _log(f"background: {bgs.get('sent', 0)} packets sent, {bg.get('received', 0)} received")
+        summary = {"target": cfg.target, "config": dataclasses.asdict(cfg), "jobs": rows_out, "bulk_fct_s": fct,
+                   "assignments": [(round(t, 3), {str(k): v for k, v in a.items()}) for t, a in self.assign_log]}
+        (self.out / "demo-summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        _log(f"timelines: {', '.join(str(self.out / f'demo-timeline-{j.name}.png') for j in cfg.jobs)}; "
+             f"summary: {self.out / 'demo-summary.json'}")
+        return 0 if ok else 1
+
+    def plot(self, job: DemoJob, rows: list[dict], bg_start: float, end: float) -> None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        from topo.trafgen import parse_schedule
+        from controller.policy import queue_for_tlr
+        from controller.config import DEFAULT_THRESHOLDS
+
+        bins: dict[int, list[dict]] = {}
+        for r in rows:
+            bins.setdefault(int(r["t"] / 0.1), []).append(r)
+        ts, tlr, rate, loss, queue = [], [], [], [], []
+        for b in sorted(bins):
+            rs = bins[b]
+            sent = sum(r["sent"] for r in rs)
+            acked = sum(r["acked"] for r in rs)
+            ts.append(b * 0.1 + 0.05)
+            tlr.append(sum(r["tlr"] for r in rs) / len(rs))
+            rate.append(sum(r["rate_bps"] for r in rs) / len(rs) / 1e6)
+            loss.append(1 - acked / sent if sent else float("nan"))
+            qs = [r["queue"] for r in rs]
+            queue.append(max(set(qs), key=qs.count))
+        fig, ax = plt.subplots(4, 1, figsize=(9, 8), sharex=True)
+        ax[0].plot(ts, tlr, color="tab:blue", label="TLR")
+        ax[0].axhline(1 - job.msr, color="gray", ls=":", label="1 - MSR")
+        ax[0].set_ylabel("TLR")
+        ax[0].legend(loc="upper right", fontsize=8)
+        ax[1].plot(ts, rate, color="tab:green")
+        ax[1].set_ylabel("sending rate\n(Mbit/s)")
+        ax[2].plot(ts, loss, color="tab:red", label="measured loss")
+        ax[2].plot(ts, tlr, color="tab:blue", lw=0.8, alpha=0.6, label="TLR")
+        ax[2].set_ylabel("loss rate")
+        ax[2].set_ylim(-0.02, 1.02)
+        ax[2].legend(loc="upper right", fontsize=8)
+        ax[3].step(ts, queue, where="mid", color="tab:purple", label=f"job {job.name}")
+        sched = parse_schedule(self.cfg.background_tlr)
+        bx, by = [], []
+        for i, (st, v) in enumerate(sched):
+            t1 = sched[i + 1][0] if i + 1 < len(sched) else self.cfg.background_s
+            bx += [bg_start + st, bg_start + min(t1, end - bg_start)]
+            by += [queue_for_tlr(v, DEFAULT_THRESHOLDS)] * 2
+        ax[3].plot(bx, by, color="gray", ls="--", label="background")
+        ax[3].set_ylabel("queue")
+        ax[3].set_ylim(7.5, -0.5)
+        ax[3].set_yticks(range(8))
+        ax[3].legend(loc="upper right", fontsize=8)
+        ax[3].set_xlabel("time (s); values per 100 ms (epochs averaged)")
+        fig.suptitle(f"job {job.name} (MSR {job.msr}) on the {self.cfg.target} target, "
+                     f"{self.cfg.bottleneck_mbit:g} Mbit/s bottleneck")
+        fig.tight_layout()
+        fig.savefig(self.out / f"demo-timeline-{job.name}.png", dpi=110)
+        plt.close(fig)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _read_json_lines(path: Path) -> dict:
+    try:
+        for line in reversed(path.read_text().splitlines()):
+            if line.startswith("{") and "ready" not in line:
+                return json.loads(line)
+    except (OSError, ValueError):
+        pass
+    return {}
+
+
+def _tail(path: Path, n: int = 2) -> str:
+    try:
+        return " / ".join(path.read_text().strip().splitlines()[-n:]) or "(no output)"
+    except OSError:
+        return "(no log)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m topo.demo", description="Run the NetApprox demo experiment.")
+    ap.add_argument("--target", choices=["kernel", "bmv2"], default="kernel")
+    ap.add_argument("--results", default="results", help="output directory (default: results)")
+    ap.add_argument("--bottleneck-mbit", type=float, default=DemoConfig.bottleneck_mbit)
+    ap.add_argument("--messages", type=int, default=None, help="messages per job (default 20000)")
+    ap.add_argument("--quick", action="store_true", help="a short run (smaller jobs and flow)")
+    args = ap.parse_args(argv)
+    import logging
+
+    logging.basicConfig(level=logging.WARNING, format="  [%(name)s] %(message)s")
+    if os.geteuid() != 0:
+        print("make demo needs root (network namespaces, qdiscs): run it with sudo.", file=sys.stderr)
+        return 2
+    import shutil
+
+    missing = [t for t in ("mnexec", "iperf3", "ethtool", "tc") if shutil.which(t) is None]
+    if missing:
+        print(f"missing tools: {', '.join(missing)}. Run `make setup` (tools/setup-system.sh installs them).",
+              file=sys.stderr)
+        return 2
+    if args.target == "bmv2":
+        from topo.switches import P4_TOOLS_HINT, bmv2_available
+
+        if not bmv2_available():
+            print(f"make demo TARGET=bmv2: {P4_TOOLS_HINT}", file=sys.stderr)
+            return 2
+        if not Path("build/v1model/bmv2.json").exists():
+            print("make demo TARGET=bmv2: build/v1model/bmv2.json is missing; run `make p4` first.", file=sys.stderr)
+            return 2
+    cfg = DemoConfig(target=args.target, results=args.results, bottleneck_mbit=args.bottleneck_mbit)
+    messages = args.messages or (1500 if args.quick else None)
+    if messages:
+        cfg = dataclasses.replace(cfg, jobs=tuple(dataclasses.replace(j, messages=messages) for j in cfg.jobs))
+    if args.quick:
+        cfg = dataclasses.replace(cfg, bulk_bytes=1_000_000, bulk_start_s=2.0, background_tlr="0:0.5,3:0.375,6:0.25",
+                                  background_s=15.0, time_limit_s=40.0)
+    demo = Demo(cfg)
+    try:
+        return demo.run()
+    except KeyboardInterrupt:
+        print("interrupted: everything the demo started has been stopped and removed", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
