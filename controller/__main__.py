@@ -66,8 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"netapprox-controller: {e}", file=sys.stderr)
         return 2
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     if args.duration is not None:
         timer = threading.Timer(args.duration, stop.set)
         timer.daemon = True
@@ -78,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
         controller.run(stop)
     finally:
         controller.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    log.info("controller stopped after %d epochs", controller.epochs)
     return 0
 
 

@@ -122,6 +122,11 @@ class Controller:
         return self._metrics.address if self._metrics is not None else None
 
     @property
+    def epochs(self) -> int:
+        """Epochs run so far."""
+        return self._epoch
+
+    @property
     def assignments(self) -> Mapping[int, int]:
         """job id -> logical queue, as of the last epoch."""
         return self._assignments
@@ -147,7 +152,7 @@ class Controller:
             self._drain_socket(now)
             self._epoch += 1
             epoch = self._epoch
-        self._maybe_connect(now)
+        self._maybe_connect(self._clock())  # connection timing is wall time even when ``now`` is virtual
         for sw in self._switches.values():
             if sw.up:
                 for frame in self._drain_packet_in(sw):
@@ -194,7 +199,7 @@ class Controller:
                 if read_now:
                     sw.counters = counters[name] = sw.driver.read_counters()
             except SwitchUnavailable as e:
-                self._mark_down(sw, now, str(e))
+                self._mark_down(sw, self._clock(), str(e))
                 errors[name] = str(e)
             except P4RuntimeWriteError as e:
                 sw.write_errors += len(e.errors)
@@ -206,7 +211,7 @@ class Controller:
                 log.error("switch %r: %s", name, e)
             except Exception as e:  # noqa: BLE001 - unknown driver failure: re-arm the switch, keep the loop
                 log.exception("switch %r: driver failed", name)
-                self._mark_down(sw, now, f"{type(e).__name__}: {e}")
+                self._mark_down(sw, self._clock(), f"{type(e).__name__}: {e}")
                 errors[name] = str(e)
         duration = time.perf_counter() - t0
         self._last_step_s = duration

@@ -94,3 +94,37 @@ def test_cli_flags_override_the_file(tmp_path):
     assert cfg.reports.port == 0 and cfg.reports.key == b"secret" and cfg.reports.rate_per_host == 1000.0
     assert cfg.metrics_port == -1 and cfg.decision_log == "d.jsonl"
     assert isinstance(cfg, ControllerConfig)
+
+
+def test_command_line_runs_the_controller_against_a_switch(fake_server, bmv2_json, tmp_path):
+    from controller.__main__ import main
+
+    config = tmp_path / "c.toml"
+    log = tmp_path / "decisions.jsonl"
+    config.write_text(f"""
+[controller]
+epoch_ms = 10
+[reports]
+bind = "127.0.0.1"
+port = 0
+[[switch]]
+name = "s1"
+routes = [{{ prefix = "10.0.0.0/24", port = 3, src_mac = "02:00:00:00:00:01", dst_mac = "02:00:00:00:00:02" }}]
+[switch.options]
+address = "{fake_server.address}"
+p4info = "{P4INFO}"
+bmv2_json = "{bmv2_json}"
+""")
+    assert main(["--config", str(config), "--duration", "0.5", "--decision-log", str(log)]) == 0
+    assert len(fake_server.pipelines) == 1
+    assert len(fake_server.entries(33554433)) == 1  # the route
+    assert '"event": "switch_up"' in log.read_text()
+
+
+def test_command_line_reports_config_errors_without_a_traceback(tmp_path, capsys):
+    from controller.__main__ import main
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[controller]\nepoch = 5\n")
+    assert main(["--config", str(bad)]) == 2
+    assert "unknown key 'epoch'" in capsys.readouterr().err
