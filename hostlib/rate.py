@@ -71,7 +71,8 @@ class RateController:
             return counts
         active = {g: c for g, c in counts.items() if c.sent > 0}
         if active:
-            over = [c.loss for g, c in active.items() if not (c.loss == 0.0 or c.loss < tlr.get(g, 0.0))]
+            # ρ < TLR with a tolerance, so that 1 - 9/10 counts as equal to a TLR of 0.1
+            over = [c.loss for g, c in active.items() if not (c.loss == 0.0 or c.loss < tlr.get(g, 0.0) - 1e-9)]
             if not over:
                 self.rate_bps = (1 - self.gain) * self.rate_bps + self.gain * self.max_rate_bps
             else:

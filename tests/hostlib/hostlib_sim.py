@@ -33,6 +33,8 @@ class Path:
     queue_byte: int | None = None
     """Stamp this queue byte on DATA packets (what a switch does)."""
     seed: int = 1
+    record: list | None = None
+    """If a list: (time, header) of every datagram offered to the path, dropped or not."""
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -46,6 +48,8 @@ class Path:
         self.index += 1
         self.sent += 1
         header, _ = wire.decode(data)
+        if self.record is not None:
+            self.record.append((now, header))
         if self.drop is not None and self.drop(header, self.index):
             self.dropped += 1
             return []

@@ -1,0 +1,109 @@
+"""hostlib.wire payload codecs and the job manifest; property-based header round trips."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hostlib import control, wire
+
+u8 = st.integers(0, 0xFF)
+u16 = st.integers(0, 0xFFFF)
+u32 = st.integers(0, 0xFFFFFFFF)
+
+
+@st.composite
+def headers(draw):
+    cnt = draw(st.integers(1, 0xFFFF))
+    return wire.Header(
+        type=draw(st.sampled_from(list(wire.PacketType))), flags=draw(st.integers(0, 0x1F)), queue=draw(u8),
+        priority=draw(u8), job_id=draw(u32), msg_id=draw(u32), group_id=draw(u16),
+        tlr=draw(st.integers(0, wire.TLR_ONE)), pkt_idx=draw(st.integers(0, cnt - 1)), pkt_cnt=cnt,
+        seq=draw(u32), deadline_us=draw(u32), weight=draw(u8))
+
+
+@settings(max_examples=300, deadline=None)
+@given(headers(), st.binary(max_size=64))
+def test_header_round_trips(header, payload):
+    data = wire.encode(header, payload)
+    got, got_payload = wire.decode(data)
+    assert got_payload == payload
+    assert got == wire.Header(**{**header.__dict__, "length": len(payload)})
+
+
+@settings(max_examples=300, deadline=None)
+@given(headers(), st.binary(max_size=64))
+def test_fast_data_encoder_matches_header_encoder(header, payload):
+    fields = {k: getattr(header, k) for k in ("flags", "priority", "job_id", "msg_id", "group_id", "tlr",
+                                              "pkt_idx", "pkt_cnt", "seq", "deadline_us", "weight", "queue")}
+    data = wire.encode_data(payload=payload, **fields)
+    import dataclasses
+    assert data == wire.encode(dataclasses.replace(header, type=wire.PacketType.DATA), payload)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=80))
+def test_decode_of_random_bytes_raises_only_malformed(data):
+    try:
+        wire.decode(data)
+    except wire.MalformedPacket as err:
+        assert err.reason in {"truncated", "bad_version", "bad_type", "bad_flags", "bad_tlr", "bad_index"}
+
+
+@given(st.lists(st.tuples(u32, u32).map(lambda t: (min(t), max(t))), max_size=16))
+def test_ack_payload_round_trips(blocks):
+    assert wire.decode_ack_payload(wire.encode_ack_payload(blocks)) == blocks
+
+
+def test_ack_payload_rejects_bad_blocks():
+    assert wire.decode_ack_payload(b"") == []
+    with pytest.raises(wire.MalformedPacket, match="bad_ack"):
+        wire.decode_ack_payload(b"\x00\x01" + b"\x00" * 4)
+    with pytest.raises(wire.MalformedPacket, match="bad_ack"):
+        wire.decode_ack_payload(b"\x00\x01" + (5).to_bytes(4, "big") + (4).to_bytes(4, "big"))
+    with pytest.raises(ValueError):
+        wire.encode_ack_payload([(1, 1)] * 17)
+
+
+@given(st.lists(u32, max_size=2000), st.integers(8, 1400))
+def test_done_payloads_split_and_join(ids, max_payload):
+    parts = wire.encode_done_payloads(ids, max_payload)
+    assert all(len(p) <= max_payload for p in parts)
+    assert [i for p in parts for i in wire.decode_done_payload(p)] == ids
+
+
+def test_done_payload_rejects_wrong_count():
+    with pytest.raises(wire.MalformedPacket, match="bad_done"):
+        wire.decode_done_payload((3).to_bytes(4, "big") + b"\x00" * 8)
+
+
+@given(st.integers(0, 2**31), st.lists(st.floats(width=32, allow_nan=False), max_size=340))
+def test_float_range_round_trips(first, values):
+    got_first, got = wire.decode_float_range(wire.encode_float_range(first, values))
+    assert got_first == first and list(got) == values
+
+
+def test_float_range_layout_is_big_endian_with_range_header():
+    assert wire.encode_float_range(2, [1.0]) == bytes.fromhex("00000002" "00000001" "3f800000")
+    assert wire.floats_per_packet(1368) == 340
+    with pytest.raises(wire.MalformedPacket, match="bad_floats"):
+        wire.decode_float_range(bytes.fromhex("00000002" "00000002" "3f800000"))
+
+
+@given(st.lists(st.integers(0, 3), min_size=1, max_size=300), st.booleans())
+def test_manifest_round_trips(group_of, vector):
+    groups = tuple(control.GroupShape(g, 0.5 if g else 1.0, tuple(i for i, x in enumerate(group_of) if x == g))
+                   for g in sorted(set(group_of)))
+    m = control.Manifest(total=len(group_of), vector_len=7 if vector else None, groups=groups)
+    assert control.Manifest.decode(m.encode(), max_messages=1000) == m
+
+
+def test_manifest_rejects_oversized_and_inconsistent_jobs():
+    m = control.Manifest(total=10, vector_len=None, groups=(control.GroupShape(0, 0.9, tuple(range(10))),))
+    with pytest.raises(wire.MalformedPacket, match="max_messages"):
+        control.Manifest.decode(m.encode(), max_messages=9)
+    short = control.Manifest(total=10, vector_len=None, groups=(control.GroupShape(0, 0.9, tuple(range(9))),))
+    with pytest.raises(wire.MalformedPacket, match="bad_announce"):
+        control.Manifest.decode(short.encode(), max_messages=100)
+    with pytest.raises(wire.MalformedPacket, match="bad_announce"):
+        control.Manifest.decode(m.encode()[:-3], max_messages=100)

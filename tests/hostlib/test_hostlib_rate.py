@@ -1,0 +1,94 @@
+"""Rate control (eq. 2/3, R_min) and the pacing token bucket, exact values."""
+from __future__ import annotations
+
+import pytest
+
+from hostlib.rate import RateController, TokenBucket
+
+PKT_BITS = 1442 * 8
+
+
+def controller(rate=40e6, gain=0.25, fixed=False):
+    return RateController(max_rate_bps=100e6, initial_rate_bps=rate, gain=gain, packet_bits=PKT_BITS, fixed=fixed)
+
+
+def feed(rc, group, sent, acked):
+    for _ in range(sent):
+        rc.on_packet_sent(group_id=group, size=1400, now=0.0)
+    for _ in range(acked):
+        rc.on_packet_acked(group_id=group, size=1400, now=0.0)
+
+
+def test_loss_below_tlr_increases_rate_by_eq2():
+    rc = controller()
+    feed(rc, 0, sent=100, acked=95)  # rho = 0.05 < TLR 0.1
+    counts = rc.end_epoch(tlr={0: 0.1}, rtt_s=0.01)
+    assert counts[0].loss == pytest.approx(0.05)
+    assert rc.rate_bps == pytest.approx(0.75 * 40e6 + 0.25 * 100e6)
+
+
+def test_loss_at_or_above_tlr_decreases_rate_by_eq3():
+    rc = controller()
+    feed(rc, 0, sent=100, acked=80)  # rho = 0.2 >= TLR 0.1
+    rc.end_epoch(tlr={0: 0.1}, rtt_s=0.01)
+    assert rc.rate_bps == pytest.approx(40e6 * (1 - 0.2 / 2))
+    rc2 = controller()
+    feed(rc2, 0, sent=10, acked=9)  # rho == TLR: decrease
+    rc2.end_epoch(tlr={0: 0.1}, rtt_s=0.01)
+    assert rc2.rate_bps == pytest.approx(40e6 * (1 - 0.1 / 2))
+
+
+def test_worst_group_over_its_tlr_decides():
+    rc = controller()
+    feed(rc, 1, sent=100, acked=50)   # rho 0.5 < TLR 0.6: fine
+    feed(rc, 2, sent=100, acked=70)   # rho 0.3 >= TLR 0.2: decrease by 0.3
+    feed(rc, 3, sent=100, acked=60)   # rho 0.4 >= TLR 0.1: decrease by 0.4 (largest)
+    rc.end_epoch(tlr={1: 0.6, 2: 0.2, 3: 0.1}, rtt_s=0.01)
+    assert rc.rate_bps == pytest.approx(40e6 * (1 - 0.4 / 2))
+
+
+def test_no_loss_increases_even_when_tlr_is_zero():
+    rc = controller()
+    feed(rc, 0, sent=10, acked=10)
+    rc.end_epoch(tlr={0: 0.0}, rtt_s=0.01)
+    assert rc.rate_bps > 40e6
+
+
+def test_rate_never_drops_below_one_packet_per_rtt():
+    rc = controller(rate=2e6)
+    for _ in range(50):
+        feed(rc, 0, sent=10, acked=0)  # rho = 1: halve every epoch
+        rc.end_epoch(tlr={0: 0.1}, rtt_s=0.02)
+    assert rc.rate_bps == pytest.approx(PKT_BITS / 0.02)
+    assert rc.min_rate_bps(0.02) == pytest.approx(PKT_BITS / 0.02)
+
+
+def test_rate_never_exceeds_rmax_and_idle_epochs_keep_it():
+    rc = controller(rate=99.9e6, gain=1.0)
+    feed(rc, 0, sent=5, acked=5)
+    rc.end_epoch(tlr={0: 0.5}, rtt_s=0.01)
+    assert rc.rate_bps == 100e6
+    rc.end_epoch(tlr={0: 0.5}, rtt_s=0.01)  # nothing sent: no update
+    assert rc.rate_bps == 100e6
+
+
+def test_control_packets_are_not_counted_and_fixed_mode_stays_at_rmax():
+    rc = controller(fixed=True)
+    feed(rc, None, sent=10, acked=0)
+    assert rc.epoch == {}
+    feed(rc, 0, sent=10, acked=0)
+    rc.end_epoch(tlr={0: 0.0}, rtt_s=0.01)
+    assert rc.rate_bps == 100e6
+
+
+def test_token_bucket_allows_bursts_of_at_most_two_packets():
+    b = TokenBucket(burst_bytes=2 * 1442, now=0.0)
+    b.refill(100e6, 10.0)  # a long idle period does not build a bigger burst
+    sent = 0
+    while b.can_send(1442):
+        b.consume(1442)
+        sent += 1
+    assert sent == 2
+    assert b.ready_at(1442, 100e6) == pytest.approx(10.0 + 1442 * 8 / 100e6, abs=1e-12)
+    b.refill(100e6, b.ready_at(1442, 100e6))
+    assert b.can_send(1442) and not b.can_send(2 * 1442)

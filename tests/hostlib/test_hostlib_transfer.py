@@ -1,0 +1,314 @@
+"""Sender and receiver in memory with a virtual clock: guarantees under loss, reordering, duplication."""
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hostlib import events, wire
+from hostlib.config import AtpConfig, JobSpec, Message, Tags, pattern_bytes
+from hostlib_sim import Path, run_job
+
+FAST = AtpConfig(max_rate_bps=50e6)
+
+
+def received_per_group(run, job):
+    got = run.received()
+    out: dict[int, int] = {}
+    for msg_id in got:
+        g = job.messages[msg_id].group_id
+        out[g] = out.get(g, 0) + 1
+    return out
+
+
+def assert_guarantee(run, job):
+    """Every group has >= ceil(MSR_g * N_g) messages at the receiver, intact; the summaries agree."""
+    s = run.summary
+    assert s is not None and s.receiver_confirmed
+    got = run.received()
+    for msg_id, data in got.items():
+        assert data == job.messages[msg_id].data
+    per_group = received_per_group(run, job)
+    for gid, n in job.group_sizes().items():
+        need = math.ceil(round(job.msr_of(gid) * n, 9))
+        assert per_group.get(gid, 0) >= need, f"group {gid}: {per_group.get(gid, 0)} < {need}"
+        assert s.group(gid).delivered == per_group.get(gid, 0)
+    assert set(s.lost_ids) == set(range(len(job.messages))) - set(got)
+    assert len(run.received_order()) == len(got), "a message was delivered twice"
+
+
+def test_lossless_transfer_delivers_everything_intact():
+    job = JobSpec.uniform(1, messages=50, size=3000, msr=0.9)
+    run = run_job(job, FAST)
+    assert_guarantee(run, job)
+    assert len(run.received()) == 50 and run.summary.retransmissions == 0
+    assert run.summary.group(0).lost == 0
+
+
+@pytest.mark.parametrize("loss", [0.0, 0.05, 0.2, 0.5, 0.7, 0.9])
+def test_msr_guarantee_under_random_loss(loss):
+    job = JobSpec.uniform(2, messages=60, size=2000, msr=0.7, groups=[(1, 0.9, 30), (2, 1.0, 20)])
+    run = run_job(job, FAST, forward=Path(loss=loss, seed=int(loss * 100)), until=600)
+    assert_guarantee(run, job)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(loss=st.floats(0.0, 0.9), ack_loss=st.floats(0.0, 0.5), msr=st.floats(0.0, 1.0),
+       jitter=st.sampled_from([0.0, 0.002]), dup=st.sampled_from([0.0, 0.2]), seed=st.integers(0, 1000),
+       sizes=st.lists(st.integers(0, 5000), min_size=1, max_size=25))
+def test_guarantee_holds_for_any_loss_pattern(loss, ack_loss, msr, jitter, dup, seed, sizes):
+    job = JobSpec(job_id=3, messages=tuple(Message(pattern_bytes(i, s), i % 2) for i, s in enumerate(sizes)),
+                  msr=msr, group_msr={1: 1.0})
+    run = run_job(job, FAST, forward=Path(loss=loss, jitter=jitter, duplicate=dup, seed=seed),
+                  reverse=Path(loss=ack_loss, jitter=jitter, duplicate=dup, seed=seed + 1), until=900)
+    assert_guarantee(run, job)
+
+
+def test_ack_loss_reordering_and_duplication():
+    job = JobSpec.uniform(4, messages=120, size=2800, msr=0.8, groups=[(5, 1.0, 40)])
+    run = run_job(job, FAST, forward=Path(loss=0.1, jitter=0.003, duplicate=0.1, seed=4),
+                  reverse=Path(loss=0.3, jitter=0.003, duplicate=0.1, seed=5))
+    assert_guarantee(run, job)
+    assert run.receiver.jobs[4].result.duplicates > 0
+
+
+def test_loss_bursts():
+    job = JobSpec.uniform(5, messages=200, size=1368, msr=0.75)
+    # drop 25 consecutive datagrams out of every 100
+    run = run_job(job, FAST, forward=Path(drop=lambda h, i: i % 100 < 25))
+    assert_guarantee(run, job)
+
+
+def test_messages_whose_every_packet_is_lost_are_given_up_within_the_msr():
+    job = JobSpec.uniform(6, messages=100, size=4000, msr=0.85)
+    doomed = set(range(3, 100, 10))  # 10 % of messages never get through
+    run = run_job(job, FAST, forward=Path(drop=lambda h, i: h.type == wire.PacketType.DATA and h.msg_id in doomed))
+    assert_guarantee(run, job)
+    assert doomed <= set(run.summary.lost_ids)
+    assert run.summary.group(0).retransmissions < 30  # given up, not blindly retransmitted
+
+
+def test_sender_fails_with_a_reason_when_nothing_is_acknowledged():
+    job = JobSpec.uniform(7, messages=5, size=100, msr=0.5)
+    cfg = AtpConfig(idle_timeout_s=0.5)
+    run = run_job(job, cfg, forward=Path(loss=1.0), until=5)
+    assert run.summary is None and "no acknowledgement" in run.sender.failure
+    from hostlib.sender import AtpSender
+    s = AtpSender(job, config=cfg, peer=("h", 1), now=0.0)
+    t = 0.0
+    while not s.done and t < 10:
+        s.datagrams_to_send(t)
+        t = max(t, s.get_timer())
+        s.handle_timer(t)
+    assert s.failure is not None and "no acknowledgement" in s.failure
+    assert t == pytest.approx(0.5)
+    assert any(isinstance(e, events.JobFailed) for e in iter(s.next_event, None))
+
+
+def test_msr_one_group_is_delivered_in_order_and_unflagged():
+    job = JobSpec.uniform(8, messages=40, size=3000, msr=0.5, groups=[(9, 1.0, 60)])
+    record: list = []
+    run = run_job(job, FAST, forward=Path(loss=0.2, jitter=0.004, seed=8, record=record))
+    assert_guarantee(run, job)
+    ordered = [m for m in run.received_order() if job.messages[m].group_id == 9]
+    assert ordered == sorted(ordered) == [i for i, m in enumerate(job.messages) if m.group_id == 9]
+    data = [h for _, h in record if h.type == wire.PacketType.DATA and h.msg_id < len(job.messages)]
+    assert all(not h.approx for h in data if h.group_id == 9)
+    assert all(h.approx for h in data if h.group_id == 0)
+
+
+def test_reports_and_tlr_follow_equation_1():
+    job = JobSpec.uniform(10, messages=300, size=1368, msr=0.6, groups=[(1, 0.8, 100)])
+    run = run_job(job, AtpConfig(max_rate_bps=50e6), forward=Path(loss=0.15, seed=10))
+    reports = [e.report for e in run.sender_events if isinstance(e, events.ReportReady)]
+    assert reports
+    for r in reports:
+        left = r.total - r.delivered
+        want = 1.0 if left == 0 else min(1.0, max(0.0, ((1 - r.msr) * r.total - r.lost) / left))
+        assert r.tlr == pytest.approx(want, abs=1e-9)
+    for gid in (0, 1):
+        seqs = [r.seq for r in reports if r.group_id == gid]
+        assert seqs == list(range(1, len(seqs) + 1))
+    assert any(0 < r.tlr < 1 - r.msr for r in reports if r.lost)  # dynamic: losses lower the TLR
+
+
+def test_tlr_after_scripted_losses_is_exact():
+    """N = 20, MSR = 0.5: messages 0-2 lost, 3-9 delivered, 10-19 in flight ->
+    TLR_1 = (0.5 * 20 - 3) / (20 - 7) = 7/13, and rho_0 = 1 - 7/20."""
+    from hostlib.sender import AtpSender
+    job = JobSpec.uniform(11, messages=20, size=100, msr=0.5)
+    s = AtpSender(job, config=AtpConfig(max_rate_bps=1e9, epoch_s=0.05), peer=("r", 1), now=0.0)
+    sent = []
+    t = 0.0
+    while len(sent) < 21:
+        sent += [wire.decode(d)[0] for d, _ in s.datagrams_to_send(t)]
+        t = s.get_timer()
+    assert s.tlr(0) == 0.5  # TLR_0 = 1 - MSR
+    for h in sent:
+        if 3 <= h.msg_id <= 9 or h.msg_id == 0xFFFFFFFF:  # the announce and messages 3..9
+            ack = wire.Header(type=wire.PacketType.ACK, job_id=11, msg_id=h.msg_id, group_id=h.group_id,
+                              pkt_idx=h.pkt_idx, pkt_cnt=h.pkt_cnt, seq=h.seq)
+            s.receive_datagram(wire.encode(ack, wire.encode_ack_payload([])), ("r", 1), 0.03)
+    assert s.delivered(0) == 7
+    s.handle_timer(0.05)
+    assert s.tlr(0) == pytest.approx(7 / 13)
+    ev = [e for e in iter(s.next_event, None) if isinstance(e, events.EpochEnded)]
+    assert len(ev) == 1 and ev[0].tlr == pytest.approx(7 / 13) and ev[0].loss == pytest.approx(1 - 7 / 20)
+
+
+def test_fixtlr_keeps_tlr_and_base_keeps_rmax():
+    job = JobSpec.uniform(12, messages=150, size=1368, msr=0.7)
+    run = run_job(job, AtpConfig(mode="fixtlr", max_rate_bps=50e6), forward=Path(loss=0.2, seed=12))
+    assert {round(e.tlr, 9) for e in run.epochs()} == {0.3}
+    assert_guarantee(run, job)
+    run = run_job(job, AtpConfig(mode="base", max_rate_bps=50e6), forward=Path(loss=0.2, seed=12))
+    assert {e.rate_bps for e in run.epochs()} == {50e6}
+    assert_guarantee(run, job)
+
+
+def test_rate_follows_eq2_and_eq3_over_a_bottleneck():
+    job = JobSpec.uniform(13, messages=600, size=1368, msr=0.8)
+    cfg = AtpConfig(max_rate_bps=100e6, gain=0.25)
+    run = run_job(job, cfg, forward=Path(rate_bps=20e6, queue_packets=3, delay=0.0005, seed=13))
+    assert_guarantee(run, job)
+    ep = run.epochs()
+    prev_rate, prev_tlr = 100e6, 0.2
+    saw_up = saw_down = False
+    for e in ep:
+        if e.sent == 0:
+            assert e.rate_bps == pytest.approx(prev_rate)
+        elif e.loss == 0 or e.loss < prev_tlr - 1e-9:
+            want = 0.75 * prev_rate + 0.25 * 100e6
+            assert e.rate_bps == pytest.approx(want) or e.rate_bps >= want
+            saw_up = True
+        else:
+            want = prev_rate * (1 - e.loss / 2)
+            # R_min floor may lift it: one packet per RTT
+            assert e.rate_bps == pytest.approx(want) or (e.rate_bps > want and e.rate_bps < 2e6)
+            saw_down = True
+        prev_rate, prev_tlr = e.rate_bps, e.tlr
+    assert saw_up and saw_down
+    assert min(e.rate_bps for e in ep) >= 1442 * 8 / 0.2  # never (near) zero
+
+
+def test_mrdf_sends_the_message_with_least_remaining_data_first():
+    sizes = [5 * 1368, 1368, 3 * 1368]
+    job = JobSpec(job_id=14, messages=tuple(Message(bytes(s)) for s in sizes), msr=1.0)
+    record: list = []
+    run_job(job, FAST, forward=Path(record=record))
+    first = [h.msg_id for _, h in record if h.type == wire.PacketType.DATA and h.msg_id < 3 and not h.flags & 2]
+    assert first == [1, 2, 2, 2, 0, 0, 0, 0, 0]
+    record.clear()
+    run_job(job, AtpConfig(max_rate_bps=50e6, mrdf=False), forward=Path(record=record))
+    first = [h.msg_id for _, h in record if h.type == wire.PacketType.DATA and h.msg_id < 3]
+    assert first == [0, 0, 0, 0, 0, 1, 2, 2, 2]
+
+
+def test_mrdf_repairs_nearly_complete_message_before_new_data():
+    # MSR 1: losing packet 3 of message 0 (4 packets) must repair it before starting the 4-packet message 2
+    job = JobSpec(job_id=15, messages=tuple(Message(bytes(4 * 1368)) for _ in range(3)), msr=1.0)
+    record: list = []
+    dropped = []
+
+    def drop(h, i):
+        if h.type == wire.PacketType.DATA and h.msg_id == 0 and h.pkt_idx == 3 and not dropped:
+            dropped.append(h.seq)
+            return True
+        return False
+
+    run = run_job(job, AtpConfig(max_rate_bps=5e6), forward=Path(drop=drop, record=record))
+    assert_guarantee(run, job)
+    seq = [(h.msg_id, h.pkt_idx) for _, h in record if h.type == wire.PacketType.DATA and h.msg_id < 3]
+    retx = seq.index((0, 3), seq.index((0, 3)) + 1)
+    assert (2, 3) in seq[retx:], "the repair of message 0 went out before message 2 was finished"
+
+
+def test_early_completion_sends_less_than_all_sent():
+    job = JobSpec.uniform(16, messages=200, size=1368, msr=0.5)
+    record_all: list = []
+    run_all = run_job(job, FAST, forward=Path(loss=0.1, seed=16, record=record_all))
+    sent_ids = {h.msg_id for _, h in record_all if h.type == wire.PacketType.DATA and h.msg_id < 200}
+    assert sent_ids == set(range(200))  # all_sent: every message at least once
+    run_early = run_job(job, AtpConfig(max_rate_bps=50e6, completion="early"), forward=Path(loss=0.1, seed=16))
+    assert_guarantee(run_early, job)
+    assert run_early.summary.packets_sent < run_all.summary.packets_sent
+    assert run_early.summary.jct_s < run_all.summary.jct_s
+
+
+def test_acks_echo_the_queue_byte_into_the_timeline():
+    job = JobSpec.uniform(17, messages=50, size=1368, msr=0.9)
+    run = run_job(job, FAST, forward=Path(queue_byte=3))
+    seen: dict[str, int] = {}
+    for e in run.epochs():
+        for q, n in e.as_dict()["queues"].items():
+            seen[q] = seen.get(q, 0) + n
+    assert set(seen) == {"3"} and seen["3"] > 0
+
+
+def test_cadentflow_tags_and_deadline_slack_are_stamped():
+    job = JobSpec.uniform(18, messages=30, size=1368, msr=1.0, tags=Tags(priority=3, weight=7, deadline_s=0.05))
+    record: list = []
+    run_job(job, AtpConfig(max_rate_bps=5e6), forward=Path(record=record))
+    data = [(t, h) for t, h in record if h.type == wire.PacketType.DATA and h.msg_id < 30]
+    assert data
+    for t, h in data:
+        assert h.tagged and h.priority == 3 and h.weight == 7
+        assert h.deadline_us == max(0, int((0.05 - t) * 1e6)) or abs(h.deadline_us - (0.05 - t) * 1e6) <= 1
+    untagged: list = []
+    run_job(JobSpec.uniform(19, messages=3, size=10), FAST, forward=Path(record=untagged))
+    assert all(not h.tagged and h.deadline_us == wire.NO_DEADLINE for _, h in untagged)
+
+
+def test_float_vector_comes_back_with_lost_ranges_zero_filled():
+    from hostlib.vector import assemble
+    values = [float(i) for i in range(1000)]
+    job = JobSpec.from_vector(20, values, msr=0.7, floats_per_message=100)
+    run = run_job(job, FAST, forward=Path(drop=lambda h, i: h.msg_id == 4))  # indices 400..499 never arrive
+    assert_guarantee(run, job)
+    vec, missing = assemble(1000, run.received().values())
+    assert missing == [(400, 500)]
+    assert list(vec[:400]) == values[:400] and list(vec[400:500]) == [0.0] * 100 and list(vec[500:]) == values[500:]
+    assert run.receiver.jobs[20].result.vector_len == 1000
+
+
+def test_exact_timer_deadlines():
+    from hostlib.sender import AtpSender
+    cfg = AtpConfig(max_rate_bps=1e6, initial_rtt_s=0.05, epoch_s=0.04)
+    job = JobSpec.uniform(21, messages=3, size=1368)
+    s = AtpSender(job, config=cfg, peer=("r", 1), now=0.0)
+    first = s.datagrams_to_send(0.0)
+    assert len(first) == 2  # announce + one full packet: the burst limit
+    left = 2 * 1442 - (len(first[0][0]) + 42) - (len(first[1][0]) + 42)
+    assert s.get_timer() == pytest.approx((1442 - left) * 8 / 1e6, abs=1e-12)  # pacing
+    assert s.datagrams_to_send(s.get_timer() - 1e-6) == []
+    t = s.get_timer()
+    assert len(s.datagrams_to_send(t)) == 1
+    t2 = s.get_timer()
+    assert t2 == pytest.approx(t + 1442 * 8 / 1e6, abs=1e-12)
+    assert len(s.datagrams_to_send(t2)) == 1
+    # everything sent, nothing acknowledged: epoch ends at 0.04, 0.08, 0.12, then the oldest packet
+    # (sent at 0) times out at max(min_loss_timeout, 2 srtt, srtt + 4 rttvar) = 0.05 + 4 * 0.025 = 0.15
+    for want in (0.04, 0.08, 0.12, 0.15):
+        assert s.get_timer() == pytest.approx(want, abs=1e-12)
+        s.handle_timer(s.get_timer())
+    # the two packets sent at 0 are lost: the announce and (MSR = 1) message 0 are due again at once
+    assert s.get_timer() <= 0.15
+    again = [wire.decode(d)[0] for d, _ in s.datagrams_to_send(0.15)]
+    assert [(h.msg_id, bool(h.flags & wire.Flags.RETX)) for h in again] == [(0xFFFFFFFF, False), (0, True)]
+    # next deadline: the packet sent at t times out at t + 0.15, before the epoch ends at 0.16
+    assert s.get_timer() == pytest.approx(t + 0.15, abs=1e-12)
+
+
+def test_receiver_timers_abandon_silent_jobs_exactly():
+    from hostlib.receiver import AtpReceiver
+    r = AtpReceiver(config=AtpConfig(idle_timeout_s=2.0))
+    h = wire.Header(flags=wire.Flags.APPROX, job_id=5, msg_id=0, pkt_idx=0, pkt_cnt=2, seq=0)
+    r.receive_datagram(wire.encode(h, b"x"), ("s", 1), 1.0)
+    assert r.get_timer() == 3.0
+    r.handle_timer(2.999)
+    assert 5 in r.jobs
+    r.handle_timer(3.0)
+    assert 5 not in r.jobs and r.buffered == 0 and r.get_timer() is None
+    assert [type(e) for e in iter(r.next_event, None)] == [events.JobAbandoned]
