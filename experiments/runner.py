@@ -203,23 +203,29 @@ def exp_dynamic(seeds: Sequence[int], out: Path, scale: Scale, *, msrs=(0.5, 0.7
                                        timeout=scale.timeout_s, background=bg)
                         rf.add(seed, {"msr": msr, "protocol": proto}, _job_summary(tr), _strip(tr))
                         rf.write()
-        # Fig. 10 timeline: one run, MSR 0.5, background queue 4 -> 3 -> 2
+        # Fig. 10 timeline: one run, MSR 0.5, background queue 4 -> 3 -> 2, each for a third of the
+        # job's expected JCT (MSR * bytes over the bandwidth the background leaves).
         if not fixprio and "atp-full" in protos:
             job = make_job("fbkv", seeds[0], n * 2)
-            dur = 2.0 * job.total_bytes * 8 / rate + 1.0
+            expected = 0.5 * job.total_bytes * 8 / (rate * (1 - bg_load))
             with Testbed(scale.testbed(controller=True), out / "dynamic" / "work-timeline") as tb:
-                bg = _shifting_background(2, 1, bg_load * rate, dur, [4.5 / 8, 3.5 / 8, 2.5 / 8])
+                bg = _shifting_background(2, 1, bg_load * rate, 1.5 * expected + 0.3, [4.5 / 8, 3.5 / 8, 2.5 / 8])
+                bg = [dataclasses.replace(b, delay_s=b.delay_s) for b in bg]
                 jid = next_job_id()
-                tr = run_trial(tb, "atp-full", [JobPlan(jid, 0, 1, job, 0.5, delay_s=0.2)], name="timeline",
+                tr = run_trial(tb, "atp-full", [JobPlan(jid, 0, 1, job, 0.5, delay_s=0.3)], name="timeline",
                                timeout=scale.timeout_s, background=bg)
-                timeline = tr["jobs"][0].get("timeline") or []
+                j = tr["jobs"][0]
+                timeline = j.get("timeline") or []
+                t0 = j.get("start_wall") or tr["start_wall"]
+                shifts = [b.get("start_wall") for b in tr.get("background_tx", []) if b]
                 rf.notes.append({"timeline_job": jid, "timeline": timeline, "controller_changes": tb.epochs,
-                                 "background_shifts_wall": [tr["start_wall"] + b.delay_s for b in bg]})
-                t0 = tr["start_wall"]
+                                 "job_start_wall": t0, "background_starts_wall": shifts,
+                                 "background_tlrs": [b.tlr for b in bg], "job": {k: v for k, v in j.items() if k != "timeline"}})
                 rows = _timeline_rows(timeline, tb.epochs, jid, t0)
-                R.plot_timeline(rows, fields=[f for f in ("loss", "tlr", "rate_mbps", "queue") if any(f in r for r in rows)],
-                                path=rf.out_dir / "timeline.png", title="ATP timeline, MSR 0.5 (cf. Fig. 10)",
-                                events=[(b.delay_s, "bg shift") for b in bg[1:]])
+                R.plot_timeline(rows, fields=[f for f in ("loss_avg10", "tlr", "rate_mbps", "queue") if any(f in r for r in rows)],
+                                path=rf.out_dir / "timeline.png",
+                                title="ATP, MSR 0.5, background q4 -> q3 -> q2 (cf. Fig. 10)",
+                                events=[(w - t0, "bg shift") for w in shifts[1:] if w])
                 rf.write()
     s = rf.to_dict()["summary"]
     R.plot_bars(s, metric="jct_mean_s", group="msr", series="protocol", path=rf.out_dir / "jct.png",
@@ -228,15 +234,14 @@ def exp_dynamic(seeds: Sequence[int], out: Path, scale: Scale, *, msrs=(0.5, 0.7
 
 
 def _timeline_rows(timeline: Sequence[dict], changes: Sequence[dict], jid: int, t0_wall: float) -> list[dict]:
-    """Normalise sender timeline records (hostlib --timeline JSON lines) for plotting."""
+    """Normalise sender timeline records (hostlib EpochEnded: ``time`` is seconds since the job started)
+    for plotting; the queue comes from the controller's decisions (wall clock, minus ``t0_wall``)."""
     rows = []
-    times = [r.get("time") for r in timeline if r.get("time") is not None]
-    t_first = min(times) if times else 0.0
     for r in timeline:
         t = r.get("time")
         if t is None:
             continue
-        row = {"time": float(t) - t_first}
+        row = {"time": float(t)}
         for src, dst in (("loss", "loss"), ("measured_loss", "loss"), ("tlr", "tlr"), ("queue", "queue")):
             if src in r and r[src] is not None:
                 row[dst] = r[src]
@@ -244,6 +249,12 @@ def _timeline_rows(timeline: Sequence[dict], changes: Sequence[dict], jid: int, 
             if key in r and r[key] is not None:
                 row["rate_mbps"] = float(r[key]) / 1e6
         rows.append(row)
+    # per-epoch loss is a ratio of a few packets; also give a moving average over 10 epochs
+    window: list[float] = []
+    for row in rows:
+        if "loss" in row:
+            window = (window + [float(row["loss"])])[-10:]
+            row["loss_avg10"] = sum(window) / len(window)
     if rows and not any("queue" in r for r in rows):
         # queue assignments from the controller's decisions, as a step function
         q_changes = sorted((c["wall"] - t0_wall, c["assignments"].get(str(jid))) for c in changes

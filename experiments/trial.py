@@ -82,6 +82,10 @@ class FlowLoad:
     port: int = 5800
 
 
+def _bg_port(b: "Background", i: int) -> int:
+    return 7600 if b.tlr is not None else 5701 + i
+
+
 def _is_atp(protocol: str) -> bool:
     return protocol in ATP_VARIANTS
 
@@ -135,15 +139,21 @@ def run_trial(tb: Testbed, protocol: str, plans: Sequence[JobPlan], *, name: str
                                          str(span + timeout + 5), "--ready-file", str(ready)], f"{name}-fsrv{i}"))
         tb.wait_file(ready)
     bg_rx: list[tuple[Proc, Path]] = []
-    for i, b in enumerate(background):
+    # Approximate-looking background must use the ATP port to be queued by TLR; it goes to a second
+    # address of the receiving host (same switch port), so no ATP receiver socket sees it. Segments to
+    # the same (host, port) share one receiver that counts them as separate jobs.
+    bg_ports = [_bg_port(b, i) for i, b in enumerate(background)]
+    groups: dict[tuple[int, int], list[Background]] = {}
+    for b, port in zip(background, bg_ports):
+        groups.setdefault((b.dst, port), []).append(b)
+    for i, ((dst, port), bs) in enumerate(groups.items()):
         ready = wd / f"bgrx{i}.ready"
         out = wd / f"bgrx{i}.json"
-        # Approximate-looking background must use the ATP port to be queued by TLR; it goes to a second
-        # address of the receiving host (same switch port), so no ATP receiver socket sees it.
-        port = 7600 if b.tlr is not None else 5701 + i
-        bg_rx.append((tb.start_py(b.dst, "experiments.baselines",
-                                  ["udp-recv", f"{tb.alias_ip(b.dst)}:{port}", "--timeout", str(b.duration_s + b.delay_s + timeout),
-                                   "--json", str(out), "--ready-file", str(ready)], f"{name}-bgrx{i}"), out))
+        span_b = max(b.duration_s + b.delay_s for b in bs)
+        bg_rx.append((tb.start_py(dst, "experiments.baselines",
+                                  ["udp-recv", f"{tb.alias_ip(dst)}:{port}", "--jobs", str(len(bs)),
+                                   "--timeout", str(span_b + timeout), "--json", str(out), "--ready-file", str(ready)],
+                                  f"{name}-bgrx{i}"), out))
         tb.wait_file(ready)
     if _is_atp(protocol):
         for dst in by_dst:
@@ -152,8 +162,7 @@ def run_trial(tb: Testbed, protocol: str, plans: Sequence[JobPlan], *, name: str
     # 2. background, flows, then the jobs
     t_start = time.time()
     bg_tx = []
-    for i, b in enumerate(background):
-        port = 7600 if b.tlr is not None else 5701 + i
+    for i, (b, port) in enumerate(zip(background, bg_ports)):
         args = ["udp-send", f"{tb.alias_ip(b.dst)}:{port}", "--rate", str(b.rate_bps), "--duration", str(b.duration_s),
                 "--n", "50", "--fixed-size", "1368", "--job-id", str(900000 + i),
                 "--json", str(wd / f"bgtx{i}.json")]
@@ -227,7 +236,8 @@ def run_trial(tb: Testbed, protocol: str, plans: Sequence[JobPlan], *, name: str
             f["src"], f["dst"] = fl.src, fl.dst
             flow_rows.append(f)
     bg_rows = [read_json(p) for _, p in bg_rx]
-    return {"protocol": protocol, "jobs": jobs, "flows": flow_rows, "background": bg_rows,
+    bg_sent = [read_json(wd / f"bgtx{i}.json") for i in range(len(background))]
+    return {"protocol": protocol, "jobs": jobs, "flows": flow_rows, "background": bg_rows, "background_tx": bg_sent,
             "start_wall": t_start, "end_wall": t_end, "receiver_exit_codes": rx_codes, "background_exit_codes": bg_codes}
 
 
@@ -247,6 +257,7 @@ def job_metrics(protocol: str, plan: JobPlan, tx: dict | None, rx: dict | None, 
                          "msr_met": False, "delivered": None, "msg_loss": None, "pkt_loss": None}
     if tx is None:
         return m
+    m["start_wall"] = tx.get("start_wall")
     if _is_atp(protocol):
         groups = tx.get("groups") or []
         delivered = sum(g.get("delivered", 0) for g in groups)

@@ -88,12 +88,12 @@ def test_range_loss_error_grows_with_loss_like_sqrt():
 
 
 def test_timeline_rows_normalise_and_fill_queue_from_controller():
-    tl = [{"time": 50.0, "tlr": 0.5, "rate_bps": 2e7, "loss": 0.1},
-          {"time": 51.0, "tlr": 0.4, "rate_bps": 1e7, "loss": 0.6}]
+    tl = [{"time": 0.0, "tlr": 0.5, "rate_bps": 2e7, "loss": 0.1},
+          {"time": 1.0, "tlr": 0.4, "rate_bps": 1e7, "loss": 0.6}]
     changes = [{"wall": 100.5, "assignments": {"9": 3}}]
     rows = runner._timeline_rows(tl, changes, 9, 100.0)
-    assert rows[0] == {"time": 0.0, "tlr": 0.5, "rate_mbps": 20.0, "loss": 0.1}
-    assert rows[1]["queue"] == 3 and rows[1]["loss"] == 0.6
+    assert rows[0] == {"time": 0.0, "tlr": 0.5, "rate_mbps": 20.0, "loss": 0.1, "loss_avg10": 0.1}
+    assert rows[1]["queue"] == 3 and rows[1]["loss"] == 0.6 and rows[1]["loss_avg10"] == pytest.approx(0.35)
 
 
 def test_bench_summary_and_markdown_from_rows():
