@@ -1,4 +1,4 @@
-"""Fixtures for the controller tests: the hand-written P4Info, a fake P4Runtime server, drivers on it."""
+"""Fixtures for the controller tests: a fake P4Runtime server and P4Runtime drivers connected to it."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,10 +7,7 @@ import pytest
 
 from controller.fake_p4runtime import FakeP4RuntimeServer
 from controller.p4runtime_driver import P4RuntimeDriver, P4RuntimeOptions
-
-FIXTURES = Path(__file__).parent / "fixtures"
-P4INFO = FIXTURES / "p4info.txtpb"
-BMV2_JSON_BYTES = b'{"program": "netapprox-test"}'
+from ctl_fixtures import BMV2_JSON_BYTES, P4INFO
 
 
 @pytest.fixture
@@ -42,18 +39,3 @@ def make_driver(fake_server, bmv2_json):
     yield make
     for d in drivers:
         d.close()
-
-
-def _root_conftest():
-    """tests/conftest.py (the shared skip markers); loaded by path since this file is also named conftest."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("netapprox_tests_conftest", Path(__file__).parents[1] / "conftest.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_shared = _root_conftest()
-requires_p4 = _shared.requires_p4
-requires_root = _shared.requires_root

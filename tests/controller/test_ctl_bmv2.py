@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import requires_p4, requires_root
+from ctl_fixtures import requires_p4, requires_root
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIO = Path(__file__).with_name("bmv2_scenario.py")

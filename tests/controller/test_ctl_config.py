@@ -12,7 +12,7 @@ from controller.errors import ConfigError
 from controller.model import ClassRule, Route
 from controller.p4runtime_driver import P4RuntimeDriver
 
-from conftest import P4INFO
+from ctl_fixtures import P4INFO
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "controller" / "examples"
 

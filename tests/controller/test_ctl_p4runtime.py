@@ -32,7 +32,7 @@ from controller.p4info import P4Info
 from controller.p4runtime_driver import P4RuntimeDriver, P4RuntimeOptions, build_tofino_device_config
 from hostlib.wire import Report
 
-from conftest import BMV2_JSON_BYTES, P4INFO
+from ctl_fixtures import BMV2_JSON_BYTES, P4INFO
 
 
 def as_text(message) -> str:
