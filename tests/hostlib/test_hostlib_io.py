@@ -1,0 +1,183 @@
+"""Real sockets on loopback: the blocking API, the asyncio adapter, reports, and the CLI."""
+from __future__ import annotations
+
+import array
+import asyncio
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from hostlib import aio, api, wire
+from hostlib.config import AtpConfig, JobSpec, pattern_bytes
+
+REPO = Path(__file__).resolve().parents[2]
+PY = sys.executable
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Background(threading.Thread):
+    def __init__(self, fn):
+        super().__init__(daemon=True)
+        self.fn, self.result, self.error = fn, None, None
+
+    def run(self):
+        try:
+            self.result = self.fn()
+        except BaseException as err:  # handed to the test
+            self.error = err
+
+
+def test_send_and_receive_over_loopback_with_reports(tmp_path):
+    port, ctl = free_port(), socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    ctl.bind(("127.0.0.1", 0))
+    ctl.settimeout(5)
+    rx = Background(lambda: api.receive_job(("127.0.0.1", port), timeout=20))
+    rx.start()
+    time.sleep(0.2)
+    job = JobSpec.uniform(31, messages=400, size=2000, msr=0.8, groups=[(2, 1.0, 50)])
+    cfg = AtpConfig(max_rate_bps=20e6, report_key=b"k3y")
+    summary = api.send_job(("127.0.0.1", port), job, config=cfg, report_to=ctl.getsockname(),
+                           timeline=tmp_path / "tl.jsonl")
+    rx.join(10)
+    assert rx.error is None and rx.result is not None
+    res = rx.result
+    assert summary.receiver_confirmed and summary.msr_met()
+    assert res.delivered >= math.ceil(0.8 * 400) + 50 and set(res.lost_ids) == set(summary.lost_ids)
+    assert all(data == pattern_bytes(i, 2000) for i, data in res.messages.items())
+    report = wire.Report.decode(ctl.recv(2048), key=b"k3y")
+    assert report.job_id == 31 and report.group_id in (0, 2) and report.total in (400, 50)
+    lines = [json.loads(x) for x in (tmp_path / "tl.jsonl").read_text().splitlines()]
+    assert lines and set(lines[0]) >= {"epoch", "time", "group", "tlr", "rate_bps", "loss", "queues"}
+    assert json.loads(json.dumps(summary.as_dict()))["job_id"] == 31
+    assert json.loads(json.dumps(res.as_dict()))["total"] == 450
+    ctl.close()
+
+
+def test_float_vector_over_loopback():
+    port = free_port()
+    rx = Background(lambda: api.receive_job(("127.0.0.1", port), timeout=20))
+    rx.start()
+    time.sleep(0.2)
+    values = [i / 7 for i in range(5000)]
+    api.send_job(("127.0.0.1", port), JobSpec.from_vector(32, values, msr=0.9), config=AtpConfig(max_rate_bps=20e6))
+    rx.join(10)
+    res = rx.result
+    assert res.vector_len == 5000 and len(res.vector) == 5000
+    kept = [i for i in range(5000) if not any(a <= i < b for a, b in res.lost_ranges)]
+    assert len(kept) >= 0.9 * 5000
+    as_f32 = array.array("f", values)
+    assert all(res.vector[i] == as_f32[i] for i in kept)
+    assert all(res.vector[i] == 0.0 for a, b in res.lost_ranges for i in range(a, b))
+
+
+def test_receive_times_out_with_a_clear_error():
+    with pytest.raises(api.ReceiveTimeout, match="0 of 1 job"):
+        api.receive_job(("127.0.0.1", free_port()), timeout=0.3)
+
+
+def test_sender_fails_when_nobody_answers():
+    job = JobSpec.uniform(33, messages=5, size=100)
+    with pytest.raises(api.JobFailedError, match="no acknowledgement"):
+        api.send_job(("127.0.0.1", free_port()), job, config=AtpConfig(idle_timeout_s=0.3, max_rate_bps=1e6))
+
+
+def test_asyncio_adapter_both_ways():
+    async def main():
+        port = free_port()
+        job = JobSpec.uniform(34, messages=100, size=1368, msr=0.9)
+        for precise in (False, True):
+            rx = asyncio.create_task(aio.receive_job_async(("127.0.0.1", port), timeout=10))
+            await asyncio.sleep(0.1)
+            s = await aio.send_job_async(("127.0.0.1", port), job, config=AtpConfig(max_rate_bps=10e6),
+                                         precise=precise)
+            r = await rx
+            assert s.receiver_confirmed and r.delivered >= 90 and r.job_id == 34
+    asyncio.run(main())
+
+
+def run_cli(*args, timeout=30, **kw):
+    return subprocess.run([PY, "-m", "hostlib", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout, **kw)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["send", "127.0.0.1", "--msr", "1.5"], "MSR"),
+    (["send", "127.0.0.1", "--group", "1:x:3"], "GROUP:MSR:MESSAGES"),
+    (["send", "127.0.0.1", "--group", "0:0.5:3"], "group id"),
+    (["send", "127.0.0.1", "--rate", "fast"], "rate"),
+    (["send", "127.0.0.1:99999"], "port"),
+    (["send", "127.0.0.1", "--messages", "0"], "nothing to send"),
+    (["send", "127.0.0.1", "--job-id", "0"], "job_id"),
+    (["recv", "--timeout", "-1"], "must be > 0"),
+    (["bogus"], "usage"),
+])
+def test_cli_rejects_bad_input_with_exit_2(args, message):
+    p = run_cli(*args)
+    assert p.returncode == 2 and message in p.stderr and "Traceback" not in p.stderr
+
+
+def test_cli_send_and_receive(tmp_path):
+    port = free_port()
+    rx = subprocess.Popen([PY, "-m", "hostlib", "recv", "--bind", "127.0.0.1", "--port", str(port), "--timeout",
+                           "30", "--json", str(tmp_path / "r.json")], cwd=REPO, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.5)
+        tx = run_cli("send", f"127.0.0.1:{port}", "--job-id", "35", "--messages", "300", "--msr", "0.8",
+                     "--group", "1:1.0:20", "--rate", "20M", "--priority", "2", "--deadline-ms", "100",
+                     "--json", str(tmp_path / "s.json"), "--timeline", str(tmp_path / "t.jsonl"))
+        out, err = rx.communicate(timeout=30)
+    finally:
+        if rx.poll() is None:
+            rx.kill()
+            rx.wait()
+    assert tx.returncode == 0, tx.stderr
+    assert rx.returncode == 0, err
+    assert "job 35: MSR met" in tx.stdout and "group 1:" in tx.stdout and tx.stderr == ""
+    assert "job 35 from 127.0.0.1" in out and err == ""
+    s = json.loads((tmp_path / "s.json").read_text())
+    r = json.loads((tmp_path / "r.json").read_text())
+    assert s["receiver_confirmed"] and s["msr_met"] and r["job_id"] == 35 and r["lost_ids"] == s["lost_ids"]
+    assert (tmp_path / "t.jsonl").read_text().count("\n") >= 1
+
+
+def test_cli_receiver_serves_until_sigterm_and_exits_cleanly():
+    port = free_port()
+    rx = subprocess.Popen([PY, "-m", "hostlib", "recv", "--serve", "--bind", "127.0.0.1", "--port", str(port)],
+                          cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.6)
+        assert rx.poll() is None
+        rx.send_signal(signal.SIGTERM)
+        out, err = rx.communicate(timeout=10)
+    finally:
+        if rx.poll() is None:
+            rx.kill()
+            rx.wait()
+    assert rx.returncode == 0 and "Traceback" not in err
+
+
+def test_cli_sender_reports_failure_with_exit_1():
+    p = run_cli("send", f"127.0.0.1:{free_port()}", "--messages", "3", "--idle-timeout", "0.3")
+    assert p.returncode == 1 and "no acknowledgement" in p.stderr and "Traceback" not in p.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="needs Linux")
+def test_console_script_entry_points_exist():
+    from hostlib import __main__ as cli
+    assert callable(cli.send_main) and callable(cli.recv_main)
+    assert cli.send_main.__module__ == "hostlib.__main__"
