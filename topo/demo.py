@@ -533,7 +533,7 @@ def main(argv: list[str] | None = None) -> int:
             print("make demo TARGET=bmv2: build/v1model/bmv2.json is missing; run `make p4` first.", file=sys.stderr)
             return 2
     cfg = DemoConfig(target=args.target, results=args.results, bottleneck_mbit=args.bottleneck_mbit)
-    messages = args.messages or (1500 if args.quick else None)
+    messages = args.messages or (4000 if args.quick else None)
     if messages:
         cfg = dataclasses.replace(cfg, jobs=tuple(dataclasses.replace(j, messages=messages) for j in cfg.jobs))
     if args.quick:

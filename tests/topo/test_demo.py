@@ -1,0 +1,33 @@
+"""``make demo`` in its short form: the whole stack (Mininet, kernel switches, controller, hostlib, iperf3)."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import requires_root
+
+pytestmark = [requires_root, pytest.mark.mininet, pytest.mark.slow, pytest.mark.timeout(150),
+              pytest.mark.skipif(shutil.which("mnexec") is None or shutil.which("iperf3") is None,
+                                 reason="needs Mininet's mnexec and iperf3 (Debian packages 'mininet', 'iperf3')")]
+
+
+def test_quick_demo_on_the_kernel_target(tmp_path):
+    res = subprocess.run([sys.executable, "-m", "topo.demo", "--quick", "--results", str(tmp_path)],
+                         capture_output=True, text=True, timeout=140)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    out = res.stdout
+    assert "network and controller up" in out and "JCT (s)" in out and "FCT" in out
+    summary = json.loads((tmp_path / "demo-summary.json").read_text())
+    assert summary["target"] == "kernel"
+    assert summary["bulk_fct_s"] > 0
+    for job in summary["jobs"]:
+        assert job["delivered"] >= job["required"], job
+        assert job["queues"] and all(1 <= q <= 7 for q in job["queues"]), "approximate jobs never use queue 0"
+        png = tmp_path / f"demo-timeline-{job['job']}.png"
+        assert png.stat().st_size > 10_000
+    # The controller moved at least one job: its assignment log is not empty.
+    assert summary["assignments"]
