@@ -86,7 +86,7 @@ def fct_vs_fifo(seeds: Sequence[int], out: Path, scale) -> dict:
         with Testbed(scale.testbed(switch=switch, controller=(switch == "netapprox")), out / f"work-fct-{switch}") as tb:
             for seed in seeds:
                 m, _tr = coexist_trial(tb, scale, seed, "atp", 0.5, FLOW_LOAD, name=f"s{seed}-{switch}",
-                                       workload="fbhd", duration_s=3.0)
+                                       duration_s=3.0)
                 rows.append({"seed": seed, "switch": switch, **m})
     return {"rows": rows, "flow_load": FLOW_LOAD, "approx": "2 FBHD ATP jobs, MSR 0.5"}
 
@@ -144,6 +144,21 @@ def summarize(jct: dict, fct: dict) -> dict:
     return s
 
 
+def _flatten(d: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """Nested dicts/lists as (dotted key, scalar) rows; a list of dicts keys its items by their 'jobs' or index."""
+    rows: list[tuple[str, Any]] = []
+    if isinstance(d, dict):
+        for k, v in d.items():
+            rows += _flatten(v, f"{prefix}{k}.")
+    elif isinstance(d, list):
+        for i, v in enumerate(d):
+            tag = v.get("jobs", i) if isinstance(v, dict) else i
+            rows += _flatten(v, f"{prefix}[{tag}].")
+    else:
+        rows.append((prefix.rstrip("."), d))
+    return rows
+
+
 def markdown(s: dict, meta: dict, ctl: dict) -> str:
     lines = [f"# make bench ({meta['finished_utc']})", "",
              f"Kernel switch, {meta['scale']['rate_mbit']:g} Mbit/s ports, buffer {meta['scale']['buffer_packets']} packets, "
@@ -178,8 +193,8 @@ def markdown(s: dict, meta: dict, ctl: dict) -> str:
         lines.append(f"failed: {ctl['error']}")
     else:
         lines += ["| metric | value |", "|---|---|"]
-        for k, v in sorted((ctl.get("numbers") or {}).items()):
-            lines.append(f"| {k} | {_fmt(v) if not isinstance(v, (dict, list)) else json.dumps(v)} |")
+        for k, v in _flatten(ctl.get("numbers") or {}):
+            lines.append(f"| {k} | {_fmt(v)} |")
     lines.append("")
     return "\n".join(lines)
 

@@ -95,8 +95,14 @@ def _job_summary(trial: dict) -> dict:
         "jct_over_bound": float(np.mean(ratios)) if ratios else None,
         "msr_met_frac": sum(met) / len(met) if met else None,
         "pkt_loss": float(np.mean(losses)) if losses else None,
+        "delivered_bytes_frac": _mean_of(jobs, "delivered_bytes_frac"),
         "jobs_failed": sum(1 for j in jobs if j["jct_s"] is None),
     }
+
+
+def _mean_of(rows: Sequence[dict], key: str) -> float | None:
+    vals = [r[key] for r in rows if r.get(key) is not None]
+    return float(np.mean(vals)) if vals else None
 
 
 def _strip(trial: dict) -> dict:
@@ -314,13 +320,19 @@ def exp_ablation(seeds: Sequence[int], out: Path, scale: Scale, *, msrs=(0.5, 0.
 # 5. co-running non-approximate traffic (Fig. 13)
 
 
+COEXIST_JOB_SCALE = 5
+"""coexist: each approximate job has this many times ``fbhd_n`` messages, so the approximate jobs last
+about as long as the window of flows (~6 MB per job at the default scale)."""
+
+
 def coexist_trial(tb: Testbed, scale: Scale, seed: int, protocol: str, msr: float, flow_load: float,
-                  name: str, workload: str = "fbhd", duration_s: float = 4.0) -> dict:
-    """Two approximate senders (hosts 0, 2) and web-search flows (host 3) into host 1."""
+                  name: str, duration_s: float = 4.0, job_scale: int = COEXIST_JOB_SCALE) -> tuple[dict, dict]:
+    """Two approximate FBHD jobs (hosts 0, 2) and web-search flows (host 3) for ``duration_s``, all into host 1."""
     rate = scale.rate_mbit * 1e6
     fl = web_search_flows(seed, load=flow_load, link_bps=rate, duration_s=duration_s, senders=[3], receivers=[1],
                           size_scale=scale.flow_size_scale)
-    plans = [JobPlan(next_job_id(), h, 1, scale.job(workload, seed * 100 + h), msr, delay_s=0.1) for h in (0, 2)]
+    plans = [JobPlan(next_job_id(), h, 1, make_job("fbhd", seed * 100 + h, scale.fbhd_n * job_scale,
+                                                   max_size=scale.fbhd_max), msr, delay_s=0.1) for h in (0, 2)]
     tr = run_trial(tb, protocol, plans, name=name, timeout=scale.timeout_s, flows=[FlowLoad(3, 1, tuple(fl))])
     return {**_job_summary(tr), **flow_fct_stats(tr["flows"])}, tr
 
@@ -329,8 +341,8 @@ def exp_coexist(seeds: Sequence[int], out: Path, scale: Scale, *, msrs=(0.5, 0.9
                 protocols=("atp", "tcp-es")) -> R.ResultFile:
     rf = R.ResultFile("coexist", {"scale": dataclasses.asdict(scale), "msrs": list(msrs), "flow_loads": list(loads),
                                   "protocols": list(protocols),
-                                  "pattern": "2 FBHD approximate jobs (hosts 0, 2) + web-search TCP flows (host 3), "
-                                             "all into host 1"},
+                                  "pattern": "2 FBHD approximate jobs (hosts 0, 2; 5 x fbhd_n messages each) + "
+                                             "4 s of web-search TCP flows (host 3), all into host 1"},
                       seeds, out / "coexist")
     with Testbed(scale.testbed(), out / "coexist" / "work") as tb:
         for seed in seeds:

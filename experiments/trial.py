@@ -11,6 +11,8 @@ A *trial* runs a set of jobs (``JobPlan``: sender host, receiver host, workload,
 plus optional background UDP blasts (``Background``) and non-approximate request flows (``FlowLoad``),
 and returns per-job metrics with the same names for every protocol:
 
+- ``delivered_bytes_frac``: payload bytes delivered / job bytes (MSR counts *messages*: with MRDF, ATP
+  meets it with the smallest messages first, so with skewed sizes it moves fewer bytes than EarlySend),
 - ``jct_s``: job completion time (ATP: the sender's completion policy; TCP: the receiver's stop byte
   reached the sender; UDP: sender start -> the receiver held ceil(MSR*N) complete messages; ``None`` when
   the job did not complete),
@@ -268,14 +270,19 @@ def job_metrics(protocol: str, plan: JobPlan, tx: dict | None, rx: dict | None, 
                  pkt_loss=(tx.get("packets_lost", 0) / sent) if sent else None,
                  receiver_confirmed=tx.get("receiver_confirmed"), retransmissions=tx.get("retransmissions"),
                  final_tlr=[g.get("final_tlr") for g in groups])
-        if not m["msr_met"]:
-            m["jct_s"] = tx.get("jct_s")  # still reported, flagged by msr_met
+        if rx is not None and rx.get("lost_ids") is not None:
+            lost_bytes = sum(plan.workload.sizes[i] for i in rx["lost_ids"] if 0 <= i < n)
+            m["delivered_bytes_frac"] = 1 - lost_bytes / max(1, plan.workload.total_bytes)
     elif protocol in ("tcp-es", "tcp-ss"):
         info = tx.get("tcp_info") or {}
         segs = info.get("segs_out")
         m.update(jct_s=tx.get("jct_s"), msr_met=bool(tx.get("completed")),
                  delivered=(rx or {}).get("delivered"), msg_loss=0.0 if tx.get("completed") else None,
                  pkt_loss=(info.get("total_retrans", 0) / segs) if segs else None, cc=tx.get("cc"))
+        if rx is not None and rx.get("bytes_received") is not None:
+            # stream bytes include the 8-byte message headers and the 17-byte job header
+            payload = rx["bytes_received"] - 17 - 8 * (rx.get("delivered") or 0)
+            m["delivered_bytes_frac"] = min(1.0, max(0, payload) / max(1, plan.workload.total_bytes))
     else:
         if rx is not None:
             complete = rx.get("messages_complete", 0)

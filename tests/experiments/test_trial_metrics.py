@@ -25,8 +25,9 @@ def test_job_metrics_atp_summary():
     plan = trial.JobPlan(7, 0, 1, _job([1000] * 10), 0.5)
     tx = {"jct_s": 0.01, "msr_met": True, "packets_sent": 12, "packets_lost": 3, "receiver_confirmed": True,
           "retransmissions": 1, "groups": [{"delivered": 8, "lost": 2, "final_tlr": 0.2}]}
-    m = trial.job_metrics("atp", plan, tx, None, RATE)
+    m = trial.job_metrics("atp", plan, tx, {"lost_ids": [0, 1]}, RATE)
     assert m["jct_s"] == 0.01 and m["msr_met"] and m["delivered"] == 8
+    assert m["delivered_bytes_frac"] == pytest.approx(0.8)
     assert m["msg_loss"] == pytest.approx(0.2) and m["pkt_loss"] == pytest.approx(0.25)
     assert m["jct_over_bound"] == pytest.approx(0.01 / (5 * 8000 / RATE))
 
@@ -36,6 +37,9 @@ def test_job_metrics_tcp_and_udp_and_missing():
     tcp = trial.job_metrics("tcp-es", plan, {"jct_s": 0.5, "completed": True, "cc": "cubic",
                                              "tcp_info": {"segs_out": 100, "total_retrans": 5}}, {"delivered": 6}, RATE)
     assert tcp["msr_met"] and tcp["delivered"] == 6 and tcp["pkt_loss"] == pytest.approx(0.05)
+    tcp2 = trial.job_metrics("tcp-es", plan, {"jct_s": 0.5, "completed": True},
+                             {"delivered": 6, "bytes_received": 17 + 6 * 1008}, RATE)
+    assert tcp2["delivered_bytes_frac"] == pytest.approx(0.6)
     udp = trial.job_metrics("udp", plan, {"start_wall": 100.0}, {"messages_complete": 4, "packet_loss": 0.4,
                                                                  "target_wall": None}, RATE)
     assert not udp["msr_met"] and udp["jct_s"] is None and udp["msg_loss"] == pytest.approx(0.6)
