@@ -38,7 +38,7 @@ class AtpConfig:
     initial_rate_bps: float | None = None
     """Starting rate; ``None`` means ``max_rate_bps``."""
 
-    gain: float = 0.25
+    gain: float = 0.0625
     """m in eq. 2: how fast the rate climbs back towards R_max when loss is below the TLR."""
 
     packet_size: int = 1400
