@@ -167,8 +167,7 @@ def prefix_split(lo: int, hi: int, bits: int) -> list[tuple[int, int]]:
 def _approx_data_keys(atp_port: int, extra_flags: int = 0, atp0_low: tuple[int, int] = (0, 0)) -> list[Key]:
     flags = int(Flags.APPROX) | extra_flags
     low_value, low_mask = atp0_low
-    return [
-        Key(_OFF_IHL, 0x05000000, 0x0F000000),
+    return _l4_parsed() + [
         Key(_OFF_PROTO_WORD, IPPROTO_UDP << 16, 0x00FF0000),
         Key(_OFF_PORTS, atp_port, 0x0000FFFF),
         Key(_OFF_ATP0, (_DATA_V1 << 24) | (flags << 16) | low_value, 0xFF000000 | (flags << 16) | low_mask),
@@ -201,16 +200,43 @@ def tlr_key_sets(rule: TlrRule, atp_port: int) -> list[tuple[Key, ...]]:
     return out
 
 
-def class_keys(rule: ClassRule) -> tuple[Key, ...]:
-    keys = []
-    if rule.ip_proto_mask:
-        keys.append(Key(_OFF_PROTO_WORD, (rule.ip_proto & rule.ip_proto_mask) << 16, rule.ip_proto_mask << 16))
-    if rule.l4_dport_mask:
-        keys.append(Key(_OFF_IHL, 0x05000000, 0x0F000000))
-        keys.append(Key(_OFF_PORTS, rule.l4_dport & rule.l4_dport_mask, rule.l4_dport_mask))
-    if not keys:  # match-all: u32 needs one key
-        keys.append(Key(0, 0, 0))
-    return tuple(keys)
+def _l4_parsed() -> list[Key]:
+    """IPv4 without options and not a non-first fragment: where the P4 parser reads L4 ports and ATP."""
+    return [Key(_OFF_IHL, 0x05000000, 0x0F000000), Key(4, 0, 0x00001FFF)]
+
+
+def _runs(values: list[int]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for v in values:
+        if out and out[-1][1] == v - 1:
+            out[-1] = (out[-1][0], v)
+        else:
+            out.append((v, v))
+    return out
+
+
+def class_key_sets(rule: ClassRule) -> list[tuple[Key, ...]]:
+    """u32 entries for one queue_by_class rule (first match of them = the rule matches).
+
+    ``l4_dport`` follows the P4 program: the TCP/UDP destination port, and 0 for packets of other protocols.
+    A rule with an ``l4_dport`` mask therefore becomes one entry per matching TCP/UDP protocol, plus, when
+    the rule also matches port 0, prefix entries for every other protocol its ``ip_proto`` ternary admits.
+    """
+    pv, pm = rule.ip_proto & rule.ip_proto_mask, rule.ip_proto_mask
+    if not rule.l4_dport_mask:
+        return [(Key(_OFF_PROTO_WORD, pv << 16, pm << 16),) if pm else (Key(0, 0, 0),)]
+    dv, dm = rule.l4_dport & rule.l4_dport_mask, rule.l4_dport_mask
+    out = []
+    for proto in (6, IPPROTO_UDP):
+        if proto & pm == pv:
+            out.append(tuple(_l4_parsed() + [Key(_OFF_PROTO_WORD, proto << 16, 0x00FF0000),
+                                              Key(_OFF_PORTS, dv, dm)]))
+    if dv == 0:
+        others = [p for p in range(256) if p & pm == pv and p not in (6, IPPROTO_UDP)]
+        for lo, hi in _runs(others):
+            for v, m in prefix_split(lo, hi, 8):
+                out.append((Key(_OFF_PROTO_WORD, v << 16, m << 16),))
+    return out
 
 
 def _tag_order(r: TagRule):
@@ -269,7 +295,7 @@ def compile_filters(state: SwitchState, atp_port: int = DEFAULT_ATP_PORT,
                       ((ks, r.qid) for r in sorted(state.tlr_rules) for ks in tlr_key_sets(r, atp_port)))
     entries.append(U32Entry(APPROX_DEFAULT_NODE, tuple(_approx_data_keys(atp_port)), LOWEST_QUEUE, "approx_default"))
     entries += _place("queue_by_class", CLASS_NODES,
-                      ((class_keys(r), r.qid) for r in sorted(state.class_rules, key=_class_order)))
+                      ((ks, r.qid) for r in sorted(state.class_rules, key=_class_order) for ks in class_key_sets(r)))
     return {e.node: e for e in entries}
 
 
@@ -290,10 +316,13 @@ def reference_queue(state: SwitchState, packet: bytes, atp_port: int = DEFAULT_A
         return NON_APPROX_QUEUE
     ihl = (packet[0] & 0x0F) * 4
     proto = packet[9]
-    # l4_dport as the u32 entries see it: bytes 22..23 of an IPv4 header without options (the TCP/UDP
-    # destination port; rules matching l4_dport should also fix ip_proto).
-    dport = struct.unpack_from("!H", packet, 22)[0] if ihl == 20 and len(packet) >= 24 else None
-    atp = packet[ihl + 8:] if proto == IPPROTO_UDP and dport == atp_port and ihl == 20 else b""
+    # l4_dport as the P4 parser sets it: the TCP/UDP destination port, 0 for other protocols. (Divergence,
+    # documented in docs/emulation.md: TCP/UDP with IP options or non-first fragments are 0 in P4, while
+    # the kernel switch matches no l4_dport rule for them. Hosts never send such packets.)
+    first_fragment = len(packet) >= 8 and struct.unpack_from("!H", packet, 6)[0] & 0x1FFF == 0
+    l4 = proto in (6, 17) and ihl == 20 and first_fragment and len(packet) >= 24
+    dport = struct.unpack_from("!H", packet, 22)[0] if l4 else None
+    atp = packet[ihl + 8:] if proto == IPPROTO_UDP and dport == atp_port else b""
     if len(atp) >= 32 and atp[0] == _DATA_V1 and atp[1] & Flags.APPROX:
         flags, prio = atp[1], atp[3]
         job, = struct.unpack_from("!I", atp, 4)
@@ -313,7 +342,7 @@ def reference_queue(state: SwitchState, packet: bytes, atp_port: int = DEFAULT_A
     for r in sorted(state.class_rules, key=_class_order):
         if proto & r.ip_proto_mask != r.ip_proto & r.ip_proto_mask:
             continue
-        if r.l4_dport_mask and (dport is None or dport & r.l4_dport_mask != r.l4_dport & r.l4_dport_mask):
+        if r.l4_dport_mask and (dport or 0) & r.l4_dport_mask != r.l4_dport & r.l4_dport_mask:
             continue
         return r.qid
     return NON_APPROX_QUEUE

@@ -85,9 +85,30 @@ def test_table_order_job_then_tag_then_tlr_then_default():
         "IP options: not classified as ATP": (atp_data(job=42, ihl=6), 0),
         "class rule for non-ATP": (ipv4_udp(bytes(100), 5201), 6),
         "class rule does not touch approx DATA": (atp_data(job=9, tlr=0x7000, dport=ATP), 7),
+        "l4_dport is not read for other protocols": (ipv4_udp(bytes(100), 5201, proto=47), 0),
     }
     for name, (pkt, q) in cases.items():
         assert both(state, pkt) == (q, q), name
+
+
+def test_class_rules_never_see_approximate_data():
+    """A class rule on the ATP port itself applies to non-approximate ATP only: approximate DATA that no
+    approximate table matches still goes to queue 7 (table 5), never to the class rule's queue."""
+    state = SwitchState(class_rules=frozenset({ClassRule(rank=9, ip_proto=17, ip_proto_mask=0xFF, l4_dport=ATP,
+                                                         l4_dport_mask=0xFFFF, qid=6)}))
+    assert both(state, atp_data(job=3, tlr=0x1000)) == (7, 7)
+    assert both(state, atp_data(job=3, flags=0)) == (6, 6)
+    assert both(state, atp_data(job=3, ptype=wire.PacketType.ACK)) == (6, 6)
+
+
+def test_port_zero_rule_matches_protocols_without_ports():
+    """P4 sets l4_dport = 0 for non-TCP/UDP packets, so a rule on port 0 catches them (and TCP/UDP port 0)."""
+    state = SwitchState(class_rules=frozenset({ClassRule(rank=1, ip_proto=0, ip_proto_mask=0, l4_dport=0,
+                                                         l4_dport_mask=0xFFFF, qid=5)}))
+    assert both(state, ipv4_udp(bytes(40), 0, proto=47)) == (5, 5)
+    assert both(state, ipv4_udp(bytes(40), 0, proto=17)) == (5, 5)
+    assert both(state, ipv4_udp(bytes(40), 80, proto=6)) == (0, 0)
+    assert both(state, ipv4_udp(bytes(40), 80, proto=1)) == (5, 5)
 
 
 def test_job_nodes_are_stable_so_a_move_is_one_replace():
@@ -118,8 +139,9 @@ _rules = st.builds(
                        max_size=2).map(frozenset),
     tlr_rules=st.lists(st.builds(lambda a, b, q: TlrRule(min(a, b), max(a, b), q), st.integers(0, 0x8000),
                                  st.integers(0, 0x8000), st.integers(1, 7)), max_size=3).map(frozenset),
-    class_rules=st.lists(st.builds(ClassRule, rank=st.integers(1, 3), ip_proto=st.sampled_from([6, 17, 1]),
-                                   ip_proto_mask=st.sampled_from([0, 0xFF]), l4_dport=st.integers(0, 0xFFFF),
+    class_rules=st.lists(st.builds(ClassRule, rank=st.integers(1, 3), ip_proto=st.sampled_from([6, 17, 1, 0x10]),
+                                   ip_proto_mask=st.sampled_from([0, 0xFF, 0xF0]),
+                                   l4_dport=st.sampled_from([0, 80, 5201, ATP, 0x1400]),
                                    l4_dport_mask=st.sampled_from([0, 0xFFFF, 0xFF00]), qid=st.integers(0, 7)),
                          max_size=3).map(frozenset),
 )
@@ -128,12 +150,14 @@ _rules = st.builds(
 @settings(max_examples=300, deadline=None)
 @given(state=_rules, job=st.integers(1, 7), tlr=st.integers(0, 0x8000), flags=st.integers(0, 0x1F),
        priority=st.integers(0, 255), deadline=st.sampled_from([0, 17, 999, 5000, 5001, wire.NO_DEADLINE]),
-       ptype=st.sampled_from(list(wire.PacketType)), dport=st.sampled_from([ATP, 5201, 80]))
-def test_u32_layout_agrees_with_the_logical_tables(state, job, tlr, flags, priority, deadline, ptype, dport):
+       ptype=st.sampled_from(list(wire.PacketType)), dport=st.sampled_from([ATP, 5201, 80, 0, 0x1450]),
+       proto=st.sampled_from([17, 17, 6, 1, 47, 0x12]))
+def test_u32_layout_agrees_with_the_logical_tables(state, job, tlr, flags, priority, deadline, ptype, dport, proto):
     # Rules with the same rank overlap ambiguously in P4 too; keep ranks unique so the order is defined.
     tags = sorted(state.tag_rules, key=lambda r: r.rank)
     if len({r.rank for r in tags}) != len(tags) or len({r.rank for r in state.class_rules}) != len(state.class_rules):
         return
-    pkt = atp_data(job=job, tlr=tlr, flags=flags, priority=priority, deadline=deadline, ptype=ptype, dport=dport)
+    pkt = atp_data(job=job, tlr=tlr, flags=flags, priority=priority, deadline=deadline, ptype=ptype, dport=dport,
+                   proto=proto)
     u32, ref = both(state, pkt)
     assert u32 == ref
