@@ -521,19 +521,22 @@ def range_loss_error(vec: np.ndarray, floats_per_packet: int, loss: float, seed:
 
 
 def exp_boundedloss(seeds: Sequence[int], out: Path, scale: Scale, *, bounds=(0.10, 0.15, 0.35),
-                    bg_loads=(0.0, 0.6, 0.9), vector_len: int = 100_000, network: bool = True) -> R.ResultFile:
-    """Part A (offline, no network): error of range-indexed vectors against random packet loss.
-    Part B (network): a gradient vector sent by ATP with MSR = 1 - bound next to approximate background
-    in the same queue; measured loss, error of the received vector, and JCT."""
+                    bg_loads=(0.0, 0.6, 0.9), vector_len: int = 100_000, network: bool = True,
+                    offline_len: int = 1_000_000) -> R.ResultFile:
+    """Part A (offline, no network): error of range-indexed vectors (``offline_len`` floats) against random
+    packet loss. Part B (network): a gradient vector sent by ATP with MSR = 1 - bound next to approximate
+    background in the same queue; measured loss, error of the received vector, and JCT. Part C (network,
+    FIFO switch): the same-shaped job by ATP (MSR = 1 - bound) and by reliable TCP next to the same
+    non-approximate background: TCP JCT / ATP JCT (the bounded-loss paper's speedup)."""
     from hostlib import wire
     fpp = wire.floats_per_packet(1400 - wire.HEADER_LEN)
     rf = R.ResultFile("boundedloss", {"scale": dataclasses.asdict(scale), "bounds": list(bounds), "bg_loads": list(bg_loads),
-                                      "vector_len": vector_len, "floats_per_packet": fpp,
+                                      "vector_len": vector_len, "offline_len": offline_len, "floats_per_packet": fpp,
                                       "gradient": "Laplace(0, 1e-3) float32",
                                       "loss_bounds_source": "Xia et al. APNet'19 Table 3: RNN 0.10, MLP/CNN 0.15, MF 0.35"},
                       seeds, out / "boundedloss")
     for seed in seeds:
-        vec = gradient_vector(seed, vector_len)
+        vec = gradient_vector(seed, max(vector_len, offline_len))
         for loss in (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.35, 0.5):
             m = range_loss_error(vec, fpp, loss, seed)
             rf.add(seed, {"part": "offline", "loss": loss}, m)
@@ -552,7 +555,39 @@ def exp_boundedloss(seeds: Sequence[int], out: Path, scale: Scale, *, bounds=(0.
                         m, raw = vector_trial(tb, scale, vec, vfile, bound, load, rate, name=f"s{seed}-{bound}-{load}")
                         rf.add(seed, {"part": "network", "bound": bound, "bg_load": load}, m, raw)
                         rf.write()
+        # Part C: bounded-loss ATP against reliable TCP with the same background, on a FIFO switch
+        # (one queue, so both see the same congestion): a job shaped like the vector's packets.
+        from experiments.workloads import JobWorkload
+        per = fpp * 4 + 8
+        npk = math.ceil(vector_len / fpp)
+        shaped = JobWorkload(kind="vector", seed=0, sizes=(per,) * npk, ready_s=(0.0,) * npk)
+        with Testbed(scale.testbed(switch="fifo", controller=False), out / "boundedloss" / "work-fifo") as tb:
+            for seed in seeds:
+                for bound in bounds:
+                    for load in bg_loads:
+                        dur = 4.0 * shaped.total_bytes * 8 / rate + 1.0
+                        bg = [Background(2, 1, load * rate, dur)] if load > 0 else []
+                        for proto, msr in (("atp", round(1 - bound, 6)), ("tcp-es", 1.0)):
+                            tr = run_trial(tb, proto, [JobPlan(next_job_id(), 0, 1, shaped, msr, delay_s=0.2)],
+                                           name=f"s{seed}-{bound}-{load}-{proto}", timeout=scale.timeout_s, background=bg)
+                            j = tr["jobs"][0]
+                            rf.add(seed, {"part": "fifo", "bound": bound, "bg_load": load, "protocol": proto},
+                                   {"jct_s": j["jct_s"], "msr_met": j["msr_met"], "msg_loss": j.get("msg_loss")}, _strip(tr))
+                            rf.write()
+        for seed in seeds:
+            for bound in bounds:
+                for load in bg_loads:
+                    a = next((r for r in rf.runs if r["seed"] == seed and r["params"] == {"part": "fifo", "bound": bound, "bg_load": load, "protocol": "atp"}), None)
+                    t = next((r for r in rf.runs if r["seed"] == seed and r["params"] == {"part": "fifo", "bound": bound, "bg_load": load, "protocol": "tcp-es"}), None)
+                    if a and t and a["metrics"]["jct_s"] and t["metrics"]["jct_s"]:
+                        rf.add(seed, {"part": "fifo-speedup", "bound": bound, "bg_load": load},
+                               {"tcp_over_atp_jct": t["metrics"]["jct_s"] / a["metrics"]["jct_s"]})
+        rf.write()
     s = rf.to_dict()["summary"]
+    if network:
+        R.plot_lines(s, metric="tcp_over_atp_jct", x="bg_load", series="bound", fixed={"part": "fifo-speedup"},
+                     path=rf.out_dir / "speedup_vs_tcp.png", title="Bounded-loss ATP vs reliable TCP (FIFO switch)",
+                     xlabel="background load", ylabel="TCP JCT / ATP JCT")
     R.plot_lines(s, metric="rel_l2_error", x="loss", series="part", fixed={"part": "offline"},
                  path=rf.out_dir / "error_vs_loss.png", title="Range-indexed vector: error vs packet loss",
                  xlabel="packet loss", ylabel="relative L2 error")
