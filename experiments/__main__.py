@@ -30,6 +30,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--fbhd-n", type=int, default=Scale.fbhd_n)
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
+    from experiments import results
+    results.COMMAND[:] = ["python", "-m", "experiments", *(sys.argv[1:] if argv is None else argv)]
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if os.geteuid() != 0:
         print("experiments need root: they create network namespaces and program qdiscs", file=sys.stderr)

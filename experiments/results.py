@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 RESULTS_DIR = Path(os.environ.get("NETAPPROX_RESULTS", "results"))
+COMMAND: list[str] = list(sys.argv)
+"""The command recorded in result files; ``python -m experiments`` sets it to its own command line."""
 
 
 def spread(values: Iterable[float | None]) -> dict:
@@ -107,7 +109,7 @@ class ResultFile:
     config: dict
     seeds: Sequence[int]
     out_dir: Path
-    command: Sequence[str] = dataclasses.field(default_factory=lambda: list(sys.argv))
+    command: Sequence[str] = dataclasses.field(default_factory=lambda: list(COMMAND))
     runs: list = dataclasses.field(default_factory=list)
     started_utc: str = dataclasses.field(default_factory=now_utc)
     notes: list = dataclasses.field(default_factory=list)
