@@ -131,6 +131,8 @@ def _build_job(args: argparse.Namespace) -> JobSpec:
                     deadline_s=None if args.deadline_ms is None else args.deadline_ms / 1e3)
     job_id = args.job_id if args.job_id is not None else random.SystemRandom().randint(1, 0x7FFFFFFF)
     if args.vector is not None:
+        if args.group or args.messages is not None:
+            raise ConfigError("--vector sends one float vector; it cannot be combined with --messages/--group")
         if args.vector < 1:
             raise ConfigError("--vector needs N >= 1")
         rng = random.Random(args.seed)

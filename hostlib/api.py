@@ -96,8 +96,10 @@ class ReceiveResult:
         return d
 
 
-def parse_address(text: "str | Address | int", default_port: int = wire.DEFAULT_ATP_PORT) -> Address:
-    """``host``, ``host:port``, ``[v6]:port``, a port number or a ``(host, port)`` tuple."""
+def parse_address(text: "str | Address | int", default_port: int = wire.DEFAULT_ATP_PORT, *,
+                  any_port: bool = False) -> Address:
+    """``host``, ``host:port``, ``[v6]:port``, a port number or a ``(host, port)`` tuple.
+    ``any_port`` allows port 0 (let the kernel choose, for local addresses)."""
     if isinstance(text, tuple):
         return (str(text[0]), int(text[1]))
     if isinstance(text, int):
@@ -116,7 +118,7 @@ def parse_address(text: "str | Address | int", default_port: int = wire.DEFAULT_
         p = int(port) if port else default_port
     except ValueError:
         raise ValueError(f"address {text!r}: port {port!r} is not a number") from None
-    if not 0 < p < 65536:
+    if not (0 if any_port else 1) <= p < 65536:
         raise ValueError(f"address {text!r}: port {p} out of range")
     return (host, p)
 
@@ -229,7 +231,7 @@ def send_job(dest: "str | Address", job: JobSpec, *, config: AtpConfig = AtpConf
     try:
         if bind is not None:
             try:
-                sock.bind(parse_address(bind, 0))
+                sock.bind(parse_address(bind, 0, any_port=True))
             except OSError as err:
                 raise AtpError(f"cannot bind sender socket to {bind}: {err.strerror}") from None
         if report_to is not None:

@@ -81,6 +81,7 @@ class _Job:
         self.first_at = now
         self.last_at = now
         self.manifest: control.Manifest | None = None
+        self.group_of: dict[int, int] = {}  # from the announce
         self.rejected: str | None = None
         self.announce_parts: dict[int, bytes] = {}
         self.announce_cnt: int | None = None
@@ -238,6 +239,9 @@ class AtpReceiver:
             job.note_seq(h.seq)
             self._ack(job, h)
             return
+        if m is not None and job.group_of.get(h.msg_id) != h.group_id:
+            self.malformed["inconsistent_message"] += 1
+            return
         part = job.partial.get(h.msg_id)
         if part is None:
             approx = h.approx if m is None else self._group_msr(job, h.group_id) < 1.0
@@ -331,6 +335,7 @@ class AtpReceiver:
             self._release(job)
             return
         job.manifest = manifest
+        job.group_of = manifest.group_of()
         for g in manifest.groups:
             if g.msr >= 1.0:
                 job.order[g.group_id] = list(g.msg_ids)
@@ -390,3 +395,4 @@ class AtpReceiver:
         job.announce_parts.clear()
         job.delivered = set()
         job.group_of_delivered = {}
+        job.group_of = {}

@@ -5,7 +5,6 @@ import array
 import asyncio
 import json
 import math
-import os
 import signal
 import socket
 import subprocess
@@ -122,6 +121,7 @@ def run_cli(*args, timeout=30, **kw):
     (["send", "127.0.0.1:99999"], "port"),
     (["send", "127.0.0.1", "--messages", "0"], "nothing to send"),
     (["send", "127.0.0.1", "--job-id", "0"], "job_id"),
+    (["send", "127.0.0.1", "--vector", "10", "--messages", "3"], "--vector"),
     (["recv", "--timeout", "-1"], "must be > 0"),
     (["bogus"], "usage"),
 ])
@@ -176,8 +176,30 @@ def test_cli_sender_reports_failure_with_exit_1():
     assert p.returncode == 1 and "no acknowledgement" in p.stderr and "Traceback" not in p.stderr
 
 
-@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="needs Linux")
-def test_console_script_entry_points_exist():
+def test_console_script_entry_points_parse_arguments(capsys):
     from hostlib import __main__ as cli
-    assert callable(cli.send_main) and callable(cli.recv_main)
-    assert cli.send_main.__module__ == "hostlib.__main__"
+    for main in (cli.send_main, cli.recv_main):
+        with pytest.raises(SystemExit) as exc:
+            main(["--help"])
+        assert exc.value.code == 0
+    assert "atp-send" in capsys.readouterr().out
+
+
+def test_sender_binds_a_chosen_local_address():
+    port = free_port()
+    rx = Background(lambda: api.receive_job(("127.0.0.1", port), timeout=20))
+    rx.start()
+    time.sleep(0.2)
+    api.send_job(f"127.0.0.1:{port}", JobSpec.uniform(36, messages=5, size=10), bind="127.0.0.1:0")
+    rx.join(10)
+    assert rx.result.peer[0] == "127.0.0.1" and rx.result.delivered == 5
+
+
+def test_parse_address_forms():
+    assert api.parse_address("h") == ("h", 7600)
+    assert api.parse_address("h:9") == ("h", 9)
+    assert api.parse_address("[::1]:9") == ("::1", 9)
+    assert api.parse_address(("h", "9")) == ("h", 9)
+    with pytest.raises(ValueError, match="out of range"):
+        api.parse_address("h:0")
+    assert api.parse_address("h:0", any_port=True) == ("h", 0)

@@ -187,3 +187,19 @@ def test_accept_jobs_limits_which_jobs_are_acknowledged():
     r.receive_datagram(data(job=1, seq=0), PEER, 0.0)
     r.receive_datagram(data(job=2, seq=0), PEER, 0.0)
     assert [h.job_id for h, _ in outputs(r)] == [1] and r.dropped["not_accepting_jobs"] == 1
+
+
+def test_packets_contradicting_the_announce_are_dropped():
+    r = AtpReceiver()
+    r.receive_datagram(announce(1, [(0, 0.5, [0, 1]), (3, 0.5, [2])], total=3), PEER, 0.0)
+    r.receive_datagram(data(msg=2, group=0, seq=1), PEER, 0.0)  # message 2 belongs to group 3
+    assert r.malformed["inconsistent_message"] == 1 and received(r) == []
+    r.receive_datagram(data(msg=2, group=3, seq=2), PEER, 0.0)
+    assert [e.msg_id for e in received(r)] == [2]
+
+
+def test_announce_contradicting_earlier_packets_rejects_the_job():
+    r = AtpReceiver()
+    r.receive_datagram(data(msg=0, group=4, seq=0), PEER, 0.0)
+    r.receive_datagram(announce(1, [(0, 0.5, [0, 1])], total=2), PEER, 0.0)
+    assert r.malformed["bad_announce"] == 1 and r.jobs[1].rejected and r.buffered == 0
