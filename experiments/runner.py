@@ -123,7 +123,7 @@ def exp_alltoall(seeds: Sequence[int], out: Path, scale: Scale, *, msrs=(0.5, 0.
                                    "pattern": "every host sends one job to a random other host, all at once"},
                       seeds, out / "alltoall")
     hosts = list(range(scale.hosts))
-    with Testbed(scale.testbed(sample_queues_s=0.02), out / "alltoall" / "work") as tb:
+    with Testbed(scale.testbed(sample_queues_s=0.05), out / "alltoall" / "work") as tb:
         for seed in seeds:
             dst_of = pick_receivers(seed, hosts, hosts)
             for wl in workloads:
@@ -154,7 +154,7 @@ def exp_incast(seeds: Sequence[int], out: Path, scale: Scale, *, msrs=(0.5, 0.7,
     rf = R.ResultFile("incast", {"scale": dataclasses.asdict(scale), "msrs": list(msrs), "protocols": list(protocols),
                                  "workload": "fbkv", "pattern": "hosts 1..N-1 each send one job to host 0"},
                       seeds, out / "incast")
-    with Testbed(scale.testbed(sample_queues_s=0.02), out / "incast" / "work") as tb:
+    with Testbed(scale.testbed(sample_queues_s=0.05), out / "incast" / "work") as tb:
         for seed in seeds:
             for msr in msrs:
                 for proto in protocols:
