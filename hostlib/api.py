@@ -14,7 +14,7 @@ import os
 import select
 import socket
 import time
-from typing import Any, Callable, Iterable, TextIO
+from typing import Any, Callable, Iterable
 
 from hostlib import events, wire
 from hostlib.config import AtpConfig, JobSpec
@@ -23,7 +23,6 @@ from hostlib.sender import AtpSender, SendSummary
 from hostlib.vector import assemble
 
 Address = tuple[str, int]
-Timeline = "str | os.PathLike[str] | TextIO | Callable[[dict], None] | None"
 _RECV_BATCH = 256
 _SHORT_WAIT_S = 0.001
 

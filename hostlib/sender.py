@@ -144,7 +144,7 @@ class _Message:
         self.pkt_state = bytearray(self.cnt)
         self.acked = 0
         self.remaining = len(self.data)
-        self.lost_pkts: collections.deque[int] = collections.deque()
+        self.lost_pkts: collections.deque[int] | None = None  # created on the first loss (memory per message)
         self.state = ACTIVE
         self.tags = tags
 
@@ -229,10 +229,12 @@ class AtpSender:
         self._last_progress = now
         self._events: collections.deque[events.Event] = collections.deque()
         # control messages: the job announce first, then (when closing) the FIN
+        ids_of: dict[int, list[int]] = {gid: [] for gid in self.groups}
+        for m in self.messages:
+            ids_of[m.group.group_id].append(m.msg_id)
         manifest = control.Manifest(
             total=len(self.messages), vector_len=job.vector_len,
-            groups=tuple(control.GroupShape(g.group_id, g.msr,
-                                            tuple(m.msg_id for m in self.messages if m.group is g))
+            groups=tuple(control.GroupShape(g.group_id, g.msr, tuple(ids_of[g.group_id]))
                          for g in self.groups.values()))
         blob = manifest.encode()
         self._announce = [blob[i:i + mp] for i in range(0, len(blob), mp)] or [b""]
@@ -393,7 +395,7 @@ class AtpSender:
                 return None
             m = self.messages[msg_id]
             lost = m.lost_pkts
-            if m.state == REPAIRING:
+            if m.state == REPAIRING and lost is not None:
                 while lost and m.pkt_state[lost[0]] != LOST:
                     lost.popleft()
                 if lost:
@@ -422,7 +424,7 @@ class AtpSender:
         payload = m.data[idx * mp:(idx + 1) * mp]
         retx = m.pkt_state[idx] != UNSENT
         if retx:
-            m.lost_pkts.popleft()
+            m.lost_pkts.popleft()  # type: ignore[union-attr]
             self.retransmissions += 1
             g.retransmissions += 1
         else:
@@ -504,6 +506,8 @@ class AtpSender:
             if m.pkt_state[p.pkt_idx] != IN_FLIGHT:
                 continue  # acknowledged meanwhile, or a newer copy is the one in flight
             m.pkt_state[p.pkt_idx] = LOST
+            if m.lost_pkts is None:
+                m.lost_pkts = collections.deque()
             m.lost_pkts.append(p.pkt_idx)
             g = m.group
             if m.state == ACTIVE:
