@@ -54,7 +54,7 @@ def test_msr_guarantee_under_random_loss(loss):
     assert_guarantee(run, job)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(loss=st.floats(0.0, 0.9), ack_loss=st.floats(0.0, 0.5), msr=st.floats(0.0, 1.0),
        jitter=st.sampled_from([0.0, 0.002]), dup=st.sampled_from([0.0, 0.2]), seed=st.integers(0, 1000),
        sizes=st.lists(st.integers(0, 5000), min_size=1, max_size=25))
