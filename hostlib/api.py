@@ -198,7 +198,7 @@ class _TimelineWriter:
         elif hasattr(timeline, "write"):
             self._write = lambda d: timeline.write(json.dumps(d) + "\n")
         else:
-            self._own = open(os.fspath(timeline), "w", encoding="utf-8")
+            self._own = open(os.fspath(timeline), "w", encoding="utf-8", buffering=1)  # others tail it live
             own = self._own
             self._write = lambda d: own.write(json.dumps(d) + "\n")
 
