@@ -227,8 +227,9 @@ class Testbed:
             epoch_s=self.config.epoch_s, counters_every=0,
         )
         self.controller = Controller(ccfg, drivers={"s1": self.driver})
-        if not self.controller.wait_until_up(10.0):
-            raise RuntimeError("the controller could not program the kernel switch within 10 s")
+        if not self.controller.wait_until_up(30.0):
+            raise RuntimeError("the controller could not program the kernel switch within 30 s "
+                               "(see the controller's log messages above)")
         self._report_sock = socket_in_netns(self.lab.host_ns[self.ctl_host])
         self._report_sock.bind(("0.0.0.0", REPORT_PORT))
         self._report_sock.settimeout(0.1)
@@ -268,22 +269,30 @@ class Testbed:
             self.reports_relayed += 1
 
     def _sample_queues(self) -> None:
+        """Backlog and drops of every NetApprox leaf qdisc on every port: one netlink dump per sample."""
         from pyroute2 import IPRoute
         from topo import kernel_switch as ks
 
+        leaf = {ks.leaf_handle(q): q for q in range(8)}
         ipr = IPRoute(netns=self.lab.switch_ns)
         try:
-            index = {p: ipr.link_lookup(ifname=p)[0] for p in self.lab.ports}
+            name_of = {ipr.link_lookup(ifname=p)[0]: p for p in self.lab.ports}
             while not self._stop.is_set():
-                t = time.time()
-                row = {"wall": t}
-                for p, idx in index.items():
-                    try:
-                        stats = ks.read_port_stats(ipr, idx)
-                    except Exception:  # tree being rebuilt
+                row: dict[str, Any] = {"wall": time.time()}
+                try:
+                    msgs = ipr.get_qdiscs()
+                except Exception:  # a port being rebuilt
+                    msgs = []
+                for msg in msgs:
+                    port = name_of.get(msg["index"])
+                    q = leaf.get(msg["handle"])
+                    if port is None or q is None:
                         continue
-                    row[p] = [s.backlog_packets for s in stats]
-                    row[p + "_drops"] = [s.drops for s in stats]
+                    queue = msg.get_nested("TCA_STATS2", "TCA_STATS_QUEUE")
+                    if queue is None:
+                        continue
+                    row.setdefault(port, [0] * 8)[q] = queue["qlen"]
+                    row.setdefault(port + "_drops", [0] * 8)[q] = queue["drops"]
                 self.queue_samples.append(row)
                 self._stop.wait(self.config.sample_queues_s)
         finally:

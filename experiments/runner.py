@@ -11,6 +11,7 @@ import dataclasses
 import json
 import logging
 import math
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -35,8 +36,8 @@ class Scale:
     """Port buffer (MTU packets); NetApprox gives 36 to queue 0 and 7..1 to queues 1..7."""
     hosts: int = 4
     """Workload hosts on the single rack."""
-    fbkv_n: int = 400
-    """Messages per FBKV job (mean item ~360 B: ~150 KB per job)."""
+    fbkv_n: int = 1000
+    """Messages per FBKV job (mean item ~365 B: ~365 KB per job)."""
     fbhd_n: int = 40
     """Messages per FBHD job."""
     fbhd_max: int = 200_000
@@ -123,7 +124,7 @@ def exp_alltoall(seeds: Sequence[int], out: Path, scale: Scale, *, msrs=(0.5, 0.
                                    "pattern": "every host sends one job to a random other host, all at once"},
                       seeds, out / "alltoall")
     hosts = list(range(scale.hosts))
-    with Testbed(scale.testbed(sample_queues_s=0.05), out / "alltoall" / "work") as tb:
+    with Testbed(scale.testbed(sample_queues_s=0.02), out / "alltoall" / "work") as tb:
         for seed in seeds:
             dst_of = pick_receivers(seed, hosts, hosts)
             for wl in workloads:
@@ -154,7 +155,7 @@ def exp_incast(seeds: Sequence[int], out: Path, scale: Scale, *, msrs=(0.5, 0.7,
     rf = R.ResultFile("incast", {"scale": dataclasses.asdict(scale), "msrs": list(msrs), "protocols": list(protocols),
                                  "workload": "fbkv", "pattern": "hosts 1..N-1 each send one job to host 0"},
                       seeds, out / "incast")
-    with Testbed(scale.testbed(sample_queues_s=0.05), out / "incast" / "work") as tb:
+    with Testbed(scale.testbed(sample_queues_s=0.02), out / "incast" / "work") as tb:
         for seed in seeds:
             for msr in msrs:
                 for proto in protocols:
@@ -406,7 +407,9 @@ def ddnn_trial(tb: Testbed, scale: Scale, seed: int, *, workers: int, model_byte
     from experiments.harness import read_json
     rate = scale.rate_mbit * 1e6
     wd = tb.workdir / name
-    wd.mkdir(parents=True, exist_ok=True)
+    if wd.exists():
+        shutil.rmtree(wd)
+    wd.mkdir(parents=True)
     peers = ",".join(tb.ip(h) for h in range(workers))
     src = workers  # the flow source host
     fl = web_search_flows(seed, load=flow_load, link_bps=rate, duration_s=duration_s, senders=[src],
@@ -602,7 +605,9 @@ def vector_trial(tb: Testbed, scale: Scale, vec: np.ndarray, vfile: Path, bound:
                  name: str) -> tuple[dict, dict]:
     from experiments.harness import read_json
     wd = tb.workdir / name
-    wd.mkdir(parents=True, exist_ok=True)
+    if wd.exists():
+        shutil.rmtree(wd)
+    wd.mkdir(parents=True)
     jid = next_job_id()
     msr = round(1.0 - bound, 6)
     q0 = queue_for_tlr(bound)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -103,7 +104,9 @@ def run_trial(tb: Testbed, protocol: str, plans: Sequence[JobPlan], *, name: str
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
     wd = tb.workdir / name
-    wd.mkdir(parents=True, exist_ok=True)
+    if wd.exists():  # a previous run's ready files and summaries must not be mistaken for this run's
+        shutil.rmtree(wd)
+    wd.mkdir(parents=True)
     rate_bps = tb.config.rate_mbit * 1e6
     receivers: dict[int, Proc] = {}
     rx_json: dict[int, Path] = {}
