@@ -125,6 +125,8 @@ async def receive_job_async(bind: "str | api.Address | int", *, timeout: float |
                 messages=dict(messages), vector_len=r.vector_len, elapsed_s=r.finished_at - r.first_packet_at,
                 packets=r.packets, duplicates=r.duplicates, malformed=dict(core.malformed),
                 dropped=dict(core.dropped)))
+        elif isinstance(ev, events.JobRejected) and not result.done():
+            result.set_exception(api.JobRejectedError(f"job {ev.job_id} rejected: {ev.reason}"))
         elif isinstance(ev, events.JobAbandoned) and not result.done():
             result.set_exception(api.JobAbandonedError(f"job {ev.job_id} went silent before finishing"))
 

@@ -43,6 +43,10 @@ class JobAbandonedError(AtpError):
     """The job being received went silent before its FIN."""
 
 
+class JobRejectedError(AtpError):
+    """The receiver refused a job (malformed announce, or over ``max_messages``)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class ReceiveResult:
     """One job as the receiver saw it: every delivered message, and the ids of the lost ones."""
@@ -325,6 +329,10 @@ class ReceiverEndpoint:
                     results.append(res)
                     if on_job is not None:
                         on_job(res)
+                elif isinstance(ev, events.JobRejected):
+                    self._messages.pop(ev.job_id, None)
+                    if jobs is not None:
+                        raise JobRejectedError(f"job {ev.job_id} rejected: {ev.reason}")
                 elif isinstance(ev, events.JobAbandoned):
                     self._messages.pop(ev.job_id, None)
                     if jobs is not None:

@@ -91,3 +91,11 @@ class JobAbandoned(Event):
 
     job_id: int
     delivered: int
+
+
+@dataclasses.dataclass(frozen=True)
+class JobRejected(Event):
+    """The job's announce was malformed or over this receiver's limits; its packets are now dropped."""
+
+    job_id: int
+    reason: str

@@ -333,6 +333,7 @@ class AtpReceiver:
             self.malformed[err.reason] += 1
             job.rejected = str(err)
             self._release(job)
+            self._events.append(events.JobRejected(job.job_id, job.rejected))
             return
         job.manifest = manifest
         job.group_of = manifest.group_of()

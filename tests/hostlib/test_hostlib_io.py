@@ -203,3 +203,20 @@ def test_parse_address_forms():
     with pytest.raises(ValueError, match="out of range"):
         api.parse_address("h:0")
     assert api.parse_address("h:0", any_port=True) == ("h", 0)
+
+
+def test_cli_receiver_rejects_an_oversized_job_with_exit_1():
+    port = free_port()
+    rx = subprocess.Popen([PY, "-m", "hostlib", "recv", "--bind", "127.0.0.1", "--port", str(port),
+                           "--max-messages", "10", "--timeout", "20"], cwd=REPO, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.5)
+        tx = run_cli("send", f"127.0.0.1:{port}", "--messages", "11", "--idle-timeout", "0.5")
+        out, err = rx.communicate(timeout=20)
+    finally:
+        if rx.poll() is None:
+            rx.kill()
+            rx.wait()
+    assert rx.returncode == 1 and "rejected" in err and "max_messages" in err and "Traceback" not in err
+    assert tx.returncode == 1 and "rejecting job" in tx.stderr

@@ -180,6 +180,7 @@ def test_oversized_job_announce_is_rejected():
     r.receive_datagram(data(msg=0, seq=1), PEER, 0.0)
     assert r.malformed["bad_announce"] == 1 and r.dropped["job_rejected"] == 1
     assert r.jobs[1].rejected is not None and "max_messages" in r.jobs[1].rejected
+    assert [type(e) for e in iter(r.next_event, None)] == [events.JobRejected]
 
 
 def test_accept_jobs_limits_which_jobs_are_acknowledged():
