@@ -197,7 +197,8 @@ def plot_bars(summary: Sequence[Mapping[str, Any]], *, metric: str, group: str, 
     plt = _plt()
     groups = sorted({r["params"].get(group) for r in rows}, key=lambda v: (str(type(v)), v))
     names = sorted({str(r["params"].get(series)) for r in rows})
-    width = 0.8 / max(1, len(names))
+    same = group == series  # one bar per group, no legend offsets
+    width = 0.6 if same else 0.8 / max(1, len(names))
     fig, ax = plt.subplots(figsize=(6, 3.6))
     for i, name in enumerate(names):
         xs, ys, lo, hi = [], [], [], []
@@ -205,18 +206,19 @@ def plot_bars(summary: Sequence[Mapping[str, Any]], *, metric: str, group: str, 
             r = next((r for r in rows if r["params"].get(group) == gv and str(r["params"].get(series)) == name), None)
             if r is None:
                 continue
-            xs.append(j + i * width)
+            xs.append(j + (0 if same else i * width))
             ys.append(r["mean"])
             lo.append(r["mean"] - r["min"])
             hi.append(r["max"] - r["mean"])
         ax.bar(xs, ys, width=width, yerr=[lo, hi], capsize=3, label=name)
-    ax.set_xticks([j + width * (len(names) - 1) / 2 for j in range(len(groups))])
+    ax.set_xticks([j + (0 if same else width * (len(names) - 1) / 2) for j in range(len(groups))])
     ax.set_xticklabels([str(g) for g in groups])
     ax.set_xlabel(group)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize=8)
+    if not same:
+        ax.legend(fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)
