@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import requires_root
+from tests.conftest import requires_root
+
+pytestmark = [requires_root, pytest.mark.root, pytest.mark.timeout(150)]
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -75,7 +77,6 @@ def drops(br: str) -> int:
     return sum(int(x) for x in re.findall(r"dropped (\d+)", out))
 
 
-@requires_root
 def test_atp_over_a_shaped_bridge_meets_the_msr_under_congestion_loss(shaped_pair, tmp_path):
     a, b, br, b_addr = shaped_pair
     n, msr = 3000, 0.8
