@@ -15,6 +15,9 @@ controller's loop reconnects; bad options raise ``KernelDriverError``.
   3-port switch counts 3).
 - ``read_counters()`` reads per-queue packets and drops of each port's leaf fifos.
 
+- the queue stamp (option ``stamp_queue``, default on): an eBPF classifier per queue writes the queue into
+  the ATP queue byte of DATA packets, as the P4 program does (``self.stamping`` says whether it is attached).
+
 Not implemented by this target (documented in docs/emulation.md): ``routes`` (the switch bridges),
 ``ecn_rules`` (no CE marking: accepted and ignored), per-job hit counters (``job_packets`` is empty).
 """
@@ -52,6 +55,9 @@ class KernelDriverOptions:
     """Port buffer in MTU-sized packets: queue k >= 1 holds 8 - k packets, queue 0 the rest."""
     atp_port: int = DEFAULT_ATP_PORT
     """UDP port that identifies ATP DATA (destination port)."""
+    stamp_queue: bool = True
+    """Write the logical queue into the ATP queue byte of DATA packets (eBPF, needs clang and tc with BPF).
+    When the stamper cannot be attached the switch still classifies and queues; the byte stays 0xFF."""
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any]) -> "KernelDriverOptions":
@@ -87,6 +93,8 @@ class KernelDriver(Driver):
         self._installed: dict[int, ks.U32Entry] = {}  # node -> entry, identical on every port
         self._state = SwitchState()
         self._warned_ecn = False
+        self.stamping = False
+        """Whether the queue stamper is attached (after ``connect``)."""
 
     @classmethod
     def from_options(cls, name: str, options: Mapping[str, Any]) -> "KernelDriver":
@@ -115,6 +123,13 @@ class KernelDriver(Driver):
                 ks.build_port(self._ipr, idx[0], shape)
             ks.flush_filters(self._ipr, idx[0])
             self._htid[ifname] = None
+        self.stamping = False
+        if self.options.stamp_queue:
+            try:
+                ks.attach_stamps(self.options.netns, list(self.options.ports), self.options.atp_port)
+                self.stamping = True
+            except ks.KernelSwitchError as exc:
+                log.warning("%s: no queue stamp (the ATP queue byte stays 0xFF): %s", self.name, exc)
         state, self._state, self._installed = self._state, SwitchState(), {}
         self._job_nodes = ks.JobNodes()
         self.apply(state)

@@ -4,7 +4,9 @@ One egress port carries this tree (``tc`` handles in hex):
 
     root  1:    htb default 10 r2q 1            unclassified (ARP, non-IP) -> 1:10 = queue 0
     1:1         htb rate R ceil R               the port's line rate R
-    1:1q        htb prio q, ceil R  (q = 0..7)  logical queue q; HTB prio 0 is served first
+    1:2q        htb ceil R  (q = 0..7)          "stamp" class of queue q: the u32 entries point here; its
+                                                filter (the eBPF stamper, else a u32 pass) picks the leaf
+    1:1q        htb prio q, ceil R              logical queue q (leaf); HTB prio 0 is served first
     1q:         bfifo (q = 0: the rest of the port buffer, in bytes)
                 pfifo limit 8 - q packets (q >= 1)
 
@@ -16,17 +18,22 @@ table order is a node-id layout:
     node 0x400..0x9ff   queue_by_tag     ... and TAGGED, priority x deadline ranges     -> 1:1q
     node 0xa00..0xdff   queue_by_tlr     ... and tlr range                              -> 1:1q
     node 0xe00          (default)        any approximate ATP DATA                       -> queue 7
-    node 0xe01..0xfff   queue_by_class   everything else: ip_proto / l4_dport ternary   -> 1:1q
-    (no match)          htb default      -> queue 0
+    node 0xe01..0xffe   queue_by_class   everything else: ip_proto / l4_dport ternary   -> 1:2q
+    node 0xfff          (default)        any IPv4 packet                                -> 1:20 (queue 0)
+    (not IPv4)          htb default      -> 1:10 (queue 0)
 
 "Approximate ATP DATA" is the conjunction: IPv4 without options (ihl 5), UDP, destination port = the ATP
 port, ATP byte 0 = 0x11 (version 1, DATA), flag APPROX set. Ranges (TLR, CadentFlow priority and deadline)
 are decomposed into prefix (value/mask) matches, one u32 entry each. Offsets are relative to the IPv4
 header; the ATP header starts 28 bytes after it (docs/wire-format.md).
 
-What this target does not do (see docs/emulation.md): it does not rewrite packets (no ``pedit`` on the
-kernels we target), so the ATP ``queue`` byte stays 0xFF and no CE mark is set (``ecn_thresholds`` is not
-implemented); per-job hit counters are not available (``CONFIG_CLS_U32_PERF`` is off on common kernels).
+Queue stamp: a small eBPF classifier (topo/bpf/stamp.c, one section per queue) on each stamp class 1:2q
+writes q into the ATP ``queue`` byte of DATA packets (and zeroes the UDP checksum), as the P4 program does.
+It needs clang and tc with BPF support; without them the stamp classes pass packets on unchanged (u32
+match-all) and the byte stays 0xFF (``attach_stamps`` raises, the driver logs it).
+
+What this target does not do (see docs/emulation.md): no CE marking (``ecn_thresholds`` is not
+implemented); no per-job hit counters (``CONFIG_CLS_U32_PERF`` is off on common kernels).
 
 This module is pure except for the functions that take an ``IPRoute``; ``compile_filters`` and
 ``reference_queue`` / ``u32_queue`` are used by the tests to check the layout without root.
@@ -35,7 +42,11 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import os
+import shutil
 import struct
+import subprocess
+from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from controller.model import (
@@ -52,6 +63,7 @@ from controller.model import (
 from hostlib.wire import DEFAULT_ATP_PORT, Flags, PacketType
 
 ETH_P_IP = 0x0800
+ETH_P_ALL = 0x0003
 IPPROTO_UDP = 17
 
 # tc handles. Class 1:1q is logical queue q; its leaf qdisc has major 0x1q.
@@ -69,6 +81,11 @@ def queue_of_classid(classid: int) -> int:
     return (classid & 0xFFFF) - 0x10
 
 
+def stamp_classid(qid: int) -> int:
+    """Inner HTB class of queue ``qid`` (1:20 .. 1:27), parent of its leaf; the u32 entries point here."""
+    return ROOT_HANDLE | (0x20 + qid)
+
+
 def leaf_handle(qid: int) -> int:
     """Handle of the fifo under queue ``qid`` (10: .. 17:)."""
     return (0x10 + qid) << 16
@@ -79,7 +96,10 @@ JOB_NODES = range(0x001, 0x400)
 TAG_NODES = range(0x400, 0xA00)
 TLR_NODES = range(0xA00, 0xE00)
 APPROX_DEFAULT_NODE = 0xE00
-CLASS_NODES = range(0xE01, 0x1000)
+CLASS_NODES = range(0xE01, 0xFFF)
+CATCH_ALL_NODE = 0xFFF
+STAMP_PRIO = 1  # the eBPF stamper on 1:2q
+PASS_PRIO = 2  # u32 match-all on 1:2q -> leaf, used when the stamper is absent
 
 # Byte offsets from the start of the IPv4 header.
 ATP_OFFSET = 28
@@ -132,7 +152,9 @@ class Key:
         return struct.unpack("!I", word)[0] & self.mask == self.value
 
     def spec(self) -> str:
-        """pyroute2 key syntax."""
+        """pyroute2 key syntax (it cannot parse an all-zero mask written with leading zeros)."""
+        if self.mask == 0:
+            return f"0x0/0x0+{self.offset}"
         return f"0x{self.value:08x}/0x{self.mask:08x}+{self.offset}"
 
 
@@ -296,6 +318,7 @@ def compile_filters(state: SwitchState, atp_port: int = DEFAULT_ATP_PORT,
     entries.append(U32Entry(APPROX_DEFAULT_NODE, tuple(_approx_data_keys(atp_port)), LOWEST_QUEUE, "approx_default"))
     entries += _place("queue_by_class", CLASS_NODES,
                       ((ks, r.qid) for r in sorted(state.class_rules, key=_class_order) for ks in class_key_sets(r)))
+    entries.append(U32Entry(CATCH_ALL_NODE, (Key(0, 0, 0),), NON_APPROX_QUEUE, "default"))
     return {e.node: e for e in entries}
 
 
@@ -371,8 +394,12 @@ def build_port(ipr, ifindex: int, shape: PortShape) -> None:
     ipr.tc("add-class", "htb", ifindex, LINK_CLASSID, parent=ROOT_HANDLE, rate=rate, ceil=rate,
            burst=2 * mtu, cburst=2 * mtu, quantum=mtu)
     for q in range(NUM_QUEUES):
-        ipr.tc("add-class", "htb", ifindex, queue_classid(q), parent=LINK_CLASSID, rate="8kbit", ceil=rate,
+        ipr.tc("add-class", "htb", ifindex, stamp_classid(q), parent=LINK_CLASSID, rate="8kbit", ceil=rate,
                prio=q, quantum=mtu, burst=mtu, cburst=mtu)
+        ipr.tc("add-class", "htb", ifindex, queue_classid(q), parent=stamp_classid(q), rate="8kbit", ceil=rate,
+               prio=q, quantum=mtu, burst=mtu, cburst=mtu)
+        ipr.tc("add-filter", "u32", ifindex, 0, parent=stamp_classid(q), prio=PASS_PRIO, protocol=ETH_P_ALL,
+               target=queue_classid(q), keys=[Key(0, 0, 0).spec()])
         if q == NON_APPROX_QUEUE:
             ipr.tc("add", "bfifo", ifindex, leaf_handle(q), parent=queue_classid(q), limit=shape.queue0_bytes())
         else:
@@ -400,14 +427,18 @@ def port_has_shape(ipr, ifindex: int, shape: PortShape) -> bool:
         want = ("bfifo", shape.queue0_bytes()) if q == 0 else ("pfifo", queue_buffer_packets(q, shape.buffer_packets))
         if (kind, limit) != want or parent != queue_classid(q):
             return False
-    rates = {}
+    rates, parents = {}, {}
     for msg in ipr.get_classes(index=ifindex):
         parms = msg.get_nested("TCA_OPTIONS", "TCA_HTB_PARMS")
         if parms is not None:
             rates[msg["handle"]] = parms["ceil"]
+            parents[msg["handle"]] = msg["parent"]
+    if any(parents.get(queue_classid(q)) != stamp_classid(q) for q in range(NUM_QUEUES)):
+        return False
     want_rate = int(shape.rate_mbit * 1e6 / 8)
     return all(abs(rates.get(c, -1) - want_rate) <= max(1, want_rate // 1000)
-               for c in [LINK_CLASSID] + [queue_classid(q) for q in range(NUM_QUEUES)])
+               for c in [LINK_CLASSID] + [stamp_classid(q) for q in range(NUM_QUEUES)]
+               + [queue_classid(q) for q in range(NUM_QUEUES)])
 
 
 def root_htid(ipr, ifindex: int) -> int | None:
@@ -422,7 +453,7 @@ def write_entry(ipr, ifindex: int, htid: int | None, entry: U32Entry) -> None:
     """Add or replace one entry. ``htid`` None: the classifier does not exist yet (the kernel creates it)."""
     handle = (htid or 0) | entry.node
     ipr.tc("replace-filter" if htid is not None else "add-filter", "u32", ifindex, handle,
-           parent=ROOT_HANDLE, prio=FILTER_PRIO, protocol=ETH_P_IP, target=queue_classid(entry.qid),
+           parent=ROOT_HANDLE, prio=FILTER_PRIO, protocol=ETH_P_IP, target=stamp_classid(entry.qid),
            keys=[k.spec() for k in entry.keys])
 
 
@@ -439,6 +470,51 @@ def flush_filters(ipr, ifindex: int) -> None:
     except Exception as exc:
         if getattr(exc, "code", None) not in (errno.ENOENT, errno.EINVAL):
             raise
+
+
+STAMP_SOURCE = Path(__file__).resolve().parent / "bpf" / "stamp.c"
+
+
+def stamp_object(atp_port: int = DEFAULT_ATP_PORT) -> Path:
+    """The compiled stamper for ``atp_port`` (built with clang on first use, cached under build/kernel/)."""
+    out_dir = STAMP_SOURCE.parent.parent.parent / "build" / "kernel"
+    obj = out_dir / f"stamp-{atp_port}.o"
+    if obj.exists() and obj.stat().st_mtime >= STAMP_SOURCE.stat().st_mtime:
+        return obj
+    clang = shutil.which("clang")
+    if clang is None:
+        raise KernelSwitchError("the queue stamper needs clang (Debian: clang, libbpf-dev)")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = obj.with_suffix(f".{os.getpid()}.tmp")
+    arch_inc = f"/usr/include/{os.uname().machine}-linux-gnu"
+    cmd = [clang, "-O2", "-g", "-target", "bpf", f"-DATP_PORT={atp_port}", f"-I{arch_inc}", "-c",
+           str(STAMP_SOURCE), "-o", str(tmp)]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise KernelSwitchError(f"compiling {STAMP_SOURCE.name} failed: {res.stderr.strip()[-500:]}")
+    os.replace(tmp, obj)
+    return obj
+
+
+def attach_stamps(netns: str | None, ifnames: Sequence[str], atp_port: int = DEFAULT_ATP_PORT) -> None:
+    """Attach the stamper to the 8 stamp classes of every port (one ``tc -batch`` run). ``netns``: a name
+    under /var/run/netns, a path such as /proc/PID/ns/net, or None for this namespace."""
+    obj = stamp_object(atp_port)
+    lines = []
+    for ifname in ifnames:
+        for q in range(NUM_QUEUES):
+            lines.append(f"filter replace dev {ifname} parent 1:{0x20 + q:x} protocol all prio {STAMP_PRIO} "
+                         f"handle 1 bpf obj {obj} sec q{q} classid 1:{0x10 + q:x}")
+    if netns is None:
+        prefix = []
+    elif "/" in netns:
+        prefix = ["nsenter", f"--net={netns}"]
+    else:
+        prefix = ["ip", "netns", "exec", netns]
+    res = subprocess.run(prefix + ["tc", "-batch", "-"], input="\n".join(lines) + "\n", capture_output=True,
+                         text=True)
+    if res.returncode != 0:
+        raise KernelSwitchError(f"attaching the queue stamper failed: {res.stderr.strip()[-500:]}")
 
 
 @dataclasses.dataclass(frozen=True)

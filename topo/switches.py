@@ -138,7 +138,7 @@ def compile_tm_filters(class_rules, atp_port: int = DEFAULT_ATP_PORT) -> dict[in
                 ks.Key(20, atp_port, 0x0000FFFF), ks.Key(ks.ATP_OFFSET, (0x11 << 24) | (q << 8), 0xFF00FF00))
         entries[1 + q] = ks.U32Entry(1 + q, keys, q, "tm_by_stamp")
     state = ks.compile_filters(SwitchState(class_rules=frozenset(class_rules)), atp_port)
-    entries.update({n: e for n, e in state.items() if e.table == "queue_by_class"})
+    entries.update({n: e for n, e in state.items() if e.table in ("queue_by_class", "default")})
     return entries
 
 

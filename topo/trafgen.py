@@ -3,7 +3,8 @@
 ``send`` emits UDP datagrams at a paced rate, either plain payload or ATP DATA headers (docs/wire-format.md)
 with a chosen job, TLR (optionally changing over time), flags and CadentFlow tags, so that a switch
 classifies them exactly like ATP traffic. It does not react to loss (it is load, not a transport).
-``recv`` counts what arrives per (destination port, ATP job) and prints one JSON object.
+``recv`` counts what arrives per (destination port, ATP job) and per ATP queue byte, and prints one JSON
+object.
 
 Both print one JSON line on stdout when done; ``recv`` prints ``{"ready": true}`` first, once bound.
 """
@@ -110,6 +111,7 @@ def recv(args: argparse.Namespace) -> dict:
         socks.append((port, s))
     print(json.dumps({"ready": True}), flush=True)
     counts: dict[str, int] = {}
+    queues: dict[str, int] = {}  # ATP queue byte as received (255: not stamped)
     total = 0
     first = last = None
     start = time.monotonic()
@@ -134,9 +136,11 @@ def recv(args: argparse.Namespace) -> dict:
                 job = 0
                 if len(data) >= wire.HEADER_LEN and data[0] >> 4 == wire.VERSION:
                     job = int.from_bytes(data[4:8], "big")
+                    q = str(data[2])
+                    queues[q] = queues.get(q, 0) + 1
                 key = f"{port}/{job}"
                 counts[key] = counts.get(key, 0) + 1
-    return {"received": total, "by_port_job": counts,
+    return {"received": total, "by_port_job": counts, "by_queue_byte": queues,
             "active_s": round((last - first) if first and last else 0.0, 4)}
 
 

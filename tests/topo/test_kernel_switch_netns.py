@@ -7,6 +7,8 @@ Bounds are physical (who gets served, how many packets a k-packet fifo can hold)
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 import time
@@ -169,7 +171,10 @@ def test_counters_match_what_was_sent(lab):
         assert result(tx)["sent"] == n
         time.sleep(0.2)
         dq = delta(port_queues(d, 3), before)
-        got = result(rx)["received"]
+        res = result(rx)
+        got = res["received"]
+        if "--atp" in args and d.stamping:  # every ATP DATA packet carries the queue the switch chose
+            assert res["by_queue_byte"] == {str(queue): n}, (args, res["by_queue_byte"])
         # Queue 0 also carries the kernel's own multicast chatter (IGMP reports from the namespaces): allow
         # a couple of packets there; every other queue must count exactly what was sent.
         chatter = dq[0][0] - (n if queue == 0 else 0)
@@ -179,3 +184,19 @@ def test_counters_match_what_was_sent(lab):
         assert dq == expect, (args, dq)
         assert got == n
     d.close()
+
+
+@pytest.mark.skipif(shutil.which("clang") is None or not os.path.exists("/usr/include/bpf/bpf_helpers.h"),
+                    reason="the queue stamper needs clang and libbpf-dev (bpf_helpers.h)")
+def test_queue_byte_is_stamped_like_the_p4_program(lab):
+    d = start_driver(lab, rate_mbit=50)
+    assert d.stamping
+    d.apply(base_state(job_rules=frozenset({JobRule(8, 3)})))
+    rx = receiver(lab, 2, [7600], duration=5, idle=0.5)
+    for args in (["--approx", "--job", "8"], ["--approx", "--job", "9", "--tlr", "0.8"], ["--job", "9"]):
+        tx = sender(lab, 0, 2, "--atp", *args, "--rate-mbit", "5", "--count", "10")
+        assert result(tx)["sent"] == 10
+    got = result(rx)
+    d.close()
+    # job rule -> 3; TLR 0.8 -> 6; non-approximate DATA -> 0 (stamped too, as in P4)
+    assert got["by_queue_byte"] == {"3": 10, "6": 10, "0": 10}
