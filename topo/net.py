@@ -219,7 +219,8 @@ class Emulation:
                         queue.append(v)
             if switch.name not in dist:
                 continue
-            options = sorted((v, intf) for v, intf in adj[switch.name] if dist.get(v, 1 << 30) == dist[switch.name] - 1)
+            options = sorted(((v, intf) for v, intf in adj[switch.name] if dist.get(v, 1 << 30) == dist[switch.name] - 1),
+                             key=lambda o: (o[0], o[1].name))
             if not options:
                 continue
             nxt, intf = options[int(h.name[1:]) % len(options)] if h.name[1:].isdigit() else options[0]

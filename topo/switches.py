@@ -39,11 +39,12 @@ def intf_rate(intf, default: float) -> float:
 
 
 class NaLink(Link):
-    """A Mininet veth link whose interface names carry the node's ``intf_prefix`` (unique per run for
-    switches that live in the root namespace, such as BMv2)."""
+    """A Mininet veth link; a node with an ``intf_prefix`` (switches in the root namespace, such as BMv2) gets
+    interfaces named ``<intf_prefix>-<port>``, unique per run and at most 15 characters."""
 
     def intfName(self, node, n):  # noqa: N802 (Mininet's name)
-        return f"{getattr(node, 'intf_prefix', node.name)}-eth{n}"
+        prefix = getattr(node, "intf_prefix", None)
+        return f"{prefix}-{n}" if prefix else f"{node.name}-eth{n}"
 
 
 class KernelSwitch(Switch):
@@ -154,7 +155,9 @@ class BMv2Switch(Switch):
                  device_id: int = 0, log_dir: str | None = None, tag: str | None = None, **params: Any) -> None:
         params["inNamespace"] = False
         super().__init__(name, **params)
-        self.intf_prefix = f"na{tag or unique_tag()}{name}"
+        self.intf_prefix = f"na{tag or unique_tag()[:3]}{name}"
+        if len(self.intf_prefix) > 12:
+            raise ValueError(f"switch name {name!r} too long for unique interface names (max 7 characters)")
         self.json_path = json_path
         self.rate_mbit = rate_mbit
         self.buffer_packets = buffer_packets
@@ -174,9 +177,10 @@ class BMv2Switch(Switch):
 
     def driver_options(self) -> dict[str, Any]:
         """Options for ``controller.p4runtime_driver.P4RuntimeDriver.from_options``."""
+        # No thrift_port: BMv2's own queues keep their default depth (64 packets) so that they never drop;
+        # the kernel qdisc behind each port is the traffic manager with the k-packet buffers.
         opts = {"address": self.grpc_address(), "device_id": self.device_id, "target": "bmv2",
-                "ports": sorted(self.port_map().values()), "buffer_packets": self.buffer_packets,
-                "thrift_port": self.thrift_port}
+                "ports": sorted(self.port_map().values()), "buffer_packets": self.buffer_packets}
         if self.json_path:
             opts["bmv2_json"] = self.json_path
             opts["p4info"] = str(Path(self.json_path).with_name("p4info.txtpb"))
