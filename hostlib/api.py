@@ -28,7 +28,12 @@ _SHORT_WAIT_S = 0.001
 
 
 class AtpError(RuntimeError):
-    """Base class of hostlib's runtime errors."""
+    """Base class of hostlib's runtime errors. Errors raised while serving several jobs carry the jobs
+    that did finish in ``partial``."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)
+        self.partial: list[ReceiveResult] = []
 
 
 class JobFailedError(AtpError):
@@ -332,13 +337,13 @@ class ReceiverEndpoint:
                 elif isinstance(ev, events.JobRejected):
                     self._messages.pop(ev.job_id, None)
                     if jobs is not None:
-                        raise JobRejectedError(f"job {ev.job_id} rejected: {ev.reason}")
+                        raise _with_partial(JobRejectedError(f"job {ev.job_id} rejected: {ev.reason}"), results)
                 elif isinstance(ev, events.JobAbandoned):
                     self._messages.pop(ev.job_id, None)
                     if jobs is not None:
-                        raise JobAbandonedError(f"job {ev.job_id} went silent for "
-                                                f"{self.config.idle_timeout_s:g} s before finishing "
-                                                f"({ev.delivered} messages delivered)")
+                        raise _with_partial(JobAbandonedError(
+                            f"job {ev.job_id} went silent for {self.config.idle_timeout_s:g} s before "
+                            f"finishing ({ev.delivered} messages delivered)"), results)
                 if on_event is not None:
                     on_event(ev)
             if jobs is not None and len(results) >= jobs and linger_until is None:
@@ -348,9 +353,9 @@ class ReceiverEndpoint:
                 return results
             if deadline is not None and now >= deadline:
                 if jobs is not None and len(results) < jobs:
-                    raise ReceiveTimeout(
+                    raise _with_partial(ReceiveTimeout(
                         f"{len(results)} of {jobs} job(s) finished on {self.bound[0]}:{self.bound[1]} within "
-                        f"{timeout:g} s ({core.datagrams} datagrams received)")
+                        f"{timeout:g} s ({core.datagrams} datagrams received)"), results)
                 return results
             timer = core.get_timer()
             for t in (deadline, linger_until):
@@ -362,6 +367,11 @@ class ReceiverEndpoint:
             t = core.get_timer()
             if t is not None and t <= self.clock():
                 core.handle_timer(self.clock())
+
+
+def _with_partial(err: AtpError, results: list[ReceiveResult]) -> AtpError:
+    err.partial = list(results)
+    return err
 
 
 def receive_job(bind: "str | Address | int", *, timeout: float | None, config: AtpConfig = AtpConfig(),

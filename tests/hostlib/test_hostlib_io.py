@@ -88,6 +88,25 @@ def test_receive_times_out_with_a_clear_error():
         api.receive_job(("127.0.0.1", free_port()), timeout=0.3)
 
 
+def test_receive_jobs_serves_overlapping_jobs_and_keeps_partial_results_on_timeout():
+    port = free_port()
+    rx = Background(lambda: api.receive_jobs(("127.0.0.1", port), count=3, timeout=4))
+    rx.start()
+    time.sleep(0.2)
+    senders = [Background(lambda j=j: api.send_job(("127.0.0.1", port), JobSpec.uniform(j, messages=200, size=1368,
+                                                                                         msr=0.9),
+                                                   config=AtpConfig(max_rate_bps=10e6)))
+               for j in (41, 42)]
+    for s in senders:
+        s.start()
+    for s in senders:
+        s.join(20)
+        assert s.error is None and s.result.receiver_confirmed
+    rx.join(20)
+    assert isinstance(rx.error, api.ReceiveTimeout) and "2 of 3" in str(rx.error)
+    assert sorted(r.job_id for r in rx.error.partial) == [41, 42]
+
+
 def test_sender_fails_when_nobody_answers():
     job = JobSpec.uniform(33, messages=5, size=100)
     with pytest.raises(api.JobFailedError, match="no acknowledgement"):
