@@ -151,11 +151,25 @@ class Key:
             return False
         return struct.unpack("!I", word)[0] & self.mask == self.value
 
-    def spec(self) -> str:
-        """pyroute2 key syntax (it cannot parse an all-zero mask written with leading zeros)."""
+    def bytes_masked(self) -> dict[int, tuple[int, int]]:
+        """offset -> (value, mask) of every byte this key constrains."""
+        out = {}
+        for i in range(4):
+            m = (self.mask >> (24 - 8 * i)) & 0xFF
+            if m:
+                out[self.offset + i] = ((self.value >> (24 - 8 * i)) & m, m)
+        return out
+
+    def specs(self) -> list[str]:
+        """pyroute2 key syntax, one key per constrained byte.
+
+        pyroute2 0.9's u32 key parser drops zero mask bytes *inside* a key without advancing the offset (a mask
+        0xff00ff00 at 28 would test bytes 28 and 29, not 28 and 30), and cannot parse an all-zero mask written
+        with leading zeros. Single-byte keys avoid both; pyroute2 regroups them into 32-bit kernel keys.
+        """
         if self.mask == 0:
-            return f"0x0/0x0+{self.offset}"
-        return f"0x{self.value:08x}/0x{self.mask:08x}+{self.offset}"
+            return [f"0x0/0x0+{self.offset}"]
+        return [f"0x{v:02x}/0x{m:02x}+{off}" for off, (v, m) in sorted(self.bytes_masked().items())]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -399,7 +413,7 @@ def build_port(ipr, ifindex: int, shape: PortShape) -> None:
         ipr.tc("add-class", "htb", ifindex, queue_classid(q), parent=stamp_classid(q), rate="8kbit", ceil=rate,
                prio=q, quantum=mtu, burst=mtu, cburst=mtu)
         ipr.tc("add-filter", "u32", ifindex, 0, parent=stamp_classid(q), prio=PASS_PRIO, protocol=ETH_P_ALL,
-               target=queue_classid(q), keys=[Key(0, 0, 0).spec()])
+               target=queue_classid(q), keys=Key(0, 0, 0).specs())
         if q == NON_APPROX_QUEUE:
             ipr.tc("add", "bfifo", ifindex, leaf_handle(q), parent=queue_classid(q), limit=shape.queue0_bytes())
         else:
@@ -454,7 +468,45 @@ def write_entry(ipr, ifindex: int, htid: int | None, entry: U32Entry) -> None:
     handle = (htid or 0) | entry.node
     ipr.tc("replace-filter" if htid is not None else "add-filter", "u32", ifindex, handle,
            parent=ROOT_HANDLE, prio=FILTER_PRIO, protocol=ETH_P_IP, target=stamp_classid(entry.qid),
-           keys=[k.spec() for k in entry.keys])
+           keys=[spec for k in entry.keys for spec in k.specs()])
+
+
+def entry_bytes(keys) -> dict[int, tuple[int, int]]:
+    """The byte-level meaning of a set of keys: offset -> (value, mask), zero masks dropped."""
+    out: dict[int, tuple[int, int]] = {}
+    for k in keys:
+        out.update(k.bytes_masked())
+    return out
+
+
+def _netns_prefix(netns: str | None) -> list[str]:
+    if netns is None:
+        return []
+    return ["nsenter", f"--net={netns}"] if "/" in netns else ["ip", "netns", "exec", netns]
+
+
+def read_entries(netns: str | None, ifname: str) -> dict[int, tuple[dict[int, tuple[int, int]], int]]:
+    """What the kernel holds in our classifier on ``ifname``, read with iproute2's ``tc`` (an independent
+    decoder): node -> (byte-level keys, logical queue of its target)."""
+    res = subprocess.run(_netns_prefix(netns) + ["tc", "filter", "show", "dev", ifname, "parent", "1:"],
+                         capture_output=True, text=True, check=True)
+    out: dict[int, tuple[dict[int, tuple[int, int]], int]] = {}
+    node = None
+    for line in res.stdout.splitlines():
+        words = line.split()
+        if line.startswith("filter ") and "u32" in words and "fh" in words and "flowid" in line:
+            if int(words[words.index("pref") + 1]) != FILTER_PRIO:
+                node = None
+                continue
+            node = int(words[words.index("fh") + 1].split("::")[1], 16)
+            flowid = words[words.index("*flowid") + 1] if "*flowid" in words else words[words.index("flowid") + 1]
+            out[node] = ({}, int(flowid.split(":")[1], 16) - 0x20)
+        elif line.startswith("filter "):
+            node = None
+        elif node is not None and words and words[0] == "match":
+            value, mask = (int(x, 16) for x in words[1].split("/"))
+            out[node][0].update(Key(int(words[3]), value, mask).bytes_masked())
+    return out
 
 
 def delete_entry(ipr, ifindex: int, htid: int, node: int) -> None:
@@ -548,5 +600,5 @@ def read_port_stats(ipr, ifindex: int) -> list[FifoStats]:
 
 def describe(entries: Sequence[U32Entry]) -> str:
     """Human-readable listing (for logs and docs)."""
-    return "\n".join(f"{e.node:#05x} {e.table:<15} -> q{e.qid}  " + " ".join(k.spec() for k in e.keys)
+    return "\n".join(f"{e.node:#05x} {e.table:<15} -> q{e.qid}  " + " ".join(s for k in e.keys for s in k.specs())
                      for e in sorted(entries, key=lambda e: e.node))

@@ -75,7 +75,7 @@ def send(args: argparse.Namespace) -> dict:
             hdr = wire.Header(type=wire.PacketType.DATA, flags=flags, job_id=args.job, msg_id=seq, tlr=tlr,
                               priority=args.priority or 0,
                               deadline_us=args.deadline_us if args.deadline_us is not None else wire.NO_DEADLINE,
-                              seq=seq)
+                              seq=seq, queue=args.queue_byte)
             data = wire.encode(hdr, filler)
         else:
             data = seq.to_bytes(4, "big") + bytes(max(0, size - 4))
@@ -164,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--priority", type=int, help="CadentFlow priority tag (sets TAGGED)")
     s.add_argument("--deadline-us", type=int, help="CadentFlow deadline tag (sets TAGGED)")
     s.add_argument("--tos", type=int, default=0)
+    s.add_argument("--queue-byte", type=int, default=wire.QUEUE_UNSET,
+                   help="ATP queue byte to send (a switch's stamp; default 255 = not set)")
     r = sub.add_parser("recv", help="count received datagrams")
     r.add_argument("--port", type=int, action="append", required=True)
     r.add_argument("--duration", type=float, default=10.0)
