@@ -13,6 +13,7 @@ import json
 import os
 import select
 import socket
+import sys
 import time
 from typing import Any, Callable, Iterable
 
@@ -144,6 +145,7 @@ def _udp_socket(addr: Address, *, bind: bool) -> tuple[socket.socket, Address]:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
         if bind:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            _enable_ecn_reception(sock, family)
             try:
                 sock.bind(sockaddr)
             except OSError as err:
@@ -152,6 +154,44 @@ def _udp_socket(addr: Address, *, bind: bool) -> tuple[socket.socket, Address]:
         sock.close()
         raise
     return sock, sockaddr[:2]
+
+
+_CMSG_LEN = socket.CMSG_SPACE(4)
+
+
+def _enable_ecn_reception(sock: socket.socket, family: int) -> None:
+    """Ask the kernel for each datagram's TOS / traffic class, to see ECN CE marks."""
+    try:
+        if family == socket.AF_INET:
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
+        elif family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RECVTCLASS, 1)
+    except (AttributeError, OSError):
+        pass  # no ECN information on this platform: ACKs never carry ECE
+
+
+def _ce_marked(ancdata: list) -> bool:
+    for level, kind, data in ancdata:
+        if (level, kind) == (socket.IPPROTO_IP, socket.IP_TOS) and data:
+            return data[0] & 0x03 == 0x03
+        if (level, kind) == (socket.IPPROTO_IPV6, getattr(socket, "IPV6_TCLASS", -1)) and len(data) >= 4:
+            return int.from_bytes(data[:4], "little" if sys.byteorder == "little" else "big") & 0x03 == 0x03
+    return False
+
+
+def _recv_all_ecn(sock: socket.socket, feed: Callable[[bytes, Any, bool], None]) -> int:
+    """Like :func:`_recv_all`, also passing whether the datagram was CE-marked."""
+    n = 0
+    while n < _RECV_BATCH:
+        try:
+            data, anc, _flags, addr = sock.recvmsg(65535, _CMSG_LEN)
+        except (BlockingIOError, InterruptedError):
+            break
+        except ConnectionRefusedError:
+            continue
+        feed(data, addr, _ce_marked(anc))
+        n += 1
+    return n
 
 
 def _send_all(sock: socket.socket, datagrams: Iterable[tuple[bytes, Any]]) -> int:
@@ -363,7 +403,7 @@ class ReceiverEndpoint:
                     timer = t if timer is None else min(timer, t)
             _wait(self.sock, timer, self.clock, cap=0.5)
             now = self.clock()
-            _recv_all(self.sock, lambda d, a: core.receive_datagram(d, a, now))
+            _recv_all_ecn(self.sock, lambda d, a, ce: core.receive_datagram(d, a, now, ce=ce))
             t = core.get_timer()
             if t is not None and t <= self.clock():
                 core.handle_timer(self.clock())

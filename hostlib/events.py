@@ -37,11 +37,14 @@ class EpochEnded(Event):
     acked: int
     queues: dict[int, int]
     """Queue byte seen on this epoch's ACKs -> number of ACKs (0xFF: no switch stamped it)."""
+    ece: int = 0
+    """ACKs in this epoch whose DATA packet arrived CE-marked (informational; rate control uses loss)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "time": round(self.time, 6), "group": self.group_id,
                 "tlr": round(self.tlr, 6), "rate_bps": round(self.rate_bps), "loss": round(self.loss, 6),
-                "sent": self.sent, "acked": self.acked, "queues": {str(k): v for k, v in self.queues.items()}}
+                "sent": self.sent, "acked": self.acked, "queues": {str(k): v for k, v in self.queues.items()},
+                "ece": self.ece}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -146,7 +146,8 @@ class AtpReceiver:
 
     # -- public sans-I/O interface -----------------------------------------------------------------
 
-    def receive_datagram(self, data: bytes, addr: Address, now: float) -> None:
+    def receive_datagram(self, data: bytes, addr: Address, now: float, *, ce: bool = False) -> None:
+        """``ce``: the datagram arrived with IP ECN = CE (the I/O layer reads it); its ACK gets ``ECE``."""
         self.datagrams += 1
         try:
             header, payload = wire.decode(data)
@@ -188,7 +189,7 @@ class AtpReceiver:
         elif header.msg_id == control.ANNOUNCE_MSG_ID:
             self._on_announce(job, header, payload, now)
         else:
-            self._on_data(job, header, payload, now)
+            self._on_data(job, header, payload, now, ce)
 
     def datagrams_to_send(self, now: float) -> list[tuple[bytes, Address]]:
         out, self._out = self._out, []
@@ -219,12 +220,13 @@ class AtpReceiver:
 
     # -- data --------------------------------------------------------------------------------------
 
-    def _ack(self, job: _Job, h: wire.Header) -> None:
-        ack = wire.Header(type=wire.PacketType.ACK, queue=h.queue, job_id=h.job_id, msg_id=h.msg_id,
+    def _ack(self, job: _Job, h: wire.Header, ce: bool = False) -> None:
+        ack = wire.Header(type=wire.PacketType.ACK, flags=wire.Flags.ECE if ce else 0, queue=h.queue,
+                          job_id=h.job_id, msg_id=h.msg_id,
                           group_id=h.group_id, pkt_idx=h.pkt_idx, pkt_cnt=h.pkt_cnt, seq=h.seq)
         self._out.append((wire.encode(ack, wire.encode_ack_payload(job.sack_blocks())), job.peer))
 
-    def _on_data(self, job: _Job, h: wire.Header, payload: bytes, now: float) -> None:
+    def _on_data(self, job: _Job, h: wire.Header, payload: bytes, now: float, ce: bool = False) -> None:
         cfg = self.config
         m = job.manifest
         if h.msg_id >= (m.total if m is not None else cfg.max_messages):
@@ -237,7 +239,7 @@ class AtpReceiver:
         if h.msg_id in job.delivered:
             job.duplicates += 1
             job.note_seq(h.seq)
-            self._ack(job, h)
+            self._ack(job, h, ce)
             return
         if m is not None and job.group_of.get(h.msg_id) != h.group_id:
             self.malformed["inconsistent_message"] += 1
@@ -252,7 +254,7 @@ class AtpReceiver:
         if part.parts[h.pkt_idx] is not None:
             job.duplicates += 1
             job.note_seq(h.seq)
-            self._ack(job, h)
+            self._ack(job, h, ce)
             return
         if self.buffered + len(payload) > cfg.max_buffered_bytes:
             self.dropped["buffer_full"] += 1
@@ -262,7 +264,7 @@ class AtpReceiver:
         part.nbytes += len(payload)
         self._buffer(job, len(payload))
         job.note_seq(h.seq)
-        self._ack(job, h)
+        self._ack(job, h, ce)
         if part.got == part.cnt:
             del job.partial[h.msg_id]
             data = b"".join(part.parts)  # type: ignore[arg-type]

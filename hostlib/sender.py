@@ -168,6 +168,7 @@ class _Group:
         self.retransmissions = 0
         self.report_seq = 0
         self.queues: collections.Counter[int] = collections.Counter()
+        self.ece = 0  # ACKs with ECE (the DATA packet was CE-marked) in the current epoch
 
     @property
     def lost(self) -> int:
@@ -457,6 +458,8 @@ class AtpSender:
         group = self.groups.get(header.group_id)
         if group is not None and header.msg_id not in control.CONTROL_MSG_IDS:
             group.queues[header.queue] += 1
+            if header.flags & wire.Flags.ECE:
+                group.ece += 1
         if self.state != SenderState.SENDING:
             # keep counting deliveries while closing; losses no longer matter
             acked, _lost = self.recovery.on_ack_received(seq=header.seq, blocks=blocks, now=now)
@@ -556,8 +559,9 @@ class AtpSender:
             loss = c.loss if c else 0.0
             self._events.append(events.EpochEnded(
                 epoch=self.epoch, time=now - self.start_time, group_id=gid, tlr=g.tlr, rate_bps=rate,
-                loss=loss, sent=c.sent if c else 0, acked=c.acked if c else 0, queues=dict(g.queues)))
+                loss=loss, sent=c.sent if c else 0, acked=c.acked if c else 0, queues=dict(g.queues), ece=g.ece))
             g.queues.clear()
+            g.ece = 0
             g.report_seq += 1
             self._events.append(events.ReportReady(wire.Report(
                 job_id=self.job.job_id, group_id=gid, seq=g.report_seq, tlr=g.tlr, loss=loss, msr=g.msr,

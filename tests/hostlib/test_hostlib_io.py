@@ -239,3 +239,18 @@ def test_cli_receiver_rejects_an_oversized_job_with_exit_1():
             rx.wait()
     assert rx.returncode == 1 and "rejected" in err and "max_messages" in err and "Traceback" not in err
     assert tx.returncode == 1 and "rejecting job" in tx.stderr
+
+
+def test_ce_marked_datagrams_are_acknowledged_with_ece():
+    """The receiver reads the IP ECN bits (IP_RECVTOS) and sets ECE on the ACK of a CE-marked packet."""
+    port = free_port()
+    with api.ReceiverEndpoint(("127.0.0.1", port)) as ep, \
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
+        tx.settimeout(5)
+        for seq, tos in ((0, 0x00), (1, 0x03)):  # ECN not-ECT, then CE
+            tx.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
+            h = wire.Header(flags=wire.Flags.APPROX, job_id=9, msg_id=seq, seq=seq)
+            tx.sendto(wire.encode(h, b"x"), ("127.0.0.1", port))
+        ep.serve(timeout=0.3)
+        acks = [wire.decode(tx.recv(2048))[0] for _ in range(2)]
+    assert [(a.seq, bool(a.flags & wire.Flags.ECE)) for a in acks] == [(0, False), (1, True)]

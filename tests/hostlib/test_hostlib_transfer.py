@@ -312,3 +312,16 @@ def test_receiver_timers_abandon_silent_jobs_exactly():
     r.handle_timer(3.0)
     assert 5 not in r.jobs and r.buffered == 0 and r.get_timer() is None
     assert [type(e) for e in iter(r.next_event, None)] == [events.JobAbandoned]
+
+
+def test_ece_on_acks_is_counted_in_the_timeline():
+    from hostlib.sender import AtpSender
+    s = AtpSender(JobSpec.uniform(22, messages=2, size=10), config=AtpConfig(epoch_s=0.05), peer=("r", 1), now=0.0)
+    sent = [wire.decode(d)[0] for d, _ in s.datagrams_to_send(0.0)]
+    assert [h.msg_id for h in sent] == [0xFFFFFFFF, 0, 1]  # small packets: three fit two full-size ones
+    for h, flags in ((sent[0], 0), (sent[1], wire.Flags.ECE)):
+        ack = wire.Header(type=wire.PacketType.ACK, flags=flags, job_id=22, msg_id=h.msg_id, seq=h.seq)
+        s.receive_datagram(wire.encode(ack, b""), ("r", 1), 0.01)
+    s.handle_timer(0.05)
+    (ev,) = [e for e in iter(s.next_event, None) if isinstance(e, events.EpochEnded)]
+    assert ev.ece == 1 and ev.as_dict()["ece"] == 1
