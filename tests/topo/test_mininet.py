@@ -33,6 +33,25 @@ def trafgen(*args) -> str:
     return " ".join(shlex.quote(a) for a in [sys.executable, "-m", "topo.trafgen", *args])
 
 
+def check_routes(emu) -> None:
+    """The /32 routes computed for the BMv2 target lead from every switch to every host, hop by hop."""
+    net = emu.net
+    peer = {}
+    for link in net.links:
+        a, b = link.intf1, link.intf2
+        peer[(a.node.name, a.node.ports[a])] = b.node
+        peer[(b.node.name, b.node.ports[b])] = a.node
+    routes = {sw.name: {r.prefix: r for r in emu.routes(sw)} for sw in net.switches}
+    for sw in net.switches:
+        for h in net.hosts:
+            node, hops = sw, 0
+            while node.name in routes and hops < 6:
+                r = routes[node.name][h.IP()]
+                assert r.dst_mac == h.MAC() and r.prefix_len == 32
+                node, hops = peer[(node.name, r.port)], hops + 1
+            assert node is h, (sw.name, h.name)
+
+
 @pytest.mark.parametrize("topology", ["rack", "dumbbell", "leafspine"])
 def test_kernel_topologies_forward(topology):
     from topo.net import Emulation, EmulationConfig
@@ -42,6 +61,7 @@ def test_kernel_topologies_forward(topology):
         switches = emu.switch_configs()
         assert {s.kind for s in switches} == {"kernel"}
         ns = [s.options["netns"] for s in switches]
+        check_routes(emu)
     import subprocess
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert not any(n in listed for n in ns), "switch namespace names are removed on stop"
