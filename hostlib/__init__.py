@@ -1,1 +1,6 @@
-"""ApproxLib: the ATP host library of NetApprox."""
+"""ApproxLib: the ATP host library of NetApprox (docs/hostlib.md).
+
+Sans-I/O cores: ``hostlib.sender.AtpSender``, ``hostlib.receiver.AtpReceiver``. Blocking API:
+``hostlib.api.send_job`` / ``receive_job`` / ``receive_jobs``. asyncio: ``hostlib.aio``. CLI:
+``python -m hostlib send|recv`` (``atp-send``, ``atp-recv``). Configuration: ``hostlib.config``.
+"""
