@@ -5,7 +5,8 @@ A Mininet dumbbell (h1..h3 on s1, h4..h6 on s2, one bottleneck s1 -> s2, plus th
 
 - job A (approximate, MSR 0.9) h1 -> h4 and job B (approximate, MSR 0.5) h2 -> h5: ATP (hostlib CLI),
   reporting their TLR every epoch to the controller;
-- a non-approximate bulk TCP flow (iperf3) h1 -> h4, started a few seconds in;
+- a non-approximate bulk TCP flow h1 -> h4 (``topo.trafgen tcp-send``: its FCT ends when the receiver confirms
+  the last byte), started a few seconds in;
 - background load h3 -> h6: approximate ATP DATA with a fixed TLR that steps down over time
   (0.5 -> 0.375 -> 0.25, i.e. queues 4 -> 3 -> 2 on the default thresholds), like the background of
   Fig. 10 of the NetApprox paper; it sends no reports, so the switch places it by its TLR.
@@ -64,7 +65,7 @@ class DemoConfig:
     job_rate: str = "25M"
     """R_max of the ATP senders."""
     bulk_bytes: int = 8_000_000
-    """The non-approximate TCP flow (iperf3 -n)."""
+    """The non-approximate TCP flow, bytes."""
     bulk_start_s: float = 8.0
     """When the TCP flow starts, seconds after the jobs."""
     background_mbit: float = 5.0
@@ -254,7 +255,8 @@ class Demo:
             self.popen(hosts[j.dst], [PY, "-m", "hostlib", "recv", "--port", str(wire.DEFAULT_ATP_PORT), "--once",
                                       "--timeout", recv_timeout, "--json", str(self.out / f"demo-recv-{j.name}.json")],
                        f"demo-recv-{j.name}.log")
-        iperf_srv = self.popen(hosts[4], ["iperf3", "-s", "-1", "-p", "5201"], "demo-iperf3-server.log")
+        bulk_rx = self.popen(hosts[4], [PY, "-m", "topo.trafgen", "tcp-recv", "--port", "5201", "--duration",
+                                          str(cfg.time_limit_s + 20)], "demo-bulk-recv.log")
         bg_rx = self.popen(hosts[6], [PY, "-m", "topo.trafgen", "recv", "--port", str(wire.DEFAULT_ATP_PORT),
                                       "--duration", str(cfg.background_s + 5)], "demo-background-recv.log")
         time.sleep(1.0)
@@ -278,7 +280,7 @@ class Demo:
                 f"demo-send-{j.name}.log")
         jobs_start = min(starts.values())
         bulk = None
-        bulk_json = self.out / "demo-bulk-tcp.json"
+        bulk_json = self.out / "demo-bulk-tcp.log"
         _log(f"traffic started (t = 0 is the background start; jobs at t = {jobs_start:.1f} s)")
         _log("   t  | " + " | ".join(f"job {j.name}: TLR  rate Mbit/s  loss  queue" for j in cfg.jobs)
              + " | bottleneck drops per queue 1..7")
@@ -287,9 +289,8 @@ class Demo:
         while True:
             now = time.monotonic() - self.t0
             if bulk is None and now >= jobs_start + cfg.bulk_start_s:
-                bulk = hosts[1].popen(["iperf3", "-c", hosts[4].IP(), "-p", "5201", "-n", str(cfg.bulk_bytes), "-J"],
-                                      stdout=open(bulk_json, "w"), stderr=subprocess.DEVNULL, cwd=str(REPO))
-                self.procs.append(bulk)
+                bulk = self.popen(hosts[1], [PY, "-m", "topo.trafgen", "tcp-send", "--dst", hosts[4].IP(),
+                                             "--dport", "5201", "--bytes", str(cfg.bulk_bytes)], bulk_json.name)
                 _log(f"{now:5.1f} | bulk TCP flow started")
             for tl in timelines.values():
                 tl.poll()
@@ -325,7 +326,7 @@ class Demo:
             time.sleep(0.1)
         end = time.monotonic() - self.t0
         self.stop.set()
-        for p in [bg, bg_rx, iperf_srv]:
+        for p in [bg, bg_rx, bulk_rx]:
             try:
                 p.send_signal(signal.SIGINT)
             except Exception:
@@ -384,10 +385,8 @@ class Demo:
                 entry.update(error=_tail(self.out / f"demo-send-{j.name}.log"))
             rows_out.append(entry)
             self.plot(j, rows, bg_start, end)
-        bulk = _read_json(bulk_json)
-        fct = None
-        if bulk and "end" in bulk and "sum_received" in bulk["end"]:
-            fct = bulk["end"]["sum_received"]["seconds"]
+        bulk = _read_json_lines(bulk_json)
+        fct = bulk.get("fct_s") if bulk.get("confirmed") else None
         # Table.
         _log("")
         _log(f"{'job':<5}{'MSR':>5}{'JCT (s)':>9}{'delivered / required (of N)':>30}{'loss':>8}{'1-MSR':>7}"
@@ -401,12 +400,11 @@ class Demo:
             else:
                 _log(f"{e['job']:<5}{e['msr']:>5.2f}  did not finish: {e['error']}")
         if fct is not None:
-            mbit = bulk["end"]["sum_received"]["bits_per_second"] / 1e6
             _log(f"non-approximate bulk TCP flow ({cfg.bulk_bytes / 1e6:g} MB, queue 0): FCT {fct:.2f} s "
-                 f"({mbit:.1f} Mbit/s)")
+                 f"({bulk['mbit']:.1f} Mbit/s)")
         else:
             ok = False
-            _log("non-approximate bulk TCP flow: no result (see results/demo-bulk-tcp.json)")
+            _log(f"non-approximate bulk TCP flow: no result (see {bulk_json})")
         if self.queue_samples:
             last = self.queue_samples[-1][1]
             _log("bottleneck port s1 -> s2, per queue: " + ", ".join(
@@ -518,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import shutil
 
-    missing = [t for t in ("mnexec", "iperf3", "ethtool", "tc") if shutil.which(t) is None]
+    missing = [t for t in ("mnexec", "ethtool", "tc") if shutil.which(t) is None]
     if missing:
         print(f"missing tools: {', '.join(missing)}. Run `make setup` (tools/setup-system.sh installs them).",
               file=sys.stderr)

@@ -1,4 +1,5 @@
-"""Paced UDP traffic for tests and the demo's background load: ``python -m topo.trafgen send|recv``.
+"""Paced UDP traffic for tests and the demo's background load: ``python -m topo.trafgen send|recv``, and a
+TCP bulk flow with a true flow completion time: ``tcp-send|tcp-recv``.
 
 ``send`` emits UDP datagrams at a paced rate, either plain payload or ATP DATA headers (docs/wire-format.md)
 with a chosen job, TLR (optionally changing over time), flags and CadentFlow tags, so that a switch
@@ -13,11 +14,20 @@ from __future__ import annotations
 import argparse
 import json
 import select
+import signal
 import socket
 import sys
 import time
 
 from hostlib import wire
+
+
+_stopping = False
+
+
+def _stop(_signum, _frame) -> None:
+    global _stopping
+    _stopping = True
 
 
 def parse_schedule(text: str) -> list[tuple[float, float]]:
@@ -63,7 +73,7 @@ def send(args: argparse.Namespace) -> dict:
     start = time.monotonic()
     next_send = start
     seq = 0
-    while True:
+    while not _stopping:
         now = time.monotonic()
         elapsed = now - start
         if args.count is not None and sent >= args.count:
@@ -116,7 +126,7 @@ def recv(args: argparse.Namespace) -> dict:
     first = last = None
     start = time.monotonic()
     deadline = start + args.duration
-    while True:
+    while not _stopping:
         now = time.monotonic()
         if now >= deadline:
             break
@@ -142,6 +152,52 @@ def recv(args: argparse.Namespace) -> dict:
                 counts[key] = counts.get(key, 0) + 1
     return {"received": total, "by_port_job": counts, "by_queue_byte": queues,
             "active_s": round((last - first) if first and last else 0.0, 4)}
+
+
+def tcp_send(args: argparse.Namespace) -> dict:
+    """Send ``--bytes`` over one TCP connection; the flow completes when the receiver confirms it has all of
+    them (one byte back after EOF), so ``fct_s`` is the true flow completion time (+ half an RTT)."""
+    start = time.monotonic()
+    sock = socket.create_connection((args.dst, args.dport), timeout=60)
+    chunk = bytes(65536)
+    left = args.bytes
+    while left > 0 and not _stopping:
+        left -= sock.send(chunk[:min(left, len(chunk))])
+    sock.shutdown(socket.SHUT_WR)
+    confirmed = sock.recv(1) == b"k"
+    fct = time.monotonic() - start
+    sock.close()
+    return {"bytes": args.bytes - max(left, 0), "confirmed": confirmed, "fct_s": round(fct, 4),
+            "mbit": round(args.bytes * 8 / fct / 1e6, 3)}
+
+
+def tcp_recv(args: argparse.Namespace) -> dict:
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("0.0.0.0", args.port[0]))
+    srv.listen(1)
+    srv.settimeout(0.2)
+    print(json.dumps({"ready": True}), flush=True)
+    deadline = time.monotonic() + args.duration
+    total = 0
+    while not _stopping and time.monotonic() < deadline:
+        try:
+            conn, _ = srv.accept()
+        except socket.timeout:
+            continue
+        conn.settimeout(max(0.1, deadline - time.monotonic()))
+        try:
+            while True:
+                data = conn.recv(1 << 16)
+                if not data:
+                    break
+                total += len(data)
+            conn.sendall(b"k")
+        finally:
+            conn.close()
+        break
+    srv.close()
+    return {"received_bytes": total}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -170,13 +226,29 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--port", type=int, action="append", required=True)
     r.add_argument("--duration", type=float, default=10.0)
     r.add_argument("--idle", type=float, help="stop this many seconds after the last datagram")
+    t = sub.add_parser("tcp-send", help="one TCP bulk flow; prints its flow completion time")
+    t.add_argument("--dst", required=True)
+    t.add_argument("--dport", type=int, default=5201)
+    t.add_argument("--bytes", type=int, required=True)
+    tr = sub.add_parser("tcp-recv", help="receive one TCP bulk flow and confirm it")
+    tr.add_argument("--port", type=int, action="append", default=[])
+    tr.add_argument("--duration", type=float, default=60.0)
     args = ap.parse_args(argv)
+    if args.cmd == "tcp-recv" and not args.port:
+        args.port = [5201]
+    # SIGINT/SIGTERM end the run early; the JSON result is still printed.
+    signal.signal(signal.SIGINT, _stop)
+    signal.signal(signal.SIGTERM, _stop)
     if args.cmd == "send":
         if args.count is None and args.duration is None:
             ap.error("send needs --count or --duration")
         result = send(args)
-    else:
+    elif args.cmd == "recv":
         result = recv(args)
+    elif args.cmd == "tcp-send":
+        result = tcp_send(args)
+    else:
+        result = tcp_recv(args)
     print(json.dumps(result), flush=True)
     return 0
 
