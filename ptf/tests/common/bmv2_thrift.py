@@ -51,7 +51,7 @@ class SimpleSwitchThrift:
     def _call(self, method: str, args: list[tuple[int, int]]) -> int:
         self._seq += 1
         name = f"{self.SERVICE}:{method}".encode()
-        msg = struct.pack("!iI", _VERSION_1 | _CALL, len(name)) + name + struct.pack("!i", self._seq)
+        msg = struct.pack("!II", _VERSION_1 | _CALL, len(name)) + name + struct.pack("!i", self._seq)
         for field_id, (ttype, value) in enumerate(args, start=1):
             msg += struct.pack("!bh", ttype, field_id)
             msg += struct.pack("!i" if ttype == _T_I32 else "!q", value)
