@@ -111,10 +111,12 @@ class SimpleSwitchThrift:
             body = self._read_struct()
         except (OSError, struct.error) as e:
             raise QueueConfigError(f"BMv2 Thrift {method}: {e}") from None
+        call = f"BMv2 Thrift {method}({', '.join(str(v) for _, v in args)})"
         if mtype == _EXCEPTION:
-            raise QueueConfigError(f"BMv2 Thrift {method}{args}: application exception {body}")
+            detail = body.get(1, body)
+            raise QueueConfigError(f"{call}: {detail.decode(errors='replace') if isinstance(detail, bytes) else detail}")
         if 1 in body:
-            raise QueueConfigError(f"BMv2 Thrift {method}{tuple(v for _, v in args)}: InvalidQueueOperation {body[1]}")
+            raise QueueConfigError(f"{call}: InvalidQueueOperation {body[1]} (is the port added to the switch?)")
 
     def _read_exact(self, n: int) -> bytes:
         buf = b""
