@@ -18,6 +18,34 @@ from typing import Sequence
 from experiments.runner import EXPERIMENTS, QUICK, Scale
 
 
+def _value(text: str):
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_overrides(items: Sequence[str], fn) -> dict:
+    """``["msrs=0.5,0.9", "duration_s=5"]`` -> ``{"msrs": (0.5, 0.9), "duration_s": 5}``: a tuple where the
+    experiment's default is a tuple, a single value otherwise. Unknown names are an error."""
+    import inspect
+    params = {n: prm.default for n, prm in inspect.signature(fn).parameters.items()
+              if prm.kind == inspect.Parameter.KEYWORD_ONLY}
+    out = {}
+    for item in items:
+        name, sep, values = item.partition("=")
+        name = name.replace("-", "_")
+        if not sep or not name:
+            raise SystemExit(f"--set {item!r}: expected NAME=VALUE[,VALUE...]")
+        if name not in params:
+            raise SystemExit(f"--set {name}: not an argument of {fn.__name__}; known: {', '.join(sorted(params))}")
+        vals = tuple(_value(v) for v in values.split(",") if v != "")
+        out[name] = vals if isinstance(params[name], tuple) else (vals[0] if vals else None)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m experiments", description=__doc__.split("\n\n")[0])
     p.add_argument("experiment", choices=sorted(EXPERIMENTS) + ["all"])
@@ -28,6 +56,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--hosts", type=int, default=Scale.hosts)
     p.add_argument("--fbkv-n", type=int, default=Scale.fbkv_n)
     p.add_argument("--fbhd-n", type=int, default=Scale.fbhd_n)
+    p.add_argument("--set", action="append", default=[], metavar="NAME=V1,V2",
+                   help="override a sweep argument of the experiment, e.g. --set msrs=0.5,0.9 "
+                        "--set protocols=atp,tcp-es (see experiments/runner.py for the names)")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
     from experiments import results
@@ -40,7 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 fbhd_n=args.fbhd_n)
     names = sorted(EXPERIMENTS) if args.experiment == "all" else [args.experiment]
     for name in names:
-        kw = QUICK.get(name, {}) if args.quick else {}
+        kw = dict(QUICK.get(name, {})) if args.quick else {}
+        kw.update(parse_overrides(args.set, EXPERIMENTS[name]))
         rf = EXPERIMENTS[name](args.seeds, Path(args.out), scale, **kw)
         path = rf.write()
         print(f"{name}: {len(rf.runs)} runs -> {path}")

@@ -33,3 +33,13 @@ def test_fmt_and_cell():
     assert report.fmt(None) == "–" and report.fmt(True) == "yes" and report.fmt(0.00012) == "1.20e-04"
     assert report.cell({"n": 0}) == "–"
     assert report.cell({"n": 3, "mean": 2.0, "min": 1.0, "max": 4.0}) == "2.000 [1.000, 4.000]"
+
+
+def test_cli_overrides_follow_the_experiment_signature():
+    import pytest
+    from experiments.__main__ import parse_overrides
+    from experiments.runner import exp_alltoall, exp_ddnn
+    assert parse_overrides(["msrs=0.5,0.9", "protocols=atp"], exp_alltoall) == {"msrs": (0.5, 0.9), "protocols": ("atp",)}
+    assert parse_overrides(["duration_s=5", "model_bytes=1000"], exp_ddnn) == {"duration_s": 5, "model_bytes": 1000}
+    with pytest.raises(SystemExit, match="known"):
+        parse_overrides(["nope=1"], exp_ddnn)
