@@ -189,13 +189,15 @@ class BMv2Switch(Switch):
     def start(self, controllers) -> None:
         if shutil.which("simple_switch_grpc") is None:
             raise RuntimeError(P4_TOOLS_HINT)
-        cmd = ["simple_switch_grpc", "--device-id", str(self.device_id), "--priority-queues", "8",
-               "--thrift-port", str(self.thrift_port), "--log-level", "warn"]
+        cmd = ["simple_switch_grpc", "--device-id", str(self.device_id), "--thrift-port", str(self.thrift_port),
+               "--log-level", "warn"]
         for port, intf in sorted(self.intfs.items()):
             if intf.name != "lo":
                 cmd += ["-i", f"{port}@{intf.name}"]
         cmd += ["--no-p4"]  # the controller pushes the pipeline (P4Runtime SetForwardingPipelineConfig)
-        cmd += ["--", "--grpc-server-addr", self.grpc_address(), "--cpu-port", str(BMV2_CPU_PORT)]
+        # Target options (after "--"): priority queues, P4Runtime address, CPU port for packet-in/out.
+        cmd += ["--", "--priority-queues", "8", "--grpc-server-addr", self.grpc_address(),
+                "--cpu-port", str(BMV2_CPU_PORT)]
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_dir / f"bmv2-{self.intf_prefix}.log", "w")
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
