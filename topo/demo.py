@@ -130,6 +130,7 @@ class Demo:
         self.threads: list[threading.Thread] = []
         self.emu = None
         self.ctl = None
+        self.bulk_span: list[float] = []  # [start, end] of the bulk TCP flow, seconds since t0
 
     # -- processes --------------------------------------------------------------------------------------------
     def popen(self, host, args: list[str], log_name: str) -> subprocess.Popen:
@@ -291,9 +292,12 @@ class Demo:
             if bulk is None and now >= jobs_start + cfg.bulk_start_s:
                 bulk = self.popen(hosts[1], [PY, "-m", "topo.trafgen", "tcp-send", "--dst", hosts[4].IP(),
                                              "--dport", "5201", "--bytes", str(cfg.bulk_bytes)], bulk_json.name)
+                self.bulk_span = [now]
                 _log(f"{now:5.1f} | bulk TCP flow started")
             for tl in timelines.values():
                 tl.poll()
+            if bulk is not None and len(self.bulk_span) == 1 and bulk.poll() is not None:
+                self.bulk_span.append(now)
             done = all(p.poll() is not None for p in senders.values())
             if time.monotonic() >= next_print:
                 next_print += 1.0
@@ -441,7 +445,7 @@ class Demo:
             ts.append(b * 0.1 + 0.05)
             tlr.append(sum(r["tlr"] for r in rs) / len(rs))
             rate.append(sum(r["rate_bps"] for r in rs) / len(rs) / 1e6)
-            loss.append(1 - acked / sent if sent else float("nan"))
+            loss.append(min(1.0, max(0.0, 1 - acked / sent)) if sent else float("nan"))
             qs = [r["queue"] for r in rs]
             queue.append(max(set(qs), key=qs.count))
         fig, ax = plt.subplots(4, 1, figsize=(9, 8), sharex=True)
@@ -458,17 +462,24 @@ class Demo:
         ax[2].legend(loc="upper right", fontsize=8)
         ax[3].step(ts, queue, where="mid", color="tab:purple", label=f"job {job.name}")
         sched = parse_schedule(self.cfg.background_tlr)
-        bx, by = [], []
         for i, (st, v) in enumerate(sched):
-            t1 = sched[i + 1][0] if i + 1 < len(sched) else self.cfg.background_s
-            bx += [bg_start + st, bg_start + min(t1, end - bg_start)]
-            by += [queue_for_tlr(v, DEFAULT_THRESHOLDS)] * 2
-        ax[3].plot(bx, by, color="gray", ls="--", label="background")
+            a = bg_start + st
+            b = bg_start + (sched[i + 1][0] if i + 1 < len(sched) else self.cfg.background_s)
+            b = min(b, end)
+            if a < b:
+                ax[3].hlines(queue_for_tlr(v, DEFAULT_THRESHOLDS), a, b, color="gray", ls="--",
+                             label="background" if i == 0 else None)
         ax[3].set_ylabel("queue")
         ax[3].set_ylim(7.5, -0.5)
         ax[3].set_yticks(range(8))
         ax[3].legend(loc="upper right", fontsize=8)
         ax[3].set_xlabel("time (s); values per 100 ms (epochs averaged)")
+        if self.bulk_span:
+            t_end = self.bulk_span[1] if len(self.bulk_span) > 1 else end
+            for a in ax:
+                a.axvspan(self.bulk_span[0], t_end, color="orange", alpha=0.15, lw=0)
+            ax[1].text(self.bulk_span[0], 0.95, " bulk TCP\n (queue 0)", va="top", fontsize=8, color="darkorange",
+                       transform=ax[1].get_xaxis_transform())
         fig.suptitle(f"job {job.name} (MSR {job.msr}) on the {self.cfg.target} target, "
                      f"{self.cfg.bottleneck_mbit:g} Mbit/s bottleneck")
         fig.tight_layout()
