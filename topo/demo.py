@@ -549,6 +549,13 @@ def main(argv: list[str] | None = None) -> int:
         cfg = dataclasses.replace(cfg, bulk_bytes=1_000_000, bulk_start_s=2.0, background_tlr="0:0.5,3:0.375,6:0.25",
                                   background_s=15.0, time_limit_s=40.0)
     demo = Demo(cfg)
+
+    def interrupt(signum, _frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    # SIGTERM/SIGHUP clean up like Ctrl-C: every process, namespace and link the demo made is removed.
+    signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGHUP, interrupt)
     try:
         return demo.run()
     except KeyboardInterrupt:
