@@ -18,8 +18,11 @@ controller's loop reconnects; bad options raise ``KernelDriverError``.
 - the queue stamp (option ``stamp_queue``, default on): an eBPF classifier per queue writes the queue into
   the ATP queue byte of DATA packets, as the P4 program does (``self.stamping`` says whether it is attached).
 
+- ECN: the ``ecn_thresholds`` entry of queue 0 becomes CE marking in queue 0's stamper (a virtual queue
+  drained at line rate; changing the threshold re-attaches it, one write per port).
+
 Not implemented by this target (documented in docs/emulation.md): ``routes`` (the switch bridges),
-``ecn_rules`` (no CE marking: accepted and ignored), per-job hit counters (``job_packets`` is empty).
+ECN thresholds on queues other than 0 (ignored, logged once), per-job hit counters (``job_packets`` is empty).
 """
 from __future__ import annotations
 
@@ -95,6 +98,7 @@ class KernelDriver(Driver):
         self._warned_ecn = False
         self.stamping = False
         """Whether the queue stamper is attached (after ``connect``)."""
+        self._ecn_q0: int | None = None
 
     @classmethod
     def from_options(cls, name: str, options: Mapping[str, Any]) -> "KernelDriver":
@@ -124,6 +128,7 @@ class KernelDriver(Driver):
             ks.flush_filters(self._ipr, idx[0])
             self._htid[ifname] = None
         self.stamping = False
+        self._ecn_q0 = None  # attach_stamps installs queue 0's stamper without ECN marking
         if self.options.stamp_queue:
             try:
                 ks.attach_stamps(self.options.netns, list(self.options.ports), self.options.atp_port)
@@ -137,10 +142,23 @@ class KernelDriver(Driver):
     def apply(self, desired: SwitchState) -> WriteSummary:
         if self._ipr is None:
             raise KernelDriverError(f"{self.name}: apply() before connect()")
-        if desired.ecn_rules and not self._warned_ecn:
-            log.warning("%s: the kernel switch does not mark ECN; %d ecn_thresholds entries ignored",
-                        self.name, len(desired.ecn_rules))
+        want_ecn = min((r.depth_pkts for r in desired.ecn_rules if r.qid == 0), default=None)
+        unsupported = [r.qid for r in desired.ecn_rules if r.qid != 0] if self.stamping else \
+            [r.qid for r in desired.ecn_rules]
+        if unsupported and not self._warned_ecn:
+            why = "marks ECN on queue 0 only" if self.stamping else "marks no ECN without the eBPF stamper"
+            log.warning("%s: the kernel switch %s; ecn_thresholds for queue(s) %s ignored", self.name, why,
+                        sorted(set(unsupported)))
             self._warned_ecn = True
+        ecn_writes = 0
+        if self.stamping and want_ecn != self._ecn_q0:
+            try:
+                ks.attach_queue0(self.options.netns, {i: self.options.shape(i) for i in self._ifindex}, want_ecn,
+                                 self.options.atp_port)
+            except ks.KernelSwitchError as exc:
+                raise SwitchUnavailable(self.name, f"setting queue 0's ECN threshold failed: {exc}") from exc
+            self._ecn_q0 = want_ecn
+            ecn_writes = len(self._ifindex)
         wanted = ks.compile_filters(desired, self.options.atp_port, self._job_nodes)
         changed = [e for n, e in sorted(wanted.items()) if self._installed.get(n) != e]
         removed = sorted(set(self._installed) - set(wanted))
@@ -163,7 +181,7 @@ class KernelDriver(Driver):
         self._installed = wanted
         self._state = desired
         n = len(self._ifindex)
-        return WriteSummary(inserted=inserted * n, modified=modified * n, deleted=len(removed) * n)
+        return WriteSummary(inserted=inserted * n, modified=modified * n + ecn_writes, deleted=len(removed) * n)
 
     def read_counters(self) -> Counters:
         if self._ipr is None:

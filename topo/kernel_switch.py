@@ -32,8 +32,9 @@ writes q into the ATP ``queue`` byte of DATA packets (and zeroes the UDP checksu
 It needs clang and tc with BPF support; without them the stamp classes pass packets on unchanged (u32
 match-all) and the byte stays 0xFF (``attach_stamps`` raises, the driver logs it).
 
-What this target does not do (see docs/emulation.md): no CE marking (``ecn_thresholds`` is not
-implemented); no per-job hit counters (``CONFIG_CLS_U32_PERF`` is off on common kernels).
+ECN: with the stamper, queue 0's section also marks CE from a virtual copy of queue 0's backlog
+(``attach_queue0``; queue 0 drains at line rate, being the highest priority). Thresholds on other queues are
+not implemented. No per-job hit counters (``CONFIG_CLS_U32_PERF`` is off on common kernels).
 
 This module is pure except for the functions that take an ``IPRoute``; ``compile_filters`` and
 ``reference_queue`` / ``u32_queue`` are used by the tests to check the layout without root.
@@ -479,12 +480,6 @@ def entry_bytes(keys) -> dict[int, tuple[int, int]]:
     return out
 
 
-def _netns_prefix(netns: str | None) -> list[str]:
-    if netns is None:
-        return []
-    return ["nsenter", f"--net={netns}"] if "/" in netns else ["ip", "netns", "exec", netns]
-
-
 def read_entries(netns: str | None, ifname: str) -> dict[int, tuple[dict[int, tuple[int, int]], int]]:
     """What the kernel holds in our classifier on ``ifname``, read with iproute2's ``tc`` (an independent
     decoder): node -> (byte-level keys, logical queue of its target)."""
@@ -527,10 +522,24 @@ def flush_filters(ipr, ifindex: int) -> None:
 STAMP_SOURCE = Path(__file__).resolve().parent / "bpf" / "stamp.c"
 
 
-def stamp_object(atp_port: int = DEFAULT_ATP_PORT) -> Path:
-    """The compiled stamper for ``atp_port`` (built with clang on first use, cached under build/kernel/)."""
+def _netns_prefix(netns: str | None) -> list[str]:
+    if netns is None:
+        return []
+    return ["nsenter", f"--net={netns}"] if "/" in netns else ["ip", "netns", "exec", netns]
+
+
+def stamp_object(atp_port: int = DEFAULT_ATP_PORT, ecn: tuple[int, int, int] | None = None) -> Path:
+    """The compiled stamper for ``atp_port`` (built with clang on first use, cached under build/kernel/).
+
+    ``ecn``: (threshold bytes, line rate kbit/s, queue 0 buffer bytes) builds section q0 with CE marking."""
     out_dir = STAMP_SOURCE.parent.parent.parent / "build" / "kernel"
-    obj = out_dir / f"stamp-{atp_port}.o"
+    defines = [f"-DATP_PORT={atp_port}"]
+    name = f"stamp-{atp_port}"
+    if ecn is not None:
+        threshold, rate_kbps, cap = ecn
+        defines += [f"-DECN_THRESHOLD_BYTES={threshold}", f"-DRATE_KBPS={rate_kbps}", f"-DQUEUE0_BYTES={cap}"]
+        name += f"-ecn{threshold}-r{rate_kbps}-c{cap}"
+    obj = out_dir / f"{name}.o"
     if obj.exists() and obj.stat().st_mtime >= STAMP_SOURCE.stat().st_mtime:
         return obj
     clang = shutil.which("clang")
@@ -539,13 +548,34 @@ def stamp_object(atp_port: int = DEFAULT_ATP_PORT) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = obj.with_suffix(f".{os.getpid()}.tmp")
     arch_inc = f"/usr/include/{os.uname().machine}-linux-gnu"
-    cmd = [clang, "-O2", "-g", "-target", "bpf", f"-DATP_PORT={atp_port}", f"-I{arch_inc}", "-c",
-           str(STAMP_SOURCE), "-o", str(tmp)]
+    cmd = [clang, "-O2", "-g", "-target", "bpf", *defines, f"-I{arch_inc}", "-c", str(STAMP_SOURCE), "-o", str(tmp)]
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
         raise KernelSwitchError(f"compiling {STAMP_SOURCE.name} failed: {res.stderr.strip()[-500:]}")
     os.replace(tmp, obj)
     return obj
+
+
+def _tc_batch(netns: str | None, lines: list[str], what: str) -> None:
+    res = subprocess.run(_netns_prefix(netns) + ["tc", "-batch", "-"], input="\n".join(lines) + "\n",
+                         capture_output=True, text=True)
+    if res.returncode != 0:
+        raise KernelSwitchError(f"{what} failed: {res.stderr.strip()[-500:]}")
+
+
+def attach_queue0(netns: str | None, shapes: Mapping[str, PortShape], ecn_threshold_pkts: int | None,
+                  atp_port: int = DEFAULT_ATP_PORT) -> None:
+    """(Re)attach queue 0's stamper on every port: with CE marking at ``ecn_threshold_pkts`` MTU-sized packets
+    of virtual backlog (drained at each port's line rate), or without marking when None."""
+    lines = []
+    for ifname, shape in shapes.items():
+        ecn = None
+        if ecn_threshold_pkts is not None:
+            ecn = (ecn_threshold_pkts * shape.mtu_bytes, int(round(shape.rate_mbit * 1000)), shape.queue0_bytes())
+        obj = stamp_object(atp_port, ecn)
+        lines.append(f"filter replace dev {ifname} parent 1:20 protocol all prio {STAMP_PRIO} "
+                     f"handle 1 bpf obj {obj} sec q0 classid 1:10")
+    _tc_batch(netns, lines, "attaching queue 0's stamper")
 
 
 def attach_stamps(netns: str | None, ifnames: Sequence[str], atp_port: int = DEFAULT_ATP_PORT) -> None:
@@ -557,16 +587,7 @@ def attach_stamps(netns: str | None, ifnames: Sequence[str], atp_port: int = DEF
         for q in range(NUM_QUEUES):
             lines.append(f"filter replace dev {ifname} parent 1:{0x20 + q:x} protocol all prio {STAMP_PRIO} "
                          f"handle 1 bpf obj {obj} sec q{q} classid 1:{0x10 + q:x}")
-    if netns is None:
-        prefix = []
-    elif "/" in netns:
-        prefix = ["nsenter", f"--net={netns}"]
-    else:
-        prefix = ["ip", "netns", "exec", netns]
-    res = subprocess.run(prefix + ["tc", "-batch", "-"], input="\n".join(lines) + "\n", capture_output=True,
-                         text=True)
-    if res.returncode != 0:
-        raise KernelSwitchError(f"attaching the queue stamper failed: {res.stderr.strip()[-500:]}")
+    _tc_batch(netns, lines, "attaching the queue stamper")
 
 
 @dataclasses.dataclass(frozen=True)

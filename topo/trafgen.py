@@ -4,8 +4,8 @@ TCP bulk flow with a true flow completion time: ``tcp-send|tcp-recv``.
 ``send`` emits UDP datagrams at a paced rate, either plain payload or ATP DATA headers (docs/wire-format.md)
 with a chosen job, TLR (optionally changing over time), flags and CadentFlow tags, so that a switch
 classifies them exactly like ATP traffic. It does not react to loss (it is load, not a transport).
-``recv`` counts what arrives per (destination port, ATP job) and per ATP queue byte, and prints one JSON
-object.
+``recv`` counts what arrives per (destination port, ATP job), per ATP queue byte and per IPv4 ECN codepoint,
+and prints one JSON object.
 
 Both print one JSON line on stdout when done; ``recv`` prints ``{"ready": true}`` first, once bound.
 """
@@ -116,12 +116,14 @@ def recv(args: argparse.Namespace) -> dict:
     for port in args.port:
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
         s.bind(("0.0.0.0", port))
         s.setblocking(False)
         socks.append((port, s))
     print(json.dumps({"ready": True}), flush=True)
     counts: dict[str, int] = {}
     queues: dict[str, int] = {}  # ATP queue byte as received (255: not stamped)
+    ecn: dict[str, int] = {}  # IPv4 ECN field as received: 0 Not-ECT, 1/2 ECT, 3 CE
     total = 0
     first = last = None
     start = time.monotonic()
@@ -137,10 +139,14 @@ def recv(args: argparse.Namespace) -> dict:
             port = s.getsockname()[1]
             while True:
                 try:
-                    data = s.recv(65535)
+                    data, anc, _flags, _addr = s.recvmsg(65535, socket.CMSG_SPACE(1))
                 except BlockingIOError:
                     break
                 total += 1
+                for level, kind, value in anc:
+                    if level == socket.IPPROTO_IP and kind == socket.IP_TOS and value:
+                        e = str(value[0] & 3)
+                        ecn[e] = ecn.get(e, 0) + 1
                 last = time.monotonic()
                 first = first or last
                 job = 0
@@ -150,7 +156,7 @@ def recv(args: argparse.Namespace) -> dict:
                     queues[q] = queues.get(q, 0) + 1
                 key = f"{port}/{job}"
                 counts[key] = counts.get(key, 0) + 1
-    return {"received": total, "by_port_job": counts, "by_queue_byte": queues,
+    return {"received": total, "by_port_job": counts, "by_queue_byte": queues, "by_ecn": ecn,
             "active_s": round((last - first) if first and last else 0.0, 4)}
 
 

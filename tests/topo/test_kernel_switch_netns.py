@@ -264,3 +264,37 @@ def test_kernel_holds_exactly_the_compiled_entries(lab):
         assert ks.read_entries(lab.switch_ns, port) == want, port
     d.close()
     assert len(want) > 40  # the tag ranges really were decomposed
+
+
+@pytest.mark.skipif(shutil.which("clang") is None or not os.path.exists("/usr/include/bpf/bpf_helpers.h"),
+                    reason="ECN marking lives in the eBPF stamper, which needs clang and libbpf-dev")
+def test_queue0_marks_ce_above_its_ecn_threshold(lab):
+    """ECT traffic offered at twice the port rate into queue 0 gets CE marks; below the rate, or Not-ECT, or
+    without an ecn_thresholds entry, nothing is marked. Marked packets still arrive (IPv4 checksum fixed)."""
+    from controller.model import EcnRule
+
+    d = start_driver(lab, rate_mbit=10)
+    with_ecn = base_state(ecn_rules=frozenset({EcnRule(qid=0, depth_pkts=5)}))
+    assert d.apply(with_ecn).modified == len(lab.ports)  # the threshold is one write per port
+    assert d.apply(with_ecn).writes == 0
+
+    def run(rate: str, tos: str) -> tuple[dict, int, int]:
+        before = port_queues(d, 3)
+        rx = receiver(lab, 2, [5201], duration=6, idle=0.5)
+        tx = sender(lab, 0, 2, "--dport", "5201", "--tos", tos, "--rate-mbit", rate, "--duration", "1.5")
+        sent = result(tx)["sent"]
+        got = result(rx)
+        dq = delta(port_queues(d, 3), before)
+        return got["by_ecn"], got["received"], sent - dq[0][2]
+
+    ecn, got, delivered = run("20", "2")
+    assert ecn.get("3", 0) > 0.3 * got, ecn
+    assert got == delivered, "marked packets are not lost (their IPv4 checksum is valid)"
+    ecn, got, _ = run("3", "2")
+    assert ecn.get("3", 0) == 0 and ecn.get("2", 0) == got
+    ecn, got, _ = run("20", "0")
+    assert ecn == {"0": got}, "Not-ECT packets are never marked"
+    d.apply(base_state())
+    ecn, got, _ = run("20", "2")
+    assert ecn.get("3", 0) == 0, "no ecn_thresholds entry, no marking"
+    d.close()
