@@ -217,7 +217,8 @@ class Demo:
              f"h3 -> h6: {cfg.background_mbit:g} Mbit/s approximate, TLR schedule {cfg.background_tlr}")
         emu_cfg = EmulationConfig(topology="dumbbell", hosts=3, rate_mbit=cfg.host_mbit,
                                   bottleneck_mbit=cfg.bottleneck_mbit, buffer_packets=cfg.buffer_packets,
-                                  target=cfg.target, log_dir=str(self.out))
+                                  target=cfg.target, log_dir=str(self.out),
+                                  bmv2_json=str(REPO / "build" / "v1model" / "bmv2.json"))
         t_setup = time.monotonic()
         with Emulation(emu_cfg) as emu:
             self.emu = emu
@@ -538,7 +539,7 @@ def main(argv: list[str] | None = None) -> int:
         if not bmv2_available():
             print(f"make demo TARGET=bmv2: {P4_TOOLS_HINT}", file=sys.stderr)
             return 2
-        if not Path("build/v1model/bmv2.json").exists():
+        if not (REPO / "build" / "v1model" / "bmv2.json").exists():
             print("make demo TARGET=bmv2: build/v1model/bmv2.json is missing; run `make p4` first.", file=sys.stderr)
             return 2
     cfg = DemoConfig(target=args.target, results=args.results, bottleneck_mbit=args.bottleneck_mbit)
