@@ -242,7 +242,8 @@ def exp_dynamic(seeds: Sequence[int], out: Path, scale: Scale, *, msrs=(0.5, 0.7
 
 def _timeline_rows(timeline: Sequence[dict], changes: Sequence[dict], jid: int, t0_wall: float) -> list[dict]:
     """Normalise sender timeline records (hostlib EpochEnded: ``time`` is seconds since the job started)
-    for plotting; the queue comes from the controller's decisions (wall clock, minus ``t0_wall``)."""
+    for plotting. The queue is the one most ACKs of the epoch echoed (the switch's stamp); when no ACK
+    carried a stamp, it comes from the controller's decisions (wall clock, minus ``t0_wall``)."""
     rows = []
     for r in timeline:
         t = r.get("time")
@@ -255,6 +256,10 @@ def _timeline_rows(timeline: Sequence[dict], changes: Sequence[dict], jid: int, 
         for key in ("rate_bps", "rate"):
             if key in r and r[key] is not None:
                 row["rate_mbps"] = float(r[key]) / 1e6
+        # the switch stamps the queue it chose into DATA; ACKs echo it (255: not stamped)
+        seen = {int(q): c for q, c in (r.get("queues") or {}).items() if int(q) != 255}
+        if seen:
+            row["queue"] = max(seen, key=lambda q: (seen[q], -q))
         rows.append(row)
     # per-epoch loss is a ratio of a few packets; also give a moving average over 10 epochs
     window: list[float] = []

@@ -91,6 +91,11 @@ def test_range_loss_error_grows_with_loss_like_sqrt():
     assert runner.range_loss_error(vec, 340, 1.0, 1)["rel_l2_error"] == pytest.approx(1.0)
 
 
+def test_timeline_rows_take_the_queue_echoed_on_acks():
+    tl = [{"time": 0.1, "tlr": 0.5, "rate_bps": 1e7, "loss": 0.0, "queues": {"255": 9, "3": 5, "4": 2}}]
+    assert runner._timeline_rows(tl, [], 9, 0.0)[0]["queue"] == 3
+
+
 def test_timeline_rows_normalise_and_fill_queue_from_controller():
     tl = [{"time": 0.0, "tlr": 0.5, "rate_bps": 2e7, "loss": 0.1},
           {"time": 1.0, "tlr": 0.4, "rate_bps": 1e7, "loss": 0.6}]
