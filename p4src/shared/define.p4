@@ -23,25 +23,25 @@
 #define ATP_REPORT_PORT 7601
 #endif
 
-const bit<16> ATP_PORT = ATP_UDP_PORT;
-const bit<16> ATP_REPORT_DST_PORT = ATP_REPORT_PORT;
+@noWarn("unused") const bit<16> ATP_PORT = ATP_UDP_PORT;
+@noWarn("unused") const bit<16> ATP_REPORT_DST_PORT = ATP_REPORT_PORT;
 
-const bit<4> ATP_VERSION = 1;
-const bit<4> ATP_TYPE_DATA = 1;
-const bit<4> ATP_TYPE_ACK = 2;
-const bit<4> ATP_TYPE_REPORT = 3;
-const bit<4> ATP_TYPE_DONE = 4;
+@noWarn("unused") const bit<4> ATP_VERSION = 1;
+@noWarn("unused") const bit<4> ATP_TYPE_DATA = 1;
+@noWarn("unused") const bit<4> ATP_TYPE_ACK = 2;
+@noWarn("unused") const bit<4> ATP_TYPE_REPORT = 3;
+@noWarn("unused") const bit<4> ATP_TYPE_DONE = 4;
 
-const bit<8> ATP_FLAG_APPROX = 0x01;
-const bit<8> ATP_FLAG_RETX = 0x02;
-const bit<8> ATP_FLAG_ECE = 0x04;
-const bit<8> ATP_FLAG_TAGGED = 0x08;
-const bit<8> ATP_FLAG_CE = 0x10;
-const bit<8> ATP_FLAGS_RESERVED = 0xE0;  // bits 5..7 must be zero
+@noWarn("unused") const bit<8> ATP_FLAG_APPROX = 0x01;
+@noWarn("unused") const bit<8> ATP_FLAG_RETX = 0x02;
+@noWarn("unused") const bit<8> ATP_FLAG_ECE = 0x04;
+@noWarn("unused") const bit<8> ATP_FLAG_TAGGED = 0x08;
+@noWarn("unused") const bit<8> ATP_FLAG_CE = 0x10;
+@noWarn("unused") const bit<8> ATP_FLAGS_RESERVED = 0xE0;  // bits 5..7 must be zero
 
-const bit<16> ATP_TLR_ONE = 0x8000;  // Q1.15: 1.0; larger values are malformed
-const bit<16> ATP_HEADER_BYTES = 32;
-const bit<16> UDP_HEADER_BYTES = 8;
+@noWarn("unused") const bit<16> ATP_TLR_ONE = 0x8000;  // Q1.15: 1.0; larger values are malformed
+@noWarn("unused") const bit<16> ATP_HEADER_BYTES = 32;
+@noWarn("unused") const bit<16> UDP_HEADER_BYTES = 8;
 
 // ---- Logical queues ----------------------------------------------------------------------------
 // 8 logical queues per port; 0 is the highest priority and is reserved for non-approximate traffic;
@@ -49,40 +49,40 @@ const bit<16> UDP_HEADER_BYTES = 8;
 // (v1model: standard_metadata.priority; TNA: ig_intr_md_for_tm.qid); see docs/dataplane.md.
 #define QUEUE_ID_BITS 3
 typedef bit<QUEUE_ID_BITS> logical_queue_t;
-const logical_queue_t NUM_QUEUES_MINUS_ONE = (1 << QUEUE_ID_BITS) - 1;
-const logical_queue_t QUEUE_NON_APPROX = 0;
-const logical_queue_t QUEUE_LOWEST = NUM_QUEUES_MINUS_ONE;
+@noWarn("unused") const logical_queue_t NUM_QUEUES_MINUS_ONE = (1 << QUEUE_ID_BITS) - 1;
+@noWarn("unused") const logical_queue_t QUEUE_NON_APPROX = 0;
+@noWarn("unused") const logical_queue_t QUEUE_LOWEST = NUM_QUEUES_MINUS_ONE;
 
 // ECN threshold: queue depth at enqueue (BMv2: packets; Tofino: 80-byte cells). Both targets report
 // enq_qdepth as bit<19>.
 typedef bit<19> queue_depth_t;
 
 // Index of enqueued_packets / transmitted_packets: port * 8 + qid, i.e. port ++ qid.
-typedef bit<12> port_queue_index_t;
+@noWarn("unused") typedef bit<12> port_queue_index_t;
 
 // ---- Drop reasons: the index of NetApproxIngress.malformed_packets ------------------------------
 // The names follow hostlib.wire.MalformedPacket.reason where there is one. Order of the checks (the
 // first that fails is counted): truncated, bad_version, bad_type, bad_flags, bad_tlr, bad_index.
 typedef bit<3> drop_reason_t;
-const drop_reason_t MALFORMED_TRUNCATED = 0;      // UDP on an ATP port too short for the 32-byte header,
+@noWarn("unused") const drop_reason_t MALFORMED_TRUNCATED = 0;      // UDP on an ATP port too short for the 32-byte header,
                                                   // or UDP length < 32 + ATP length
-const drop_reason_t MALFORMED_BAD_VERSION = 1;    // version != 1
-const drop_reason_t MALFORMED_BAD_TYPE = 2;       // type 0 or 5..15
-const drop_reason_t MALFORMED_BAD_FLAGS = 3;      // flag bits 5..7 set
-const drop_reason_t MALFORMED_BAD_TLR = 4;        // tlr > 0x8000
-const drop_reason_t MALFORMED_BAD_INDEX = 5;      // pkt_cnt == 0 or pkt_idx >= pkt_cnt
-const drop_reason_t DROPPED_TTL_EXPIRED = 6;      // routed IPv4 packet with TTL <= 1
-const drop_reason_t DROPPED_IPV4_CHECKSUM = 7;    // IPv4 header checksum wrong
+@noWarn("unused") const drop_reason_t MALFORMED_BAD_VERSION = 1;    // version != 1
+@noWarn("unused") const drop_reason_t MALFORMED_BAD_TYPE = 2;       // type 0 or 5..15
+@noWarn("unused") const drop_reason_t MALFORMED_BAD_FLAGS = 3;      // flag bits 5..7 set
+@noWarn("unused") const drop_reason_t MALFORMED_BAD_TLR = 4;        // tlr > 0x8000
+@noWarn("unused") const drop_reason_t MALFORMED_BAD_INDEX = 5;      // pkt_cnt == 0 or pkt_idx >= pkt_cnt
+@noWarn("unused") const drop_reason_t DROPPED_TTL_EXPIRED = 6;      // routed IPv4 packet with TTL <= 1
+@noWarn("unused") const drop_reason_t DROPPED_IPV4_CHECKSUM = 7;    // IPv4 header checksum wrong
 
 // ---- L2/L3 ------------------------------------------------------------------------------------
-const bit<16> ETHERTYPE_IPV4 = 0x0800;
-const bit<8> IP_PROTO_TCP = 6;
-const bit<8> IP_PROTO_UDP = 17;
+@noWarn("unused") const bit<16> ETHERTYPE_IPV4 = 0x0800;
+@noWarn("unused") const bit<8> IP_PROTO_TCP = 6;
+@noWarn("unused") const bit<8> IP_PROTO_UDP = 17;
 // IPv4 ECN codepoints (low 2 bits of the old TOS byte).
-const bit<2> ECN_NOT_ECT = 0;
-const bit<2> ECN_ECT1 = 1;
-const bit<2> ECN_ECT0 = 2;
-const bit<2> ECN_CE = 3;
+@noWarn("unused") const bit<2> ECN_NOT_ECT = 0;
+@noWarn("unused") const bit<2> ECN_ECT1 = 1;
+@noWarn("unused") const bit<2> ECN_ECT0 = 2;
+@noWarn("unused") const bit<2> ECN_CE = 3;
 
 typedef bit<48> mac_addr_t;
 typedef bit<32> ipv4_addr_t;

@@ -28,10 +28,6 @@ control NetApproxIngress(inout parsed_headers_t hdr,
     Forwarding() forwarding;
     Classification() classification;
 
-    action drop_packet() {
-        ig_dprsr_md.drop_ctl = 1;
-    }
-
     apply {
         ig_md.bridged.setValid();
         ig_md.bridged._pad0 = 0;
@@ -56,13 +52,13 @@ control NetApproxIngress(inout parsed_headers_t hdr,
             }
             if (malformed) {
                 malformed_packets.count(reason);
-                drop_packet();
+                ig_dprsr_md.drop_ctl = 1;
             } else if (hdr.atp.isValid() && hdr.atp.type == ATP_TYPE_REPORT) {
                 ig_tm_md.ucast_egress_port = CPU_PORT;
                 ig_tm_md.qid = TNA_QID_OF(QUEUE_NON_APPROX);
             } else if (!hdr.ipv4.isValid() || ig_prsr_md.parser_err != 0) {
                 // Not IPv4, or a parser error outside the ATP header (e.g. a short TCP header).
-                drop_packet();
+                ig_dprsr_md.drop_ctl = 1;
             } else {
                 ig_md.ip_proto = hdr.ipv4.protocol;
                 if (hdr.udp.isValid()) {
@@ -75,7 +71,7 @@ control NetApproxIngress(inout parsed_headers_t hdr,
                     if (ig_md.ttl_expired) {
                         malformed_packets.count(DROPPED_TTL_EXPIRED);
                     }
-                    drop_packet();
+                    ig_dprsr_md.drop_ctl = 1;
                 } else {
                     classification.apply(hdr, ig_md);
                     enqueued_packets.count(ig_tm_md.ucast_egress_port ++ ig_md.bridged.qid);

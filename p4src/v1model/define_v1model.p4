@@ -10,8 +10,6 @@
 
 // simple_switch_grpc must be started with --cpu-port 255 (the P4Runtime packet-in/out port).
 const PortId_t CPU_PORT = 255;
-// BMv2 drops packets sent to this port (mark_to_drop sets egress_spec to it).
-const PortId_t DROP_PORT = 511;
 
 #include "../shared/define.p4"
 #include "../shared/header.p4"

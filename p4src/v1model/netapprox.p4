@@ -19,9 +19,9 @@ control NetApproxIngress(inout parsed_headers_t hdr,
                          inout standard_metadata_t standard_md) {
     // Packets and bytes per (egress port, logical queue) handed to the traffic manager, index
     // port * 8 + qid. Minus transmitted_packets: the tail drops of that queue.
-    counter(PORT_QUEUE_COUNTER_SIZE, CounterType.packets_and_bytes) enqueued_packets;
+    counter<port_queue_index_t>(PORT_QUEUE_COUNTER_SIZE, CounterType.packets_and_bytes) enqueued_packets;
     // Packets dropped per reason (MALFORMED_* / DROPPED_* in shared/define.p4).
-    counter(MALFORMED_COUNTER_SIZE, CounterType.packets) malformed_packets;
+    counter<drop_reason_t>(MALFORMED_COUNTER_SIZE, CounterType.packets) malformed_packets;
 
     AtpValidation() validation;
     Forwarding() forwarding;
@@ -45,7 +45,7 @@ control NetApproxIngress(inout parsed_headers_t hdr,
                 reason = DROPPED_IPV4_CHECKSUM;
             }
             if (malformed) {
-                malformed_packets.count((bit<32>)reason);
+                malformed_packets.count(reason);
                 mark_to_drop(standard_md);
             } else if (hdr.atp.isValid() && hdr.atp.type == ATP_TYPE_REPORT) {
                 // Sender report: to the controller as packet-in, never forwarded.
@@ -66,12 +66,12 @@ control NetApproxIngress(inout parsed_headers_t hdr,
                 forwarding.apply(hdr, local_md, standard_md);
                 if (local_md.drop) {
                     if (local_md.ttl_expired) {
-                        malformed_packets.count((bit<32>)DROPPED_TTL_EXPIRED);
+                        malformed_packets.count(DROPPED_TTL_EXPIRED);
                     }
                     mark_to_drop(standard_md);
                 } else {
                     classification.apply(hdr, local_md);
-                    enqueued_packets.count((bit<32>)(standard_md.egress_spec ++ local_md.qid));
+                    enqueued_packets.count(standard_md.egress_spec ++ local_md.qid);
                     standard_md.priority = BMV2_PRIORITY_OF(local_md.qid);
                 }
             }
@@ -83,7 +83,7 @@ control NetApproxEgress(inout parsed_headers_t hdr,
                         inout local_metadata_t local_md,
                         inout standard_metadata_t standard_md) {
     // Packets and bytes per (egress port, logical queue) that left the queue, index port * 8 + qid.
-    counter(PORT_QUEUE_COUNTER_SIZE, CounterType.packets_and_bytes) transmitted_packets;
+    counter<port_queue_index_t>(PORT_QUEUE_COUNTER_SIZE, CounterType.packets_and_bytes) transmitted_packets;
 
     Ecn() ecn;
 
@@ -93,7 +93,7 @@ control NetApproxEgress(inout parsed_headers_t hdr,
             hdr.packet_in.ingress_port = local_md.ingress_port;
             hdr.packet_in._pad = 0;
         } else if (!local_md.from_cpu) {
-            transmitted_packets.count((bit<32>)(standard_md.egress_port ++ local_md.qid));
+            transmitted_packets.count(standard_md.egress_port ++ local_md.qid);
             ecn.apply(hdr, local_md.qid, standard_md.enq_qdepth);
             if (hdr.atp.isValid() && hdr.atp.type == ATP_TYPE_DATA) {
                 // Stamp the chosen logical queue. The UDP checksum would now be wrong; zero means

@@ -150,6 +150,15 @@ class P4RuntimeTest(BaseTest):
         except KeyError:
             raise KeyError(f"no {kind[:-1]} named {name!r} in {self.p4info_path}") from None
 
+    def table_action(self, table: str) -> str:
+        """Full name of the one action of ``table`` that entries may use (not @defaultonly)."""
+        t = self.p4obj("tables", table)
+        names = {a.preamble.id: a.preamble.name for a in self.p4info.actions}
+        usable = [names[r.id] for r in t.action_refs if r.scope != p4info_pb2.ActionRef.DEFAULT_ONLY]
+        if len(usable) != 1:
+            raise KeyError(f"table {table} has actions {usable}, expected exactly one")
+        return usable[0]
+
     def p4id(self, kind: str, name: str) -> int:
         return self.p4obj(kind, name).preamble.id
 
@@ -260,8 +269,16 @@ class P4RuntimeTest(BaseTest):
             if name not in fields:
                 raise KeyError(f"table {table} has no key {name!r}; keys: {sorted(fields)}")
             mf = fields[name]
-            fm = entry.match.add(field_id=mf.id)
             kind = mf.match_type
+            # P4Runtime: a don't-care ternary/range/lpm field is omitted, never sent as mask 0 /
+            # [0, max] / prefix 0 (the server rejects those with INVALID_ARGUMENT).
+            if kind == p4info_pb2.MatchField.TERNARY and value[1] == 0:
+                continue
+            if kind == p4info_pb2.MatchField.RANGE and tuple(value) == (0, (1 << mf.bitwidth) - 1):
+                continue
+            if kind == p4info_pb2.MatchField.LPM and value[1] == 0:
+                continue
+            fm = entry.match.add(field_id=mf.id)
             if kind == p4info_pb2.MatchField.EXACT:
                 fm.exact.value = encode_int(value, mf.bitwidth)
             elif kind == p4info_pb2.MatchField.LPM:

@@ -58,8 +58,10 @@ class QosHelper(P4RuntimeTest):
             "classification.set_queue", {"qid": qid}, priority=rank))
 
     def add_queue_by_job(self, job_id: int, qid: int):
+        # v1model: set_queue; TNA: set_job_queue (docs/dataplane.md). Take it from the table.
+        action = self.table_action("classification.queue_by_job")
         return self.insert(self.table_entry(
-            "classification.queue_by_job", {"job_id": job_id}, "classification.set_queue", {"qid": qid}))
+            "classification.queue_by_job", {"job_id": job_id}, action, {"qid": qid}))
 
     def add_queue_by_tag(self, rank: int, priority: tuple[int, int], deadline_us: tuple[int, int], qid: int):
         return self.insert(self.table_entry(

@@ -2,10 +2,13 @@
 // and defaults as p4src/v1model/include/control/classification.p4; the result goes to
 // ig_md.bridged.qid.
 //
-// TNA difference: a DirectCounter counts only in actions that call count(), and an action calling it
-// may only be used by the table that owns the counter. queue_by_job therefore uses its own action,
-// declared with @name("set_queue") so that P4Info still shows one action
-// NetApproxIngress.classification.set_queue(qid) for all four tables, as on v1model.
+// TNA difference (the one P4Info difference between the two programs): a DirectCounter counts only in
+// actions that call count(), and bf-p4c rejects such an action in a table that does not own the counter
+// ("Direct Extern ... is used in action ... but not specified as a 'counters' property"). queue_by_job
+// therefore has its own action, NetApproxIngress.classification.set_job_queue(qid), same parameter and
+// effect. It cannot also be named set_queue: p4c rejects two actions with one control-plane name when
+// it generates P4Info ("conflicting control plane name", DuplicateActionControlPlaneNameCheck).
+// Controllers should take the action of a table from its P4Info action_refs (docs/dataplane.md).
 #ifndef NETAPPROX_TNA_CLASSIFICATION_P4
 #define NETAPPROX_TNA_CLASSIFICATION_P4
 
@@ -16,8 +19,7 @@ control Classification(in parsed_headers_t hdr, inout ingress_metadata_t ig_md) 
         ig_md.bridged.qid = qid;
     }
 
-    @name("set_queue")
-    action set_queue_counted(logical_queue_t qid) {
+    action set_job_queue(logical_queue_t qid) {
         ig_md.bridged.qid = qid;
         job_packets.count();
     }
@@ -40,7 +42,7 @@ control Classification(in parsed_headers_t hdr, inout ingress_metadata_t ig_md) 
             hdr.atp.job_id : exact @name("job_id");
         }
         actions = {
-            set_queue_counted;
+            set_job_queue;
             @defaultonly NoAction;
         }
         const default_action = NoAction();
