@@ -62,8 +62,12 @@ class StrictPriorityOrderTest(QosHelper):
         got_hl = self._burst(HIGH_PORT, LOW_PORT)
         high_overtook = self.overtakes(got_lh, HIGH_PORT)
         low_overtook = self.overtakes(got_hl, LOW_PORT)
-        verdict = ("logical queue 0 (BMv2 priority 7) served first" if high_overtook
-                   else "inconclusive: no backlog built up, packets left in arrival order")
+        if low_overtook:
+            verdict = "logical queue 7 served before logical queue 0: the priority mapping is reversed"
+        elif high_overtook:
+            verdict = "logical queue 0 (BMv2 priority 7) served first"
+        else:
+            verdict = "inconclusive: no backlog built up, packets left in arrival order"
         print(f"\nStrictPriorityOrderTest: low-then-high burst: {high_overtook} queue-7 packets left after the "
               f"first queue-0 packet ({len(got_lh)}/{2 * BURST} arrived); high-then-low burst: {low_overtook} "
               f"queue-0 packets left after the first queue-7 packet ({len(got_hl)}/{2 * BURST} arrived): "

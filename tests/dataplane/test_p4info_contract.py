@@ -97,3 +97,24 @@ def test_counters(p4info):
 def test_packet_io_metadata(p4info):
     meta = {c.preamble.name: [(m.name, m.bitwidth) for m in c.metadata] for c in p4info.controller_packet_metadata}
     assert meta == PACKET_METADATA
+
+
+def _udp_transitions(bmv2_json: pathlib.Path) -> list[tuple[str, str]]:
+    import json
+
+    program = json.loads(bmv2_json.read_text())
+    (state,) = [s for p in program["parsers"] for s in p["parse_states"] if s["name"] == "parse_udp"]
+    return [(t["value"], t["next_state"]) for t in state["transitions"] if t["value"] not in (None, "default")]
+
+
+def test_atp_port_is_a_compile_time_option(p4info, tmp_path):
+    """Default 7600 (0x1db0); -DATP_UDP_PORT=7700 (0x1e14) moves both the DATA and the ACK match."""
+    default = _udp_transitions(REPO / "build" / "v1model" / "bmv2.json")
+    assert ("0x1db00000", "parse_atp") in default and ("0x00001db0", "parse_atp") in default, default
+    out = tmp_path / "bmv2.json"
+    subprocess.run(["p4c-bm2-ss", "--arch", "v1model", "--std", "p4-16", "-DATP_UDP_PORT=7700", "-I",
+                    str(REPO / "p4src"), "-o", str(out), str(REPO / "p4src" / "v1model" / "netapprox.p4")],
+                   check=True, capture_output=True)
+    moved = _udp_transitions(out)
+    assert ("0x1e140000", "parse_atp") in moved and ("0x00001e14", "parse_atp") in moved, moved
+    assert not any(v.startswith("0x1db0") or v.endswith("1db0") for v, _ in moved), moved
