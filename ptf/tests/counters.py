@@ -28,9 +28,11 @@ class QueueCountersTest(QosHelper):
         tx1 = self.read_counter("transmitted_packets", index)
         self.assertEqual(enq1[0] - enq0[0], 5)
         self.assertEqual(tx1[0] - tx0[0], 5)
-        # BMv2 counts the frame as the pipeline sees it, without the Ethernet FCS.
-        self.assertEqual(enq1[1] - enq0[1], 5 * len(pkt))
-        self.assertEqual(tx1[1] - tx0[1], 5 * len(pkt))
+        if self.is_v1model():
+            # BMv2 counts the frame as its pipeline sees it (no FCS). Tofino adds its own per-packet
+            # overheads (FCS, bridged metadata in egress), so bytes are only checked here.
+            self.assertEqual(enq1[1] - enq0[1], 5 * len(pkt))
+            self.assertEqual(tx1[1] - tx0[1], 5 * len(pkt))
 
 
 class TailDropVisibleInCountersTest(QosHelper):

@@ -100,6 +100,8 @@ class QosHelper(P4RuntimeTest):
 
     # --- BMv2 queues (Thrift) ----------------------------------------------------------------------
     def _thrift(self) -> SimpleSwitchThrift:
+        if not self.is_v1model():
+            self.skipTest("queues are shaped through BMv2's Thrift API; Tofino's TM is configured over BfRt")
         if self.thrift_port is None:
             self.skipTest("needs BMv2's Thrift port (test parameter thrift_port) to shape queues")
         return SimpleSwitchThrift(self.thrift_port)
