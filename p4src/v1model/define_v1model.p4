@@ -16,7 +16,8 @@ const PortId_t CPU_PORT = 255;
 
 // Logical queue -> BMv2 priority queue. simple_switch_grpc runs with --priority-queues 8 and enqueues
 // on standard_metadata.priority; its QueueingLogicPriRL serves priority 7 first and priority 0 last
-// (checked on BMv2 1.15, see docs/dataplane.md), so logical queue q (0 = highest) is priority 7 - q.
+// (measured on BMv2 1.15.5 by ptf/tests/queueing.py, docs/dataplane.md), so logical queue q
+// (0 = highest) is priority 7 - q.
 #define BMV2_PRIORITY_OF(q) ((bit<3>)(NUM_QUEUES_MINUS_ONE - (q)))
 
 // Per-packet state shared by ingress and egress (BMv2 carries user metadata from ingress to egress).
