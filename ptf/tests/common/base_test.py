@@ -107,6 +107,7 @@ class P4RuntimeTest(BaseTest):
         self._stream_thread.start()
         self._arbitrate()
         self._push_pipeline_if_needed()
+        self._assert_no_table_entries()
 
     def tearDown(self) -> None:
         try:
@@ -223,6 +224,22 @@ class P4RuntimeTest(BaseTest):
         set_req.config.p4_device_config = device_config
         set_req.config.cookie.cookie = cookie
         self.stub.SetForwardingPipelineConfig(set_req)
+
+    def _assert_no_table_entries(self) -> None:
+        """Every test starts from empty tables: a leftover means an earlier test did not clean up."""
+        entity = p4runtime_pb2.Entity()
+        entity.table_entry.table_id = 0  # wildcard: all tables
+        left = self._read(entity)
+        if left:
+            names = sorted({self.p4info_name(e.table_entry.table_id) for e in left})
+            self.fail(f"{len(left)} table entries left over by an earlier test, in {names}")
+
+    def p4info_name(self, p4id: int) -> str:
+        for kind in ("tables", "actions", "counters", "direct_counters"):
+            for obj in getattr(self.p4info, kind):
+                if obj.preamble.id == p4id:
+                    return obj.preamble.name
+        return f"id {p4id}"
 
     # --- writes ------------------------------------------------------------------------------------
     def _update(self, kind, entity: p4runtime_pb2.Entity) -> p4runtime_pb2.Update:
