@@ -8,14 +8,16 @@
 
 control AtpValidation(in parsed_headers_t hdr, out bool malformed, out drop_reason_t reason) {
     bit<17> idx_minus_cnt;      // bit 16 set <=> pkt_idx < pkt_cnt
-    bit<18> len_minus_need;     // bit 17 set <=> udp.length < 8 + 32 + atp.length
+    bit<18> need;               // 8 + 32 + atp.length
+    bit<18> len_minus_need;     // bit 17 set <=> udp.length < need
 
     apply {
         malformed = false;
         reason = MALFORMED_TRUNCATED;
         idx_minus_cnt = (bit<17>)hdr.atp.pkt_idx - (bit<17>)hdr.atp.pkt_cnt;
-        len_minus_need = (bit<18>)hdr.udp.length
-                         - ((bit<18>)hdr.atp.length + (bit<18>)(UDP_HEADER_BYTES + ATP_HEADER_BYTES));
+        // One operation per assignment: a Tofino ALU instruction has two operands.
+        need = (bit<18>)hdr.atp.length + (bit<18>)(UDP_HEADER_BYTES + ATP_HEADER_BYTES);
+        len_minus_need = (bit<18>)hdr.udp.length - need;
         if (hdr.atp.isValid()) {
             if (hdr.atp.version != ATP_VERSION) {
                 malformed = true;
