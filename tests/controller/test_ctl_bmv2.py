@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 SCENARIO = Path(__file__).with_name("bmv2_scenario.py")
 GRPC_PORT, THRIFT_PORT = 9559, 9090
 
-pytestmark = [requires_p4, requires_root, pytest.mark.p4, pytest.mark.root]
+pytestmark = [requires_p4, pytest.mark.p4]
 
 
 def sh(*cmd: str, netns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
@@ -91,6 +91,32 @@ def bmv2(tmp_path):
         sh("ip", "netns", "del", ns, check=False)
 
 
+def _contract(p4info_path: Path) -> dict:
+    from controller.p4info import P4Info
+
+    m = P4Info.load(p4info_path).message
+    out: dict = {}
+    for t in m.tables:
+        out[t.preamble.name] = sorted((f.name, f.bitwidth, f.match_type) for f in t.match_fields), \
+            len(t.direct_resource_ids), t.size
+    for a in m.actions:
+        out[a.preamble.name] = sorted((p.name, p.bitwidth) for p in a.params)
+    for c in list(m.counters) + list(m.direct_counters):
+        out[c.preamble.name] = c.spec.unit
+    for c in m.controller_packet_metadata:
+        out[c.preamble.name] = [(x.id, x.name, x.bitwidth) for x in c.metadata]
+    return out
+
+
+def test_hand_written_p4info_fixture_matches_the_compiled_program(compiled):
+    """The fake-server tests use fixtures/p4info.txtpb; it must keep matching what p4c makes of p4src/."""
+    from ctl_fixtures import P4INFO
+
+    assert _contract(P4INFO) == _contract(compiled / "p4info.txtpb")
+
+
+@requires_root
+@pytest.mark.root
 def test_queue_byte_follows_reported_tlr_within_one_epoch(compiled, bmv2):
     ns, log = bmv2
     epoch_ms = 50.0
