@@ -301,7 +301,8 @@ class Controller:
             m.add("netapprox_switch_reconnects_total", "counter", "Successful reconnections after a loss.",
                   sw.reconnects, switch=name)
             for op, n in (("insert", sw.inserted), ("modify", sw.modified), ("delete", sw.deleted)):
-                m.add("netapprox_table_updates_total", "counter", "Table updates written.", n, switch=name, op=op)
+                m.add("netapprox_table_updates_total", "counter",
+                  "Table updates written by epochs (re-installs after a reconnect not included).", n, switch=name, op=op)
             m.add("netapprox_write_errors_total", "counter", "Failed table updates.", sw.write_errors, switch=name)
             c = sw.counters
             if c is None:
