@@ -302,7 +302,8 @@ class Controller:
                   sw.reconnects, switch=name)
             for op, n in (("insert", sw.inserted), ("modify", sw.modified), ("delete", sw.deleted)):
                 m.add("netapprox_table_updates_total", "counter",
-                  "Table updates written by epochs (re-installs after a reconnect not included).", n, switch=name, op=op)
+                      "Table updates written by epochs (re-installs after a reconnect not included).", n,
+                      switch=name, op=op)
             m.add("netapprox_write_errors_total", "counter", "Failed table updates.", sw.write_errors, switch=name)
             c = sw.counters
             if c is None:
