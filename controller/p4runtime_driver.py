@@ -287,7 +287,7 @@ class Forwarding:
 
 class Classification:
     """Mirrors ``NetApproxIngress.classification``: queue_by_class, queue_by_job, queue_by_tag, queue_by_tlr,
-    all with action ``set_queue(qid)``."""
+    each with its ``qid`` action (``set_queue``; ``set_job_queue`` for queue_by_job on TNA)."""
 
     def __init__(self, p4info: P4Info) -> None:
         self.queue_by_class = TableMirror(p4info, QUEUE_BY_CLASS)
@@ -296,7 +296,11 @@ class Classification:
         self.queue_by_tlr = TableMirror(p4info, QUEUE_BY_TLR)
         self._set_queue = p4info.action(SET_QUEUE)
         self._set_queue.param("qid")
-        self._set_queue_actions: dict[int, p4runtime_pb2.TableAction] = {}
+        # Each table's own qid action from its action_refs: set_queue everywhere on BMv2; on TNA queue_by_job
+        # has set_job_queue(qid) (a direct counter counts only in its table's actions; docs/dataplane.md).
+        self._queue_action = {t.name: p4info.table_action(t.info, frozenset({"qid"}), prefer="set_queue")
+                              for t in (self.queue_by_class, self.queue_by_job, self.queue_by_tag, self.queue_by_tlr)}
+        self._set_queue_actions: dict[tuple[str, int], p4runtime_pb2.TableAction] = {}
         c, j, t, r = (self.queue_by_class.info, self.queue_by_job.info, self.queue_by_tag.info, self.queue_by_tlr.info)
         self._ip_proto, self._l4_dport = c.field("ip_proto"), c.field("l4_dport")
         self._job_id = j.field("job_id")
@@ -307,10 +311,11 @@ class Classification:
     def tables(self) -> tuple[TableMirror, ...]:
         return (self.queue_by_class, self.queue_by_job, self.queue_by_tag, self.queue_by_tlr)
 
-    def set_queue(self, qid: int) -> p4runtime_pb2.TableAction:
-        action = self._set_queue_actions.get(qid)
+    def set_queue(self, qid: int, table: str = QUEUE_BY_TLR) -> p4runtime_pb2.TableAction:
+        """The TableAction setting ``qid`` with ``table``'s queue action."""
+        action = self._set_queue_actions.get((table, qid))
         if action is None:
-            action = self._set_queue_actions[qid] = _action(self._set_queue, qid=qid)
+            action = self._set_queue_actions[table, qid] = _action(self._queue_action[table], qid=qid)
         return action
 
     def desired(self, state: SwitchState) -> dict[TableMirror, tuple[dict, Callable]]:
@@ -329,18 +334,18 @@ class Classification:
     def _class_entry(self, r: ClassRule) -> p4runtime_pb2.TableEntry:
         return self.queue_by_class.entry([_ternary(self._ip_proto, r.ip_proto, r.ip_proto_mask),
                                           _ternary(self._l4_dport, r.l4_dport, r.l4_dport_mask)],
-                                         self.set_queue(r.qid), priority=r.rank)
+                                         self.set_queue(r.qid, QUEUE_BY_CLASS), priority=r.rank)
 
     def _job_entry(self, r: JobRule) -> p4runtime_pb2.TableEntry:
-        return self.queue_by_job.entry([_exact(self._job_id, r.job_id)], self.set_queue(r.qid))
+        return self.queue_by_job.entry([_exact(self._job_id, r.job_id)], self.set_queue(r.qid, QUEUE_BY_JOB))
 
     def _tag_entry(self, r: TagRule) -> p4runtime_pb2.TableEntry:
         return self.queue_by_tag.entry([_range(self._priority, r.priority_lo, r.priority_hi),
                                         _range(self._deadline, r.deadline_lo_us, r.deadline_hi_us)],
-                                       self.set_queue(r.qid), priority=r.rank)
+                                       self.set_queue(r.qid, QUEUE_BY_TAG), priority=r.rank)
 
     def _tlr_entry(self, r: TlrRule) -> p4runtime_pb2.TableEntry:
-        return self.queue_by_tlr.entry([_range(self._tlr, r.tlr_lo, r.tlr_hi)], self.set_queue(r.qid),
+        return self.queue_by_tlr.entry([_range(self._tlr, r.tlr_lo, r.tlr_hi)], self.set_queue(r.qid, QUEUE_BY_TLR),
                                        priority=TLR_RULE_PRIORITY)
 
 

@@ -577,3 +577,19 @@ def test_p4info_names_resolve_through_a_pipe_prefix(tmp_path):
     assert p4info.table("NetApproxIngress.classification.queue_by_job").id == 33554435
     assert p4info.counter_id("NetApproxEgress.transmitted_packets") == 301989890
     P4RuntimeDriver("s1", P4RuntimeOptions(), p4info=p4info)  # every contract name resolves
+
+
+def test_tna_queue_by_job_uses_its_own_action_from_action_refs(tmp_path):
+    """On TNA queue_by_job's action is set_job_queue(qid) (docs/dataplane.md); the other tables keep set_queue."""
+    info = text_format.Parse(P4INFO.read_text(), p4info_pb2.P4Info())
+    job_action = info.actions.add()
+    job_action.preamble.id, job_action.preamble.name = 16777230, "NetApproxIngress.classification.set_job_queue"
+    job_action.params.add(id=1, name="qid", bitwidth=3)
+    for t in info.tables:
+        if t.preamble.name.endswith("queue_by_job"):
+            t.action_refs[0].id = 16777230
+    driver = P4RuntimeDriver("tor1", P4RuntimeOptions(target="tofino"), p4info=P4Info(info))
+    state = SwitchState(job_rules=frozenset({JobRule(5, 2)}), tlr_rules=frozenset({TlrRule(0, 4095, 1)}))
+    actions = {c.table.name.rsplit(".", 1)[-1]: c.entry.action.action.action_id
+               for c in driver.pending_changes(state)}
+    assert actions == {"queue_by_job": 16777230, "queue_by_tlr": 16777219}
