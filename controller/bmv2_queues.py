@@ -114,7 +114,8 @@ class SimpleSwitchThrift:
         call = f"BMv2 Thrift {method}({', '.join(str(v) for _, v in args)})"
         if mtype == _EXCEPTION:
             detail = body.get(1, body)
-            raise QueueConfigError(f"{call}: {detail.decode(errors='replace') if isinstance(detail, bytes) else detail}")
+            text = detail.decode(errors="replace") if isinstance(detail, bytes) else detail
+            raise QueueConfigError(f"{call}: {text}")
         if 1 in body:
             raise QueueConfigError(f"{call}: InvalidQueueOperation {body[1]} (is the port added to the switch?)")
 

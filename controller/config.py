@@ -173,8 +173,10 @@ def _class_rule(t: Mapping[str, Any], where: str) -> ClassRule:
     try:
         proto, dport = t.get("ip_proto"), t.get("l4_dport")
         return ClassRule(rank=int(t.get("rank", 1)),
-                         ip_proto=int(proto or 0), ip_proto_mask=int(t.get("ip_proto_mask", 0xFF if proto is not None else 0)),
-                         l4_dport=int(dport or 0), l4_dport_mask=int(t.get("l4_dport_mask", 0xFFFF if dport is not None else 0)),
+                         ip_proto=int(proto or 0),
+                         ip_proto_mask=int(t.get("ip_proto_mask", 0xFF if proto is not None else 0)),
+                         l4_dport=int(dport or 0),
+                         l4_dport_mask=int(t.get("l4_dport_mask", 0xFFFF if dport is not None else 0)),
                          qid=int(t["queue"]))
     except KeyError as e:
         raise ConfigError(f"{where}: missing key {e.args[0]!r}") from None
@@ -208,7 +210,8 @@ def _cadentflow(t: Mapping[str, Any], where: str) -> CadentFlow:
                       jobs=tuple(int(j) for j in t.get("jobs", ())))
 
 
-def config_from_dict(data: Mapping[str, Any], *, source: str = "<config>", base_dir: Path | None = None) -> ControllerConfig:
+def config_from_dict(data: Mapping[str, Any], *, source: str = "<config>",
+                     base_dir: Path | None = None) -> ControllerConfig:
     """Build a ``ControllerConfig`` from parsed TOML. Relative paths in switch options named ``*_path``,
     ``p4info``, ``bmv2_json``, ``tofino_*`` are resolved against ``base_dir``."""
     top = _take(data, ("controller", "policy", "reports", "switch", "cadentflow"), source)
@@ -222,7 +225,8 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<config>", base_
                                         "install_tlr_rules"), f"{source} [policy]")
     if "thresholds" in pol:
         pol["thresholds"] = tuple(float(x) for x in pol["thresholds"])
-    cadentflows = tuple(_cadentflow(t, f"{source} [[cadentflow]][{i}]") for i, t in enumerate(top.get("cadentflow", ())))
+    cadentflows = tuple(_cadentflow(t, f"{source} [[cadentflow]][{i}]")
+                        for i, t in enumerate(top.get("cadentflow", ())))
     policy = PolicyConfig(**pol, cadentflows=cadentflows)
 
     rep = _take(top.get("reports", {}), ("bind", "port", "key", "key_file", "rate_per_host", "burst"),

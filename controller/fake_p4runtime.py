@@ -126,7 +126,8 @@ class FakeP4RuntimeServer:
     def send_packet_in(self, payload: bytes, ingress_port: int = 1) -> None:
         """Send a packet-in to every connected stream (metadata id 1: ingress_port)."""
         msg = p4runtime_pb2.StreamMessageResponse(packet=p4runtime_pb2.PacketIn(
-            payload=payload, metadata=[p4runtime_pb2.PacketMetadata(metadata_id=1, value=ingress_port.to_bytes(2, "big"))]))
+            payload=payload,
+            metadata=[p4runtime_pb2.PacketMetadata(metadata_id=1, value=ingress_port.to_bytes(2, "big"))]))
         with self.lock:
             for out, _ in self._streams:
                 out.put(msg)

@@ -101,7 +101,7 @@ class P4RuntimeOptions:
     device_config: str | None = None
     """Tofino: a ready ``p4_device_config`` file (e.g. Stratum's BfPipelineConfig from bf_pipeline_builder)."""
     tofino_bin: str | None = None
-    """Tofino: ``tofino.bin``; with ``tofino_context`` packed the PI way (prog name, bin, context, each length-prefixed)."""
+    """Tofino: ``tofino.bin``; with ``tofino_context``, packed the PI way (name, bin, context, length-prefixed)."""
     tofino_context: str | None = None
     """Tofino: ``context.json``."""
     prog_name: str = "netapprox"
