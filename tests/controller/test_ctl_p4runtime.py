@@ -16,7 +16,6 @@ from p4.v1 import p4runtime_pb2
 
 from controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig
 from controller.errors import NotPrimaryError, P4InfoError, P4RuntimeWriteError, PipelineError
-from controller.fake_p4runtime import FakeP4RuntimeServer
 from controller.loop import Controller
 from controller.model import (
     ClassRule,
