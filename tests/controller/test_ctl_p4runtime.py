@@ -52,6 +52,7 @@ STATE = SwitchState(
 )
 
 SET_QUEUE = 'action { action { action_id: 16777219 params { param_id: 1 value: "%s" } } }'
+SET_JOB_QUEUE = 'action { action { action_id: 16777230 params { param_id: 1 value: "%s" } } }'
 
 FIRST_WRITE = """
 device_id: 1
@@ -87,7 +88,8 @@ updates { type: INSERT entity { table_entry {
   table_id: 33554438
   match { field_id: 1 exact { value: "\\000" } }
   action { action { action_id: 16777220 params { param_id: 1 value: "\\024" } } } } } }
-""" % {"q0": SET_QUEUE % "\\000", "q1": SET_QUEUE % "\\001", "q2": SET_QUEUE % "\\002", "q4": SET_QUEUE % "\\004"}
+""" % {"q0": SET_QUEUE % "\\000", "q1": SET_QUEUE % "\\001", "q2": SET_JOB_QUEUE % "\\002",
+       "q4": SET_JOB_QUEUE % "\\004"}
 
 # job 9 expired, job 5 moved to queue 6, job 7 new in queue 3: deletes, then modifies, then inserts
 EPOCH_WRITE = """
@@ -98,7 +100,7 @@ updates { type: MODIFY entity { table_entry {
   table_id: 33554435 match { field_id: 1 exact { value: "\\005" } } %(q6)s } } }
 updates { type: INSERT entity { table_entry {
   table_id: 33554435 match { field_id: 1 exact { value: "\\007" } } %(q3)s } } }
-""" % {"q6": SET_QUEUE % "\\006", "q3": SET_QUEUE % "\\003"}
+""" % {"q6": SET_JOB_QUEUE % "\\006", "q3": SET_JOB_QUEUE % "\\003"}
 
 
 def test_pipeline_push_is_exact(make_driver, fake_server):
@@ -578,16 +580,10 @@ def test_p4info_names_resolve_through_a_pipe_prefix(tmp_path):
     P4RuntimeDriver("s1", P4RuntimeOptions(), p4info=p4info)  # every contract name resolves
 
 
-def test_tna_queue_by_job_uses_its_own_action_from_action_refs(tmp_path):
-    """On TNA queue_by_job's action is set_job_queue(qid) (docs/dataplane.md); the other tables keep set_queue."""
-    info = text_format.Parse(P4INFO.read_text(), p4info_pb2.P4Info())
-    job_action = info.actions.add()
-    job_action.preamble.id, job_action.preamble.name = 16777230, "NetApproxIngress.classification.set_job_queue"
-    job_action.params.add(id=1, name="qid", bitwidth=3)
-    for t in info.tables:
-        if t.preamble.name.endswith("queue_by_job"):
-            t.action_refs[0].id = 16777230
-    driver = P4RuntimeDriver("tor1", P4RuntimeOptions(target="tofino"), p4info=P4Info(info))
+def test_queue_by_job_uses_its_own_action_from_action_refs():
+    """queue_by_job's action is set_job_queue(qid) in both programs (docs/architecture.md); the others set_queue.
+    The driver takes each table's action from the P4Info's action_refs, not from a fixed name."""
+    driver = P4RuntimeDriver("tor1", P4RuntimeOptions(target="tofino"), p4info=P4Info.load(P4INFO))
     state = SwitchState(job_rules=frozenset({JobRule(5, 2)}), tlr_rules=frozenset({TlrRule(0, 4095, 1)}))
     actions = {c.table.name.rsplit(".", 1)[-1]: c.entry.action.action.action_id
                for c in driver.pending_changes(state)}

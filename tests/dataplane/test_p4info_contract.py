@@ -29,12 +29,13 @@ ACTIONS = {
     "NetApproxIngress.forwarding.route": [("port", 9), ("src_mac", 48), ("dst_mac", 48)],
     "NetApproxIngress.forwarding.drop": [],
     "NetApproxIngress.classification.set_queue": [("qid", 3)],
+    "NetApproxIngress.classification.set_job_queue": [("qid", 3)],
     "NetApproxEgress.ecn.mark_ecn": [("threshold", 19)],
 }
 TABLE_ACTIONS = {
     "NetApproxIngress.forwarding.routes_v4": {"NetApproxIngress.forwarding.route", "NetApproxIngress.forwarding.drop"},
     "NetApproxIngress.classification.queue_by_class": {"NetApproxIngress.classification.set_queue"},
-    "NetApproxIngress.classification.queue_by_job": {"NetApproxIngress.classification.set_queue"},
+    "NetApproxIngress.classification.queue_by_job": {"NetApproxIngress.classification.set_job_queue"},
     "NetApproxIngress.classification.queue_by_tag": {"NetApproxIngress.classification.set_queue"},
     "NetApproxIngress.classification.queue_by_tlr": {"NetApproxIngress.classification.set_queue"},
     "NetApproxEgress.ecn.ecn_thresholds": {"NetApproxEgress.ecn.mark_ecn"},

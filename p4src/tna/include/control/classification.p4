@@ -2,13 +2,13 @@
 // and defaults as p4src/v1model/include/control/classification.p4; the result goes to
 // ig_md.bridged.qid.
 //
-// TNA difference (the one P4Info difference between the two programs): a DirectCounter counts only in
+// Why queue_by_job has an action of its own (in both programs, so they share one P4Info): a DirectCounter counts only in
 // actions that call count(), and bf-p4c rejects such an action in a table that does not own the counter
 // ("Direct Extern ... is used in action ... but not specified as a 'counters' property"). queue_by_job
 // therefore has its own action, NetApproxIngress.classification.set_job_queue(qid), same parameter and
 // effect. It cannot also be named set_queue: p4c rejects two actions with one control-plane name when
 // it generates P4Info ("conflicting control plane name", DuplicateActionControlPlaneNameCheck).
-// Controllers should take the action of a table from its P4Info action_refs (docs/dataplane.md).
+// The v1model program declares the same action (docs/architecture.md).
 #ifndef NETAPPROX_TNA_CLASSIFICATION_P4
 #define NETAPPROX_TNA_CLASSIFICATION_P4
 

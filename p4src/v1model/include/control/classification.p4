@@ -18,6 +18,12 @@ control Classification(in parsed_headers_t hdr, inout local_metadata_t local_md)
         local_md.qid = qid;
     }
 
+    // queue_by_job's own action, as in the TNA program (where only an action of the table that owns
+    // the DirectCounter may count): both programs then share one P4Info. The direct counter counts hits.
+    action set_job_queue(logical_queue_t qid) {
+        local_md.qid = qid;
+    }
+
     table queue_by_class {
         key = {
             local_md.ip_proto : ternary @name("ip_proto");
@@ -36,7 +42,7 @@ control Classification(in parsed_headers_t hdr, inout local_metadata_t local_md)
             hdr.atp.job_id : exact @name("job_id");
         }
         actions = {
-            set_queue;
+            set_job_queue;
             @defaultonly NoAction;
         }
         const default_action = NoAction();
