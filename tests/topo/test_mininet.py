@@ -102,13 +102,20 @@ def test_kernel_rack_controller_moves_a_reported_job():
 
 
 @requires_p4
-def test_bmv2_rack_forwards_with_kernel_tm(tmp_path):
+def test_bmv2_rack_report_by_packet_in_moves_a_job(tmp_path):
+    """BMv2 target: ping through the P4 router; a REPORT punted as packet-in moves job 5 to queue 2; its
+    packets arrive stamped 2 and the kernel traffic manager behind the BMv2 port queues them in queue 2."""
+    import os
+
+    from pyroute2 import IPRoute
+
     from controller.config import ControllerConfig, ReportConfig
     from controller.loop import Controller
+    from topo import kernel_switch as ks
     from topo.net import Emulation, EmulationConfig
 
-    cfg = EmulationConfig(topology="rack", hosts=2, rate_mbit=20, target="bmv2", log_dir=str(tmp_path))
-    import os
+    cfg = EmulationConfig(topology="rack", hosts=2, rate_mbit=20, target="bmv2", log_dir=str(tmp_path),
+                          bmv2_json=os.path.abspath("build/v1model/bmv2.json"))
     if not os.path.exists(cfg.bmv2_json):
         pytest.skip(f"{cfg.bmv2_json} not built: run `make p4`")
     with Emulation(cfg) as emu:
@@ -118,3 +125,22 @@ def test_bmv2_rack_forwards_with_kernel_tm(tmp_path):
             ctl.step()
             h1, h2 = emu.hosts
             assert emu.net.ping([h1, h2], timeout=2) == 0.0
+            h1.cmd(report_cmd(5, 0.3, emu.report_target))
+            deadline = time.monotonic() + 5
+            while ctl.step().assignments != {5: 2} and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert ctl.assignments == {5: 2}, "the REPORT reached the controller as packet-in"
+            rx = h2.popen(trafgen("recv", "--port", "7600", "--duration", "5", "--idle", "1").split(),
+                          stdout=-1, text=True)
+            assert json.loads(rx.stdout.readline()) == {"ready": True}
+            ctl.step()
+            out = h1.cmd(trafgen("send", "--dst", h2.IP(), "--atp", "--approx", "--job", "5", "--tlr", "0.9",
+                                 "--rate-mbit", "2", "--count", "40"))
+            assert json.loads(out.strip().splitlines()[-1])["sent"] == 40
+            got = json.loads(rx.communicate(timeout=10)[0].strip().splitlines()[-1])
+            s1 = emu.net.get("s1")
+            port_h2 = next(name for name, port in s1.port_map().items() if port == 2)
+            with IPRoute() as ipr:
+                tm = {st.qid: st.packets for st in ks.read_port_stats(ipr, ipr.link_lookup(ifname=port_h2)[0])}
+        assert got["received"] == 40 and got["by_queue_byte"] == {"2": 40}, got
+        assert tm[2] >= 40 and tm[7] == 0, tm
