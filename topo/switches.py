@@ -199,14 +199,14 @@ class BMv2Switch(Switch):
         cmd += ["--", "--priority-queues", "8", "--grpc-server-addr", self.grpc_address(),
                 "--cpu-port", str(BMV2_CPU_PORT)]
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_dir / f"bmv2-{self.intf_prefix}.log", "w")
+        log = open(self.log_dir / f"bmv2-{self.name}.log", "w")
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
 
         def answers() -> bool:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"simple_switch_grpc exited with {self.proc.returncode}; see "
-                                   f"{self.log_dir}/bmv2-{self.intf_prefix}.log")
+                                   f"{self.log_dir}/bmv2-{self.name}.log")
             with socket.socket() as s:
                 s.settimeout(0.2)
                 return s.connect_ex(("127.0.0.1", self.grpc_port)) == 0
