@@ -1,6 +1,7 @@
 // NetApprox data plane for BMv2 simple_switch_grpc (v1model).
 //
-// Run: simple_switch_grpc --priority-queues 8 --cpu-port 255 -i 1@<veth> ... build/v1model/bmv2.json
+// Run: simple_switch_grpc -i 1@<veth> ... --thrift-port 9090 build/v1model/bmv2.json -- --priority-queues 8 --cpu-port 255
+//      (--priority-queues and --cpu-port are target options: they go after "--")
 // P4Info names are the contract of docs/architecture.md; p4src/tna/netapprox.p4 has the same ones.
 // Pipeline (docs/dataplane.md):
 //   ingress: packet-out -> validation (malformed: drop + count) -> REPORT: packet-in to the controller
