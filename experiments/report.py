@@ -63,8 +63,13 @@ def cell(row: dict | None) -> str:
     return f"{fmt(row['mean'])} [{fmt(row['min'])}, {fmt(row['max'])}]"
 
 
-def table(result: dict, metrics: Sequence[str], keys: Sequence[str]) -> list[str]:
-    summary = result.get("summary", [])
+SPLIT_BY = {"boundedloss": "part", "ddnn": "priority"}
+"""Experiments whose rows of different kinds get one table each (by this parameter)."""
+
+
+def table(result: dict, metrics: Sequence[str], keys: Sequence[str], where: dict | None = None) -> list[str]:
+    summary = [r for r in result.get("summary", [])
+               if all(r["params"].get(k) == v for k, v in (where or {}).items())]
     present = [m for m in metrics if any(r["metric"] == m and r["n"] > 0 for r in summary)]
     groups: dict[str, dict] = {}
     for r in summary:
@@ -72,7 +77,7 @@ def table(result: dict, metrics: Sequence[str], keys: Sequence[str]) -> list[str
         groups.setdefault(k, {"params": r["params"], "rows": {}})["rows"][r["metric"]] = r
     if not present or not groups:
         return ["(no data)"]
-    used_keys = [k for k in keys if any(k in g["params"] for g in groups.values())]
+    used_keys = [k for k in keys if any(k in g["params"] for g in groups.values()) and k not in (where or {})]
     lines = ["| " + " | ".join(used_keys + present) + " |", "|" + "---|" * (len(used_keys) + len(present))]
 
     def order(item):
@@ -126,8 +131,14 @@ def render(res_dir: Path, doc: Path, img_dir: Path) -> str:
                   f"`{name}`: seeds {result.get('seeds')}, {len(result.get('runs', []))} runs, finished "
                   f"{result.get('finished_utc')}, commit `{(result.get('git_commit') or '?')[:10]}`, TCP "
                   f"`{env.get('tcp_cc')}`. Command: `{cmd}`.", ""]
-        lines += table(result, metrics, keys)
-        lines.append("")
+        split = SPLIT_BY.get(name)
+        if split:
+            values = sorted({r["params"].get(split) for r in result.get("summary", [])}, key=str)
+            for v in values:
+                lines += [f"{split} = {v}:", ""] + table(result, metrics, keys, {split: v}) + [""]
+        else:
+            lines += table(result, metrics, keys)
+            lines.append("")
         for img in copy_plots(res_dir, name, img_dir):
             lines.append(f"![{name} {img}](img/{img})")
         lines.append("")
