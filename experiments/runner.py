@@ -361,7 +361,7 @@ def exp_coexist(seeds: Sequence[int], out: Path, scale: Scale, *, msrs=(0.5, 0.9
     s = rf.to_dict()["summary"]
     for msr in msrs:
         R.plot_lines(s, metric="fct_all_mean", x="flow_load", series="protocol", fixed={"msr": msr},
-                     path=rf.out_dir / f"fct_msr{msr}.png", title=f"Non-approximate FCT next to approximate jobs, MSR {msr} (cf. Fig. 13)",
+                     path=rf.out_dir / f"fct_msr{msr}.png", title=f"Non-approx. FCT next to approx. jobs, MSR {msr} (cf. Fig. 13)",
                      xlabel="non-approximate load (fraction of link)", ylabel="mean FCT (s)")
     return rf
 
