@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from experiments.workloads import JobWorkload
+from experiments.results import emit_summary
 
 ATP_PORT = 7600
 
@@ -131,11 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--json")
     args = p.parse_args(argv)
     out = recv(args) if args.cmd == "recv" else send(args)
-    text = json.dumps(out, indent=1, default=str)
-    if args.json:
-        Path(args.json).write_text(text + "\n")
-    else:
-        print(text)
+    emit_summary(out, args.json)
     return 0
 
 

@@ -16,14 +16,13 @@ CLI: ``python -m experiments.ddnn worker --rank I --peers IP0,IP1,... --model-by
 from __future__ import annotations
 
 import argparse
-import json
 import socket
 import struct
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Sequence
+from experiments.results import emit_summary
 
 RING_PORT = 5900
 
@@ -122,11 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     out = run_worker(args.rank, args.peers.split(","), model_bytes=args.model_bytes, compute_s=args.compute_s,
                      duration_s=args.duration, port=args.port)
-    text = json.dumps(out, indent=1)
-    if args.json:
-        Path(args.json).write_text(text + "\n")
-    else:
-        print(text)
+    emit_summary(out, args.json)
     return 0
 
 

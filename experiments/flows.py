@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Sequence
 
 from experiments.baselines import pick_congestion_control
+from experiments.results import emit_summary
 
 FLOW_DEFAULT_PORT = 5800
 _HDR = struct.Struct("!IQ")  # flow id, size
@@ -213,11 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                          tos=args.tos)
     else:
         out = run_server(_addr(args.bind), duration=args.duration, ready_file=args.ready_file)
-    text = json.dumps(out, indent=1)
-    if args.json:
-        Path(args.json).write_text(text + "\n")
-    else:
-        print(text)
+    emit_summary(out, args.json)
     return 0
 
 

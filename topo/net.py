@@ -20,7 +20,7 @@ from typing import Any
 
 from controller.model import ClassRule, Route
 from hostlib.wire import DEFAULT_ATP_PORT, DEFAULT_REPORT_PORT
-from topo.netns import run, unique_tag, wait_until
+from topo.netns import unique_tag, wait_until
 from topo.switches import P4_TOOLS_HINT, BMv2Switch, KernelSwitch, NaLink, bmv2_available
 from topo.topologies import CTL_IP, TOPOLOGIES
 
@@ -200,7 +200,6 @@ class Emulation:
         import collections
 
         net = self.net
-        nodes = {n.name: n for n in net.hosts + net.switches}
         adj: dict[str, list[tuple[str, Any]]] = collections.defaultdict(list)
         for link in net.links:
             a, b = link.intf1, link.intf2

@@ -17,13 +17,11 @@ Per-link rates come from the link options (``net.addLink(a, b, rate_mbit=20)``),
 """
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import subprocess
-import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from mininet.link import Link
 from mininet.node import Switch

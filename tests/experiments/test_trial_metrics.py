@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from experiments import runner, trial
-from experiments.workloads import Flow, JobWorkload
+from experiments.workloads import JobWorkload
 
 RATE = 20e6
 
