@@ -7,7 +7,7 @@ TARGET ?= kernel
 P4C    ?= p4c-bm2-ss
 P4_DEFINES ?=
 
-.PHONY: setup test demo bench p4 p4-tna clean
+.PHONY: setup test demo bench experiments p4 p4-tna clean
 
 setup: $(VENV)/.installed
 
@@ -26,6 +26,11 @@ demo: setup
 
 bench: setup
 	$(PY) -m bench
+
+# Every experiment with 3 seeds (~15 min on 2 cores), then docs/results.md and docs/img/ from results/.
+experiments: setup
+	$(PY) -m experiments all
+	$(PY) -m experiments.report --notes experiments/results_notes.md
 
 p4: build/v1model/bmv2.json
 
