@@ -238,17 +238,25 @@ class _TcpConn:
                 "completed": self.target_wall is not None}
 
 
-def tcp_receive(bind: tuple[str, int], *, jobs: int = 1, timeout: float = 120.0, ready_file: str | None = None) -> dict:
-    """Serve ``jobs`` TCP-ES/SS senders (concurrently); return per-job summaries."""
+def tcp_listen(bind: tuple[str, int], *, backlog: int, ready_file: str | None = None
+               ) -> tuple[socket.socket, selectors.BaseSelector]:
+    """A non-blocking listening socket registered in a new selector (data None); writes ``ready_file``
+    once listening, so a harness knows when senders may connect."""
     lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     lsock.bind(bind)
-    lsock.listen(64)
+    lsock.listen(backlog)
     lsock.setblocking(False)
     if ready_file:
         Path(ready_file).write_text("ready\n")
     sel = selectors.DefaultSelector()
     sel.register(lsock, selectors.EVENT_READ, None)
+    return lsock, sel
+
+
+def tcp_receive(bind: tuple[str, int], *, jobs: int = 1, timeout: float = 120.0, ready_file: str | None = None) -> dict:
+    """Serve ``jobs`` TCP-ES/SS senders (concurrently); return per-job summaries."""
+    lsock, sel = tcp_listen(bind, backlog=64, ready_file=ready_file)
     conns: list[_TcpConn] = []
     deadline = time.monotonic() + timeout
     try:

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from experiments.baselines import pick_congestion_control
+from experiments.baselines import pick_congestion_control, tcp_listen
 from experiments.results import emit_summary
 
 FLOW_DEFAULT_PORT = 5800
@@ -128,15 +128,7 @@ def run_client(dest: tuple[str, int], schedule: Sequence[dict], *, timeout: floa
 
 def run_server(bind: tuple[str, int], *, duration: float, ready_file: str | None = None) -> dict:
     """Answer flows for ``duration`` seconds; return how many flows and bytes were served."""
-    lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    lsock.bind(bind)
-    lsock.listen(256)
-    lsock.setblocking(False)
-    if ready_file:
-        Path(ready_file).write_text("ready\n")
-    sel = selectors.DefaultSelector()
-    sel.register(lsock, selectors.EVENT_READ, None)
+    lsock, sel = tcp_listen(bind, backlog=256, ready_file=ready_file)
     served = 0
     nbytes = 0
     end = time.monotonic() + duration
