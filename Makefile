@@ -19,18 +19,18 @@ $(VENV)/.installed: pyproject.toml tools/setup-system.sh
 	touch $@
 
 test: setup
-	$(PY) -m pytest
+	$(PY) -P -m pytest
 
 demo: setup
-	$(PY) -m topo.demo --target $(TARGET)
+	$(PY) -m netapprox.topo.demo --target $(TARGET)
 
 bench: setup
-	$(PY) -m bench
+	$(PY) -m netapprox.bench
 
 # Every experiment with 3 seeds (~15 min on 2 cores), then docs/results.md and docs/img/ from results/.
 experiments: setup
-	$(PY) -m experiments all
-	$(PY) -m experiments.report --notes experiments/results_notes.md
+	$(PY) -m netapprox.experiments all
+	$(PY) -m netapprox.experiments.report --notes experiments/results_notes.md
 
 p4: build/v1model/bmv2.json
 

@@ -53,10 +53,10 @@ def _fmt(x: Any, nd: int = 3) -> str:
 
 def approx_jct(seeds: Sequence[int], out: Path, scale) -> dict:
     """Part 1-3: ATP vs TCP-ES vs TCP-SS with background flows."""
-    from experiments.harness import Testbed
-    from experiments.runner import next_job_id
-    from experiments.trial import FlowLoad, JobPlan, run_trial
-    from experiments.workloads import JobWorkload, web_search_flows
+    from netapprox.experiments.harness import Testbed
+    from netapprox.experiments.runner import next_job_id
+    from netapprox.experiments.trial import FlowLoad, JobPlan, run_trial
+    from netapprox.experiments.workloads import JobWorkload, web_search_flows
 
     rate = scale.rate_mbit * 1e6
     job = JobWorkload(kind="fixed", seed=0, sizes=(MSG_SIZE,) * MSGS, ready_s=(0.0,) * MSGS)
@@ -80,8 +80,8 @@ def approx_jct(seeds: Sequence[int], out: Path, scale) -> dict:
 
 def fct_vs_fifo(seeds: Sequence[int], out: Path, scale) -> dict:
     """Part 4: web-search flow FCT next to two ATP jobs, NetApprox queues vs one FIFO queue."""
-    from experiments.harness import Testbed
-    from experiments.runner import coexist_trial
+    from netapprox.experiments.harness import Testbed
+    from netapprox.experiments.runner import coexist_trial
 
     rows = []
     for switch in ("netapprox", "fifo"):
@@ -95,7 +95,7 @@ def fct_vs_fifo(seeds: Sequence[int], out: Path, scale) -> dict:
 
 def controller_numbers() -> dict:
     try:
-        from bench import controller as bc  # written by the controller's maintainers
+        from netapprox.bench import controller as bc  # written by the controller's maintainers
     except ImportError as exc:
         return {"available": False, "reason": f"bench.controller not importable: {exc}"}
     try:
@@ -204,13 +204,13 @@ def markdown(s: dict, meta: dict, ctl: dict) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m netapprox.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     p.add_argument("--out", default="results")
     p.add_argument("--skip-network", action="store_true", help="only the controller numbers (no root needed)")
     args = p.parse_args(argv)
-    from experiments.results import environment, git_commit, now_utc
-    from experiments.runner import Scale
+    from netapprox.experiments.results import environment, git_commit, now_utc
+    from netapprox.experiments.runner import Scale
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -231,7 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         s = summarize(jct, fct)
     meta = {"started_utc": started, "finished_utc": now_utc(), "duration_s": time.monotonic() - t0,
             "seeds": args.seeds, "scale": dataclasses.asdict(scale), "environment": environment(),
-            "git_commit": git_commit(), "command": ["python", "-m", "bench", *(argv or sys.argv[1:])]}
+            "git_commit": git_commit(), "command": ["python", "-m", "netapprox.bench", *(argv or sys.argv[1:])]}
     doc = {**meta, "summary": s, "approx_jct": jct, "fct": fct, "controller": ctl}
     (out / "bench.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
     if s is not None:

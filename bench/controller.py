@@ -1,6 +1,6 @@
 """Controller benchmark: epoch processing time vs. number of jobs, and report-to-write latency.
 
-``run() -> dict`` (called by ``python -m bench``) or ``python -m bench.controller [--quick] [--json FILE]``.
+``run() -> dict`` (called by ``python -m netapprox.bench``) or ``python -m netapprox.bench.controller [--quick] [--json FILE]``.
 Everything is measured in one run on this machine; compare the ratios, not the absolute numbers.
 
 1. Epoch processing for 100, 1,000 and 10,000 jobs, each reporting every epoch and 10% of them changing
@@ -29,13 +29,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from controller import policy
-from controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig
-from controller.fake_p4runtime import FakeP4RuntimeServer
-from controller.loop import Controller
-from controller.model import Counters, Driver, SwitchState, WriteSummary
-from controller.p4runtime_driver import P4RuntimeDriver, P4RuntimeOptions
-from hostlib.wire import Report
+from netapprox.controller import policy
+from netapprox.controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig
+from netapprox.controller.fake_p4runtime import FakeP4RuntimeServer
+from netapprox.controller.loop import Controller
+from netapprox.controller.model import Counters, Driver, SwitchState, WriteSummary
+from netapprox.controller.p4runtime_driver import P4RuntimeDriver, P4RuntimeOptions
+from netapprox.hostlib.wire import Report
 
 P4INFO = Path(__file__).resolve().parents[1] / "tests" / "controller" / "fixtures" / "p4info.txtpb"
 TABLES = ("routes", "class_rules", "job_rules", "tag_rules", "tlr_rules", "ecn_rules")

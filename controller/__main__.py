@@ -1,4 +1,4 @@
-"""``netapprox-controller --config FILE`` / ``python -m controller --config FILE``.
+"""``netapprox-controller --config FILE`` / ``python -m netapprox.controller --config FILE``.
 
 CLI flags override the TOML file; both only fill in ``controller.config.ControllerConfig``.
 """
@@ -12,9 +12,9 @@ import sys
 import threading
 from pathlib import Path
 
-from controller.config import ControllerConfig, load_config
-from controller.errors import ControllerError
-from controller.loop import Controller
+from netapprox.controller.config import ControllerConfig, load_config
+from netapprox.controller.errors import ControllerError
+from netapprox.controller.loop import Controller
 
 
 def build_parser() -> argparse.ArgumentParser:

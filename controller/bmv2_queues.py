@@ -18,8 +18,8 @@ import struct
 import subprocess
 from typing import Iterable
 
-from controller.errors import QueueConfigError
-from controller.model import NUM_QUEUES, queue_buffer_packets
+from netapprox.controller.errors import QueueConfigError
+from netapprox.controller.model import NUM_QUEUES, queue_buffer_packets
 
 
 def bmv2_priority(qid: int) -> int:

@@ -11,8 +11,8 @@ import types
 from pathlib import Path
 from typing import Any, Mapping
 
-from controller.errors import ConfigError, did_you_mean
-from controller.model import NUM_QUEUES, ClassRule, Route
+from netapprox.controller.errors import ConfigError, did_you_mean
+from netapprox.controller.model import NUM_QUEUES, ClassRule, Route
 
 DEFAULT_THRESHOLDS: tuple[float, ...] = tuple(k / NUM_QUEUES for k in range(NUM_QUEUES))
 OBJECTIVES = ("priority", "deadline", "weight")

@@ -8,13 +8,13 @@ from __future__ import annotations
 import importlib
 from typing import Any, Mapping
 
-from controller.config import SwitchConfig
-from controller.errors import ConfigError, did_you_mean
-from controller.model import Driver
+from netapprox.controller.config import SwitchConfig
+from netapprox.controller.errors import ConfigError, did_you_mean
+from netapprox.controller.model import Driver
 
 DRIVER_CLASSES: Mapping[str, str] = {
-    "p4runtime": "controller.p4runtime_driver:P4RuntimeDriver",
-    "kernel": "controller.kernel_driver:KernelDriver",
+    "p4runtime": "netapprox.controller.p4runtime_driver:P4RuntimeDriver",
+    "kernel": "netapprox.controller.kernel_driver:KernelDriver",
 }
 
 

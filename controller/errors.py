@@ -12,7 +12,7 @@ import dataclasses
 import difflib
 from typing import Iterable, Sequence
 
-from controller.model import SwitchUnavailable
+from netapprox.controller.model import SwitchUnavailable
 
 __all__ = [
     "ControllerError",

@@ -30,9 +30,9 @@ import dataclasses
 import logging
 from typing import Any, Mapping
 
-from controller.model import Counters, Driver, QueueStats, SwitchState, SwitchUnavailable, WriteSummary
-from hostlib.wire import DEFAULT_ATP_PORT
-from topo import kernel_switch as ks
+from netapprox.controller.model import Counters, Driver, QueueStats, SwitchState, SwitchUnavailable, WriteSummary
+from netapprox.hostlib.wire import DEFAULT_ATP_PORT
+from netapprox.topo import kernel_switch as ks
 
 log = logging.getLogger(__name__)
 

@@ -22,14 +22,14 @@ import time
 import types
 from typing import Callable, Mapping
 
-from controller import policy
-from controller.config import ControllerConfig, SwitchConfig
-from controller.drivers import build_driver
-from controller.errors import ControllerError, P4RuntimeWriteError
-from controller.model import Counters, Driver, SwitchState, SwitchUnavailable, WriteSummary
-from controller.observe import DecisionLog, MetricsServer, MetricsText
-from controller.reports import ReportIngest, udp_payload_from_frame
-from hostlib.wire import Report
+from netapprox.controller import policy
+from netapprox.controller.config import ControllerConfig, SwitchConfig
+from netapprox.controller.drivers import build_driver
+from netapprox.controller.errors import ControllerError, P4RuntimeWriteError
+from netapprox.controller.model import Counters, Driver, SwitchState, SwitchUnavailable, WriteSummary
+from netapprox.controller.observe import DecisionLog, MetricsServer, MetricsText
+from netapprox.controller.reports import ReportIngest, udp_payload_from_frame
+from netapprox.hostlib.wire import Report
 
 log = logging.getLogger("controller")
 

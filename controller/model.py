@@ -14,7 +14,7 @@ import abc
 import dataclasses
 from typing import Mapping
 
-from hostlib.wire import TLR_ONE
+from netapprox.hostlib.wire import TLR_ONE
 
 NUM_QUEUES = 8
 LOWEST_QUEUE = NUM_QUEUES - 1

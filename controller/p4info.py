@@ -13,7 +13,7 @@ from typing import Mapping
 from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 
-from controller.errors import P4InfoError
+from netapprox.controller.errors import P4InfoError
 
 
 @dataclasses.dataclass(frozen=True)

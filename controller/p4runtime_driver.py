@@ -29,8 +29,8 @@ from google.protobuf import text_format
 from google.rpc import code_pb2, status_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
-from controller.bmv2_queues import set_queue_depths
-from controller.errors import (
+from netapprox.controller.bmv2_queues import set_queue_depths
+from netapprox.controller.errors import (
     ConfigError,
     ControllerError,
     NotPrimaryError,
@@ -40,7 +40,7 @@ from controller.errors import (
     UpdateError,
     did_you_mean,
 )
-from controller.model import (
+from netapprox.controller.model import (
     NUM_QUEUES,
     ClassRule,
     Counters,
@@ -55,7 +55,7 @@ from controller.model import (
     TlrRule,
     WriteSummary,
 )
-from controller.p4info import ActionInfo, Field, P4Info, TableInfo, decode, encode, ipv4_to_int, mac_to_int
+from netapprox.controller.p4info import ActionInfo, Field, P4Info, TableInfo, decode, encode, ipv4_to_int, mac_to_int
 
 log = logging.getLogger("controller.p4runtime")
 
@@ -573,7 +573,7 @@ class P4RuntimeDriver(Driver):
                 set_queue_depths(opts.ports, opts.buffer_packets, opts.thrift_port,
                                  host=opts.address.rsplit(":", 1)[0], cli=opts.cli)
             elif opts.target == "tofino" and (opts.bfrt_address or self.tm_client_factory) and opts.ports:
-                from controller.tofino_tm import BfrtTmClient, configure_queues
+                from netapprox.controller.tofino_tm import BfrtTmClient, configure_queues
 
                 client = (self.tm_client_factory() if self.tm_client_factory else
                           BfrtTmClient(opts.bfrt_address, opts.prog_name, prefix=opts.tm_prefix))

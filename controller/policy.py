@@ -16,8 +16,8 @@ import dataclasses
 import types
 from typing import Mapping
 
-from controller.config import CadentFlow, PolicyConfig, SwitchConfig
-from controller.model import (
+from netapprox.controller.config import CadentFlow, PolicyConfig, SwitchConfig
+from netapprox.controller.model import (
     NUM_QUEUES,
     EcnRule,
     JobRule,

@@ -11,8 +11,8 @@ import collections
 import dataclasses
 import struct
 
-from controller.config import ReportConfig
-from hostlib.wire import MalformedPacket, Report
+from netapprox.controller.config import ReportConfig
+from netapprox.hostlib.wire import MalformedPacket, Report
 
 MAX_HOSTS = 4096
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Iterable, Protocol
 
-from controller.errors import QueueConfigError
-from controller.model import NUM_QUEUES, queue_buffer_packets
+from netapprox.controller.errors import QueueConfigError
+from netapprox.controller.model import NUM_QUEUES, queue_buffer_packets
 
 CELLS_PER_1500B_PACKET = 19
 

@@ -1,4 +1,4 @@
-"""``python -m experiments <name> [--seeds 1 2 3] [--quick] [--out results]``: run one experiment.
+"""``python -m netapprox.experiments <name> [--seeds 1 2 3] [--quick] [--out results]``: run one experiment.
 
 Experiments (docs/experiments.md): alltoall (Fig. 5-8), incast (Fig. 9), dynamic (Fig. 10-11),
 ablation (Fig. 12), coexist (Fig. 13), fairness (Fig. 14), ddnn (thesis: DNN ring traffic at low
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from experiments.runner import EXPERIMENTS, QUICK, Scale
+from netapprox.experiments.runner import EXPERIMENTS, QUICK, Scale
 
 
 def _value(text: str):
@@ -47,7 +47,7 @@ def parse_overrides(items: Sequence[str], fn) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m experiments", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m netapprox.experiments", description=__doc__.split("\n\n")[0])
     p.add_argument("experiment", choices=sorted(EXPERIMENTS) + ["all"])
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="one run per seed (default 1 2 3)")
     p.add_argument("--quick", action="store_true", help="a reduced sweep that checks the pipeline end to end")
@@ -61,8 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "--set protocols=atp,tcp-es (see experiments/runner.py for the names)")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
-    from experiments import results
-    results.COMMAND[:] = ["python", "-m", "experiments", *(sys.argv[1:] if argv is None else argv)]
+    from netapprox.experiments import results
+    results.COMMAND[:] = ["python", "-m", "netapprox.experiments", *(sys.argv[1:] if argv is None else argv)]
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if os.geteuid() != 0:
         print("experiments need root: they create network namespaces and program qdiscs", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""``python -m experiments._delayed SECONDS MODULE ARGS...``: sleep, then run MODULE as ``__main__``.
+"""``python -m netapprox.experiments._delayed SECONDS MODULE ARGS...``: sleep, then run MODULE as ``__main__``.
 
 Used by the trial runner to start a sender or background source later without a shell.
 """

@@ -4,11 +4,11 @@ hostlib's own CLI sends uniform jobs; the experiments need jobs whose messages h
 of a ``JobWorkload`` file, float-vector jobs, and several jobs per receiver, so this wrapper builds the
 ``JobSpec`` and calls ``hostlib.api.send_job`` / ``receive_job``. It implements nothing of ATP itself.
 
-    python -m experiments.atp_job send HOST:PORT --job FILE --job-id J --msr 0.9 [--mode full|fixtlr|base]
+    python -m netapprox.experiments.atp_job send HOST:PORT --job FILE --job-id J --msr 0.9 [--mode full|fixtlr|base]
         [--no-mrdf] [--completion all_sent|early] [--rate 20M] [--report-to HOST:PORT]
         [--json FILE] [--timeline FILE]
-    python -m experiments.atp_job send-vector HOST:PORT --vector FILE.npy --msr 0.85 ...
-    python -m experiments.atp_job recv ADDR:PORT --jobs K --timeout S --json FILE [--vector-out DIR]
+    python -m netapprox.experiments.atp_job send-vector HOST:PORT --vector FILE.npy --msr 0.85 ...
+    python -m netapprox.experiments.atp_job recv ADDR:PORT --jobs K --timeout S --json FILE [--vector-out DIR]
 """
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from experiments.workloads import JobWorkload
-from experiments.results import emit_summary
+from netapprox.experiments.workloads import JobWorkload
+from netapprox.experiments.results import emit_summary
 
 ATP_PORT = 7600
 
@@ -47,7 +47,7 @@ def _jsonable(obj: Any) -> Any:
 
 
 def build_config(args: argparse.Namespace):
-    from hostlib.config import AtpConfig, parse_rate
+    from netapprox.hostlib.config import AtpConfig, parse_rate
     kw: dict[str, Any] = {"mode": args.mode, "mrdf": not args.no_mrdf, "completion": args.completion}
     if args.rate:
         kw["max_rate_bps"] = parse_rate(args.rate)
@@ -55,16 +55,16 @@ def build_config(args: argparse.Namespace):
 
 
 def job_spec(workload: JobWorkload, job_id: int, msr: float):
-    from hostlib.config import JobSpec, Message, pattern_bytes
+    from netapprox.hostlib.config import JobSpec, Message, pattern_bytes
     msgs = tuple(Message(pattern_bytes(i, s)) for i, s in enumerate(workload.sizes))
     return JobSpec(job_id=job_id, messages=msgs, msr=msr)
 
 
 def send(args: argparse.Namespace) -> dict:
-    from hostlib import api
+    from netapprox.hostlib import api
     if args.cmd == "send-vector":
         import numpy as np
-        from hostlib.config import JobSpec
+        from netapprox.hostlib.config import JobSpec
         values = np.load(args.vector).astype("float32").tolist()
         job = JobSpec.from_vector(args.job_id, values, msr=args.msr)
     else:
@@ -84,7 +84,7 @@ def send(args: argparse.Namespace) -> dict:
 
 
 def recv(args: argparse.Namespace) -> dict:
-    from hostlib import api
+    from netapprox.hostlib import api
     try:
         got = api.receive_jobs(_addr(args.bind, ATP_PORT), count=args.jobs, timeout=args.timeout)
         error = None
@@ -106,7 +106,7 @@ def recv(args: argparse.Namespace) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m experiments.atp_job", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m netapprox.experiments.atp_job", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     for name in ("send", "send-vector"):
         s = sub.add_parser(name)

@@ -19,7 +19,7 @@ Every program writes a JSON summary (``--json FILE``, or stdout). Times ``*_wall
 ``time.time()`` values: all emulated hosts share one kernel clock, so the harness can subtract a
 sender's start from a receiver's completion time.
 
-CLI: ``python -m experiments.baselines {tcp-send,tcp-recv,udp-send,udp-recv} --help``.
+CLI: ``python -m netapprox.experiments.baselines {tcp-send,tcp-recv,udp-send,udp-recv} --help``.
 """
 from __future__ import annotations
 
@@ -36,8 +36,8 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from hostlib import wire
-from experiments.workloads import JobWorkload, make_job
+from netapprox.hostlib import wire
+from netapprox.experiments.workloads import JobWorkload, make_job
 
 TCP_DEFAULT_PORT = 5600
 UDP_DEFAULT_PORT = 5700
@@ -455,7 +455,7 @@ def _emit(summary: dict, path: str | None) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m experiments.baselines", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m netapprox.experiments.baselines", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
 
     def job_opts(sp: argparse.ArgumentParser) -> None:

@@ -10,7 +10,7 @@ as Horovod's does. Iteration time = compute + allreduce; the summary lists every
 The thesis' compute-to-network ratio is compute_time / network_time with network_time =
 model_bytes * 2 (1 - 1/K) * 8 / link_rate; the experiment picks ``compute_s`` from it.
 
-CLI: ``python -m experiments.ddnn worker --rank I --peers IP0,IP1,... --model-bytes B --compute-s C
+CLI: ``python -m netapprox.experiments.ddnn worker --rank I --peers IP0,IP1,... --model-bytes B --compute-s C
 --duration S --json F`` (one per worker host; the ring connects itself, retrying until peers listen).
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from typing import Sequence
-from experiments.results import emit_summary
+from netapprox.experiments.results import emit_summary
 
 RING_PORT = 5900
 
@@ -108,7 +108,7 @@ def run_worker(rank: int, peers: Sequence[str], *, model_bytes: int, compute_s: 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m experiments.ddnn", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m netapprox.experiments.ddnn", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     w = sub.add_parser("worker")
     w.add_argument("--rank", type=int, required=True)

@@ -5,8 +5,8 @@ A client opens one TCP connection per flow at the flow's start time, writes a 12
 has read all of it. FCT = start of connect -> answer received. Flows run concurrently (one selector,
 non-blocking sockets), so a slow flow does not delay the start of the next.
 
-CLI: ``python -m experiments.flows server ADDR[:PORT] --json F`` and
-``python -m experiments.flows client HOST[:PORT] --schedule FILE --json F`` where the schedule is a JSON
+CLI: ``python -m netapprox.experiments.flows server ADDR[:PORT] --json F`` and
+``python -m netapprox.experiments.flows client HOST[:PORT] --schedule FILE --json F`` where the schedule is a JSON
 list of ``{"start_s", "size", "trace_size"}`` (experiments.workloads.Flow fields).
 """
 from __future__ import annotations
@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from experiments.baselines import pick_congestion_control, tcp_listen
-from experiments.results import emit_summary
+from netapprox.experiments.baselines import pick_congestion_control, tcp_listen
+from netapprox.experiments.results import emit_summary
 
 FLOW_DEFAULT_PORT = 5800
 _HDR = struct.Struct("!IQ")  # flow id, size
@@ -187,7 +187,7 @@ def _addr(text: str) -> tuple[str, int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m experiments.flows", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m netapprox.experiments.flows", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("client")
     c.add_argument("dest")

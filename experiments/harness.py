@@ -101,14 +101,14 @@ def socket_in_netns(netns: str, kind: int = socket.SOCK_DGRAM) -> socket.socket:
 
 def fifo_state():
     """Every packet to queue 0: no job/tag rules, one TLR rule covering [0, 1], class default queue 0."""
-    from controller.model import SwitchState, TlrRule
-    from hostlib.wire import TLR_ONE
+    from netapprox.controller.model import SwitchState, TlrRule
+    from netapprox.hostlib.wire import TLR_ONE
     return SwitchState(tlr_rules=frozenset({TlrRule(tlr_lo=0, tlr_hi=TLR_ONE, qid=0)}))
 
 
 def static_state(job_queues: Sequence[tuple[int, int]] = ()):
     """Default TLR thresholds (per-packet TLR classification) plus fixed job -> queue pins."""
-    from controller.model import JobRule, SwitchState, default_tlr_rules
+    from netapprox.controller.model import JobRule, SwitchState, default_tlr_rules
     return SwitchState(tlr_rules=default_tlr_rules(),
                        job_rules=frozenset(JobRule(job_id=j, qid=q) for j, q in job_queues))
 
@@ -135,7 +135,7 @@ class Proc:
 
 
 class Testbed:
-    """Use as a context manager: ``with Testbed(cfg, workdir) as tb: tb.start_py(0, "hostlib", [...])``."""
+    """Use as a context manager: ``with Testbed(cfg, workdir) as tb: tb.start_py(0, "netapprox.hostlib", [...])``."""
 
     def __init__(self, config: TestbedConfig, workdir: Path) -> None:
         self.config = config
@@ -194,8 +194,8 @@ class Testbed:
         self.close()
 
     def start(self) -> None:
-        from controller.kernel_driver import KernelDriver
-        from topo.netns import NetnsLab
+        from netapprox.controller.kernel_driver import KernelDriver
+        from netapprox.topo.netns import NetnsLab
 
         cfg = self.config
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -218,8 +218,8 @@ class Testbed:
             self._spawn(self._sample_queues, "queue-sampler")
 
     def _start_controller(self, options: dict) -> None:
-        from controller.config import ControllerConfig, ReportConfig, SwitchConfig
-        from controller.loop import Controller
+        from netapprox.controller.config import ControllerConfig, ReportConfig, SwitchConfig
+        from netapprox.controller.loop import Controller
 
         ccfg = ControllerConfig(
             switches=(SwitchConfig(name="s1", kind="kernel", options=options),),
@@ -271,7 +271,7 @@ class Testbed:
     def _sample_queues(self) -> None:
         """Backlog and drops of every NetApprox leaf qdisc on every port: one netlink dump per sample."""
         from pyroute2 import IPRoute
-        from topo import kernel_switch as ks
+        from netapprox.topo import kernel_switch as ks
 
         leaf = {ks.leaf_handle(q): q for q in range(8)}
         ipr = IPRoute(netns=self.lab.switch_ns)
@@ -301,7 +301,7 @@ class Testbed:
     def queue_counters(self, host: int) -> list[dict]:
         """Per-queue transmitted/dropped packets on the port facing ``host`` (fresh pyroute2 handle)."""
         from pyroute2 import IPRoute
-        from topo import kernel_switch as ks
+        from netapprox.topo import kernel_switch as ks
 
         ipr = IPRoute(netns=self.lab.switch_ns)
         try:
@@ -377,7 +377,7 @@ class Testbed:
 
     def wait_all(self, procs: Sequence[Proc], timeout: float) -> list[int | None]:
         """Wait for ``procs``; a process still running at the deadline is stopped (by PID) and gets None."""
-        from topo.netns import stop_process
+        from netapprox.topo.netns import stop_process
 
         end = time.monotonic() + timeout
         codes: list[int | None] = []
@@ -390,7 +390,7 @@ class Testbed:
         return codes
 
     def stop(self, proc: Proc) -> None:
-        from topo.netns import stop_process
+        from netapprox.topo.netns import stop_process
         stop_process(proc.popen)
 
 

@@ -25,7 +25,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 RESULTS_DIR = Path(os.environ.get("NETAPPROX_RESULTS", "results"))
 COMMAND: list[str] = list(sys.argv)
-"""The command recorded in result files; ``python -m experiments`` sets it to its own command line."""
+"""The command recorded in result files; ``python -m netapprox.experiments`` sets it to its own command line."""
 
 
 def spread(values: Iterable[float | None]) -> dict:
@@ -92,7 +92,7 @@ def git_commit() -> str | None:
 
 
 def environment() -> dict:
-    from experiments.baselines import pick_congestion_control
+    from netapprox.experiments.baselines import pick_congestion_control
     return {"tcp_cc": pick_congestion_control(), "kernel": platform.release(), "cpus": os.cpu_count(),
             "python": platform.python_version()}
 

@@ -18,10 +18,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from experiments import results as R
-from experiments.harness import Testbed, TestbedConfig
-from experiments.trial import Background, FlowLoad, JobPlan, flow_fct_stats, run_trial
-from experiments.workloads import make_job, pick_receivers, web_search_flows
+from netapprox.experiments import results as R
+from netapprox.experiments.harness import Testbed, TestbedConfig
+from netapprox.experiments.trial import Background, FlowLoad, JobPlan, flow_fct_stats, run_trial
+from netapprox.experiments.workloads import make_job, pick_receivers, web_search_flows
 
 log = logging.getLogger(__name__)
 
@@ -408,8 +408,8 @@ def exp_fairness(seeds: Sequence[int], out: Path, scale: Scale, *,
 
 def ddnn_trial(tb: Testbed, scale: Scale, seed: int, *, workers: int, model_bytes: int, compute_s: float,
                flow_load: float, duration_s: float, name: str) -> tuple[dict, dict]:
-    from experiments import ddnn
-    from experiments.harness import read_json
+    from netapprox.experiments import ddnn
+    from netapprox.experiments.harness import read_json
     rate = scale.rate_mbit * 1e6
     wd = tb.workdir / name
     if wd.exists():
@@ -426,11 +426,11 @@ def ddnn_trial(tb: Testbed, scale: Scale, seed: int, *, workers: int, model_byte
     servers = []
     for d in by_dst:
         ready = wd / f"fsrv{d}.ready"
-        servers.append(tb.start_py(d, "experiments.flows", ["server", f"{tb.ip(d)}:5800", "--duration",
+        servers.append(tb.start_py(d, "netapprox.experiments.flows", ["server", f"{tb.ip(d)}:5800", "--duration",
                                                             str(duration_s + scale.timeout_s + 5), "--ready-file", str(ready)],
                                    f"{name}-fsrv{d}"))
         tb.wait_file(ready)
-    procs = [tb.start_py(r, "experiments.ddnn", ["worker", "--rank", str(r), "--peers", peers, "--model-bytes",
+    procs = [tb.start_py(r, "netapprox.experiments.ddnn", ["worker", "--rank", str(r), "--peers", peers, "--model-bytes",
                                                  str(model_bytes), "--compute-s", str(compute_s), "--duration",
                                                  str(duration_s + 1.0), "--json", str(wd / f"w{r}.json")], f"{name}-w{r}")
              for r in range(workers)]
@@ -438,7 +438,7 @@ def ddnn_trial(tb: Testbed, scale: Scale, seed: int, *, workers: int, model_byte
     for d, flows in by_dst.items():
         sched = wd / f"flows{d}.json"
         sched.write_text(json.dumps([dataclasses.asdict(f) for f in flows]))
-        clients.append((tb.start_py(src, "experiments.flows", ["client", f"{tb.ip(d)}:5800", "--schedule", str(sched),
+        clients.append((tb.start_py(src, "netapprox.experiments.flows", ["client", f"{tb.ip(d)}:5800", "--schedule", str(sched),
                                                                "--timeout", str(scale.timeout_s), "--json", str(wd / f"fcli{d}.json")],
                                     f"{name}-fcli{d}"), wd / f"fcli{d}.json"))
     tb.wait_all(procs, duration_s + scale.timeout_s)
@@ -457,8 +457,8 @@ def ddnn_trial(tb: Testbed, scale: Scale, seed: int, *, workers: int, model_byte
 
 def exp_ddnn(seeds: Sequence[int], out: Path, scale: Scale, *, ratios=(2.0, 4.0), flow_loads=(0.05, 0.2),
              workers: int = 3, model_bytes: int = 400_000, duration_s: float = 8.0) -> R.ResultFile:
-    from experiments import ddnn
-    from controller.model import ClassRule
+    from netapprox.experiments import ddnn
+    from netapprox.controller.model import ClassRule
     rate = scale.rate_mbit * 1e6
     net = ddnn.network_time_s(model_bytes, workers, rate)
     rf = R.ResultFile("ddnn", {"scale": dataclasses.asdict(scale), "compute_to_network": list(ratios),
@@ -536,7 +536,7 @@ def exp_boundedloss(seeds: Sequence[int], out: Path, scale: Scale, *, bounds=(0.
     background in the same queue; measured loss, error of the received vector, and JCT. Part C (network,
     FIFO switch): the same-shaped job by ATP (MSR = 1 - bound) and by reliable TCP next to the same
     non-approximate background: TCP JCT / ATP JCT (the bounded-loss paper's speedup)."""
-    from hostlib import wire
+    from netapprox.hostlib import wire
     fpp = wire.floats_per_packet(1400 - wire.HEADER_LEN)
     rf = R.ResultFile("boundedloss", {"scale": dataclasses.asdict(scale), "bounds": list(bounds), "bg_loads": list(bg_loads),
                                       "vector_len": vector_len, "offline_len": offline_len, "floats_per_packet": fpp,
@@ -565,7 +565,7 @@ def exp_boundedloss(seeds: Sequence[int], out: Path, scale: Scale, *, bounds=(0.
                         rf.write()
         # Part C: bounded-loss ATP against reliable TCP with the same background, on a FIFO switch
         # (one queue, so both see the same congestion): a job shaped like the vector's packets.
-        from experiments.workloads import JobWorkload
+        from netapprox.experiments.workloads import JobWorkload
         per = fpp * 4 + 8
         npk = math.ceil(vector_len / fpp)
         shaped = JobWorkload(kind="vector", seed=0, sizes=(per,) * npk, ready_s=(0.0,) * npk)
@@ -608,7 +608,7 @@ def exp_boundedloss(seeds: Sequence[int], out: Path, scale: Scale, *, bounds=(0.
 
 def vector_trial(tb: Testbed, scale: Scale, vec: np.ndarray, vfile: Path, bound: float, load: float, rate: float,
                  name: str) -> tuple[dict, dict]:
-    from experiments.harness import read_json
+    from netapprox.experiments.harness import read_json
     wd = tb.workdir / name
     if wd.exists():
         shutil.rmtree(wd)
@@ -617,16 +617,16 @@ def vector_trial(tb: Testbed, scale: Scale, vec: np.ndarray, vfile: Path, bound:
     msr = round(1.0 - bound, 6)
     q0 = queue_for_tlr(bound)
     vec_dir = wd / "vectors"
-    rx = tb.start_py(1, "experiments.atp_job", ["recv", f"{tb.ip(1)}:7600", "--jobs", "1", "--timeout", str(scale.timeout_s),
+    rx = tb.start_py(1, "netapprox.experiments.atp_job", ["recv", f"{tb.ip(1)}:7600", "--jobs", "1", "--timeout", str(scale.timeout_s),
                                                "--json", str(wd / "rx.json"), "--vector-out", str(vec_dir)], f"{name}-rx")
     tb.wait_bound(1, 7600)
     dur = 3.0 * vec.nbytes * 8 / rate + 1.0
     bg_procs = []
     if load > 0:
-        bg_rx = tb.start_py(1, "experiments.baselines", ["udp-recv", f"{tb.alias_ip(1)}:7600", "--timeout", str(dur + 20),
+        bg_rx = tb.start_py(1, "netapprox.experiments.baselines", ["udp-recv", f"{tb.alias_ip(1)}:7600", "--timeout", str(dur + 20),
                                                          "--ready-file", str(wd / "bg.ready"), "--json", str(wd / "bgrx.json")], f"{name}-bgrx")
         tb.wait_file(wd / "bg.ready")
-        bg_procs = [bg_rx, tb.start_py(2, "experiments.baselines", ["udp-send", f"{tb.alias_ip(1)}:7600", "--rate", str(load * rate),
+        bg_procs = [bg_rx, tb.start_py(2, "netapprox.experiments.baselines", ["udp-send", f"{tb.alias_ip(1)}:7600", "--rate", str(load * rate),
                                                                     "--duration", str(dur), "--n", "50", "--fixed-size", "1368",
                                                                     "--tlr", str((q0 + 0.5) / 8), "--job-id", "900100"], f"{name}-bgtx")]
         time.sleep(0.2)
@@ -634,7 +634,7 @@ def vector_trial(tb: Testbed, scale: Scale, vec: np.ndarray, vfile: Path, bound:
             "--rate", f"{rate / 1e6:g}M", "--json", str(wd / "tx.json")]
     if tb.controller is not None:
         args += ["--report-to", f"{tb.report_addr[0]}:{tb.report_addr[1]}"]
-    tx = tb.start_py(0, "experiments.atp_job", args, f"{name}-tx")
+    tx = tb.start_py(0, "netapprox.experiments.atp_job", args, f"{name}-tx")
     tb.wait_all([tx], scale.timeout_s + 10)
     tb.wait_all([rx], 15)
     for p in bg_procs:

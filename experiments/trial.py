@@ -31,9 +31,9 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from experiments.baselines import msr_target
-from experiments.harness import Proc, Testbed, read_json, read_json_lines
-from experiments.workloads import Flow, JobWorkload
+from netapprox.experiments.baselines import msr_target
+from netapprox.experiments.harness import Proc, Testbed, read_json, read_json_lines
+from netapprox.experiments.workloads import Flow, JobWorkload
 
 # ATP variants: protocol name -> hostlib AtpConfig knobs (ATP_FixPrio also needs a static switch,
 # see experiments.runner).
@@ -120,17 +120,17 @@ def run_trial(tb: Testbed, protocol: str, plans: Sequence[JobPlan], *, name: str
         rx_json[dst] = out
         if _is_atp(protocol):
             args = ["recv", f"{tb.ip(dst)}:7600", "--jobs", str(len(ps)), "--timeout", str(timeout), "--json", str(out)]
-            receivers[dst] = tb.start_py(dst, "experiments.atp_job", args, f"{name}-rx{dst}")
+            receivers[dst] = tb.start_py(dst, "netapprox.experiments.atp_job", args, f"{name}-rx{dst}")
         elif protocol in ("tcp-es", "tcp-ss"):
             args = ["tcp-recv", f"{tb.ip(dst)}:5600", "--jobs", str(len(ps)), "--timeout", str(timeout),
                     "--json", str(out), "--ready-file", str(ready)]
-            receivers[dst] = tb.start_py(dst, "experiments.baselines", args, f"{name}-rx{dst}")
+            receivers[dst] = tb.start_py(dst, "netapprox.experiments.baselines", args, f"{name}-rx{dst}")
             tb.wait_file(ready)
         else:
             n = ps[0].workload.n
             args = ["udp-recv", f"{tb.ip(dst)}:5700", "--jobs", str(len(ps)), "--timeout", str(timeout),
                     "--msr", str(ps[0].msr), "--n", str(n), "--json", str(out), "--ready-file", str(ready)]
-            receivers[dst] = tb.start_py(dst, "experiments.baselines", args, f"{name}-rx{dst}")
+            receivers[dst] = tb.start_py(dst, "netapprox.experiments.baselines", args, f"{name}-rx{dst}")
             tb.wait_file(ready)
     flow_servers: list[Proc] = []
     flow_clients: list[tuple[Proc, Path, FlowLoad]] = []
@@ -138,7 +138,7 @@ def run_trial(tb: Testbed, protocol: str, plans: Sequence[JobPlan], *, name: str
                                                                   for fl in flows] + [0.0])
     for i, fl in enumerate(flows):
         ready = wd / f"fsrv{i}.ready"
-        flow_servers.append(tb.start_py(fl.dst, "experiments.flows",
+        flow_servers.append(tb.start_py(fl.dst, "netapprox.experiments.flows",
                                         ["server", f"{tb.ip(fl.dst)}:{fl.port}", "--duration",
                                          str(span + timeout + 5), "--ready-file", str(ready)], f"{name}-fsrv{i}"))
         tb.wait_file(ready)
@@ -154,7 +154,7 @@ def run_trial(tb: Testbed, protocol: str, plans: Sequence[JobPlan], *, name: str
         ready = wd / f"bgrx{i}.ready"
         out = wd / f"bgrx{i}.json"
         span_b = max(b.duration_s + b.delay_s for b in bs)
-        bg_rx.append((tb.start_py(dst, "experiments.baselines",
+        bg_rx.append((tb.start_py(dst, "netapprox.experiments.baselines",
                                   ["udp-recv", f"{tb.alias_ip(dst)}:{port}", "--jobs", str(len(bs)),
                                    "--timeout", str(span_b + timeout), "--json", str(out), "--ready-file", str(ready)],
                                   f"{name}-bgrx{i}"), out))
@@ -172,12 +172,12 @@ def run_trial(tb: Testbed, protocol: str, plans: Sequence[JobPlan], *, name: str
                 "--json", str(wd / f"bgtx{i}.json")]
         if b.tlr is not None:
             args += ["--tlr", str(b.tlr)]
-        bg_tx.append(_start_delayed(tb, b.src, "experiments.baselines", args, f"{name}-bgtx{i}", b.delay_s))
+        bg_tx.append(_start_delayed(tb, b.src, "netapprox.experiments.baselines", args, f"{name}-bgtx{i}", b.delay_s))
     for i, fl in enumerate(flows):
         sched = wd / f"flows{i}.json"
         sched.write_text(json.dumps([dataclasses.asdict(f) for f in fl.flows]))
         out = wd / f"fcli{i}.json"
-        flow_clients.append((tb.start_py(fl.src, "experiments.flows",
+        flow_clients.append((tb.start_py(fl.src, "netapprox.experiments.flows",
                                          ["client", f"{tb.ip(fl.dst)}:{fl.port}", "--schedule", str(sched),
                                           "--timeout", str(timeout), "--json", str(out)], f"{name}-fcli{i}"), out, fl))
     if warmup_s:
@@ -197,16 +197,16 @@ def run_trial(tb: Testbed, protocol: str, plans: Sequence[JobPlan], *, name: str
                 args.append("--no-mrdf")
             if tb.controller is not None:
                 args += ["--report-to", f"{tb.report_addr[0]}:{tb.report_addr[1]}"]
-            module = "experiments.atp_job"
+            module = "netapprox.experiments.atp_job"
         elif protocol in ("tcp-es", "tcp-ss"):
             args = ["tcp-send", f"{tb.ip(p.dst)}:5600", "--mode", protocol[-2:], "--msr", str(p.msr),
                     "--job", str(job_file), "--job-id", str(p.job_id), "--seed", str(p.job_id),
                     "--timeout", str(timeout), "--json", str(out)]
-            module = "experiments.baselines"
+            module = "netapprox.experiments.baselines"
         else:
             args = ["udp-send", f"{tb.ip(p.dst)}:5700", "--rate", str(rate_bps), "--job", str(job_file),
                     "--job-id", str(p.job_id), "--json", str(out)]
-            module = "experiments.baselines"
+            module = "netapprox.experiments.baselines"
         senders.append((_start_delayed(tb, p.src, module, args, f"{name}-tx{p.job_id}", p.delay_s), out, p, timeline))
 
     # 3. wait
@@ -247,7 +247,7 @@ def run_trial(tb: Testbed, protocol: str, plans: Sequence[JobPlan], *, name: str
 
 def _start_delayed(tb: Testbed, host: int, module: str, args: list[str], name: str, delay_s: float) -> Proc:
     if delay_s > 0:
-        return tb.start_py(host, "experiments._delayed", [str(delay_s), module, *args], name)
+        return tb.start_py(host, "netapprox.experiments._delayed", [str(delay_s), module, *args], name)
     return tb.start_py(host, module, args, name)
 
 
@@ -308,8 +308,8 @@ def lower_bound_s(workload: JobWorkload, msr: float, rate_bps: float) -> float:
 
 def flow_fct_stats(flows: Sequence[dict]) -> dict:
     """Mean and p99 FCT of all / small / large flows, and how many did not finish."""
-    from experiments.results import percentile
-    from experiments.workloads import LARGE_FLOW_BYTES, SMALL_FLOW_BYTES
+    from netapprox.experiments.results import percentile
+    from netapprox.experiments.workloads import LARGE_FLOW_BYTES, SMALL_FLOW_BYTES
     out: dict[str, Any] = {}
     classes = {"all": lambda f: True, "small": lambda f: f["trace_size"] < SMALL_FLOW_BYTES,
                "large": lambda f: f["trace_size"] > LARGE_FLOW_BYTES}

@@ -2,5 +2,5 @@
 
 Sans-I/O cores: ``hostlib.sender.AtpSender``, ``hostlib.receiver.AtpReceiver``. Blocking API:
 ``hostlib.api.send_job`` / ``receive_job`` / ``receive_jobs``. asyncio: ``hostlib.aio``. CLI:
-``python -m hostlib send|recv`` (``atp-send``, ``atp-recv``). Configuration: ``hostlib.config``.
+``python -m netapprox.hostlib send|recv`` (``atp-send``, ``atp-recv``). Configuration: ``hostlib.config``.
 """

@@ -1,4 +1,4 @@
-"""Command line: ``python -m hostlib send ...`` / ``python -m hostlib recv ...`` (also ``atp-send``, ``atp-recv``).
+"""Command line: ``python -m netapprox.hostlib send ...`` / ``python -m netapprox.hostlib recv ...`` (also ``atp-send``, ``atp-recv``).
 
 Exit status: 0 success, 1 the job failed or timed out, 2 bad input. Quiet unless ``-v``: the job summary
 goes to stdout, diagnostics to stderr.
@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from hostlib import api, events, wire
-from hostlib.config import AtpConfig, ConfigError, JobSpec, Tags, parse_rate
+from netapprox.hostlib import api, events, wire
+from netapprox.hostlib.config import AtpConfig, ConfigError, JobSpec, Tags, parse_rate
 
 log = logging.getLogger("hostlib")
 
@@ -299,7 +299,7 @@ def _write_json(path: Path, obj: Any) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in ("send", "recv"):
-        print("usage: python -m hostlib {send,recv} ...  (python -m hostlib send -h for help)", file=sys.stderr)
+        print("usage: python -m netapprox.hostlib {send,recv} ...  (python -m netapprox.hostlib send -h for help)", file=sys.stderr)
         return 2
     return send_main(argv[1:]) if argv[0] == "send" else recv_main(argv[1:])
 

@@ -13,10 +13,10 @@ import asyncio
 import socket
 from typing import Any, Callable
 
-from hostlib import api, events, wire
-from hostlib.config import AtpConfig, JobSpec
-from hostlib.receiver import AtpReceiver
-from hostlib.sender import AtpSender, SendSummary
+from netapprox.hostlib import api, events, wire
+from netapprox.hostlib.config import AtpConfig, JobSpec
+from netapprox.hostlib.receiver import AtpReceiver
+from netapprox.hostlib.sender import AtpSender, SendSummary
 
 
 class AtpProtocol(asyncio.DatagramProtocol):

@@ -17,11 +17,11 @@ import sys
 import time
 from typing import Any, Callable, Iterable
 
-from hostlib import events, wire
-from hostlib.config import AtpConfig, JobSpec
-from hostlib.receiver import AtpReceiver, GroupResult, JobResult
-from hostlib.sender import AtpSender, SendSummary
-from hostlib.vector import assemble
+from netapprox.hostlib import events, wire
+from netapprox.hostlib.config import AtpConfig, JobSpec
+from netapprox.hostlib.receiver import AtpReceiver, GroupResult, JobResult
+from netapprox.hostlib.sender import AtpSender, SendSummary
+from netapprox.hostlib.vector import assemble
 
 Address = tuple[str, int]
 _RECV_BATCH = 256

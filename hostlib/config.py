@@ -6,7 +6,7 @@ import math
 import struct
 from typing import Iterable, Mapping, Sequence
 
-from hostlib import wire
+from netapprox.hostlib import wire
 
 MODES = ("full", "fixtlr", "base")
 COMPLETION_POLICIES = ("all_sent", "early")

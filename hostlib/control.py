@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import struct
 
-from hostlib import wire
+from netapprox.hostlib import wire
 
 ANNOUNCE_MSG_ID = 0xFFFFFFFF
 FIN_MSG_ID = 0xFFFFFFFE

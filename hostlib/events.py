@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from hostlib import wire
+from netapprox.hostlib import wire
 
 
 class Event:

@@ -23,8 +23,8 @@ import collections
 import dataclasses
 from typing import Any
 
-from hostlib import control, events, wire
-from hostlib.config import AtpConfig
+from netapprox.hostlib import control, events, wire
+from netapprox.hostlib.config import AtpConfig
 
 Address = Any
 _MAX_SACK_RANGES = 64

@@ -1,6 +1,6 @@
 """Scapy layer for the ATP header (docs/wire-format.md), bound to the ATP UDP port.
 
-    >>> from hostlib.scapy_atp import ATP, bind_port
+    >>> from netapprox.hostlib.scapy_atp import ATP, bind_port
     >>> pkt = IP(dst="10.0.0.2") / UDP(dport=7600) / ATP(type=1, flags=0x01, job_id=7, tlr=0x1000)
 
 Importing this module needs scapy (a dev/test dependency, not a hostlib runtime dependency). Field names and
@@ -12,7 +12,7 @@ from scapy.fields import BitEnumField, BitField, FlagsField
 from scapy.layers.inet import UDP
 from scapy.packet import Packet, bind_layers, split_layers
 
-from hostlib import wire
+from netapprox.hostlib import wire
 
 _TYPES = {t.value: t.name for t in wire.PacketType}
 _FLAG_NAMES = ["APPROX", "RETX", "ECE", "TAGGED", "CE", "bit5", "bit6", "bit7"]

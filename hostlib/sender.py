@@ -28,11 +28,11 @@ import heapq
 import json
 from typing import Any
 
-from hostlib import control, events, wire
-from hostlib.config import AtpConfig, ConfigError, JobSpec, Tags, required_messages
-from hostlib.rate import RateController, TokenBucket
-from hostlib.recovery import LossRecovery, SentPacket
-from hostlib.scheduler import Scheduler
+from netapprox.hostlib import control, events, wire
+from netapprox.hostlib.config import AtpConfig, ConfigError, JobSpec, Tags, required_messages
+from netapprox.hostlib.rate import RateController, TokenBucket
+from netapprox.hostlib.recovery import LossRecovery, SentPacket
+from netapprox.hostlib.scheduler import Scheduler
 
 Address = Any
 

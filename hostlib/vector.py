@@ -4,7 +4,7 @@ from __future__ import annotations
 import array
 from typing import Iterable
 
-from hostlib import wire
+from netapprox.hostlib import wire
 
 
 def assemble(length: int, payloads: Iterable[bytes]) -> tuple[array.array, list[tuple[int, int]]]:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from controller import model
-from hostlib.wire import TLR_ONE, tlr_to_q15
+from netapprox.controller import model
+from netapprox.hostlib.wire import TLR_ONE, tlr_to_q15
 
 
 def _queue_for(rules, tlr_q15):

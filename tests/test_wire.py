@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from hostlib import wire
+from netapprox.hostlib import wire
 
 
 def test_header_is_32_bytes_and_fields_sit_at_documented_offsets():

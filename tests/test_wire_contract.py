@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from hostlib import wire
+from netapprox.hostlib import wire
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 HEADER_P4 = ROOT / "p4src" / "shared" / "header.p4"

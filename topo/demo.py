@@ -1,4 +1,4 @@
-"""``make demo``: NetApprox end to end on one machine (``python -m topo.demo --target kernel|bmv2``).
+"""``make demo``: NetApprox end to end on one machine (``python -m netapprox.topo.demo --target kernel|bmv2``).
 
 A Mininet dumbbell (h1..h3 on s1, h4..h6 on s2, one bottleneck s1 -> s2, plus the controller's in-band host
 ``ctl`` on s1) carries, all across the bottleneck:
@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hostlib import wire
+from netapprox.hostlib import wire
 
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -141,7 +141,7 @@ class Demo:
         return p
 
     def stop_processes(self) -> None:
-        from topo.netns import stop_process
+        from netapprox.topo.netns import stop_process
 
         for p in self.procs:
             try:
@@ -184,7 +184,7 @@ class Demo:
     def sample_queues(self, netns: str | None, ifname: str) -> None:
         from pyroute2 import IPRoute
 
-        from topo import kernel_switch as ks
+        from netapprox.topo import kernel_switch as ks
 
         ipr = IPRoute(netns=netns, flags=0) if netns else IPRoute()
         try:
@@ -201,9 +201,9 @@ class Demo:
 
     # -- the run ----------------------------------------------------------------------------------------------
     def run(self) -> int:
-        from controller.config import ControllerConfig, ReportConfig
-        from controller.loop import Controller
-        from topo.net import Emulation, EmulationConfig
+        from netapprox.controller.config import ControllerConfig, ReportConfig
+        from netapprox.controller.loop import Controller
+        from netapprox.topo.net import Emulation, EmulationConfig
 
         cfg = self.cfg
         self.out.mkdir(parents=True, exist_ok=True)
@@ -254,15 +254,15 @@ class Demo:
         # Receivers first.
         recv_timeout = str(int(cfg.time_limit_s + 20))
         for j in cfg.jobs:
-            self.popen(hosts[j.dst], [PY, "-m", "hostlib", "recv", "--port", str(wire.DEFAULT_ATP_PORT), "--once",
+            self.popen(hosts[j.dst], [PY, "-m", "netapprox.hostlib", "recv", "--port", str(wire.DEFAULT_ATP_PORT), "--once",
                                       "--timeout", recv_timeout, "--json", str(self.out / f"demo-recv-{j.name}.json")],
                        f"demo-recv-{j.name}.log")
-        bulk_rx = self.popen(hosts[4], [PY, "-m", "topo.trafgen", "tcp-recv", "--port", "5201", "--duration",
+        bulk_rx = self.popen(hosts[4], [PY, "-m", "netapprox.topo.trafgen", "tcp-recv", "--port", "5201", "--duration",
                                           str(cfg.time_limit_s + 20)], "demo-bulk-recv.log")
-        bg_rx = self.popen(hosts[6], [PY, "-m", "topo.trafgen", "recv", "--port", str(wire.DEFAULT_ATP_PORT),
+        bg_rx = self.popen(hosts[6], [PY, "-m", "netapprox.topo.trafgen", "recv", "--port", str(wire.DEFAULT_ATP_PORT),
                                       "--duration", str(cfg.background_s + 5)], "demo-background-recv.log")
         time.sleep(1.0)
-        bg = self.popen(hosts[3], [PY, "-m", "topo.trafgen", "send", "--dst", hosts[6].IP(), "--atp", "--approx",
+        bg = self.popen(hosts[3], [PY, "-m", "netapprox.topo.trafgen", "send", "--dst", hosts[6].IP(), "--atp", "--approx",
                                    "--job", "999", "--tlr", cfg.background_tlr,
                                    "--rate-mbit", str(cfg.background_mbit), "--duration", str(cfg.background_s)],
                         "demo-background.log")
@@ -275,7 +275,7 @@ class Demo:
             timelines[j.name] = _Timeline(tl)
             starts[j.name] = time.monotonic() - self.t0
             senders[j.name] = self.popen(hosts[j.src], [
-                PY, "-m", "hostlib", "send", f"{hosts[j.dst].IP()}:{wire.DEFAULT_ATP_PORT}", "--job-id", str(j.job_id),
+                PY, "-m", "netapprox.hostlib", "send", f"{hosts[j.dst].IP()}:{wire.DEFAULT_ATP_PORT}", "--job-id", str(j.job_id),
                 "--messages", str(j.messages), "--msr", str(j.msr), "--rate", cfg.job_rate,
                 "--report-to", emu.report_target, "--timeout", str(int(cfg.time_limit_s)),
                 "--json", str(self.out / f"demo-send-{j.name}.json"), "--timeline", str(tl)],
@@ -291,7 +291,7 @@ class Demo:
         while True:
             now = time.monotonic() - self.t0
             if bulk is None and now >= jobs_start + cfg.bulk_start_s:
-                bulk = self.popen(hosts[1], [PY, "-m", "topo.trafgen", "tcp-send", "--dst", hosts[4].IP(),
+                bulk = self.popen(hosts[1], [PY, "-m", "netapprox.topo.trafgen", "tcp-send", "--dst", hosts[4].IP(),
                                              "--dport", "5201", "--bytes", str(cfg.bulk_bytes)], bulk_json.name)
                 self.bulk_span = [now]
                 _log(f"{now:5.1f} | bulk TCP flow started")
@@ -345,8 +345,8 @@ class Demo:
     def queue_of(self, job_id: int, tlr: float, t: float, ack_queues: dict) -> int:
         """The queue the switch used for the job at time ``t``. BMv2 stamps it (seen on ACKs); on the kernel
         target it is the controller's job entry, or the TLR table before the first assignment."""
-        from controller.policy import queue_for_tlr
-        from controller.config import DEFAULT_THRESHOLDS
+        from netapprox.controller.policy import queue_for_tlr
+        from netapprox.controller.config import DEFAULT_THRESHOLDS
 
         stamped = {int(k): v for k, v in ack_queues.items() if int(k) != wire.QUEUE_UNSET}
         if stamped:
@@ -431,9 +431,9 @@ class Demo:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        from topo.trafgen import parse_schedule
-        from controller.policy import queue_for_tlr
-        from controller.config import DEFAULT_THRESHOLDS
+        from netapprox.topo.trafgen import parse_schedule
+        from netapprox.controller.policy import queue_for_tlr
+        from netapprox.controller.config import DEFAULT_THRESHOLDS
 
         bins: dict[int, list[dict]] = {}
         for r in rows:
@@ -513,7 +513,7 @@ def _tail(path: Path, n: int = 2) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m topo.demo", description="Run the NetApprox demo experiment.")
+    ap = argparse.ArgumentParser(prog="python -m netapprox.topo.demo", description="Run the NetApprox demo experiment.")
     ap.add_argument("--target", choices=["kernel", "bmv2"], default="kernel")
     ap.add_argument("--results", default="results", help="output directory (default: results)")
     ap.add_argument("--bottleneck-mbit", type=float, default=DemoConfig.bottleneck_mbit)
@@ -534,7 +534,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     if args.target == "bmv2":
-        from topo.switches import P4_TOOLS_HINT, bmv2_available
+        from netapprox.topo.switches import P4_TOOLS_HINT, bmv2_available
 
         if not bmv2_available():
             print(f"make demo TARGET=bmv2: {P4_TOOLS_HINT}", file=sys.stderr)

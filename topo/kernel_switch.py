@@ -50,7 +50,7 @@ import subprocess
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from controller.model import (
+from netapprox.controller.model import (
     LOWEST_QUEUE,
     NON_APPROX_QUEUE,
     NUM_QUEUES,
@@ -61,7 +61,7 @@ from controller.model import (
     TlrRule,
     queue_buffer_packets,
 )
-from hostlib.wire import DEFAULT_ATP_PORT, Flags, PacketType
+from netapprox.hostlib.wire import DEFAULT_ATP_PORT, Flags, PacketType
 
 ETH_P_IP = 0x0800
 ETH_P_ALL = 0x0003

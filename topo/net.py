@@ -18,11 +18,11 @@ import socket
 import threading
 from typing import Any
 
-from controller.model import ClassRule, Route
-from hostlib.wire import DEFAULT_ATP_PORT, DEFAULT_REPORT_PORT
-from topo.netns import unique_tag, wait_until
-from topo.switches import P4_TOOLS_HINT, BMv2Switch, KernelSwitch, NaLink, bmv2_available
-from topo.topologies import CTL_IP, TOPOLOGIES
+from netapprox.controller.model import ClassRule, Route
+from netapprox.hostlib.wire import DEFAULT_ATP_PORT, DEFAULT_REPORT_PORT
+from netapprox.topo.netns import unique_tag, wait_until
+from netapprox.topo.switches import P4_TOOLS_HINT, BMv2Switch, KernelSwitch, NaLink, bmv2_available
+from netapprox.topo.topologies import CTL_IP, TOPOLOGIES
 
 CLONE_NEWNET = 0x40000000
 TARGETS = ("kernel", "bmv2")
@@ -184,7 +184,7 @@ class Emulation:
 
     def switch_configs(self):
         """``controller.config.SwitchConfig`` for every switch, with this network's driver options."""
-        from controller.config import SwitchConfig
+        from netapprox.controller.config import SwitchConfig
 
         out = []
         for sw in self.net.switches:

@@ -26,10 +26,10 @@ from typing import Any
 from mininet.link import Link
 from mininet.node import Switch
 
-from controller.model import ClassRule, SwitchState, default_tlr_rules
-from hostlib.wire import DEFAULT_ATP_PORT
-from topo import kernel_switch as ks
-from topo.netns import run, stop_process, unique_tag, wait_until
+from netapprox.controller.model import ClassRule, SwitchState, default_tlr_rules
+from netapprox.hostlib.wire import DEFAULT_ATP_PORT
+from netapprox.topo import kernel_switch as ks
+from netapprox.topo.netns import run, stop_process, unique_tag, wait_until
 
 
 def intf_rate(intf, default: float) -> float:
@@ -75,7 +75,7 @@ class KernelSwitch(Switch):
         return SwitchState(tlr_rules=default_tlr_rules(), class_rules=frozenset(self.class_rules))
 
     def start(self, controllers) -> None:
-        from controller.kernel_driver import KernelDriver
+        from netapprox.controller.kernel_driver import KernelDriver
 
         run(["ip", "netns", "attach", self.netns_name, str(self.pid)])
         self._attached = True

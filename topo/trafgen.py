@@ -1,4 +1,4 @@
-"""Paced UDP traffic for tests and the demo's background load: ``python -m topo.trafgen send|recv``, and a
+"""Paced UDP traffic for tests and the demo's background load: ``python -m netapprox.topo.trafgen send|recv``, and a
 TCP bulk flow with a true flow completion time: ``tcp-send|tcp-recv``.
 
 ``send`` emits UDP datagrams at a paced rate, either plain payload or ATP DATA headers (docs/wire-format.md)
@@ -19,7 +19,7 @@ import socket
 import sys
 import time
 
-from hostlib import wire
+from netapprox.hostlib import wire
 
 
 _stopping = False
@@ -207,7 +207,7 @@ def tcp_recv(args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m topo.trafgen", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m netapprox.topo.trafgen", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("send", help="paced UDP sender")
     s.add_argument("--dst", required=True)

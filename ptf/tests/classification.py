@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from common.qos_mixin import (HOST_B_MAC, NUM_QUEUES, PORT_A, PORT_B, QosHelper, atp_packet, routed, tcp_packet,
                               udp_packet)
-from hostlib import wire
+from netapprox.hostlib import wire
 
 APPROX = int(wire.Flags.APPROX)
 TAGGED = int(wire.Flags.TAGGED)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from common.qos_mixin import HOST_B_MAC, PORT_A, PORT_B, QosHelper, atp_packet, routed
-from hostlib import wire
+from netapprox.hostlib import wire
 
 APPROX = int(wire.Flags.APPROX)
 

@@ -5,7 +5,7 @@ from common.qos_mixin import (DROPPED_IPV4_CHECKSUM, MALFORMED_BAD_FLAGS, MALFOR
                               MALFORMED_BAD_TYPE, MALFORMED_BAD_VERSION, MALFORMED_TRUNCATED, HOST_A_IP,
                               HOST_A_MAC, HOST_B_IP, HOST_B_MAC, PORT_A, PORT_B, SWITCH_MAC, QosHelper, atp_packet,
                               routed)
-from hostlib import wire
+from netapprox.hostlib import wire
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 

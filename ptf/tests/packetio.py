@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from common.qos_mixin import (MALFORMED_BAD_VERSION, PORT_A, PORT_C, QosHelper, atp_packet, udp_packet)
-from hostlib import wire
+from netapprox.hostlib import wire
 
 REPORT = wire.PacketType.REPORT
 

@@ -17,10 +17,10 @@ from pathlib import Path
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig
-from controller.loop import Controller
-from controller.model import Route
-from hostlib.wire import Flags, Header, PacketType, Report, encode, tlr_to_q15
+from netapprox.controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig
+from netapprox.controller.loop import Controller
+from netapprox.controller.model import Route
+from netapprox.hostlib.wire import Flags, Header, PacketType, Report, encode, tlr_to_q15
 
 H1_IP, H2_IP, CTL_IP = "10.0.0.1", "10.0.0.2", "10.0.0.100"
 JOB = 42

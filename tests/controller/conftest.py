@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.fake_p4runtime import FakeP4RuntimeServer
-from controller.p4runtime_driver import P4RuntimeDriver, P4RuntimeOptions
+from netapprox.controller.fake_p4runtime import FakeP4RuntimeServer
+from netapprox.controller.p4runtime_driver import P4RuntimeDriver, P4RuntimeOptions
 from ctl_fixtures import BMV2_JSON_BYTES, P4INFO
 
 

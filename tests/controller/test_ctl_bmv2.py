@@ -91,7 +91,7 @@ def bmv2(tmp_path):
 
 
 def _contract(p4info_path: Path) -> dict:
-    from controller.p4info import P4Info
+    from netapprox.controller.p4info import P4Info
 
     m = P4Info.load(p4info_path).message
     out: dict = {}

@@ -5,12 +5,12 @@ from pathlib import Path
 
 import pytest
 
-from controller.__main__ import apply_flags, build_parser
-from controller.config import ControllerConfig, SwitchConfig, config_from_dict, load_config
-from controller.drivers import build_driver, driver_class
-from controller.errors import ConfigError
-from controller.model import ClassRule, Route
-from controller.p4runtime_driver import P4RuntimeDriver
+from netapprox.controller.__main__ import apply_flags, build_parser
+from netapprox.controller.config import ControllerConfig, SwitchConfig, config_from_dict, load_config
+from netapprox.controller.drivers import build_driver, driver_class
+from netapprox.controller.errors import ConfigError
+from netapprox.controller.model import ClassRule, Route
+from netapprox.controller.p4runtime_driver import P4RuntimeDriver
 
 from ctl_fixtures import P4INFO
 
@@ -97,7 +97,7 @@ def test_cli_flags_override_the_file(tmp_path):
 
 
 def test_command_line_runs_the_controller_against_a_switch(fake_server, bmv2_json, tmp_path):
-    from controller.__main__ import main
+    from netapprox.controller.__main__ import main
 
     config = tmp_path / "c.toml"
     log = tmp_path / "decisions.jsonl"
@@ -122,7 +122,7 @@ bmv2_json = "{bmv2_json}"
 
 
 def test_command_line_reports_config_errors_without_a_traceback(tmp_path, capsys):
-    from controller.__main__ import main
+    from netapprox.controller.__main__ import main
 
     bad = tmp_path / "bad.toml"
     bad.write_text("[controller]\nepoch = 5\n")

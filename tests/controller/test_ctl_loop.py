@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import time
 
-from controller.config import ControllerConfig, ReportConfig, SwitchConfig
-from controller.loop import Controller
-from controller.model import Counters, Driver, SwitchState, SwitchUnavailable, WriteSummary
-from hostlib.wire import Report
+from netapprox.controller.config import ControllerConfig, ReportConfig, SwitchConfig
+from netapprox.controller.loop import Controller
+from netapprox.controller.model import Counters, Driver, SwitchState, SwitchUnavailable, WriteSummary
+from netapprox.hostlib.wire import Report
 
 
 class ScriptedDriver(Driver):

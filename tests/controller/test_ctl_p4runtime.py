@@ -14,10 +14,10 @@ from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
 
-from controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig
-from controller.errors import NotPrimaryError, P4InfoError, P4RuntimeWriteError, PipelineError
-from controller.loop import Controller
-from controller.model import (
+from netapprox.controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig
+from netapprox.controller.errors import NotPrimaryError, P4InfoError, P4RuntimeWriteError, PipelineError
+from netapprox.controller.loop import Controller
+from netapprox.controller.model import (
     ClassRule,
     EcnRule,
     JobRule,
@@ -27,9 +27,9 @@ from controller.model import (
     TagRule,
     TlrRule,
 )
-from controller.p4info import P4Info
-from controller.p4runtime_driver import P4RuntimeDriver, P4RuntimeOptions, build_tofino_device_config
-from hostlib.wire import Report
+from netapprox.controller.p4info import P4Info
+from netapprox.controller.p4runtime_driver import P4RuntimeDriver, P4RuntimeOptions, build_tofino_device_config
+from netapprox.hostlib.wire import Report
 
 from ctl_fixtures import BMV2_JSON_BYTES, P4INFO
 
@@ -150,7 +150,7 @@ def test_per_update_errors_are_unpacked_and_the_rest_applied(make_driver, fake_s
     foreign = driver.classification._job_entry(JobRule(9, 1))
     with fake_server.lock:
         fake_server.writes.clear()
-    from controller.fake_p4runtime import _entry_key
+    from netapprox.controller.fake_p4runtime import _entry_key
 
     fake_server.tables[_entry_key(foreign)] = foreign
     with pytest.raises(P4RuntimeWriteError) as info:
@@ -190,7 +190,7 @@ def test_counters_are_read_per_port_queue_and_per_job(make_driver, fake_server):
     fake_server.counters[(enq, 2 * 8 + 0)] = (10, 1000)
     fake_server.counters[(tx, 2 * 8 + 0)] = (10, 1000)
     job5 = driver.classification._job_entry(JobRule(5, 2))
-    from controller.fake_p4runtime import _entry_key
+    from netapprox.controller.fake_p4runtime import _entry_key
 
     fake_server.direct_counts[_entry_key(job5)] = 42
     counters = driver.read_counters()
@@ -420,7 +420,7 @@ class FakeTm:
         self.closed = False
 
     def port_queues(self, dev_port):
-        from controller.tofino_tm import PortQueues
+        from netapprox.controller.tofino_tm import PortQueues
 
         return PortQueues(dev_port, dev_port >> 7, pg_id=dev_port % 128 // 8, pg_queues=tuple(range(8, 16)))
 

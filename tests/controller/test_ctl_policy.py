@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller import policy
-from controller.config import CadentFlow, PolicyConfig, SwitchConfig, TaggedFlow
-from controller.model import EcnRule, JobRule, Route, TagRule, default_tlr_rules
-from controller.policy import GroupReport, decide, queue_for_tlr
+from netapprox.controller import policy
+from netapprox.controller.config import CadentFlow, PolicyConfig, SwitchConfig, TaggedFlow
+from netapprox.controller.model import EcnRule, JobRule, Route, TagRule, default_tlr_rules
+from netapprox.controller.policy import GroupReport, decide, queue_for_tlr
 
 DEFAULT = PolicyConfig()
 NO_HYST = PolicyConfig(hysteresis=0.0)

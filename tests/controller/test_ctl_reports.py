@@ -7,9 +7,9 @@ import struct
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.config import ReportConfig
-from controller.reports import ReportIngest, udp_payload_from_frame
-from hostlib.wire import Header, PacketType, Report, encode
+from netapprox.controller.config import ReportConfig
+from netapprox.controller.reports import ReportIngest, udp_payload_from_frame
+from netapprox.hostlib.wire import Header, PacketType, Report, encode
 
 
 def report(job=5, group=0, seq=1, tlr=0.3) -> Report:

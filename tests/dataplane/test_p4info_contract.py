@@ -9,7 +9,7 @@ import google.protobuf.text_format
 import pytest
 from p4.config.v1 import p4info_pb2
 
-from tests.conftest import requires_p4
+from support.skips import requires_p4
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 P4INFO = REPO / "build" / "v1model" / "p4info.txtpb"

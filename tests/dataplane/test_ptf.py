@@ -9,7 +9,7 @@ import tempfile
 
 import pytest
 
-from tests.conftest import requires_p4, requires_root
+from support.skips import requires_p4, requires_root
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "ptf"))

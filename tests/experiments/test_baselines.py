@@ -9,8 +9,8 @@ import threading
 
 import pytest
 
-from experiments import baselines as b
-from experiments.workloads import make_job
+from netapprox.experiments import baselines as b
+from netapprox.experiments.workloads import make_job
 
 
 def _free_port(kind=socket.SOCK_STREAM) -> int:
@@ -109,7 +109,7 @@ def test_udp_blast_paces_and_reports_loss_free_on_loopback(tmp_path):
 
 
 def test_udp_blast_packets_are_atp_data_with_tlr():
-    from hostlib import wire
+    from netapprox.hostlib import wire
     rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     rx.bind(("127.0.0.1", 0))
     rx.settimeout(2)
@@ -124,7 +124,7 @@ def test_udp_blast_packets_are_atp_data_with_tlr():
 def test_cli_writes_json(tmp_path):
     port = _free_port()
     rx_json, tx_json, ready = tmp_path / "rx.json", tmp_path / "tx.json", tmp_path / "ready"
-    rx = subprocess.Popen([sys.executable, "-m", "experiments.baselines", "tcp-recv", f"127.0.0.1:{port}",
+    rx = subprocess.Popen([sys.executable, "-m", "netapprox.experiments.baselines", "tcp-recv", f"127.0.0.1:{port}",
                            "--timeout", "20", "--json", str(rx_json), "--ready-file", str(ready)])
     try:
         import time
@@ -132,7 +132,7 @@ def test_cli_writes_json(tmp_path):
             if ready.exists():
                 break
             time.sleep(0.05)
-        subprocess.run([sys.executable, "-m", "experiments.baselines", "tcp-send", f"127.0.0.1:{port}",
+        subprocess.run([sys.executable, "-m", "netapprox.experiments.baselines", "tcp-send", f"127.0.0.1:{port}",
                         "--msr", "0.8", "--n", "20", "--json", str(tx_json)], check=True, timeout=30)
         rx.wait(timeout=20)
     finally:

@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from experiments import ddnn
+from netapprox.experiments import ddnn
 
 
 def test_network_time_matches_thesis_formula():

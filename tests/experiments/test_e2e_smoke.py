@@ -13,9 +13,9 @@ pytestmark = [pytest.mark.root, pytest.mark.slow,
 
 
 def test_atp_and_tcp_es_complete_a_small_job(tmp_path):
-    from experiments.harness import Testbed, TestbedConfig
-    from experiments.trial import JobPlan, run_trial
-    from experiments.workloads import make_job
+    from netapprox.experiments.harness import Testbed, TestbedConfig
+    from netapprox.experiments.trial import JobPlan, run_trial
+    from netapprox.experiments.workloads import make_job
 
     job = make_job("fbkv", 1, 400)
     with Testbed(TestbedConfig(hosts=2, rate_mbit=20), tmp_path) as tb:

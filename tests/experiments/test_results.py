@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from experiments import flows
-from experiments import results as r
+from netapprox.experiments import flows
+from netapprox.experiments import results as r
 
 
 def test_spread_of_values_and_missing():

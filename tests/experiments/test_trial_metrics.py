@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from experiments import runner, trial
-from experiments.workloads import JobWorkload
+from netapprox.experiments import runner, trial
+from netapprox.experiments.workloads import JobWorkload
 
 RATE = 20e6
 
@@ -71,8 +71,8 @@ def test_queue_for_tlr_matches_default_thresholds(tlr, q):
 
 
 def test_queue_for_tlr_agrees_with_controller_model():
-    from controller.model import default_tlr_rules
-    from hostlib.wire import tlr_to_q15
+    from netapprox.controller.model import default_tlr_rules
+    from netapprox.hostlib.wire import tlr_to_q15
     rules = default_tlr_rules()
     for tlr in np.linspace(0, 1, 41):
         v = tlr_to_q15(float(tlr))
@@ -106,7 +106,7 @@ def test_timeline_rows_normalise_and_fill_queue_from_controller():
 
 
 def test_bench_summary_and_markdown_from_rows():
-    from bench.__main__ import markdown, summarize
+    from netapprox.bench.__main__ import markdown, summarize
     rows = []
     for seed in (1, 2):
         for msr in (0.5, 0.9):

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from experiments import workloads as w
+from netapprox.experiments import workloads as w
 
 N = 200_000
 

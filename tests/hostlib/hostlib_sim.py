@@ -11,10 +11,10 @@ import heapq
 import random
 from typing import Callable
 
-from hostlib import events, wire
-from hostlib.config import AtpConfig, JobSpec
-from hostlib.receiver import AtpReceiver
-from hostlib.sender import AtpSender
+from netapprox.hostlib import events, wire
+from netapprox.hostlib.config import AtpConfig, JobSpec
+from netapprox.hostlib.receiver import AtpReceiver
+from netapprox.hostlib.sender import AtpSender
 
 SENDER_ADDR = ("10.0.0.1", 40000)
 RECEIVER_ADDR = ("10.0.0.2", 7600)

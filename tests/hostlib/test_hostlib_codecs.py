@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hostlib import control, wire
+from netapprox.hostlib import control, wire
 
 u8 = st.integers(0, 0xFF)
 u16 = st.integers(0, 0xFFFF)

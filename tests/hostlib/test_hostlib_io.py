@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from hostlib import aio, api, wire
-from hostlib.config import AtpConfig, JobSpec, pattern_bytes
+from netapprox.hostlib import aio, api, wire
+from netapprox.hostlib.config import AtpConfig, JobSpec, pattern_bytes
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -128,7 +128,7 @@ def test_asyncio_adapter_both_ways():
 
 
 def run_cli(*args, timeout=30, **kw):
-    return subprocess.run([PY, "-m", "hostlib", *args], cwd=REPO, capture_output=True, text=True,
+    return subprocess.run([PY, "-m", "netapprox.hostlib", *args], cwd=REPO, capture_output=True, text=True,
                           timeout=timeout, **kw)
 
 
@@ -151,7 +151,7 @@ def test_cli_rejects_bad_input_with_exit_2(args, message):
 
 def test_cli_send_and_receive(tmp_path):
     port = free_port()
-    rx = subprocess.Popen([PY, "-m", "hostlib", "recv", "--bind", "127.0.0.1", "--port", str(port), "--timeout",
+    rx = subprocess.Popen([PY, "-m", "netapprox.hostlib", "recv", "--bind", "127.0.0.1", "--port", str(port), "--timeout",
                            "30", "--json", str(tmp_path / "r.json")], cwd=REPO, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
     try:
@@ -176,7 +176,7 @@ def test_cli_send_and_receive(tmp_path):
 
 def test_cli_receiver_serves_until_sigterm_and_exits_cleanly():
     port = free_port()
-    rx = subprocess.Popen([PY, "-m", "hostlib", "recv", "--serve", "--bind", "127.0.0.1", "--port", str(port)],
+    rx = subprocess.Popen([PY, "-m", "netapprox.hostlib", "recv", "--serve", "--bind", "127.0.0.1", "--port", str(port)],
                           cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         time.sleep(0.6)
@@ -196,7 +196,7 @@ def test_cli_sender_reports_failure_with_exit_1():
 
 
 def test_console_script_entry_points_parse_arguments(capsys):
-    from hostlib import __main__ as cli
+    from netapprox.hostlib import __main__ as cli
     for main in (cli.send_main, cli.recv_main):
         with pytest.raises(SystemExit) as exc:
             main(["--help"])
@@ -226,7 +226,7 @@ def test_parse_address_forms():
 
 def test_cli_receiver_rejects_an_oversized_job_with_exit_1():
     port = free_port()
-    rx = subprocess.Popen([PY, "-m", "hostlib", "recv", "--bind", "127.0.0.1", "--port", str(port),
+    rx = subprocess.Popen([PY, "-m", "netapprox.hostlib", "recv", "--bind", "127.0.0.1", "--port", str(port),
                            "--max-messages", "10", "--timeout", "20"], cwd=REPO, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
     try:

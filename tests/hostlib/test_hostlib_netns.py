@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import requires_root
+from support.skips import requires_root
 
 pytestmark = [requires_root, pytest.mark.root, pytest.mark.timeout(150)]
 
@@ -80,7 +80,7 @@ def drops(br: str) -> int:
 def test_atp_over_a_shaped_bridge_meets_the_msr_under_congestion_loss(shaped_pair, tmp_path):
     a, b, br, b_addr = shaped_pair
     n, msr = 3000, 0.8
-    rx = subprocess.Popen(["ip", "netns", "exec", b, sys.executable, "-m", "hostlib", "recv", "--port", "7600",
+    rx = subprocess.Popen(["ip", "netns", "exec", b, sys.executable, "-m", "netapprox.hostlib", "recv", "--port", "7600",
                            "--timeout", "60", "--json", str(tmp_path / "r.json")],
                           cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -89,7 +89,7 @@ def test_atp_over_a_shaped_bridge_meets_the_msr_under_congestion_loss(shaped_pai
             if ":7600" in sh("ip", "netns", "exec", b, "ss", "-uln"):
                 break
             subprocess.run(["sleep", "0.05"])
-        tx = subprocess.run(["ip", "netns", "exec", a, sys.executable, "-m", "hostlib", "send", f"{b_addr}:7600",
+        tx = subprocess.run(["ip", "netns", "exec", a, sys.executable, "-m", "netapprox.hostlib", "send", f"{b_addr}:7600",
                              "--job-id", "77", "--messages", str(n), "--msr", str(msr), "--group", "1:1.0:100",
                              "--rate", "100M", "--json", str(tmp_path / "s.json"),
                              "--timeline", str(tmp_path / "t.jsonl")],

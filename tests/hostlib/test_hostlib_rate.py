@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from hostlib.rate import RateController, TokenBucket
+from netapprox.hostlib.rate import RateController, TokenBucket
 
 PKT_BITS = 1442 * 8
 

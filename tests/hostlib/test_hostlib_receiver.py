@@ -4,9 +4,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hostlib import control, events, wire
-from hostlib.config import AtpConfig
-from hostlib.receiver import AtpReceiver
+from netapprox.hostlib import control, events, wire
+from netapprox.hostlib.config import AtpConfig
+from netapprox.hostlib.receiver import AtpReceiver
 
 PEER = ("10.0.0.1", 40000)
 

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hostlib import events, wire
-from hostlib.config import AtpConfig, JobSpec, Message, Tags, pattern_bytes
+from netapprox.hostlib import events, wire
+from netapprox.hostlib.config import AtpConfig, JobSpec, Message, Tags, pattern_bytes
 from hostlib_sim import Path, run_job
 
 FAST = AtpConfig(max_rate_bps=50e6)
@@ -95,7 +95,7 @@ def test_sender_fails_with_a_reason_when_nothing_is_acknowledged():
     cfg = AtpConfig(idle_timeout_s=0.5)
     run = run_job(job, cfg, forward=Path(loss=1.0), until=5)
     assert run.summary is None and "no acknowledgement" in run.sender.failure
-    from hostlib.sender import AtpSender
+    from netapprox.hostlib.sender import AtpSender
     s = AtpSender(job, config=cfg, peer=("h", 1), now=0.0)
     t = 0.0
     while not s.done and t < 10:
@@ -137,7 +137,7 @@ def test_reports_and_tlr_follow_equation_1():
 def test_tlr_after_scripted_losses_is_exact():
     """N = 20, MSR = 0.5: messages 0-2 lost, 3-9 delivered, 10-19 in flight ->
     TLR_1 = (0.5 * 20 - 3) / (20 - 7) = 7/13, and rho_0 = 1 - 7/20."""
-    from hostlib.sender import AtpSender
+    from netapprox.hostlib.sender import AtpSender
     job = JobSpec.uniform(11, messages=20, size=100, msr=0.5)
     s = AtpSender(job, config=AtpConfig(max_rate_bps=1e9, epoch_s=0.05), peer=("r", 1), now=0.0)
     sent = []
@@ -262,7 +262,7 @@ def test_cadentflow_tags_and_deadline_slack_are_stamped():
 
 
 def test_float_vector_comes_back_with_lost_ranges_zero_filled():
-    from hostlib.vector import assemble
+    from netapprox.hostlib.vector import assemble
     values = [float(i) for i in range(1000)]
     job = JobSpec.from_vector(20, values, msr=0.7, floats_per_message=100)
     run = run_job(job, FAST, forward=Path(drop=lambda h, i: h.msg_id == 4))  # indices 400..499 never arrive
@@ -274,7 +274,7 @@ def test_float_vector_comes_back_with_lost_ranges_zero_filled():
 
 
 def test_exact_timer_deadlines():
-    from hostlib.sender import AtpSender
+    from netapprox.hostlib.sender import AtpSender
     cfg = AtpConfig(max_rate_bps=1e6, initial_rtt_s=0.05, epoch_s=0.04)
     job = JobSpec.uniform(21, messages=3, size=1368)
     s = AtpSender(job, config=cfg, peer=("r", 1), now=0.0)
@@ -302,7 +302,7 @@ def test_exact_timer_deadlines():
 
 
 def test_receiver_timers_abandon_silent_jobs_exactly():
-    from hostlib.receiver import AtpReceiver
+    from netapprox.hostlib.receiver import AtpReceiver
     r = AtpReceiver(config=AtpConfig(idle_timeout_s=2.0))
     h = wire.Header(flags=wire.Flags.APPROX, job_id=5, msg_id=0, pkt_idx=0, pkt_cnt=2, seq=0)
     r.receive_datagram(wire.encode(h, b"x"), ("s", 1), 1.0)
@@ -315,7 +315,7 @@ def test_receiver_timers_abandon_silent_jobs_exactly():
 
 
 def test_ece_on_acks_is_counted_in_the_timeline():
-    from hostlib.sender import AtpSender
+    from netapprox.hostlib.sender import AtpSender
     s = AtpSender(JobSpec.uniform(22, messages=2, size=10), config=AtpConfig(epoch_s=0.05), peer=("r", 1), now=0.0)
     sent = [wire.decode(d)[0] for d, _ in s.datagrams_to_send(0.0)]
     assert [h.msg_id for h in sent] == [0xFFFFFFFF, 0, 1]  # small packets: three fit two full-size ones

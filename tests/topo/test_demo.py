@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.conftest import requires_p4, requires_root
+from support.skips import requires_p4, requires_root
 
 pytestmark = [requires_root, pytest.mark.mininet, pytest.mark.slow, pytest.mark.timeout(150),
               pytest.mark.skipif(shutil.which("mnexec") is None,
@@ -17,11 +17,11 @@ pytestmark = [requires_root, pytest.mark.mininet, pytest.mark.slow, pytest.mark.
 
 @pytest.mark.parametrize("target", ["kernel", pytest.param("bmv2", marks=requires_p4)])
 def test_quick_demo(tmp_path, target):
-    from topo.demo import REPO
+    from netapprox.topo.demo import REPO
 
     if target == "bmv2" and not (REPO / "build" / "v1model" / "bmv2.json").exists():
         pytest.skip("build/v1model/bmv2.json not built: run `make p4`")
-    res = subprocess.run([sys.executable, "-m", "topo.demo", "--quick", "--target", target, "--results", str(tmp_path)],
+    res = subprocess.run([sys.executable, "-m", "netapprox.topo.demo", "--quick", "--target", target, "--results", str(tmp_path)],
                          capture_output=True, text=True, timeout=140)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     out = res.stdout

@@ -15,10 +15,10 @@ import time
 
 import pytest
 
-from controller.kernel_driver import KernelDriver
-from controller.model import ClassRule, JobRule, SwitchState, default_tlr_rules
-from tests.conftest import requires_root
-from topo.netns import NetnsLab
+from netapprox.controller.kernel_driver import KernelDriver
+from netapprox.controller.model import ClassRule, JobRule, SwitchState, default_tlr_rules
+from support.skips import requires_root
+from netapprox.topo.netns import NetnsLab
 
 pytestmark = [requires_root, pytest.mark.root, pytest.mark.timeout(120)]
 
@@ -47,7 +47,7 @@ def start_driver(lab: NetnsLab, rate_mbit: float) -> KernelDriver:
 
 def receiver(lab: NetnsLab, host: int, ports, duration: float, idle: float = 1.0) -> subprocess.Popen:
     """Counts until ``duration`` or ``idle`` seconds after the last datagram."""
-    cmd = [sys.executable, "-m", "topo.trafgen", "recv", "--duration", str(duration), "--idle", str(idle)]
+    cmd = [sys.executable, "-m", "netapprox.topo.trafgen", "recv", "--duration", str(duration), "--idle", str(idle)]
     for p in ports:
         cmd += ["--port", str(p)]
     p = lab.popen(host, cmd, stdout=subprocess.PIPE, text=True)
@@ -56,7 +56,7 @@ def receiver(lab: NetnsLab, host: int, ports, duration: float, idle: float = 1.0
 
 
 def sender(lab: NetnsLab, host: int, dst: int, *args: str) -> subprocess.Popen:
-    return lab.popen(host, [sys.executable, "-m", "topo.trafgen", "send", "--dst", lab.host_ips[dst], *args],
+    return lab.popen(host, [sys.executable, "-m", "netapprox.topo.trafgen", "send", "--dst", lab.host_ips[dst], *args],
                      stdout=subprocess.PIPE, text=True)
 
 
@@ -207,8 +207,8 @@ def test_bmv2_traffic_manager_queues_by_the_stamp(lab):
     BMv2 stamped, and other traffic by the class rules. Emulates BMv2's output with pre-stamped packets."""
     from pyroute2 import IPRoute
 
-    from topo import kernel_switch as ks
-    from topo.switches import compile_tm_filters
+    from netapprox.topo import kernel_switch as ks
+    from netapprox.topo.switches import compile_tm_filters
 
     rule = ClassRule(rank=1, ip_proto=17, ip_proto_mask=0xFF, l4_dport=BG_PORT, l4_dport_mask=0xFFFF, qid=6)
     entries = compile_tm_filters([rule])
@@ -242,8 +242,8 @@ def test_bmv2_traffic_manager_queues_by_the_stamp(lab):
 def test_kernel_holds_exactly_the_compiled_entries(lab):
     """Read the u32 entries back from the kernel and compare them byte by byte with compile_filters: catches
     any encoding slip between our keys and the netlink messages (e.g. tag keys with a gap in their mask)."""
-    from controller.model import TagRule
-    from topo import kernel_switch as ks
+    from netapprox.controller.model import TagRule
+    from netapprox.topo import kernel_switch as ks
 
     state = SwitchState(
         tlr_rules=default_tlr_rules(),
@@ -271,7 +271,7 @@ def test_kernel_holds_exactly_the_compiled_entries(lab):
 def test_queue0_marks_ce_above_its_ecn_threshold(lab):
     """ECT traffic offered at twice the port rate into queue 0 gets CE marks; below the rate, or Not-ECT, or
     without an ecn_thresholds entry, nothing is marked. Marked packets still arrive (IPv4 checksum fixed)."""
-    from controller.model import EcnRule
+    from netapprox.controller.model import EcnRule
 
     d = start_driver(lab, rate_mbit=10)
     with_ecn = base_state(ecn_rules=frozenset({EcnRule(qid=0, depth_pkts=5)}))

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.model import ClassRule, JobRule, SwitchState, TagRule, TlrRule, default_tlr_rules
-from hostlib import wire
-from topo import kernel_switch as ks
+from netapprox.controller.model import ClassRule, JobRule, SwitchState, TagRule, TlrRule, default_tlr_rules
+from netapprox.hostlib import wire
+from netapprox.topo import kernel_switch as ks
 
 ATP = wire.DEFAULT_ATP_PORT
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.conftest import requires_p4, requires_root
+from support.skips import requires_p4, requires_root
 
 pytestmark = [requires_root, pytest.mark.mininet, pytest.mark.timeout(180),
               pytest.mark.skipif(shutil.which("mnexec") is None,
@@ -22,7 +22,7 @@ pytestmark = [requires_root, pytest.mark.mininet, pytest.mark.timeout(180),
 def report_cmd(job: int, tlr: float, target: str) -> str:
     """A shell command that sends one ATP REPORT for ``job`` to ``target`` (ip:port)."""
     ip, port = target.split(":")
-    code = ("import socket; from hostlib.wire import Report; "
+    code = ("import socket; from netapprox.hostlib.wire import Report; "
             f"d = Report(job_id={job}, group_id=0, seq=1, tlr={tlr}, loss=0.0, msr=0.5, rate_kbps=1000, total=10, "
             "delivered=0, lost=0, epoch=1).encode(); "
             f"socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(d, ('{ip}', {port}))")
@@ -30,7 +30,7 @@ def report_cmd(job: int, tlr: float, target: str) -> str:
 
 
 def trafgen(*args) -> str:
-    return " ".join(shlex.quote(a) for a in [sys.executable, "-m", "topo.trafgen", *args])
+    return " ".join(shlex.quote(a) for a in [sys.executable, "-m", "netapprox.topo.trafgen", *args])
 
 
 def check_routes(emu) -> None:
@@ -54,7 +54,7 @@ def check_routes(emu) -> None:
 
 @pytest.mark.parametrize("topology", ["rack", "dumbbell", "leafspine"])
 def test_kernel_topologies_forward(topology):
-    from topo.net import Emulation, EmulationConfig
+    from netapprox.topo.net import Emulation, EmulationConfig
 
     with Emulation(EmulationConfig(topology=topology, hosts=2, rate_mbit=20)) as emu:
         assert emu.net.pingAll(timeout=2) == 0.0
@@ -69,9 +69,9 @@ def test_kernel_topologies_forward(topology):
 
 def test_kernel_rack_controller_moves_a_reported_job():
     """REPORT from h1 -> ctl (in-band) -> controller -> KernelDriver -> u32: job 5's packets use queue 2."""
-    from controller.config import ControllerConfig, ReportConfig
-    from controller.loop import Controller
-    from topo.net import Emulation, EmulationConfig
+    from netapprox.controller.config import ControllerConfig, ReportConfig
+    from netapprox.controller.loop import Controller
+    from netapprox.topo.net import Emulation, EmulationConfig
 
     with Emulation(EmulationConfig(topology="rack", hosts=2, rate_mbit=20)) as emu:
         ccfg = ControllerConfig(switches=emu.switch_configs(), reports=ReportConfig(port=-1), epoch_s=0.02)
@@ -109,10 +109,10 @@ def test_bmv2_rack_report_by_packet_in_moves_a_job(tmp_path):
 
     from pyroute2 import IPRoute
 
-    from controller.config import ControllerConfig, ReportConfig
-    from controller.loop import Controller
-    from topo import kernel_switch as ks
-    from topo.net import Emulation, EmulationConfig
+    from netapprox.controller.config import ControllerConfig, ReportConfig
+    from netapprox.controller.loop import Controller
+    from netapprox.topo import kernel_switch as ks
+    from netapprox.topo.net import Emulation, EmulationConfig
 
     cfg = EmulationConfig(topology="rack", hosts=2, rate_mbit=20, target="bmv2", log_dir=str(tmp_path),
                           bmv2_json=os.path.abspath("build/v1model/bmv2.json"))
@@ -153,9 +153,9 @@ def test_bmv2_topologies_route(tmp_path, topology):
     every other host."""
     import os
 
-    from controller.config import ControllerConfig, ReportConfig
-    from controller.loop import Controller
-    from topo.net import Emulation, EmulationConfig
+    from netapprox.controller.config import ControllerConfig, ReportConfig
+    from netapprox.controller.loop import Controller
+    from netapprox.topo.net import Emulation, EmulationConfig
 
     cfg = EmulationConfig(topology=topology, hosts=2, rate_mbit=20, target="bmv2", log_dir=str(tmp_path),
                           bmv2_json=os.path.abspath("build/v1model/bmv2.json"))

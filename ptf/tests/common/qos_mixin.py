@@ -10,8 +10,8 @@ from scapy.layers.l2 import Ether
 
 from common.base_test import P4RuntimeTest, ipv4_to_int, mac_to_int
 from common.bmv2_thrift import SimpleSwitchThrift
-from hostlib import wire
-from hostlib.scapy_atp import ATP
+from netapprox.hostlib import wire
+from netapprox.hostlib.scapy_atp import ATP
 
 NUM_QUEUES = 8
 
@@ -76,7 +76,7 @@ class QosHelper(P4RuntimeTest):
     def add_default_tlr_rules(self) -> None:
         """The controller's default thresholds (controller.model.default_tlr_rules): TLR in [k/8, (k+1)/8)
         -> queue k, [0, 1/8) -> queue 1, 1.0 in the last range."""
-        from controller.model import default_tlr_rules
+        from netapprox.controller.model import default_tlr_rules
 
         for rule in sorted(default_tlr_rules()):
             self.add_queue_by_tlr(rule.tlr_lo, rule.tlr_hi, rule.qid)

@@ -1,4 +1,4 @@
-"""Shared test fixtures and skip conditions. A skip always says why."""
+"""Skip markers shared by the test suite. A skip always says why."""
 from __future__ import annotations
 
 import os

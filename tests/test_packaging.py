@@ -1,0 +1,36 @@
+"""The distribution installs one import name, ``netapprox``: every package folder is mapped under it, and no
+module imports a top-level folder by its bare name (which would only work from a source checkout)."""
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+FOLDERS = ("hostlib", "controller", "topo", "experiments", "bench")
+
+
+def _setuptools() -> dict:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+
+
+def test_every_package_folder_is_installed_under_netapprox():
+    st = _setuptools()
+    listed = set(st["packages"])
+    for folder in FOLDERS:
+        assert st["package-dir"][f"netapprox.{folder}"] == folder
+        for init in sorted((REPO / folder).rglob("__init__.py")):
+            rel = init.parent.relative_to(REPO).parts
+            name = ".".join(("netapprox",) + rel)
+            assert name in listed, f"{init.parent.relative_to(REPO)} is a package but {name!r} is not in " \
+                                   "pyproject.toml [tool.setuptools] packages"
+
+
+def test_no_bare_top_level_imports():
+    bare = re.compile(rf"^\s*(from|import) ({'|'.join(FOLDERS)})(\.|\s|$)", re.M)
+    offenders = []
+    for folder in FOLDERS + ("tests", "ptf"):
+        for path in (REPO / folder).rglob("*.py"):
+            for m in bare.finditer(path.read_text()):
+                offenders.append(f"{path.relative_to(REPO)}: {m.group(0).strip()}")
+    assert not offenders, "import through netapprox.<folder>:\n" + "\n".join(offenders)
