@@ -5,15 +5,15 @@ Everything is measured in one run on this machine; compare the ratios, not the a
 
 1. Epoch processing for 100, 1,000 and 10,000 jobs, each reporting every epoch and 10% of them changing
    queue per epoch:
-   - ``ingest``: validating and recording that epoch's reports (``Controller.ingest_report``, one per job);
-   - ``loop``: ``Controller.step`` (expiry + pure policy + desired state + diff) with a recording in-memory driver;
+   - ``ingest``: validating and recording that epoch's reports (``ControllerCore.ingest``, one per job);
+   - ``loop``: ``Runtime.epoch`` (expiry + pure policy + desired state + apply) with a recording in-memory driver;
    - ``p4runtime_diff``: the same desired state turned into P4Runtime updates by ``P4RuntimeDriver`` (table
      mirrors, protobuf encoding, diff), without the RPC.
    Reported: median and p90 ms per epoch, and the per-job cost ratio (ingest + loop + diff) of 10,000 vs
    100 jobs (1.0 = linear scaling).
    (The P4 program's queue_by_job holds 1,024 entries; 10,000 measures the controller, not a deployment.)
 2. Report-to-write latency through the fake P4Runtime server: a REPORT datagram is sent to the controller's
-   UDP socket while ``Controller.run`` runs epochs of ``epoch_ms``; the latency ends when the fake server
+   UDP socket while ``Runtime.run`` runs epochs of ``epoch_ms``; the latency ends when the fake server
    receives the batched Write. Also ``immediate``: the same path with the epoch stepped right after the
    report arrives (the processing share of the latency).
 """
@@ -23,21 +23,36 @@ import argparse
 import json
 import socket
 import statistics
+import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from netapprox.controller import policy
 from netapprox.controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig
-from netapprox.controller.fake_p4runtime import FakeP4RuntimeServer
-from netapprox.controller.loop import Controller
-from netapprox.controller.model import Counters, Driver, SwitchState, WriteSummary
-from netapprox.controller.p4runtime_driver import P4RuntimeDriver, P4RuntimeOptions
+from netapprox.controller.drivers import Driver
+from netapprox.controller.model import Counters, SwitchState, WriteSummary
+from netapprox.controller.p4runtime.driver import P4RuntimeDriver
+from netapprox.controller.p4runtime.options import P4RuntimeOptions
+from netapprox.controller.runtime import Runtime
 from netapprox.hostlib.wire import Report
 
-P4INFO = Path(__file__).resolve().parents[1] / "tests" / "controller" / "fixtures" / "p4info.txtpb"
+REPO = Path(__file__).resolve().parents[1]
+P4INFO = REPO / "tests" / "controller" / "fixtures" / "p4info.txtpb"
+
+
+def fake_p4runtime_server():
+    """The test suite's in-process P4Runtime server (tests/support/fake_p4runtime.py): the benchmark runs from
+    a checkout, like the tests."""
+    support = REPO / "tests"
+    if not (support / "support" / "fake_p4runtime.py").exists():
+        raise RuntimeError("the report-to-write benchmark needs the repository's tests/support (run it from a checkout)")
+    if str(support) not in sys.path:
+        sys.path.insert(0, str(support))
+    from support.fake_p4runtime import FakeP4RuntimeServer
+
+    return FakeP4RuntimeServer()
 TABLES = ("routes", "class_rules", "job_rules", "tag_rules", "tlr_rules", "ecn_rules")
 
 
@@ -64,7 +79,7 @@ class RecordingDriver(Driver):
         return summary
 
     def read_counters(self) -> Counters:
-        return Counters(queues=(), job_packets={})
+        return Counters(queues=())
 
     def close(self) -> None:
         pass
@@ -90,22 +105,21 @@ def bench_epochs(n_jobs: int, epochs: int) -> dict[str, Any]:
     driver = RecordingDriver()
     config = ControllerConfig(reports=ReportConfig(port=-1, rate_per_host=1e12, burst=10 ** 9),
                               policy=PolicyConfig(hysteresis=0.0, job_timeout_s=1e9), counters_every=0)
-    ctl = Controller(config, drivers={"bench": driver})
-    assert ctl.wait_until_up(5)
+    runtime = Runtime(config, drivers={"bench": driver}, background_connect=False)
+    assert runtime.connect(5)
     payloads = [[_report(j, e + 1, _tlr(j, e)) for j in range(1, n_jobs + 1)] for e in range(epochs + 1)]
     p4 = P4RuntimeDriver("bench", P4RuntimeOptions(p4info=str(P4INFO)))
-    static = policy.static_state(SwitchConfig(name="bench"), config.policy)
     ingest_ms, loop_ms, diff_ms, updates = [], [], [], []
     try:
         for e in range(epochs + 1):
             now = float(e)
             t0 = time.perf_counter()
             for data in payloads[e]:
-                ctl.ingest_report(data, "h", now)
+                runtime.ingest(data, "h", now)
             t_ingested = time.perf_counter()
-            result = ctl.step(now)
+            result = runtime.epoch(now)
             t1 = time.perf_counter()
-            changes = p4.pending_changes(policy.switch_state(static, result.assignments))
+            changes = p4.pending_changes(result.plan.desired["bench"])
             for c in changes:
                 c.commit()  # as if the Write succeeded
             t2 = time.perf_counter()
@@ -116,7 +130,7 @@ def bench_epochs(n_jobs: int, epochs: int) -> dict[str, Any]:
             diff_ms.append((t2 - t1) * 1e3)
             updates.append(len(changes))
     finally:
-        ctl.close()
+        runtime.close()
     return {
         "jobs": n_jobs,
         "epochs": epochs,
@@ -130,7 +144,7 @@ def bench_epochs(n_jobs: int, epochs: int) -> dict[str, Any]:
 
 
 def bench_latency(samples: int, epoch_ms: float) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp, FakeP4RuntimeServer() as server:
+    with tempfile.TemporaryDirectory() as tmp, fake_p4runtime_server() as server:
         bmv2_json = Path(tmp) / "bmv2.json"
         bmv2_json.write_bytes(b"{}")
         options = {"address": server.address, "p4info": str(P4INFO), "bmv2_json": str(bmv2_json)}
@@ -145,11 +159,11 @@ def bench_latency(samples: int, epoch_ms: float) -> dict[str, Any]:
             event.set()
 
         server.on_write = on_write
-        ctl = Controller(config)
+        runtime = Runtime(config)
         try:
-            if not ctl.wait_until_up(10):
+            if not runtime.connect(10):
                 raise RuntimeError("controller did not connect to the fake P4Runtime server")
-            ctl.step()
+            runtime.epoch()
             # immediate: ingest + step + write, no waiting for the epoch boundary
             immediate = []
             seq = 0
@@ -157,15 +171,13 @@ def bench_latency(samples: int, epoch_ms: float) -> dict[str, Any]:
                 seq += 1
                 event.clear()
                 t0 = time.perf_counter()
-                ctl.ingest_report(_report(1, seq, 0.1 if seq % 2 else 0.9), "h")
-                ctl.step()
+                runtime.ingest(_report(1, seq, 0.1 if seq % 2 else 0.9), "h")
+                runtime.epoch()
                 if not event.wait(5):
                     raise RuntimeError("no write after a queue-changing report")
                 immediate.append((arrived[-1] - t0) * 1e3)
             # through the UDP socket while run() ticks epochs
-            stop = threading.Event()
-            runner = threading.Thread(target=ctl.run, args=(stop,), daemon=True)
-            runner.start()
+            runtime.start()
             through_loop = []
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
                 for i in range(samples):
@@ -173,14 +185,13 @@ def bench_latency(samples: int, epoch_ms: float) -> dict[str, Any]:
                     event.clear()
                     time.sleep(epoch_ms / 1000.0 * ((i * 0.37) % 1.0))  # land at varying epoch phases
                     t0 = time.perf_counter()
-                    s.sendto(_report(1, seq, 0.1 if seq % 2 else 0.9), ctl.report_address)
+                    s.sendto(_report(1, seq, 0.1 if seq % 2 else 0.9), runtime.report_address)
                     if not event.wait(5):
                         raise RuntimeError("no write within 5 s of a queue-changing report")
                     through_loop.append((arrived[-1] - t0) * 1e3)
-            stop.set()
-            runner.join(5)
+            runtime.stop()
         finally:
-            ctl.close()
+            runtime.close()
     return {
         "epoch_ms": epoch_ms,
         "samples": samples,

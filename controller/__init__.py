@@ -1,7 +1,9 @@
 """NetApprox control plane: keeps every switch's queue mapping in step with the jobs' instantaneous slack.
 
-Public API (docs/controller.md): ``controller.loop.Controller`` / ``EpochResult``, ``controller.config``
-(``ControllerConfig``, ``load_config``), ``controller.policy.decide`` (the pure policy), the driver registry
-``controller.drivers.build_driver``, and the drivers ``controller.p4runtime_driver.P4RuntimeDriver`` and
-``controller.kernel_driver.KernelDriver``.
+Layout (docs/architecture.md): the model (``model``: ``SwitchState`` and its rule types, the TLR -> queue
+mapping), the reference model of the logical tables (``reference``), the policy (``policy``), report intake
+(``reports``), configuration (``config``), errors (``errors``), observation (``observe``); the sans-I/O epoch
+core (``core.ControllerCore``) and the one runtime that does its I/O (``runtime.Runtime``); the driver
+interface and registry (``drivers``); one subpackage per data plane: ``p4runtime/`` (BMv2, Tofino) and
+``kernel/`` (the Linux kernel switch). ``python -m netapprox.controller --config FILE`` runs it.
 """

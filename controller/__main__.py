@@ -14,7 +14,7 @@ from pathlib import Path
 
 from netapprox.controller.config import ControllerConfig, load_config
 from netapprox.controller.errors import ControllerError
-from netapprox.controller.loop import Controller
+from netapprox.controller.runtime import Runtime
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,10 +58,10 @@ def apply_flags(config: ControllerConfig, args: argparse.Namespace) -> Controlle
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    log = logging.getLogger("controller")
+    log = logging.getLogger("netapprox.controller")
     try:
         config = apply_flags(load_config(args.config), args)
-        controller = Controller(config)
+        runtime = Runtime(config)
     except (ControllerError, OSError) as e:
         print(f"netapprox-controller: {e}", file=sys.stderr)
         return 2
@@ -72,14 +72,14 @@ def main(argv: list[str] | None = None) -> int:
         timer.daemon = True
         timer.start()
     log.info("controller: %d switch(es), epoch %.1f ms, reports on %s, metrics on %s",
-             len(config.switches), config.epoch_s * 1000, controller.report_address, controller.metrics_address)
+             len(config.switches), config.epoch_s * 1000, runtime.report_address, runtime.metrics_address)
     try:
-        controller.run(stop)
+        runtime.run(stop)
     finally:
-        controller.close()
+        runtime.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    log.info("controller stopped after %d epochs", controller.epochs)
+    log.info("controller stopped after %d epochs", runtime.epochs)
     return 0
 
 

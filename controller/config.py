@@ -11,12 +11,13 @@ import types
 from pathlib import Path
 from typing import Any, Mapping
 
+from netapprox.controller.drivers import DRIVER_CLASSES
 from netapprox.controller.errors import ConfigError, did_you_mean
-from netapprox.controller.model import NUM_QUEUES, ClassRule, Route
+from netapprox.controller.model import DEFAULT_THRESHOLDS, NUM_QUEUES, ClassRule, Route
 
-DEFAULT_THRESHOLDS: tuple[float, ...] = tuple(k / NUM_QUEUES for k in range(NUM_QUEUES))
 OBJECTIVES = ("priority", "deadline", "weight")
-DRIVER_KINDS = ("p4runtime", "kernel")
+POLICY_MODES = ("netapprox", "static", "fifo")
+DRIVER_KINDS = tuple(DRIVER_CLASSES)
 NO_DEADLINE = 0xFFFFFFFF
 
 
@@ -67,6 +68,26 @@ class PolicyConfig:
     """Install the queue_by_tlr thresholds (per-packet fallback for jobs the controller has not seen yet)."""
     cadentflows: tuple[CadentFlow, ...] = ()
     """CadentFlow declarations, turned into queue_by_tag rules."""
+    mode: str = "netapprox"
+    """``netapprox``: jobs are re-mapped every epoch from their reports; ``static``: only the TLR thresholds
+    (each packet is queued by the TLR it carries) and ``pinned`` jobs; ``fifo``: a network-oblivious switch
+    (every packet in queue 0, the baseline the papers compare against)."""
+    pinned: tuple[tuple[int, int], ...] = ()
+    """(job id, queue) pairs: these jobs always get this queue (ATP_FixPrio in the ablation)."""
+    loss_margin: float = 0.02
+    """A job is losing when its measured loss exceeds its TLR by more than this."""
+    promote_after_epochs: int = 3
+    """A job losing for this many consecutive epochs moves one queue up (NetApprox Fig. 10)."""
+
+    def __post_init__(self) -> None:
+        if self.mode not in POLICY_MODES:
+            raise ConfigError(f"policy mode {self.mode!r} unknown.{did_you_mean(self.mode, POLICY_MODES)}"
+                              f" Known: {', '.join(POLICY_MODES)}")
+        for job, queue in self.pinned:
+            if not 1 <= queue < NUM_QUEUES or not 0 < job < 1 << 32:
+                raise ConfigError(f"policy pinned ({job}, {queue}): job id 1..2^32-1, queue 1..{NUM_QUEUES - 1}")
+        if self.promote_after_epochs < 1:
+            raise ConfigError(f"policy promote_after_epochs must be >= 1, got {self.promote_after_epochs}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +97,7 @@ class ReportConfig:
     bind: str = "0.0.0.0"
     """Address of the UDP report socket."""
     port: int = 7601
-    """UDP report port; 0 picks a free port, -1 disables the socket (packet-in and ``ingest_report`` only)."""
+    """UDP report port; 0 picks a free port, -1 disables the socket (packet-in and ``Runtime.ingest`` only)."""
     key: bytes | None = None
     """Shared HMAC key: when set, reports without a valid tag are dropped (``bad_mac``)."""
     rate_per_host: float = 1000.0
@@ -92,8 +113,8 @@ class SwitchConfig:
     name: str
     """Unique switch name (logs, metrics, decision log)."""
     kind: str = "p4runtime"
-    """``p4runtime`` (BMv2, Tofino: controller.p4runtime_driver.P4RuntimeDriver) or ``kernel``
-    (controller.kernel_driver.KernelDriver)."""
+    """A key of ``controller.drivers.DRIVER_CLASSES``: ``p4runtime`` (BMv2, Tofino) or ``kernel`` (the Linux
+    kernel switch)."""
     options: Mapping[str, Any] = dataclasses.field(default_factory=lambda: types.MappingProxyType({}))
     """Driver options, passed to ``<Driver>.from_options(name, options)``."""
     routes: tuple[Route, ...] = ()
@@ -222,9 +243,12 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<config>",
         ctl["epoch_s"] = float(ctl.pop("epoch_ms")) / 1000.0
 
     pol = _take(top.get("policy", {}), ("thresholds", "hysteresis", "job_timeout_s", "ecn_threshold_pkts",
-                                        "install_tlr_rules"), f"{source} [policy]")
+                                        "install_tlr_rules", "mode", "pinned", "loss_margin",
+                                        "promote_after_epochs"), f"{source} [policy]")
     if "thresholds" in pol:
         pol["thresholds"] = tuple(float(x) for x in pol["thresholds"])
+    if "pinned" in pol:
+        pol["pinned"] = tuple(_pair(p, f"{source} [policy] pinned") for p in pol["pinned"])
     cadentflows = tuple(_cadentflow(t, f"{source} [[cadentflow]][{i}]")
                         for i, t in enumerate(top.get("cadentflow", ())))
     policy = PolicyConfig(**pol, cadentflows=cadentflows)

@@ -1,25 +1,60 @@
-"""Driver registry: a switch's ``kind`` names its driver class; ``build_driver`` makes one from the config.
+"""The driver interface every data plane implements, and the one registry of driver kinds.
 
-Every driver class has ``from_options(name: str, options: Mapping[str, Any]) -> Driver``. Classes are imported
-lazily, so a controller for P4 switches never imports pyroute2 and vice versa.
+A switch's ``kind`` names its driver class; ``build_driver`` makes one from the config. Every driver class
+has ``from_options(name: str, options: Mapping[str, Any]) -> Driver``. Classes are imported lazily, so a
+controller for P4 switches never imports pyroute2 and vice versa.
+
+| kind        | data plane                                   | driver                                          |
+|-------------|----------------------------------------------|-------------------------------------------------|
+| `p4runtime` | the P4 program on BMv2 or Tofino (p4src/)    | ``controller.p4runtime.driver.P4RuntimeDriver`` |
+| `kernel`    | the Linux kernel switch (HTB + u32 + eBPF)   | ``controller.kernel.driver.KernelDriver``       |
 """
 from __future__ import annotations
 
+import abc
 import importlib
-from typing import Any, Mapping
+from typing import Mapping
 
-from netapprox.controller.config import SwitchConfig
 from netapprox.controller.errors import ConfigError, did_you_mean
-from netapprox.controller.model import Driver
+from netapprox.controller.model import Counters, SwitchState, WriteSummary
 
 DRIVER_CLASSES: Mapping[str, str] = {
-    "p4runtime": "netapprox.controller.p4runtime_driver:P4RuntimeDriver",
-    "kernel": "netapprox.controller.kernel_driver:KernelDriver",
+    "p4runtime": "netapprox.controller.p4runtime.driver:P4RuntimeDriver",
+    "kernel": "netapprox.controller.kernel.driver:KernelDriver",
 }
+"""kind -> "module:class" of its driver. ``controller.config`` accepts exactly these kinds."""
 
 
-def driver_class(kind: str) -> type:
-    """The driver class for ``kind`` ("p4runtime" | "kernel")."""
+class Driver(abc.ABC):
+    """One switch, one data plane. Errors: ``controller.errors.SwitchUnavailable`` when the switch cannot be
+    reached (the runtime reconnects), other ``ControllerError`` subclasses for everything else."""
+
+    name: str
+
+    @abc.abstractmethod
+    def connect(self) -> None:
+        """(Re)connect and re-arm the switch: pipeline, queues, the last applied state. Idempotent."""
+
+    @abc.abstractmethod
+    def apply(self, desired: SwitchState) -> WriteSummary:
+        """Diff ``desired`` against the installed copy and write the difference in one batch."""
+
+    @abc.abstractmethod
+    def read_counters(self) -> Counters:
+        """Per-(port, queue) counters, and per-job and drop counters where the target has them."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release the connection and anything this driver started."""
+
+    def drain_packet_in(self) -> list[tuple[bytes, int | None]]:
+        """(frame, ingress port or None) the switch punted to the controller since the last call (packet-in),
+        oldest first. The runtime parses REPORT packets out of them. Data planes without packet-in return []."""
+        return []
+
+
+def driver_class(kind: str) -> type[Driver]:
+    """The driver class for ``kind`` (a key of ``DRIVER_CLASSES``)."""
     try:
         target = DRIVER_CLASSES[kind]
     except KeyError:
@@ -33,20 +68,8 @@ def driver_class(kind: str) -> type:
     return getattr(module, class_name)
 
 
-def build_driver(switch: SwitchConfig) -> Driver:
-    """``<DriverClass>.from_options(switch.name, switch.options)``."""
+def build_driver(switch) -> Driver:
+    """``<DriverClass>.from_options(switch.name, switch.options)`` for a ``controller.config.SwitchConfig``."""
     cls = driver_class(switch.kind)
     return cls.from_options(switch.name, dict(switch.options))
 
-
-def option(options: Mapping[str, Any], key: str, default: Any, kind: type, where: str) -> Any:
-    """Typed lookup in a driver's options table, with an actionable error."""
-    value = options.get(key, default)
-    if value is None or kind is object:
-        return value
-    try:
-        if kind is tuple:
-            return tuple(value)
-        return kind(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{where}: option {key!r} must be {kind.__name__}, got {value!r}") from None

@@ -3,16 +3,14 @@
 Every error says what failed and, where we can tell, how to fix it: P4Runtime write failures are unpacked
 per update ("At index N: CODE, message", as p4runtime-shell does), unknown P4Info names come with the
 closest known name ("Did you mean ...?", as finsy does), config errors name the file and the key.
-``controller.model.SwitchUnavailable`` (raised by drivers when a switch is unreachable) lives in the model
-because both drivers raise it.
+This is the one error hierarchy of the control plane: every data plane's driver raises these (or
+subclasses of them), so embedders catch ``ControllerError``.
 """
 from __future__ import annotations
 
 import dataclasses
 import difflib
 from typing import Iterable, Sequence
-
-from netapprox.controller.model import SwitchUnavailable
 
 __all__ = [
     "ControllerError",
@@ -24,6 +22,7 @@ __all__ = [
     "PipelineError",
     "QueueConfigError",
     "SwitchUnavailable",
+    "KernelSwitchError",
     "did_you_mean",
 ]
 
@@ -34,6 +33,19 @@ class ControllerError(Exception):
 
 class ConfigError(ControllerError, ValueError):
     """The configuration (TOML file, CLI flags or a driver's options) is invalid."""
+
+
+class SwitchUnavailable(ControllerError, ConnectionError):
+    """A driver cannot reach its switch (connection refused or lost, switch restarted).
+
+    Drivers raise it from ``connect``/``apply``/``read_counters``; the runtime then marks the switch down,
+    reconnects with backoff and calls ``connect`` again, which must re-arm the switch (pipeline, queues,
+    the last applied state)."""
+
+    def __init__(self, switch: str, detail: str) -> None:
+        super().__init__(f"switch {switch!r} unavailable: {detail}")
+        self.switch = switch
+        self.detail = detail
 
 
 def did_you_mean(name: str, known: Iterable[str]) -> str:
@@ -106,3 +118,7 @@ class PipelineError(ControllerError):
 
 class QueueConfigError(ControllerError):
     """Per-queue buffer configuration (BMv2 Thrift CLI, Tofino BfRt) failed."""
+
+
+class KernelSwitchError(ControllerError):
+    """A kernel switch operation (tc, pyroute2, the eBPF stamper) failed; the message says what and how to fix."""

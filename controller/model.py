@@ -1,16 +1,19 @@
-"""The logical switch tables, as values, and the driver interface both data planes implement.
+"""The logical switch tables, as values: what every data plane implements and every driver installs.
 
-The P4 program (p4src/) and the kernel switch (topo/kernel_switch.py) implement the same logical tables;
-docs/architecture.md lists them. The controller's policy produces a ``SwitchState`` (the whole desired
-content of the tables) every epoch; a ``Driver`` diffs it against what it installed and writes the
-difference in one batch. Re-applying an unchanged state writes nothing.
+The P4 program (p4src/), the kernel switch (controller/kernel/) and the simulated switch implement the same
+logical tables; docs/architecture.md lists them and ``controller.reference`` evaluates them on a packet.
+The controller's policy produces a ``SwitchState`` (the whole desired content of the tables) every epoch; a
+driver (``controller.drivers.Driver``) diffs it against what it installed and writes the difference in one
+batch. Re-applying an unchanged state writes nothing.
+
+The one TLR -> queue mapping lives here too (``queue_for_tlr``, ``default_tlr_rules``): the policy, the
+``queue_by_tlr`` table and everything that predicts a queue from a TLR use it.
 
 Units: queue ids are logical (0 = highest priority, reserved for non-approximate traffic; 7 = lowest).
 TLRs are Q1.15 integers as on the wire (``hostlib.wire.TLR_ONE`` = 1.0). Ranges are inclusive.
 """
 from __future__ import annotations
 
-import abc
 import dataclasses
 from typing import Mapping
 
@@ -19,6 +22,9 @@ from netapprox.hostlib.wire import TLR_ONE
 NUM_QUEUES = 8
 LOWEST_QUEUE = NUM_QUEUES - 1
 NON_APPROX_QUEUE = 0
+FIRST_APPROX_QUEUE = 1
+DEFAULT_THRESHOLDS: tuple[float, ...] = tuple(k / NUM_QUEUES for k in range(NUM_QUEUES))
+"""TLR thresholds T_0..T_7 (T_k = k/8): TLR in [T_k, T_k+1) goes to queue k, below T_1 to queue 1."""
 
 
 def _check_qid(qid: int) -> None:
@@ -120,20 +126,39 @@ class EcnRule:
             raise ValueError("ECN threshold must be at least 1 packet")
 
 
-def default_tlr_rules(thresholds: tuple[float, ...] | None = None) -> frozenset[TlrRule]:
-    """Queue k for TLR in [T_k, T_{k+1}); by default T_k = k/8. Approximate traffic never gets queue 0:
-    the range below T_1 maps to queue 1. TLR = 1.0 falls in the last range."""
-    if thresholds is None:
-        thresholds = tuple(k / NUM_QUEUES for k in range(NUM_QUEUES))
+def check_thresholds(thresholds: tuple[float, ...]) -> None:
+    """Raise ValueError unless ``thresholds`` are 8 strictly increasing values starting at 0, below 1."""
     if len(thresholds) != NUM_QUEUES or thresholds[0] != 0.0 or list(thresholds) != sorted(set(thresholds)):
         raise ValueError(f"need {NUM_QUEUES} strictly increasing TLR thresholds starting at 0, got {thresholds}")
     if thresholds[-1] >= 1.0:
         raise ValueError("the last TLR threshold must be below 1.0")
+
+
+def queue_for_tlr(tlr: float, thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS) -> int:
+    """The queue whose TLR range holds ``tlr``: the largest k with T_k <= tlr, at least 1 (approximate traffic
+    never uses queue 0). The same mapping ``default_tlr_rules`` installs in ``queue_by_tlr``."""
+    qid = FIRST_APPROX_QUEUE
+    for k in range(FIRST_APPROX_QUEUE, NUM_QUEUES):
+        if tlr >= thresholds[k]:
+            qid = k
+    return qid
+
+
+def queue_range(qid: int, thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS) -> tuple[float, float]:
+    """[lo, hi) of TLRs that ``queue_for_tlr`` maps to ``qid`` (queue 1 starts at 0, queue 7 ends above 1)."""
+    lo = 0.0 if qid == FIRST_APPROX_QUEUE else thresholds[qid]
+    hi = thresholds[qid + 1] if qid + 1 < NUM_QUEUES else float("inf")
+    return lo, hi
+
+
+def default_tlr_rules(thresholds: tuple[float, ...] | None = None) -> frozenset[TlrRule]:
+    """``queue_by_tlr`` entries implementing ``queue_for_tlr`` on the wire's Q1.15 TLR: queue k for TLR in
+    [T_k, T_{k+1}); the range below T_1 maps to queue 1; TLR = 1.0 falls in the last range."""
+    thresholds = DEFAULT_THRESHOLDS if thresholds is None else tuple(thresholds)
+    check_thresholds(thresholds)
     bounds = [int(round(t * TLR_ONE)) for t in thresholds] + [TLR_ONE + 1]
-    rules = []
-    for k in range(NUM_QUEUES):
-        rules.append(TlrRule(tlr_lo=bounds[k], tlr_hi=bounds[k + 1] - 1, qid=max(k, 1)))
-    return frozenset(rules)
+    return frozenset(TlrRule(tlr_lo=bounds[k], tlr_hi=bounds[k + 1] - 1, qid=max(k, FIRST_APPROX_QUEUE))
+                     for k in range(NUM_QUEUES))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,6 +178,21 @@ class SwitchState:
             raise ValueError("two queue_by_job rules for the same job id")
 
 
+def prefix_split(lo: int, hi: int, bits: int) -> list[tuple[int, int]]:
+    """Decompose the inclusive range [lo, hi] of ``bits``-bit integers into (value, mask) prefix matches."""
+    if not 0 <= lo <= hi < (1 << bits):
+        raise ValueError(f"range [{lo}, {hi}] is empty or exceeds {bits} bits")
+    full = (1 << bits) - 1
+    out = []
+    while lo <= hi:
+        size = lo & -lo if lo else 1 << bits
+        while size > hi - lo + 1:
+            size >>= 1
+        out.append((lo, full & ~(size - 1)))
+        lo += size
+    return out
+
+
 def queue_buffer_packets(qid: int, total_packets: int) -> int:
     """Buffer of logical queue ``qid``: (8 - k) packets for k >= 1; queue 0 gets the rest of ``total_packets``."""
     _check_qid(qid)
@@ -170,15 +210,22 @@ class QueueStats:
 
     port: int
     qid: int
-    enqueued: int  # packets classified into this queue (P4: ingress counter; kernel: sent + dropped)
+    enqueued: int  # packets classified into this queue (P4: ingress counter; kernel: sent + dropped + queued)
     transmitted: int  # packets that left the queue
     dropped: int  # tail drops (P4: enqueued - transmitted, clamped at 0; kernel: qdisc drops)
+    transmitted_bytes: int = 0  # bytes that left the queue
+    backlog: int | None = None  # packets queued when read (kernel); None where the target cannot tell (P4)
 
 
 @dataclasses.dataclass(frozen=True)
 class Counters:
+    """What a driver's ``read_counters`` returns."""
+
     queues: tuple[QueueStats, ...]
-    job_packets: Mapping[int, int]  # job id -> packets that hit its queue_by_job rule
+    job_packets: Mapping[int, int] = dataclasses.field(default_factory=dict)
+    """job id -> packets that hit its queue_by_job entry (targets with per-entry counters)."""
+    malformed: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    """drop reason -> packets the data plane dropped as malformed (P4 targets: ``malformed_packets``)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,45 +239,3 @@ class WriteSummary:
     @property
     def writes(self) -> int:
         return self.inserted + self.modified + self.deleted
-
-
-class SwitchUnavailable(ConnectionError):
-    """A driver cannot reach its switch (connection refused or lost, switch restarted).
-
-    Drivers raise it from ``connect``/``apply``/``read_counters``; the controller then marks the switch down,
-    reconnects with backoff and calls ``connect`` again, which must re-push the pipeline and re-install the
-    last applied state."""
-
-    def __init__(self, switch: str, detail: str) -> None:
-        super().__init__(f"switch {switch!r} unavailable: {detail}")
-        self.switch = switch
-        self.detail = detail
-
-
-class Driver(abc.ABC):
-    """One switch, one data plane. Implementations: controller/p4runtime_driver.py (BMv2, Tofino) and
-    controller/kernel_driver.py (the Linux kernel switch)."""
-
-    name: str
-
-    @abc.abstractmethod
-    def connect(self) -> None:
-        """(Re)connect, push the pipeline and re-install the last applied state. Idempotent."""
-
-    @abc.abstractmethod
-    def apply(self, desired: SwitchState) -> WriteSummary:
-        """Diff ``desired`` against the installed copy and write the difference in one batch."""
-
-    @abc.abstractmethod
-    def read_counters(self) -> Counters:
-        """Per-(port, queue) and per-job counters."""
-
-    @abc.abstractmethod
-    def close(self) -> None:
-        """Release the connection and anything this driver started."""
-
-    def drain_packet_in(self) -> list[bytes]:
-        """Frames the switch punted to the controller since the last call (packet-in), oldest first.
-
-        The controller parses REPORT packets out of them. Data planes without packet-in return nothing."""
-        return []

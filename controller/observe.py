@@ -1,12 +1,26 @@
-"""Observation outputs: the JSON-lines decision log and the Prometheus text endpoint."""
+"""Observation outputs: the JSON-lines decision log and the Prometheus metrics (prometheus_client).
+
+Metrics are read from the runtime when Prometheus scrapes (a custom collector), so the epoch loop pays nothing
+for them but the epoch-duration histogram. Names (docs/controller.md lists them; tools/grafana/ has a
+dashboard built on them): counters end in ``_total``; jobs are labelled ``atp_job`` (never ``job``, which
+Prometheus itself sets on every scraped series).
+"""
 from __future__ import annotations
 
-import http.server
 import json
 import threading
 import time
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, TYPE_CHECKING, Any, Iterator
+
+from prometheus_client import CollectorRegistry, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:  # pragma: no cover
+    from netapprox.controller.runtime import Runtime
+
+EPOCH_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 
 
 class DecisionLog:
@@ -33,60 +47,88 @@ class DecisionLog:
                 self._file = None
 
 
-class MetricsServer:
-    """Serves ``render()`` as Prometheus text format 0.0.4 on ``http://bind:port/metrics`` from a thread."""
+class RuntimeCollector(Collector):
+    """Everything but the epoch histogram, read from a ``Runtime`` at scrape time."""
 
-    def __init__(self, bind: str, port: int, render: Callable[[], str]) -> None:
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server API
-                if self.path.split("?")[0] not in ("/metrics", "/"):
-                    self.send_error(404, "try /metrics")
-                    return
-                body = render().encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+    def __init__(self, runtime: "Runtime") -> None:
+        self.runtime = runtime
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
-                pass
+    def collect(self) -> Iterator[Metric]:
+        snap = self.runtime.snapshot()
+        yield _counter("netapprox_epochs", "Epochs run.", [((), snap["epochs"])])
+        yield _counter("netapprox_reports_accepted", "Host reports accepted.", [((), snap["reports_accepted"])])
+        yield _counter("netapprox_reports_dropped", "Host reports dropped, by reason.",
+                       [((r,), n) for r, n in sorted(snap["reports_dropped"].items())], ["reason"])
+        yield _gauge("netapprox_jobs", "Jobs with a live report.", [((), len(snap["jobs"]))])
+        for name, help_text, key in (("netapprox_job_queue", "Logical queue assigned to the job.", "queue"),
+                                     ("netapprox_job_tlr", "TLR the job reported last (its lowest group).", "tlr"),
+                                     ("netapprox_job_loss", "Loss the job reported last (deciding group).", "loss"),
+                                     ("netapprox_job_rate_bps", "Sending rate the job reported last, bit/s.",
+                                      "rate_bps")):
+            yield _gauge(name, help_text, [((str(j),), v[key]) for j, v in sorted(snap["jobs"].items())
+                                           if v.get(key) is not None], ["atp_job"])
+        switches = snap["switches"]
+        yield _gauge("netapprox_switch_up", "1 if the controller is connected to the switch.",
+                     [((n,), int(s["up"])) for n, s in switches.items()], ["switch"])
+        yield _counter("netapprox_switch_reconnects", "Successful reconnections after a loss.",
+                       [((n,), s["reconnects"]) for n, s in switches.items()], ["switch"])
+        yield _counter("netapprox_table_updates", "Table updates written by epochs (re-installs after a "
+                       "reconnect not included).", [((n, op), s[op]) for n, s in switches.items()
+                                                     for op in ("insert", "modify", "delete")], ["switch", "op"])
+        yield _counter("netapprox_write_errors", "Failed table updates.",
+                       [((n,), s["write_errors"]) for n, s in switches.items()], ["switch"])
+        queues = [(n, q) for n, s in switches.items() if s["counters"] is not None for q in s["counters"].queues]
+        labels = ["switch", "port", "queue"]
+        for name, help_text, attr in (
+                ("netapprox_queue_enqueued_packets", "Packets classified into the queue.", "enqueued"),
+                ("netapprox_queue_transmitted_packets", "Packets that left the queue.", "transmitted"),
+                ("netapprox_queue_dropped_packets", "Tail drops of the queue.", "dropped"),
+                ("netapprox_queue_transmitted_bytes", "Bytes that left the queue.", "transmitted_bytes")):
+            yield _counter(name, help_text, [((n, str(q.port), str(q.qid)), getattr(q, attr)) for n, q in queues],
+                           labels)
+        yield _gauge("netapprox_queue_depth_packets", "Packets in the queue when counters were last read.",
+                     [((n, str(q.port), str(q.qid)), q.backlog) for n, q in queues if q.backlog is not None], labels)
+        yield _counter("netapprox_job_packets", "Packets that hit the job's queue_by_job entry.",
+                       [((n, str(j)), c) for n, s in switches.items() if s["counters"] is not None
+                        for j, c in sorted(s["counters"].job_packets.items())], ["switch", "atp_job"])
+        yield _counter("netapprox_malformed_packets", "Packets the data plane dropped as malformed, by reason.",
+                       [((n, r), c) for n, s in switches.items() if s["counters"] is not None
+                        for r, c in sorted(s["counters"].malformed.items())], ["switch", "reason"])
 
-        self._server = http.server.ThreadingHTTPServer((bind, port), Handler)
-        self._server.daemon_threads = True
-        self.address = self._server.server_address[:2]
-        self._thread = threading.Thread(target=self._server.serve_forever, name="metrics", daemon=True)
-        self._thread.start()
+
+def _counter(name: str, help_text: str, samples, labels=()) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, help_text, labels=list(labels))
+    for values, value in samples:
+        family.add_metric(list(values), value)
+    return family
+
+
+def _gauge(name: str, help_text: str, samples, labels=()) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, help_text, labels=list(labels))
+    for values, value in samples:
+        family.add_metric(list(values), value)
+    return family
+
+
+class Metrics:
+    """The runtime's Prometheus registry; ``serve(bind, port)`` exposes it on ``/metrics``."""
+
+    def __init__(self, runtime: "Runtime") -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.epoch_seconds = Histogram("netapprox_epoch_duration_seconds", "Processing time of one epoch.",
+                                       buckets=EPOCH_BUCKETS, registry=self.registry)
+        self.registry.register(RuntimeCollector(runtime))
+        self._server = None
+        self._thread: threading.Thread | None = None
+        self.address: tuple[str, int] | None = None
+
+    def serve(self, bind: str, port: int) -> None:
+        self._server, self._thread = start_http_server(port, addr=bind, registry=self.registry)
+        self.address = (bind, self._server.server_port)
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
-
-
-def _labels(labels: dict[str, Any]) -> str:
-    if not labels:
-        return ""
-    inner = ",".join(f'{k}="{str(v).replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34))}"'
-                     for k, v in labels.items())
-    return "{" + inner + "}"
-
-
-class MetricsText:
-    """Builds Prometheus text: ``add(name, kind, help, value, **labels)``; one HELP/TYPE per family."""
-
-    def __init__(self) -> None:
-        self._families: dict[str, tuple[str, str, list[str]]] = {}
-
-    def add(self, name: str, kind: str, help_text: str, value: float, **labels: Any) -> None:
-        family = self._families.setdefault(name, (kind, help_text, []))
-        family[2].append(f"{name}{_labels(labels)} {value:g}" if isinstance(value, float) else
-                         f"{name}{_labels(labels)} {value}")
-
-    def render(self) -> str:
-        out = []
-        for name, (kind, help_text, samples) in self._families.items():
-            out.append(f"# HELP {name} {help_text}")
-            out.append(f"# TYPE {name} {kind}")
-            out.extend(samples)
-        return "\n".join(out) + "\n"
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._thread.join(timeout=5)
+            self._server = None

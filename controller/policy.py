@@ -1,14 +1,17 @@
 """The queue policy, as pure functions: reports in, table contents out. No I/O, no clock (``now`` is an argument).
 
-- ``queue_for_tlr``: TLR in [T_k, T_k+1) -> queue k; below T_1 -> queue 1 (approximate traffic never uses
-  queue 0). Same mapping as ``controller.model.default_tlr_rules`` installs in ``queue_by_tlr``.
 - ``decide``: one epoch's job -> queue assignment. A job's TLR is the *lowest* TLR over its live groups (the
   most conservative: the group that tolerates the least loss decides, so no group is pushed into a queue
-  lossier than it asked for). Hysteresis: a job keeps its queue until its TLR is more than
-  ``PolicyConfig.hysteresis`` outside that queue's range. Groups that stop reporting for ``job_timeout_s``
-  are forgotten; a job without groups expires and loses its ``queue_by_job`` entry.
+  lossier than it asked for); the mapping is ``controller.model.queue_for_tlr``. Hysteresis: a job keeps its
+  queue until its TLR is more than ``PolicyConfig.hysteresis`` outside that queue's range. Losing jobs move
+  up (the NetApprox paper's Fig. 10): a job whose measured loss stays above its TLR for
+  ``promote_after_epochs`` epochs moves one queue up (toward queue 1), and while it loses, its TLR alone never
+  moves it further down. Groups that stop reporting for ``job_timeout_s`` are forgotten; a job without
+  groups expires and loses its ``queue_by_job`` entry. ``PolicyConfig.pinned`` jobs keep their queue.
 - ``tag_rules``: CadentFlow declarations -> ``queue_by_tag`` rules.
-- ``static_state`` / ``switch_state``: a switch's full desired ``SwitchState``.
+- ``static_state`` / ``switch_state``: a switch's full desired ``SwitchState``, for each ``PolicyConfig.mode``
+  (``netapprox``: the above; ``static``: TLR thresholds and pins only; ``fifo``: a network-oblivious switch,
+  every packet in queue 0).
 """
 from __future__ import annotations
 
@@ -18,15 +21,19 @@ from typing import Mapping
 
 from netapprox.controller.config import CadentFlow, PolicyConfig, SwitchConfig
 from netapprox.controller.model import (
+    FIRST_APPROX_QUEUE,
+    NON_APPROX_QUEUE,
     NUM_QUEUES,
     EcnRule,
     JobRule,
     SwitchState,
     TagRule,
+    TlrRule,
     default_tlr_rules,
+    queue_for_tlr,
+    queue_range,
 )
-
-FIRST_APPROX_QUEUE = 1
+from netapprox.hostlib.wire import TLR_ONE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,12 +42,18 @@ class GroupReport:
 
     tlr: float
     last_seen: float
+    loss: float = 0.0
+    """Loss the sender measured over its last reporting interval (``hostlib.wire.Report.loss``)."""
+    rate_bps: float = 0.0
+    """The sender's rate when it reported (metrics only)."""
 
 
 @dataclasses.dataclass(frozen=True)
 class JobChange:
-    """One policy decision worth logging. ``reason``: ``new`` (first assignment), ``moved`` (queue changed),
-    ``held`` (the TLR points at another queue but stays within the hysteresis band), ``expired``."""
+    """One policy decision worth logging. ``reason``: ``new`` (first assignment), ``moved`` (queue changed by
+    the TLR), ``promoted`` (moved up because its loss stayed above its TLR), ``held`` (the TLR points at
+    another queue but stays within the hysteresis band, or the job is losing and may not move down),
+    ``expired``."""
 
     job_id: int
     reason: str
@@ -48,6 +61,7 @@ class JobChange:
     new_qid: int | None
     tlr: float | None = None
     group_id: int | None = None  # the group whose (lowest) TLR decided
+    loss: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,22 +71,7 @@ class Decision:
     assignments: Mapping[int, int]  # job id -> logical queue, live jobs only
     changes: tuple[JobChange, ...]
     live: Mapping[int, Mapping[int, GroupReport]]  # the input jobs minus expired groups and jobs
-
-
-def queue_for_tlr(tlr: float, thresholds: tuple[float, ...]) -> int:
-    """The queue whose TLR range holds ``tlr``: the largest k with T_k <= tlr, at least 1."""
-    qid = FIRST_APPROX_QUEUE
-    for k in range(FIRST_APPROX_QUEUE, NUM_QUEUES):
-        if tlr >= thresholds[k]:
-            qid = k
-    return qid
-
-
-def queue_range(qid: int, thresholds: tuple[float, ...]) -> tuple[float, float]:
-    """[lo, hi) of TLRs that ``queue_for_tlr`` maps to ``qid`` (queue 1 starts at 0, queue 7 ends above 1)."""
-    lo = 0.0 if qid == FIRST_APPROX_QUEUE else thresholds[qid]
-    hi = thresholds[qid + 1] if qid + 1 < NUM_QUEUES else float("inf")
-    return lo, hi
+    losing: Mapping[int, int] = dataclasses.field(default_factory=dict)  # job -> consecutive epochs loss > TLR
 
 
 def hold_or_move(tlr: float, current: int | None, config: PolicyConfig) -> int:
@@ -93,11 +92,15 @@ def job_tlr(groups: Mapping[int, GroupReport]) -> tuple[float, int]:
 
 
 def decide(jobs: Mapping[int, Mapping[int, GroupReport]], previous: Mapping[int, int], now: float,
-           config: PolicyConfig) -> Decision:
+           config: PolicyConfig, losing: Mapping[int, int] | None = None) -> Decision:
     """Assign every live job a queue. ``jobs``: job id -> group id -> latest report; ``previous``: last epoch's
-    assignments. Deterministic: the same inputs give the same ``Decision``."""
+    assignments; ``losing``: last epoch's ``Decision.losing``. Deterministic: the same inputs give the same
+    ``Decision``."""
+    losing = losing or {}
+    pinned = dict(config.pinned)
     live: dict[int, Mapping[int, GroupReport]] = {}
     assignments: dict[int, int] = {}
+    streaks: dict[int, int] = {}
     changes: list[JobChange] = []
     for job_id in sorted(jobs):
         groups = {g: r for g, r in jobs[job_id].items() if now - r.last_seen < config.job_timeout_s}
@@ -105,18 +108,39 @@ def decide(jobs: Mapping[int, Mapping[int, GroupReport]], previous: Mapping[int,
             continue
         live[job_id] = types.MappingProxyType(groups)
         tlr, group_id = job_tlr(groups)
+        loss = groups[group_id].loss
         old = previous.get(job_id)
-        new = hold_or_move(tlr, old, config)
+        if job_id in pinned:
+            new, reason = pinned[job_id], "new" if old is None else ("moved" if old != pinned[job_id] else None)
+        else:
+            new, reason = _place(job_id, tlr, loss, old, losing, streaks, config)
         assignments[job_id] = new
-        if old is None:
-            changes.append(JobChange(job_id, "new", None, new, tlr, group_id))
-        elif new != old:
-            changes.append(JobChange(job_id, "moved", old, new, tlr, group_id))
-        elif queue_for_tlr(tlr, config.thresholds) != old:
-            changes.append(JobChange(job_id, "held", old, old, tlr, group_id))
+        if reason is not None:
+            changes.append(JobChange(job_id, reason, old, new, tlr, group_id, loss))
     for job_id in sorted(set(previous) - set(assignments)):
         changes.append(JobChange(job_id, "expired", previous[job_id], None))
-    return Decision(types.MappingProxyType(assignments), tuple(changes), types.MappingProxyType(live))
+    return Decision(types.MappingProxyType(assignments), tuple(changes), types.MappingProxyType(live),
+                    types.MappingProxyType(streaks))
+
+
+def _place(job_id: int, tlr: float, loss: float, old: int | None, losing: Mapping[int, int],
+           streaks: dict[int, int], config: PolicyConfig) -> tuple[int, str | None]:
+    """(queue, change reason or None) for one unpinned job; records its losing streak in ``streaks``."""
+    if old is None:
+        return queue_for_tlr(tlr, config.thresholds), "new"
+    if loss > tlr + config.loss_margin:
+        streak = losing.get(job_id, 0) + 1
+        if streak >= config.promote_after_epochs and old > FIRST_APPROX_QUEUE:
+            return old - 1, "promoted"  # the streak restarts in the new queue
+        streaks[job_id] = streak
+        new = min(hold_or_move(tlr, old, config), old)  # a losing job never moves down
+    else:
+        new = hold_or_move(tlr, old, config)
+    if new != old:
+        return new, "moved"
+    if queue_for_tlr(tlr, config.thresholds) != old:
+        return old, "held"
+    return old, None
 
 
 def _urgency(flow, objective: str) -> tuple:
@@ -155,8 +179,19 @@ def tag_rules(cadentflows: tuple[CadentFlow, ...]) -> frozenset[TagRule]:
     return frozenset(rules)
 
 
+def fifo_state(switch: SwitchConfig, config: PolicyConfig) -> SwitchState:
+    """A network-oblivious switch: every packet in queue 0 (whose buffer is then the port's whole buffer),
+    routes kept, queue 0's ECN marking kept."""
+    return SwitchState(routes=frozenset(switch.routes),
+                       tlr_rules=frozenset({TlrRule(tlr_lo=0, tlr_hi=TLR_ONE, qid=NON_APPROX_QUEUE)}),
+                       ecn_rules=frozenset({EcnRule(qid=NON_APPROX_QUEUE, depth_pkts=config.ecn_threshold_pkts)}))
+
+
 def static_state(switch: SwitchConfig, config: PolicyConfig) -> SwitchState:
-    """Everything but ``queue_by_job``: routes, class rules, CadentFlow tag rules, TLR thresholds, ECN of queue 0."""
+    """Everything but the report-driven ``queue_by_job`` entries: routes, class rules, CadentFlow tag rules, TLR
+    thresholds, ECN of queue 0 (``mode = "fifo"``: ``fifo_state``)."""
+    if config.mode == "fifo":
+        return fifo_state(switch, config)
     return SwitchState(
         routes=frozenset(switch.routes),
         class_rules=frozenset(switch.class_rules),

@@ -1,30 +1,30 @@
 """Testbed for the experiments: a kernel switch with N hosts, its controller, and processes on the hosts.
 
 ``Testbed`` wraps ``topo.netns.NetnsLab`` (a bridge in its own network namespace, one veth per host, all
-names ``na`` + random) and programs its egress ports with ``controller.kernel_driver.KernelDriver``:
+names ``na`` + random) and runs the controller's one runtime (``controller.runtime.Runtime``) over a
+``controller.kernel.driver.KernelDriver`` for its egress ports, with a per-epoch callback that records the
+controller's decisions and, when asked, per-queue samples:
 
 - ``switch="netapprox"``: the 8 strict-priority queues, queue k >= 1 holding 8 - k packets and queue 0
-  the rest of ``buffer_packets``. With ``controller=True`` the in-process ``controller.loop.Controller``
-  runs its epoch loop and moves jobs between queues from their REPORTs (ATP_Full). With
-  ``controller=False`` the switch keeps a static state: the default TLR thresholds (each packet is
-  queued by the TLR it carries) plus optional fixed ``job_queues`` (ATP_FixPrio pins a job to a queue).
-- ``switch="fifo"``: the same port with one queue: every class, TLR and job goes to queue 0, whose buffer
-  is the whole ``buffer_packets`` (the 7 approximate queues are empty and unused). This is the
-  "conventional switch" the non-approximate FCT is compared against.
+  the rest of ``buffer_packets``. With ``controller=True`` the policy moves jobs between queues from their
+  REPORTs (ATP_Full, policy mode ``netapprox``). With ``controller=False`` the switch keeps a static state
+  (policy mode ``static``): the default TLR thresholds (each packet is queued by the TLR it carries) plus
+  optional fixed ``job_queues`` (ATP_FixPrio pins a job to a queue).
+- ``switch="fifo"``: the same port with one queue (policy mode ``fifo``): every class, TLR and job goes to
+  queue 0, whose buffer is the whole ``buffer_packets`` (the 7 approximate queues are empty and unused). This
+  is the network-oblivious switch the papers' baselines run on.
 
-Hosts 0..N-1 run the workload; one extra host, ``ctl``, is the controller's in-band address: REPORTs
-sent to ``testbed.report_addr`` (UDP 7601) reach a socket opened inside that host's namespace and are
-handed to ``Controller.ingest_report``. Everything started here is stopped by PID in ``close()``, and the
-namespaces are deleted, also on errors and Ctrl-C.
+Hosts 0..N-1 run the workload; one extra host, ``ctl``, is the controller's in-band address: REPORTs sent
+to ``testbed.report_addr`` (UDP 7601) reach the runtime's report socket, opened inside that host's namespace.
+Everything started here is stopped by PID in ``close()``, and the namespaces are deleted, also on errors and
+Ctrl-C.
 """
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import json
 import logging
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -32,10 +32,11 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from netapprox.hostlib.wire import DEFAULT_REPORT_PORT
+
 log = logging.getLogger(__name__)
 
-REPORT_PORT = 7601
-CLONE_NEWNET = 0x40000000
+REPORT_PORT = DEFAULT_REPORT_PORT
 APPROX_QUEUES_BUFFER = 28  # 7 + 6 + ... + 1 packets in queues 1..7
 
 
@@ -52,7 +53,7 @@ class TestbedConfig:
     switch: str = "netapprox"
     """``netapprox`` (8 priority queues) or ``fifo`` (one queue with the whole buffer)."""
     controller: bool = True
-    """Run the controller's epoch loop (dynamic priority). Off: static TLR thresholds (+ ``job_queues``)."""
+    """Re-map jobs from their reports (dynamic priority). Off: static TLR thresholds (+ ``job_queues``)."""
     job_queues: tuple[tuple[int, int], ...] = ()
     """Static (job id, queue) pins, used when ``controller`` is off (ATP_FixPrio)."""
     epoch_s: float = 0.02
@@ -68,49 +69,11 @@ class TestbedConfig:
         if self.buffer_packets <= APPROX_QUEUES_BUFFER:
             raise ValueError(f"buffer_packets must exceed {APPROX_QUEUES_BUFFER} (the approximate queues)")
 
-
-def _setns(path: str) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        if libc.setns(fd, CLONE_NEWNET) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"setns({path}): {os.strerror(err)}")
-    finally:
-        os.close(fd)
-
-
-def socket_in_netns(netns: str, kind: int = socket.SOCK_DGRAM) -> socket.socket:
-    """A socket created inside named network namespace ``netns`` (a short-lived thread enters it)."""
-    box: dict[str, Any] = {}
-
-    def make() -> None:
-        try:
-            _setns(f"/var/run/netns/{netns}")
-            box["sock"] = socket.socket(socket.AF_INET, kind)
-        except BaseException as exc:  # handed to the caller
-            box["err"] = exc
-
-    t = threading.Thread(target=make, name=f"setns-{netns}")
-    t.start()
-    t.join()
-    if "err" in box:
-        raise box["err"]
-    return box["sock"]
-
-
-def fifo_state():
-    """Every packet to queue 0: no job/tag rules, one TLR rule covering [0, 1], class default queue 0."""
-    from netapprox.controller.model import SwitchState, TlrRule
-    from netapprox.hostlib.wire import TLR_ONE
-    return SwitchState(tlr_rules=frozenset({TlrRule(tlr_lo=0, tlr_hi=TLR_ONE, qid=0)}))
-
-
-def static_state(job_queues: Sequence[tuple[int, int]] = ()):
-    """Default TLR thresholds (per-packet TLR classification) plus fixed job -> queue pins."""
-    from netapprox.controller.model import JobRule, SwitchState, default_tlr_rules
-    return SwitchState(tlr_rules=default_tlr_rules(),
-                       job_rules=frozenset(JobRule(job_id=j, qid=q) for j, q in job_queues))
+    @property
+    def policy_mode(self) -> str:
+        if self.switch == "fifo":
+            return "fifo"
+        return "netapprox" if self.controller else "static"
 
 
 class Proc:
@@ -141,16 +104,13 @@ class Testbed:
         self.config = config
         self.workdir = Path(workdir)
         self.lab = None
-        self.controller = None
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self._report_sock: socket.socket | None = None
-        self.driver = None
+        self.runtime = None
         self.queue_samples: list[dict] = []
-        self.reports_relayed = 0
         self.epochs: list[dict] = []
         self._procs: list[Proc] = []
         self._aliases: dict[int, str] = {}
+        self._port_names: dict[int, str] = {}
+        self._epoch_done = threading.Condition()
 
     # -- addresses -----------------------------------------------------------------------------------------
     def ip(self, host: int) -> str:
@@ -163,6 +123,17 @@ class Testbed:
     @property
     def report_addr(self) -> tuple[str, int]:
         return self.lab.host_ips[self.ctl_host], REPORT_PORT
+
+    @property
+    def controller(self):
+        """The runtime when it re-maps jobs from their reports (``controller=True`` on the NetApprox switch),
+        else None: senders only need ``--report-to`` when this is set."""
+        return self.runtime if self.config.policy_mode == "netapprox" else None
+
+    @property
+    def reports_relayed(self) -> int:
+        """Reports the controller accepted so far."""
+        return self.runtime.core.ingest_stats.accepted if self.runtime is not None else 0
 
     def alias_ip(self, host: int) -> str:
         """A second address on ``host`` (same interface, same switch port), created on first use.
@@ -194,8 +165,9 @@ class Testbed:
         self.close()
 
     def start(self) -> None:
-        from netapprox.controller.kernel_driver import KernelDriver
-        from netapprox.topo.netns import NetnsLab
+        from netapprox.controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig
+        from netapprox.controller.runtime import Runtime
+        from netapprox.topo.netns import NetnsLab, socket_in_netns
 
         cfg = self.config
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -203,130 +175,64 @@ class Testbed:
         self.lab = NetnsLab(hosts=cfg.hosts + 1, subnet=f"10.{subnet_byte}.{os.getpid() % 250}.0/24")
         self.lab.start()
         buffer = cfg.buffer_packets + (APPROX_QUEUES_BUFFER if cfg.switch == "fifo" else 0)
-        options = {"ports": list(self.lab.ports), "netns": self.lab.switch_ns, "rate_mbit": cfg.rate_mbit,
-                   "buffer_packets": buffer}
-        self.driver = KernelDriver.from_options("s1", options)
-        if cfg.switch == "fifo":
-            self.driver.connect()
-            self.driver.apply(fifo_state())
-        elif cfg.controller:
-            self._start_controller(options)
-        else:
-            self.driver.connect()
-            self.driver.apply(static_state(cfg.job_queues))
-        if cfg.sample_queues_s:
-            self._spawn(self._sample_queues, "queue-sampler")
-
-    def _start_controller(self, options: dict) -> None:
-        from netapprox.controller.config import ControllerConfig, ReportConfig, SwitchConfig
-        from netapprox.controller.loop import Controller
-
+        ports = {name: i + 1 for i, name in enumerate(self.lab.ports)}
+        self._port_names = {n: name for name, n in ports.items()}
+        options = {"ports": ports, "netns": self.lab.switch_ns, "rate_mbit": cfg.rate_mbit, "buffer_packets": buffer}
+        every = max(1, round(cfg.sample_queues_s / cfg.epoch_s)) if cfg.sample_queues_s else 0
         ccfg = ControllerConfig(
             switches=(SwitchConfig(name="s1", kind="kernel", options=options),),
-            reports=ReportConfig(port=-1, rate_per_host=100000.0, burst=10000),
-            epoch_s=self.config.epoch_s, counters_every=0,
+            policy=PolicyConfig(mode=cfg.policy_mode, pinned=tuple(cfg.job_queues)),
+            reports=ReportConfig(rate_per_host=100000.0, burst=10000),
+            epoch_s=cfg.epoch_s, counters_every=every,
         )
-        self.controller = Controller(ccfg, drivers={"s1": self.driver})
-        if not self.controller.wait_until_up(30.0):
+        sock = socket_in_netns(self.lab.host_ns[self.ctl_host])
+        try:
+            sock.bind(("0.0.0.0", REPORT_PORT))
+        except BaseException:
+            sock.close()
+            raise
+        self.runtime = Runtime(ccfg, on_epoch=self._on_epoch, report_socket=sock)
+        if not self.runtime.connect(30.0):
             raise RuntimeError("the controller could not program the kernel switch within 30 s "
                                "(see the controller's log messages above)")
-        self._report_sock = socket_in_netns(self.lab.host_ns[self.ctl_host])
-        self._report_sock.bind(("0.0.0.0", REPORT_PORT))
-        self._report_sock.settimeout(0.1)
-        self._spawn(self._relay_reports, "report-relay")
-        self._spawn(self._run_controller, "controller")
+        self.runtime.start()
 
-    def _spawn(self, fn, name: str) -> None:
-        t = threading.Thread(target=fn, name=name, daemon=True)
-        t.start()
-        self._threads.append(t)
-
-    def _run_controller(self) -> None:
-        ctl = self.controller
-        period = self.config.epoch_s
-        nxt = time.monotonic()
-        while not self._stop.is_set():
-            res = ctl.step()
-            if res.changes:
-                self.epochs.append({"wall": time.time(), "epoch": res.epoch,
-                                    "assignments": {str(k): v for k, v in res.assignments.items()}})
-            nxt += period
-            delay = nxt - time.monotonic()
-            if delay < 0:
-                nxt = time.monotonic()
-            else:
-                self._stop.wait(delay)
-
-    def _relay_reports(self) -> None:
-        while not self._stop.is_set():
-            try:
-                data, src = self._report_sock.recvfrom(2048)
-            except socket.timeout:
-                continue
-            except OSError:
-                return
-            self.controller.ingest_report(data, f"{src[0]}:{src[1]}")
-            self.reports_relayed += 1
-
-    def _sample_queues(self) -> None:
-        """Backlog and drops of every NetApprox leaf qdisc on every port: one netlink dump per sample."""
-        from pyroute2 import IPRoute
-        from netapprox.topo import kernel_switch as ks
-
-        leaf = {ks.leaf_handle(q): q for q in range(8)}
-        ipr = IPRoute(netns=self.lab.switch_ns)
-        try:
-            name_of = {ipr.link_lookup(ifname=p)[0]: p for p in self.lab.ports}
-            while not self._stop.is_set():
-                row: dict[str, Any] = {"wall": time.time()}
-                try:
-                    msgs = ipr.get_qdiscs()
-                except Exception:  # a port being rebuilt
-                    msgs = []
-                for msg in msgs:
-                    port = name_of.get(msg["index"])
-                    q = leaf.get(msg["handle"])
-                    if port is None or q is None:
-                        continue
-                    queue = msg.get_nested("TCA_STATS2", "TCA_STATS_QUEUE")
-                    if queue is None:
-                        continue
-                    row.setdefault(port, [0] * 8)[q] = queue["qlen"]
-                    row.setdefault(port + "_drops", [0] * 8)[q] = queue["drops"]
-                self.queue_samples.append(row)
-                self._stop.wait(self.config.sample_queues_s)
-        finally:
-            ipr.close()
+    def _on_epoch(self, result) -> None:
+        if result.changes:
+            self.epochs.append({"wall": time.time(), "epoch": result.epoch,
+                                "assignments": {str(k): v for k, v in result.assignments.items()}})
+        counters = result.counters.get("s1")
+        if counters is not None:
+            row: dict[str, Any] = {"wall": time.time()}
+            for q in counters.queues:
+                port = self._port_names[q.port]
+                row.setdefault(port, [0] * 8)[q.qid] = q.backlog
+                row.setdefault(port + "_drops", [0] * 8)[q.qid] = q.dropped
+            self.queue_samples.append(row)
+        with self._epoch_done:
+            self._epoch_done.notify_all()
 
     def queue_counters(self, host: int) -> list[dict]:
-        """Per-queue transmitted/dropped packets on the port facing ``host`` (fresh pyroute2 handle)."""
+        """Per-queue transmitted/dropped packets on the port facing ``host`` (its own netlink handle, so it
+        never races the controller's)."""
         from pyroute2 import IPRoute
-        from netapprox.topo import kernel_switch as ks
+
+        from netapprox.controller.kernel import tc
 
         ipr = IPRoute(netns=self.lab.switch_ns)
         try:
             idx = ipr.link_lookup(ifname=self.port_of(host))[0]
-            return [dataclasses.asdict(s) for s in ks.read_port_stats(ipr, idx)]
+            return [dataclasses.asdict(s) for s in tc.read_port_stats(ipr, idx)]
         finally:
             ipr.close()
 
     def close(self) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(timeout=5)
-        self._threads.clear()
-        if self._report_sock is not None:
-            self._report_sock.close()
-            self._report_sock = None
-        if self.controller is not None:
+        if self.runtime is not None:
             try:
-                self.controller.close()
+                self.runtime.close()
             except Exception as exc:  # never mask the experiment's own error
                 log.warning("controller close: %s", exc)
-            self.controller = None
-        elif self.driver is not None:
-            self.driver.close()
-        self.driver = None
+            self.runtime = None
         if self.lab is not None:
             self.lab.close()  # stops every process started on a host (by PID) and deletes the namespaces
             self.lab = None
@@ -336,12 +242,10 @@ class Testbed:
         """Run ``python -m module args`` on ``host``; output goes to ``workdir/name.log``."""
         log_path = self.workdir / f"{name}.log"
         fh = open(log_path, "wb")
-        env = dict(os.environ)
         root = str(Path(__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
         try:
             p = self.lab.popen(host, [sys.executable, "-m", module, *args], stdout=fh, stderr=subprocess.STDOUT,
-                               env=env, cwd=root)
+                               cwd=root)
         finally:
             fh.close()
         proc = Proc(p, name, log_path)
@@ -368,12 +272,18 @@ class Testbed:
         raise TimeoutError(f"nothing bound to port {port} on host {host} within {timeout} s")
 
     def pin_jobs(self, job_queues: Sequence[tuple[int, int]], class_rules: Sequence = ()) -> None:
-        """Without a controller: install the static state with these (job, queue) pins (ATP_FixPrio) and
-        queue_by_class rules (e.g. DNN traffic to a low-priority queue)."""
-        if self.controller is not None or self.config.switch != "netapprox":
+        """Without a controller: pin these (job, queue) pairs (ATP_FixPrio) and install these queue_by_class
+        rules (e.g. DNN traffic to a low-priority queue). Returns once an epoch has applied them."""
+        if self.config.policy_mode != "static":
             raise RuntimeError("static pins need switch='netapprox' and controller=False")
-        import dataclasses as _dc
-        self.driver.apply(_dc.replace(static_state(job_queues), class_rules=frozenset(class_rules)))
+        core = self.runtime.core
+        self.runtime.reconfigure(
+            policy_config=dataclasses.replace(core.config.policy, pinned=tuple(job_queues)),
+            switches=[dataclasses.replace(core.switches["s1"], class_rules=tuple(class_rules))])
+        target = self.runtime.epochs + 2  # the epoch under way may have started before the change
+        with self._epoch_done:
+            if not self._epoch_done.wait_for(lambda: self.runtime.epochs >= target, timeout=10):
+                raise RuntimeError("the controller did not run an epoch within 10 s")
 
     def wait_all(self, procs: Sequence[Proc], timeout: float) -> list[int | None]:
         """Wait for ``procs``; a process still running at the deadline is stopped (by PID) and gets None."""

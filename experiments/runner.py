@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from netapprox.controller.model import queue_for_tlr
 from netapprox.experiments import results as R
 from netapprox.experiments.harness import Testbed, TestbedConfig
 from netapprox.experiments.trial import Background, FlowLoad, JobPlan, flow_fct_stats, run_trial
@@ -56,11 +57,6 @@ class Scale:
         base = {"hosts": self.hosts, "rate_mbit": self.rate_mbit, "buffer_packets": self.buffer_packets}
         base.update(kw)
         return TestbedConfig(**base)
-
-
-def queue_for_tlr(tlr: float) -> int:
-    """Default thresholds k/8: the queue a TLR falls in (approximate traffic never uses queue 0)."""
-    return max(1, min(7, int(math.floor(tlr * 8 + 1e-9))))
 
 
 _id_counter = [int(time.time()) % 100000 * 1000]

@@ -38,6 +38,19 @@ HEADER_FIELDS: tuple[tuple[str, int], ...] = (
     ("length", 16),
 )
 _HEADER = struct.Struct("!BBBBIIHHHHIIBBH")
+
+
+def _byte_offsets() -> dict[str, int]:
+    offsets, bit = {}, 0
+    for name, bits in HEADER_FIELDS:
+        offsets[name] = bit // 8
+        bit += bits
+    return offsets
+
+
+OFFSETS: dict[str, int] = _byte_offsets()
+"""Byte offset of every header field from the start of the ATP header (``version`` and ``type`` share byte
+0). Switch-side code (the reference model, the kernel switch's u32 keys, the simulator) reads fields here."""
 assert _HEADER.size == HEADER_LEN == sum(bits for _, bits in HEADER_FIELDS) // 8
 
 

@@ -20,11 +20,11 @@ import os
 import pathlib
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
+
+from netapprox.topo.bmv2 import Bmv2Error, Bmv2Options, Bmv2Process
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 PTF_TESTS = REPO / "ptf" / "tests"
@@ -67,7 +67,7 @@ class Bmv2Namespace(contextlib.AbstractContextManager):
         self.workdir = workdir
         self.ports = tuple(ports)
         self.cpus = cpus  # taskset CPU list for simple_switch_grpc, e.g. "0" (queueing experiments)
-        self.switch: subprocess.Popen | None = None
+        self.switch: Bmv2Process | None = None
         self.switch_log = workdir / "simple_switch_grpc.log"
         self._ns_created = False
 
@@ -98,48 +98,21 @@ class Bmv2Namespace(contextlib.AbstractContextManager):
                 _run(["ip", "-n", self.name, "link", "set", dev, "mtu", "9000", "up"])
 
     def _start_switch(self) -> None:
-        cmd = ["simple_switch_grpc", "--no-p4", "--device-id", "0", "--thrift-port", str(THRIFT_PORT),
-               "--log-file", str(self.workdir / "bmv2"), "--log-flush"]
-        for i in self.ports:
-            cmd += ["-i", f"{i}@swp{i}"]
-        cmd += ["--", "--grpc-server-addr", f"127.0.0.1:{GRPC_PORT}", "--cpu-port", str(CPU_PORT),
-                "--priority-queues", "8"]
-        if self.cpus is not None:
-            cmd = ["taskset", "-c", self.cpus, *cmd]  # taskset execs too: the PID stays the switch's
-        with open(self.switch_log, "wb") as log:
-            # `ip netns exec` execs the command, so this PID is simple_switch_grpc's own.
-            self.switch = subprocess.Popen(self.exec_cmd(cmd), stdout=log, stderr=subprocess.STDOUT)
-        self._wait_for_ports([GRPC_PORT, THRIFT_PORT], timeout=30)
-
-    def _wait_for_ports(self, ports: list[int], timeout: float) -> None:
-        probe = ("import socket,sys\n"
-                 "for p in sys.argv[1:]:\n"
-                 "    socket.create_connection(('127.0.0.1', int(p)), 0.5).close()\n")
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.switch.poll() is not None:
-                raise HarnessError(f"simple_switch_grpc exited with {self.switch.returncode}:\n{self.log_tail()}")
-            res = subprocess.run(self.exec_cmd([sys.executable, "-c", probe, *map(str, ports)]),
-                                 capture_output=True)
-            if res.returncode == 0:
-                return
-            time.sleep(0.2)
-        raise HarnessError(f"simple_switch_grpc did not open ports {ports} within {timeout}s:\n{self.log_tail()}")
+        options = Bmv2Options(ports={i: f"swp{i}" for i in self.ports}, device_id=0, grpc_port=GRPC_PORT,
+                              thrift_port=THRIFT_PORT, cpu_port=CPU_PORT, netns=self.name, cpus=self.cpus,
+                              log_level=None, event_log=str(self.workdir / "bmv2"))
+        self.switch = Bmv2Process(options, self.switch_log)
+        try:
+            self.switch.start(timeout=30)
+        except Bmv2Error as e:
+            raise HarnessError(str(e)) from None
 
     def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.switch_log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
+        return self.switch.log_tail(lines) if self.switch is not None else "(no log)"
 
     def close(self) -> None:
-        if self.switch is not None and self.switch.poll() is None:
-            self.switch.send_signal(signal.SIGTERM)
-            try:
-                self.switch.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.switch.kill()
-                self.switch.wait(timeout=10)
+        if self.switch is not None:
+            self.switch.stop()
         self.switch = None
         if self._ns_created:
             subprocess.run(["ip", "netns", "delete", self.name], capture_output=True)

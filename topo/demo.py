@@ -11,9 +11,11 @@ A Mininet dumbbell (h1..h3 on s1, h4..h6 on s2, one bottleneck s1 -> s2, plus th
   (0.5 -> 0.375 -> 0.25, i.e. queues 4 -> 3 -> 2 on the default thresholds), like the background of
   Fig. 10 of the NetApprox paper; it sends no reports, so the switch places it by its TLR.
 
-The controller (``controller.loop.Controller``) runs its epoch loop in this process and programs every switch
-(kernel target: ``KernelDriver``; BMv2: ``P4RuntimeDriver``). While it runs, a progress line per second;
-then a table and one PNG timeline per job in ``results/``.
+The controller runs in this process through its one runtime (``controller.runtime.Runtime``), which programs
+every switch (kernel target: ``KernelDriver``; BMv2: ``P4RuntimeDriver``) and reads the hosts' reports (from
+a socket in the ``ctl`` host on the kernel target, as packet-in on BMv2); the demo only listens to its
+per-epoch callback. While it runs, a progress line per second; then a table and one PNG timeline per job in
+``results/``.
 """
 from __future__ import annotations
 
@@ -24,7 +26,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -121,15 +122,11 @@ class Demo:
         self.cfg = config
         self.out = Path(config.results)
         self.procs: list[subprocess.Popen] = []
-        self.stop = threading.Event()
         self.t0 = 0.0
         self.assign_log: list[tuple[float, dict[int, int]]] = []  # (t since t0, assignments) on change
-        self.report_times: dict[tuple[int, int], float] = {}  # (job, sender epoch) -> t since t0 (kernel)
-        self.latest_reports: dict[int, wire.Report] = {}
-        self.queue_samples: list[tuple[float, list]] = []
-        self.threads: list[threading.Thread] = []
+        self.report_times: dict[tuple[int, int], float] = {}  # (job, sender epoch) -> t since t0
+        self.last_drops: list | None = None  # the bottleneck's per-queue stats at the last progress line
         self.emu = None
-        self.ctl = None
         self.bulk_span: list[float] = []  # [start, end] of the bulk TCP flow, seconds since t0
 
     # -- processes --------------------------------------------------------------------------------------------
@@ -150,59 +147,30 @@ class Demo:
                 pass
         self.procs.clear()
 
-    # -- threads ----------------------------------------------------------------------------------------------
-    def spawn(self, fn, name: str) -> None:
-        t = threading.Thread(target=fn, name=name, daemon=True)
-        t.start()
-        self.threads.append(t)
+    # -- the controller's per-epoch callback ----------------------------------------------------------------
+    def on_epoch(self, result) -> None:
+        t = time.monotonic() - self.t0
+        if not self.assign_log or self.assign_log[-1][1] != dict(result.assignments):
+            self.assign_log.append((t, dict(result.assignments)))
+        for rep in result.reports:
+            self.report_times.setdefault((rep.job_id, rep.epoch), t)
 
-    def controller_loop(self) -> None:
-        last: dict[int, int] = {}
-        nxt = time.monotonic()
-        while not self.stop.is_set():
-            res = self.ctl.step()
-            if dict(res.assignments) != last:
-                last = dict(res.assignments)
-                self.assign_log.append((time.monotonic() - self.t0, last))
-            nxt += self.cfg.epoch_s
-            self.stop.wait(max(0.0, nxt - time.monotonic()))
-            if nxt < time.monotonic():
-                nxt = time.monotonic()
-
-    def relay_reports(self, sock) -> None:
-        sock.settimeout(0.1)
-        while not self.stop.is_set():
-            try:
-                data, src = sock.recvfrom(2048)
-            except OSError:
-                continue
-            rep = self.ctl.ingest_report(data, src[0])
-            if rep is not None:
-                self.latest_reports[rep.job_id] = rep
-                self.report_times.setdefault((rep.job_id, rep.epoch), time.monotonic() - self.t0)
-
-    def sample_queues(self, netns: str | None, ifname: str) -> None:
+    def bottleneck_stats(self, netns: str | None, ifname: str) -> list:
+        """Per-queue statistics of the bottleneck port's traffic manager (its own netlink handle)."""
         from pyroute2 import IPRoute
 
-        from netapprox.topo import kernel_switch as ks
+        from netapprox.controller.kernel import tc
 
         ipr = IPRoute(netns=netns, flags=0) if netns else IPRoute()
         try:
-            idx = ipr.link_lookup(ifname=ifname)[0]
-            while not self.stop.is_set():
-                try:
-                    stats = ks.read_port_stats(ipr, idx)
-                    self.queue_samples.append((time.monotonic() - self.t0, stats))
-                except Exception:
-                    pass
-                self.stop.wait(0.1)
+            return tc.read_port_stats(ipr, ipr.link_lookup(ifname=ifname)[0])
         finally:
             ipr.close()
 
     # -- the run ----------------------------------------------------------------------------------------------
     def run(self) -> int:
         from netapprox.controller.config import ControllerConfig, ReportConfig
-        from netapprox.controller.loop import Controller
+        from netapprox.controller.runtime import Runtime
         from netapprox.topo.net import Emulation, EmulationConfig
 
         cfg = self.cfg
@@ -223,19 +191,20 @@ class Demo:
         with Emulation(emu_cfg) as emu:
             self.emu = emu
             ccfg = ControllerConfig(switches=emu.switch_configs(), epoch_s=cfg.epoch_s, counters_every=0,
-                                    reports=ReportConfig(port=-1, rate_per_host=100000.0, burst=10000))
-            with Controller(ccfg) as ctl:
-                self.ctl = ctl
-                if not ctl.wait_until_up(30.0):
+                                    reports=ReportConfig(rate_per_host=100000.0, burst=10000))
+            # Kernel target: hosts report to the ctl host's address; BMv2 punts reports as packet-in.
+            sock = emu.report_socket() if cfg.target == "kernel" else None
+            with Runtime(ccfg, on_epoch=self.on_epoch, report_socket=sock) as runtime:
+                if not runtime.connect(30.0):
                     raise RuntimeError("the controller could not program the switches within 30 s")
                 _log(f"network and controller up in {time.monotonic() - t_setup:.1f} s "
                      f"({len(ccfg.switches)} switches, epoch {cfg.epoch_s * 1e3:g} ms)")
+                self.t0 = time.monotonic()
+                runtime.start()
                 try:
                     return self._experiment(emu)
                 finally:
-                    self.stop.set()
-                    for t in self.threads:
-                        t.join(timeout=3)
+                    runtime.stop()
                     self.stop_processes()
 
     def _experiment(self, emu) -> int:
@@ -243,14 +212,7 @@ class Demo:
         hosts = {int(h.name[1:]): h for h in emu.hosts}
         s1 = emu.net.get("s1")
         bottleneck = next(i.name for i in s1.intfList() if i.link and {i.link.intf1.node.name, i.link.intf2.node.name} == {"s1", "s2"})
-        self.t0 = time.monotonic()
-        if cfg.target == "kernel":
-            self.spawn(lambda: self.relay_reports(emu.report_socket()), "report-relay")
-            self.spawn(lambda: self.sample_queues(s1.netns_name, bottleneck), "queue-sampler")
-        else:
-            self.spawn(lambda: self.sample_queues(None, bottleneck), "queue-sampler")
-        self.spawn(self.controller_loop, "controller")
-
+        bottleneck_ns = s1.netns_name if cfg.target == "kernel" else None
         # Receivers first.
         recv_timeout = str(int(cfg.time_limit_s + 20))
         for j in cfg.jobs:
@@ -317,11 +279,14 @@ class Demo:
                     else:
                         parts.append(f"{'starting':^36}")
                 drops = "-"
-                if self.queue_samples:
-                    cur = [s.drops for s in self.queue_samples[-1][1]]
+                try:
+                    self.last_drops = self.bottleneck_stats(bottleneck_ns, bottleneck)
+                    cur = [st.drops for st in self.last_drops]
                     base = prev_drops or [0] * len(cur)
                     drops = " ".join(f"{c - b:4d}" for c, b in zip(cur[1:], base[1:]))
                     prev_drops = cur
+                except Exception:  # noqa: BLE001 - a progress line never stops the demo
+                    pass
                 _log(f"{now:5.1f} | " + " | ".join(parts) + f" | {drops}")
             if done and (bulk is None or bulk.poll() is not None):
                 break
@@ -330,7 +295,10 @@ class Demo:
                 break
             time.sleep(0.1)
         end = time.monotonic() - self.t0
-        self.stop.set()
+        try:
+            self.last_drops = self.bottleneck_stats(bottleneck_ns, bottleneck)
+        except Exception:  # noqa: BLE001 - the table then goes without the queue line
+            pass
         for p in [bg, bg_rx, bulk_rx]:
             try:
                 p.send_signal(signal.SIGINT)
@@ -345,8 +313,7 @@ class Demo:
     def queue_of(self, job_id: int, tlr: float, t: float, ack_queues: dict) -> int:
         """The queue the switch used for the job at time ``t``. BMv2 stamps it (seen on ACKs); on the kernel
         target it is the controller's job entry, or the TLR table before the first assignment."""
-        from netapprox.controller.policy import queue_for_tlr
-        from netapprox.controller.config import DEFAULT_THRESHOLDS
+        from netapprox.controller.model import queue_for_tlr
 
         stamped = {int(k): v for k, v in ack_queues.items() if int(k) != wire.QUEUE_UNSET}
         if stamped:
@@ -356,7 +323,7 @@ class Demo:
             if when > t:
                 break
             current = assign.get(job_id)
-        return current if current is not None else queue_for_tlr(tlr, DEFAULT_THRESHOLDS)
+        return current if current is not None else queue_for_tlr(tlr)
 
     def sender_offset(self, job: DemoJob, rows: list[dict], launched: float) -> float:
         """t0-relative time of the sender's clock zero: from report arrival times when available (kernel),
@@ -410,8 +377,8 @@ class Demo:
         else:
             ok = False
             _log(f"non-approximate bulk TCP flow: no result (see {bulk_json})")
-        if self.queue_samples:
-            last = self.queue_samples[-1][1]
+        if self.last_drops:
+            last = self.last_drops
             _log("bottleneck port s1 -> s2, per queue: " + ", ".join(
                 f"q{s.qid} {s.packets} sent/{s.drops} dropped" for s in last if s.packets or s.drops))
         bg = _read_json_lines(self.out / "demo-background-recv.log")
@@ -431,9 +398,8 @@ class Demo:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
+        from netapprox.controller.model import queue_for_tlr
         from netapprox.topo.trafgen import parse_schedule
-        from netapprox.controller.policy import queue_for_tlr
-        from netapprox.controller.config import DEFAULT_THRESHOLDS
 
         bins: dict[int, list[dict]] = {}
         for r in rows:
@@ -468,7 +434,7 @@ class Demo:
             b = bg_start + (sched[i + 1][0] if i + 1 < len(sched) else self.cfg.background_s)
             b = min(b, end)
             if a < b:
-                ax[3].hlines(queue_for_tlr(v, DEFAULT_THRESHOLDS), a, b, color="gray", ls="--",
+                ax[3].hlines(queue_for_tlr(v), a, b, color="gray", ls="--",
                              label="background" if i == 0 else None)
         ax[3].set_ylabel("queue")
         ax[3].set_ylim(7.5, -0.5)
@@ -534,7 +500,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     if args.target == "bmv2":
-        from netapprox.topo.switches import P4_TOOLS_HINT, bmv2_available
+        from netapprox.topo.bmv2 import P4_TOOLS_HINT, bmv2_available
 
         if not bmv2_available():
             print(f"make demo TARGET=bmv2: {P4_TOOLS_HINT}", file=sys.stderr)

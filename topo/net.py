@@ -10,21 +10,19 @@ namespace names), also on errors and Ctrl-C when used as a context manager. Neve
 """
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import functools
 import os
 import socket
-import threading
 from typing import Any
 
 from netapprox.controller.model import ClassRule, Route
 from netapprox.hostlib.wire import DEFAULT_ATP_PORT, DEFAULT_REPORT_PORT
-from netapprox.topo.netns import unique_tag, wait_until
-from netapprox.topo.switches import P4_TOOLS_HINT, BMv2Switch, KernelSwitch, NaLink, bmv2_available
+from netapprox.topo.netns import socket_in_netns, unique_tag, wait_until
+from netapprox.topo.bmv2 import P4_TOOLS_HINT, bmv2_available
+from netapprox.topo.switches import BMv2Switch, KernelSwitch, NaLink
 from netapprox.topo.topologies import CTL_IP, TOPOLOGIES
 
-CLONE_NEWNET = 0x40000000
 TARGETS = ("kernel", "bmv2")
 
 
@@ -66,32 +64,6 @@ class EmulationConfig:
 
 class TargetUnavailable(RuntimeError):
     """The requested target's tools are missing; the message says what to install."""
-
-
-def socket_in_netns(pid: int, kind: int = socket.SOCK_DGRAM) -> socket.socket:
-    """A socket created inside the network namespace of process ``pid`` (it stays there)."""
-    box: dict[str, Any] = {}
-
-    def worker() -> None:
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
-            try:
-                if libc.setns(fd, CLONE_NEWNET) != 0:
-                    err = ctypes.get_errno()
-                    raise OSError(err, f"setns into /proc/{pid}/ns/net: {os.strerror(err)}")
-            finally:
-                os.close(fd)
-            box["sock"] = socket.socket(socket.AF_INET, kind)
-        except BaseException as exc:  # handed to the caller
-            box["error"] = exc
-
-    t = threading.Thread(target=worker, name="netns-socket")
-    t.start()
-    t.join()
-    if "error" in box:
-        raise box["error"]
-    return box["sock"]
 
 
 class Emulation:

@@ -6,13 +6,18 @@ PID and stopped exactly by that PID.
 """
 from __future__ import annotations
 
+import ctypes
 import ipaddress
 import os
 import secrets
 import signal
+import socket
 import subprocess
+import threading
 import time
-from typing import Sequence
+from typing import Any, Sequence
+
+CLONE_NEWNET = 0x40000000
 
 
 def unique_tag(nbytes: int = 2) -> str:
@@ -28,12 +33,46 @@ def run(cmd: Sequence[str], *, check: bool = True, netns: str | None = None, **k
     return res
 
 
+def netns_path(netns: str | int) -> str:
+    """The namespace file of a named namespace (``ip netns``), a process id, or a path given as is."""
+    if isinstance(netns, int):
+        return f"/proc/{netns}/ns/net"
+    return netns if "/" in netns else f"/var/run/netns/{netns}"
+
+
+def socket_in_netns(netns: str | int, kind: int = socket.SOCK_DGRAM) -> socket.socket:
+    """A socket created inside network namespace ``netns`` (see ``netns_path``); it stays there. A short-lived
+    thread enters the namespace, so the calling thread's namespace never changes."""
+    box: dict[str, Any] = {}
+
+    def worker() -> None:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = os.open(netns_path(netns), os.O_RDONLY)
+            try:
+                if libc.setns(fd, CLONE_NEWNET) != 0:
+                    err = ctypes.get_errno()
+                    raise OSError(err, f"setns into {netns_path(netns)}: {os.strerror(err)}")
+            finally:
+                os.close(fd)
+            box["sock"] = socket.socket(socket.AF_INET, kind)
+        except BaseException as exc:  # handed to the caller
+            box["error"] = exc
+
+    t = threading.Thread(target=worker, name="netns-socket")
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box["sock"]
+
+
 class NetnsLab:
     """A kernel switch (bridge in its own namespace) with ``hosts`` host namespaces, one veth each.
 
     Host i (0-based) has address ``subnet`` .i+1, interface ``eth0``; the switch port facing it is
     ``p<i+1>`` (port number i+1). The queue tree and classifier are not built here: use
-    ``controller.kernel_driver.KernelDriver`` with ``netns=lab.switch_ns`` and ``ports=lab.ports``.
+    ``controller.kernel.driver.KernelDriver`` with ``netns=lab.switch_ns`` and ``ports=lab.ports``.
     """
 
     def __init__(self, hosts: int = 2, subnet: str = "10.201.0.0/24") -> None:

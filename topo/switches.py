@@ -1,24 +1,22 @@
 """Mininet switch classes: ``KernelSwitch`` (Linux bridge + HTB/u32, no P4 toolchain) and ``BMv2Switch``.
 
-Both shape every egress port with the same traffic manager (topo/kernel_switch.py: HTB root at the link
+Both shape every egress port with the same traffic manager (controller/kernel/tc.py: HTB root at the link
 rate, 8 strict-priority classes, a large bfifo under queue 0 and 8 - k packets under queue k). They differ
 in who classifies:
 
 - ``KernelSwitch``: the switch is a bridge in its own network namespace; u32 filters on each egress port
-  implement the logical tables. The controller programs them with ``controller.kernel_driver.KernelDriver``
+  implement the logical tables. The controller programs them with ``controller.kernel.driver.KernelDriver``
   (``switch.driver_options()``).
 - ``BMv2Switch``: ``simple_switch_grpc`` runs the P4 pipeline (parse, route, classify, stamp the logical
   queue into the ATP ``queue`` byte of DATA packets, ECN); it has no port shaper, so the kernel qdisc on each
-  of its egress interfaces is the traffic manager, classifying by that stamp (``compile_tm_filters``). The
-  controller programs the P4 tables with ``controller.p4runtime_driver.P4RuntimeDriver``.
+  of its egress interfaces is the traffic manager, classifying by that stamp (``controller.kernel.compiler.stamp_filters``). The
+  controller programs the P4 tables with ``controller.p4runtime.driver.P4RuntimeDriver``.
 
 Per-link rates come from the link options (``net.addLink(a, b, rate_mbit=20)``), else the switch's
 ``rate_mbit``. Interface names are unique per run (``na`` + tag), PIDs are kept and only those are stopped.
 """
 from __future__ import annotations
 
-import shutil
-import socket
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -26,10 +24,11 @@ from typing import Any
 from mininet.link import Link
 from mininet.node import Switch
 
+from netapprox.controller.kernel import compiler, tc
 from netapprox.controller.model import ClassRule, SwitchState, default_tlr_rules
 from netapprox.hostlib.wire import DEFAULT_ATP_PORT
-from netapprox.topo import kernel_switch as ks
-from netapprox.topo.netns import run, stop_process, unique_tag, wait_until
+from netapprox.topo.bmv2 import Bmv2Options, Bmv2Process, free_tcp_port
+from netapprox.topo.netns import run, unique_tag
 
 
 def intf_rate(intf, default: float) -> float:
@@ -65,7 +64,7 @@ class KernelSwitch(Switch):
         return {intf.name: port for port, intf in sorted(self.intfs.items()) if intf.name != "lo"}
 
     def driver_options(self) -> dict[str, Any]:
-        """Options for ``controller.kernel_driver.KernelDriver.from_options`` (the controller's switch entry)."""
+        """Options for ``controller.kernel.driver.KernelDriver.from_options`` (the controller's switch entry)."""
         rates = {intf.name: intf_rate(intf, self.rate_mbit) for intf in self.intfList() if intf.name != "lo"}
         return {"netns": self.netns_name, "ports": self.port_map(), "rate_mbit": self.rate_mbit,
                 "port_rates_mbit": rates, "buffer_packets": self.buffer_packets, "atp_port": self.atp_port}
@@ -75,7 +74,7 @@ class KernelSwitch(Switch):
         return SwitchState(tlr_rules=default_tlr_rules(), class_rules=frozenset(self.class_rules))
 
     def start(self, controllers) -> None:
-        from netapprox.controller.kernel_driver import KernelDriver
+        from netapprox.controller.kernel.driver import KernelDriver
 
         run(["ip", "netns", "attach", self.netns_name, str(self.pid)])
         self._attached = True
@@ -111,35 +110,6 @@ class KernelSwitch(Switch):
 # ---------------------------------------------------------------------------------------------------------
 # BMv2
 
-BMV2_CPU_PORT = 255
-P4_TOOLS_HINT = ("BMv2 is not installed: `simple_switch_grpc` (BMv2 >= 1.15.1 built with PI/P4Runtime and "
-                 "Thrift) and `p4c-bm2-ss` (p4c) must be on PATH. Build them from https://github.com/p4lang/"
-                 "behavioral-model and https://github.com/p4lang/p4c (or install the p4lang packages), then "
-                 "run `make p4`; see docs/emulation.md.")
-
-
-def bmv2_available() -> bool:
-    return shutil.which("simple_switch_grpc") is not None and shutil.which("p4c-bm2-ss") is not None
-
-
-def free_tcp_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def compile_tm_filters(class_rules, atp_port: int = DEFAULT_ATP_PORT) -> dict[int, ks.U32Entry]:
-    """The traffic-manager classifier behind a BMv2 port: ATP DATA -> the queue BMv2 stamped in its queue
-    byte; everything else -> ``queue_by_class`` (the same rules the P4 table holds), default queue 0."""
-    entries = {}
-    for q in range(ks.NUM_QUEUES):
-        keys = (ks.Key(0, 0x05000000, 0x0F000000), ks.Key(8, ks.IPPROTO_UDP << 16, 0x00FF0000),
-                ks.Key(20, atp_port, 0x0000FFFF), ks.Key(ks.ATP_OFFSET, (0x11 << 24) | (q << 8), 0xFF00FF00))
-        entries[1 + q] = ks.U32Entry(1 + q, keys, q, "tm_by_stamp")
-    state = ks.compile_filters(SwitchState(class_rules=frozenset(class_rules)), atp_port)
-    entries.update({n: e for n, e in state.items() if e.table in ("queue_by_class", "default")})
-    return entries
-
 
 class BMv2Switch(Switch):
     """``simple_switch_grpc --priority-queues 8`` with a CPU port and Thrift; kernel qdiscs as the TM.
@@ -165,7 +135,7 @@ class BMv2Switch(Switch):
         self.grpc_port = free_tcp_port()
         self.thrift_port = free_tcp_port()
         self.log_dir = Path(log_dir or "results")
-        self.proc: subprocess.Popen | None = None
+        self.bmv2: Bmv2Process | None = None
 
     def port_map(self) -> dict[str, int]:
         return {intf.name: port for port, intf in sorted(self.intfs.items()) if intf.name != "lo"}
@@ -174,7 +144,7 @@ class BMv2Switch(Switch):
         return f"127.0.0.1:{self.grpc_port}"
 
     def driver_options(self) -> dict[str, Any]:
-        """Options for ``controller.p4runtime_driver.P4RuntimeDriver.from_options``."""
+        """Options for ``controller.p4runtime.driver.P4RuntimeDriver.from_options``."""
         # No thrift_port: BMv2's own queues keep their default depth (64 packets) so that they never drop;
         # the kernel qdisc behind each port is the traffic manager with the k-packet buffers.
         opts = {"address": self.grpc_address(), "device_id": self.device_id, "target": "bmv2",
@@ -185,57 +155,34 @@ class BMv2Switch(Switch):
         return opts
 
     def start(self, controllers) -> None:
-        if shutil.which("simple_switch_grpc") is None:
-            raise RuntimeError(P4_TOOLS_HINT)
-        cmd = ["simple_switch_grpc", "--device-id", str(self.device_id), "--thrift-port", str(self.thrift_port),
-               "--log-level", "warn"]
-        for port, intf in sorted(self.intfs.items()):
-            if intf.name != "lo":
-                cmd += ["-i", f"{port}@{intf.name}"]
-        cmd += ["--no-p4"]  # the controller pushes the pipeline (P4Runtime SetForwardingPipelineConfig)
-        # Target options (after "--"): priority queues, P4Runtime address, CPU port for packet-in/out.
-        cmd += ["--", "--priority-queues", "8", "--grpc-server-addr", self.grpc_address(),
-                "--cpu-port", str(BMV2_CPU_PORT)]
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_dir / f"bmv2-{self.name}.log", "w")
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        log.close()
-
-        def answers() -> bool:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"simple_switch_grpc exited with {self.proc.returncode}; see "
-                                   f"{self.log_dir}/bmv2-{self.name}.log")
-            with socket.socket() as s:
-                s.settimeout(0.2)
-                return s.connect_ex(("127.0.0.1", self.grpc_port)) == 0
-
-        if not wait_until(answers, timeout=20.0, interval=0.1):
-            self.stop_process()
-            raise RuntimeError(f"simple_switch_grpc did not open its gRPC port {self.grpc_port} within 20 s")
+        ports = {port: intf.name for port, intf in sorted(self.intfs.items()) if intf.name != "lo"}
+        # No program: the controller pushes the pipeline (P4Runtime SetForwardingPipelineConfig).
+        self.bmv2 = Bmv2Process(Bmv2Options(ports=ports, device_id=self.device_id, grpc_port=self.grpc_port,
+                                            thrift_port=self.thrift_port), self.log_dir / f"bmv2-{self.name}.log")
+        self.bmv2.start(timeout=20.0)
         self.install_tm()
 
     def install_tm(self) -> None:
         """The HTB strict-priority tree on every egress interface, classified by BMv2's queue stamp."""
         from pyroute2 import IPRoute
 
-        entries = compile_tm_filters(self.class_rules, self.atp_port)
+        entries = compiler.stamp_filters(self.class_rules, self.atp_port)
         with IPRoute() as ipr:
             for intf in self.intfList():
                 if intf.name == "lo":
                     continue
                 idx = ipr.link_lookup(ifname=intf.name)[0]
-                ks.build_port(ipr, idx, ks.PortShape(rate_mbit=intf_rate(intf, self.rate_mbit),
+                tc.build_port(ipr, idx, tc.PortShape(rate_mbit=intf_rate(intf, self.rate_mbit),
                                                      buffer_packets=self.buffer_packets))
                 htid = None
                 for node in sorted(entries):
-                    ks.write_entry(ipr, idx, htid, entries[node])
-                    htid = htid or ks.root_htid(ipr, idx)
+                    tc.write_entry(ipr, idx, htid, entries[node])
+                    htid = htid or tc.root_htid(ipr, idx)
                 run(["ethtool", "-K", intf.name, "tx", "off"], check=False)
 
     def stop_process(self) -> None:
-        if self.proc is not None:
-            stop_process(self.proc)
-            self.proc = None
+        if self.bmv2 is not None:
+            self.bmv2.stop()
 
     def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803
         self.stop_process()

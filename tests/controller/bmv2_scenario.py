@@ -18,7 +18,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
 from netapprox.controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig
-from netapprox.controller.loop import Controller
+from netapprox.controller.runtime import Runtime
 from netapprox.controller.model import Route
 from netapprox.hostlib.wire import Flags, Header, PacketType, Report, encode, tlr_to_q15
 
@@ -97,15 +97,15 @@ def main() -> int:
         policy=PolicyConfig(hysteresis=0.0, job_timeout_s=30.0),
         reports=ReportConfig(bind="127.0.0.1", port=0), epoch_s=epoch_s, counters_every=1)
     out: dict = {"epoch_s": epoch_s}
-    ctl = Controller(config)
+    ctl = Runtime(config)
     stop = threading.Event()
     runner = threading.Thread(target=ctl.run, args=(stop,), daemon=True)
     try:
-        out["up"] = ctl.wait_until_up(20)
+        out["up"] = ctl.connect(20)
         if not out["up"]:
             out["error"] = ctl._switches["s1"].last_error
             return print(json.dumps(out)) or 0
-        driver = ctl._switches["s1"].driver
+        driver = ctl.driver("s1")
         out["queue_config_error"] = driver.queue_config_error
         runner.start()
         probe = Probe()

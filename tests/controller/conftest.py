@@ -5,8 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from netapprox.controller.fake_p4runtime import FakeP4RuntimeServer
-from netapprox.controller.p4runtime_driver import P4RuntimeDriver, P4RuntimeOptions
+from netapprox.controller.p4runtime.driver import P4RuntimeDriver
+from netapprox.controller.p4runtime.options import P4RuntimeOptions
+from support.fake_p4runtime import FakeP4RuntimeServer
 from ctl_fixtures import BMV2_JSON_BYTES, P4INFO
 
 

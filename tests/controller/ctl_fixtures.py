@@ -1,5 +1,5 @@
-"""Shared constants and skip markers for the controller tests (a uniquely named module, so test files can
-import it whatever other conftest.py files the test run has loaded)."""
+"""Shared constants of the controller tests (a uniquely named module, so test files can import it whatever
+other conftest.py files the test run has loaded)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,5 +8,3 @@ FIXTURES = Path(__file__).parent / "fixtures"
 P4INFO = FIXTURES / "p4info.txtpb"
 BMV2_JSON_BYTES = b'{"program": "netapprox-test"}'
 
-
-from support.skips import requires_p4, requires_root  # noqa: E402,F401 - re-exported for the controller tests

@@ -11,15 +11,13 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from ctl_fixtures import requires_p4, requires_root
+from support.skips import requires_p4, requires_root
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIO = Path(__file__).with_name("bmv2_scenario.py")
@@ -50,9 +48,10 @@ def compiled(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def bmv2(tmp_path):
+    from netapprox.topo.bmv2 import Bmv2Options, Bmv2Process
+
     ns = f"nactl{secrets.token_hex(3)}"
     sh("ip", "netns", "add", ns)
-    proc = None
     log = tmp_path / "bmv2.log"
     try:
         sh("ip", "link", "set", "lo", "up", netns=ns)
@@ -61,37 +60,16 @@ def bmv2(tmp_path):
             for dev in (f"swp{i}", f"h{i}"):
                 sh("sysctl", "-qw", f"net.ipv6.conf.{dev}.disable_ipv6=1", netns=ns, check=False)
                 sh("ip", "link", "set", dev, "up", netns=ns)
-        with open(log, "w") as logf:
-            proc = subprocess.Popen(
-                ["ip", "netns", "exec", ns, "simple_switch_grpc", "--device-id", "1", "-i", "1@swp1", "-i", "2@swp2",
-                 "--thrift-port", str(THRIFT_PORT), "--no-p4", "--",
-                 "--grpc-server-addr", f"127.0.0.1:{GRPC_PORT}", "--cpu-port", "255", "--priority-queues", "8"],
-                stdout=logf, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                pytest.fail(f"simple_switch_grpc exited with {proc.returncode}:\n{log.read_text()[-2000:]}")
-            probe = sh("python3", "-c", f"import socket; socket.create_connection(('127.0.0.1', {GRPC_PORT}), 1)",
-                       netns=ns, check=False)
-            if probe.returncode == 0:
-                break
-            time.sleep(0.2)
-        else:
-            pytest.fail(f"simple_switch_grpc did not open its gRPC port:\n{log.read_text()[-2000:]}")
-        yield ns, log
+        options = Bmv2Options(ports={1: "swp1", 2: "swp2"}, device_id=1, grpc_port=GRPC_PORT,
+                              thrift_port=THRIFT_PORT, netns=ns, log_level=None)
+        with Bmv2Process(options, log):
+            yield ns, log
     finally:
-        if proc is not None and proc.poll() is None:
-            os.kill(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait(5)
         sh("ip", "netns", "del", ns, check=False)
 
 
 def _contract(p4info_path: Path) -> dict:
-    from netapprox.controller.p4info import P4Info
+    from netapprox.controller.p4runtime.p4info import P4Info
 
     m = P4Info.load(p4info_path).message
     out: dict = {}

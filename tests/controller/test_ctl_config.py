@@ -10,7 +10,7 @@ from netapprox.controller.config import ControllerConfig, SwitchConfig, config_f
 from netapprox.controller.drivers import build_driver, driver_class
 from netapprox.controller.errors import ConfigError
 from netapprox.controller.model import ClassRule, Route
-from netapprox.controller.p4runtime_driver import P4RuntimeDriver
+from netapprox.controller.p4runtime.driver import P4RuntimeDriver
 
 from ctl_fixtures import P4INFO
 

@@ -1,4 +1,4 @@
-"""P4Runtime driver and epoch loop against the in-process fake P4Runtime server (controller.fake_p4runtime).
+"""P4Runtime driver and runtime against the in-process fake P4Runtime server (tests/support/fake_p4runtime.py).
 
 Protobufs are compared as text: the exact pipeline push, the exact batched write of an epoch.
 """
@@ -15,20 +15,26 @@ from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
 
 from netapprox.controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig
-from netapprox.controller.errors import NotPrimaryError, P4InfoError, P4RuntimeWriteError, PipelineError
-from netapprox.controller.loop import Controller
+from netapprox.controller.errors import (
+    NotPrimaryError,
+    P4InfoError,
+    P4RuntimeWriteError,
+    PipelineError,
+    SwitchUnavailable,
+)
+from netapprox.controller.runtime import Runtime
 from netapprox.controller.model import (
     ClassRule,
     EcnRule,
     JobRule,
     Route,
     SwitchState,
-    SwitchUnavailable,
     TagRule,
     TlrRule,
 )
-from netapprox.controller.p4info import P4Info
-from netapprox.controller.p4runtime_driver import P4RuntimeDriver, P4RuntimeOptions, build_tofino_device_config
+from netapprox.controller.p4runtime.p4info import P4Info
+from netapprox.controller.p4runtime.driver import P4RuntimeDriver, build_tofino_device_config
+from netapprox.controller.p4runtime.options import P4RuntimeOptions
 from netapprox.hostlib.wire import Report
 
 from ctl_fixtures import BMV2_JSON_BYTES, P4INFO
@@ -150,7 +156,7 @@ def test_per_update_errors_are_unpacked_and_the_rest_applied(make_driver, fake_s
     foreign = driver.classification._job_entry(JobRule(9, 1))
     with fake_server.lock:
         fake_server.writes.clear()
-    from netapprox.controller.fake_p4runtime import _entry_key
+    from support.fake_p4runtime import _entry_key
 
     fake_server.tables[_entry_key(foreign)] = foreign
     with pytest.raises(P4RuntimeWriteError) as info:
@@ -190,7 +196,7 @@ def test_counters_are_read_per_port_queue_and_per_job(make_driver, fake_server):
     fake_server.counters[(enq, 2 * 8 + 0)] = (10, 1000)
     fake_server.counters[(tx, 2 * 8 + 0)] = (10, 1000)
     job5 = driver.classification._job_entry(JobRule(5, 2))
-    from netapprox.controller.fake_p4runtime import _entry_key
+    from support.fake_p4runtime import _entry_key
 
     fake_server.direct_counts[_entry_key(job5)] = 42
     counters = driver.read_counters()
@@ -231,17 +237,17 @@ def test_no_server_raises_switch_unavailable(bmv2_json):
     driver.close()
 
 
-def test_packet_in_frames_are_queued(make_driver, fake_server):
+def test_packet_in_frames_are_queued_with_their_ingress_port(make_driver, fake_server):
     driver = make_driver()
     driver.connect()
-    fake_server.send_packet_in(b"frame-1")
-    fake_server.send_packet_in(b"frame-2")
+    fake_server.send_packet_in(b"frame-1", ingress_port=3)
+    fake_server.send_packet_in(b"frame-2", ingress_port=7)
     deadline = time.monotonic() + 2
-    got: list[bytes] = []
+    got: list[tuple[bytes, int | None]] = []
     while len(got) < 2 and time.monotonic() < deadline:
         got += driver.drain_packet_in()
         time.sleep(0.01)
-    assert got == [b"frame-1", b"frame-2"]
+    assert got == [(b"frame-1", 3), (b"frame-2", 7)]
 
 
 # --- the epoch loop on the fake server ------------------------------------------------------------------
@@ -252,7 +258,7 @@ def report(job: int, seq: int, tlr: float, group: int = 0) -> bytes:
                   delivered=0, lost=0, epoch=seq).encode()
 
 
-def controller_for(fake_server, bmv2_json, tmp_path, **kw) -> Controller:
+def controller_for(fake_server, bmv2_json, tmp_path, **kw) -> Runtime:
     options = {"address": fake_server.address, "p4info": str(P4INFO), "bmv2_json": str(bmv2_json),
                "connect_timeout_s": 2.0}
     config = ControllerConfig(
@@ -262,7 +268,7 @@ def controller_for(fake_server, bmv2_json, tmp_path, **kw) -> Controller:
         reports=ReportConfig(bind="127.0.0.1", port=0),
         decision_log=str(tmp_path / "decisions.jsonl"),
         reconnect_initial_s=0.05, reconnect_max_s=0.2, **kw)
-    return Controller(config)
+    return Runtime(config)
 
 
 def job_entries(fake_server) -> dict[int, int]:
@@ -274,20 +280,20 @@ def job_entries(fake_server) -> dict[int, int]:
 
 def test_epoch_loop_follows_reports_and_writes_once_per_change(fake_server, bmv2_json, tmp_path):
     with controller_for(fake_server, bmv2_json, tmp_path) as ctl:
-        assert ctl.wait_until_up(5)
-        r = ctl.step(now=0.0)
+        assert ctl.connect(5)
+        r = ctl.epoch(now=0.0)
         assert r.writes["s1"].inserted == 10  # route + 8 TLR ranges + ECN of queue 0
-        ctl.ingest_report(report(5, 1, 0.30), "10.0.0.1", now=0.01)
-        r = ctl.step(now=0.02)
+        ctl.ingest(report(5, 1, 0.30), "10.0.0.1", now=0.01)
+        r = ctl.epoch(now=0.02)
         assert dict(r.assignments) == {5: 2} and r.reports_accepted == 1
         assert job_entries(fake_server) == {5: 2}
         writes = len(fake_server.writes)
-        r = ctl.step(now=0.04)  # nothing new: no write
+        r = ctl.epoch(now=0.04)  # nothing new: no write
         assert r.writes["s1"].writes == 0 and len(fake_server.writes) == writes
-        ctl.ingest_report(report(5, 2, 0.80), "10.0.0.1", now=0.05)
-        ctl.step(now=0.06)
+        ctl.ingest(report(5, 2, 0.80), "10.0.0.1", now=0.05)
+        ctl.epoch(now=0.06)
         assert job_entries(fake_server) == {5: 6} and len(fake_server.writes) == writes + 1
-        r = ctl.step(now=1.2)  # job 5 stopped reporting: expired, entry deleted
+        r = ctl.epoch(now=1.2)  # job 5 stopped reporting: expired, entry deleted
         assert dict(r.assignments) == {} and job_entries(fake_server) == {}
         assert [c.reason for c in r.changes] == ["expired"]
     lines = [json.loads(line) for line in (tmp_path / "decisions.jsonl").read_text().splitlines()]
@@ -298,8 +304,8 @@ def test_epoch_loop_follows_reports_and_writes_once_per_change(fake_server, bmv2
 
 def test_udp_reports_and_malformed_input_do_not_break_the_loop(fake_server, bmv2_json, tmp_path):
     with controller_for(fake_server, bmv2_json, tmp_path) as ctl:
-        assert ctl.wait_until_up(5)
-        ctl.step()
+        assert ctl.connect(5)
+        ctl.epoch()
         host, port = ctl.report_address
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             for junk in (b"", b"\xff" * 3, b"\x13" + b"\x00" * 60, report(0, 1, 0.5), report(8, 1, 0.5)[:-1]):
@@ -314,7 +320,7 @@ def test_udp_reports_and_malformed_input_do_not_break_the_loop(fake_server, bmv2
         fake_server.send_packet_in(frame(report(12, 1, 0.9)))
         deadline = time.monotonic() + 3
         while time.monotonic() < deadline and set(ctl.assignments) != {8, 12}:
-            ctl.step()
+            ctl.epoch()
             time.sleep(0.01)
         assert dict(ctl.assignments) == {8: 4, 12: 7}
         assert job_entries(fake_server) == {8: 4, 12: 7}
@@ -327,16 +333,16 @@ def test_udp_reports_and_malformed_input_do_not_break_the_loop(fake_server, bmv2
 
 def test_reconnect_after_the_switch_restarts(fake_server, bmv2_json, tmp_path):
     with controller_for(fake_server, bmv2_json, tmp_path) as ctl:
-        assert ctl.wait_until_up(5)
-        ctl.ingest_report(report(5, 1, 0.3), "h")
-        ctl.step()
+        assert ctl.connect(5)
+        ctl.ingest(report(5, 1, 0.3), "h")
+        ctl.epoch()
         assert job_entries(fake_server) == {5: 2}
         fake_server.restart()  # reboot: pipeline and tables gone
         assert fake_server.entries() == []
         deadline = time.monotonic() + 5
         errors_seen = False
         while time.monotonic() < deadline:
-            r = ctl.step()
+            r = ctl.epoch()
             errors_seen |= "s1" in r.errors
             if ctl.switch_up("s1") and job_entries(fake_server) == {5: 2}:
                 break
@@ -360,11 +366,11 @@ def test_several_switches_one_down_does_not_stall_the_other(fake_server, bmv2_js
         switches=(SwitchConfig("s1", options={**common, "address": fake_server.address}),
                   SwitchConfig("s2", options={**common, "address": f"127.0.0.1:{dead}", "connect_timeout_s": 1.0})),
         reports=ReportConfig(port=-1), reconnect_initial_s=0.05)
-    with Controller(config) as ctl:
-        assert ctl.wait_until_up(5, names=("s1",))
-        ctl.ingest_report(report(3, 1, 0.6), "h")
+    with Runtime(config) as ctl:
+        assert ctl.connect(5, names=("s1",))
+        ctl.ingest(report(3, 1, 0.6), "h")
         t0 = time.perf_counter()
-        r = ctl.step()
+        r = ctl.epoch()
         assert time.perf_counter() - t0 < 0.5  # the dead switch's connect attempt runs in the background
         assert r.writes["s1"].inserted >= 1 and "s2" in r.errors
         assert job_entries(fake_server) == {3: 4}
@@ -372,29 +378,29 @@ def test_several_switches_one_down_does_not_stall_the_other(fake_server, bmv2_js
 
 def test_metrics_endpoint_serves_prometheus_text(fake_server, bmv2_json, tmp_path):
     with controller_for(fake_server, bmv2_json, tmp_path, metrics_port=0, counters_every=1) as ctl:
-        assert ctl.wait_until_up(5)
-        ctl.ingest_report(report(5, 1, 0.3), "h")
-        driver = ctl._switches["s1"].driver
+        assert ctl.connect(5)
+        ctl.ingest(report(5, 1, 0.3), "h")
+        driver = ctl.driver("s1")
         fake_server.counters[(driver._enqueued_id, 1 * 8 + 2)] = (50, 0)
         fake_server.counters[(driver._transmitted_id, 1 * 8 + 2)] = (45, 0)
-        r = ctl.step()
+        r = ctl.epoch()
         assert r.counters["s1"].queues[0].dropped == 5
         host, port = ctl.metrics_address
         assert host == "127.0.0.1"
         with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=5) as resp:
             body = resp.read().decode()
             assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
-    assert "# TYPE netapprox_queue_dropped_packets counter" in body
-    assert 'netapprox_queue_dropped_packets{switch="s1",port="1",queue="2"} 5' in body
-    assert 'netapprox_job_queue{job="5"} 2' in body
-    assert 'netapprox_switch_up{switch="s1"} 1' in body
+    assert "# TYPE netapprox_queue_dropped_packets_total counter" in body
+    assert 'netapprox_queue_dropped_packets_total{port="1",queue="2",switch="s1"} 5.0' in body
+    assert 'netapprox_job_queue{atp_job="5"} 2.0' in body
+    assert 'netapprox_switch_up{switch="s1"} 1.0' in body
 
 
 def test_run_loop_writes_within_one_epoch_of_a_report(fake_server, bmv2_json, tmp_path):
     import threading
 
     with controller_for(fake_server, bmv2_json, tmp_path, epoch_s=0.02) as ctl:
-        assert ctl.wait_until_up(5)
+        assert ctl.connect(5)
         stop = threading.Event()
         runner = threading.Thread(target=ctl.run, args=(stop,))
         runner.start()
@@ -420,7 +426,7 @@ class FakeTm:
         self.closed = False
 
     def port_queues(self, dev_port):
-        from netapprox.controller.tofino_tm import PortQueues
+        from netapprox.controller.p4runtime.tofino_tm import PortQueues
 
         return PortQueues(dev_port, dev_port >> 7, pg_id=dev_port % 128 // 8, pg_queues=tuple(range(8, 16)))
 

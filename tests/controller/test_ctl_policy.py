@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from netapprox.controller import policy
 from netapprox.controller.config import CadentFlow, PolicyConfig, SwitchConfig, TaggedFlow
 from netapprox.controller.model import EcnRule, JobRule, Route, TagRule, default_tlr_rules
-from netapprox.controller.policy import GroupReport, decide, queue_for_tlr
+from netapprox.controller.model import queue_for_tlr
+from netapprox.controller.policy import GroupReport, decide
 
 DEFAULT = PolicyConfig()
 NO_HYST = PolicyConfig(hysteresis=0.0)

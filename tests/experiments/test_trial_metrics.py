@@ -65,21 +65,6 @@ def test_unknown_protocol_is_rejected():
         trial.run_trial(None, "quic", [], name="x")
 
 
-@pytest.mark.parametrize("tlr,q", [(0.0, 1), (0.1, 1), (0.125, 1), (0.25, 2), (0.5, 4), (0.51, 4), (0.875, 7), (1.0, 7)])
-def test_queue_for_tlr_matches_default_thresholds(tlr, q):
-    assert runner.queue_for_tlr(tlr) == q
-
-
-def test_queue_for_tlr_agrees_with_controller_model():
-    from netapprox.controller.model import default_tlr_rules
-    from netapprox.hostlib.wire import tlr_to_q15
-    rules = default_tlr_rules()
-    for tlr in np.linspace(0, 1, 41):
-        v = tlr_to_q15(float(tlr))
-        (qid,) = [r.qid for r in rules if r.tlr_lo <= v <= r.tlr_hi]
-        assert runner.queue_for_tlr(v / 32768) == qid
-
-
 def test_range_loss_error_grows_with_loss_like_sqrt():
     vec = runner.gradient_vector(1, 200_000)
     assert runner.range_loss_error(vec, 340, 0.0, 1)["rel_l2_error"] == 0.0

@@ -70,21 +70,21 @@ def test_kernel_topologies_forward(topology):
 def test_kernel_rack_controller_moves_a_reported_job():
     """REPORT from h1 -> ctl (in-band) -> controller -> KernelDriver -> u32: job 5's packets use queue 2."""
     from netapprox.controller.config import ControllerConfig, ReportConfig
-    from netapprox.controller.loop import Controller
+    from netapprox.controller.runtime import Runtime
     from netapprox.topo.net import Emulation, EmulationConfig
 
     with Emulation(EmulationConfig(topology="rack", hosts=2, rate_mbit=20)) as emu:
         ccfg = ControllerConfig(switches=emu.switch_configs(), reports=ReportConfig(port=-1), epoch_s=0.02)
         sock = emu.report_socket()
         sock.settimeout(3)
-        with Controller(ccfg) as ctl:
-            assert ctl.wait_until_up(10)
-            ctl.step()
+        with Runtime(ccfg) as ctl:
+            assert ctl.connect(10)
+            ctl.epoch()
             h1, h2 = emu.hosts
             h1.cmd(report_cmd(5, 0.3, emu.report_target))
             data, src = sock.recvfrom(2048)
-            assert ctl.ingest_report(data, src[0]) is not None
-            assert ctl.step().assignments == {5: 2}
+            assert ctl.ingest(data, src[0]) is not None
+            assert ctl.epoch().assignments == {5: 2}
             # The job's packets carry TLR 0.9 (queue 7 by the TLR table): the job entry must win.
             rx = h2.popen(trafgen("recv", "--port", "7600", "--duration", "5", "--idle", "1").split(),
                           stdout=-1, text=True)
@@ -94,7 +94,7 @@ def test_kernel_rack_controller_moves_a_reported_job():
             assert json.loads(out.strip().splitlines()[-1])["sent"] == 40
             got = json.loads(rx.communicate(timeout=10)[0].strip().splitlines()[-1])["received"]
             time.sleep(0.1)
-            s1 = ctl.step().counters["s1"]  # counters_every = 1: read every epoch
+            s1 = ctl.epoch().counters["s1"]  # counters_every = 1: read every epoch
             port_h2 = emu.switch_configs()[0].options["ports"]["s1-eth2"]
             q = {s.qid: s.enqueued for s in s1.queues if s.port == port_h2}
         assert got == 40
@@ -110,8 +110,8 @@ def test_bmv2_rack_report_by_packet_in_moves_a_job(tmp_path):
     from pyroute2 import IPRoute
 
     from netapprox.controller.config import ControllerConfig, ReportConfig
-    from netapprox.controller.loop import Controller
-    from netapprox.topo import kernel_switch as ks
+    from netapprox.controller.runtime import Runtime
+    from netapprox.controller.kernel import tc as ks
     from netapprox.topo.net import Emulation, EmulationConfig
 
     cfg = EmulationConfig(topology="rack", hosts=2, rate_mbit=20, target="bmv2", log_dir=str(tmp_path),
@@ -120,20 +120,20 @@ def test_bmv2_rack_report_by_packet_in_moves_a_job(tmp_path):
         pytest.skip(f"{cfg.bmv2_json} not built: run `make p4`")
     with Emulation(cfg) as emu:
         ccfg = ControllerConfig(switches=emu.switch_configs(), reports=ReportConfig(port=-1), epoch_s=0.02)
-        with Controller(ccfg) as ctl:
-            assert ctl.wait_until_up(20)
-            ctl.step()
+        with Runtime(ccfg) as ctl:
+            assert ctl.connect(20)
+            ctl.epoch()
             h1, h2 = emu.hosts
             assert emu.net.ping([h1, h2], timeout=2) == 0.0
             h1.cmd(report_cmd(5, 0.3, emu.report_target))
             deadline = time.monotonic() + 5
-            while ctl.step().assignments != {5: 2} and time.monotonic() < deadline:
+            while ctl.epoch().assignments != {5: 2} and time.monotonic() < deadline:
                 time.sleep(0.02)
             assert ctl.assignments == {5: 2}, "the REPORT reached the controller as packet-in"
             rx = h2.popen(trafgen("recv", "--port", "7600", "--duration", "5", "--idle", "1").split(),
                           stdout=-1, text=True)
             assert json.loads(rx.stdout.readline()) == {"ready": True}
-            ctl.step()
+            ctl.epoch()
             out = h1.cmd(trafgen("send", "--dst", h2.IP(), "--atp", "--approx", "--job", "5", "--tlr", "0.9",
                                  "--rate-mbit", "2", "--count", "40"))
             assert json.loads(out.strip().splitlines()[-1])["sent"] == 40
@@ -154,7 +154,7 @@ def test_bmv2_topologies_route(tmp_path, topology):
     import os
 
     from netapprox.controller.config import ControllerConfig, ReportConfig
-    from netapprox.controller.loop import Controller
+    from netapprox.controller.runtime import Runtime
     from netapprox.topo.net import Emulation, EmulationConfig
 
     cfg = EmulationConfig(topology=topology, hosts=2, rate_mbit=20, target="bmv2", log_dir=str(tmp_path),
@@ -163,7 +163,7 @@ def test_bmv2_topologies_route(tmp_path, topology):
         pytest.skip(f"{cfg.bmv2_json} not built: run `make p4`")
     with Emulation(cfg) as emu:
         ccfg = ControllerConfig(switches=emu.switch_configs(), reports=ReportConfig(port=-1), epoch_s=0.02)
-        with Controller(ccfg) as ctl:
-            assert ctl.wait_until_up(20)
-            ctl.step()
+        with Runtime(ccfg) as ctl:
+            assert ctl.connect(20)
+            ctl.epoch()
             assert emu.net.pingAll(timeout=2) == 0.0

@@ -9,7 +9,7 @@ from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import Ether
 
 from common.base_test import P4RuntimeTest, ipv4_to_int, mac_to_int
-from common.bmv2_thrift import SimpleSwitchThrift
+from netapprox.controller.p4runtime.bmv2_thrift import SimpleSwitchThrift
 from netapprox.hostlib import wire
 from netapprox.hostlib.scapy_atp import ATP
 

@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 
 from netapprox.controller.model import ClassRule, JobRule, SwitchState, TagRule, TlrRule, default_tlr_rules
 from netapprox.hostlib import wire
-from netapprox.topo import kernel_switch as ks
+from netapprox.controller.kernel import compiler as ks
+from netapprox.controller.model import prefix_split
+from netapprox.controller.reference import reference_queue
 
 ATP = wire.DEFAULT_ATP_PORT
 
@@ -34,13 +36,13 @@ def atp_data(job=7, tlr=0, flags=wire.Flags.APPROX, priority=0, deadline=wire.NO
 
 
 def both(state: SwitchState, pkt: bytes) -> tuple[int, int]:
-    return ks.u32_queue(ks.compile_filters(state, ATP), pkt), ks.reference_queue(state, pkt, ATP)
+    return ks.u32_queue(ks.compile_filters(state, ATP), pkt), reference_queue(state, pkt, ATP)
 
 
 @pytest.mark.parametrize("lo,hi,bits", [(0, 0xFFFF, 16), (0, 0, 16), (5, 5, 8), (3, 200, 8), (4096, 8191, 16),
                                         (1, 0xFFFFFFFE, 32), (0x8000, 0x8000, 16)])
 def test_prefix_split_covers_exactly_the_range(lo, hi, bits):
-    parts = ks.prefix_split(lo, hi, bits)
+    parts = prefix_split(lo, hi, bits)
     if bits <= 16:
         covered = {x for x in range(1 << bits) if any(x & m == v for v, m in parts)}
         assert covered == set(range(lo, hi + 1))

@@ -118,23 +118,6 @@ class P4Info:
     def action(self, name: str) -> ActionInfo:
         return self._resolve(self._actions, name, "action")
 
-    def action_by_id(self, action_id: int) -> ActionInfo:
-        for info in self._actions.values():
-            if info.id == action_id:
-                return info
-        raise P4InfoError("action id", str(action_id), [str(a.preamble.id) for a in self.message.actions])
-
-    def table_action(self, table: TableInfo, params: frozenset[str], prefer: str) -> ActionInfo:
-        """The action of ``table`` (from its action_refs) taking exactly ``params``; several: the one whose
-        name ends with ``prefer``. On TNA, queue_by_job has its own ``set_job_queue(qid)`` (docs/dataplane.md)."""
-        found = [a for a in (self.action_by_id(i) for i in sorted(table.action_ids)) if set(a.params) == params]
-        if len(found) > 1:
-            found = [a for a in found if a.name.rsplit(".", 1)[-1] == prefer] or found[:1]
-        if not found:
-            raise P4InfoError(f"action with parameters {sorted(params)} of table", table.name,
-                              [self.action_by_id(i).name for i in table.action_ids])
-        return found[0]
-
     def counter_id(self, name: str) -> int:
         return self._resolve(self._counters, name, "counter")
 

@@ -1,10 +1,10 @@
-"""KernelDriver: programs the Linux kernel switch (topo/kernel_switch.py) through pyroute2.
+"""KernelDriver: programs the Linux kernel switch through pyroute2 (the ``kernel`` kind of controller.drivers).
 
 The kernel switch is a bridge in its own network namespace; every egress port carries an HTB
 strict-priority tree (8 logical queues) and one u32 classifier whose entries mirror the P4 tables
 (docs/architecture.md, docs/emulation.md). This driver owns those trees and entries:
 
-Errors that mean "the switch is not (or no longer) there" raise ``controller.model.SwitchUnavailable``, so the
+Errors that mean "the switch is not (or no longer) there" raise ``controller.errors.SwitchUnavailable``, so the
 controller's loop reconnects; bad options raise ``KernelDriverError``.
 
 - ``connect()`` builds the queue tree on each port (kept when it already has the right shape, so counters
@@ -30,15 +30,17 @@ import dataclasses
 import logging
 from typing import Any, Mapping
 
-from netapprox.controller.model import Counters, Driver, QueueStats, SwitchState, SwitchUnavailable, WriteSummary
+from netapprox.controller.drivers import Driver
+from netapprox.controller.errors import KernelSwitchError, SwitchUnavailable
+from netapprox.controller.kernel import compiler, stamp, tc
+from netapprox.controller.model import Counters, QueueStats, SwitchState, WriteSummary
 from netapprox.hostlib.wire import DEFAULT_ATP_PORT
-from netapprox.topo import kernel_switch as ks
 
 log = logging.getLogger(__name__)
 
 
-class KernelDriverError(ks.KernelSwitchError):
-    """The kernel switch could not be programmed; the message names the port and the fix."""
+class KernelDriverError(KernelSwitchError):
+    """The kernel switch could not be programmed (bad options, call order); the message names the fix."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,8 +80,8 @@ class KernelDriverOptions:
         kwargs["port_rates_mbit"] = dict(kwargs.get("port_rates_mbit", {}))
         return cls(**kwargs)
 
-    def shape(self, ifname: str) -> ks.PortShape:
-        return ks.PortShape(rate_mbit=float(self.port_rates_mbit.get(ifname, self.rate_mbit)),
+    def shape(self, ifname: str) -> tc.PortShape:
+        return tc.PortShape(rate_mbit=float(self.port_rates_mbit.get(ifname, self.rate_mbit)),
                             buffer_packets=self.buffer_packets)
 
 
@@ -92,8 +94,8 @@ class KernelDriver(Driver):
         self._ipr = None
         self._ifindex: dict[str, int] = {}
         self._htid: dict[str, int | None] = {}
-        self._job_nodes = ks.JobNodes()
-        self._installed: dict[int, ks.U32Entry] = {}  # node -> entry, identical on every port
+        self._job_nodes = compiler.JobNodes()
+        self._installed: dict[int, compiler.U32Entry] = {}  # node -> entry, identical on every port
         self._state = SwitchState()
         self._warned_ecn = False
         self.stamping = False
@@ -123,20 +125,20 @@ class KernelDriver(Driver):
                                         f"{self.options.netns or '(current)'} (switch not started, or stopped)")
             self._ifindex[ifname] = idx[0]
             shape = self.options.shape(ifname)
-            if not ks.port_has_shape(self._ipr, idx[0], shape):
-                ks.build_port(self._ipr, idx[0], shape)
-            ks.flush_filters(self._ipr, idx[0])
+            if not tc.port_has_shape(self._ipr, idx[0], shape):
+                tc.build_port(self._ipr, idx[0], shape)
+            tc.flush_filters(self._ipr, idx[0])
             self._htid[ifname] = None
         self.stamping = False
         self._ecn_q0 = None  # attach_stamps installs queue 0's stamper without ECN marking
         if self.options.stamp_queue:
             try:
-                ks.attach_stamps(self.options.netns, list(self.options.ports), self.options.atp_port)
+                stamp.attach_stamps(self.options.netns, list(self.options.ports), self.options.atp_port)
                 self.stamping = True
-            except ks.KernelSwitchError as exc:
+            except KernelSwitchError as exc:
                 log.warning("%s: no queue stamp (the ATP queue byte stays 0xFF): %s", self.name, exc)
         state, self._state, self._installed = self._state, SwitchState(), {}
-        self._job_nodes = ks.JobNodes()
+        self._job_nodes = compiler.JobNodes()
         self.apply(state)
 
     def apply(self, desired: SwitchState) -> WriteSummary:
@@ -153,13 +155,13 @@ class KernelDriver(Driver):
         ecn_writes = 0
         if self.stamping and want_ecn != self._ecn_q0:
             try:
-                ks.attach_queue0(self.options.netns, {i: self.options.shape(i) for i in self._ifindex}, want_ecn,
+                stamp.attach_queue0(self.options.netns, {i: self.options.shape(i) for i in self._ifindex}, want_ecn,
                                  self.options.atp_port)
-            except ks.KernelSwitchError as exc:
+            except KernelSwitchError as exc:
                 raise SwitchUnavailable(self.name, f"setting queue 0's ECN threshold failed: {exc}") from exc
             self._ecn_q0 = want_ecn
             ecn_writes = len(self._ifindex)
-        wanted = ks.compile_filters(desired, self.options.atp_port, self._job_nodes)
+        wanted = compiler.compile_filters(desired, self.options.atp_port, self._job_nodes)
         changed = [e for n, e in sorted(wanted.items()) if self._installed.get(n) != e]
         removed = sorted(set(self._installed) - set(wanted))
         inserted = sum(1 for e in changed if e.node not in self._installed)
@@ -167,11 +169,11 @@ class KernelDriver(Driver):
         for ifname, idx in self._ifindex.items():
             try:
                 for entry in changed:
-                    ks.write_entry(self._ipr, idx, self._htid[ifname], entry)
+                    tc.write_entry(self._ipr, idx, self._htid[ifname], entry)
                     if self._htid[ifname] is None:
-                        self._htid[ifname] = ks.root_htid(self._ipr, idx)
+                        self._htid[ifname] = tc.root_htid(self._ipr, idx)
                 for node in removed:
-                    ks.delete_entry(self._ipr, idx, self._htid[ifname], node)
+                    tc.delete_entry(self._ipr, idx, self._htid[ifname], node)
             except Exception as exc:
                 # The port is now partly written: forget what we believe is installed so that the next
                 # connect() rewrites everything.
@@ -186,17 +188,18 @@ class KernelDriver(Driver):
     def read_counters(self) -> Counters:
         if self._ipr is None:
             raise KernelDriverError(f"{self.name}: read_counters() before connect()")
+        try:
+            stats = tc.read_stats(self._ipr, self._ifindex.values())
+        except Exception as exc:
+            raise SwitchUnavailable(self.name, f"reading queue statistics failed: {exc}") from exc
         queues = []
         for ifname, idx in self._ifindex.items():
             port = self.options.ports[ifname]
-            try:
-                stats = ks.read_port_stats(self._ipr, idx)
-            except Exception as exc:
-                raise SwitchUnavailable(self.name, f"reading queue statistics of {ifname} failed: {exc}") from exc
-            for s in stats:
+            for s in stats[idx]:
                 queues.append(QueueStats(port=port, qid=s.qid, enqueued=s.packets + s.drops + s.backlog_packets,
-                                         transmitted=s.packets, dropped=s.drops))
-        return Counters(queues=tuple(queues), job_packets={})
+                                         transmitted=s.packets, dropped=s.drops, transmitted_bytes=s.bytes,
+                                         backlog=s.backlog_packets))
+        return Counters(queues=tuple(queues))
 
     def close(self) -> None:
         if self._ipr is not None:
@@ -209,7 +212,7 @@ class KernelDriver(Driver):
 
     # -- helpers for tests and the demo --------------------------------------------------------------------
     @property
-    def installed(self) -> Mapping[int, ks.U32Entry]:
+    def installed(self) -> Mapping[int, compiler.U32Entry]:
         """The u32 entries this driver believes are on every port (node id -> entry)."""
         return dict(self._installed)
 

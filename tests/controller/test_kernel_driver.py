@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from netapprox.controller.kernel_driver import KernelDriver
+from netapprox.controller.kernel.driver import KernelDriver
 from netapprox.controller.model import ClassRule, JobRule, SwitchState, default_tlr_rules
 from support.skips import requires_root
 from netapprox.topo.netns import NetnsLab
@@ -203,15 +203,16 @@ def test_queue_byte_is_stamped_like_the_p4_program(lab):
 
 
 def test_bmv2_traffic_manager_queues_by_the_stamp(lab):
-    """The kernel qdisc behind a BMv2 port (topo.switches.compile_tm_filters) queues ATP DATA by the queue byte
-    BMv2 stamped, and other traffic by the class rules. Emulates BMv2's output with pre-stamped packets."""
+    """The kernel qdisc behind a BMv2 port (controller.kernel.compiler.stamp_filters) queues ATP DATA by the
+    queue byte BMv2 stamped, and other traffic by the class rules. Emulates BMv2's output with pre-stamped
+    packets."""
     from pyroute2 import IPRoute
 
-    from netapprox.topo import kernel_switch as ks
-    from netapprox.topo.switches import compile_tm_filters
+    from netapprox.controller.kernel import compiler
+    from netapprox.controller.kernel import tc as ks
 
     rule = ClassRule(rank=1, ip_proto=17, ip_proto_mask=0xFF, l4_dport=BG_PORT, l4_dport_mask=0xFFFF, qid=6)
-    entries = compile_tm_filters([rule])
+    entries = compiler.stamp_filters([rule])
     with IPRoute(netns=lab.switch_ns, flags=0) as ipr:
         idx = ipr.link_lookup(ifname="p3")[0]
         ks.build_port(ipr, idx, ks.PortShape(rate_mbit=50))
@@ -242,8 +243,8 @@ def test_bmv2_traffic_manager_queues_by_the_stamp(lab):
 def test_kernel_holds_exactly_the_compiled_entries(lab):
     """Read the u32 entries back from the kernel and compare them byte by byte with compile_filters: catches
     any encoding slip between our keys and the netlink messages (e.g. tag keys with a gap in their mask)."""
+    from netapprox.controller.kernel import tc as ks
     from netapprox.controller.model import TagRule
-    from netapprox.topo import kernel_switch as ks
 
     state = SwitchState(
         tlr_rules=default_tlr_rules(),

@@ -5,7 +5,8 @@
 // 1:1q) is the result. For IPv4 without options, first fragments, UDP to ATP_PORT with ATP byte 0 = 0x11
 // (version 1, DATA) it writes q into the ATP queue byte (IPv4 + 28 + 2) and sets the UDP checksum to 0
 // ("no checksum", RFC 768), as the P4 program does. Other packets are untouched. skb->data is the
-// Ethernet header on egress. Build: clang -O2 -target bpf -DATP_PORT=<port> -c stamp.c (topo/kernel_switch.py).
+// Ethernet header on egress. Build: clang -O2 -target bpf -DATP_PORT=<port> -DATP_QUEUE_OFFSET=<n> -c stamp.c (controller/kernel/stamp.py,
+// which takes the queue byte's offset from hostlib.wire.OFFSETS).
 //
 // ECN on queue 0 (built with -DECN_THRESHOLD_BYTES=<b> -DRATE_KBPS=<r> -DQUEUE0_BYTES=<c>): queue 0 is the
 // highest priority, so it drains at the line rate r whatever the other queues hold. Section q0 then keeps a
@@ -21,6 +22,9 @@
 
 #ifndef ATP_PORT
 #define ATP_PORT 7600
+#endif
+#ifndef ATP_QUEUE_OFFSET
+#define ATP_QUEUE_OFFSET 2
 #endif
 
 #ifdef ECN_THRESHOLD_BYTES
@@ -78,7 +82,7 @@ static __always_inline int stamp(struct __sk_buff *skb, __u8 qid)
     if (bpf_skb_load_bytes(skb, ETH_HLEN + 28, &atp0, 1) < 0 || atp0 != 0x11)
         return -1;
     __u16 zero = 0;
-    bpf_skb_store_bytes(skb, ETH_HLEN + 28 + 2, &qid, 1, 0);
+    bpf_skb_store_bytes(skb, ETH_HLEN + 28 + ATP_QUEUE_OFFSET, &qid, 1, 0);
     bpf_skb_store_bytes(skb, ETH_HLEN + 26, &zero, 2, 0);
     return -1;
 }

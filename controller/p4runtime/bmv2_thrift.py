@@ -1,4 +1,7 @@
-"""BMv2 per-queue buffers through the Thrift runtime CLI (P4Runtime has no queue configuration entity).
+"""BMv2 per-queue buffers and rates over Thrift (P4Runtime has no queue configuration entity).
+
+The one BMv2 Thrift client of the project: the P4Runtime driver sizes queues with it, the PTF suite also sets
+queue rates with it.
 
 BMv2's ``simple_switch`` serves priority queues from the highest ``standard_metadata.priority`` down
 (queueing.h, ``QueueingLogicPriRL``: priority 0 is the lowest), while logical queue 0 is the highest. So
@@ -94,7 +97,12 @@ class SimpleSwitchThrift:
         self.close()
 
     def set_egress_priority_queue_depth(self, port: int, priority: int, depth_pkts: int) -> None:
+        """Capacity of one (port, BMv2 priority) queue, packets (BMv2's default is 64)."""
         self._call("set_egress_priority_queue_depth", ((_T_I32, port), (_T_I32, priority), (_T_I32, depth_pkts)))
+
+    def set_egress_priority_queue_rate(self, port: int, priority: int, rate_pps: int) -> None:
+        """Rate limit of one (port, BMv2 priority) queue, packets/s; 0 removes the limit."""
+        self._call("set_egress_priority_queue_rate", ((_T_I32, port), (_T_I32, priority), (_T_I64, rate_pps)))
 
     def _call(self, method: str, args: tuple[tuple[int, int], ...]) -> None:
         self._seq += 1

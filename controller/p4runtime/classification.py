@@ -1,0 +1,89 @@
+"""Mirrors ``NetApproxIngress.classification`` (p4src/*/include/control/classification.p4).
+
+Tables and their actions (docs/architecture.md): ``queue_by_class``, ``queue_by_tag`` and ``queue_by_tlr``
+take ``set_queue(qid)``; ``queue_by_job`` takes its own ``set_job_queue(qid)`` (so its direct counter counts
+on TNA too; both P4 trees declare it, so they share one P4Info).
+"""
+from __future__ import annotations
+
+from p4.v1 import p4runtime_pb2
+
+from netapprox.controller.model import ClassRule, JobRule, SwitchState, TagRule, TlrRule
+from netapprox.controller.p4runtime.mirror import DesiredTables, TableMirror, action, exact, range_match, ternary, unique
+from netapprox.controller.p4runtime.p4info import ActionInfo, P4Info
+
+QUEUE_BY_CLASS = "NetApproxIngress.classification.queue_by_class"
+QUEUE_BY_JOB = "NetApproxIngress.classification.queue_by_job"
+QUEUE_BY_TAG = "NetApproxIngress.classification.queue_by_tag"
+QUEUE_BY_TLR = "NetApproxIngress.classification.queue_by_tlr"
+SET_QUEUE = "NetApproxIngress.classification.set_queue"
+SET_JOB_QUEUE = "NetApproxIngress.classification.set_job_queue"
+JOB_PACKETS = "NetApproxIngress.classification.job_packets"
+
+TLR_RULE_PRIORITY = 1
+
+
+class Classification:
+    """queue_by_class, queue_by_job, queue_by_tag, queue_by_tlr."""
+
+    def __init__(self, p4info: P4Info) -> None:
+        self.queue_by_class = TableMirror(p4info, QUEUE_BY_CLASS)
+        self.queue_by_job = TableMirror(p4info, QUEUE_BY_JOB)
+        self.queue_by_tag = TableMirror(p4info, QUEUE_BY_TAG)
+        self.queue_by_tlr = TableMirror(p4info, QUEUE_BY_TLR)
+        self._actions: dict[str, ActionInfo] = {
+            QUEUE_BY_CLASS: self.queue_by_class.action_of(p4info, SET_QUEUE),
+            QUEUE_BY_JOB: self.queue_by_job.action_of(p4info, SET_JOB_QUEUE),
+            QUEUE_BY_TAG: self.queue_by_tag.action_of(p4info, SET_QUEUE),
+            QUEUE_BY_TLR: self.queue_by_tlr.action_of(p4info, SET_QUEUE),
+        }
+        for info in self._actions.values():
+            info.param("qid")
+        self._queue_actions: dict[tuple[str, int], p4runtime_pb2.TableAction] = {}
+        self.job_packets_id = p4info.direct_counter_id(JOB_PACKETS)
+        c, j, t, r = (self.queue_by_class.info, self.queue_by_job.info, self.queue_by_tag.info, self.queue_by_tlr.info)
+        self._ip_proto, self._l4_dport = c.field("ip_proto"), c.field("l4_dport")
+        self._job_id = j.field("job_id")
+        self._priority, self._deadline = t.field("priority"), t.field("deadline_us")
+        self._tlr = r.field("tlr")
+
+    @property
+    def tables(self) -> tuple[TableMirror, ...]:
+        return (self.queue_by_class, self.queue_by_job, self.queue_by_tag, self.queue_by_tlr)
+
+    def set_queue(self, qid: int, table: str = QUEUE_BY_TLR) -> p4runtime_pb2.TableAction:
+        """The TableAction setting ``qid`` with ``table``'s queue action (cached: one per table and queue)."""
+        cached = self._queue_actions.get((table, qid))
+        if cached is None:
+            cached = self._queue_actions[table, qid] = action(self._actions[table], qid=qid)
+        return cached
+
+    def desired(self, state: SwitchState) -> DesiredTables:
+        classes = unique(state.class_rules, lambda r: (r.rank, r.ip_proto & r.ip_proto_mask, r.ip_proto_mask,
+                                                       r.l4_dport & r.l4_dport_mask, r.l4_dport_mask), QUEUE_BY_CLASS)
+        tags = unique(state.tag_rules, lambda r: (r.rank, r.priority_lo, r.priority_hi, r.deadline_lo_us,
+                                                  r.deadline_hi_us), QUEUE_BY_TAG)
+        tlrs = unique(state.tlr_rules, lambda r: (r.tlr_lo, r.tlr_hi), QUEUE_BY_TLR)
+        return {
+            self.queue_by_class: (classes, self._class_entry),
+            self.queue_by_job: ({r.job_id: r for r in state.job_rules}, self._job_entry),
+            self.queue_by_tag: (tags, self._tag_entry),
+            self.queue_by_tlr: (tlrs, self._tlr_entry),
+        }
+
+    def _class_entry(self, r: ClassRule) -> p4runtime_pb2.TableEntry:
+        return self.queue_by_class.entry([ternary(self._ip_proto, r.ip_proto, r.ip_proto_mask),
+                                          ternary(self._l4_dport, r.l4_dport, r.l4_dport_mask)],
+                                         self.set_queue(r.qid, QUEUE_BY_CLASS), priority=r.rank)
+
+    def _job_entry(self, r: JobRule) -> p4runtime_pb2.TableEntry:
+        return self.queue_by_job.entry([exact(self._job_id, r.job_id)], self.set_queue(r.qid, QUEUE_BY_JOB))
+
+    def _tag_entry(self, r: TagRule) -> p4runtime_pb2.TableEntry:
+        return self.queue_by_tag.entry([range_match(self._priority, r.priority_lo, r.priority_hi),
+                                        range_match(self._deadline, r.deadline_lo_us, r.deadline_hi_us)],
+                                       self.set_queue(r.qid, QUEUE_BY_TAG), priority=r.rank)
+
+    def _tlr_entry(self, r: TlrRule) -> p4runtime_pb2.TableEntry:
+        return self.queue_by_tlr.entry([range_match(self._tlr, r.tlr_lo, r.tlr_hi)],
+                                       self.set_queue(r.qid, QUEUE_BY_TLR), priority=TLR_RULE_PRIORITY)

@@ -1,0 +1,169 @@
+"""One P4 table's installed copy and the diff engine, plus the P4Runtime match and action encoders.
+
+Every control class (forwarding.py, classification.py, ecn.py) turns a ``SwitchState`` into desired rules per
+table (identity key -> rule value) and says how to build an entry from a rule; ``TableMirror.diff`` compares
+rule values with what this controller installed (cheap) and builds protobuf entries only for what changed.
+The driver sends all changes in one batched Write (deletes, then modifies, then inserts) and commits each
+change to the mirror once the switch accepted it.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Hashable, Iterable, Mapping, Protocol
+
+from p4.v1 import p4runtime_pb2
+
+from netapprox.controller.errors import ControllerError
+from netapprox.controller.model import SwitchState
+from netapprox.controller.p4runtime.p4info import ActionInfo, Field, P4Info, TableInfo, encode
+
+ENTRY_CACHE_SIZE = 1 << 16
+UPDATE_ORDER = {p4runtime_pb2.Update.DELETE: 0, p4runtime_pb2.Update.MODIFY: 1, p4runtime_pb2.Update.INSERT: 2}
+
+
+# --- match and action encoders (a wildcard is omitted from the entry, as the P4Runtime spec requires) ----
+
+def exact(f: Field, value: int) -> p4runtime_pb2.FieldMatch:
+    return p4runtime_pb2.FieldMatch(field_id=f.id, exact=p4runtime_pb2.FieldMatch.Exact(
+        value=encode(value, f.bitwidth, f.name)))
+
+
+def lpm(f: Field, value: int, prefix_len: int) -> p4runtime_pb2.FieldMatch | None:
+    if prefix_len == 0:
+        return None
+    return p4runtime_pb2.FieldMatch(field_id=f.id, lpm=p4runtime_pb2.FieldMatch.LPM(
+        value=encode(value, f.bitwidth, f.name), prefix_len=prefix_len))
+
+
+def ternary(f: Field, value: int, mask: int) -> p4runtime_pb2.FieldMatch | None:
+    if mask == 0:
+        return None
+    return p4runtime_pb2.FieldMatch(field_id=f.id, ternary=p4runtime_pb2.FieldMatch.Ternary(
+        value=encode(value & mask, f.bitwidth, f.name), mask=encode(mask, f.bitwidth, f.name + " mask")))
+
+
+def range_match(f: Field, lo: int, hi: int) -> p4runtime_pb2.FieldMatch | None:
+    if lo == 0 and hi == (1 << f.bitwidth) - 1:
+        return None
+    return p4runtime_pb2.FieldMatch(field_id=f.id, range=p4runtime_pb2.FieldMatch.Range(
+        low=encode(lo, f.bitwidth, f.name), high=encode(hi, f.bitwidth, f.name)))
+
+
+def action(info: ActionInfo, **params: int) -> p4runtime_pb2.TableAction:
+    return p4runtime_pb2.TableAction(action=p4runtime_pb2.Action(action_id=info.id, params=[
+        p4runtime_pb2.Action.Param(param_id=info.param(n).id, value=encode(v, info.param(n).bitwidth, n))
+        for n, v in params.items()]))
+
+
+# --- the mirror and its changes ------------------------------------------------------------------------
+
+class TableMirror:
+    """One P4 table and a copy of what this controller installed in it: identity key -> (rule, entry)."""
+
+    def __init__(self, p4info: P4Info, name: str) -> None:
+        self.info: TableInfo = p4info.table(name)
+        self.name = name
+        self.installed: dict[Hashable, tuple[Any, p4runtime_pb2.TableEntry]] = {}
+        self._built: dict[Any, p4runtime_pb2.TableEntry] = {}  # rule -> entry (protobuf building is slow)
+
+    def action_of(self, p4info: P4Info, name: str) -> ActionInfo:
+        """Action ``name``, checked to be one of this table's actions in the P4Info."""
+        info = p4info.action(name)
+        if info.id not in self.info.action_ids:
+            raise ControllerError(f"action {name!r} is not an action of table {self.name!r} in the P4Info "
+                                  "(the P4 program and docs/architecture.md disagree)")
+        return info
+
+    def build(self, rule: Any, build: Callable[[Any], p4runtime_pb2.TableEntry]) -> p4runtime_pb2.TableEntry:
+        entry = self._built.get(rule)
+        if entry is None:
+            if len(self._built) >= ENTRY_CACHE_SIZE:
+                self._built.clear()
+            entry = self._built[rule] = build(rule)
+        return entry
+
+    def entry(self, matches: Iterable[p4runtime_pb2.FieldMatch | None], table_action: p4runtime_pb2.TableAction,
+              priority: int = 0) -> p4runtime_pb2.TableEntry:
+        return p4runtime_pb2.TableEntry(table_id=self.info.id, match=[m for m in matches if m is not None],
+                                        action=table_action, priority=priority)
+
+    def diff(self, desired: Mapping[Hashable, Any],
+             build: Callable[[Any], p4runtime_pb2.TableEntry]) -> list["Change"]:
+        """Changes turning the installed copy into ``desired`` (key -> rule); ``build`` makes an entry."""
+        deletes, modifies, inserts = [], [], []
+        for key, (rule, entry) in self.installed.items():
+            if key not in desired:
+                deletes.append(Change(p4runtime_pb2.Update.DELETE, self, key, rule, entry))
+        for key, rule in desired.items():
+            old = self.installed.get(key)
+            if old is None:
+                inserts.append(Change(p4runtime_pb2.Update.INSERT, self, key, rule, self.build(rule, build)))
+            elif old[0] != rule:
+                modifies.append(Change(p4runtime_pb2.Update.MODIFY, self, key, rule, self.build(rule, build)))
+        return [c for group in (deletes, modifies, inserts) for c in sorted(group, key=lambda c: repr(c.key))]
+
+
+@dataclasses.dataclass(frozen=True)
+class Change:
+    """One update of a batched Write, and how to record it in its table's mirror once the switch took it."""
+
+    kind: int  # p4runtime_pb2.Update.Type
+    table: TableMirror
+    key: Hashable
+    rule: Any
+    entry: p4runtime_pb2.TableEntry
+
+    def update(self) -> p4runtime_pb2.Update:
+        entry = self.entry
+        if self.kind == p4runtime_pb2.Update.DELETE:  # a delete names the entry by its key only
+            entry = p4runtime_pb2.TableEntry(table_id=entry.table_id, match=entry.match, priority=entry.priority)
+        return p4runtime_pb2.Update(type=self.kind, entity=p4runtime_pb2.Entity(table_entry=entry))
+
+    def commit(self) -> None:
+        if self.kind == p4runtime_pb2.Update.DELETE:
+            self.table.installed.pop(self.key, None)
+        else:
+            self.table.installed[self.key] = (self.rule, self.entry)
+
+    def heal(self, code: str) -> None:
+        """The switch refused this update with ``code``: make the next diff repair the disagreement instead of
+        repeating the same update."""
+        if self.kind == p4runtime_pb2.Update.INSERT and code == "ALREADY_EXISTS":
+            self.table.installed[self.key] = (None, self.entry)  # content unknown: the next diff sends MODIFY
+        elif code == "NOT_FOUND":
+            self.table.installed.pop(self.key, None)  # the next diff re-inserts it if still wanted
+
+
+def unique(rules: Iterable, key: Callable, table: str) -> dict:
+    """key -> rule; two rules with one P4Runtime identity (same match and priority) are an error."""
+    out: dict = {}
+    for rule in rules:
+        k = key(rule)
+        if k in out:
+            a, b = sorted((out[k], rule))
+            raise ControllerError(f"two entries with the same key {k!r} in {table}: {a} and {b}")
+        out[k] = rule
+    return out
+
+
+DesiredTables = dict[TableMirror, tuple[dict, Callable[[Any], p4runtime_pb2.TableEntry]]]
+"""What a control wants: table -> (identity key -> rule, entry builder)."""
+
+
+class Control(Protocol):
+    """A P4 control's mirror: its tables and the rules a ``SwitchState`` asks of them."""
+
+    @property
+    def tables(self) -> tuple[TableMirror, ...]: ...
+
+    def desired(self, state: SwitchState) -> DesiredTables: ...
+
+
+def pending_changes(controls: Iterable[Control], state: SwitchState) -> list[Change]:
+    """Every update turning the controls' installed copies into ``state``: deletes, modifies, inserts; within
+    each kind in control and table order, then key order."""
+    changes: list[Change] = []
+    for control in controls:
+        for table, (rules, build) in control.desired(state).items():
+            changes.extend(table.diff(rules, build))
+    return sorted(changes, key=lambda c: UPDATE_ORDER[c.kind])

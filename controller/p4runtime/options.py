@@ -1,0 +1,79 @@
+"""Options of a ``kind = "p4runtime"`` switch: the ``[switch.options]`` table of the controller's TOML."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+from netapprox.controller.errors import ConfigError, did_you_mean
+
+
+@dataclasses.dataclass(frozen=True)
+class P4RuntimeOptions:
+    """Options of a ``kind = "p4runtime"`` switch (the ``[switch.options]`` table)."""
+
+    address: str = "127.0.0.1:9559"
+    """host:port of the P4Runtime server."""
+    device_id: int = 1
+    """P4Runtime device id (simple_switch_grpc: ``--device-id``, default 1 in its docs' examples)."""
+    election_id: tuple[int, int] = (0, 1)
+    """(high, low) election id; the controller must hold the highest to be primary."""
+    target: str = "bmv2"
+    """``bmv2`` or ``tofino``: selects the pipeline artifacts, the queue-buffer path and ECN units."""
+    p4info: str = "build/v1model/p4info.txtpb"
+    """P4Info file (text or binary)."""
+    bmv2_json: str = "build/v1model/bmv2.json"
+    """BMv2 JSON (``target = "bmv2"``)."""
+    device_config: str | None = None
+    """Tofino: a ready ``p4_device_config`` file (e.g. Stratum's BfPipelineConfig from bf_pipeline_builder)."""
+    tofino_bin: str | None = None
+    """Tofino: ``tofino.bin``; with ``tofino_context``, packed the PI way (name, bin, context, length-prefixed)."""
+    tofino_context: str | None = None
+    """Tofino: ``context.json``."""
+    prog_name: str = "netapprox"
+    """P4 program name (Tofino packing, BfRt)."""
+    push_pipeline: bool = True
+    """Push the pipeline on every (re)connect. Turn off only when another tool owns the pipeline."""
+    ports: tuple[int, ...] = ()
+    """Data-plane ports: their queue buffers are configured and their counters read (empty: read all)."""
+    buffer_packets: int = 64
+    """Per-port buffer to share out: queue k >= 1 gets 8 - k packets, queue 0 the rest."""
+    thrift_port: int | None = None
+    """BMv2 Thrift port for ``set_queue_depth`` (None: leave BMv2's default of 64 packets per queue)."""
+    cli: str | None = None
+    """Size BMv2 queues through this runtime CLI (e.g. ``simple_switch_CLI``) instead of speaking Thrift directly."""
+    bfrt_address: str | None = None
+    """Tofino BfRt gRPC address (e.g. ``127.0.0.1:50052``) for traffic-manager configuration (None: skip)."""
+    tm_prefix: str = "tf1"
+    """BfRt TM table prefix: ``tf1`` (Tofino 1) or ``tf2``."""
+    tm_pool: str = "EG_APP_POOL_0"
+    """Tofino egress application pool the queues draw from (``tm.queue.buffer`` ``pool_id``)."""
+    cells_per_packet: int = 19
+    """Tofino buffer cells per 1500-byte packet (80-byte cells on Tofino 1); also scales the ECN threshold."""
+    connect_timeout_s: float = 3.0
+    """How long to wait for the server and the arbitration answer."""
+    rpc_timeout_s: float = 10.0
+    """Deadline of each unary RPC."""
+
+    def __post_init__(self) -> None:
+        if self.target not in ("bmv2", "tofino"):
+            raise ConfigError(f"option target={self.target!r}: use 'bmv2' or 'tofino'")
+
+
+def options_from_mapping(name: str, options: Mapping[str, Any]) -> P4RuntimeOptions:
+    """``P4RuntimeOptions`` from a TOML table, with an actionable error for unknown keys."""
+    fields = {f.name: f for f in dataclasses.fields(P4RuntimeOptions)}
+    kwargs: dict[str, Any] = {}
+    for key, value in options.items():
+        if key not in fields:
+            raise ConfigError(f"switch {name!r}: unknown p4runtime option {key!r}.{did_you_mean(key, fields)}"
+                              f" Known: {', '.join(fields)}")
+        if key == "election_id":
+            value = (0, int(value)) if isinstance(value, int) else tuple(int(v) for v in value)
+        elif key == "ports":
+            value = tuple(int(v) for v in value)
+        elif key in ("device_id", "buffer_packets", "cells_per_packet") or (key == "thrift_port" and value is not None):
+            value = int(value)
+        elif key in ("connect_timeout_s", "rpc_timeout_s"):
+            value = float(value)
+        kwargs[key] = value
+    return P4RuntimeOptions(**kwargs)

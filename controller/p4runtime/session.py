@@ -1,0 +1,243 @@
+"""One P4Runtime session with one device: channel, StreamChannel arbitration, pipeline, Write, Read, packet-in.
+
+The session knows nothing of NetApprox's tables; ``controller.p4runtime.driver`` builds the updates. Every
+RPC failure that means "the switch is not (or no longer) reachable as primary" raises
+``SwitchUnavailable`` (the runtime reconnects); a refused Write raises ``P4RuntimeWriteError`` with the
+per-update errors unpacked from the ``grpc-status-details-bin`` trailer ("At index N: CODE, message").
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import queue
+import threading
+from typing import Any, Iterator, Sequence
+
+import grpc
+from google.protobuf import text_format
+from google.rpc import code_pb2, status_pb2
+from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
+
+from netapprox.controller.errors import (
+    ControllerError,
+    NotPrimaryError,
+    P4RuntimeWriteError,
+    PipelineError,
+    SwitchUnavailable,
+    UpdateError,
+)
+from netapprox.controller.p4runtime.options import P4RuntimeOptions
+from netapprox.controller.p4runtime.p4info import P4Info, decode
+
+log = logging.getLogger("netapprox.controller.p4runtime")
+
+UNAVAILABLE_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED,
+                     grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.PERMISSION_DENIED)
+PACKET_IN_BACKLOG = 10000
+"""Packet-in frames kept between two drains; older ones are dropped first (and counted)."""
+
+
+def update_errors(e: grpc.RpcError, updates: Sequence[p4runtime_pb2.Update]) -> list[UpdateError] | None:
+    """Per-update errors from the ``grpc-status-details-bin`` trailer (p4.v1.Error per update), or None."""
+    for key, value in (e.trailing_metadata() or ()):
+        if key != "grpc-status-details-bin":
+            continue
+        status = status_pb2.Status()
+        status.ParseFromString(value)
+        errors = []
+        for index, detail in enumerate(status.details):
+            err = p4runtime_pb2.Error()
+            if not detail.Unpack(err) or err.canonical_code == code_pb2.OK:
+                continue
+            update = text_format.MessageToString(updates[index], as_one_line=True) if index < len(updates) else ""
+            errors.append(UpdateError(index, code_pb2.Code.Name(err.canonical_code), err.message, update))
+        return errors
+    return None
+
+
+class P4RuntimeSession:
+    """``open()`` connects and becomes primary; ``close()`` tears down. Not reusable across switches."""
+
+    def __init__(self, switch: str, options: P4RuntimeOptions, p4info: P4Info) -> None:
+        self.switch = switch
+        self.options = options
+        self.p4info = p4info
+        self._ingress_port_id = next((f.id for f in self._packet_in_fields().values()
+                                      if f.name == "ingress_port"), None)
+        self._channel: grpc.Channel | None = None
+        self._stub: p4runtime_pb2_grpc.P4RuntimeStub | None = None
+        self._requests: queue.Queue | None = None
+        self._stream: Any = None
+        self._stream_thread: threading.Thread | None = None
+        self._arbitration: queue.Queue = queue.Queue()
+        self._packets_in: collections.deque[tuple[bytes, int | None]] = collections.deque(maxlen=PACKET_IN_BACKLOG)
+        self._broken: str | None = None
+        self.connected = False
+        self.packets_in_dropped = 0
+
+    @property
+    def election_id(self) -> p4runtime_pb2.Uint128:
+        high, low = self.options.election_id
+        return p4runtime_pb2.Uint128(high=high, low=low)
+
+    def _packet_in_fields(self):
+        try:
+            return self.p4info.packet_metadata("packet_in")
+        except ControllerError:
+            return {}
+
+    # --- lifecycle ---
+
+    def open(self) -> None:
+        """Connect, open the stream channel and win arbitration. Raises SwitchUnavailable or NotPrimaryError."""
+        self.close()
+        opts = self.options
+        self._channel = grpc.insecure_channel(opts.address)
+        try:
+            grpc.channel_ready_future(self._channel).result(timeout=opts.connect_timeout_s)
+        except grpc.FutureTimeoutError:
+            self.close()
+            raise SwitchUnavailable(self.switch, f"no P4Runtime server at {opts.address} "
+                                                 f"after {opts.connect_timeout_s}s") from None
+        self._stub = p4runtime_pb2_grpc.P4RuntimeStub(self._channel)
+        try:
+            self._open_stream()
+        except BaseException:
+            self.close()
+            raise
+        self.connected = True
+
+    def _open_stream(self) -> None:
+        requests: queue.Queue = queue.Queue()
+        self._requests = requests
+        self._arbitration = queue.Queue()
+        self._broken = None
+
+        def request_iter():
+            while True:
+                item = requests.get()
+                if item is None:
+                    return
+                yield item
+
+        stream = self._stub.StreamChannel(request_iter())
+        self._stream = stream
+        thread = threading.Thread(target=self._read_stream, args=(stream,), name=f"p4rt-stream-{self.switch}",
+                                  daemon=True)
+        self._stream_thread = thread
+        thread.start()
+        requests.put(p4runtime_pb2.StreamMessageRequest(arbitration=p4runtime_pb2.MasterArbitrationUpdate(
+            device_id=self.options.device_id, election_id=self.election_id)))
+        try:
+            answer = self._arbitration.get(timeout=self.options.connect_timeout_s)
+        except queue.Empty:
+            raise SwitchUnavailable(self.switch, "no arbitration answer on the stream channel") from None
+        if isinstance(answer, str):
+            raise SwitchUnavailable(self.switch, f"stream channel closed during arbitration: {answer}")
+        if answer.status.code != code_pb2.OK:
+            raise NotPrimaryError(self.switch, self.options.election_id,
+                                  f"{code_pb2.Code.Name(answer.status.code)}: {answer.status.message}")
+
+    def _read_stream(self, stream: Any) -> None:
+        try:
+            for message in stream:
+                kind = message.WhichOneof("update")
+                if kind == "arbitration":
+                    self._arbitration.put(message.arbitration)
+                    if self.connected and message.arbitration.status.code != code_pb2.OK:
+                        self._broken = "lost primary: " + message.arbitration.status.message
+                elif kind == "packet":
+                    if len(self._packets_in) == self._packets_in.maxlen:
+                        self.packets_in_dropped += 1
+                    self._packets_in.append((bytes(message.packet.payload), self._ingress_port(message.packet)))
+                elif kind == "error":
+                    log.warning("switch %r: stream error: %s", self.switch, message.error.message)
+            reason = "stream channel closed by the switch"
+        except grpc.RpcError as e:
+            reason = f"stream channel: {e.code().name}: {e.details()}"
+        except Exception as e:  # noqa: BLE001 - whatever broke the stream, the session is gone
+            reason = f"stream channel: {e}"
+        if self._stream is stream:
+            self._broken = reason
+            self._arbitration.put(reason)
+
+    def _ingress_port(self, packet: p4runtime_pb2.PacketIn) -> int | None:
+        for m in packet.metadata:
+            if m.metadata_id == self._ingress_port_id:
+                return decode(m.value)
+        return None
+
+    def check_up(self) -> None:
+        """Raise SwitchUnavailable unless the session is open and its stream alive."""
+        if not self.connected or self._stub is None:
+            raise SwitchUnavailable(self.switch, "not connected")
+        if self._broken:
+            self.connected = False
+            raise SwitchUnavailable(self.switch, self._broken)
+
+    def close(self) -> None:
+        self.connected = False
+        stream, self._stream = self._stream, None
+        if self._requests is not None:
+            self._requests.put(None)
+            self._requests = None
+        if stream is not None:
+            stream.cancel()
+        if self._stream_thread is not None:
+            self._stream_thread.join(timeout=5)
+            self._stream_thread = None
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+        self._stub = None
+
+    # --- RPCs ---
+
+    def set_pipeline(self, config: p4runtime_pb2.ForwardingPipelineConfig) -> None:
+        """SetForwardingPipelineConfig(VERIFY_AND_COMMIT)."""
+        request = p4runtime_pb2.SetForwardingPipelineConfigRequest(
+            device_id=self.options.device_id, election_id=self.election_id,
+            action=p4runtime_pb2.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT, config=config)
+        try:
+            self._stub.SetForwardingPipelineConfig(request, timeout=self.options.rpc_timeout_s)
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.UNAVAILABLE:
+                raise SwitchUnavailable(self.switch, f"SetForwardingPipelineConfig: {e.details()}") from None
+            raise PipelineError(f"switch {self.switch!r}: SetForwardingPipelineConfig refused: "
+                                f"{e.code().name}: {e.details()}") from None
+
+    def write(self, updates: Sequence[p4runtime_pb2.Update]) -> None:
+        """One batched Write. Raises SwitchUnavailable, or P4RuntimeWriteError listing the failed updates (the
+        others were applied: P4Runtime CONTINUE_ON_ERROR semantics; index -1 when the switch did not say)."""
+        request = p4runtime_pb2.WriteRequest(device_id=self.options.device_id, election_id=self.election_id,
+                                             updates=updates)
+        try:
+            self._stub.Write(request, timeout=self.options.rpc_timeout_s)
+        except grpc.RpcError as e:
+            if e.code() in UNAVAILABLE_CODES:
+                self.connected = False
+                raise SwitchUnavailable(self.switch, f"Write: {e.code().name}: {e.details()}") from None
+            errors = update_errors(e, updates)
+            if errors is None:
+                errors = [UpdateError(-1, e.code().name, e.details() or "", "")]
+            raise P4RuntimeWriteError(self.switch, errors, len(updates), e.details() or "") from None
+
+    def read(self, entities: Sequence[p4runtime_pb2.Entity], what: str) -> Iterator[p4runtime_pb2.Entity]:
+        """The entities a Read returns. ``what`` names the read in errors."""
+        request = p4runtime_pb2.ReadRequest(device_id=self.options.device_id, entities=entities)
+        try:
+            for response in self._stub.Read(request, timeout=self.options.rpc_timeout_s):
+                yield from response.entities
+        except grpc.RpcError as e:
+            if e.code() in UNAVAILABLE_CODES:
+                self.connected = False
+                raise SwitchUnavailable(self.switch, f"Read: {e.code().name}: {e.details()}") from None
+            raise ControllerError(f"switch {self.switch!r}: reading {what} failed: {e.code().name}: "
+                                  f"{e.details()}") from None
+
+    def drain_packet_in(self) -> list[tuple[bytes, int | None]]:
+        """(frame, ingress port) of every packet-in since the last call, oldest first."""
+        out = []
+        while self._packets_in:
+            out.append(self._packets_in.popleft())
+        return out

@@ -1,0 +1,89 @@
+"""The reference model of the logical tables: docs/architecture.md evaluated directly on one packet.
+
+Every data plane is tested against this function: the kernel switch's u32 layout
+(tests/controller/test_kernel_compiler.py), the P4 program on BMv2 (the PTF suite and the BMv2 controller
+tests) and the simulated switch. It is deliberately naive (a linear scan in table order, no layout, no
+prefix expansion) so that it is easy to check by reading, and it reads every ATP field at the offset
+``hostlib.wire.OFFSETS`` gives, so the header is defined in one place.
+
+    qid = reference_queue(state, packet)      # packet: bytes from the IPv4 header on
+
+Order (docs/architecture.md): approximate ATP DATA (IPv4 without options, UDP to the ATP port, a complete
+ATP header of version 1 and type DATA, flag APPROX) goes through queue_by_job, then queue_by_tag (TAGGED
+packets only), then queue_by_tlr, then the lowest queue; everything else through queue_by_class, then queue 0.
+``l4_dport`` follows the P4 parser: the TCP/UDP destination port of a first fragment without IP options,
+0 for every other packet.
+"""
+from __future__ import annotations
+
+import struct
+
+from netapprox.controller.model import LOWEST_QUEUE, NON_APPROX_QUEUE, ClassRule, SwitchState, TagRule
+from netapprox.hostlib.wire import DEFAULT_ATP_PORT, HEADER_LEN, OFFSETS, VERSION, Flags, PacketType
+
+IPV4_MIN_HEADER = 20
+UDP_HEADER = 8
+IPPROTO_TCP = 6
+IPPROTO_UDP = 17
+DATA_V1 = (VERSION << 4) | int(PacketType.DATA)
+"""Byte 0 of an ATP DATA header (version in the high nibble, type in the low one)."""
+
+
+def tag_order(rule: TagRule) -> tuple:
+    """Evaluation order of queue_by_tag: higher rank first (P4Runtime priority: larger wins)."""
+    return (-rule.rank, rule.priority_lo, rule.priority_hi, rule.deadline_lo_us, rule.deadline_hi_us, rule.qid)
+
+
+def class_order(rule: ClassRule) -> tuple:
+    """Evaluation order of queue_by_class: higher rank first."""
+    return (-rule.rank, rule.ip_proto, rule.ip_proto_mask, rule.l4_dport, rule.l4_dport_mask, rule.qid)
+
+
+def l4_dport(packet: bytes) -> int | None:
+    """The destination port the P4 parser extracts (TCP/UDP, IHL 5, first fragment), else None (P4: 0)."""
+    if len(packet) < IPV4_MIN_HEADER + 4 or packet[0] & 0x0F != 5 or packet[9] not in (IPPROTO_TCP, IPPROTO_UDP):
+        return None
+    if struct.unpack_from("!H", packet, 6)[0] & 0x1FFF:
+        return None
+    return struct.unpack_from("!H", packet, IPV4_MIN_HEADER + 2)[0]
+
+
+def approx_atp_header(packet: bytes, atp_port: int = DEFAULT_ATP_PORT) -> bytes | None:
+    """The ATP header of an approximate ATP DATA packet, else None."""
+    if l4_dport(packet) != atp_port or packet[9] != IPPROTO_UDP:
+        return None
+    atp = packet[IPV4_MIN_HEADER + UDP_HEADER:IPV4_MIN_HEADER + UDP_HEADER + HEADER_LEN]
+    if len(atp) < HEADER_LEN or atp[OFFSETS["type"]] != DATA_V1 or not atp[OFFSETS["flags"]] & Flags.APPROX:
+        return None
+    return atp
+
+
+def reference_queue(state: SwitchState, packet: bytes, atp_port: int = DEFAULT_ATP_PORT) -> int:
+    """The logical queue ``state``'s tables give ``packet`` (bytes from the IPv4 header on)."""
+    if len(packet) < IPV4_MIN_HEADER or packet[0] >> 4 != 4:
+        return NON_APPROX_QUEUE
+    atp = approx_atp_header(packet, atp_port)
+    if atp is not None:
+        job, = struct.unpack_from("!I", atp, OFFSETS["job_id"])
+        for r in state.job_rules:
+            if r.job_id == job:
+                return r.qid
+        if atp[OFFSETS["flags"]] & Flags.TAGGED:
+            prio = atp[OFFSETS["priority"]]
+            deadline, = struct.unpack_from("!I", atp, OFFSETS["deadline_us"])
+            for r in sorted(state.tag_rules, key=tag_order):
+                if r.priority_lo <= prio <= r.priority_hi and r.deadline_lo_us <= deadline <= r.deadline_hi_us:
+                    return r.qid
+        tlr, = struct.unpack_from("!H", atp, OFFSETS["tlr"])
+        for r in sorted(state.tlr_rules):
+            if r.tlr_lo <= tlr <= r.tlr_hi:
+                return r.qid
+        return LOWEST_QUEUE
+    proto, dport = packet[9], l4_dport(packet) or 0
+    for r in sorted(state.class_rules, key=class_order):
+        if proto & r.ip_proto_mask != r.ip_proto & r.ip_proto_mask:
+            continue
+        if dport & r.l4_dport_mask != r.l4_dport & r.l4_dport_mask:
+            continue
+        return r.qid
+    return NON_APPROX_QUEUE

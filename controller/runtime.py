@@ -1,0 +1,416 @@
+"""The controller's one runtime: the I/O around ``controller.core`` (sockets, packet-in, drivers, reconnects,
+metrics, the decision log), used by the CLI, the demo, the experiments, the benchmark and the simulator alike.
+
+    runtime = Runtime(config, on_epoch=callback)   # opens the report socket and the metrics endpoint
+    runtime.connect(timeout_s=30)                  # every switch up (or False)
+    runtime.start()                                # epochs every config.epoch_s in a thread ...
+    runtime.run(stop_event)                        # ... or in this thread until stop_event is set
+    result = runtime.epoch(now)                    # ... or one epoch at a time, e.g. in simulated time
+    runtime.close()                                # sockets, threads, drivers: everything it started
+
+Each epoch: drain the report socket and every switch's packet-in into the core, ``core.step``, apply each
+switch's desired state through its driver (switches that are down are skipped and reconnected with
+exponential backoff in a background thread, so one dead switch never stalls the others), read counters
+every ``config.counters_every`` epochs, log decisions, then call ``on_epoch(EpochResult)``. Connection timing
+always runs on the wall clock, even when ``epoch(now)`` is given a virtual time.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import select
+import socket
+import threading
+import time
+import types
+from typing import Any, Callable, Mapping
+
+from netapprox.controller.config import ControllerConfig
+from netapprox.controller.core import ControllerCore, EpochPlan
+from netapprox.controller.drivers import Driver, build_driver
+from netapprox.controller.errors import ControllerError, P4RuntimeWriteError, SwitchUnavailable
+from netapprox.controller.model import Counters, WriteSummary
+from netapprox.controller.observe import DecisionLog, Metrics
+from netapprox.hostlib.wire import Report
+
+log = logging.getLogger("netapprox.controller")
+
+MAX_DATAGRAM = 2048
+
+
+@dataclasses.dataclass(frozen=True)
+class EpochResult:
+    """What one epoch did: the core's plan plus what the drivers made of it."""
+
+    plan: EpochPlan
+    writes: Mapping[str, WriteSummary]
+    """switch -> what ``apply`` changed (switches that were up)."""
+    errors: Mapping[str, str]
+    """switch -> error of this epoch (down, write failed)."""
+    counters: Mapping[str, Counters]
+    """switch -> counters read this epoch (every ``counters_every`` epochs)."""
+    duration_s: float
+    """Processing time of the epoch (wall clock)."""
+
+    @property
+    def epoch(self) -> int:
+        return self.plan.epoch
+
+    @property
+    def now(self) -> float:
+        return self.plan.now
+
+    @property
+    def assignments(self) -> Mapping[int, int]:
+        return self.plan.assignments
+
+    @property
+    def changes(self):
+        return self.plan.changes
+
+    @property
+    def reports(self) -> tuple[Report, ...]:
+        return self.plan.reports
+
+    @property
+    def reports_accepted(self) -> int:
+        return len(self.plan.reports)
+
+
+class _Switch:
+    """One switch's connection state (the driver does the protocol)."""
+
+    def __init__(self, name: str, driver: Driver, initial_backoff: float) -> None:
+        self.name = name
+        self.driver = driver
+        self.up = False
+        self.connecting = False
+        self.ever_connected = False
+        self.next_attempt = 0.0
+        self.backoff = initial_backoff
+        self.reconnects = 0
+        self.last_error = ""
+        self.updates = {"insert": 0, "modify": 0, "delete": 0}
+        self.write_errors = 0
+        self.counters: Counters | None = None
+
+
+class Runtime:
+    """The control plane for a set of switches. ``ingest`` may be called from any thread."""
+
+    def __init__(self, config: ControllerConfig, drivers: Mapping[str, Driver] | None = None, *,
+                 on_epoch: Callable[[EpochResult], None] | None = None,
+                 report_socket: socket.socket | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 connect_clock: Callable[[], float] = time.monotonic,
+                 background_connect: bool = True) -> None:
+        """``drivers``: switch name -> driver, for switches whose driver the caller made (the others are built
+        from ``config.switches``). ``report_socket``: an already bound UDP socket to read reports from (e.g.
+        one opened inside a host's network namespace), instead of binding ``config.reports``; the runtime
+        closes it. ``clock``: the time ``epoch()`` uses when it is not given one. ``connect_clock``: the time
+        reconnect backoff runs on. ``background_connect``: connect switches in a thread each (so a slow switch
+        never stalls an epoch); off, ``epoch`` and ``connect`` connect inline (tests with a virtual clock,
+        simulators)."""
+        self.config = config
+        self.on_epoch = on_epoch
+        self._clock = clock
+        self._connect_clock = connect_clock
+        self._background_connect = background_connect
+        self._lock = threading.RLock()
+        drivers = dict(drivers or {})
+        self.core = ControllerCore(config, extra_switches=drivers)
+        self.decision_log = DecisionLog(config.decision_log)
+        self._switches: dict[str, _Switch] = {}
+        self._sock: socket.socket | None = report_socket
+        self._metrics: Metrics | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._closed = False
+        self._last_counters_epoch = 0
+        try:
+            for name, sc in self.core.switches.items():
+                driver = drivers[name] if name in drivers else build_driver(sc)
+                self._switches[name] = _Switch(name, driver, config.reconnect_initial_s)
+            if self._sock is None and config.reports.port >= 0:
+                self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                self._sock.bind((config.reports.bind, config.reports.port))
+            if self._sock is not None:
+                self._sock.setblocking(False)
+            self._metrics = Metrics(self)
+            if config.metrics_port >= 0:
+                self._metrics.serve(config.metrics_bind, config.metrics_port)
+        except BaseException:
+            self.close()
+            raise
+
+    # --- addresses and state -----------------------------------------------------------------------------
+
+    @property
+    def report_address(self) -> tuple[str, int] | None:
+        """(host, port) of the UDP report socket, or None when there is none."""
+        return self._sock.getsockname()[:2] if self._sock is not None else None
+
+    @property
+    def metrics_address(self) -> tuple[str, int] | None:
+        return self._metrics.address if self._metrics is not None else None
+
+    @property
+    def metrics(self) -> Metrics:
+        return self._metrics
+
+    @property
+    def epochs(self) -> int:
+        return self.core.epoch
+
+    @property
+    def assignments(self) -> Mapping[int, int]:
+        """job id -> logical queue, as of the last epoch."""
+        return self.core.assignments
+
+    def driver(self, name: str) -> Driver:
+        return self._switches[name].driver
+
+    def switch_up(self, name: str) -> bool:
+        return self._switches[name].up
+
+    def reconfigure(self, *, policy_config=None, switches=()) -> None:
+        """A new ``PolicyConfig`` and/or new ``SwitchConfig``s of known switches (static entries); the next
+        epoch applies them."""
+        with self._lock:
+            self.core.reconfigure(policy_config=policy_config, switches=switches)
+
+    # --- reports ---------------------------------------------------------------------------------------
+
+    def ingest(self, datagram: bytes, source: str, now: float | None = None) -> Report | None:
+        """Validate and record one REPORT datagram from host ``source``. None if dropped (counted by reason)."""
+        with self._lock:
+            return self.core.ingest(datagram, source, self._clock() if now is None else now)
+
+    def _drain_socket(self, now: float) -> None:
+        if self._sock is None:
+            return
+        while True:
+            try:
+                data, addr = self._sock.recvfrom(MAX_DATAGRAM)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:  # e.g. ICMP errors surfacing on the socket
+                log.debug("report socket: %s", e)
+                return
+            self.ingest(data, addr[0], now)
+
+    # --- connections -------------------------------------------------------------------------------------
+
+    def connect(self, timeout_s: float, names: tuple[str, ...] | None = None) -> bool:
+        """Run the connection machinery until the named (default: all) switches are up, or ``timeout_s``.
+        With ``background_connect`` off, one attempt per switch that is due (no waiting)."""
+        names = names or tuple(self._switches)
+        end = time.monotonic() + timeout_s
+        while True:
+            self._maybe_connect()
+            if all(self._switches[n].up for n in names):
+                return True
+            if not self._background_connect or time.monotonic() >= end:
+                return False
+            time.sleep(0.005)
+
+    def _maybe_connect(self) -> None:
+        now = self._connect_clock()
+        for sw in self._switches.values():
+            if sw.up or sw.connecting or now < sw.next_attempt or self._closed:
+                continue
+            sw.connecting = True
+            if self._background_connect:
+                threading.Thread(target=self._connect, args=(sw,), name=f"connect-{sw.name}", daemon=True).start()
+            else:
+                self._connect(sw)
+
+    def _connect(self, sw: _Switch) -> None:
+        try:
+            sw.driver.connect()
+        except Exception as e:  # noqa: BLE001 - any failure means: try again later
+            sw.last_error = str(e)
+            sw.next_attempt = self._connect_clock() + sw.backoff
+            log.warning("switch %r: connect failed: %s; next attempt in %.2fs", sw.name, e, sw.backoff)
+            self.decision_log.write("connect_failed", switch=sw.name, error=str(e), retry_s=sw.backoff)
+            sw.backoff = min(sw.backoff * 2, self.config.reconnect_max_s)
+        else:
+            if sw.ever_connected:
+                sw.reconnects += 1
+            log.info("switch %r %s", sw.name, "reconnected" if sw.ever_connected else "connected")
+            self.decision_log.write("switch_up", switch=sw.name, reconnect=sw.ever_connected)
+            sw.ever_connected = True
+            sw.backoff = self.config.reconnect_initial_s
+            sw.last_error = ""
+            sw.up = True
+        finally:
+            sw.connecting = False
+
+    def _mark_down(self, sw: _Switch, why: str) -> None:
+        if sw.up:
+            log.warning("switch %r lost: %s; reconnecting in %.2fs", sw.name, why, sw.backoff)
+            self.decision_log.write("switch_down", switch=sw.name, error=why)
+        sw.up = False
+        sw.last_error = why
+        sw.next_attempt = self._connect_clock() + sw.backoff
+
+    # --- epochs --------------------------------------------------------------------------------------------
+
+    def epoch(self, now: float | None = None) -> EpochResult:
+        """Run one epoch at time ``now`` (default: the runtime's clock) and return what it did."""
+        t0 = time.perf_counter()
+        now = self._clock() if now is None else now
+        self._maybe_connect()
+        self._drain_socket(now)
+        for sw in self._switches.values():
+            if not sw.up:
+                continue
+            try:
+                frames = sw.driver.drain_packet_in()
+            except SwitchUnavailable as e:
+                self._mark_down(sw, str(e))
+                continue
+            with self._lock:
+                for frame, _port in frames:
+                    self.core.ingest_frame(frame, now)
+        with self._lock:
+            plan = self.core.step(now)
+        for change in plan.changes:
+            self.decision_log.write("job", epoch=plan.epoch, job=change.job_id, reason=change.reason,
+                                    old_queue=change.old_qid, new_queue=change.new_qid, tlr=change.tlr,
+                                    loss=change.loss, group=change.group_id)
+        writes: dict[str, WriteSummary] = {}
+        errors: dict[str, str] = {}
+        counters: dict[str, Counters] = {}
+        every = self.config.counters_every
+        read_now = every > 0 and plan.epoch % every == 0
+        for name, sw in self._switches.items():
+            if not sw.up:
+                errors[name] = f"down: {sw.last_error}" if sw.last_error else "down"
+                continue
+            try:
+                summary = sw.driver.apply(plan.desired[name])
+                writes[name] = summary
+                sw.updates["insert"] += summary.inserted
+                sw.updates["modify"] += summary.modified
+                sw.updates["delete"] += summary.deleted
+                if summary.writes:
+                    self.decision_log.write("write", epoch=plan.epoch, switch=name, inserted=summary.inserted,
+                                            modified=summary.modified, deleted=summary.deleted)
+                if read_now:
+                    sw.counters = counters[name] = sw.driver.read_counters()
+            except SwitchUnavailable as e:
+                self._mark_down(sw, str(e))
+                errors[name] = str(e)
+            except P4RuntimeWriteError as e:
+                sw.write_errors += len(e.errors)
+                errors[name] = str(e)
+                log.error("%s", e)
+                self.decision_log.write("write_error", epoch=plan.epoch, switch=name,
+                                        errors=[str(x) for x in e.errors])
+            except ControllerError as e:
+                errors[name] = str(e)
+                log.error("switch %r: %s", name, e)
+            except Exception as e:  # noqa: BLE001 - unknown driver failure: re-arm the switch, keep the loop
+                log.exception("switch %r: driver failed", name)
+                self._mark_down(sw, f"{type(e).__name__}: {e}")
+                errors[name] = str(e)
+        duration = time.perf_counter() - t0
+        self._metrics.epoch_seconds.observe(duration)
+        result = EpochResult(plan=plan, writes=types.MappingProxyType(writes), errors=types.MappingProxyType(errors),
+                             counters=types.MappingProxyType(counters), duration_s=duration)
+        if self.on_epoch is not None:
+            self.on_epoch(result)
+        return result
+
+    def run(self, stop: threading.Event) -> None:
+        """Epochs every ``config.epoch_s`` (wall clock) until ``stop`` is set. Reports arriving on the socket are
+        ingested as they arrive; writes happen at epoch boundaries. An overrun skips the missed epochs."""
+        epoch_s = self.config.epoch_s
+        deadline = time.monotonic()
+        while not stop.is_set():
+            self.epoch()
+            deadline += epoch_s
+            if deadline < time.monotonic():
+                deadline = time.monotonic()
+            while not stop.is_set():
+                timeout = deadline - time.monotonic()
+                if timeout <= 0:
+                    break
+                if self._sock is None:
+                    stop.wait(min(timeout, 0.05))
+                    continue
+                readable, _, _ = select.select([self._sock], [], [], min(timeout, 0.05))
+                if readable:
+                    self._drain_socket(self._clock())
+
+    def start(self) -> None:
+        """``run`` in a background thread until ``stop()`` or ``close()``."""
+        if self._thread is not None:
+            raise ControllerError("the runtime is already running")
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run_logged, name="controller", daemon=True)
+        self._thread.start()
+
+    def _run_logged(self) -> None:
+        try:
+            self.run(self._stop)
+        except Exception:  # noqa: BLE001 - a background loop must say why it died
+            log.exception("controller epoch loop stopped")
+
+    def stop(self) -> None:
+        """Stop the background loop started by ``start`` (returns when it has stopped)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+
+    def close(self) -> None:
+        """Stop the loop, the sockets, the metrics server and every driver. Idempotent."""
+        if self._closed:
+            return
+        self.stop()
+        self._closed = True
+        if self._metrics is not None:
+            self._metrics.close()
+        if self._sock is not None:
+            self._sock.close()
+        for sw in self._switches.values():
+            deadline = time.monotonic() + 10
+            while sw.connecting and time.monotonic() < deadline:
+                time.sleep(0.01)
+            try:
+                sw.driver.close()
+            except Exception as e:  # noqa: BLE001 - close the others anyway
+                log.warning("closing switch %r: %s", sw.name, e)
+        self.decision_log.close()
+
+    def __enter__(self) -> "Runtime":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- observation ----------------------------------------------------------------------------------------
+
+    def metrics_text(self) -> str:
+        """The Prometheus exposition ``/metrics`` serves (also without a metrics port)."""
+        from prometheus_client import generate_latest
+
+        return generate_latest(self._metrics.registry).decode()
+
+    def snapshot(self) -> dict[str, Any]:
+        """Counters and per-job state for metrics (consistent under the lock)."""
+        with self._lock:
+            stats = self.core.ingest_stats
+            jobs = {}
+            for job, groups in self.core.jobs.items():
+                gid, rep = min(groups.items(), key=lambda item: (item[1].tlr, item[0]))
+                jobs[job] = {"queue": self.core.assignments.get(job), "tlr": rep.tlr, "loss": rep.loss,
+                             "rate_bps": rep.rate_bps}
+            snap = {"epochs": self.core.epoch, "reports_accepted": stats.accepted,
+                    "reports_dropped": dict(stats.dropped), "jobs": jobs}
+        snap["switches"] = {n: {"up": sw.up, "reconnects": sw.reconnects, **sw.updates,
+                                "write_errors": sw.write_errors, "counters": sw.counters}
+                            for n, sw in self._switches.items()}
+        return snap
