@@ -34,3 +34,21 @@ def test_no_bare_top_level_imports():
             for m in bare.finditer(path.read_text()):
                 offenders.append(f"{path.relative_to(REPO)}: {m.group(0).strip()}")
     assert not offenders, "import through netapprox.<folder>:\n" + "\n".join(offenders)
+
+
+LAYERS = {"hostlib": (), "controller": ("hostlib",), "topo": ("hostlib", "controller"),
+          "experiments": ("hostlib", "controller", "topo", "bench"), "bench": ("hostlib", "controller", "topo",
+                                                                                "experiments")}
+
+
+def test_imports_run_one_way():
+    """hostlib <- controller <- topo <- experiments/bench (docs/architecture.md): no module imports a layer
+    above its own."""
+    ref = re.compile(r"netapprox\.(hostlib|controller|topo|experiments|bench)\b")
+    offenders = []
+    for folder, allowed in LAYERS.items():
+        for path in (REPO / folder).rglob("*.py"):
+            for m in ref.finditer(path.read_text()):
+                if m.group(1) != folder and m.group(1) not in allowed:
+                    offenders.append(f"{path.relative_to(REPO)}: {m.group(0)}")
+    assert not offenders, "imports against the layering:\n" + "\n".join(sorted(set(offenders)))
