@@ -14,6 +14,7 @@ from typing import Any, Mapping
 from netapprox.controller.drivers import DRIVER_CLASSES
 from netapprox.controller.errors import ConfigError, did_you_mean
 from netapprox.controller.model import DEFAULT_THRESHOLDS, NUM_QUEUES, ClassRule, Route
+from netapprox.hostlib.wire import DEFAULT_REPORT_PORT
 
 OBJECTIVES = ("priority", "deadline", "weight")
 POLICY_MODES = ("netapprox", "static", "fifo")
@@ -96,7 +97,7 @@ class ReportConfig:
 
     bind: str = "0.0.0.0"
     """Address of the UDP report socket."""
-    port: int = 7601
+    port: int = DEFAULT_REPORT_PORT
     """UDP report port; 0 picks a free port, -1 disables the socket (packet-in and ``Runtime.ingest`` only)."""
     key: bytes | None = None
     """Shared HMAC key: when set, reports without a valid tag are dropped (``bad_mac``)."""

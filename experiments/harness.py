@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from netapprox.hostlib.wire import DEFAULT_REPORT_PORT
+from netapprox.topo.netns import Lifecycle
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ class Proc:
             return ""
 
 
-class Testbed:
+class Testbed(Lifecycle):
     """Use as a context manager: ``with Testbed(cfg, workdir) as tb: tb.start_py(0, "netapprox.hostlib", [...])``."""
 
     def __init__(self, config: TestbedConfig, workdir: Path) -> None:
@@ -153,17 +154,6 @@ class Testbed:
         return self.lab.ports[host]
 
     # -- lifecycle -----------------------------------------------------------------------------------------
-    def __enter__(self) -> "Testbed":
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
     def start(self) -> None:
         from netapprox.controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig
         from netapprox.controller.runtime import Runtime

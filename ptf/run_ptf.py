@@ -15,7 +15,6 @@ The exit status is ptf's: 0 only if every PTF test passed.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import pathlib
 import secrets
@@ -25,6 +24,7 @@ import sys
 import tempfile
 
 from netapprox.topo.bmv2 import Bmv2Error, Bmv2Options, Bmv2Process
+from netapprox.topo.netns import Lifecycle
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 PTF_TESTS = REPO / "ptf" / "tests"
@@ -59,7 +59,7 @@ def build(defines: str = "") -> None:
     _run(cmd)
 
 
-class Bmv2Namespace(contextlib.AbstractContextManager):
+class Bmv2Namespace(Lifecycle):
     """A namespace with veth pairs and one simple_switch_grpc in it. Use as a context manager."""
 
     def __init__(self, workdir: pathlib.Path, ports=PORTS, cpus: str | None = None) -> None:
@@ -74,17 +74,9 @@ class Bmv2Namespace(contextlib.AbstractContextManager):
     def exec_cmd(self, cmd: list[str]) -> list[str]:
         return ["ip", "netns", "exec", self.name, *cmd]
 
-    def __enter__(self) -> "Bmv2Namespace":
-        try:
-            self._create_namespace()
-            self._start_switch()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def start(self) -> None:
+        self._create_namespace()
+        self._start_switch()
 
     def _create_namespace(self) -> None:
         _run(["ip", "netns", "add", self.name])

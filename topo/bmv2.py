@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Mapping
 
-from netapprox.topo.netns import stop_process
+from netapprox.topo.netns import Lifecycle, stop_process
 
 CPU_PORT = 255
 PRIORITY_QUEUES = 8
@@ -97,7 +97,7 @@ class Bmv2Options:
         return cmd
 
 
-class Bmv2Process:
+class Bmv2Process(Lifecycle):
     """Start with ``start()`` (or as a context manager), which returns once the gRPC (and Thrift) ports
     answer; ``stop()`` stops exactly this PID."""
 
@@ -163,9 +163,5 @@ class Bmv2Process:
             stop_process(self.proc, timeout=10.0)
             self.proc = None
 
-    def __enter__(self) -> "Bmv2Process":
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
+    def close(self) -> None:
         self.stop()

@@ -5,7 +5,7 @@
         emu.report_socket()       # UDP socket bound in the ``ctl`` host (kernel target: in-band reports)
         emu.hosts[0].popen([...]) # Mininet hosts
 
-Everything is removed by ``stop()`` (Mininet's own ``net.stop()``: hosts, switches, links; switch PIDs;
+Everything is removed by ``close()`` (Mininet's own ``net.stop()``: hosts, switches, links; switch PIDs;
 namespace names), also on errors and Ctrl-C when used as a context manager. Never ``mn -c``.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 from netapprox.controller.model import ClassRule, Route
 from netapprox.hostlib.wire import DEFAULT_ATP_PORT, DEFAULT_REPORT_PORT
-from netapprox.topo.netns import socket_in_netns, unique_tag, wait_until
+from netapprox.topo.netns import Lifecycle, socket_in_netns, unique_tag, wait_until
 from netapprox.topo.bmv2 import P4_TOOLS_HINT, bmv2_available
 from netapprox.topo.switches import BMv2Switch, KernelSwitch, NaLink
 from netapprox.topo.topologies import CTL_IP, TOPOLOGIES
@@ -66,7 +66,7 @@ class TargetUnavailable(RuntimeError):
     """The requested target's tools are missing; the message says what to install."""
 
 
-class Emulation:
+class Emulation(Lifecycle):
     """A running Mininet network of NetApprox switches (see module docstring)."""
 
     def __init__(self, config: EmulationConfig) -> None:
@@ -76,17 +76,6 @@ class Emulation:
         self._sockets: list[socket.socket] = []
 
     # -- lifecycle ------------------------------------------------------------------------------------------
-    def __enter__(self) -> "Emulation":
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
     def start(self) -> None:
         from mininet.log import setLogLevel
         from mininet.net import Mininet
@@ -122,7 +111,7 @@ class Emulation:
             if not wait_until(lambda: all(s.stp_converged() for s in self.net.switches), timeout=30, interval=0.5):
                 raise RuntimeError("STP did not converge within 30 s")
 
-    def stop(self) -> None:
+    def close(self) -> None:
         for s in self._sockets:
             s.close()
         self._sockets.clear()
@@ -148,7 +137,7 @@ class Emulation:
 
     def report_socket(self, port: int = DEFAULT_REPORT_PORT) -> socket.socket:
         """A UDP socket bound to ``port`` inside the ``ctl`` host: REPORTs sent to ``report_target`` arrive
-        here (kernel target). Closed by ``stop()``."""
+        here (kernel target). Closed by ``close()``."""
         s = socket_in_netns(self.ctl.pid)
         s.bind(("0.0.0.0", port))
         self._sockets.append(s)

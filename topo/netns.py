@@ -33,6 +33,28 @@ def run(cmd: Sequence[str], *, check: bool = True, netns: str | None = None, **k
     return res
 
 
+class Lifecycle:
+    """A context manager over ``start()`` and ``close()``: entering starts (and closes again if starting fails
+    halfway), leaving closes. ``close`` must be safe to call on a half-started object."""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def netns_path(netns: str | int) -> str:
     """The namespace file of a named namespace (``ip netns``), a process id, or a path given as is."""
     if isinstance(netns, int):
@@ -67,7 +89,7 @@ def socket_in_netns(netns: str | int, kind: int = socket.SOCK_DGRAM) -> socket.s
     return box["sock"]
 
 
-class NetnsLab:
+class NetnsLab(Lifecycle):
     """A kernel switch (bridge in its own namespace) with ``hosts`` host namespaces, one veth each.
 
     Host i (0-based) has address ``subnet`` .i+1, interface ``eth0``; the switch port facing it is
@@ -87,17 +109,6 @@ class NetnsLab:
         self._procs: list[subprocess.Popen] = []
 
     # -- lifecycle ------------------------------------------------------------------------------------------
-    def __enter__(self) -> "NetnsLab":
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
     def start(self) -> None:
         for ns in [self.switch_ns] + self.host_ns:
             run(["ip", "netns", "add", ns])
