@@ -122,6 +122,19 @@ class SwitchConfig:
     """routes_v4 entries (P4 targets)."""
     class_rules: tuple[ClassRule, ...] = ()
     """queue_by_class entries for non-approximate traffic (default: everything to queue 0)."""
+    job_sources: tuple[str, ...] = ()
+    """IPv4 prefixes of the hosts whose jobs cross this switch (a report's source address says where its job
+    runs): only those jobs get ``queue_by_job`` entries here, so a switch's work follows the jobs crossing it.
+    Empty: every job (the default, right for a single switch or a core switch)."""
+
+    def __post_init__(self) -> None:
+        import ipaddress
+
+        for prefix in self.job_sources:
+            try:
+                ipaddress.ip_network(prefix, strict=False)
+            except ValueError as e:
+                raise ConfigError(f"switch {self.name!r}: job_sources entry {prefix!r}: {e}") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -268,7 +281,7 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<config>",
     switches = []
     for i, s in enumerate(top.get("switch", ())):
         where = f"{source} [[switch]][{i}]"
-        s = _take(s, ("name", "kind", "options", "routes", "class_rules"), where)
+        s = _take(s, ("name", "kind", "options", "routes", "class_rules", "job_sources"), where)
         if "name" not in s:
             raise ConfigError(f"{where}: missing key 'name'")
         kind = s.get("kind", "p4runtime")
@@ -284,7 +297,8 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<config>",
             name=str(s["name"]), kind=kind, options=types.MappingProxyType(options),
             routes=tuple(_route(r, f"{where}.routes[{j}]") for j, r in enumerate(s.get("routes", ()))),
             class_rules=tuple(_class_rule(r, f"{where}.class_rules[{j}]")
-                              for j, r in enumerate(s.get("class_rules", ())))))
+                              for j, r in enumerate(s.get("class_rules", ()))),
+            job_sources=tuple(str(p) for p in s.get("job_sources", ()))))
     try:
         return ControllerConfig(switches=tuple(switches), policy=policy, reports=reports, **ctl)
     except TypeError as e:

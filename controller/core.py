@@ -7,22 +7,31 @@ the I/O around it; a simulator or a test drives it directly with its own clock::
     core.ingest(datagram, "10.0.0.1", now)        # a REPORT from a host (UDP payload)
     core.ingest_frame(frame, now)                 # a REPORT punted by a P4 switch (Ethernet frame)
     plan = core.step(now)                         # one epoch
-    plan.desired["s1"]                            # the SwitchState every driver should apply
+    plan.updates["s1"]                            # what changed in s1's tables (TableUpdates)
+    plan.desired["s1"]                            # the whole desired SwitchState of s1 (built on demand)
     plan.changes                                  # the policy's decisions, for the decision log
 
-Re-running ``step`` with no new reports and the same time changes nothing (the same ``desired`` values).
+Work is proportional to change, not to size (docs/controller.md, "Scale"): a report updates its job in place
+and marks the job for a new decision only when it can change one (a new job or group, the deciding group's
+TLR or loss, a group that now tolerates less); a job whose loss exceeds its TLR is re-decided every epoch
+(its losing streak counts epochs); silence expires groups from a heap of deadlines; each switch's
+``queue_by_job`` content is a dictionary updated by the decisions, so an epoch hands every driver only the
+entries that changed. The decisions are exactly those of ``policy.decide`` over all jobs (a differential test
+checks it), except that a ``held`` decision is logged when a report re-decides the job, not every epoch.
+Re-running ``step`` with no new reports and the same time changes nothing.
 """
 from __future__ import annotations
 
 import dataclasses
+import heapq
+import ipaddress
 import types
-from typing import Iterable, Mapping
+from typing import Iterable, Iterator, Mapping
 
 from netapprox.controller import policy
 from netapprox.controller.config import ControllerConfig, SwitchConfig
-from netapprox.controller.model import SwitchState
-from netapprox.controller.reports import ReportIngest, udp_payload_from_frame
-from netapprox.hostlib.wire import Report
+from netapprox.controller.model import JobRule, SwitchState, TableUpdates
+from netapprox.controller.reports import ReportFields, ReportIngest, udp_payload_from_frame
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,16 +44,61 @@ class EpochPlan:
     """job id -> logical queue after this epoch (live jobs, and pinned ones)."""
     changes: tuple[policy.JobChange, ...]
     """The policy's decisions worth logging (new, moved, promoted, held, expired)."""
+    updates: Mapping[str, TableUpdates]
+    """switch name -> what changed in its tables this epoch."""
     desired: Mapping[str, SwitchState]
-    """switch name -> the whole desired content of its tables."""
-    reports: tuple[Report, ...]
+    """switch name -> the whole desired content of its tables, built on first access. Valid until the next
+    ``step`` (reading it later raises)."""
+    reports: tuple[ReportFields, ...]
     """Reports accepted since the previous step, oldest first."""
     reports_dropped: int
     """Reports dropped since the previous step (all reasons; ``ControllerCore.ingest_stats`` has them by reason)."""
 
 
+class _Job:
+    __slots__ = ("job_id", "source", "groups", "min_tlr", "min_group", "qid", "streak", "switches", "tag_only")
+
+    def __init__(self, job_id: int, source: str, switches: tuple[str, ...], tag_only: bool) -> None:
+        self.job_id = job_id
+        self.source = source
+        self.groups: dict[int, policy.GroupReport] = {}
+        self.min_tlr = 2.0
+        self.min_group = -1
+        self.qid: int | None = None
+        self.streak = 0
+        self.switches = switches
+        self.tag_only = tag_only
+
+    def refresh_min(self) -> None:
+        self.min_tlr, self.min_group = policy.job_tlr(self.groups)
+
+
+class _DesiredStates(Mapping[str, SwitchState]):
+    """``EpochPlan.desired``: each switch's state built from the core's tables when first read."""
+
+    def __init__(self, core: "ControllerCore", epoch: int) -> None:
+        self._core = core
+        self._epoch = epoch
+        self._built: dict[str, SwitchState] = {}
+
+    def __getitem__(self, name: str) -> SwitchState:
+        state = self._built.get(name)
+        if state is None:
+            if self._core.epoch != self._epoch:
+                raise RuntimeError(f"EpochPlan.desired of epoch {self._epoch} read after epoch {self._core.epoch}; "
+                                   "read it before the next step")
+            state = self._built[name] = self._core.desired_state(name)
+        return state
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._core.switches)
+
+    def __len__(self) -> int:
+        return len(self._core.switches)
+
+
 class ControllerCore:
-    """Jobs, their latest reports and queue assignments, and every switch's static tables."""
+    """Jobs, their latest reports and queue assignments, and every switch's tables."""
 
     def __init__(self, config: ControllerConfig, extra_switches: Iterable[str] = ()) -> None:
         self.config = config
@@ -52,19 +106,49 @@ class ControllerCore:
         switches = {s.name: s for s in config.switches}
         for name in extra_switches:
             switches.setdefault(name, SwitchConfig(name=name))
-        self.switches: Mapping[str, SwitchConfig] = types.MappingProxyType(switches)
-        self._static = {name: policy.static_state(sc, config.policy) for name, sc in switches.items()}
-        self._tag_only = policy.tag_only_jobs(config.policy)
-        self._jobs: dict[int, dict[int, policy.GroupReport]] = {}
-        self._losing: Mapping[int, int] = {}
-        self._assignments: Mapping[int, int] = types.MappingProxyType({})
-        self._reports: list[Report] = []
+        self._jobs: dict[int, _Job] = {}
+        self._dirty: set[int] = set()
+        self._losing: set[int] = set()
+        self._expiry: list[tuple[float, int, int]] = []  # (deadline, job, group); stale entries are skipped
+        self._assignments: dict[int, int] = {}
+        self._reports: list[ReportFields] = []
         self._dropped_mark = 0
         self._epoch = 0
+        self._sources: dict[str, tuple[str, ...]] = {}
+        self._setup(switches)
+
+    def _setup(self, switches: Mapping[str, SwitchConfig]) -> None:
+        """(Re)build everything that follows from the configuration; every switch then gets a full apply."""
+        cfg = self.config.policy
+        self.switches: Mapping[str, SwitchConfig] = types.MappingProxyType(dict(switches))
+        self._tag_only = policy.tag_only_jobs(cfg)
+        self._static = {name: dataclasses.replace(policy.static_state(sc, cfg), job_rules=frozenset())
+                        for name, sc in switches.items()}
+        self._by_source = [(ipaddress.ip_network(prefix, strict=False), name) for name, sc in switches.items()
+                           for prefix in sc.job_sources]
+        self._everywhere = tuple(name for name, sc in switches.items() if not sc.job_sources)
+        self._sources.clear()
+        for job in self._jobs.values():
+            job.tag_only = job.job_id in self._tag_only
+            job.switches = self._switches_of(job.source)
+        if cfg.mode == "netapprox":
+            self._assignments = {j.job_id: j.qid for j in self._jobs.values() if j.qid is not None}
+        else:
+            self._assignments = dict(cfg.pinned)
+        self._tables: dict[str, dict[int, int]] = {}
+        for name in switches:
+            table = {} if cfg.mode == "fifo" else {j: q for j, q in cfg.pinned if j not in self._tag_only}
+            self._tables[name] = table
+        if cfg.mode == "netapprox":
+            for job in self._jobs.values():
+                if job.qid is not None and not job.tag_only:
+                    for name in job.switches:
+                        self._tables[name][job.job_id] = job.qid
+        self._full = set(switches)
 
     def reconfigure(self, *, policy_config=None, switches: Iterable[SwitchConfig] = ()) -> None:
-        """Take a new ``PolicyConfig`` and/or new configs of known switches (routes, class rules); the next
-        ``step`` plans with them."""
+        """Take a new ``PolicyConfig`` and/or new configs of known switches (routes, class rules, job sources);
+        the next ``step`` plans with them and hands every switch its whole state."""
         if policy_config is not None:
             self.config = dataclasses.replace(self.config, policy=policy_config)
         changed = dict(self.switches)
@@ -72,9 +156,10 @@ class ControllerCore:
             if sc.name not in changed:
                 raise KeyError(f"no switch named {sc.name!r}")
             changed[sc.name] = sc
-        self.switches = types.MappingProxyType(changed)
-        self._static = {name: policy.static_state(sc, self.config.policy) for name, sc in changed.items()}
-        self._tag_only = policy.tag_only_jobs(self.config.policy)
+        self._setup(changed)
+        self._dirty.update(self._jobs)
+
+    # --- state ---------------------------------------------------------------------------------------------
 
     @property
     def epoch(self) -> int:
@@ -83,26 +168,47 @@ class ControllerCore:
 
     @property
     def assignments(self) -> Mapping[int, int]:
-        """job id -> logical queue, as of the last step."""
-        return self._assignments
+        """job id -> logical queue, as of the last step (read-only view)."""
+        return types.MappingProxyType(self._assignments)
 
     @property
     def jobs(self) -> Mapping[int, Mapping[int, policy.GroupReport]]:
-        """job id -> group id -> latest accepted report (read-only view; live until the next step)."""
-        return types.MappingProxyType(self._jobs)
+        """job id -> group id -> latest accepted report (read-only view)."""
+        return {job_id: types.MappingProxyType(job.groups) for job_id, job in self._jobs.items()}
 
-    def ingest(self, datagram: bytes, source: str, now: float) -> Report | None:
-        """Validate and record one REPORT datagram from host ``source`` (its address: the rate-limit key).
-        Returns the report, or None if it was dropped (counted by reason in ``ingest_stats``). Never raises on
-        bad input."""
+    def desired_state(self, switch: str) -> SwitchState:
+        """The whole desired content of ``switch``'s tables now."""
+        return dataclasses.replace(self._static[switch], job_rules=frozenset(
+            JobRule(job_id=j, qid=q) for j, q in self._tables[switch].items()))
+
+    # --- reports -------------------------------------------------------------------------------------------
+
+    def ingest(self, datagram: bytes, source: str, now: float) -> ReportFields | None:
+        """Validate and record one REPORT datagram from host ``source`` (its address: the rate-limit key and,
+        with ``SwitchConfig.job_sources``, what says which switches carry the job). Returns the report, or None
+        if it was dropped (counted by reason in ``ingest_stats``). Never raises on bad input."""
         report = self.ingest_stats.receive(datagram, source, now)
-        if report is not None:
-            self._jobs.setdefault(report.job_id, {})[report.group_id] = policy.GroupReport(
-                report.tlr, now, report.loss, report.rate_kbps * 1000.0)
-            self._reports.append(report)
+        if report is None:
+            return None
+        job = self._jobs.get(report.job_id)
+        if job is None:
+            job = self._jobs[report.job_id] = _Job(report.job_id, source, self._switches_of(source),
+                                                   report.job_id in self._tag_only)
+        group_id = report.group_id
+        old = job.groups.get(group_id)
+        job.groups[group_id] = policy.GroupReport(report.tlr, now, report.loss, report.rate_kbps * 1000.0)
+        if old is None:
+            heapq.heappush(self._expiry, (now + self.config.policy.job_timeout_s, report.job_id, group_id))
+            self._dirty.add(report.job_id)
+        elif group_id == job.min_group:
+            if report.tlr != old.tlr or report.loss != old.loss:
+                self._dirty.add(report.job_id)
+        elif (report.tlr, group_id) < (job.min_tlr, job.min_group):
+            self._dirty.add(report.job_id)
+        self._reports.append(report)
         return report
 
-    def ingest_frame(self, frame: bytes, now: float) -> Report | None:
+    def ingest_frame(self, frame: bytes, now: float) -> ReportFields | None:
         """A packet-in frame (Ethernet/IPv4/UDP carrying a REPORT): ``ingest`` its payload, keyed by the IPv4
         source. Frames that are not IPv4/UDP are counted as ``not_udp``."""
         parsed = udp_payload_from_frame(frame)
@@ -111,32 +217,135 @@ class ControllerCore:
             return None
         return self.ingest(parsed[0], parsed[1], now)
 
+    def _switches_of(self, source: str) -> tuple[str, ...]:
+        """The switches that carry jobs reported from ``source``: those whose ``job_sources`` hold it, plus
+        every switch without ``job_sources``."""
+        found = self._sources.get(source)
+        if found is None:
+            try:
+                addr = ipaddress.ip_address(source)
+                hits = {name for net, name in self._by_source if addr in net}
+            except ValueError:
+                hits = set()
+            found = tuple(name for name in self.switches if name in hits or name in self._everywhere)
+            if len(self._sources) < 65536:
+                self._sources[source] = found
+        return found
+
+    # --- the epoch -----------------------------------------------------------------------------------------
+
     def step(self, now: float) -> EpochPlan:
-        """One epoch: decide every job's queue from the reports so far, expire silent ones, and return every
-        switch's desired state."""
+        """One epoch: expire silent groups and jobs, re-decide the jobs whose inputs changed (and every losing
+        job), and return what changed in every switch's tables."""
         self._epoch += 1
         cfg = self.config.policy
+        deltas: dict[str, dict[int, int | None]] = {name: {} for name in self.switches}
+        urgent: set[int] = set()
+        changes: list[policy.JobChange] = []
+        expired = self._expire(now)
         if cfg.mode == "netapprox":
-            decision = policy.decide(self._jobs, self._assignments, now, cfg, self._losing)
-            assignments, changes, self._losing = decision.assignments, decision.changes, decision.losing
-            live = decision.live
-        else:  # static and fifo switches do not follow reports; the reports are still tracked (metrics)
-            live = {j: {g: r for g, r in groups.items() if now - r.last_seen < cfg.job_timeout_s}
-                    for j, groups in self._jobs.items()}
-            live = {j: g for j, g in live.items() if g}
-            assignments, changes = types.MappingProxyType(dict(cfg.pinned)), ()
-        for job_id in set(self._jobs) - set(live):
-            self.ingest_stats.forget_job(job_id)
-        for job_id, groups in live.items():
-            for g in set(self._jobs[job_id]) - set(groups):
-                self.ingest_stats.forget_group(job_id, g)
-        self._jobs = {j: dict(g) for j, g in live.items()}
-        self._assignments = assignments
-        job_rules = {} if cfg.mode == "fifo" else {**dict(cfg.pinned), **assignments}
-        desired = {name: policy.switch_state(static, job_rules, self._tag_only)
-                   for name, static in self._static.items()}
+            pinned = dict(cfg.pinned)
+            for job_id in sorted((self._dirty | self._losing) - set(expired)):
+                job = self._jobs[job_id]
+                job.refresh_min()
+                change = self._decide(job, pinned, cfg)
+                if change is not None:
+                    changes.append(change)
+                    if change.new_qid != change.old_qid:
+                        self._set_queue(job, change.new_qid, deltas)
+                if job_id in self._losing or change is not None and change.reason == "promoted":
+                    urgent.add(job_id)
+            for job_id in sorted(expired):
+                old = self._assignments.pop(job_id, None)
+                if old is not None:
+                    changes.append(policy.JobChange(job_id, "expired", old, None))
+                self._drop_entries(job_id, expired[job_id], deltas)
+        else:
+            for job_id in self._dirty:
+                if job_id in self._jobs:
+                    self._jobs[job_id].refresh_min()
+        self._dirty.clear()
+        updates = {name: TableUpdates(static=name in self._full, jobs=types.MappingProxyType(deltas[name]),
+                                      urgent=frozenset(urgent & deltas[name].keys()))
+                   for name in self.switches}
+        self._full.clear()
         reports, self._reports = tuple(self._reports), []
         dropped_total = sum(self.ingest_stats.dropped.values())
         dropped, self._dropped_mark = dropped_total - self._dropped_mark, dropped_total
-        return EpochPlan(epoch=self._epoch, now=now, assignments=assignments, changes=changes,
-                         desired=types.MappingProxyType(desired), reports=reports, reports_dropped=dropped)
+        return EpochPlan(epoch=self._epoch, now=now, assignments=types.MappingProxyType(dict(self._assignments)),
+                         changes=tuple(changes), updates=types.MappingProxyType(updates),
+                         desired=_DesiredStates(self, self._epoch), reports=reports, reports_dropped=dropped)
+
+    def _expire(self, now: float) -> dict[int, tuple[str, ...]]:
+        """Forget groups silent for ``job_timeout_s`` (the test is ``policy.decide``'s: ``now - last_seen <
+        timeout`` is live); returns the jobs left without a group (job id -> its switches)."""
+        timeout = self.config.policy.job_timeout_s
+        horizon = now + 1e-9 * max(1.0, abs(now))  # rounding: the exact test below decides
+        heap, again, expired = self._expiry, [], {}
+        while heap and heap[0][0] <= horizon:
+            _, job_id, group_id = heapq.heappop(heap)
+            job = self._jobs.get(job_id)
+            report = job.groups.get(group_id) if job is not None else None
+            if report is None:
+                continue  # the group (or job) is already gone
+            if now - report.last_seen < timeout:
+                again.append((report.last_seen + timeout, job_id, group_id))
+                continue
+            del job.groups[group_id]
+            self.ingest_stats.forget_group(job_id, group_id)
+            if job.groups:
+                self._dirty.add(job_id)
+            else:
+                del self._jobs[job_id]
+                self._losing.discard(job_id)
+                self.ingest_stats.forget_job(job_id)
+                expired[job_id] = job.switches
+        for entry in again:
+            heapq.heappush(heap, entry)
+        return expired
+
+    def _decide(self, job: _Job, pinned: Mapping[int, int], cfg) -> policy.JobChange | None:
+        """``policy.decide`` for one live job (its groups are live: ``_expire`` ran)."""
+        tlr, group_id = job.min_tlr, job.min_group
+        loss = job.groups[group_id].loss
+        old = job.qid
+        if job.job_id in pinned:
+            new = pinned[job.job_id]
+            reason = "new" if old is None else ("moved" if old != new else None)
+            job.streak = 0
+            self._losing.discard(job.job_id)
+        else:
+            streaks: dict[int, int] = {}
+            new, reason = policy._place(job.job_id, tlr, loss, old, {job.job_id: job.streak}, streaks, cfg)
+            job.streak = streaks.get(job.job_id, 0)
+            if loss > tlr + cfg.loss_margin:  # losing: its streak moves every epoch, so decide it every epoch
+                self._losing.add(job.job_id)
+            else:
+                self._losing.discard(job.job_id)
+        job.qid = new
+        self._assignments[job.job_id] = new
+        if reason is None:
+            return None
+        return policy.JobChange(job.job_id, reason, old, new, tlr, group_id, loss)
+
+    def _set_queue(self, job: _Job, qid: int, deltas: dict[str, dict[int, int | None]]) -> None:
+        if job.tag_only:
+            return
+        for name in job.switches:
+            table = self._tables[name]
+            if table.get(job.job_id) != qid:
+                table[job.job_id] = qid
+                deltas[name][job.job_id] = qid
+
+    def _drop_entries(self, job_id: int, switches: tuple[str, ...], deltas: dict[str, dict[int, int | None]]) -> None:
+        pin = dict(self.config.policy.pinned).get(job_id)
+        for name in switches:
+            table = self._tables[name]
+            if job_id not in table:
+                continue
+            if pin is not None and job_id not in self._tag_only:
+                if table[job_id] != pin:
+                    table[job_id] = deltas[name][job_id] = pin
+            else:
+                del table[job_id]
+                deltas[name][job_id] = None

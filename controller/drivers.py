@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import abc
 import importlib
-from typing import Mapping
+from typing import Callable, Mapping
 
 from netapprox.controller.errors import ConfigError, did_you_mean
-from netapprox.controller.model import Counters, SwitchState, WriteSummary
+from netapprox.controller.model import Counters, SwitchState, TableUpdates, WriteSummary
 
 DRIVER_CLASSES: Mapping[str, str] = {
     "p4runtime": "netapprox.controller.p4runtime.driver:P4RuntimeDriver",
@@ -38,6 +38,14 @@ class Driver(abc.ABC):
     @abc.abstractmethod
     def apply(self, desired: SwitchState) -> WriteSummary:
         """Diff ``desired`` against the installed copy and write the difference in one batch."""
+
+    def apply_updates(self, desired: Callable[[], SwitchState], updates: TableUpdates) -> WriteSummary:
+        """One epoch's changes (``controller.core.EpochPlan.updates``): drivers that keep incremental state
+        write ``updates`` directly; this default writes nothing when nothing changed, else diffs the whole
+        ``desired()`` state through ``apply``."""
+        if updates.empty:
+            return WriteSummary()
+        return self.apply(desired())
 
     @abc.abstractmethod
     def read_counters(self) -> Counters:

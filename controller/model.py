@@ -229,6 +229,23 @@ class Counters:
 
 
 @dataclasses.dataclass(frozen=True)
+class TableUpdates:
+    """What changed in one switch's tables in one epoch."""
+
+    static: bool
+    """Anything but ``queue_by_job`` changed (the first epoch, a reconfiguration): apply the whole state."""
+    jobs: Mapping[int, int | None]
+    """``queue_by_job`` entries that changed: job id -> new queue, or None for an entry to delete."""
+    urgent: frozenset[int] = frozenset()
+    """Jobs in ``jobs`` whose measured loss exceeds their TLR: written first when a switch cannot take every
+    update of an epoch."""
+
+    @property
+    def empty(self) -> bool:
+        return not self.static and not self.jobs
+
+
+@dataclasses.dataclass(frozen=True)
 class WriteSummary:
     """What one ``Driver.apply`` changed. ``writes == 0`` means nothing was sent to the switch."""
 

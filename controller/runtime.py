@@ -29,7 +29,7 @@ from netapprox.controller.config import ControllerConfig
 from netapprox.controller.core import ControllerCore, EpochPlan
 from netapprox.controller.drivers import Driver, build_driver
 from netapprox.controller.errors import ControllerError, P4RuntimeWriteError, SwitchUnavailable
-from netapprox.controller.model import Counters, WriteSummary
+from netapprox.controller.model import Counters, TableUpdates, WriteSummary
 from netapprox.controller.observe import DecisionLog, Metrics
 from netapprox.hostlib.wire import Report
 
@@ -90,6 +90,7 @@ class _Switch:
         self.backoff = initial_backoff
         self.reconnects = 0
         self.last_error = ""
+        self.needs_full = True  # a (re)connected switch missed the updates of the epochs before: whole state
         self.updates = {"insert": 0, "modify": 0, "delete": 0}
         self.write_errors = 0
         self.counters: Counters | None = None
@@ -240,6 +241,7 @@ class Runtime:
             log.info("switch %r %s", sw.name, "reconnected" if sw.ever_connected else "connected")
             self.decision_log.write("switch_up", switch=sw.name, reconnect=sw.ever_connected)
             sw.ever_connected = True
+            sw.needs_full = True
             sw.backoff = self.config.reconnect_initial_s
             sw.last_error = ""
             sw.up = True
@@ -289,7 +291,11 @@ class Runtime:
                 errors[name] = f"down: {sw.last_error}" if sw.last_error else "down"
                 continue
             try:
-                summary = sw.driver.apply(plan.desired[name])
+                updates = plan.updates[name]
+                if sw.needs_full:
+                    updates = TableUpdates(static=True, jobs=updates.jobs, urgent=updates.urgent)
+                summary = sw.driver.apply_updates(lambda name=name: plan.desired[name], updates)
+                sw.needs_full = False
                 writes[name] = summary
                 sw.updates["insert"] += summary.inserted
                 sw.updates["modify"] += summary.modified

@@ -66,7 +66,7 @@ class Classification:
         tlrs = unique(state.tlr_rules, lambda r: (r.tlr_lo, r.tlr_hi), QUEUE_BY_TLR)
         return {
             self.queue_by_class: (classes, self._class_entry),
-            self.queue_by_job: ({r.job_id: r for r in state.job_rules}, self._job_entry),
+            self.queue_by_job: ({r.job_id: r for r in state.job_rules}, self.job_entry),
             self.queue_by_tag: (tags, self._tag_entry),
             self.queue_by_tlr: (tlrs, self._tlr_entry),
         }
@@ -76,7 +76,7 @@ class Classification:
                                           ternary(self._l4_dport, r.l4_dport, r.l4_dport_mask)],
                                          self.set_queue(r.qid, QUEUE_BY_CLASS), priority=r.rank)
 
-    def _job_entry(self, r: JobRule) -> p4runtime_pb2.TableEntry:
+    def job_entry(self, r: JobRule) -> p4runtime_pb2.TableEntry:
         return self.queue_by_job.entry([exact(self._job_id, r.job_id)], self.set_queue(r.qid, QUEUE_BY_JOB))
 
     def _tag_entry(self, r: TagRule) -> p4runtime_pb2.TableEntry:

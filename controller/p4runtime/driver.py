@@ -13,23 +13,25 @@ frames come out of ``drain_packet_in`` with their ingress port.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import hashlib
 import logging
 import struct
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from p4.v1 import p4runtime_pb2
 
 from netapprox.controller.drivers import Driver
-from netapprox.controller.errors import ConfigError, P4RuntimeWriteError, PipelineError, QueueConfigError
-from netapprox.controller.model import NUM_QUEUES, Counters, QueueStats, SwitchState, WriteSummary
+from netapprox.controller.errors import ConfigError, P4RuntimeWriteError, PipelineError, QueueConfigError, UpdateError
+from netapprox.controller.model import NUM_QUEUES, Counters, JobRule, QueueStats, SwitchState, TableUpdates, WriteSummary
 from netapprox.controller.p4runtime.bmv2_thrift import set_queue_depths
 from netapprox.controller.p4runtime.classification import Classification
 from netapprox.controller.p4runtime.ecn import Ecn
 from netapprox.controller.p4runtime.forwarding import Forwarding
-from netapprox.controller.p4runtime.mirror import Change, pending_changes
+from netapprox.controller.p4runtime.mirror import UPDATE_ORDER, Change, batches, pending_changes
 from netapprox.controller.p4runtime.options import P4RuntimeOptions, options_from_mapping
 from netapprox.controller.p4runtime.p4info import P4Info, decode
 from netapprox.controller.p4runtime.session import P4RuntimeSession
@@ -68,7 +70,14 @@ class P4RuntimeDriver(Driver):
         self._transmitted_id = self.p4info.counter_id(TRANSMITTED_PACKETS)
         self._lock = threading.RLock()
         self.session = P4RuntimeSession(name, options, self.p4info)
-        self._desired: SwitchState | None = None
+        self._static: SwitchState | None = None  # the last asked state without queue_by_job ...
+        self._jobs: dict[int, int] = {}  # ... and its queue_by_job entries
+        self._dirty: set[int] = set()  # jobs whose entry may differ from what is installed
+        self._urgent: set[int] = set()  # jobs whose loss exceeds their TLR: written first
+        self._tokens = 0.0
+        self._token_stamp = time.monotonic()
+        self.deferred_updates = 0
+        """queue_by_job updates left for later epochs by the write budget (``max_updates_per_s``)."""
         self.pipeline_pushes = 0
         self.queue_config_error: str | None = None
         self.tm_client_factory: Callable[[], Any] | None = None  # tests inject a fake BfRt client
@@ -94,8 +103,9 @@ class P4RuntimeDriver(Driver):
                 for control in self.controls:
                     for table in control.tables:
                         table.installed.clear()
-                if self._desired is not None:
-                    self._write(self._desired)
+                if self._static is not None:
+                    self._dirty = set(self._jobs)
+                    self._write(full=True)
             except BaseException:
                 self.session.close()
                 raise
@@ -152,31 +162,120 @@ class P4RuntimeDriver(Driver):
     def apply(self, desired: SwitchState) -> WriteSummary:
         with self._lock:
             self.session.check_up()
-            self._desired = desired
-            return self._write(desired)
+            self._set_desired(desired)
+            return self._write(full=True)
+
+    def apply_updates(self, desired: Callable[[], SwitchState], updates: TableUpdates) -> WriteSummary:
+        """The epoch's changes: a static change (or the first call) diffs every table against ``desired()``;
+        otherwise only the ``queue_by_job`` entries in ``updates`` (and those still waiting for write budget)
+        are compared with what is installed."""
+        with self._lock:
+            self.session.check_up()
+            if updates.static or self._static is None:
+                self._set_desired(desired())
+                self._urgent |= updates.urgent
+                return self._write(full=True)
+            for job, qid in updates.jobs.items():
+                if qid is None:
+                    self._jobs.pop(job, None)
+                else:
+                    self._jobs[job] = qid
+            self._dirty.update(updates.jobs)
+            self._urgent |= updates.urgent
+            if not self._dirty:
+                return WriteSummary()
+            return self._write(full=False)
+
+    @property
+    def _desired(self) -> SwitchState | None:
+        """The last state asked of this switch (re-installed on a reconnect)."""
+        if self._static is None:
+            return None
+        return dataclasses.replace(self._static, job_rules=frozenset(JobRule(j, q) for j, q in self._jobs.items()))
+
+    def _set_desired(self, state: SwitchState) -> None:
+        self._static = dataclasses.replace(state, job_rules=frozenset())
+        self._jobs = {r.job_id: r.qid for r in state.job_rules}
+        self._dirty = set(self._jobs) | set(self.classification.queue_by_job.installed)
 
     def pending_changes(self, desired: SwitchState) -> list[Change]:
         """The updates ``apply(desired)`` would send, in order: deletes, modifies, inserts."""
         return pending_changes(self.controls, desired)
 
-    def _write(self, desired: SwitchState) -> WriteSummary:
-        changes = self.pending_changes(desired)
+    def _job_changes(self) -> list[Change]:
+        """queue_by_job updates for the dirty jobs within this epoch's write budget, urgent jobs first."""
+        table = self.classification.queue_by_job
+        opts = self.options
+        budget = len(self._dirty)
+        if opts.max_updates_per_s > 0:
+            now = time.monotonic()
+            self._tokens = min(opts.max_updates_per_s,
+                               self._tokens + (now - self._token_stamp) * opts.max_updates_per_s)
+            self._token_stamp = now
+            budget = int(self._tokens)
+        changes: list[Change] = []
+        order = sorted(self._dirty & self._urgent) + sorted(self._dirty - self._urgent)
+        for job in order:
+            want = self._jobs.get(job)
+            have = table.installed.get(job)
+            if have is not None and want is not None and have[0] == JobRule(job, want):
+                self._dirty.discard(job)
+                continue
+            if len(changes) >= budget:
+                break
+            if want is None:
+                if have is None:
+                    self._dirty.discard(job)
+                    continue
+                changes.append(Change(p4runtime_pb2.Update.DELETE, table, job, have[0], have[1]))
+            else:
+                rule = JobRule(job, want)
+                kind = p4runtime_pb2.Update.INSERT if have is None else p4runtime_pb2.Update.MODIFY
+                changes.append(Change(kind, table, job, rule, table.build(rule, self.classification.job_entry)))
+        if opts.max_updates_per_s > 0:
+            self._tokens -= len(changes)
+        self.deferred_updates = len(self._dirty) - len(changes)
+        return changes
+
+    def _write(self, full: bool) -> WriteSummary:
+        changes = pending_changes(self.controls, self._static, skip=frozenset({self.classification.queue_by_job})) \
+            if full else []
+        changes += self._job_changes()
         if not changes:
             return WriteSummary()
-        try:
-            self.session.write([c.update() for c in changes])
-        except P4RuntimeWriteError as e:
-            failed = {err.index: err for err in e.errors}
-            if -1 not in failed:  # the switch said which updates failed: the others are in
-                for index, change in enumerate(changes):
-                    err = failed.get(index)
+        table_order = {t: i for i, t in enumerate(t for c in self.controls for t in c.tables)}
+        changes.sort(key=lambda c: (UPDATE_ORDER[c.kind], table_order[c.table]))
+        updates = [c.update() for c in changes]
+        opts = self.options
+        # One Write when everything fits (deletes, modifies, inserts in that order within it); otherwise the
+        # deletes complete first, so that no insert races the delete of an overlapping entry in another Write.
+        if len(batches(updates, opts.max_batch_updates, opts.max_write_bytes)) == 1:
+            groups = [list(range(len(changes)))]
+        else:
+            split = next((i for i, c in enumerate(changes) if c.kind != p4runtime_pb2.Update.DELETE), len(changes))
+            groups = [list(range(0, split)), list(range(split, len(changes)))]
+        errors: list[UpdateError] = []
+        for group in groups:
+            parts = batches([updates[i] for i in group], opts.max_batch_updates, opts.max_write_bytes)
+            index_of = [[group[i] for i in part] for part in parts]
+            results = self.session.write_pipelined([[updates[i] for i in part] for part in index_of],
+                                                   opts.max_inflight_writes)
+            for part, result in zip(index_of, results):
+                failed = {} if result is None else {e.index: e for e in result.errors}
+                for position, index in enumerate(part):
+                    change = changes[index]
+                    err = failed.get(position, failed.get(-1))
                     if err is None:
                         change.commit()
+                        if change.table is self.classification.queue_by_job:
+                            self._dirty.discard(change.key)
+                            self._urgent.discard(change.key)
                     else:
-                        change.heal(err.code)
-            raise
-        for change in changes:
-            change.commit()
+                        if -1 not in failed:
+                            change.heal(err.code)
+                        errors.append(UpdateError(index, err.code, err.message, err.update))
+        if errors:
+            raise P4RuntimeWriteError(self.name, errors, len(changes))
         kinds = collections.Counter(c.kind for c in changes)
         return WriteSummary(inserted=kinds[p4runtime_pb2.Update.INSERT], modified=kinds[p4runtime_pb2.Update.MODIFY],
                             deleted=kinds[p4runtime_pb2.Update.DELETE])

@@ -159,11 +159,31 @@ class Control(Protocol):
     def desired(self, state: SwitchState) -> DesiredTables: ...
 
 
-def pending_changes(controls: Iterable[Control], state: SwitchState) -> list[Change]:
-    """Every update turning the controls' installed copies into ``state``: deletes, modifies, inserts; within
-    each kind in control and table order, then key order."""
+def pending_changes(controls: Iterable[Control], state: SwitchState,
+                    skip: frozenset[TableMirror] = frozenset()) -> list[Change]:
+    """Every update turning the controls' installed copies into ``state`` (tables in ``skip`` left out):
+    deletes, modifies, inserts; within each kind in control and table order, then key order."""
     changes: list[Change] = []
     for control in controls:
         for table, (rules, build) in control.desired(state).items():
-            changes.extend(table.diff(rules, build))
+            if table not in skip:
+                changes.extend(table.diff(rules, build))
     return sorted(changes, key=lambda c: UPDATE_ORDER[c.kind])
+
+
+def batches(updates: list[p4runtime_pb2.Update], max_updates: int, max_bytes: int) -> list[list[int]]:
+    """Indices of ``updates`` split into Write batches of at most ``max_updates`` updates and ``max_bytes``
+    serialized bytes (gRPC's default message limit is 4 MiB); one update never splits."""
+    out: list[list[int]] = []
+    current: list[int] = []
+    size = 0
+    for i, update in enumerate(updates):
+        n = update.ByteSize() + 8  # field tag and length prefix in the WriteRequest
+        if current and (len(current) >= max_updates or size + n > max_bytes):
+            out.append(current)
+            current, size = [], 0
+        current.append(i)
+        size += n
+    if current:
+        out.append(current)
+    return out

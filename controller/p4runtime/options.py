@@ -49,6 +49,15 @@ class P4RuntimeOptions:
     """Tofino egress application pool the queues draw from (``tm.queue.buffer`` ``pool_id``)."""
     cells_per_packet: int = 19
     """Tofino buffer cells per 1500-byte packet (80-byte cells on Tofino 1); also scales the ECN threshold."""
+    max_batch_updates: int = 2000
+    """Updates per Write request at most."""
+    max_write_bytes: int = 3 << 20
+    """Serialized bytes per Write request at most (gRPC's default message limit is 4 MiB)."""
+    max_inflight_writes: int = 4
+    """Write requests outstanding at once."""
+    max_updates_per_s: float = 0.0
+    """The switch's sustained table-update rate; an epoch writes what the budget allows (jobs whose loss
+    exceeds their TLR first) and the rest in later epochs, always at their newest value. 0: no limit."""
     connect_timeout_s: float = 3.0
     """How long to wait for the server and the arbitration answer."""
     rpc_timeout_s: float = 10.0
@@ -71,9 +80,10 @@ def options_from_mapping(name: str, options: Mapping[str, Any]) -> P4RuntimeOpti
             value = (0, int(value)) if isinstance(value, int) else tuple(int(v) for v in value)
         elif key == "ports":
             value = tuple(int(v) for v in value)
-        elif key in ("device_id", "buffer_packets", "cells_per_packet") or (key == "thrift_port" and value is not None):
+        elif key in ("device_id", "buffer_packets", "cells_per_packet", "max_batch_updates", "max_write_bytes",
+                     "max_inflight_writes") or (key == "thrift_port" and value is not None):
             value = int(value)
-        elif key in ("connect_timeout_s", "rpc_timeout_s"):
+        elif key in ("connect_timeout_s", "rpc_timeout_s", "max_updates_per_s"):
             value = float(value)
         kwargs[key] = value
     return P4RuntimeOptions(**kwargs)

@@ -214,13 +214,45 @@ class P4RuntimeSession:
         try:
             self._stub.Write(request, timeout=self.options.rpc_timeout_s)
         except grpc.RpcError as e:
-            if e.code() in UNAVAILABLE_CODES:
-                self.connected = False
-                raise SwitchUnavailable(self.switch, f"Write: {e.code().name}: {e.details()}") from None
-            errors = update_errors(e, updates)
-            if errors is None:
-                errors = [UpdateError(-1, e.code().name, e.details() or "", "")]
-            raise P4RuntimeWriteError(self.switch, errors, len(updates), e.details() or "") from None
+            raise self._write_error(e, updates) from None
+
+    def write_pipelined(self, batches: Sequence[Sequence[p4runtime_pb2.Update]],
+                        max_inflight: int) -> list[P4RuntimeWriteError | None]:
+        """Send ``batches`` as Writes with at most ``max_inflight`` outstanding at once (the switch works on
+        one while the next is on the wire); returns, per batch, None or its ``P4RuntimeWriteError``. Raises
+        SwitchUnavailable when the switch is gone (the remaining batches are not sent)."""
+        results: list[P4RuntimeWriteError | None] = [None] * len(batches)
+        inflight: list[tuple[int, object]] = []
+
+        def settle(index: int, future) -> None:
+            try:
+                future.result()
+            except grpc.RpcError as e:
+                results[index] = self._write_error(e, batches[index])
+
+        try:
+            for index, updates in enumerate(batches):
+                if len(inflight) >= max(1, max_inflight):
+                    settle(*inflight.pop(0))
+                request = p4runtime_pb2.WriteRequest(device_id=self.options.device_id,
+                                                     election_id=self.election_id, updates=updates)
+                inflight.append((index, self._stub.Write.future(request, timeout=self.options.rpc_timeout_s)))
+            while inflight:
+                settle(*inflight.pop(0))
+        except SwitchUnavailable:
+            for _, future in inflight:
+                future.cancel()
+            raise
+        return results
+
+    def _write_error(self, e: grpc.RpcError, updates: Sequence[p4runtime_pb2.Update]) -> P4RuntimeWriteError:
+        if e.code() in UNAVAILABLE_CODES:
+            self.connected = False
+            raise SwitchUnavailable(self.switch, f"Write: {e.code().name}: {e.details()}") from None
+        errors = update_errors(e, updates)
+        if errors is None:
+            errors = [UpdateError(-1, e.code().name, e.details() or "", "")]
+        return P4RuntimeWriteError(self.switch, errors, len(updates), e.details() or "")
 
     def read(self, entities: Sequence[p4runtime_pb2.Entity], what: str) -> Iterator[p4runtime_pb2.Entity]:
         """The entities a Read returns. ``what`` names the read in errors."""

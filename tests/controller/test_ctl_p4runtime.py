@@ -153,7 +153,7 @@ def test_per_update_errors_are_unpacked_and_the_rest_applied(make_driver, fake_s
     driver = make_driver()
     driver.connect()
     # someone else installed job 9 behind our back: our INSERT of it fails, the others succeed
-    foreign = driver.classification._job_entry(JobRule(9, 1))
+    foreign = driver.classification.job_entry(JobRule(9, 1))
     with fake_server.lock:
         fake_server.writes.clear()
     from support.fake_p4runtime import _entry_key
@@ -195,7 +195,7 @@ def test_counters_are_read_per_port_queue_and_per_job(make_driver, fake_server):
     fake_server.counters[(tx, 1 * 8 + 2)] = (93, 139500)
     fake_server.counters[(enq, 2 * 8 + 0)] = (10, 1000)
     fake_server.counters[(tx, 2 * 8 + 0)] = (10, 1000)
-    job5 = driver.classification._job_entry(JobRule(5, 2))
+    job5 = driver.classification.job_entry(JobRule(5, 2))
     from support.fake_p4runtime import _entry_key
 
     fake_server.direct_counts[_entry_key(job5)] = 42
@@ -594,3 +594,53 @@ def test_queue_by_job_uses_its_own_action_from_action_refs():
     actions = {c.table.name.rsplit(".", 1)[-1]: c.entry.action.action.action_id
                for c in driver.pending_changes(state)}
     assert actions == {"queue_by_job": 16777230, "queue_by_tlr": 16777219}
+
+
+# --- the incremental write path: epoch updates, batches, budget ----------------------------------------
+
+
+def _updates(jobs, static=False, urgent=()):
+    from netapprox.controller.model import TableUpdates
+
+    return TableUpdates(static=static, jobs=jobs, urgent=frozenset(urgent))
+
+
+def test_epoch_updates_write_only_the_changed_job_entries(make_driver, fake_server):
+    driver = make_driver()
+    driver.connect()
+    base = SwitchState(tlr_rules=frozenset({TlrRule(0, 0x8000, 1)}), job_rules=frozenset({JobRule(5, 2)}))
+    driver.apply_updates(lambda: base, _updates({5: 2}, static=True))
+    assert job_entries(fake_server) == {5: 2}
+    writes = len(fake_server.writes)
+    summary = driver.apply_updates(lambda: pytest.fail("a job update must not rebuild the whole state"),
+                                   _updates({5: 4, 6: 3}))
+    assert (summary.inserted, summary.modified, summary.deleted) == (1, 1, 0)
+    assert job_entries(fake_server) == {5: 4, 6: 3} and len(fake_server.writes) == writes + 1
+    driver.apply_updates(lambda: pytest.fail("unexpected"), _updates({5: None}))
+    assert job_entries(fake_server) == {6: 3}
+    assert driver.apply_updates(lambda: pytest.fail("unexpected"), _updates({})).writes == 0
+    assert len(fake_server.entries(33554437)) == 1  # queue_by_tlr untouched
+
+
+def test_large_updates_split_into_batches_that_fit_a_write(make_driver, fake_server):
+    driver = make_driver(max_batch_updates=40)
+    driver.connect()
+    jobs = {j: 1 + j % 7 for j in range(1, 101)}
+    summary = driver.apply_updates(lambda: SwitchState(job_rules=frozenset(JobRule(j, q) for j, q in jobs.items())),
+                                   _updates(jobs, static=True))
+    assert summary.inserted == 100 and job_entries(fake_server) == jobs
+    assert [len(w.updates) for w in fake_server.writes] == [40, 40, 20]
+
+
+def test_write_budget_defers_the_rest_and_writes_losing_jobs_first(make_driver, fake_server):
+    driver = make_driver(max_updates_per_s=10.0)
+    driver.connect()
+    driver.apply_updates(lambda: SwitchState(), _updates({}, static=True))
+    driver._tokens = 3  # as if 0.3 s of budget had built up
+    jobs = {j: 2 for j in range(1, 9)}
+    summary = driver.apply_updates(lambda: pytest.fail("unexpected"), _updates(jobs, urgent={7, 8}))
+    assert summary.inserted == 3 and driver.deferred_updates == 5
+    assert set(job_entries(fake_server)) == {7, 8, 1}  # the urgent ones first, then by job id
+    driver._tokens = 100
+    driver.apply_updates(lambda: pytest.fail("unexpected"), _updates({2: 6}))  # newest value, never a stale one
+    assert job_entries(fake_server) == {**jobs, 2: 6} and driver.deferred_updates == 0

@@ -87,20 +87,24 @@ def test_an_unexpected_driver_error_re_arms_the_switch_and_the_loop_continues():
         assert len(driver.applied) == 1
         driver.fail_apply = OSError("netlink went away")
         clock.t = 1.0
+        ctl.ingest(report(1, 1, 0.5), "h")  # a change, so the epoch writes
         r = ctl.epoch()
         assert "netlink went away" in r.errors["s1"] and not ctl.switch_up("s1")
         clock.t = 1.05
         ctl.epoch()
         assert len(driver.connect_calls) == 1  # backoff 0.1 s not over yet
         clock.t = 1.2
-        ctl.epoch()
-        clock.t = 1.3
-        r = ctl.epoch()
+        r = ctl.epoch()  # backoff over: reconnected, and the whole state applied in the same epoch
         assert ctl.switch_up("s1") and r.writes["s1"].inserted == 1
         assert len(driver.connect_calls) == 2
+        assert {(r.job_id, r.qid) for r in driver.applied[-1].job_rules} == {(1, 4)}
+        applied = len(driver.applied)
+        clock.t = 1.3
+        r = ctl.epoch()  # nothing changed: nothing to write, the driver is not called
+        assert len(driver.applied) == applied and r.writes["s1"].writes == 0
 
 
-def test_one_apply_per_switch_per_epoch_with_the_full_desired_state():
+def test_one_apply_per_switch_per_changed_epoch_with_the_full_desired_state():
     clock, driver = Clock(), ScriptedDriver()
     with make(driver, clock) as ctl:
         assert ctl.connect(5)

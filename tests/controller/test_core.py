@@ -1,0 +1,111 @@
+"""The sans-I/O core against the straightforward policy: the same decisions, epoch by epoch, on random report
+sequences; updates that add up to the desired state; work that follows the jobs crossing a switch."""
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from netapprox.controller import policy
+from netapprox.controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig
+from netapprox.controller.core import ControllerCore
+from netapprox.controller.model import JobRule
+from netapprox.hostlib.wire import Report
+
+REPORTS = ReportConfig(port=-1, rate_per_host=1e9, burst=10 ** 9)
+
+
+def report(job: int, group: int, seq: int, tlr: float, loss: float) -> bytes:
+    return Report(job_id=job, group_id=group, seq=seq, tlr=tlr, loss=loss, msr=0.5, rate_kbps=1, total=1,
+                  delivered=0, lost=0, epoch=seq).encode()
+
+
+class Reference:
+    """The epoch loop before it was incremental: every job re-decided by policy.decide every epoch."""
+
+    def __init__(self, cfg: PolicyConfig) -> None:
+        self.cfg = cfg
+        self.jobs: dict[int, dict[int, policy.GroupReport]] = {}
+        self.assignments: dict[int, int] = {}
+        self.losing: dict[int, int] = {}
+
+    def ingest(self, job: int, group: int, tlr: float, loss: float, now: float) -> None:
+        q15 = lambda x: round(x * 0x8000) / 0x8000  # noqa: E731 - what the wire keeps of a TLR
+        self.jobs.setdefault(job, {})[group] = policy.GroupReport(q15(tlr), now, q15(loss))
+
+    def step(self, now: float) -> policy.Decision:
+        d = policy.decide(self.jobs, self.assignments, now, self.cfg, self.losing)
+        self.jobs = {j: dict(g) for j, g in d.live.items()}
+        self.assignments, self.losing = dict(d.assignments), dict(d.losing)
+        return d
+
+
+events = st.lists(st.lists(st.tuples(st.integers(1, 6), st.integers(0, 2), st.floats(0, 1), st.floats(0, 1)),
+                           max_size=5), min_size=1, max_size=25)
+
+
+@settings(max_examples=150, deadline=None)
+@given(epochs=events, gaps=st.lists(st.sampled_from([0.02, 0.02, 0.3, 0.7]), min_size=25, max_size=25),
+       pinned=st.sampled_from([(), ((2, 5),)]))
+def test_incremental_core_decides_exactly_as_the_policy(epochs, gaps, pinned):
+    cfg = PolicyConfig(job_timeout_s=0.5, promote_after_epochs=2, pinned=pinned)
+    core = ControllerCore(ControllerConfig(switches=(SwitchConfig("s1"),), policy=cfg, reports=REPORTS))
+    ref = Reference(cfg)
+    now, seq = 0.0, 0
+    table: dict[int, int] = {}
+    for reports, gap in zip(epochs, gaps):
+        for job, group, tlr, loss in reports:
+            seq += 1
+            assert core.ingest(report(job, group, seq, tlr, loss), "10.0.0.1", now) is not None
+            ref.ingest(job, group, tlr, loss, now)
+        plan = core.step(now)
+        want = ref.step(now)
+        assert dict(plan.assignments) == dict(want.assignments)
+        assert [c for c in plan.changes if c.reason != "held"] == [c for c in want.changes if c.reason != "held"]
+        desired = plan.desired["s1"]
+        expect = policy.switch_state(policy.static_state(SwitchConfig("s1"), cfg), {**dict(pinned), **want.assignments})
+        assert desired == expect
+        if plan.updates["s1"].static:  # the whole state: the consumer starts from it
+            table = {r.job_id: r.qid for r in desired.job_rules}
+        for job, qid in plan.updates["s1"].jobs.items():  # the updates turn last epoch's table into this one
+            if qid is None:
+                del table[job]
+            else:
+                table[job] = qid
+        assert {JobRule(j, q) for j, q in table.items()} == desired.job_rules
+        now += gap
+
+
+def test_unchanged_reports_re_decide_nothing_and_update_nothing():
+    core = ControllerCore(ControllerConfig(switches=(SwitchConfig("s1"),), reports=REPORTS))
+    for seq in (1, 2, 3):
+        for job in range(1, 101):
+            core.ingest(report(job, 0, seq, 0.3, 0.0), "10.0.0.1", seq * 0.02)
+        plan = core.step(seq * 0.02)
+        if seq == 1:
+            assert len(plan.updates["s1"].jobs) == 100 and plan.updates["s1"].static
+        else:
+            assert plan.changes == () and plan.updates["s1"].empty
+    assert len(plan.reports) == 100  # still accepted (liveness), just nothing to decide
+
+
+def test_a_switch_only_carries_the_jobs_of_its_sources():
+    switches = (SwitchConfig("tor1", job_sources=("10.0.1.0/24",)), SwitchConfig("tor2", job_sources=("10.0.2.0/24",)),
+                SwitchConfig("core"))
+    core = ControllerCore(ControllerConfig(switches=switches, reports=REPORTS))
+    core.ingest(report(1, 0, 1, 0.3, 0.0), "10.0.1.5", 0.0)
+    core.ingest(report(2, 0, 1, 0.6, 0.0), "10.0.2.7", 0.0)
+    plan = core.step(0.0)
+    assert dict(plan.updates["tor1"].jobs) == {1: 2} and dict(plan.updates["tor2"].jobs) == {2: 4}
+    assert dict(plan.updates["core"].jobs) == {1: 2, 2: 4}
+    assert {r.job_id for r in plan.desired["tor1"].job_rules} == {1}
+
+
+def test_expiry_runs_off_deadlines_and_deletes_the_entry_once():
+    core = ControllerCore(ControllerConfig(switches=(SwitchConfig("s1"),), reports=REPORTS,
+                                           policy=PolicyConfig(job_timeout_s=1.0)))
+    core.ingest(report(7, 0, 1, 0.9, 0.0), "h", 0.0)
+    assert dict(core.step(0.0).updates["s1"].jobs) == {7: 7}
+    assert core.step(0.99).updates["s1"].empty  # still live
+    plan = core.step(1.0)
+    assert dict(plan.updates["s1"].jobs) == {7: None} and [c.reason for c in plan.changes] == ["expired"]
+    assert core.step(2.0).updates["s1"].empty
