@@ -105,6 +105,9 @@ class ReportConfig:
     """Token-bucket rate limit per reporting host, reports per second."""
     burst: int = 200
     """Token-bucket depth per reporting host."""
+    rcvbuf_bytes: int = 4 << 20
+    """Receive buffer of the report socket: reports arriving while an epoch runs wait there (as root the
+    runtime may exceed net.core.rmem_max)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,6 +160,10 @@ class ControllerConfig:
     """Address of the Prometheus metrics endpoint."""
     metrics_port: int = -1
     """Port of the Prometheus endpoint (``/metrics``); 0 picks a free port, -1 disables it."""
+    decide_on_arrival: bool = True
+    """Between epochs, decide and write the jobs whose new reports move them (if they are not losing), so a
+    report reaches the switches within milliseconds instead of at the next epoch; epochs still expire jobs,
+    count losing streaks and promote. Off: every decision at an epoch boundary."""
     reconnect_initial_s: float = 0.1
     """First reconnect delay after a switch is lost; doubles on every failure."""
     reconnect_max_s: float = 5.0
@@ -267,7 +274,7 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "<config>",
                         for i, t in enumerate(top.get("cadentflow", ())))
     policy = PolicyConfig(**pol, cadentflows=cadentflows)
 
-    rep = _take(top.get("reports", {}), ("bind", "port", "key", "key_file", "rate_per_host", "burst"),
+    rep = _take(top.get("reports", {}), ("bind", "port", "key", "key_file", "rate_per_host", "burst", "rcvbuf_bytes"),
                 f"{source} [reports]")
     if "key_file" in rep:
         path = Path(rep.pop("key_file"))

@@ -70,7 +70,11 @@ class _Job:
         self.tag_only = tag_only
 
     def refresh_min(self) -> None:
-        self.min_tlr, self.min_group = policy.job_tlr(self.groups)
+        if len(self.groups) == 1:
+            (self.min_group, report), = self.groups.items()
+            self.min_tlr = report.tlr
+        else:
+            self.min_tlr, self.min_group = policy.job_tlr(self.groups)
 
 
 class _DesiredStates(Mapping[str, SwitchState]):
@@ -275,6 +279,33 @@ class ControllerCore:
         return EpochPlan(epoch=self._epoch, now=now, assignments=types.MappingProxyType(dict(self._assignments)),
                          changes=tuple(changes), updates=types.MappingProxyType(updates),
                          desired=_DesiredStates(self, self._epoch), reports=reports, reports_dropped=dropped)
+
+    def decide_arrivals(self) -> tuple[tuple[policy.JobChange, ...], Mapping[str, TableUpdates]]:
+        """Decide now the jobs whose new reports changed their inputs and who are not losing (between epochs,
+        so that a report reaches the switches within milliseconds, not at the next epoch boundary). Losing
+        jobs, expiry and promotion wait for ``step``: a losing streak counts epochs. Returns the decisions and
+        each switch's updates (empty when nothing changed). Mode ``netapprox`` only."""
+        cfg = self.config.policy
+        if cfg.mode != "netapprox" or not self._dirty:
+            return (), {}
+        pinned = dict(cfg.pinned)
+        deltas: dict[str, dict[int, int | None]] = {name: {} for name in self.switches}
+        changes: list[policy.JobChange] = []
+        for job_id in sorted(self._dirty):
+            job = self._jobs.get(job_id)
+            if job is None or job_id in self._losing:
+                continue
+            job.refresh_min()
+            if job.groups[job.min_group].loss > job.min_tlr + cfg.loss_margin:
+                continue  # it starts losing: its streak starts at the epoch
+            self._dirty.discard(job_id)
+            change = self._decide(job, pinned, cfg)
+            if change is not None:
+                changes.append(change)
+                if change.new_qid != change.old_qid:
+                    self._set_queue(job, change.new_qid, deltas)
+        updates = {name: TableUpdates(static=False, jobs=types.MappingProxyType(d)) for name, d in deltas.items() if d}
+        return tuple(changes), updates
 
     def _expire(self, now: float) -> dict[int, tuple[str, ...]]:
         """Forget groups silent for ``job_timeout_s`` (the test is ``policy.decide``'s: ``now - last_seen <

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import types
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 from netapprox.controller.config import CadentFlow, PolicyConfig, SwitchConfig
 from netapprox.controller.model import (
@@ -36,9 +36,8 @@ from netapprox.controller.model import (
 from netapprox.hostlib.wire import TLR_ONE
 
 
-@dataclasses.dataclass(frozen=True)
-class GroupReport:
-    """The latest accepted report of one (job, group)."""
+class GroupReport(NamedTuple):
+    """The latest accepted report of one (job, group). (A tuple: one is made per report, at line rate.)"""
 
     tlr: float
     last_seen: float
@@ -48,8 +47,7 @@ class GroupReport:
     """The sender's rate when it reported (metrics only)."""
 
 
-@dataclasses.dataclass(frozen=True)
-class JobChange:
+class JobChange(NamedTuple):
     """One policy decision worth logging. ``reason``: ``new`` (first assignment), ``moved`` (queue changed by
     the TLR), ``promoted`` (moved up because its loss stayed above its TLR), ``held`` (the TLR points at
     another queue but stays within the hysteresis band, or the job is losing and may not move down),

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from p4.v1 import p4runtime_pb2
+from netapprox.controller.p4runtime.protos import p4runtime_pb2
 
 from netapprox.controller.drivers import Driver
 from netapprox.controller.errors import ConfigError, P4RuntimeWriteError, PipelineError, QueueConfigError, UpdateError
@@ -74,6 +74,8 @@ class P4RuntimeDriver(Driver):
         self._jobs: dict[int, int] = {}  # ... and its queue_by_job entries
         self._dirty: set[int] = set()  # jobs whose entry may differ from what is installed
         self._urgent: set[int] = set()  # jobs whose loss exceeds their TLR: written first
+        self._inflight: collections.deque = collections.deque()  # (future, changes, serialized batch)
+        self._inflight_jobs: set[int] = set()
         self._tokens = 0.0
         self._token_stamp = time.monotonic()
         self.deferred_updates = 0
@@ -103,8 +105,10 @@ class P4RuntimeDriver(Driver):
                 for control in self.controls:
                     for table in control.tables:
                         table.installed.clear()
+                self._inflight.clear()  # Writes of the old session: their entries are re-sent below
+                self._inflight_jobs.clear()
                 if self._static is not None:
-                    self._dirty = set(self._jobs)
+                    self._dirty = set(self._jobs) | set(self.classification.queue_by_job.installed)
                     self._write(full=True)
             except BaseException:
                 self.session.close()
@@ -166,9 +170,12 @@ class P4RuntimeDriver(Driver):
             return self._write(full=True)
 
     def apply_updates(self, desired: Callable[[], SwitchState], updates: TableUpdates) -> WriteSummary:
-        """The epoch's changes: a static change (or the first call) diffs every table against ``desired()``;
-        otherwise only the ``queue_by_job`` entries in ``updates`` (and those still waiting for write budget)
-        are compared with what is installed."""
+        """The epoch's changes. A static change (or the first call) diffs every table against ``desired()`` and
+        writes synchronously. Otherwise only the ``queue_by_job`` entries in ``updates`` (and those still
+        waiting) are compared with what is installed, and sent without waiting for the switch: at most
+        ``max_inflight_writes`` Writes are outstanding; entries that do not fit wait, and are sent at their
+        newest value once the switch has taken the earlier ones (so a slow switch never delays an epoch and is
+        never sent stale values). Results of earlier Writes are recorded here; their errors are raised here."""
         with self._lock:
             self.session.check_up()
             if updates.static or self._static is None:
@@ -182,9 +189,71 @@ class P4RuntimeDriver(Driver):
                     self._jobs[job] = qid
             self._dirty.update(updates.jobs)
             self._urgent |= updates.urgent
-            if not self._dirty:
-                return WriteSummary()
-            return self._write(full=False)
+            errors = self._settle(block=False)
+            summary = self._send_job_changes() if self._dirty else WriteSummary()
+            if errors:
+                raise P4RuntimeWriteError(self.name, errors, len(errors))
+            return summary
+
+    def flush(self) -> None:
+        """Wait for every Write in flight and record its result (raises its errors)."""
+        with self._lock:
+            errors = self._settle(block=True)
+            if errors:
+                raise P4RuntimeWriteError(self.name, errors, len(errors))
+
+    def _send_job_changes(self) -> WriteSummary:
+        opts = self.options
+        room = max(0, opts.max_inflight_writes - len(self._inflight))
+        if room == 0:
+            self.deferred_updates = len(self._dirty)
+            return WriteSummary()
+        changes = self._job_changes(limit=room * opts.max_batch_updates)
+        if not changes:
+            return WriteSummary()
+        updates = [c.serialized() for c in changes]
+        for part in batches([len(u) for u in updates], opts.max_batch_updates, opts.max_write_bytes)[:room]:
+            batch = [updates[i] for i in part]
+            sent = [changes[i] for i in part]
+            self._inflight.append((self.session.write_future(batch), sent, batch))
+            for change in sent:
+                self._dirty.discard(change.key)
+                self._inflight_jobs.add(change.key)
+        kinds = collections.Counter(c.kind for c in changes)
+        return WriteSummary(inserted=kinds[p4runtime_pb2.Update.INSERT], modified=kinds[p4runtime_pb2.Update.MODIFY],
+                            deleted=kinds[p4runtime_pb2.Update.DELETE])
+
+    def _settle(self, block: bool) -> list[UpdateError]:
+        """Record the results of Writes in flight, oldest first: all of them (``block``) or those done."""
+        errors: list[UpdateError] = []
+        while self._inflight and (block or self._inflight[0][0].done()):
+            future, changes, batch = self._inflight.popleft()
+            errors += self._record(changes, self.session.write_result(future, batch))
+        return errors
+
+    def _record(self, changes: list[Change], result: P4RuntimeWriteError | None) -> list[UpdateError]:
+        """Commit what the switch took, heal what it refused; a job whose entry is not (or no longer) what is
+        wanted goes back to the dirty set."""
+        failed = {} if result is None else {e.index: e for e in result.errors}
+        errors = []
+        jobs = self.classification.queue_by_job
+        for position, change in enumerate(changes):
+            err = failed.get(position, failed.get(-1))
+            if err is None:
+                change.commit()
+                if change.table is jobs:
+                    self._urgent.discard(change.key)
+            else:
+                if -1 not in failed:
+                    change.heal(err.code)
+                errors.append(UpdateError(position, err.code, err.message, err.update))
+            if change.table is jobs:
+                self._inflight_jobs.discard(change.key)
+                installed = jobs.installed.get(change.key)
+                want = self._jobs.get(change.key)
+                if err is not None or (installed[0].qid if installed and installed[0] else None) != want:
+                    self._dirty.add(change.key)
+        return errors
 
     @property
     def _desired(self) -> SwitchState | None:
@@ -202,11 +271,12 @@ class P4RuntimeDriver(Driver):
         """The updates ``apply(desired)`` would send, in order: deletes, modifies, inserts."""
         return pending_changes(self.controls, desired)
 
-    def _job_changes(self) -> list[Change]:
-        """queue_by_job updates for the dirty jobs within this epoch's write budget, urgent jobs first."""
+    def _job_changes(self, limit: int | None = None) -> list[Change]:
+        """queue_by_job updates for the dirty jobs (not in flight) within this epoch's write budget and ``limit``,
+        urgent jobs first."""
         table = self.classification.queue_by_job
         opts = self.options
-        budget = len(self._dirty)
+        budget = len(self._dirty) if limit is None else min(limit, len(self._dirty))
         if opts.max_updates_per_s > 0:
             now = time.monotonic()
             self._tokens = min(opts.max_updates_per_s,
@@ -214,11 +284,16 @@ class P4RuntimeDriver(Driver):
             self._token_stamp = now
             budget = int(self._tokens)
         changes: list[Change] = []
-        order = sorted(self._dirty & self._urgent) + sorted(self._dirty - self._urgent)
+        if budget >= len(self._dirty):
+            order = sorted(self._dirty)  # everything fits: no need to put the urgent ones first
+        else:
+            order = sorted(self._dirty & self._urgent) + sorted(self._dirty - self._urgent)
         for job in order:
+            if job in self._inflight_jobs:
+                continue  # sent at its newest value once the switch has answered the earlier Write
             want = self._jobs.get(job)
             have = table.installed.get(job)
-            if have is not None and want is not None and have[0] == JobRule(job, want):
+            if have is not None and want is not None and have[0] is not None and have[0].qid == want:
                 self._dirty.discard(job)
                 continue
             if len(changes) >= budget:
@@ -227,53 +302,51 @@ class P4RuntimeDriver(Driver):
                 if have is None:
                     self._dirty.discard(job)
                     continue
-                changes.append(Change(p4runtime_pb2.Update.DELETE, table, job, have[0], have[1]))
+                kind, rule = p4runtime_pb2.Update.DELETE, have[0]
+                payload = self.classification.job_update(kind, job, 0)
             else:
-                rule = JobRule(job, want)
                 kind = p4runtime_pb2.Update.INSERT if have is None else p4runtime_pb2.Update.MODIFY
-                changes.append(Change(kind, table, job, rule, table.build(rule, self.classification.job_entry)))
+                rule = JobRule(job, want)
+                payload = self.classification.job_update(kind, job, want)
+            changes.append(Change(kind, table, job, rule, None, payload))
         if opts.max_updates_per_s > 0:
             self._tokens -= len(changes)
         self.deferred_updates = len(self._dirty) - len(changes)
         return changes
 
     def _write(self, full: bool) -> WriteSummary:
+        """Write synchronously: the static tables (``full``) and the dirty jobs, after every Write in flight."""
+        errors = self._settle(block=True)
         changes = pending_changes(self.controls, self._static, skip=frozenset({self.classification.queue_by_job})) \
             if full else []
         changes += self._job_changes()
         if not changes:
+            if errors:
+                raise P4RuntimeWriteError(self.name, errors, len(errors))
             return WriteSummary()
         table_order = {t: i for i, t in enumerate(t for c in self.controls for t in c.tables)}
         changes.sort(key=lambda c: (UPDATE_ORDER[c.kind], table_order[c.table]))
-        updates = [c.update() for c in changes]
+        updates = [c.serialized() for c in changes]
+        sizes = [len(u) for u in updates]
         opts = self.options
+        for change in changes:
+            if change.table is self.classification.queue_by_job:
+                self._dirty.discard(change.key)
         # One Write when everything fits (deletes, modifies, inserts in that order within it); otherwise the
         # deletes complete first, so that no insert races the delete of an overlapping entry in another Write.
-        if len(batches(updates, opts.max_batch_updates, opts.max_write_bytes)) == 1:
+        if len(batches(sizes, opts.max_batch_updates, opts.max_write_bytes)) == 1:
             groups = [list(range(len(changes)))]
         else:
             split = next((i for i, c in enumerate(changes) if c.kind != p4runtime_pb2.Update.DELETE), len(changes))
             groups = [list(range(0, split)), list(range(split, len(changes)))]
-        errors: list[UpdateError] = []
         for group in groups:
-            parts = batches([updates[i] for i in group], opts.max_batch_updates, opts.max_write_bytes)
-            index_of = [[group[i] for i in part] for part in parts]
-            results = self.session.write_pipelined([[updates[i] for i in part] for part in index_of],
+            parts = [[group[i] for i in part]
+                     for part in batches([sizes[i] for i in group], opts.max_batch_updates, opts.max_write_bytes)]
+            results = self.session.write_pipelined([[updates[i] for i in part] for part in parts],
                                                    opts.max_inflight_writes)
-            for part, result in zip(index_of, results):
-                failed = {} if result is None else {e.index: e for e in result.errors}
-                for position, index in enumerate(part):
-                    change = changes[index]
-                    err = failed.get(position, failed.get(-1))
-                    if err is None:
-                        change.commit()
-                        if change.table is self.classification.queue_by_job:
-                            self._dirty.discard(change.key)
-                            self._urgent.discard(change.key)
-                    else:
-                        if -1 not in failed:
-                            change.heal(err.code)
-                        errors.append(UpdateError(index, err.code, err.message, err.update))
+            for part, result in zip(parts, results):
+                for err in self._record([changes[i] for i in part], result):
+                    errors.append(UpdateError(part[err.index], err.code, err.message, err.update))
         if errors:
             raise P4RuntimeWriteError(self.name, errors, len(changes))
         kinds = collections.Counter(c.kind for c in changes)

@@ -1,7 +1,7 @@
 """Mirrors ``NetApproxEgress.ecn`` (p4src/*/include/control/ecn.p4): ``ecn_thresholds``."""
 from __future__ import annotations
 
-from p4.v1 import p4runtime_pb2
+from netapprox.controller.p4runtime.protos import p4runtime_pb2
 
 from netapprox.controller.model import EcnRule, SwitchState
 from netapprox.controller.p4runtime.mirror import DesiredTables, TableMirror, action, exact, unique

@@ -1,7 +1,7 @@
 """Mirrors ``NetApproxIngress.forwarding`` (p4src/*/include/control/forwarding.p4): ``routes_v4``."""
 from __future__ import annotations
 
-from p4.v1 import p4runtime_pb2
+from netapprox.controller.p4runtime.protos import p4runtime_pb2
 
 from netapprox.controller.model import Route, SwitchState
 from netapprox.controller.p4runtime.mirror import DesiredTables, TableMirror, action, lpm, unique

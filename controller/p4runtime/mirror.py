@@ -8,10 +8,9 @@ change to the mirror once the switch accepted it.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Callable, Hashable, Iterable, Mapping, Protocol
 
-from p4.v1 import p4runtime_pb2
+from netapprox.controller.p4runtime.protos import p4runtime_pb2
 
 from netapprox.controller.errors import ControllerError
 from netapprox.controller.model import SwitchState
@@ -55,6 +54,23 @@ def action(info: ActionInfo, **params: int) -> p4runtime_pb2.TableAction:
         for n, v in params.items()]))
 
 
+# --- protobuf wire encoding of the hot path ----------------------------------------------------------------
+
+def varint(n: int) -> bytes:
+    """Protobuf base-128 varint of a non-negative integer."""
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field."""
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
 # --- the mirror and its changes ------------------------------------------------------------------------
 
 class TableMirror:
@@ -65,6 +81,7 @@ class TableMirror:
         self.name = name
         self.installed: dict[Hashable, tuple[Any, p4runtime_pb2.TableEntry]] = {}
         self._built: dict[Any, p4runtime_pb2.TableEntry] = {}  # rule -> entry (protobuf building is slow)
+        self._updates: dict[tuple[int, Any], tuple[p4runtime_pb2.Update, int]] = {}  # (kind, rule) -> (update, bytes)
 
     def action_of(self, p4info: P4Info, name: str) -> ActionInfo:
         """Action ``name``, checked to be one of this table's actions in the P4Info."""
@@ -81,6 +98,20 @@ class TableMirror:
                 self._built.clear()
             entry = self._built[rule] = build(rule)
         return entry
+
+    def update(self, kind: int, rule: Any, entry: p4runtime_pb2.TableEntry) -> tuple[p4runtime_pb2.Update, int]:
+        """The Update of ``kind`` for ``rule``'s ``entry`` and its serialized size, cached: a job moving back
+        and forth between two queues costs two messages, once."""
+        key = (kind, rule)
+        hit = self._updates.get(key)
+        if hit is None:
+            if len(self._updates) >= ENTRY_CACHE_SIZE:
+                self._updates.clear()
+            if kind == p4runtime_pb2.Update.DELETE:  # a delete names the entry by its key only
+                entry = p4runtime_pb2.TableEntry(table_id=entry.table_id, match=entry.match, priority=entry.priority)
+            update = p4runtime_pb2.Update(type=kind, entity=p4runtime_pb2.Entity(table_entry=entry))
+            hit = self._updates[key] = (update, update.ByteSize())
+        return hit
 
     def entry(self, matches: Iterable[p4runtime_pb2.FieldMatch | None], table_action: p4runtime_pb2.TableAction,
               priority: int = 0) -> p4runtime_pb2.TableEntry:
@@ -103,21 +134,35 @@ class TableMirror:
         return [c for group in (deletes, modifies, inserts) for c in sorted(group, key=lambda c: repr(c.key))]
 
 
-@dataclasses.dataclass(frozen=True)
 class Change:
-    """One update of a batched Write, and how to record it in its table's mirror once the switch took it."""
+    """One update of a batched Write, and how to record it in its table's mirror once the switch took it.
+    ``payload``: the serialized Update when it was encoded directly (the queue_by_job hot path; ``entry`` is
+    then None). (A plain slotted class: one is made per update.)"""
 
-    kind: int  # p4runtime_pb2.Update.Type
-    table: TableMirror
-    key: Hashable
-    rule: Any
-    entry: p4runtime_pb2.TableEntry
+    __slots__ = ("kind", "table", "key", "rule", "entry", "payload")
+
+    def __init__(self, kind: int, table: TableMirror, key: Hashable, rule: Any,
+                 entry: p4runtime_pb2.TableEntry | None, payload: bytes | None = None) -> None:
+        self.kind = kind  # p4runtime_pb2.Update.Type
+        self.table = table
+        self.key = key
+        self.rule = rule
+        self.entry = entry
+        self.payload = payload
+
+    def __repr__(self) -> str:
+        return f"Change({self.kind}, {self.table.name}, {self.key!r}, {self.rule!r})"
 
     def update(self) -> p4runtime_pb2.Update:
-        entry = self.entry
-        if self.kind == p4runtime_pb2.Update.DELETE:  # a delete names the entry by its key only
-            entry = p4runtime_pb2.TableEntry(table_id=entry.table_id, match=entry.match, priority=entry.priority)
-        return p4runtime_pb2.Update(type=self.kind, entity=p4runtime_pb2.Entity(table_entry=entry))
+        if self.payload is not None:
+            return p4runtime_pb2.Update.FromString(self.payload)
+        return self.table.update(self.kind, self.rule, self.entry)[0]
+
+    def serialized(self) -> bytes:
+        """The Update as it goes on the wire."""
+        if self.payload is not None:
+            return self.payload
+        return self.table.update(self.kind, self.rule, self.entry)[0].SerializeToString()
 
     def commit(self) -> None:
         if self.kind == p4runtime_pb2.Update.DELETE:
@@ -171,14 +216,18 @@ def pending_changes(controls: Iterable[Control], state: SwitchState,
     return sorted(changes, key=lambda c: UPDATE_ORDER[c.kind])
 
 
-def batches(updates: list[p4runtime_pb2.Update], max_updates: int, max_bytes: int) -> list[list[int]]:
-    """Indices of ``updates`` split into Write batches of at most ``max_updates`` updates and ``max_bytes``
-    serialized bytes (gRPC's default message limit is 4 MiB); one update never splits."""
+def batches(sizes: list[int], max_updates: int, max_bytes: int) -> list[list[int]]:
+    """Indices of updates of serialized ``sizes`` split into Write batches of at most ``max_updates`` updates
+    and ``max_bytes`` bytes (gRPC's default message limit is 4 MiB); one update never splits."""
+    if not sizes:
+        return []
+    if len(sizes) <= max_updates and sum(sizes) + 8 * len(sizes) <= max_bytes:
+        return [list(range(len(sizes)))]
     out: list[list[int]] = []
     current: list[int] = []
     size = 0
-    for i, update in enumerate(updates):
-        n = update.ByteSize() + 8  # field tag and length prefix in the WriteRequest
+    for i, n in enumerate(sizes):
+        n += 8  # field tag and length prefix in the WriteRequest
         if current and (len(current) >= max_updates or size + n > max_bytes):
             out.append(current)
             current, size = [], 0

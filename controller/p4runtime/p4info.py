@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Mapping
 
 from google.protobuf import text_format
-from p4.config.v1 import p4info_pb2
+from netapprox.controller.p4runtime.protos import p4info_pb2
 
 from netapprox.controller.errors import P4InfoError
 

@@ -16,7 +16,7 @@ from typing import Any, Iterator, Sequence
 import grpc
 from google.protobuf import text_format
 from google.rpc import code_pb2, status_pb2
-from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
+from netapprox.controller.p4runtime.protos import p4runtime_pb2, p4runtime_pb2_grpc
 
 from netapprox.controller.errors import (
     ControllerError,
@@ -26,6 +26,7 @@ from netapprox.controller.errors import (
     SwitchUnavailable,
     UpdateError,
 )
+from netapprox.controller.p4runtime.mirror import varint as _varint
 from netapprox.controller.p4runtime.options import P4RuntimeOptions
 from netapprox.controller.p4runtime.p4info import P4Info, decode
 
@@ -74,6 +75,8 @@ class P4RuntimeSession:
         self._broken: str | None = None
         self.connected = False
         self.packets_in_dropped = 0
+        self._raw_write = None
+        self._write_head = b""
 
     @property
     def election_id(self) -> p4runtime_pb2.Uint128:
@@ -190,6 +193,7 @@ class P4RuntimeSession:
             self._channel.close()
             self._channel = None
         self._stub = None
+        self._raw_write = None
 
     # --- RPCs ---
 
@@ -216,29 +220,41 @@ class P4RuntimeSession:
         except grpc.RpcError as e:
             raise self._write_error(e, updates) from None
 
-    def write_pipelined(self, batches: Sequence[Sequence[p4runtime_pb2.Update]],
-                        max_inflight: int) -> list[P4RuntimeWriteError | None]:
-        """Send ``batches`` as Writes with at most ``max_inflight`` outstanding at once (the switch works on
-        one while the next is on the wire); returns, per batch, None or its ``P4RuntimeWriteError``. Raises
-        SwitchUnavailable when the switch is gone (the remaining batches are not sent)."""
+    def write_future(self, batch: Sequence[bytes]):
+        """Start one Write of serialized Updates; the request is assembled from them, without building
+        messages. ``write_result`` waits for it."""
+        if self._raw_write is None:
+            self._raw_write = self._channel.unary_unary("/p4.v1.P4Runtime/Write", request_serializer=None,
+                                                        response_deserializer=p4runtime_pb2.WriteResponse.FromString)
+            self._write_head = p4runtime_pb2.WriteRequest(device_id=self.options.device_id,
+                                                          election_id=self.election_id).SerializeToString()
+        body = b"".join(b"\x22" + _varint(len(u)) + u for u in batch)  # WriteRequest.updates (4)
+        return self._raw_write.future(self._write_head + body, timeout=self.options.rpc_timeout_s)
+
+    def write_result(self, future, batch: Sequence[bytes]) -> P4RuntimeWriteError | None:
+        """None when the Write of ``batch`` succeeded, else its ``P4RuntimeWriteError``. Raises SwitchUnavailable
+        when the switch is gone."""
+        try:
+            future.result()
+        except grpc.RpcError as e:
+            return self._write_error(e, [p4runtime_pb2.Update.FromString(u) for u in batch])
+        return None
+
+    def write_pipelined(self, batches: Sequence[Sequence[bytes]], max_inflight: int) -> list[P4RuntimeWriteError | None]:
+        """Send ``batches`` of serialized Updates as Writes with at most ``max_inflight`` outstanding at once (the
+        switch works on one while the next is on the wire) and wait for all; returns, per batch, None or its
+        ``P4RuntimeWriteError``. Raises SwitchUnavailable when the switch is gone (the rest is not sent)."""
         results: list[P4RuntimeWriteError | None] = [None] * len(batches)
         inflight: list[tuple[int, object]] = []
-
-        def settle(index: int, future) -> None:
-            try:
-                future.result()
-            except grpc.RpcError as e:
-                results[index] = self._write_error(e, batches[index])
-
         try:
-            for index, updates in enumerate(batches):
+            for index, batch in enumerate(batches):
                 if len(inflight) >= max(1, max_inflight):
-                    settle(*inflight.pop(0))
-                request = p4runtime_pb2.WriteRequest(device_id=self.options.device_id,
-                                                     election_id=self.election_id, updates=updates)
-                inflight.append((index, self._stub.Write.future(request, timeout=self.options.rpc_timeout_s)))
+                    i, future = inflight.pop(0)
+                    results[i] = self.write_result(future, batches[i])
+                inflight.append((index, self.write_future(batch)))
             while inflight:
-                settle(*inflight.pop(0))
+                i, future = inflight.pop(0)
+                results[i] = self.write_result(future, batches[i])
         except SwitchUnavailable:
             for _, future in inflight:
                 future.cancel()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
-from p4.v1 import p4runtime_pb2
+from netapprox.controller.p4runtime.protos import p4runtime_pb2
 
 from netapprox.controller.model import SwitchState
 from netapprox.controller.p4runtime.mirror import DesiredTables, TableMirror

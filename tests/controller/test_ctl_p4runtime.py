@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 import urllib.request
 
 import pytest
 from google.protobuf import text_format
-from p4.config.v1 import p4info_pb2
-from p4.v1 import p4runtime_pb2
+from netapprox.controller.p4runtime.protos import p4info_pb2, p4runtime_pb2
 
 from netapprox.controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig
 from netapprox.controller.errors import (
@@ -615,8 +615,10 @@ def test_epoch_updates_write_only_the_changed_job_entries(make_driver, fake_serv
     summary = driver.apply_updates(lambda: pytest.fail("a job update must not rebuild the whole state"),
                                    _updates({5: 4, 6: 3}))
     assert (summary.inserted, summary.modified, summary.deleted) == (1, 1, 0)
+    driver.flush()  # epoch updates go out without waiting for the switch
     assert job_entries(fake_server) == {5: 4, 6: 3} and len(fake_server.writes) == writes + 1
     driver.apply_updates(lambda: pytest.fail("unexpected"), _updates({5: None}))
+    driver.flush()
     assert job_entries(fake_server) == {6: 3}
     assert driver.apply_updates(lambda: pytest.fail("unexpected"), _updates({})).writes == 0
     assert len(fake_server.entries(33554437)) == 1  # queue_by_tlr untouched
@@ -627,7 +629,7 @@ def test_large_updates_split_into_batches_that_fit_a_write(make_driver, fake_ser
     driver.connect()
     jobs = {j: 1 + j % 7 for j in range(1, 101)}
     summary = driver.apply_updates(lambda: SwitchState(job_rules=frozenset(JobRule(j, q) for j, q in jobs.items())),
-                                   _updates(jobs, static=True))
+                                   _updates(jobs, static=True))  # a static update writes synchronously
     assert summary.inserted == 100 and job_entries(fake_server) == jobs
     assert [len(w.updates) for w in fake_server.writes] == [40, 40, 20]
 
@@ -639,8 +641,34 @@ def test_write_budget_defers_the_rest_and_writes_losing_jobs_first(make_driver, 
     driver._tokens = 3  # as if 0.3 s of budget had built up
     jobs = {j: 2 for j in range(1, 9)}
     summary = driver.apply_updates(lambda: pytest.fail("unexpected"), _updates(jobs, urgent={7, 8}))
+    driver.flush()
     assert summary.inserted == 3 and driver.deferred_updates == 5
     assert set(job_entries(fake_server)) == {7, 8, 1}  # the urgent ones first, then by job id
     driver._tokens = 100
     driver.apply_updates(lambda: pytest.fail("unexpected"), _updates({2: 6}))  # newest value, never a stale one
+    driver.flush()
     assert job_entries(fake_server) == {**jobs, 2: 6} and driver.deferred_updates == 0
+
+
+def test_a_slow_switch_gets_bounded_writes_in_flight_and_only_newest_values(make_driver, fake_server):
+    driver = make_driver(max_inflight_writes=1, max_batch_updates=2)
+    driver.connect()
+    driver.apply_updates(lambda: SwitchState(), _updates({}, static=True))
+    release = threading.Event()
+    fake_server.on_write = lambda request, stamp: release.wait(5)  # the switch sits on the first Write
+    driver.apply_updates(lambda: pytest.fail("unexpected"), _updates({1: 2, 2: 2, 3: 2}))
+    assert len(driver._inflight) == 1 and driver.deferred_updates == 1  # one Write out, job 3 waits
+    driver.apply_updates(lambda: pytest.fail("unexpected"), _updates({1: 5, 3: 4}))  # 1 moves again in flight
+    assert len(driver._inflight) == 1
+    fake_server.on_write = None
+    release.set()
+    driver.flush()
+    driver.apply_updates(lambda: pytest.fail("unexpected"), _updates({}))  # sends what waited
+    driver.flush()
+    driver.apply_updates(lambda: pytest.fail("unexpected"), _updates({}))
+    driver.flush()
+    assert job_entries(fake_server) == {1: 5, 2: 2, 3: 4}
+    sent = [(int.from_bytes(u.entity.table_entry.match[0].exact.value, "big"),
+             int.from_bytes(u.entity.table_entry.action.action.params[0].value, "big"))
+            for w in fake_server.writes[1:] for u in w.updates]
+    assert (3, 2) not in sent  # job 3's old queue was never sent: it waited and went out at its newest

@@ -190,3 +190,19 @@ def test_reconfigure_applies_at_the_next_epoch():
         ctl.reconfigure(policy_config=PolicyConfig(mode="static", pinned=((8, 6),)))
         ctl.epoch()
         assert {(r.job_id, r.qid) for r in driver.applied[-1].job_rules} == {(8, 6)}
+
+
+def test_reports_are_decided_on_arrival_between_epochs_unless_losing():
+    clock, driver = Clock(), ScriptedDriver()
+    with make(driver, clock) as ctl:
+        assert ctl.connect(5)
+        ctl.epoch()
+        applied = len(driver.applied)
+        ctl.ingest(report(4, 1, 0.6), "h")
+        ctl.ingest(report(5, 1, 0.2, loss=0.9), "h")  # losing: its streak starts at the next epoch
+        writes = ctl.decide_arrivals()
+        assert writes["s1"].writes == 1 and len(driver.applied) == applied + 1
+        assert {(r.job_id, r.qid) for r in driver.applied[-1].job_rules} == {(4, 4)}
+        assert ctl.decide_arrivals() == {}  # nothing new
+        r = ctl.epoch()
+        assert dict(r.assignments) == {4: 4, 5: 1} and [c.job_id for c in r.changes] == [5]

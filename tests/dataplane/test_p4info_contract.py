@@ -7,7 +7,7 @@ import subprocess
 
 import google.protobuf.text_format
 import pytest
-from p4.config.v1 import p4info_pb2
+from netapprox.controller.p4runtime.protos import p4info_pb2
 
 from support.skips import requires_p4
 

@@ -18,7 +18,7 @@ from typing import Callable, Iterator
 import grpc
 from google.protobuf import any_pb2
 from google.rpc import code_pb2, status_pb2
-from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
+from netapprox.controller.p4runtime.protos import p4runtime_pb2, p4runtime_pb2_grpc
 
 
 def _entry_key(entry: p4runtime_pb2.TableEntry) -> tuple:
@@ -64,6 +64,8 @@ class FakeP4RuntimeServer:
         self.port = 0
         self._server: grpc.Server | None = None
         self.on_write: Callable[[p4runtime_pb2.WriteRequest, float], None] | None = None
+        self.keep_requests = True
+        """Record every Write in ``writes`` (a benchmark turns it off)."""
         self._reset_state()
 
     def _reset_state(self) -> None:
@@ -160,6 +162,7 @@ class FakeP4RuntimeServer:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, "P4Info has no tables")
             self.pipelines.append(request)
             self.pipeline = request
+            self._table_ids = frozenset(t.preamble.id for t in request.config.p4info.tables)
             self.tables.clear()
         return p4runtime_pb2.SetForwardingPipelineConfigResponse()
 
@@ -169,7 +172,8 @@ class FakeP4RuntimeServer:
             self._check_primary(request.election_id, context)
             if self.pipeline is None:
                 context.abort(grpc.StatusCode.FAILED_PRECONDITION, "no forwarding pipeline config set")
-            self.writes.append(request)
+            if self.keep_requests:
+                self.writes.append(request)
             errors = []
             for update in request.updates:
                 errors.append(self._apply(update))
@@ -189,8 +193,7 @@ class FakeP4RuntimeServer:
         if update.entity.WhichOneof("entity") != "table_entry":
             return code_pb2.UNIMPLEMENTED, "only table entries"
         entry = update.entity.table_entry
-        known = {t.preamble.id for t in self.pipeline.config.p4info.tables}
-        if entry.table_id not in known:
+        if entry.table_id not in self._table_ids:
             return code_pb2.NOT_FOUND, f"unknown table id {entry.table_id}"
         key = _entry_key(entry)
         if update.type == p4runtime_pb2.Update.INSERT:

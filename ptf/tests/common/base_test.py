@@ -23,8 +23,7 @@ import grpc
 import ptf
 import ptf.testutils as testutils
 from google.rpc import code_pb2, status_pb2
-from p4.config.v1 import p4info_pb2
-from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
+from netapprox.controller.p4runtime.protos import p4info_pb2, p4runtime_pb2, p4runtime_pb2_grpc
 from ptf.base_tests import BaseTest
 from ptf.dataplane import match_exp_pkt
 from scapy.layers.l2 import Ether
