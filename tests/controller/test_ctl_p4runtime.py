@@ -672,3 +672,34 @@ def test_a_slow_switch_gets_bounded_writes_in_flight_and_only_newest_values(make
              int.from_bytes(u.entity.table_entry.action.action.params[0].value, "big"))
             for w in fake_server.writes[1:] for u in w.updates]
     assert (3, 2) not in sent  # job 3's old queue was never sent: it waited and went out at its newest
+
+
+def test_queue_by_job_updates_are_encoded_byte_for_byte_as_protobuf_would():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    cls = P4RuntimeDriver("s1", P4RuntimeOptions(p4info=str(P4INFO))).classification
+
+    @settings(max_examples=300, deadline=None)
+    @given(job=st.integers(1, 2 ** 32 - 1), qid=st.integers(0, 7),
+           kind=st.sampled_from([p4runtime_pb2.Update.INSERT, p4runtime_pb2.Update.MODIFY, p4runtime_pb2.Update.DELETE]))
+    def check(job, qid, kind):
+        entry = cls.job_entry(JobRule(job, qid))
+        if kind == p4runtime_pb2.Update.DELETE:
+            entry = p4runtime_pb2.TableEntry(table_id=entry.table_id, match=entry.match)
+        want = p4runtime_pb2.Update(type=kind, entity=p4runtime_pb2.Entity(table_entry=entry))
+        assert cls.job_update(kind, job, qid) == want.SerializeToString()
+
+    check()
+
+
+def test_p4runtime_messages_use_the_fast_protobuf_runtime_when_there_is_one():
+    import google.protobuf
+    from google.protobuf.internal import api_implementation
+
+    from netapprox.controller.p4runtime import protos
+
+    update = protos.p4runtime_pb2.Update(type=protos.p4runtime_pb2.Update.INSERT)
+    assert protos.p4runtime_pb2.Update.FromString(update.SerializeToString()) == update
+    if int(google.protobuf.__version__.split(".")[0]) >= 4:
+        assert api_implementation.Type() != "python", "protobuf >= 4 should run on upb: is PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION set?"
