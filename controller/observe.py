@@ -77,6 +77,9 @@ class RuntimeCollector(Collector):
                                                      for op in ("insert", "modify", "delete")], ["switch", "op"])
         yield _counter("netapprox_write_errors", "Failed table updates.",
                        [((n,), s["write_errors"]) for n, s in switches.items()], ["switch"])
+        yield _gauge("netapprox_write_backlog", "Table updates waiting for the switch (write budget or Writes in "
+                     "flight); they go out at their newest value.",
+                     [((n,), s["backlog"]) for n, s in switches.items()], ["switch"])
         queues = [(n, q) for n, s in switches.items() if s["counters"] is not None for q in s["counters"].queues]
         labels = ["switch", "port", "queue"]
         for name, help_text, attr in (

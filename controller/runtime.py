@@ -489,6 +489,7 @@ class Runtime:
             snap = {"epochs": self.core.epoch, "reports_accepted": stats.accepted,
                     "reports_dropped": dict(stats.dropped), "jobs": jobs}
         snap["switches"] = {n: {"up": sw.up, "reconnects": sw.reconnects, **sw.updates,
-                                "write_errors": sw.write_errors, "counters": sw.counters}
+                                "write_errors": sw.write_errors, "counters": sw.counters,
+                                "backlog": getattr(sw.driver, "deferred_updates", 0)}
                             for n, sw in self._switches.items()}
         return snap
