@@ -72,6 +72,8 @@ class Bmv2Options:
     """BMv2 console log level (``--log-level``); None: BMv2's default."""
     event_log: str | None = None
     """``--log-file`` prefix for BMv2's own packet log (with ``--log-flush``)."""
+    pcap_dir: str | None = None
+    """Write one pcap per port and direction here (BMv2's ``--pcap``)."""
 
     @property
     def grpc_address(self) -> str:
@@ -87,6 +89,8 @@ class Bmv2Options:
             cmd += ["--log-level", self.log_level]
         if self.event_log is not None:
             cmd += ["--log-file", self.event_log, "--log-flush"]
+        if self.pcap_dir is not None:
+            cmd += [f"--pcap={self.pcap_dir}"]
         cmd += [self.json] if self.json else ["--no-p4"]
         cmd += ["--", "--grpc-server-addr", self.grpc_address, "--cpu-port", str(self.cpu_port),
                 "--priority-queues", str(PRIORITY_QUEUES)]

@@ -81,6 +81,10 @@ class DemoConfig:
     """Controller epoch."""
     results: str = "results"
     """Output directory."""
+    pcap: str | None = None
+    """Write one pcap per switch interface into this directory."""
+    metrics_port: int = -1
+    """Serve the controller's Prometheus metrics on this port (-1: off)."""
 
 
 def _log(msg: str) -> None:
@@ -185,13 +189,14 @@ class Demo:
              f"h3 -> h6: {cfg.background_mbit:g} Mbit/s approximate, TLR schedule {cfg.background_tlr}")
         emu_cfg = EmulationConfig(topology="dumbbell", hosts=3, rate_mbit=cfg.host_mbit,
                                   bottleneck_mbit=cfg.bottleneck_mbit, buffer_packets=cfg.buffer_packets,
-                                  target=cfg.target, log_dir=str(self.out),
+                                  target=cfg.target, log_dir=str(self.out), pcap=cfg.pcap,
                                   bmv2_json=str(REPO / "build" / "v1model" / "bmv2.json"))
         t_setup = time.monotonic()
         with Emulation(emu_cfg) as emu:
             self.emu = emu
-            ccfg = ControllerConfig(switches=emu.switch_configs(), epoch_s=cfg.epoch_s, counters_every=0,
-                                    reports=ReportConfig(rate_per_host=100000.0, burst=10000))
+            ccfg = ControllerConfig(switches=emu.switch_configs(), epoch_s=cfg.epoch_s, counters_every=5,
+                                    reports=ReportConfig(rate_per_host=100000.0, burst=10000),
+                                    metrics_port=cfg.metrics_port)
             # Kernel target: hosts report to the ctl host's address; BMv2 punts reports as packet-in.
             sock = emu.report_socket() if cfg.target == "kernel" else None
             with Runtime(ccfg, on_epoch=self.on_epoch, report_socket=sock) as runtime:
@@ -485,6 +490,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bottleneck-mbit", type=float, default=DemoConfig.bottleneck_mbit)
     ap.add_argument("--messages", type=int, default=None, help="messages per job (default 20000)")
     ap.add_argument("--quick", action="store_true", help="a short run (smaller jobs and flow)")
+    ap.add_argument("--pcap", metavar="DIR", help="write one pcap per switch interface into DIR")
+    ap.add_argument("--metrics-port", type=int, default=-1, help="serve the controller's Prometheus metrics here")
     args = ap.parse_args(argv)
     import logging
 
@@ -508,7 +515,8 @@ def main(argv: list[str] | None = None) -> int:
         if not (REPO / "build" / "v1model" / "bmv2.json").exists():
             print("make demo TARGET=bmv2: build/v1model/bmv2.json is missing; run `make p4` first.", file=sys.stderr)
             return 2
-    cfg = DemoConfig(target=args.target, results=args.results, bottleneck_mbit=args.bottleneck_mbit)
+    cfg = DemoConfig(target=args.target, results=args.results, bottleneck_mbit=args.bottleneck_mbit, pcap=args.pcap,
+                     metrics_port=args.metrics_port)
     messages = args.messages or (4000 if args.quick else None)
     if messages:
         cfg = dataclasses.replace(cfg, jobs=tuple(dataclasses.replace(j, messages=messages) for j in cfg.jobs))

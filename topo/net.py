@@ -21,7 +21,7 @@ from netapprox.hostlib.wire import DEFAULT_ATP_PORT, DEFAULT_REPORT_PORT
 from netapprox.topo.netns import Lifecycle, socket_in_netns, unique_tag, wait_until
 from netapprox.topo.bmv2 import P4_TOOLS_HINT, bmv2_available
 from netapprox.topo.switches import BMv2Switch, KernelSwitch, NaLink
-from netapprox.topo.topologies import CTL_IP, TOPOLOGIES
+from netapprox.topo.topologies import CTL_IP, TOPOLOGIES, FileTopo
 
 TARGETS = ("kernel", "bmv2")
 
@@ -54,9 +54,17 @@ class EmulationConfig:
     """BMv2 target: the compiled P4 program (``make p4``); its p4info.txtpb sits next to it."""
     log_dir: str = "results"
     """Where switch logs go."""
+    spec: Any = None
+    """A topology file's network (``topo.topofile.TopologySpec``), with ``topology="file"``."""
+    pcap: str | None = None
+    """Write one pcap per switch interface into this directory (as p4-utils does): ``tcpdump`` on kernel
+    switches (``<switch>-<interface>.pcap``), BMv2's own ``--pcap`` on BMv2 (``<switch>/<port>_in|out.pcap``)."""
 
     def __post_init__(self) -> None:
-        if self.topology not in TOPOLOGIES:
+        if self.topology == "file":
+            if self.spec is None:
+                raise ValueError("topology 'file' needs spec (topo.topofile.load)")
+        elif self.topology not in TOPOLOGIES:
             raise ValueError(f"topology {self.topology!r}: choose one of {', '.join(TOPOLOGIES)}")
         if self.target not in TARGETS:
             raise ValueError(f"target {self.target!r}: choose one of {', '.join(TARGETS)}")
@@ -89,13 +97,16 @@ class Emulation(Lifecycle):
                 raise TargetUnavailable(f"{cfg.bmv2_json} not found: run `make p4` first (needs p4c-bm2-ss)")
             switch = functools.partial(BMv2Switch, rate_mbit=cfg.rate_mbit, buffer_packets=cfg.buffer_packets,
                                        atp_port=cfg.atp_port, class_rules=cfg.class_rules,
-                                       json_path=cfg.bmv2_json, log_dir=cfg.log_dir, tag=self.tag)
+                                       json_path=cfg.bmv2_json, log_dir=cfg.log_dir, tag=self.tag, pcap_dir=cfg.pcap)
         else:
             switch = functools.partial(KernelSwitch, rate_mbit=cfg.rate_mbit, buffer_packets=cfg.buffer_packets,
-                                       atp_port=cfg.atp_port, class_rules=cfg.class_rules,
-                                       stp=cfg.topology == "leafspine", tag=self.tag)
-        topo = TOPOLOGIES[cfg.topology](hosts=cfg.hosts, rate_mbit=cfg.rate_mbit, bottleneck_mbit=cfg.bottleneck_mbit,
-                                        leaves=cfg.leaves, spines=cfg.spines)
+                                       atp_port=cfg.atp_port, class_rules=cfg.class_rules, stp=self._loops(),
+                                       tag=self.tag, pcap_dir=cfg.pcap)
+        if cfg.topology == "file":
+            topo = FileTopo(spec=cfg.spec)
+        else:
+            topo = TOPOLOGIES[cfg.topology](hosts=cfg.hosts, rate_mbit=cfg.rate_mbit,
+                                            bottleneck_mbit=cfg.bottleneck_mbit, leaves=cfg.leaves, spines=cfg.spines)
         self.net = Mininet(topo=topo, switch=switch, link=NaLink, controller=None, build=False,
                            autoSetMacs=False, autoStaticArp=False, waitConnected=False)
         self.net.build()
@@ -107,9 +118,15 @@ class Emulation(Lifecycle):
         self.net.start()
         if cfg.target == "bmv2":
             self.net.staticArp()  # P4 routes by IP; hosts need the peers' MACs without ARP through BMv2
-        if cfg.topology == "leafspine" and cfg.target == "kernel":
+        if self._loops() and cfg.target == "kernel":
             if not wait_until(lambda: all(s.stp_converged() for s in self.net.switches), timeout=30, interval=0.5):
                 raise RuntimeError("STP did not converge within 30 s")
+
+    def _loops(self) -> bool:
+        """Whether the switches form a loop (the kernel target's bridges then run STP)."""
+        if self.config.topology == "file":
+            return self.config.spec.has_loop
+        return self.config.topology == "leafspine"
 
     def close(self) -> None:
         for s in self._sockets:
@@ -122,8 +139,11 @@ class Emulation(Lifecycle):
     # -- access ---------------------------------------------------------------------------------------------
     @property
     def hosts(self) -> list:
-        """Workload hosts h1..hN in order (without ``ctl``)."""
+        """Workload hosts in order (h1..hN; a topology file's in its order), without ``ctl``."""
         hs = [h for h in self.net.hosts if h.name != "ctl"]
+        if self.config.topology == "file":
+            order = {h.name: i for i, h in enumerate(self.config.spec.hosts)}
+            return sorted(hs, key=lambda h: order[h.name])
         return sorted(hs, key=lambda h: int(h.name[1:]))
 
     @property

@@ -17,6 +17,7 @@ Per-link rates come from the link options (``net.addLink(a, b, rate_mbit=20)``),
 """
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,23 @@ from netapprox.controller.kernel import compiler, tc
 from netapprox.controller.model import ClassRule, SwitchState, default_tlr_rules
 from netapprox.hostlib.wire import DEFAULT_ATP_PORT
 from netapprox.topo.bmv2 import Bmv2Options, Bmv2Process, free_tcp_port
-from netapprox.topo.netns import run, unique_tag
+from netapprox.topo.netns import run, stop_process, unique_tag
+
+
+def start_captures(node, pcap_dir: str) -> list[subprocess.Popen]:
+    """One ``tcpdump`` per interface of ``node`` (in its namespace), writing ``<node>-<interface>.pcap`` into
+    ``pcap_dir`` unbuffered; returns the processes (stop them by PID)."""
+    if shutil.which("tcpdump") is None:
+        raise RuntimeError("pcap capture needs tcpdump (Debian: tcpdump; make setup installs it)")
+    Path(pcap_dir).mkdir(parents=True, exist_ok=True)
+    procs = []
+    for intf in node.intfList():
+        if intf.name == "lo":
+            continue
+        path = Path(pcap_dir).resolve() / f"{node.name}-{intf.name}.pcap"
+        procs.append(node.popen(["tcpdump", "-i", intf.name, "-U", "-q", "-w", str(path)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    return procs
 
 
 def intf_rate(intf, default: float) -> float:
@@ -49,9 +66,11 @@ class KernelSwitch(Switch):
 
     def __init__(self, name: str, rate_mbit: float = 100.0, buffer_packets: int = 64,
                  atp_port: int = DEFAULT_ATP_PORT, stp: bool = False, class_rules: tuple[ClassRule, ...] = (),
-                 tag: str | None = None, **params: Any) -> None:
+                 tag: str | None = None, pcap_dir: str | None = None, **params: Any) -> None:
         params["inNamespace"] = True
         super().__init__(name, **params)
+        self.pcap_dir = pcap_dir
+        self.captures: list[subprocess.Popen] = []
         self.rate_mbit = rate_mbit
         self.buffer_packets = buffer_packets
         self.atp_port = atp_port
@@ -93,6 +112,8 @@ class KernelSwitch(Switch):
             driver.apply(self.default_state())
         finally:
             driver.close()
+        if self.pcap_dir:
+            self.captures = start_captures(self, self.pcap_dir)
 
     def stp_converged(self) -> bool:
         """All ports forwarding or blocking (not listening/learning)."""
@@ -101,6 +122,9 @@ class KernelSwitch(Switch):
         return bool(states) and all(s in ("forwarding", "blocking", "disabled") for s in states)
 
     def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 (Mininet's name)
+        for capture in self.captures:
+            stop_process(capture)
+        self.captures.clear()
         if self._attached:
             subprocess.run(["ip", "netns", "delete", self.netns_name], capture_output=True)
             self._attached = False
@@ -120,7 +144,8 @@ class BMv2Switch(Switch):
 
     def __init__(self, name: str, json_path: str | None = None, rate_mbit: float = 100.0, buffer_packets: int = 64,
                  atp_port: int = DEFAULT_ATP_PORT, class_rules: tuple[ClassRule, ...] = (),
-                 device_id: int = 0, log_dir: str | None = None, tag: str | None = None, **params: Any) -> None:
+                 device_id: int = 0, log_dir: str | None = None, tag: str | None = None, pcap_dir: str | None = None,
+                 **params: Any) -> None:
         params["inNamespace"] = False
         super().__init__(name, **params)
         self.intf_prefix = f"na{tag or unique_tag()[:3]}{name}"
@@ -136,6 +161,7 @@ class BMv2Switch(Switch):
         self.thrift_port = free_tcp_port()
         self.log_dir = Path(log_dir or "results")
         self.bmv2: Bmv2Process | None = None
+        self.pcap_dir = pcap_dir
 
     def port_map(self) -> dict[str, int]:
         return {intf.name: port for port, intf in sorted(self.intfs.items()) if intf.name != "lo"}
@@ -157,8 +183,13 @@ class BMv2Switch(Switch):
     def start(self, controllers) -> None:
         ports = {port: intf.name for port, intf in sorted(self.intfs.items()) if intf.name != "lo"}
         # No program: the controller pushes the pipeline (P4Runtime SetForwardingPipelineConfig).
+        pcap = None
+        if self.pcap_dir:
+            pcap = Path(self.pcap_dir).resolve() / self.name
+            pcap.mkdir(parents=True, exist_ok=True)
         self.bmv2 = Bmv2Process(Bmv2Options(ports=ports, device_id=self.device_id, grpc_port=self.grpc_port,
-                                            thrift_port=self.thrift_port), self.log_dir / f"bmv2-{self.name}.log")
+                                            thrift_port=self.thrift_port, pcap_dir=str(pcap) if pcap else None),
+                                self.log_dir / f"bmv2-{self.name}.log")
         self.bmv2.start(timeout=20.0)
         self.install_tm()
 

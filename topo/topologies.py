@@ -75,3 +75,21 @@ class LeafSpine(_Base):
 
 
 TOPOLOGIES = {"rack": SingleRack, "dumbbell": Dumbbell, "leafspine": LeafSpine}
+
+
+class FileTopo(Topo):
+    """The network of a topology file (``topo.topofile.TopologySpec``), plus the ``ctl`` host on its first
+    switch."""
+
+    def build(self, spec=None, ctl_host: bool = True, **_):
+        for name in spec.switches:
+            self.addSwitch(name, dpid=f"{spec.switches.index(name) + 1:x}")
+        for h in spec.hosts:
+            last = int(h.ip.rsplit(".", 1)[1])
+            host = self.addHost(h.name, ip=f"{h.ip}/24", mac=f"00:00:00:00:00:{last:02x}")
+            self.addLink(host, h.switch, rate_mbit=spec.host_rate_mbit)
+        for link in spec.links:
+            self.addLink(link.a, link.b, rate_mbit=link.rate_mbit)
+        if ctl_host:
+            ctl = self.addHost("ctl", ip=f"{CTL_IP}/24", mac="00:00:00:00:00:fe")
+            self.addLink(ctl, spec.switches[0], rate_mbit=spec.host_rate_mbit)
