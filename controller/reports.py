@@ -63,7 +63,9 @@ def decode_report(data: bytes, key: bytes | None = None) -> ReportFields:
                 and loss <= TLR_ONE and msr <= TLR_ONE and len(data) >= HEADER_LEN + length
                 and (length == _PLAIN or length == _SIGNED)):
             if key is not None:
-                mac = hmac.digest(key, data[4:HEADER_LEN - 2] + data[HEADER_LEN:HEADER_LEN + REPORT_PAYLOAD_LEN],
+                # Header bytes from job_id to weight, the reserved byte as zero (the wire module re-encodes the
+                # header, which does not carry it), then the body.
+                mac = hmac.digest(key, data[4:HEADER_LEN - 3] + b"\x00" + data[HEADER_LEN:HEADER_LEN + REPORT_PAYLOAD_LEN],
                                   "sha256")[:REPORT_MAC_LEN]
                 if length != _SIGNED or not hmac.compare_digest(data[HEADER_LEN + REPORT_PAYLOAD_LEN:_MAC_END], mac):
                     raise MalformedPacket("bad_mac", "report HMAC missing or wrong")

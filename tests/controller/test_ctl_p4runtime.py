@@ -631,7 +631,7 @@ def test_large_updates_split_into_batches_that_fit_a_write(make_driver, fake_ser
     summary = driver.apply_updates(lambda: SwitchState(job_rules=frozenset(JobRule(j, q) for j, q in jobs.items())),
                                    _updates(jobs, static=True))  # a static update writes synchronously
     assert summary.inserted == 100 and job_entries(fake_server) == jobs
-    assert [len(w.updates) for w in fake_server.writes] == [40, 40, 20]
+    assert sorted(len(w.updates) for w in fake_server.writes) == [20, 40, 40]  # pipelined: any order
 
 
 def test_write_budget_defers_the_rest_and_writes_losing_jobs_first(make_driver, fake_server):
