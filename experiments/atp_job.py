@@ -4,8 +4,8 @@ hostlib's own CLI sends uniform jobs; the experiments need jobs whose messages h
 of a ``JobWorkload`` file, float-vector jobs, and several jobs per receiver, so this wrapper builds the
 ``JobSpec`` and calls ``hostlib.api.send_job`` / ``receive_job``. It implements nothing of ATP itself.
 
-    python -m netapprox.experiments.atp_job send HOST:PORT --job FILE --job-id J --msr 0.9 [--mode full|fixtlr|base]
-        [--no-mrdf] [--completion all_sent|early] [--rate 20M] [--report-to HOST:PORT]
+    python -m netapprox.experiments.atp_job send HOST:PORT --job FILE --job-id J --msr 0.9 [--mode adaptive|paper|fixtlr|base]
+        [--no-mrdf] [--completion early|all_sent] [--rate 20M] [--report-to HOST:PORT]
         [--json FILE] [--timeline FILE]
     python -m netapprox.experiments.atp_job send-vector HOST:PORT --vector FILE.npy --msr 0.85 ...
     python -m netapprox.experiments.atp_job recv ADDR:PORT --jobs K --timeout S --json FILE [--vector-out DIR]
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from netapprox.experiments.workloads import JobWorkload
+from netapprox.hostlib.config import COMPLETION_POLICIES, MODE_ALIASES, MODES
 from netapprox.experiments.results import emit_summary
 
 ATP_PORT = 7600
@@ -117,9 +118,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             s.add_argument("--vector", required=True, help=".npy file of float32 values")
         s.add_argument("--job-id", type=int, required=True)
         s.add_argument("--msr", type=float, required=True)
-        s.add_argument("--mode", default="full", choices=["full", "fixtlr", "base"])
+        s.add_argument("--mode", default="adaptive", choices=[*MODES, *MODE_ALIASES])
         s.add_argument("--no-mrdf", action="store_true")
-        s.add_argument("--completion", default="all_sent", choices=["all_sent", "early"])
+        s.add_argument("--completion", default="early", choices=list(COMPLETION_POLICIES))
         s.add_argument("--rate", default=None, help="R_max, e.g. 20M")
         s.add_argument("--report-to", default=None)
         s.add_argument("--timeline", default=None)

@@ -38,14 +38,16 @@ from netapprox.experiments.workloads import Flow, JobWorkload
 # ATP variants: protocol name -> hostlib AtpConfig knobs (ATP_FixPrio also needs a static switch,
 # see experiments.runner).
 ATP_VARIANTS: dict[str, dict[str, Any]] = {
-    "atp": {"mode": "full", "mrdf": True},
+    "atp": {"mode": "adaptive", "mrdf": True},
+    "atp-paper": {"mode": "paper", "mrdf": True},
     "atp-full": {"mode": "full", "mrdf": True},
     "atp-fixprio": {"mode": "full", "mrdf": True},
     "atp-base": {"mode": "base", "mrdf": False},
     "atp-rc": {"mode": "fixtlr", "mrdf": False},
     "atp-mrdf": {"mode": "fixtlr", "mrdf": True},
     "atp-fixtlr": {"mode": "fixtlr", "mrdf": True},
-    "atp-early": {"mode": "full", "mrdf": True, "completion": "early"},
+    "atp-early": {"mode": "paper", "mrdf": True, "completion": "early"},
+    "atp-all-sent": {"mode": "adaptive", "mrdf": True, "completion": "all_sent"},
 }
 BASELINES = ("tcp-es", "tcp-ss", "udp")
 PROTOCOLS = tuple(ATP_VARIANTS) + BASELINES
@@ -191,7 +193,7 @@ def run_trial(tb: Testbed, protocol: str, plans: Sequence[JobPlan], *, name: str
         if _is_atp(protocol):
             v = ATP_VARIANTS[protocol]
             args = ["send", f"{tb.ip(p.dst)}:7600", "--job", str(job_file), "--job-id", str(p.job_id),
-                    "--msr", str(p.msr), "--mode", v["mode"], "--completion", v.get("completion", "all_sent"),
+                    "--msr", str(p.msr), "--mode", v["mode"], "--completion", v.get("completion", "early"),
                     "--rate", _rate_arg(rate_bps), "--json", str(out), "--timeline", str(timeline)]
             if not v["mrdf"]:
                 args.append("--no-mrdf")

@@ -16,7 +16,16 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from netapprox.hostlib import api, events, wire
-from netapprox.hostlib.config import AtpConfig, ConfigError, JobSpec, Tags, parse_rate
+from netapprox.hostlib.config import (
+    COMPLETION_POLICIES,
+    MODE_ALIASES,
+    MODES,
+    AtpConfig,
+    ConfigError,
+    JobSpec,
+    Tags,
+    parse_rate,
+)
 
 log = logging.getLogger("hostlib")
 
@@ -103,9 +112,11 @@ def send_parser() -> argparse.ArgumentParser:
     p.add_argument("--rate", type=_rate, default=100e6, help="R_max, e.g. 100M (bit/s, default 100M)")
     p.add_argument("--initial-rate", type=_rate, default=None, help="starting rate (default R_max)")
     p.add_argument("--gain", type=float, default=AtpConfig.gain, help="m of eq. 2 (default %(default)s)")
-    p.add_argument("--mode", choices=["full", "fixtlr", "base"], default="full")
+    p.add_argument("--mode", choices=[*MODES, *MODE_ALIASES], default="adaptive",
+                   help="adaptive (default), paper (the paper's eq. 2/3; alias full), fixtlr, base")
     p.add_argument("--no-mrdf", action="store_true", help="send messages in id order instead of MRDF")
-    p.add_argument("--early", action="store_true", help="complete as soon as every MSR is met")
+    p.add_argument("--completion", choices=list(COMPLETION_POLICIES), default="early",
+                   help="early (default): done when every MSR is met; all_sent: also every message sent once")
     p.add_argument("--packet-size", type=int, default=AtpConfig.packet_size, help="max ATP datagram bytes")
     p.add_argument("--epoch-ms", type=_positive(float), default=None, help="fixed epoch (default: one srtt)")
     p.add_argument("--min-epoch-ms", type=_positive(float), default=AtpConfig.min_epoch_s * 1e3)
@@ -160,7 +171,7 @@ def _send_config(args: argparse.Namespace) -> AtpConfig:
             raise ConfigError(f"--report-key-file {args.report_key_file}: {err.strerror}") from None
         if not key:
             raise ConfigError(f"--report-key-file {args.report_key_file} is empty")
-    return AtpConfig(mode=args.mode, mrdf=not args.no_mrdf, completion="early" if args.early else "all_sent",
+    return AtpConfig(mode=args.mode, mrdf=not args.no_mrdf, completion=args.completion,
                      max_rate_bps=args.rate, initial_rate_bps=args.initial_rate, gain=args.gain,
                      packet_size=args.packet_size, epoch_s=None if args.epoch_ms is None else args.epoch_ms / 1e3,
                      min_epoch_s=args.min_epoch_ms / 1e3, idle_timeout_s=args.idle_timeout, report_key=key)

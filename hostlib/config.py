@@ -8,7 +8,8 @@ from typing import Iterable, Mapping, Sequence
 
 from netapprox.hostlib import wire
 
-MODES = ("full", "fixtlr", "base")
+MODES = ("adaptive", "paper", "fixtlr", "base")
+MODE_ALIASES = {"full": "paper"}  # the name the paper's algorithm had before ``adaptive`` existed
 COMPLETION_POLICIES = ("all_sent", "early")
 MAX_MESSAGES = 0xFFFFFFF0  # msg ids above this are control messages (hostlib/control.py)
 
@@ -21,16 +22,19 @@ class ConfigError(ValueError):
 class AtpConfig:
     """Sender and receiver knobs. Defaults suit a 20-100 Mbit/s emulated network with a ~1-10 ms RTT."""
 
-    mode: str = "full"
-    """``full``: dynamic TLR (eq. 1) + rate control (eq. 2/3). ``fixtlr``: static TLR = 1 - MSR.
-    ``base``: send everything at ``max_rate_bps``, then retransmit until every MSR is met."""
+    mode: str = "adaptive"
+    """``adaptive`` (default): dynamic TLR (eq. 1) and an ACK-clocked window of packets in flight, paced at
+    R_max, that is cut only while the measured loss (over packets whose fate is known) exceeds the TLR
+    (docs/hostlib.md). ``paper`` (also ``full``): dynamic TLR (eq. 1) + the paper's rate control (eq. 2/3,
+    per-epoch loss, R_min floor). Ablations of ``paper``: ``fixtlr``, static TLR = 1 - MSR; ``base``, send
+    everything at ``max_rate_bps``, then retransmit until every MSR is met."""
 
     mrdf: bool = True
     """Minimal-remaining-data-first scheduling. Off: messages go in id order, repairs first."""
 
-    completion: str = "all_sent"
-    """``all_sent``: done when every group meets its MSR and every message was sent at least once.
-    ``early``: done as soon as every group meets its MSR."""
+    completion: str = "early"
+    """``early`` (default): done as soon as every group meets its MSR. ``all_sent``: done when every group
+    meets its MSR and every message was sent at least once (messages the MSR does not need delay it)."""
 
     max_rate_bps: float = 100e6
     """R_max, bit/s on the wire (datagram + ``overhead_bytes``): the host's link rate."""
@@ -58,6 +62,25 @@ class AtpConfig:
 
     epoch_s: float | None = None
     """Fixed epoch length; ``None`` means one smoothed RTT (floored by ``min_epoch_s``)."""
+
+    initial_window: int = 16
+    """``adaptive``: packets in flight at the start (the window opens by one per acknowledgement until the
+    first loss above the TLR, then by one per window)."""
+
+    max_window: int = 1024
+    """``adaptive``: most packets in flight."""
+
+    queue_packets: tuple[int, ...] = (64, 7, 6, 5, 4, 3, 2, 1)
+    """``adaptive``: buffer of each logical queue in packets, as NetApprox switches size them (queue k >= 1
+    holds 8 - k): when ACKs echo the queue the switch chose, the window stops at that queue plus one
+    bandwidth-delay product. A queue listed as 0 (or no stamp) leaves the ceiling to loss."""
+
+    loss_memory: int = 64
+    """``adaptive``: the loss rate is measured over roughly the last this-to-twice-this packets whose fate is
+    known (acknowledged or declared lost); packets in flight never count."""
+
+    loss_min_samples: int = 8
+    """``adaptive``: fates needed before the loss rate is trusted."""
 
     reorder_threshold: int = 3
     """A packet is lost when a packet sent this many sequence numbers later is acknowledged."""
@@ -93,6 +116,8 @@ class AtpConfig:
     """Receiver: how long a finished job's DONE is kept to answer repeated FINs."""
 
     def __post_init__(self) -> None:
+        if self.mode in MODE_ALIASES:
+            object.__setattr__(self, "mode", MODE_ALIASES[self.mode])
         if self.mode not in MODES:
             raise ConfigError(f"mode {self.mode!r}: choose one of {', '.join(MODES)}")
         if self.completion not in COMPLETION_POLICIES:
@@ -113,6 +138,12 @@ class AtpConfig:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.epoch_s is not None and not self.epoch_s > 0:
             raise ConfigError(f"epoch_s must be > 0 or None, got {self.epoch_s}")
+        if not 1 <= self.initial_window <= self.max_window:
+            raise ConfigError(f"need 1 <= initial_window <= max_window, got {self.initial_window}, {self.max_window}")
+        if len(self.queue_packets) != 8 or any(q < 0 for q in self.queue_packets):
+            raise ConfigError(f"queue_packets needs 8 sizes >= 0, got {self.queue_packets}")
+        if self.loss_memory < 1 or not 1 <= self.loss_min_samples <= 2 * self.loss_memory:
+            raise ConfigError("need loss_memory >= 1 and 1 <= loss_min_samples <= 2 * loss_memory")
         if self.reorder_threshold < 1:
             raise ConfigError("reorder_threshold must be >= 1")
         if not 1 <= self.max_messages <= MAX_MESSAGES:

@@ -1,7 +1,9 @@
-"""Rate control (NetApprox eq. 2/3 with the R_min floor) and the pacing token bucket. No I/O, no clock."""
+"""How fast the sender sends: the ``paper`` rate control (NetApprox eq. 2/3 with the R_min floor), the
+``adaptive`` window (``WindowController``), and the pacing token bucket. No I/O, no clock."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 
 @dataclasses.dataclass
@@ -56,7 +58,7 @@ class RateController:
         if group_id is not None:
             self._counts(group_id).sent += 1
 
-    def on_packet_acked(self, *, group_id: int | None, size: int, now: float) -> None:
+    def on_packet_acked(self, *, group_id: int | None, size: int, now: float, late: bool = False) -> None:
         if group_id is not None:
             self._counts(group_id).acked += 1
 
@@ -78,6 +80,187 @@ class RateController:
             else:
                 self.rate_bps = self.rate_bps * (1 - max(over) / 2)
         self.rate_bps = min(self.max_rate_bps, max(self.rate_bps, self.min_rate_bps(rtt_s)))
+        return counts
+
+
+class LossEstimate:
+    """Loss rate of one group over its recent packets whose fate is known (acknowledged or declared lost).
+
+    Packets in flight never count. Both counts halve whenever their sum exceeds ``memory``, so the
+    estimate covers roughly the last ``memory`` to ``2 * memory`` packets; it is ``None`` until
+    ``min_samples`` fates are known. An acknowledgement of a packet already counted lost moves it back.
+    """
+
+    __slots__ = ("acked", "lost", "memory", "min_samples")
+
+    def __init__(self, *, memory: int, min_samples: int) -> None:
+        self.acked = 0.0
+        self.lost = 0.0
+        self.memory = memory
+        self.min_samples = min_samples
+
+    def on_acked(self, late: bool = False) -> None:
+        if late and self.lost >= 1.0:
+            self.lost -= 1.0
+        self.acked += 1.0
+        if self.acked + self.lost > self.memory:
+            self.acked *= 0.5
+            self.lost *= 0.5
+
+    def on_lost(self) -> None:
+        self.lost += 1.0
+        if self.acked + self.lost > self.memory:
+            self.acked *= 0.5
+            self.lost *= 0.5
+
+    @property
+    def value(self) -> float | None:
+        n = self.acked + self.lost
+        return self.lost / n if n >= self.min_samples else None
+
+
+class WindowController:
+    """The ``adaptive`` sender's pace: an ACK-clocked window of packets in flight.
+
+    The sender may have ``window`` packets of needed data in flight (extras use only what needed data leaves
+    free) and paces them at ``pacing_gain`` x R_max, so a stall of the sender is caught up without bursts
+    longer than ``burst_packets``. The window aims at one queue plus one bandwidth-delay product: when ACKs
+    echo the queue the switch chose and ``queue_packets`` knows its size, the window grows (by one per ACK
+    at first, then by one per RTT) up to ``queue_packets[q]`` + ceil(R_max x min RTT / packet); otherwise
+    the ceiling is learned from loss (x0.8 on a loss event, +1 per RTT).
+
+    Loss spends slack: while a group's measured loss (``LossEstimate``: packets whose fate is known) is at
+    most its TLR (eq. 1: the budget left over the messages left), losses do not slow the sender. Above it,
+    the window is cut as eq. 3 cuts the rate, W <- W (1 - loss / 2), at most once per round trip (until a
+    packet sent after the cut is acknowledged), never below ``min_window`` packets (R_min: one packet per RTT).
+    """
+
+    def __init__(self, *, max_rate_bps: float, pacing_gain: float, packet_bits: float, initial_window: float,
+                 max_window: float, queue_packets: tuple[int, ...], loss_memory: int, min_samples: int,
+                 min_window: float = 1.0, header_bytes: int = 74) -> None:
+        self.max_rate_bps = max_rate_bps
+        self.rate_bps = pacing_gain * max_rate_bps
+        """Pacing rate of the token bucket."""
+        self.packet_bits = packet_bits
+        self.header_bytes = header_bytes
+        """Bytes on the wire around a payload: the ATP header and ``overhead_bytes``."""
+        self.mean_packet_bits = float(packet_bits)
+        self.window = float(min(initial_window, max_window))
+        self.max_window = float(max_window)
+        self.min_window = float(min_window)
+        self.queue_packets = queue_packets
+        self.cap = float(max_window)
+        """Ceiling of the window: queue + BDP when the queue is known, else learned."""
+        self.cap_known = False
+        self.queue: int | None = None
+        self.rtt = math.inf
+        self.slow_start = True
+        self.recover_until = -1
+        self.largest_acked = -1
+        self.cuts = 0
+        self.loss_memory = loss_memory
+        self.min_samples = min_samples
+        self.loss: dict[int, LossEstimate] = {}
+        self.epoch: dict[int, EpochCounts] = {}
+        self.epoch_acked_bits = 0.0
+        self.delivery_rate_bps = 0.0
+
+    def _estimate(self, group_id: int) -> LossEstimate:
+        e = self.loss.get(group_id)
+        if e is None:
+            e = self.loss[group_id] = LossEstimate(memory=self.loss_memory, min_samples=self.min_samples)
+        return e
+
+    def _counts(self, group_id: int) -> EpochCounts:
+        c = self.epoch.get(group_id)
+        if c is None:
+            c = self.epoch[group_id] = EpochCounts()
+        return c
+
+    def loss_rate(self, group_id: int) -> float | None:
+        e = self.loss.get(group_id)
+        return None if e is None else e.value
+
+    # packet hooks (LossRecovery listeners): group_id None = not counted (control, extras, guessed losses)
+    def on_packet_sent(self, *, group_id: int | None, size: int, now: float) -> None:
+        if group_id is not None:
+            self._counts(group_id).sent += 1
+            # typical wire size of a data packet (payload + ATP header + overhead), for the BDP in packets
+            self.mean_packet_bits += 0.05 * ((size + self.header_bytes) * 8 - self.mean_packet_bits)
+
+    def on_packet_acked(self, *, group_id: int | None, size: int, now: float, late: bool = False) -> None:
+        if group_id is not None:
+            self._counts(group_id).acked += 1
+            self._estimate(group_id).on_acked(late)
+            self.epoch_acked_bits += (size + self.header_bytes) * 8
+
+    def on_packet_lost(self, *, group_id: int | None, size: int, now: float) -> None:
+        if group_id is not None:
+            self._counts(group_id).lost += 1
+            self._estimate(group_id).on_lost()
+
+    # window
+    def on_path(self, *, queue: int, rtt: float) -> None:
+        """An ACK echoed ``queue`` (0xFF: no switch stamped it); ``rtt``: the RTT the bandwidth-delay product
+        is taken over (the sender passes its smoothed RTT: on hosts where processing, not propagation, makes
+        most of the RTT, the smallest sample ever seen undersizes the window)."""
+        self.queue = queue
+        self.rtt = rtt
+        size = self.queue_packets[queue] if queue < len(self.queue_packets) else 0
+        if size > 0:
+            bdp = (math.ceil(self.max_rate_bps * self.rtt / self.mean_packet_bits)
+                   if self.rtt < math.inf else 1)
+            self.cap = float(min(self.max_window, size + max(1, bdp)))
+            self.cap_known = True
+            if self.window > self.cap:
+                self.window = self.cap
+        elif self.cap_known:
+            self.cap_known = False
+            self.cap = self.max_window
+
+    def on_ack(self, seq: int) -> None:
+        """A needed packet was acknowledged (not a late acknowledgement): open the window."""
+        if seq > self.largest_acked:
+            self.largest_acked = seq
+        if seq < self.recover_until:
+            return
+        w = self.window
+        if self.slow_start:
+            w += 1.0
+        else:
+            w += 1.0 / w
+            if not self.cap_known and w > self.cap:
+                self.cap += 1.0 / w
+        self.window = min(w, self.cap)
+
+    def on_loss(self, *, groups: "set[int] | list[int]", tlr: "dict[int, float]", next_seq: int) -> bool:
+        """Needed packets of ``groups`` were declared lost; ``next_seq`` is the next sequence number the
+        sender will use. Returns True when the window was cut."""
+        if self.largest_acked < self.recover_until:
+            return False
+        worst = None
+        for g in groups:
+            est = self.loss_rate(g)
+            if est is not None and est > tlr.get(g, 0.0) + 1e-9 and (worst is None or est > worst):
+                worst = est
+        if worst is not None:
+            self.window = max(self.min_window, self.window * (1.0 - worst / 2.0))
+        elif not self.cap_known:
+            self.cap = max(2.0, self.window * 0.8)
+            self.window = max(self.min_window, min(self.window, self.cap))
+        else:
+            return False
+        self.slow_start = False
+        self.recover_until = next_seq
+        self.cuts += 1
+        return True
+
+    def end_epoch(self, *, duration_s: float) -> dict[int, EpochCounts]:
+        """The epoch's counts per group (reset), and the delivery rate measured over it."""
+        counts, self.epoch = self.epoch, {}
+        if duration_s > 0:
+            self.delivery_rate_bps = self.epoch_acked_bits / duration_s
+        self.epoch_acked_bits = 0.0
         return counts
 
 

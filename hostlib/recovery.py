@@ -35,7 +35,7 @@ class SentPacket:
 
 class PacketListener(Protocol):
     def on_packet_sent(self, *, group_id: int | None, size: int, now: float) -> None: ...
-    def on_packet_acked(self, *, group_id: int | None, size: int, now: float) -> None: ...
+    def on_packet_acked(self, *, group_id: int | None, size: int, now: float, late: bool = False) -> None: ...
     def on_packet_lost(self, *, group_id: int | None, size: int, now: float) -> None: ...
 
 
@@ -97,6 +97,7 @@ class LossRecovery:
                         ) -> tuple[list[SentPacket], list[SentPacket]]:
         """Process one ACK: returns (newly acknowledged, newly lost) packets."""
         acked: list[SentPacket] = []
+        late_acked: list[SentPacket] = []
         pkt = self.in_flight.pop(seq, None)
         if pkt is not None:
             self._update_rtt(now - pkt.sent_time)
@@ -105,7 +106,7 @@ class LossRecovery:
             late = self._declared_lost.pop(seq, None)
             if late is not None:
                 self.late_acks += 1
-                acked.append(late)
+                late_acked.append(late)
         largest = max([seq] + [last for _, last in blocks])
         if largest > self.largest_acked:
             self.largest_acked = largest
@@ -117,7 +118,7 @@ class LossRecovery:
                         late = self._declared_lost.pop(s, None)
                         if late is not None:
                             self.late_acks += 1
-                            acked.append(late)
+                            late_acked.append(late)
         # Walk the oldest packets up to the largest acknowledged: covered ones are acked, far ones lost.
         keep: list[SentPacket] = []
         while self.in_flight:
@@ -134,8 +135,8 @@ class LossRecovery:
         for p in reversed(keep):
             self.in_flight[p.seq] = p
             self.in_flight.move_to_end(p.seq, last=False)
-        self._account(acked, lost, now)
-        return acked, lost
+        self._account(acked, lost, now, late_acked)
+        return acked + late_acked, lost
 
     def detect_lost(self, now: float) -> list[SentPacket]:
         """Declare lost every packet past its deadline (call from the loss timer)."""
@@ -152,11 +153,16 @@ class LossRecovery:
         self._account([], lost, now)
         return lost
 
-    def _account(self, acked: list[SentPacket], lost: list[SentPacket], now: float) -> None:
+    def _account(self, acked: list[SentPacket], lost: list[SentPacket], now: float,
+                 late_acked: list[SentPacket] = ()) -> None:
         for p in acked:
             self.packets_acked += 1
             for listener in self.listeners:
                 listener.on_packet_acked(group_id=p.group_id, size=p.size, now=now)
+        for p in late_acked:  # acknowledged after being declared lost: the receiver has it after all
+            self.packets_acked += 1
+            for listener in self.listeners:
+                listener.on_packet_acked(group_id=p.group_id, size=p.size, now=now, late=True)
         for p in lost:
             self.packets_lost += 1
             self._declared_lost[p.seq] = p

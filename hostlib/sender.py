@@ -30,7 +30,7 @@ from typing import Any
 
 from netapprox.hostlib import control, events, wire
 from netapprox.hostlib.config import AtpConfig, ConfigError, JobSpec, Tags, required_messages
-from netapprox.hostlib.rate import RateController, TokenBucket
+from netapprox.hostlib.rate import RateController, TokenBucket, WindowController
 from netapprox.hostlib.recovery import LossRecovery, SentPacket
 from netapprox.hostlib.scheduler import Scheduler
 
@@ -205,6 +205,7 @@ class AtpSender:
                                       f"{wire.floats_per_packet(mp)}")
         sizes = job.group_sizes()
         fixed = config.mode in ("fixtlr", "base")
+        self.adaptive = config.mode == "adaptive"
         self.groups: dict[int, _Group] = {g: _Group(g, job.msr_of(g), n, fixed) for g, n in sorted(sizes.items())}
         self.messages: list[_Message] = []
         for i, m in enumerate(job.messages):
@@ -218,8 +219,16 @@ class AtpSender:
         self._unsent_open = len(self.messages)  # ACTIVE/REPAIRING messages with never-sent packets
         wire_max = config.packet_size + config.overhead_bytes
         initial = config.initial_rate_bps or config.max_rate_bps
-        self.rate = RateController(max_rate_bps=config.max_rate_bps, initial_rate_bps=initial,
-                                   gain=config.gain, packet_bits=wire_max * 8, fixed=base)
+        self.window: WindowController | None = None
+        if self.adaptive:
+            self.window = self.rate = WindowController(
+                max_rate_bps=config.max_rate_bps, pacing_gain=1.0, packet_bits=wire_max * 8,
+                initial_window=config.initial_window, max_window=config.max_window,
+                queue_packets=config.queue_packets, loss_memory=config.loss_memory,
+                min_samples=config.loss_min_samples, header_bytes=wire.HEADER_LEN + config.overhead_bytes)
+        else:
+            self.rate = RateController(max_rate_bps=config.max_rate_bps, initial_rate_bps=initial,
+                                       gain=config.gain, packet_bits=wire_max * 8, fixed=base)
         self.recovery = LossRecovery(initial_rtt_s=config.initial_rtt_s, reorder_threshold=config.reorder_threshold,
                                      min_loss_timeout_s=config.min_loss_timeout_s, listeners=[self.rate])
         self.bucket = TokenBucket(burst_bytes=config.burst_packets * wire_max, now=now)
@@ -272,6 +281,8 @@ class AtpSender:
             if nxt is None:
                 break
             msg_id, idx = nxt
+            if not self._window_open(msg_id):
+                break
             size = wire.HEADER_LEN + self._payload_len(msg_id, idx) + overhead
             if not self.bucket.can_send(size):
                 break
@@ -289,7 +300,7 @@ class AtpSender:
             if loss is not None:
                 times.append(loss)
             nxt = self._peek(None)
-            if nxt is not None:
+            if nxt is not None and self._window_open(nxt[0]):
                 size = wire.HEADER_LEN + self._payload_len(*nxt) + self.config.overhead_bytes
                 times.append(self.bucket.ready_at(size, self.rate.rate_bps))
             return min(times)
@@ -369,6 +380,11 @@ class AtpSender:
         self.bucket = TokenBucket(burst_bytes=self.bucket.burst_bytes, now=now)
         self._epoch_end = now + self._epoch_length()
         self._last_progress = now
+
+    def _window_open(self, msg_id: int) -> bool:
+        """``adaptive``: whether a data packet may leave now (control packets always may)."""
+        return (self.window is None or msg_id in control.CONTROL_MSG_IDS
+                or len(self.recovery.in_flight) < self.window.window)
 
     def _payload_len(self, msg_id: int, idx: int) -> int:
         if msg_id == control.ANNOUNCE_MSG_ID:
@@ -467,8 +483,13 @@ class AtpSender:
                 self._on_packet_acked(p, now)
             return
         acked, lost = self.recovery.on_ack_received(seq=header.seq, blocks=blocks, now=now)
+        window = self.window
+        if window is not None:
+            window.on_path(queue=header.queue, rtt=self.recovery.srtt)
         for p in acked:
             self._on_packet_acked(p, now)
+            if window is not None and p.group_id is not None:
+                window.on_ack(p.seq)
         self._on_lost(lost, now)
         self._check_complete(now)
 
@@ -499,6 +520,11 @@ class AtpSender:
         self._events.append(events.MessageAcked(m.msg_id, g.group_id))
 
     def _on_lost(self, lost: list[SentPacket], now: float) -> None:
+        if self.window is not None and lost:
+            groups = {p.group_id for p in lost if p.group_id is not None}
+            if groups:
+                self.window.on_loss(groups=groups, tlr={gid: g.tlr for gid, g in self.groups.items()},
+                                    next_seq=self._seq)
         touched: set[int] = set()
         for p in lost:
             if p.msg_id == control.ANNOUNCE_MSG_ID:
@@ -551,8 +577,12 @@ class AtpSender:
 
     def _end_epoch(self, now: float) -> None:
         srtt = self.recovery.srtt
-        counts = self.rate.end_epoch(tlr={gid: g.tlr for gid, g in self.groups.items()}, rtt_s=srtt)
-        rate = self.rate.rate_bps
+        if self.window is not None:
+            counts = self.window.end_epoch(duration_s=self._epoch_length())
+            rate = min(self.config.max_rate_bps, self.window.window * self.window.packet_bits / max(srtt, 1e-6))
+        else:
+            counts = self.rate.end_epoch(tlr={gid: g.tlr for gid, g in self.groups.items()}, rtt_s=srtt)
+            rate = self.rate.rate_bps
         for gid, g in self.groups.items():
             g.tlr = g.next_tlr()
             c = counts.get(gid)

@@ -92,3 +92,67 @@ def test_token_bucket_allows_bursts_of_at_most_two_packets():
     assert b.ready_at(1442, 100e6) == pytest.approx(10.0 + 1442 * 8 / 100e6, abs=1e-12)
     b.refill(100e6, b.ready_at(1442, 100e6))
     assert b.can_send(1442) and not b.can_send(2 * 1442)
+
+
+# --- the adaptive sender's window and loss estimate ------------------------------------------------
+
+from netapprox.hostlib.rate import LossEstimate, WindowController  # noqa: E402
+
+
+def window(initial=16, queues=(64, 7, 6, 5, 4, 3, 2, 1)):
+    return WindowController(max_rate_bps=20e6, pacing_gain=1.0, packet_bits=PKT_BITS, initial_window=initial,
+                            max_window=1024, queue_packets=queues, loss_memory=64, min_samples=8)
+
+
+def test_loss_estimate_counts_only_fates_known_and_forgives_late_acks():
+    e = LossEstimate(memory=64, min_samples=8)
+    for _ in range(5):
+        e.on_acked()
+    assert e.value is None  # too few fates known yet: packets in flight never count as lost
+    for _ in range(3):
+        e.on_lost()
+    assert e.value == pytest.approx(3 / 8)
+    e.on_acked(late=True)  # one "lost" packet was acknowledged after all
+    assert e.value == pytest.approx(2 / 8)
+    for _ in range(200):
+        e.on_acked()
+    assert e.acked + e.lost <= 64 and e.value < 0.02  # old history fades
+
+
+def test_window_is_cut_only_when_measured_loss_exceeds_the_tlr():
+    w = window()
+    w.on_path(queue=1, rtt=0.01)  # the switch's queue is known: its size bounds the window, loss only cuts it
+    for seq in range(20):
+        w.on_packet_sent(group_id=0, size=1368, now=0.0)
+    for seq in range(17):
+        w.on_packet_acked(group_id=0, size=1368, now=0.0)
+        w.on_ack(seq)
+    for _ in range(3):
+        w.on_packet_lost(group_id=0, size=1368, now=0.0)
+    before = w.window
+    assert not w.on_loss(groups={0}, tlr={0: 0.2}, next_seq=20)  # 3/20 = 0.15 <= TLR 0.2: spend the slack
+    assert w.window == before
+    assert w.on_loss(groups={0}, tlr={0: 0.1}, next_seq=20)  # above a TLR of 0.1: cut by eq. 3's factor
+    assert w.window == pytest.approx(before * (1 - 0.15 / 2))
+    assert not w.on_loss(groups={0}, tlr={0: 0.1}, next_seq=21)  # at most once per round trip
+
+
+def test_without_a_known_queue_a_loss_lowers_the_learned_ceiling():
+    w = window()
+    for _ in range(4):
+        w.on_packet_lost(group_id=0, size=1368, now=0.0)
+    assert w.on_loss(groups={0}, tlr={0: 0.5}, next_seq=4)
+    assert w.cap == pytest.approx(16 * 0.8) and w.window <= w.cap
+
+
+def test_window_stops_at_the_queue_plus_one_bdp_of_the_queue_the_switch_chose():
+    w = window(initial=2)
+    for _ in range(50):
+        w.on_packet_sent(group_id=0, size=1368, now=0.0)
+    w.on_path(queue=3, rtt=0.002)  # 20 Mbit/s x 2 ms = 3.5 packets of 1442 bytes -> 4
+    for seq in range(50):
+        w.on_ack(seq)
+    assert w.window == 5 + 4
+    w.on_path(queue=0xFF, rtt=0.002)  # no stamp: the ceiling is left to loss
+    w.on_ack(51)
+    assert w.window > 9
