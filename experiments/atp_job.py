@@ -20,16 +20,11 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from netapprox.experiments.workloads import JobWorkload
+from netapprox.experiments.hostprog import add_start_at, address, emit_summary, wait_for_start
+from netapprox.experiments.jobs import JobWorkload
 from netapprox.hostlib.config import COMPLETION_POLICIES, MODE_ALIASES, MODES
-from netapprox.experiments.results import emit_summary
+from netapprox.hostlib.wire import DEFAULT_ATP_PORT, DEFAULT_REPORT_PORT
 
-ATP_PORT = 7600
-
-
-def _addr(text: str, default_port: int) -> tuple[str, int]:
-    host, _, port = text.rpartition(":")
-    return (text, default_port) if not host else (host, int(port))
 
 
 def _jsonable(obj: Any) -> Any:
@@ -73,13 +68,14 @@ def send(args: argparse.Namespace) -> dict:
         job = job_spec(workload, args.job_id, args.msr)
     kw: dict[str, Any] = {"config": build_config(args)}
     if args.report_to:
-        kw["report_to"] = _addr(args.report_to, 7601)
+        kw["report_to"] = address(args.report_to, DEFAULT_REPORT_PORT)
     if args.timeline:
         kw["timeline"] = args.timeline
+    late = wait_for_start(args.start_at)
     start_wall = time.time()
-    summary = api.send_job(_addr(args.dest, ATP_PORT), job, **kw)
+    summary = api.send_job(address(args.dest, DEFAULT_ATP_PORT), job, **kw)
     out = _jsonable(summary)
-    out.update(protocol="atp", start_wall=start_wall, n=len(job.messages), msr=args.msr,
+    out.update(protocol="atp", start_wall=start_wall, late_start_s=late, n=len(job.messages), msr=args.msr,
                end_wall=start_wall + float(out.get("jct_s") or 0.0))
     return out
 
@@ -87,7 +83,7 @@ def send(args: argparse.Namespace) -> dict:
 def recv(args: argparse.Namespace) -> dict:
     from netapprox.hostlib import api
     try:
-        got = api.receive_jobs(_addr(args.bind, ATP_PORT), count=args.jobs, timeout=args.timeout)
+        got = api.receive_jobs(address(args.bind, DEFAULT_ATP_PORT), count=args.jobs, timeout=args.timeout)
         error = None
     except Exception as exc:  # a timeout or an abandoned job still writes a summary
         got, error = [], f"{type(exc).__name__}: {exc}"
@@ -125,6 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         s.add_argument("--report-to", default=None)
         s.add_argument("--timeline", default=None)
         s.add_argument("--json")
+        add_start_at(s)
     r = sub.add_parser("recv")
     r.add_argument("bind")
     r.add_argument("--jobs", type=int, default=1)

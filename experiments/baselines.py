@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Sequence
 
 from netapprox.hostlib import wire
-from netapprox.experiments.workloads import JobWorkload, make_job
+from netapprox.experiments.hostprog import add_start_at, address, emit_summary, wait_for_start
+from netapprox.experiments.jobs import JobWorkload
 
 TCP_DEFAULT_PORT = 5600
 UDP_DEFAULT_PORT = 5700
@@ -111,8 +112,9 @@ def _payload(msg_id: int, size: int) -> bytes:
 
 
 def tcp_send(dest: tuple[str, int], job: JobWorkload, *, job_id: int, msr: float, mode: str = "es",
-             seed: int = 0, cc: str | None = None, timeout: float = 120.0) -> dict:
-    """Send one job over TCP as EarlySend (``mode='es'``) or SampleSend (``'ss'``); return the summary."""
+             seed: int = 0, cc: str | None = None, timeout: float = 120.0, start_at: float | None = None) -> dict:
+    """Send one job over TCP as EarlySend (``mode='es'``) or SampleSend (``'ss'``); return the summary.
+    ``start_at``: the trial's start line (``experiments.hostprog``); the JCT clock starts there."""
     if mode not in ("es", "ss"):
         raise ValueError("mode is 'es' or 'ss'")
     cc = cc or pick_congestion_control()
@@ -128,6 +130,7 @@ def tcp_send(dest: tuple[str, int], job: JobWorkload, *, job_id: int, msr: float
     except OSError:
         cc = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).split(b"\0")[0].decode()
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    late = wait_for_start(start_at)
     start_wall = time.time()
     t0 = time.monotonic()
     sock.settimeout(timeout)
@@ -186,7 +189,7 @@ def tcp_send(dest: tuple[str, int], job: JobWorkload, *, job_id: int, msr: float
         "workload": job.kind, "workload_seed": job.seed, "total_bytes": job.total_bytes,
         "completed": stopped, "jct_s": (done - t0) if stopped else None,
         "start_wall": start_wall, "end_wall": start_wall + (done - t0),
-        "messages_written": sent_messages, "bytes_written": bytes_sent, "tcp_info": info,
+        "messages_written": sent_messages, "bytes_written": bytes_sent, "tcp_info": info, "late_start_s": late,
     }
 
 
@@ -300,7 +303,8 @@ def tcp_receive(bind: tuple[str, int], *, jobs: int = 1, timeout: float = 120.0,
 
 
 def udp_send(dest: tuple[str, int], job: JobWorkload, *, job_id: int, rate_bps: float, mtu: int = 1400,
-             tlr: float | None = None, duration_s: float | None = None, end_copies: int = 5) -> dict:
+             tlr: float | None = None, duration_s: float | None = None, end_copies: int = 5,
+             start_at: float | None = None) -> dict:
     """Send every message of ``job`` as ATP-format DATA packets paced at ``rate_bps`` (UDP payload bits).
 
     ``tlr``: mark packets APPROX with this TLR (switches queue them by TLR), else non-approximate.
@@ -317,6 +321,7 @@ def udp_send(dest: tuple[str, int], job: JobWorkload, *, job_id: int, rate_bps: 
     tlr_q = wire.tlr_to_q15(tlr) if tlr is not None else 0
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+    late = wait_for_start(start_at)
     start_wall = time.time()
     t0 = time.monotonic()
     next_t = t0
@@ -362,7 +367,7 @@ def udp_send(dest: tuple[str, int], job: JobWorkload, *, job_id: int, rate_bps: 
     return {"protocol": "udp", "job_id": job_id, "n": job.n, "rate_bps": rate_bps, "tlr": tlr,
             "packets_sent": seq, "bytes_sent": sent_bytes, "send_errors": send_errors,
             "duration_s": last - t0, "start_wall": start_wall, "end_wall": start_wall + (last - t0),
-            "workload": job.kind, "workload_seed": job.seed}
+            "workload": job.kind, "workload_seed": job.seed, "late_start_s": late}
 
 
 def udp_receive(bind: tuple[str, int], *, jobs: int = 1, msr: float | None = None, n: int | None = None,
@@ -430,28 +435,14 @@ def udp_receive(bind: tuple[str, int], *, jobs: int = 1, msr: float | None = Non
 # CLI
 
 
-def _addr(text: str, default_port: int) -> tuple[str, int]:
-    host, _, port = text.rpartition(":")
-    if not host:
-        return text, default_port
-    return host, int(port)
-
-
 def _job_from_args(args: argparse.Namespace) -> JobWorkload:
     if args.job:
         return JobWorkload.from_dict(json.loads(Path(args.job).read_text()))
     if args.fixed_size is not None:
         return JobWorkload(kind="fixed", seed=0, sizes=(args.fixed_size,) * args.n, ready_s=(0.0,) * args.n)
+    from netapprox.experiments.workloads import make_job
     return make_job(args.workload, args.workload_seed, args.n, offered_bps=args.offered_bps,
                     max_size=args.max_size)
-
-
-def _emit(summary: dict, path: str | None) -> None:
-    text = json.dumps(summary, indent=1, sort_keys=True)
-    if path:
-        Path(path).write_text(text + "\n")
-    else:
-        print(text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -476,6 +467,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--cc", default=None, help="congestion control (default: dctcp if available, else cubic)")
     s.add_argument("--timeout", type=float, default=120.0)
     s.add_argument("--json")
+    add_start_at(s)
     job_opts(s)
 
     r = sub.add_parser("tcp-recv", help="TCP-ES/SS receiver")
@@ -492,6 +484,7 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("--tlr", type=float, default=None, help="send as APPROX with this TLR")
     u.add_argument("--duration", type=float, default=None, help="cycle the job for this many seconds")
     u.add_argument("--json")
+    add_start_at(u)
     job_opts(u)
 
     v = sub.add_parser("udp-recv", help="UDP blast receiver")
@@ -508,18 +501,20 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.cmd == "tcp-send":
-        out = tcp_send(_addr(args.dest, TCP_DEFAULT_PORT), _job_from_args(args), job_id=args.job_id,
-                       msr=args.msr, mode=args.mode, seed=args.seed, cc=args.cc, timeout=args.timeout)
+        out = tcp_send(address(args.dest, TCP_DEFAULT_PORT), _job_from_args(args), job_id=args.job_id,
+                       msr=args.msr, mode=args.mode, seed=args.seed, cc=args.cc, timeout=args.timeout,
+                       start_at=args.start_at)
     elif args.cmd == "tcp-recv":
-        out = tcp_receive(_addr(args.bind, TCP_DEFAULT_PORT), jobs=args.jobs, timeout=args.timeout,
+        out = tcp_receive(address(args.bind, TCP_DEFAULT_PORT), jobs=args.jobs, timeout=args.timeout,
                           ready_file=args.ready_file)
     elif args.cmd == "udp-send":
-        out = udp_send(_addr(args.dest, UDP_DEFAULT_PORT), _job_from_args(args), job_id=args.job_id,
-                       rate_bps=args.rate, mtu=args.mtu, tlr=args.tlr, duration_s=args.duration)
+        out = udp_send(address(args.dest, UDP_DEFAULT_PORT), _job_from_args(args), job_id=args.job_id,
+                       rate_bps=args.rate, mtu=args.mtu, tlr=args.tlr, duration_s=args.duration,
+                       start_at=args.start_at)
     else:
-        out = udp_receive(_addr(args.bind, UDP_DEFAULT_PORT), jobs=args.jobs, msr=args.msr, n=args.n,
+        out = udp_receive(address(args.bind, UDP_DEFAULT_PORT), jobs=args.jobs, msr=args.msr, n=args.n,
                           timeout=args.timeout, ready_file=args.ready_file)
-    _emit(out, args.json)
+    emit_summary(out, args.json)
     return 0
 
 

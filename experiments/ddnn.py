@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from typing import Sequence
-from netapprox.experiments.results import emit_summary
+from netapprox.experiments.hostprog import emit_summary
 
 RING_PORT = 5900
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Sequence
 
 from netapprox.experiments.baselines import pick_congestion_control, tcp_listen
-from netapprox.experiments.results import emit_summary
+from netapprox.experiments.hostprog import add_start_at, address, emit_summary, wait_for_start
 
 FLOW_DEFAULT_PORT = 5800
 _HDR = struct.Struct("!IQ")  # flow id, size
@@ -44,12 +44,14 @@ class _ClientFlow:
 
 
 def run_client(dest: tuple[str, int], schedule: Sequence[dict], *, timeout: float = 60.0, cc: str | None = None,
-               tos: int | None = None) -> dict:
-    """Run every flow of ``schedule``; return per-flow FCTs (``None`` for flows that did not finish)."""
+               tos: int | None = None, start_at: float | None = None) -> dict:
+    """Run every flow of ``schedule``; return per-flow FCTs (``None`` for flows that did not finish).
+    Flow start times count from ``start_at`` (the trial's start line, ``experiments.hostprog``)."""
     cc = cc or pick_congestion_control()
     flows = [_ClientFlow(i, int(f["size"]), int(f.get("trace_size", f["size"])), float(f["start_s"]))
              for i, f in enumerate(sorted(schedule, key=lambda f: f["start_s"]))]
     sel = selectors.DefaultSelector()
+    late = wait_for_start(start_at)
     t0 = time.monotonic()
     start_wall = time.time()
     nxt = 0
@@ -119,7 +121,7 @@ def run_client(dest: tuple[str, int], schedule: Sequence[dict], *, timeout: floa
                 f.sock.close()
         sel.close()
     return {
-        "protocol": "tcp-flows", "cc": cc, "start_wall": start_wall,
+        "protocol": "tcp-flows", "cc": cc, "start_wall": start_wall, "late_start_s": late,
         "flows": [{"id": f.fid, "size": f.size, "trace_size": f.trace_size, "start_s": f.start_s,
                    "fct_s": (f.done - f.started) if f.done is not None else None, "error": f.error}
                   for f in flows],
@@ -181,11 +183,6 @@ def run_server(bind: tuple[str, int], *, duration: float, ready_file: str | None
     return {"protocol": "tcp-flows-server", "served": served, "bytes": nbytes}
 
 
-def _addr(text: str) -> tuple[str, int]:
-    host, _, port = text.rpartition(":")
-    return (text, FLOW_DEFAULT_PORT) if not host else (host, int(port))
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m netapprox.experiments.flows", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -195,6 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     c.add_argument("--timeout", type=float, default=60.0, help="seconds after the last start")
     c.add_argument("--tos", type=lambda x: int(x, 0), default=None)
     c.add_argument("--json")
+    add_start_at(c)
     s = sub.add_parser("server")
     s.add_argument("bind")
     s.add_argument("--duration", type=float, required=True)
@@ -202,10 +200,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     s.add_argument("--json")
     args = p.parse_args(argv)
     if args.cmd == "client":
-        out = run_client(_addr(args.dest), json.loads(Path(args.schedule).read_text()), timeout=args.timeout,
-                         tos=args.tos)
+        out = run_client(address(args.dest, FLOW_DEFAULT_PORT), json.loads(Path(args.schedule).read_text()), timeout=args.timeout,
+                         tos=args.tos, start_at=args.start_at)
     else:
-        out = run_server(_addr(args.bind), duration=args.duration, ready_file=args.ready_file)
+        out = run_server(address(args.bind, FLOW_DEFAULT_PORT), duration=args.duration, ready_file=args.ready_file)
     emit_summary(out, args.json)
     return 0
 

@@ -97,15 +97,6 @@ def environment() -> dict:
             "python": platform.python_version()}
 
 
-def emit_summary(out: Any, path: str | None) -> None:
-    """A program's JSON summary: to ``path`` when given, else to stdout."""
-    text = json.dumps(out, indent=1, default=str)
-    if path:
-        Path(path).write_text(text + "\n")
-    else:
-        print(text)
-
-
 def now_utc() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 

@@ -31,9 +31,10 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from netapprox.experiments.baselines import msr_target
+from netapprox.experiments.baselines import TCP_DEFAULT_PORT, UDP_DEFAULT_PORT, msr_target
 from netapprox.experiments.harness import Proc, Testbed, read_json, read_json_lines
-from netapprox.experiments.workloads import Flow, JobWorkload
+from netapprox.experiments.jobs import Flow, JobWorkload
+from netapprox.hostlib.wire import DEFAULT_ATP_PORT as ATP_PORT
 
 # ATP variants: protocol name -> hostlib AtpConfig knobs (ATP_FixPrio also needs a static switch,
 # see experiments.runner).
@@ -50,6 +51,10 @@ ATP_VARIANTS: dict[str, dict[str, Any]] = {
     "atp-all-sent": {"mode": "adaptive", "mrdf": True, "completion": "all_sent"},
 }
 BASELINES = ("tcp-es", "tcp-ss", "udp")
+START_LEAD_S = 0.4
+START_LEAD_PER_PROGRAM_S = 0.15
+"""The start line is this far in the future when the programs are launched (process start-up, ~0.3 s of
+CPU each on two shared cores, overlaps the wait)."""
 PROTOCOLS = tuple(ATP_VARIANTS) + BASELINES
 
 
@@ -87,7 +92,7 @@ class FlowLoad:
 
 
 def _bg_port(b: "Background", i: int) -> int:
-    return 7600 if b.tlr is not None else 5701 + i
+    return ATP_PORT if b.tlr is not None else UDP_DEFAULT_PORT + 1 + i
 
 
 def _is_atp(protocol: str) -> bool:
@@ -121,16 +126,16 @@ def run_trial(tb: Testbed, protocol: str, plans: Sequence[JobPlan], *, name: str
         ready = wd / f"rx{dst}.ready"
         rx_json[dst] = out
         if _is_atp(protocol):
-            args = ["recv", f"{tb.ip(dst)}:7600", "--jobs", str(len(ps)), "--timeout", str(timeout), "--json", str(out)]
+            args = ["recv", f"{tb.ip(dst)}:{ATP_PORT}", "--jobs", str(len(ps)), "--timeout", str(timeout), "--json", str(out)]
             receivers[dst] = tb.start_py(dst, "netapprox.experiments.atp_job", args, f"{name}-rx{dst}")
         elif protocol in ("tcp-es", "tcp-ss"):
-            args = ["tcp-recv", f"{tb.ip(dst)}:5600", "--jobs", str(len(ps)), "--timeout", str(timeout),
+            args = ["tcp-recv", f"{tb.ip(dst)}:{TCP_DEFAULT_PORT}", "--jobs", str(len(ps)), "--timeout", str(timeout),
                     "--json", str(out), "--ready-file", str(ready)]
             receivers[dst] = tb.start_py(dst, "netapprox.experiments.baselines", args, f"{name}-rx{dst}")
             tb.wait_file(ready)
         else:
             n = ps[0].workload.n
-            args = ["udp-recv", f"{tb.ip(dst)}:5700", "--jobs", str(len(ps)), "--timeout", str(timeout),
+            args = ["udp-recv", f"{tb.ip(dst)}:{UDP_DEFAULT_PORT}", "--jobs", str(len(ps)), "--timeout", str(timeout),
                     "--msr", str(ps[0].msr), "--n", str(n), "--json", str(out), "--ready-file", str(ready)]
             receivers[dst] = tb.start_py(dst, "netapprox.experiments.baselines", args, f"{name}-rx{dst}")
             tb.wait_file(ready)
@@ -163,61 +168,64 @@ def run_trial(tb: Testbed, protocol: str, plans: Sequence[JobPlan], *, name: str
         tb.wait_file(ready)
     if _is_atp(protocol):
         for dst in by_dst:
-            tb.wait_bound(dst, 7600)
+            tb.wait_bound(dst, ATP_PORT)
 
-    # 2. background, flows, then the jobs
-    t_start = time.time()
+    # 2. background, flows and jobs, all from one start line (experiments.hostprog): every program is
+    # launched first and waits for ``t_start``, so start-up costs do not stagger an "all at once" pattern.
+    launches = len(background) + len(flows) + len(plans)
+    t_start = time.time() + START_LEAD_S + START_LEAD_PER_PROGRAM_S * launches
     bg_tx = []
     for i, (b, port) in enumerate(zip(background, bg_ports)):
         args = ["udp-send", f"{tb.alias_ip(b.dst)}:{port}", "--rate", str(b.rate_bps), "--duration", str(b.duration_s),
                 "--n", "50", "--fixed-size", "1368", "--job-id", str(900000 + i),
-                "--json", str(wd / f"bgtx{i}.json")]
+                "--json", str(wd / f"bgtx{i}.json"), "--start-at", repr(t_start + b.delay_s)]
         if b.tlr is not None:
             args += ["--tlr", str(b.tlr)]
-        bg_tx.append(_start_delayed(tb, b.src, "netapprox.experiments.baselines", args, f"{name}-bgtx{i}", b.delay_s))
+        bg_tx.append(tb.start_py(b.src, "netapprox.experiments.baselines", args, f"{name}-bgtx{i}"))
     for i, fl in enumerate(flows):
         sched = wd / f"flows{i}.json"
         sched.write_text(json.dumps([dataclasses.asdict(f) for f in fl.flows]))
         out = wd / f"fcli{i}.json"
         flow_clients.append((tb.start_py(fl.src, "netapprox.experiments.flows",
                                          ["client", f"{tb.ip(fl.dst)}:{fl.port}", "--schedule", str(sched),
-                                          "--timeout", str(timeout), "--json", str(out)], f"{name}-fcli{i}"), out, fl))
-    if warmup_s:
-        time.sleep(warmup_s)
+                                          "--timeout", str(timeout), "--json", str(out),
+                                          "--start-at", repr(t_start)], f"{name}-fcli{i}"), out, fl))
     senders: list[tuple[Proc, Path, JobPlan, Path]] = []
     for p in plans:
         job_file = wd / f"job{p.job_id}.json"
         job_file.write_text(json.dumps(p.workload.to_dict()))
         out = wd / f"tx{p.job_id}.json"
         timeline = wd / f"timeline{p.job_id}.jsonl"
+        start = ["--start-at", repr(t_start + warmup_s + p.delay_s)]
         if _is_atp(protocol):
             v = ATP_VARIANTS[protocol]
-            args = ["send", f"{tb.ip(p.dst)}:7600", "--job", str(job_file), "--job-id", str(p.job_id),
+            args = ["send", f"{tb.ip(p.dst)}:{ATP_PORT}", "--job", str(job_file), "--job-id", str(p.job_id),
                     "--msr", str(p.msr), "--mode", v["mode"], "--completion", v.get("completion", "early"),
-                    "--rate", _rate_arg(rate_bps), "--json", str(out), "--timeline", str(timeline)]
+                    "--rate", _rate_arg(rate_bps), "--json", str(out), "--timeline", str(timeline), *start]
             if not v["mrdf"]:
                 args.append("--no-mrdf")
             if tb.controller is not None:
                 args += ["--report-to", f"{tb.report_addr[0]}:{tb.report_addr[1]}"]
             module = "netapprox.experiments.atp_job"
         elif protocol in ("tcp-es", "tcp-ss"):
-            args = ["tcp-send", f"{tb.ip(p.dst)}:5600", "--mode", protocol[-2:], "--msr", str(p.msr),
+            args = ["tcp-send", f"{tb.ip(p.dst)}:{TCP_DEFAULT_PORT}", "--mode", protocol[-2:], "--msr", str(p.msr),
                     "--job", str(job_file), "--job-id", str(p.job_id), "--seed", str(p.job_id),
-                    "--timeout", str(timeout), "--json", str(out)]
+                    "--timeout", str(timeout), "--json", str(out), *start]
             module = "netapprox.experiments.baselines"
         else:
-            args = ["udp-send", f"{tb.ip(p.dst)}:5700", "--rate", str(rate_bps), "--job", str(job_file),
-                    "--job-id", str(p.job_id), "--json", str(out)]
+            args = ["udp-send", f"{tb.ip(p.dst)}:{UDP_DEFAULT_PORT}", "--rate", str(rate_bps), "--job", str(job_file),
+                    "--job-id", str(p.job_id), "--json", str(out), *start]
             module = "netapprox.experiments.baselines"
-        senders.append((_start_delayed(tb, p.src, module, args, f"{name}-tx{p.job_id}", p.delay_s), out, p, timeline))
+        senders.append((tb.start_py(p.src, module, args, f"{name}-tx{p.job_id}"), out, p, timeline))
 
     # 3. wait
-    codes = tb.wait_all([s[0] for s in senders], timeout + max((p.delay_s for p in plans), default=0) + 10)
+    lead = max(0.0, t_start - time.time()) + warmup_s
+    codes = tb.wait_all([s[0] for s in senders], lead + timeout + max((p.delay_s for p in plans), default=0) + 10)
     rx_codes = tb.wait_all(list(receivers.values()), 15)
-    fl_codes = tb.wait_all([c[0] for c in flow_clients], timeout + span + 10)
+    fl_codes = tb.wait_all([c[0] for c in flow_clients], max(0.0, t_start - time.time()) + timeout + span + 10)
     for s in flow_servers:
         tb.stop(s)
-    bg_codes = tb.wait_all(bg_tx, span + 10)
+    bg_codes = tb.wait_all(bg_tx, max(0.0, t_start - time.time()) + span + 10)
     tb.wait_all([r for r, _ in bg_rx], 15)
     t_end = time.time()
 
@@ -247,12 +255,6 @@ def run_trial(tb: Testbed, protocol: str, plans: Sequence[JobPlan], *, name: str
             "start_wall": t_start, "end_wall": t_end, "receiver_exit_codes": rx_codes, "background_exit_codes": bg_codes}
 
 
-def _start_delayed(tb: Testbed, host: int, module: str, args: list[str], name: str, delay_s: float) -> Proc:
-    if delay_s > 0:
-        return tb.start_py(host, "netapprox.experiments._delayed", [str(delay_s), module, *args], name)
-    return tb.start_py(host, module, args, name)
-
-
 def job_metrics(protocol: str, plan: JobPlan, tx: dict | None, rx: dict | None, rate_bps: float) -> dict:
     """Unified per-job metrics from the sender's and receiver's JSON summaries (see module docstring)."""
     n = plan.workload.n
@@ -264,6 +266,7 @@ def job_metrics(protocol: str, plan: JobPlan, tx: dict | None, rx: dict | None, 
     if tx is None:
         return m
     m["start_wall"] = tx.get("start_wall")
+    m["late_start_s"] = tx.get("late_start_s")
     if _is_atp(protocol):
         groups = tx.get("groups") or []
         delivered = sum(g.get("delivered", 0) for g in groups)

@@ -14,10 +14,11 @@ class EpochCounts:
 
     @property
     def loss(self) -> float:
-        """ρ = 1 - acked/sent, clamped to [0, 1]; 0 when nothing was sent."""
-        if self.sent == 0:
-            return 0.0
-        return min(1.0, max(0.0, 1.0 - self.acked / self.sent))
+        """ρ: the fraction lost of the packets whose fate became known in the epoch (acknowledged or declared
+        lost); 0 when none did. Packets still in flight never count: an epoch shorter than a round trip, or
+        one whose ACKs are still on their way, is not a lossy epoch."""
+        known = self.acked + self.lost
+        return self.lost / known if known else 0.0
 
 
 class RateController:

@@ -587,6 +587,12 @@ class AtpSender:
             g.tlr = g.next_tlr()
             c = counts.get(gid)
             loss = c.loss if c else 0.0
+            if self.window is not None:
+                # adaptive: the loss over the group's recent packets whose fate is known (a few epochs'
+                # worth), the same estimate the window reacts to; the controller compares it with the TLR
+                estimate = self.window.loss_rate(gid)
+                if estimate is not None:
+                    loss = estimate
             self._events.append(events.EpochEnded(
                 epoch=self.epoch, time=now - self.start_time, group_id=gid, tlr=g.tlr, rate_bps=rate,
                 loss=loss, sent=c.sent if c else 0, acked=c.acked if c else 0, queues=dict(g.queues), ece=g.ece))

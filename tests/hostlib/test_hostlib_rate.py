@@ -12,11 +12,15 @@ def controller(rate=40e6, gain=0.25, fixed=False):
     return RateController(max_rate_bps=100e6, initial_rate_bps=rate, gain=gain, packet_bits=PKT_BITS, fixed=fixed)
 
 
-def feed(rc, group, sent, acked):
+def feed(rc, group, sent, acked, lost=None):
+    """``sent`` packets, ``acked`` acknowledged, the rest declared lost (or ``lost`` of them: the others stay
+    in flight)."""
     for _ in range(sent):
         rc.on_packet_sent(group_id=group, size=1400, now=0.0)
     for _ in range(acked):
         rc.on_packet_acked(group_id=group, size=1400, now=0.0)
+    for _ in range(sent - acked if lost is None else lost):
+        rc.on_packet_lost(group_id=group, size=1400, now=0.0)
 
 
 def test_loss_below_tlr_increases_rate_by_eq2():
@@ -45,6 +49,18 @@ def test_worst_group_over_its_tlr_decides():
     feed(rc, 3, sent=100, acked=60)   # rho 0.4 >= TLR 0.1: decrease by 0.4 (largest)
     rc.end_epoch(tlr={1: 0.6, 2: 0.2, 3: 0.1}, rtt_s=0.01)
     assert rc.rate_bps == pytest.approx(40e6 * (1 - 0.4 / 2))
+
+
+def test_packets_in_flight_are_not_epoch_loss():
+    """An epoch whose packets are still unacknowledged (shorter than a round trip) is not lossy: ρ counts only
+    fates that became known, so an idle link is never read as total loss."""
+    rc = controller()
+    feed(rc, 0, sent=20, acked=0, lost=0)
+    counts = rc.end_epoch(tlr={0: 0.1}, rtt_s=0.01)
+    assert counts[0].loss == 0.0
+    assert rc.rate_bps > 40e6
+    feed(rc, 0, sent=10, acked=6, lost=2)  # 2 of 8 known fates; 2 packets still in flight
+    assert rc.end_epoch(tlr={0: 0.5}, rtt_s=0.01)[0].loss == pytest.approx(0.25)
 
 
 def test_no_loss_increases_even_when_tlr_is_zero():

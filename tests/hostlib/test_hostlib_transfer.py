@@ -138,7 +138,7 @@ def test_reports_and_tlr_follow_equation_1():
 
 def test_tlr_after_scripted_losses_is_exact():
     """N = 20, MSR = 0.5: messages 0-2 lost, 3-9 delivered, 10-19 in flight ->
-    TLR_1 = (0.5 * 20 - 3) / (20 - 7) = 7/13, and rho_0 = 1 - 7/20."""
+    TLR_1 = (0.5 * 20 - 3) / (20 - 7) = 7/13, and rho_0 = 3 / (3 + 7): the packets in flight do not count."""
     from netapprox.hostlib.sender import AtpSender
     job = JobSpec.uniform(11, messages=20, size=100, msr=0.5)
     s = AtpSender(job, config=AtpConfig(mode="paper", max_rate_bps=1e9, epoch_s=0.05), peer=("r", 1), now=0.0)
@@ -157,7 +157,7 @@ def test_tlr_after_scripted_losses_is_exact():
     s.handle_timer(0.05)
     assert s.tlr(0) == pytest.approx(7 / 13)
     ev = [e for e in iter(s.next_event, None) if isinstance(e, events.EpochEnded)]
-    assert len(ev) == 1 and ev[0].tlr == pytest.approx(7 / 13) and ev[0].loss == pytest.approx(1 - 7 / 20)
+    assert len(ev) == 1 and ev[0].tlr == pytest.approx(7 / 13) and ev[0].loss == pytest.approx(3 / 10)
 
 
 def test_fixtlr_keeps_tlr_and_base_keeps_rmax():
