@@ -1,21 +1,24 @@
-"""``make bench``: a fixed suite measured side by side in one run on the emulated rack (needs root).
+"""``make bench``: a fixed suite of comparisons measured side by side in one run (needs root for the network part).
 
 Every number is a ratio of two things measured in this run, on this machine, with the same seeds:
 
-1. approximate JCT with background traffic: ATP / TCP-ES and ATP / TCP-SS, at MSR 0.5 and 0.9
-   (one job of equal-size messages, host 0 -> host 1, web-search TCP flows host 2 -> host 1 at 30 % load);
-2. JCT / the physical lower bound MSR * N * size / bottleneck rate, for each transport;
-3. the fraction of ATP jobs whose message loss stayed <= 1 - MSR (ATP's guarantee; reported as measured);
-4. non-approximate flow completion time next to ATP jobs: NetApprox queues / one FIFO queue with the
-   same total buffer;
-5. the controller's own numbers, from ``bench.controller.run()`` when that module is importable.
+1. the papers' comparisons on the emulated rack (``bench.network``): ATP on NetApprox switches against
+   TCP-EarlySend / TCP-SampleSend on a network-oblivious FIFO switch with the same buffer, in contention among
+   approximate jobs (all-to-all FBKV/FBHD, incast), next to approximate background, and next to
+   non-approximate web-search flows (approximate JCT and the flows' FCT); ATP alone against the physical
+   bound; two extra rows from the first benchmark, named for what they measure;
+2. hostlib on loopback: ATP sender + receiver packets/s next to a raw Python UDP loop (``bench.hostlib``);
+3. the controller: epoch cost at 10,000 jobs, report ingest rate, report-to-write latency (``bench.controller``);
+4. the ns-3 data-center scale row, when ``bench.sim`` and ns-3 are installed.
 
-Writes results/bench.json and results/bench.md and prints the table. ``--seeds`` changes the seeds,
-``--out`` the directory. Finishes in a few minutes on two cores.
+Writes ``results/bench.json`` (its ``headline`` object keeps the same keys across versions; a value is null
+when it was not measured), ``results/bench.md`` and ``results/bench.csv`` (one row per trial), and prints a
+line per trial while it runs. ``--sections`` runs a subset, ``--seeds`` changes the seeds.
 """
 from __future__ import annotations
 
 import argparse
+import csv
 import dataclasses
 import json
 import os
@@ -23,18 +26,20 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
-BENCH_MSRS = (0.5, 0.9)
-BENCH_PROTOCOLS = ("atp", "tcp-es", "tcp-ss", "atp-early")
-"""``atp``: hostlib's default completion (every message sent once and every MSR met); ``atp-early``:
-done as soon as the MSR is met, the same stopping rule as TCP-ES (reported as an extra row)."""
-MSG_SIZE = 1000
-MSGS = 600
-FLOW_LOAD = 0.3
+from netapprox.bench import network as N
+
+NETWORK_SECTIONS = ("contention", "background", "coexist", "idle", "yield", "queues")
+OTHER_SECTIONS = ("hostlib", "controller", "sim")
+HEADLINE_KEYS = (
+    "atp_over_tcp_es_fifo", "atp_over_tcp_ss_fifo", "atp_over_tcp_es_background", "atp_over_bound_idle",
+    "msr_met_fraction", "nonapprox_fct_netapprox_over_fifo", "hostlib_pps_over_raw_udp", "hostlib_loopback_gbps",
+    "controller_epoch_ms_10k", "controller_reports_per_s", "sim_atp_over_dctcp_es", "sim_atp_over_dctcp_ss",
+)
 
 
-def _mean(xs: Sequence[float | None]) -> float | None:
+def _mean(xs: Iterable[float | None]) -> float | None:
     xs = [x for x in xs if x is not None]
     return sum(xs) / len(xs) if xs else None
 
@@ -43,204 +48,324 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-def _fmt(x: Any, nd: int = 3) -> str:
-    if x is None:
-        return "n/a"
-    if isinstance(x, float):
-        return f"{x:.{nd}f}"
-    return str(x)
+def _jcts(rows: Sequence[dict]) -> list[float | None]:
+    return [j for r in rows for j in (r.get("jcts_s") or [None])]
 
 
-def approx_jct(seeds: Sequence[int], out: Path, scale) -> dict:
-    """Part 1-3: ATP vs TCP-ES vs TCP-SS with background flows."""
-    from netapprox.experiments.harness import Testbed
-    from netapprox.experiments.runner import next_job_id
-    from netapprox.experiments.trial import FlowLoad, JobPlan, run_trial
-    from netapprox.experiments.workloads import JobWorkload, web_search_flows
-
-    rate = scale.rate_mbit * 1e6
-    job = JobWorkload(kind="fixed", seed=0, sizes=(MSG_SIZE,) * MSGS, ready_s=(0.0,) * MSGS)
-    rows = []
-    with Testbed(scale.testbed(hosts=3), out / "work-jct") as tb:
-        for seed in seeds:
-            fl = tuple(web_search_flows(seed, load=FLOW_LOAD, link_bps=rate, duration_s=3.0, senders=[2],
-                                        receivers=[1], size_scale=scale.flow_size_scale))
-            for msr in BENCH_MSRS:
-                for proto in BENCH_PROTOCOLS:
-                    plan = JobPlan(next_job_id(), 0, 1, job, msr, delay_s=0.3)
-                    tr = run_trial(tb, proto, [plan], name=f"s{seed}-{msr}-{proto}", timeout=scale.timeout_s,
-                                   flows=[FlowLoad(2, 1, fl)])
-                    j = tr["jobs"][0]
-                    rows.append({"seed": seed, "msr": msr, "protocol": proto, "jct_s": j["jct_s"],
-                                 "jct_over_bound": j.get("jct_over_bound"), "msr_met": j["msr_met"],
-                                 "msg_loss": j.get("msg_loss"), "pkt_loss": j.get("pkt_loss"),
-                                 "error": j.get("error")})
-    return {"rows": rows, "job": {"messages": MSGS, "size": MSG_SIZE}, "flow_load": FLOW_LOAD}
+def _mean_jct(rows: Sequence[dict]) -> float | None:
+    """Mean JCT over every job of ``rows`` (a job that did not complete makes the mean unknown)."""
+    jcts = _jcts(rows)
+    return None if not jcts or any(j is None for j in jcts) else sum(jcts) / len(jcts)
 
 
-def fct_vs_fifo(seeds: Sequence[int], out: Path, scale) -> dict:
-    """Part 4: web-search flow FCT next to two ATP jobs, NetApprox queues vs one FIFO queue."""
-    from netapprox.experiments.harness import Testbed
-    from netapprox.experiments.runner import coexist_trial
-
-    rows = []
-    for switch in ("netapprox", "fifo"):
-        with Testbed(scale.testbed(switch=switch, controller=(switch == "netapprox")), out / f"work-fct-{switch}") as tb:
-            for seed in seeds:
-                m, _tr = coexist_trial(tb, scale, seed, "atp", 0.5, FLOW_LOAD, name=f"s{seed}-{switch}",
-                                       duration_s=3.0)
-                rows.append({"seed": seed, "switch": switch, **m})
-    return {"rows": rows, "flow_load": FLOW_LOAD, "approx": "2 FBHD ATP jobs, MSR 0.5"}
+def _per_seed(rows: Sequence[dict], a: str, b: str) -> list[float | None]:
+    seeds = sorted({r["seed"] for r in rows})
+    return [_ratio(_mean_jct([r for r in rows if r["seed"] == s and r["protocol"] == a]),
+                   _mean_jct([r for r in rows if r["seed"] == s and r["protocol"] == b])) for s in seeds]
 
 
-def controller_numbers() -> dict:
-    try:
-        from netapprox.bench import controller as bc  # written by the controller's maintainers
-    except ImportError as exc:
-        return {"available": False, "reason": f"bench.controller not importable: {exc}"}
-    try:
-        return {"available": True, "numbers": bc.run()}
-    except Exception as exc:
-        return {"available": True, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=3)}
+def _pick(rows: Sequence[dict], **match: Any) -> list[dict]:
+    return [r for r in rows if all(r.get(k) == v for k, v in match.items()) and not r.get("error")]
 
 
-def summarize(jct: dict, fct: dict) -> dict:
+def summarize(rows: Sequence[dict]) -> dict:
+    """Per-section summaries of the network rows (means over seeds and jobs, ratios, per-seed ratios)."""
     s: dict[str, Any] = {}
-    rows = jct["rows"]
-    for msr in BENCH_MSRS:
-        by = {p: [r for r in rows if r["msr"] == msr and r["protocol"] == p] for p in BENCH_PROTOCOLS}
-        mean = {p: _mean([r["jct_s"] for r in rs]) for p, rs in by.items()}
-        per_seed = {}
-        for base in ("tcp-es", "tcp-ss"):
-            ratios = []
-            for r in by["atp"]:
-                b = next((x for x in by[base] if x["seed"] == r["seed"]), None)
-                if b and r["jct_s"] is not None and b["jct_s"]:
-                    ratios.append(r["jct_s"] / b["jct_s"])
-            per_seed[base] = ratios
-        s[f"msr{msr}"] = {
-            "jct_mean_s": mean,
-            "atp_over_tcp_es": _ratio(mean["atp"], mean["tcp-es"]),
-            "atp_over_tcp_ss": _ratio(mean["atp"], mean["tcp-ss"]),
-            "atp_early_over_tcp_es": _ratio(mean["atp-early"], mean["tcp-es"]),
-            "atp_over_tcp_es_per_seed": per_seed["tcp-es"],
-            "atp_over_tcp_ss_per_seed": per_seed["tcp-ss"],
-            "jct_over_bound": {p: _mean([r["jct_over_bound"] for r in rs]) for p, rs in by.items()},
-            "completed": {p: sum(1 for r in rs if r["jct_s"] is not None) for p, rs in by.items()},
-            "runs": {p: len(rs) for p, rs in by.items()},
-        }
-    atp = [r for r in rows if r["protocol"] in ("atp", "atp-early")]
-    within = [r for r in atp if r["msg_loss"] is not None and r["msg_loss"] <= 1 - r["msr"] + 1e-9 and r["msr_met"]]
-    s["atp_loss_within_bound"] = {"jobs": len(atp), "within": len(within),
-                                  "fraction": len(within) / len(atp) if atp else None}
-    f = fct["rows"]
-    na = [r for r in f if r["switch"] == "netapprox"]
-    ff = [r for r in f if r["switch"] == "fifo"]
-    s["fct"] = {}
-    for key in ("fct_all_mean", "fct_all_p99", "fct_small_mean", "fct_small_p99"):
-        a, b = _mean([r.get(key) for r in na]), _mean([r.get(key) for r in ff])
-        s["fct"][key] = {"netapprox": a, "fifo": b, "netapprox_over_fifo": _ratio(a, b)}
-    s["fct"]["unfinished"] = {"netapprox": sum(r.get("flows_all_unfinished", 0) for r in na),
-                              "fifo": sum(r.get("flows_all_unfinished", 0) for r in ff)}
-    s["fct"]["approx_jct_mean_s"] = {"netapprox": _mean([r.get("jct_mean_s") for r in na]),
-                                     "fifo": _mean([r.get("jct_mean_s") for r in ff])}
+    contention: dict[str, Any] = {}
+    for pattern in N.CONTENTION_PATTERNS:
+        for msr in N.MSRS:
+            rs = _pick(rows, section="contention", pattern=pattern, msr=msr)
+            if not rs:
+                continue
+            by = {p: [r for r in rs if r["protocol"] == p] for p in N.CONTENTION_PROTOCOLS}
+            jct = {p: _mean_jct(v) for p, v in by.items()}
+            contention[f"{pattern}/{msr}"] = {
+                "pattern": pattern, "msr": msr, "jct_mean_s": jct,
+                "atp_over_tcp_es": _ratio(jct["atp"], jct["tcp-es"]),
+                "atp_over_tcp_ss": _ratio(jct["atp"], jct["tcp-ss"]),
+                "atp_over_tcp_es_per_seed": _per_seed(rs, "atp", "tcp-es"),
+                "atp_over_tcp_ss_per_seed": _per_seed(rs, "atp", "tcp-ss"),
+                "delivered_bytes_frac": {p: _mean(r.get("delivered_bytes_frac") for r in v) for p, v in by.items()},
+                "jobs_done": {p: sum(1 for j in _jcts(v) if j is not None) for p, v in by.items()},
+                "jobs": {p: len(_jcts(v)) for p, v in by.items()},
+            }
+    s["contention"] = contention
+    background = {}
+    for msr in N.MSRS:
+        rs = _pick(rows, section="background", msr=msr)
+        if rs:
+            a, t = _mean_jct(_pick(rs, protocol="atp")), _mean_jct(_pick(rs, protocol="tcp-es"))
+            background[str(msr)] = {"atp_jct_s": a, "tcp_es_jct_s": t, "atp_over_tcp_es": _ratio(a, t),
+                                    "per_seed": _per_seed(rs, "atp", "tcp-es")}
+    s["background"] = background
+    s["coexist"] = _fct_compare(_pick(rows, section="coexist"), "protocol", "atp", "tcp-es")
+    s["queues"] = _fct_compare(_pick(rows, section="queues"), "switch", "netapprox", "fifo")
+    idle = {}
+    for rate in N.IDLE_RATES_MBIT:
+        for msr in N.MSRS:
+            rs = _pick(rows, section="idle", rate_mbit=rate, msr=msr)
+            if rs:
+                idle.setdefault(f"{rate:g}", {})[str(msr)] = {
+                    "jct_over_bound": _mean(r.get("jct_over_bound") for r in rs),
+                    "jct_mean_s": _mean_jct(rs), "runs": len(rs)}
+    s["idle"] = idle
+    yld = {}
+    for msr in N.YIELD_MSRS:
+        rs = _pick(rows, section="yield", msr=msr)
+        if rs:
+            a, t = _mean_jct(_pick(rs, protocol="atp")), _mean_jct(_pick(rs, protocol="tcp-es"))
+            yld[str(msr)] = {"atp_jct_s": a, "tcp_es_in_queue0_jct_s": t, "atp_over_tcp_es": _ratio(a, t)}
+    s["yield"] = yld
+    atp_jobs = [m for r in rows if r.get("protocol", "").startswith("atp") for m in (r.get("msr_met") or [])]
+    s["msr_met"] = {"jobs": len(atp_jobs), "met": sum(atp_jobs),
+                    "fraction": sum(atp_jobs) / len(atp_jobs) if atp_jobs else None}
+    s["errors"] = [{"section": r["section"], "protocol": r["protocol"], "seed": r["seed"], "error": r["error"]}
+                   for r in rows if r.get("error")]
     return s
 
 
-def _flatten(d: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    """Nested dicts/lists as (dotted key, scalar) rows; a list of dicts keys its items by their 'jobs' or index."""
-    rows: list[tuple[str, Any]] = []
-    if isinstance(d, dict):
-        for k, v in d.items():
-            rows += _flatten(v, f"{prefix}{k}.")
-    elif isinstance(d, list):
-        for i, v in enumerate(d):
-            tag = v.get("jobs", i) if isinstance(v, dict) else i
-            rows += _flatten(v, f"{prefix}[{tag}].")
-    else:
-        rows.append((prefix.rstrip("."), d))
-    return rows
+def _fct_compare(rows: Sequence[dict], key: str, a: str, b: str) -> dict:
+    """Non-approximate flows' FCT and the approximate jobs' JCT for ``key`` = a vs b."""
+    if not rows:
+        return {}
+    out: dict[str, Any] = {}
+    for side in (a, b):
+        rs = [r for r in rows if r.get(key) == side]
+        out[side] = {"fct_mean_s": _mean(r.get("fct_all_mean") for r in rs),
+                     "fct_p99_s": _mean(r.get("fct_all_p99") for r in rs),
+                     "fct_small_mean_s": _mean(r.get("fct_small_mean") for r in rs),
+                     "flows_unfinished": sum(r.get("flows_all_unfinished") or 0 for r in rs),
+                     "approx_jct_mean_s": _mean_jct(rs),
+                     "approx_delivered_bytes_frac": _mean(r.get("delivered_bytes_frac") for r in rs)}
+    out["fct_mean_ratio"] = _ratio(out[a]["fct_mean_s"], out[b]["fct_mean_s"])
+    out["fct_p99_ratio"] = _ratio(out[a]["fct_p99_s"], out[b]["fct_p99_s"])
+    out["approx_jct_ratio"] = _ratio(out[a]["approx_jct_mean_s"], out[b]["approx_jct_mean_s"])
+    out["compared"] = f"{a} / {b}"
+    return out
 
 
-def markdown(s: dict, meta: dict, ctl: dict) -> str:
-    lines = [f"# make bench ({meta['finished_utc']})", "",
-             f"Kernel switch, {meta['scale']['rate_mbit']:g} Mbit/s ports, buffer {meta['scale']['buffer_packets']} packets, "
-             f"TCP congestion control `{meta['environment']['tcp_cc']}`, seeds {meta['seeds']}, "
-             f"{meta['duration_s']:.0f} s. Ratios < 1 favour the first term.", "",
-             "| measurement | MSR 0.5 | MSR 0.9 |", "|---|---|---|"]
-    a, b = s["msr0.5"], s["msr0.9"]
-    lines.append(f"| ATP JCT / TCP-ES JCT (background flows) | {_fmt(a['atp_over_tcp_es'])} | {_fmt(b['atp_over_tcp_es'])} |")
-    lines.append(f"| ATP JCT / TCP-SS JCT (background flows) | {_fmt(a['atp_over_tcp_ss'])} | {_fmt(b['atp_over_tcp_ss'])} |")
-    lines.append(f"| ATP (early completion) JCT / TCP-ES JCT | {_fmt(a['atp_early_over_tcp_es'])} | {_fmt(b['atp_early_over_tcp_es'])} |")
-    for p in BENCH_PROTOCOLS:
-        lines.append(f"| {p} JCT / (MSR·N·size / rate) | {_fmt(a['jct_over_bound'][p])} | {_fmt(b['jct_over_bound'][p])} |")
-    for p in BENCH_PROTOCOLS:
-        lines.append(f"| {p} mean JCT (s) | {_fmt(a['jct_mean_s'][p])} | {_fmt(b['jct_mean_s'][p])} |")
-    for p in BENCH_PROTOCOLS:
-        lines.append(f"| {p} jobs completed | {a['completed'][p]}/{a['runs'][p]} | {b['completed'][p]}/{b['runs'][p]} |")
-    w = s["atp_loss_within_bound"]
-    lines += ["", f"ATP jobs whose message loss stayed <= 1 - MSR (and met the MSR): **{w['within']}/{w['jobs']}**"
-              f" ({_fmt(w['fraction'] * 100 if w['fraction'] is not None else None, 1)} %)", "",
-              "| non-approximate flows next to ATP jobs | NetApprox queues | FIFO switch | NetApprox / FIFO |", "|---|---|---|---|"]
-    for key, label in (("fct_all_mean", "mean FCT, all flows (s)"), ("fct_all_p99", "p99 FCT, all flows (s)"),
-                       ("fct_small_mean", "mean FCT, small flows (s)"), ("fct_small_p99", "p99 FCT, small flows (s)")):
-        r = s["fct"][key]
-        lines.append(f"| {label} | {_fmt(r['netapprox'], 4)} | {_fmt(r['fifo'], 4)} | {_fmt(r['netapprox_over_fifo'])} |")
-    u = s["fct"]["unfinished"]
-    j = s["fct"]["approx_jct_mean_s"]
-    lines.append(f"| flows unfinished | {u['netapprox']} | {u['fifo']} | |")
-    lines.append(f"| ATP JCT of the approximate jobs (s) | {_fmt(j['netapprox'])} | {_fmt(j['fifo'])} | |")
-    lines += ["", "## Controller (bench/controller.py)", ""]
-    if not ctl.get("available"):
-        lines.append(f"not run: {ctl.get('reason')}")
-    elif "error" in ctl:
-        lines.append(f"failed: {ctl['error']}")
-    else:
-        lines += ["| metric | value |", "|---|---|"]
-        for k, v in _flatten(ctl.get("numbers") or {}):
-            lines.append(f"| {k} | {_fmt(v)} |")
-    lines.append("")
-    return "\n".join(lines)
+def headline(summary: dict | None, parts: dict) -> dict:
+    """The stable ``headline`` object: every key always present, null where not measured."""
+    h: dict[str, Any] = {k: None for k in HEADLINE_KEYS}
+    if summary:
+        c = summary["contention"]
+        h["atp_over_tcp_es_fifo"] = {str(m): c.get(f"alltoall-fbkv/{m}", {}).get("atp_over_tcp_es") for m in N.MSRS}
+        h["atp_over_tcp_ss_fifo"] = {str(m): c.get(f"alltoall-fbkv/{m}", {}).get("atp_over_tcp_ss") for m in N.MSRS}
+        h["atp_over_tcp_es_background"] = {m: v["atp_over_tcp_es"] for m, v in summary["background"].items()} or None
+        h["atp_over_bound_idle"] = {r: {m: v["jct_over_bound"] for m, v in by.items()}
+                                    for r, by in summary["idle"].items()} or None
+        h["msr_met_fraction"] = summary["msr_met"]["fraction"]
+        co = summary["coexist"]
+        if co:
+            h["nonapprox_fct_netapprox_over_fifo"] = {"mean": co["fct_mean_ratio"], "p99": co["fct_p99_ratio"]}
+    for part in parts.values():
+        for k, v in ((part or {}).get("headline") or {}).items():
+            if k in h:
+                h[k] = v
+    return h
+
+
+def bars(h: dict, summary: dict | None) -> dict:
+    """The issues' bars, checked against this run (None: not measured here)."""
+    def all_le(d, limit):
+        vals = [v for v in (d or {}).values() if v is not None] if isinstance(d, dict) else []
+        return None if not vals else all(v <= limit for v in vals)
+    out: dict[str, Any] = {}
+    if summary:
+        c = summary["contention"]
+        for pattern in N.CONTENTION_PATTERNS:
+            vals = {k: v["atp_over_tcp_es"] for k, v in c.items() if v["pattern"] == pattern}
+            out[f"atp_over_tcp_es_{pattern}_le_0.5"] = all_le(vals, 0.5)
+        out["atp_over_tcp_es_background_le_0.5"] = all_le(h["atp_over_tcp_es_background"], 0.5)
+        idle = h["atp_over_bound_idle"] or {}
+        out["atp_over_bound_idle_le_1.10"] = all_le({f"{r}/{m}": v for r, by in idle.items() for m, v in by.items()},
+                                                     1.10)
+        out["msr_met_fraction_is_1"] = None if h["msr_met_fraction"] is None else h["msr_met_fraction"] == 1.0
+        out["nonapprox_fct_le_0.3_of_tcp_es_fifo"] = all_le(h["nonapprox_fct_netapprox_over_fifo"], 0.3)
+    return out
+
+
+def _part(name: str, fn: Callable[[], dict]) -> dict:
+    try:
+        return fn()
+    except Exception as exc:  # a part that breaks is reported, the others still run
+        return {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=4)}
+
+
+def _hostlib() -> dict:
+    from netapprox.bench import hostlib
+    res = hostlib.run(quick=True)
+    return {**res, "headline": {"hostlib_pps_over_raw_udp": res.get("hostlib_pps_over_raw_udp")}}
+
+
+def _controller() -> dict:
+    from netapprox.bench import controller
+    res = controller.run()
+    return {**res, "headline": {k: res.get(k) for k in ("controller_epoch_ms_10k", "controller_reports_per_s")}}
+
+
+def _sim(progress: Callable[[str], None]) -> dict:
+    try:
+        from netapprox.bench import sim
+    except ImportError as exc:
+        return {"skipped": f"bench.sim not importable: {exc}"}
+    return sim.run(progress=progress)
+
+
+def _fmt(x: Any, nd: int = 3) -> str:
+    if x is None:
+        return "–"
+    if isinstance(x, bool):
+        return "yes" if x else "**no**"
+    if isinstance(x, float):
+        return f"{x:.{nd}f}"
+    if isinstance(x, list):
+        return "[" + ", ".join(_fmt(v, 2) for v in x) + "]"
+    return str(x)
+
+
+def markdown(doc: dict) -> str:
+    meta, s, h = doc["meta"], doc["summary"], doc["headline"]
+    env = meta["environment"]
+    lines = [f"# make bench ({meta['finished_utc']}, commit {meta['git_commit'] or '?'})", "",
+             f"Kernel switches, {meta['scale']['rate_mbit']:g} Mbit/s ports, {meta['scale']['buffer_packets']}-packet "
+             f"port buffer (NetApprox: queue 0 gets {meta['scale']['buffer_packets'] - 28}, queues 1-7 hold 7..1; "
+             f"FIFO: one queue of {meta['scale']['buffer_packets']}), TCP `{env['tcp_cc']}` (ECN "
+             f"{env.get('tcp_ecn')}, min RTO {env.get('tcp_rto_min_ms')} ms, initial window "
+             f"{env.get('tcp_initcwnd')}), seeds {meta['seeds']}, {meta['duration_s'] / 60:.1f} min. "
+             "Ratios below 1 favour ATP.", "", "## Headline", "", "```", json.dumps(h, indent=1), "```", "",
+             "| bar | met |", "|---|---|"]
+    lines += [f"| {k} | {_fmt(v)} |" for k, v in doc["bars"].items()]
+    if s:
+        lines += ["", "## Contention among approximate jobs (Fig. 5-9): ATP on NetApprox vs TCP on a FIFO switch", "",
+                  "| pattern | MSR | ATP JCT (s) | TCP-ES JCT (s) | TCP-SS JCT (s) | ATP/ES | ATP/SS | ATP/ES per seed "
+                  "| bytes delivered ATP / ES / SS | jobs done ATP / ES / SS |", "|---|---|---|---|---|---|---|---|---|---|"]
+        for v in s["contention"].values():
+            j, b, d, n = v["jct_mean_s"], v["delivered_bytes_frac"], v["jobs_done"], v["jobs"]
+            lines.append(f"| {v['pattern']} | {v['msr']} | {_fmt(j['atp'])} | {_fmt(j['tcp-es'])} | {_fmt(j['tcp-ss'])} "
+                         f"| {_fmt(v['atp_over_tcp_es'])} | {_fmt(v['atp_over_tcp_ss'])} | "
+                         f"{_fmt(v['atp_over_tcp_es_per_seed'])} | {_fmt(b['atp'], 2)} / {_fmt(b['tcp-es'], 2)} / "
+                         f"{_fmt(b['tcp-ss'], 2)} | {d['atp']}/{n['atp']} / {d['tcp-es']}/{n['tcp-es']} / "
+                         f"{d['tcp-ss']}/{n['tcp-ss']} |")
+        lines += ["", f"## One job next to approximate background ({N.BACKGROUND_LOAD:.0%} of the link, in the job's "
+                  "initial queue; Fig. 11)", "", "| MSR | ATP JCT (s) | TCP-ES JCT (s) | ATP/ES | per seed |",
+                  "|---|---|---|---|---|"]
+        for m, v in s["background"].items():
+            lines.append(f"| {m} | {_fmt(v['atp_jct_s'])} | {_fmt(v['tcp_es_jct_s'])} | {_fmt(v['atp_over_tcp_es'])} "
+                         f"| {_fmt(v['per_seed'])} |")
+        for key, title in (("coexist", f"Next to non-approximate web-search flows (Fig. 13): NetApprox vs TCP-ES on "
+                                        f"a FIFO switch, MSR {N.COEXIST_MSR}, flows at {N.COEXIST_FLOW_LOAD:.0%}"),
+                           ("queues", "Extra row: the same ATP jobs next to the flows, NetApprox queues vs a FIFO "
+                                      "switch (what the queues do for non-approximate traffic)")):
+            v = s[key]
+            if not v:
+                continue
+            a, b = v["compared"].split(" / ")
+            lines += ["", f"## {title}", "", f"| | {a} | {b} | {v['compared']} |", "|---|---|---|---|"]
+            for k, label in (("fct_mean_s", "flows: mean FCT (s)"), ("fct_p99_s", "flows: p99 FCT (s)"),
+                             ("fct_small_mean_s", "flows < 100 KB: mean FCT (s)"),
+                             ("approx_jct_mean_s", "approximate jobs: mean JCT (s)"),
+                             ("approx_delivered_bytes_frac", "approximate jobs: bytes delivered")):
+                ratio = {"fct_mean_s": v["fct_mean_ratio"], "fct_p99_s": v["fct_p99_ratio"],
+                         "approx_jct_mean_s": v["approx_jct_ratio"]}.get(k)
+                lines.append(f"| {label} | {_fmt(v[a][k], 4)} | {_fmt(v[b][k], 4)} | {_fmt(ratio)} |")
+            lines.append(f"| flows unfinished | {v[a]['flows_unfinished']} | {v[b]['flows_unfinished']} | |")
+        lines += ["", "## ATP alone on an idle link: JCT / (MSR·N·size·8 / rate)", "",
+                  "| rate | " + " | ".join(f"MSR {m}" for m in N.MSRS) + " |", "|---|" + "---|" * len(N.MSRS)]
+        for r, by in s["idle"].items():
+            lines.append(f"| {r} Mbit/s | " + " | ".join(_fmt(by.get(str(m), {}).get("jct_over_bound")) for m in N.MSRS)
+                         + " |")
+        lines += ["", "## Extra row: ATP below TCP-ES in queue 0 (how much ATP yields to non-approximate traffic; "
+                  "not a race)", "", "| MSR | ATP JCT (s) | TCP-ES in queue 0 JCT (s) | ATP/ES |", "|---|---|---|---|"]
+        for m, v in s["yield"].items():
+            lines.append(f"| {m} | {_fmt(v['atp_jct_s'])} | {_fmt(v['tcp_es_in_queue0_jct_s'])} | "
+                         f"{_fmt(v['atp_over_tcp_es'])} |")
+        mm = s["msr_met"]
+        lines += ["", f"ATP jobs that met every group's MSR: **{mm['met']}/{mm['jobs']}**."]
+        if s["errors"]:
+            lines += ["", "Trials that failed:", *[f"- {e}" for e in s["errors"]]]
+    for name in OTHER_SECTIONS:
+        part = doc.get(name)
+        if part is None:
+            continue
+        lines += ["", f"## {name}", ""]
+        if "error" in part or "skipped" in part:
+            lines.append(f"not measured: {part.get('error') or part.get('skipped')}")
+        else:
+            lines.append(f"headline: `{json.dumps(part.get('headline'))}`; details in bench.json")
+    return "\n".join(lines) + "\n"
+
+
+def write_csv(rows: Sequence[dict], path: Path) -> None:
+    keys: list[str] = []
+    for r in rows:
+        keys += [k for k in r if k not in keys]
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in r.items()})
+
+
+def tcp_environment() -> dict:
+    """Settings of the TCP baselines worth recording (the testbed's routes set neither RTO nor window)."""
+    def read(path: str) -> str | None:
+        try:
+            return Path(path).read_text().strip()
+        except OSError:
+            return None
+    return {"tcp_ecn": read("/proc/sys/net/ipv4/tcp_ecn"), "tcp_rto_min_ms": 200, "tcp_initcwnd": 10}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m netapprox.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     p.add_argument("--out", default="results")
-    p.add_argument("--skip-network", action="store_true", help="only the controller numbers (no root needed)")
+    p.add_argument("--sections", nargs="+", choices=NETWORK_SECTIONS + OTHER_SECTIONS,
+                   default=list(NETWORK_SECTIONS + OTHER_SECTIONS), help="run only these parts")
+    p.add_argument("--skip-network", action="store_true", help="only hostlib, controller and sim (no root needed)")
     args = p.parse_args(argv)
     from netapprox.experiments.results import environment, git_commit, now_utc
     from netapprox.experiments.runner import Scale
 
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        print(f"bench: cannot create --out {out}: {exc.strerror}", file=sys.stderr)
+        return 2
+    sections = [s for s in args.sections if not (args.skip_network and s in NETWORK_SECTIONS)]
+    net_sections = [s for s in sections if s in NETWORK_SECTIONS]
+    if net_sections and os.geteuid() != 0:
+        print("bench: the network sections need root (namespaces, qdiscs); use --skip-network", file=sys.stderr)
+        return 2
     scale = Scale()
     t0 = time.monotonic()
     started = now_utc()
-    ctl = controller_numbers()
-    if args.skip_network:
-        jct, fct, s = None, None, None
-    else:
-        if os.geteuid() != 0:
-            print("make bench needs root (network namespaces, qdiscs); use --skip-network for the controller part",
-                  file=sys.stderr)
-            return 2
-        work = out / "bench"
-        jct = approx_jct(args.seeds, work, scale)
-        fct = fct_vs_fifo(args.seeds, work, scale)
-        s = summarize(jct, fct)
+    plan = N.trials(args.seeds, scale, sections=net_sections) if net_sections else []
+    progress = N.Progress(len(plan) + sum(1 for s in sections if s in OTHER_SECTIONS))
+    rows = N.run(plan, scale, out / "bench", progress) if plan else []
+    parts: dict[str, dict] = {}
+    for name, fn in (("hostlib", _hostlib), ("controller", _controller),
+                     ("sim", lambda: _sim(lambda line: progress.note("sim: " + line)))):
+        if name in sections:
+            progress.note(f"{name}: running")
+            parts[name] = _part(name, fn)
+            progress.step(name, json.dumps(parts[name].get("headline")
+                                           or parts[name].get("error") or parts[name].get("skipped")))
+    summary = summarize(rows) if rows else None
+    h = headline(summary, parts)
     meta = {"started_utc": started, "finished_utc": now_utc(), "duration_s": time.monotonic() - t0,
-            "seeds": args.seeds, "scale": dataclasses.asdict(scale), "environment": environment(),
-            "git_commit": git_commit(), "command": ["python", "-m", "netapprox.bench", *(argv or sys.argv[1:])]}
-    doc = {**meta, "summary": s, "approx_jct": jct, "fct": fct, "controller": ctl}
+            "seeds": args.seeds, "sections": sections, "scale": dataclasses.asdict(scale),
+            "environment": {**environment(), **tcp_environment()}, "git_commit": git_commit(),
+            "command": ["python", "-m", "netapprox.bench", *(sys.argv[1:] if argv is None else argv)]}
+    doc = {"headline": h, "bars": bars(h, summary), "meta": meta, "summary": summary, **parts, "rows": rows}
     (out / "bench.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
-    if s is not None:
-        md = markdown(s, meta, ctl)
-        (out / "bench.md").write_text(md)
-        print(md)
-    else:
-        print(json.dumps(ctl, indent=1, default=str))
-    print(f"wrote {out / 'bench.json'}" + (f" and {out / 'bench.md'}" if s is not None else ""))
+    (out / "bench.md").write_text(markdown(doc))
+    if rows:
+        write_csv(rows, out / "bench.csv")
+    print(markdown(doc))
+    print(f"wrote {out / 'bench.json'}, {out / 'bench.md'}" + (f", {out / 'bench.csv'}" if rows else ""))
     return 0
 
 

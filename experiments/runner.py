@@ -14,7 +14,7 @@ import math
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -113,22 +113,61 @@ def _strip(trial: dict) -> dict:
 # 1. all-to-all JCT vs MSR and queue length (NetApprox Fig. 5-8)
 
 
+SWITCHES = {"netapprox": {"switch": "netapprox", "controller": True},
+            "static": {"switch": "netapprox", "controller": False},
+            "fifo": {"switch": "fifo", "controller": False}}
+"""Testbed kinds: NetApprox queues re-mapped by the controller; NetApprox queues with static TLR thresholds
+and pinned jobs (ATP_FixPrio); a network-oblivious switch, one FIFO queue per port with the same total
+buffer (where the papers run their baselines)."""
+
+
+def switch_for(protocol: str) -> str:
+    """The testbed a protocol runs on in a comparison, as the papers compare: ATP on NetApprox switches with
+    the controller (ATP_FixPrio without it: its job is pinned to its first queue), the baselines (TCP-ES,
+    TCP-SS, the UDP blast) on the FIFO switch."""
+    if protocol == "atp-fixprio":
+        return "static"
+    return "netapprox" if protocol.startswith("atp") else "fifo"
+
+
+def testbeds(scale: Scale, protocols: Sequence[str], workdir: Path, **testbed_kw) -> Iterator[tuple[Testbed, list[str]]]:
+    """One testbed per kind the ``protocols`` need (``switch_for``), each with the protocols that run on it,
+    in the order they first appear; a testbed is closed before the next one starts."""
+    by_kind: dict[str, list[str]] = {}
+    for proto in protocols:
+        by_kind.setdefault(switch_for(proto), []).append(proto)
+    for kind, protos in by_kind.items():
+        with Testbed(scale.testbed(**SWITCHES[kind], **testbed_kw), workdir / f"work-{kind}") as tb:
+            yield tb, protos
+
+
+def alltoall_plans(scale: Scale, seed: int, workload: str, msr: float) -> list[JobPlan]:
+    """Every host sends one job to a receiver it picks at random (the same for every protocol of a seed)."""
+    hosts = list(range(scale.hosts))
+    dst_of = pick_receivers(seed, hosts, hosts)
+    return [JobPlan(next_job_id(), h, dst_of[h], scale.job(workload, seed * 100 + h), msr) for h in hosts]
+
+
+def incast_plans(scale: Scale, seed: int, msr: float) -> list[JobPlan]:
+    """Hosts 1..N-1 each send one FBKV job to host 0."""
+    return [JobPlan(next_job_id(), h, 0, scale.job("fbkv", seed * 100 + h), msr) for h in range(1, scale.hosts)]
+
+
 def exp_alltoall(seeds: Sequence[int], out: Path, scale: Scale, *, msrs=(0.5, 0.7, 0.9),
                  workloads=("fbkv", "fbhd"), protocols=("atp", "tcp-es", "tcp-ss", "udp")) -> R.ResultFile:
     rf = R.ResultFile("alltoall", {"scale": dataclasses.asdict(scale), "msrs": list(msrs),
                                    "workloads": list(workloads), "protocols": list(protocols),
+                                   "switches": {p: switch_for(p) for p in protocols},
                                    "pattern": "every host sends one job to a random other host, all at once"},
                       seeds, out / "alltoall")
-    hosts = list(range(scale.hosts))
-    with Testbed(scale.testbed(sample_queues_s=0.02), out / "alltoall" / "work") as tb:
+    for tb, protos in testbeds(scale, protocols, out / "alltoall", sample_queues_s=0.02):
         for seed in seeds:
-            dst_of = pick_receivers(seed, hosts, hosts)
             for wl in workloads:
                 for msr in msrs:
-                    for proto in protocols:
-                        plans = [JobPlan(next_job_id(), h, dst_of[h], scale.job(wl, seed * 100 + h), msr) for h in hosts]
+                    for proto in protos:
+                        plans = alltoall_plans(scale, seed, wl, msr)
                         tr = run_trial(tb, proto, plans, name=f"s{seed}-{wl}-{msr}-{proto}", timeout=scale.timeout_s)
-                        m = {**_job_summary(tr), **_queue_stats(tb, tr, sorted(set(dst_of.values())))}
+                        m = {**_job_summary(tr), **_queue_stats(tb, tr, sorted({p.dst for p in plans}))}
                         rf.add(seed, {"workload": wl, "msr": msr, "protocol": proto}, m, _strip(tr))
                         rf.write()
     s = rf.to_dict()["summary"]
@@ -149,14 +188,14 @@ def exp_alltoall(seeds: Sequence[int], out: Path, scale: Scale, *, msrs=(0.5, 0.
 def exp_incast(seeds: Sequence[int], out: Path, scale: Scale, *, msrs=(0.5, 0.7, 0.9),
                protocols=("atp", "tcp-es", "tcp-ss")) -> R.ResultFile:
     rf = R.ResultFile("incast", {"scale": dataclasses.asdict(scale), "msrs": list(msrs), "protocols": list(protocols),
+                                 "switches": {p: switch_for(p) for p in protocols},
                                  "workload": "fbkv", "pattern": "hosts 1..N-1 each send one job to host 0"},
                       seeds, out / "incast")
-    with Testbed(scale.testbed(sample_queues_s=0.02), out / "incast" / "work") as tb:
+    for tb, protos in testbeds(scale, protocols, out / "incast", sample_queues_s=0.02):
         for seed in seeds:
             for msr in msrs:
-                for proto in protocols:
-                    plans = [JobPlan(next_job_id(), h, 0, scale.job("fbkv", seed * 100 + h), msr)
-                             for h in range(1, scale.hosts)]
+                for proto in protos:
+                    plans = incast_plans(scale, seed, msr)
                     tr = run_trial(tb, proto, plans, name=f"s{seed}-{msr}-{proto}", timeout=scale.timeout_s)
                     rf.add(seed, {"msr": msr, "protocol": proto}, {**_job_summary(tr), **_queue_stats(tb, tr, [0])}, _strip(tr))
                     rf.write()
@@ -180,56 +219,53 @@ def exp_dynamic(seeds: Sequence[int], out: Path, scale: Scale, *, msrs=(0.5, 0.7
     """Fig. 11: background starts in the job's initial queue and moves one queue up halfway.
     Fig. 10 (timeline): MSR 0.5, background in queue 4, then 3, then 2."""
     rf = R.ResultFile("dynamic", {"scale": dataclasses.asdict(scale), "msrs": list(msrs), "protocols": list(protocols),
+                                  "switches": {p: switch_for(p) for p in protocols},
                                   "bg_load": bg_load, "workload": "fbkv x 4 (longer job)",
                                   "background": "paced UDP, APPROX with a TLR in the job's initial queue, moved one "
                                                 "queue up halfway"},
                       seeds, out / "dynamic")
     rate = scale.rate_mbit * 1e6
     n = scale.fbkv_n * 4
-    for fixprio in (False, True):
-        protos = [p for p in protocols if (p == "atp-fixprio") == fixprio]
-        if not protos:
-            continue
-        with Testbed(scale.testbed(controller=not fixprio), out / "dynamic" / ("work-fixprio" if fixprio else "work")) as tb:
-            for seed in seeds:
-                for msr in msrs:
-                    job = make_job("fbkv", seed, n)
-                    q0 = queue_for_tlr(1 - msr)
-                    dur = 2.0 * job.total_bytes * 8 / rate + 1.0
-                    tlr_q = lambda q: (q + 0.5) / 8  # noqa: E731 - a TLR in the middle of queue q
-                    bg = _shifting_background(2, 1, bg_load * rate, dur, [tlr_q(q0), tlr_q(max(1, q0 - 1))])
-                    for proto in protos:
-                        jid = next_job_id()
-                        if fixprio:
-                            tb.pin_jobs([(jid, q0)])
-                        tr = run_trial(tb, proto, [JobPlan(jid, 0, 1, job, msr, delay_s=0.2)], name=f"s{seed}-{msr}-{proto}",
-                                       timeout=scale.timeout_s, background=bg)
-                        rf.add(seed, {"msr": msr, "protocol": proto}, _job_summary(tr), _strip(tr))
-                        rf.write()
-        # Fig. 10 timeline: one run, MSR 0.5, background queue 4 -> 3 -> 2, each for a third of the
-        # job's expected JCT (MSR * bytes over the bandwidth the background leaves).
-        if not fixprio and "atp-full" in protos:
-            job = make_job("fbkv", seeds[0], n * 2)
-            expected = 0.5 * job.total_bytes * 8 / (rate * (1 - bg_load))
-            with Testbed(scale.testbed(controller=True), out / "dynamic" / "work-timeline") as tb:
-                bg = _shifting_background(2, 1, bg_load * rate, 1.5 * expected + 0.3, [4.5 / 8, 3.5 / 8, 2.5 / 8])
-                bg = [dataclasses.replace(b, delay_s=b.delay_s) for b in bg]
-                jid = next_job_id()
-                tr = run_trial(tb, "atp-full", [JobPlan(jid, 0, 1, job, 0.5, delay_s=0.3)], name="timeline",
-                               timeout=scale.timeout_s, background=bg)
-                j = tr["jobs"][0]
-                timeline = j.get("timeline") or []
-                t0 = j.get("start_wall") or tr["start_wall"]
-                shifts = [b.get("start_wall") for b in tr.get("background_tx", []) if b]
-                rf.notes.append({"timeline_job": jid, "timeline": timeline, "controller_changes": tb.epochs,
-                                 "job_start_wall": t0, "background_starts_wall": shifts,
-                                 "background_tlrs": [b.tlr for b in bg], "job": {k: v for k, v in j.items() if k != "timeline"}})
-                rows = _timeline_rows(timeline, tb.epochs, jid, t0)
-                R.plot_timeline(rows, fields=[f for f in ("loss_avg10", "tlr", "rate_mbps", "queue") if any(f in r for r in rows)],
-                                path=rf.out_dir / "timeline.png",
-                                title="ATP, MSR 0.5, background q4 -> q3 -> q2 (cf. Fig. 10)",
-                                events=[(w - t0, "bg shift") for w in shifts[1:] if w])
-                rf.write()
+    for tb, protos in testbeds(scale, protocols, out / "dynamic"):
+        fixprio = switch_for(protos[0]) == "static"
+        for seed in seeds:
+            for msr in msrs:
+                job = make_job("fbkv", seed, n)
+                q0 = queue_for_tlr(1 - msr)
+                dur = 2.0 * job.total_bytes * 8 / rate + 1.0
+                tlr_q = lambda q: (q + 0.5) / 8  # noqa: E731 - a TLR in the middle of queue q
+                bg = _shifting_background(2, 1, bg_load * rate, dur, [tlr_q(q0), tlr_q(max(1, q0 - 1))])
+                for proto in protos:
+                    jid = next_job_id()
+                    if fixprio:
+                        tb.pin_jobs([(jid, q0)])
+                    tr = run_trial(tb, proto, [JobPlan(jid, 0, 1, job, msr, delay_s=0.2)], name=f"s{seed}-{msr}-{proto}",
+                                   timeout=scale.timeout_s, background=bg)
+                    rf.add(seed, {"msr": msr, "protocol": proto}, _job_summary(tr), _strip(tr))
+                    rf.write()
+    # Fig. 10 timeline: one run, MSR 0.5, background queue 4 -> 3 -> 2, each for a third of the
+    # job's expected JCT (MSR * bytes over the bandwidth the background leaves).
+    if "atp-full" in protocols:
+        job = make_job("fbkv", seeds[0], n * 2)
+        expected = 0.5 * job.total_bytes * 8 / (rate * (1 - bg_load))
+        with Testbed(scale.testbed(controller=True), out / "dynamic" / "work-timeline") as tb:
+            bg = _shifting_background(2, 1, bg_load * rate, 1.5 * expected + 0.3, [4.5 / 8, 3.5 / 8, 2.5 / 8])
+            jid = next_job_id()
+            tr = run_trial(tb, "atp-full", [JobPlan(jid, 0, 1, job, 0.5, delay_s=0.3)], name="timeline",
+                           timeout=scale.timeout_s, background=bg)
+            j = tr["jobs"][0]
+            timeline = j.get("timeline") or []
+            t0 = j.get("start_wall") or tr["start_wall"]
+            shifts = [b.get("start_wall") for b in tr.get("background_tx", []) if b]
+            rf.notes.append({"timeline_job": jid, "timeline": timeline, "controller_changes": tb.epochs,
+                             "job_start_wall": t0, "background_starts_wall": shifts,
+                             "background_tlrs": [b.tlr for b in bg], "job": {k: v for k, v in j.items() if k != "timeline"}})
+            rows = _timeline_rows(timeline, tb.epochs, jid, t0)
+            R.plot_timeline(rows, fields=[f for f in ("loss_avg10", "tlr", "rate_mbps", "queue") if any(f in r for r in rows)],
+                            path=rf.out_dir / "timeline.png",
+                            title="ATP, MSR 0.5, background q4 -> q3 -> q2 (cf. Fig. 10)",
+                            events=[(w - t0, "bg shift") for w in shifts[1:] if w])
+            rf.write()
     s = rf.to_dict()["summary"]
     R.plot_bars(s, metric="jct_mean_s", group="msr", series="protocol", path=rf.out_dir / "jct.png",
                 title="Dynamic mechanisms, FBKV (cf. Fig. 11)", ylabel="JCT (s)")
@@ -293,25 +329,22 @@ def exp_ablation(seeds: Sequence[int], out: Path, scale: Scale, *, msrs=(0.5, 0.
                                    "background": "paced UDP, APPROX, TLR in the job's initial queue"},
                       seeds, out / "ablation")
     rate = scale.rate_mbit * 1e6
-    for fixprio in (False, True):
-        protos = [v for v in variants if (v == "atp-fixprio") == fixprio]
-        if not protos:
-            continue
-        with Testbed(scale.testbed(controller=not fixprio), out / "ablation" / ("work-fixprio" if fixprio else "work")) as tb:
-            for seed in seeds:
-                for msr in msrs:
-                    job = make_job("fbkv", seed, scale.fbkv_n * 2)
-                    q0 = queue_for_tlr(1 - msr)
-                    dur = 3.0 * job.total_bytes * 8 / rate + 1.0
-                    bg = [Background(2, 1, bg_load * rate, dur, tlr=(q0 + 0.5) / 8)]
-                    for v in protos:
-                        jid = next_job_id()
-                        if fixprio:
-                            tb.pin_jobs([(jid, q0)])
-                        tr = run_trial(tb, v, [JobPlan(jid, 0, 1, job, msr, delay_s=0.2)], name=f"s{seed}-{msr}-{v}",
-                                       timeout=scale.timeout_s, background=bg)
-                        rf.add(seed, {"msr": msr, "protocol": v}, _job_summary(tr), _strip(tr))
-                        rf.write()
+    for tb, protos in testbeds(scale, variants, out / "ablation"):
+        fixprio = switch_for(protos[0]) == "static"
+        for seed in seeds:
+            for msr in msrs:
+                job = make_job("fbkv", seed, scale.fbkv_n * 2)
+                q0 = queue_for_tlr(1 - msr)
+                dur = 3.0 * job.total_bytes * 8 / rate + 1.0
+                bg = [Background(2, 1, bg_load * rate, dur, tlr=(q0 + 0.5) / 8)]
+                for v in protos:
+                    jid = next_job_id()
+                    if fixprio:
+                        tb.pin_jobs([(jid, q0)])
+                    tr = run_trial(tb, v, [JobPlan(jid, 0, 1, job, msr, delay_s=0.2)], name=f"s{seed}-{msr}-{v}",
+                                   timeout=scale.timeout_s, background=bg)
+                    rf.add(seed, {"msr": msr, "protocol": v}, _job_summary(tr), _strip(tr))
+                    rf.write()
     s = rf.to_dict()["summary"]
     R.plot_bars(s, metric="jct_mean_s", group="msr", series="protocol", path=rf.out_dir / "jct.png",
                 title="ATP techniques, FBKV with background (cf. Fig. 12)", ylabel="JCT (s)")
@@ -342,15 +375,15 @@ def coexist_trial(tb: Testbed, scale: Scale, seed: int, protocol: str, msr: floa
 def exp_coexist(seeds: Sequence[int], out: Path, scale: Scale, *, msrs=(0.5, 0.9), loads=(0.1, 0.3, 0.5),
                 protocols=("atp", "tcp-es")) -> R.ResultFile:
     rf = R.ResultFile("coexist", {"scale": dataclasses.asdict(scale), "msrs": list(msrs), "flow_loads": list(loads),
-                                  "protocols": list(protocols),
+                                  "protocols": list(protocols), "switches": {p: switch_for(p) for p in protocols},
                                   "pattern": "2 FBHD approximate jobs (hosts 0, 2; 5 x fbhd_n messages each) + "
                                              "4 s of web-search TCP flows (host 3), all into host 1"},
                       seeds, out / "coexist")
-    with Testbed(scale.testbed(), out / "coexist" / "work") as tb:
+    for tb, protos in testbeds(scale, protocols, out / "coexist"):
         for seed in seeds:
             for msr in msrs:
                 for load in loads:
-                    for proto in protocols:
+                    for proto in protos:
                         m, tr = coexist_trial(tb, scale, seed, proto, msr, load, f"s{seed}-{msr}-{load}-{proto}")
                         rf.add(seed, {"msr": msr, "flow_load": load, "protocol": proto}, m, _strip(tr))
                         rf.write()
@@ -372,26 +405,23 @@ def exp_fairness(seeds: Sequence[int], out: Path, scale: Scale, *,
                                    "jobs": "FBHD MSR 0.5 (host 0), FBHD MSR 0.75 (host 1), then FBKV MSR 0.875 "
                                            "(host 2, starts 0.5 s later), all into host 3"},
                       seeds, out / "fairness")
-    for fixprio in (False, True):
-        protos = [p for p in schemes if (p == "atp-fixprio") == fixprio]
-        if not protos:
-            continue
-        with Testbed(scale.testbed(controller=not fixprio), out / "fairness" / ("work-fixprio" if fixprio else "work")) as tb:
-            for seed in seeds:
-                for scheme in protos:
-                    kv = JobPlan(next_job_id(), 2, 3, scale.job("fbkv", seed), 0.875, delay_s=0.5)
-                    plans = [kv] if scheme == "alone" else [
-                        JobPlan(next_job_id(), 0, 3, make_job("fbhd", seed * 10 + 1, scale.fbhd_n * 2, max_size=scale.fbhd_max), 0.5),
-                        JobPlan(next_job_id(), 1, 3, make_job("fbhd", seed * 10 + 2, scale.fbhd_n * 2, max_size=scale.fbhd_max), 0.75),
-                        kv]
-                    if fixprio:
-                        tb.pin_jobs([(p.job_id, queue_for_tlr(1 - p.msr)) for p in plans])
-                    proto = "atp-full" if scheme == "alone" else scheme
-                    tr = run_trial(tb, proto, plans, name=f"s{seed}-{scheme}", timeout=scale.timeout_s)
-                    kvm = next(j for j in tr["jobs"] if j["job_id"] == kv.job_id)
-                    rf.add(seed, {"scheme": scheme}, {"fbkv_jct_s": kvm["jct_s"], "fbkv_msr_met": kvm["msr_met"],
-                                                      **_job_summary(tr)}, _strip(tr))
-                    rf.write()
+    for tb, protos in testbeds(scale, ["atp-full" if sc == "alone" else sc for sc in schemes], out / "fairness"):
+        fixprio = switch_for(protos[0]) == "static"
+        for seed in seeds:
+            for scheme in [sc for sc in schemes if ("atp-full" if sc == "alone" else sc) in protos]:
+                kv = JobPlan(next_job_id(), 2, 3, scale.job("fbkv", seed), 0.875, delay_s=0.5)
+                plans = [kv] if scheme == "alone" else [
+                    JobPlan(next_job_id(), 0, 3, make_job("fbhd", seed * 10 + 1, scale.fbhd_n * 2, max_size=scale.fbhd_max), 0.5),
+                    JobPlan(next_job_id(), 1, 3, make_job("fbhd", seed * 10 + 2, scale.fbhd_n * 2, max_size=scale.fbhd_max), 0.75),
+                    kv]
+                if fixprio:
+                    tb.pin_jobs([(p.job_id, queue_for_tlr(1 - p.msr)) for p in plans])
+                proto = "atp-full" if scheme == "alone" else scheme
+                tr = run_trial(tb, proto, plans, name=f"s{seed}-{scheme}", timeout=scale.timeout_s)
+                kvm = next(j for j in tr["jobs"] if j["job_id"] == kv.job_id)
+                rf.add(seed, {"scheme": scheme}, {"fbkv_jct_s": kvm["jct_s"], "fbkv_msr_met": kvm["msr_met"],
+                                                  **_job_summary(tr)}, _strip(tr))
+                rf.write()
     s = rf.to_dict()["summary"]
     R.plot_bars(s, metric="fbkv_jct_s", group="scheme", series="scheme", path=rf.out_dir / "fbkv_jct.png",
                 title="FBKV JCT next to two FBHD jobs (cf. Fig. 14)", ylabel="FBKV JCT (s)")

@@ -1,0 +1,230 @@
+"""The network part of ``make bench``: the papers' comparisons on the emulated rack, side by side in one run.
+
+Every comparison gives each side the setup its own users would run, as the NetApprox paper does: ATP runs on
+NetApprox switches (8 strict-priority queues, the controller re-mapping jobs every epoch), the baselines
+(TCP-EarlySend, TCP-SampleSend) on a network-oblivious switch, one FIFO queue per port with the same total
+buffer (``experiments.runner.switch_for``). Sections:
+
+- ``contention`` (Fig. 5-9): approximate jobs against each other. All-to-all FBKV and FBHD (every host sends
+  one job to a random other host) and incast (hosts 1..3 send an FBKV job to host 0), MSR 0.5/0.7/0.9:
+  ATP vs TCP-ES and TCP-SS.
+- ``background`` (Fig. 11): one FBKV job next to approximate background (a paced UDP blast at 70 % of the
+  link whose TLR puts it in the job's initial queue): ATP vs TCP-ES, which shares its FIFO with the blast.
+- ``coexist`` (Fig. 13): two FBHD approximate jobs next to web-search TCP flows (non-approximate) into one
+  host: the approximate JCT *and* the flows' FCT, NetApprox vs TCP-ES on the FIFO switch, never one without
+  the other.
+- ``idle``: one ATP job alone on an idle link at 20 and 100 Mbit/s: JCT / the physical bound
+  MSR·N·size·8 / rate.
+- ``yield`` (extra row, the first benchmark's setup): one job next to web-search flows on the NetApprox
+  switch, ATP in an approximate queue and TCP-ES in queue 0 with strict priority above it. It measures how
+  much ATP yields to non-approximate traffic, not a race.
+- ``queues`` (extra row): web-search flows next to ATP jobs on NetApprox queues vs next to the same ATP jobs
+  on the FIFO switch: what the queues alone do for non-approximate traffic.
+
+``trials(...)`` lists every trial up front (so progress can say what remains); ``run(...)`` runs them, one
+testbed per (switch kind, link rate), and returns one row per trial.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+MSRS = (0.5, 0.7, 0.9)
+CONTENTION_PATTERNS = ("alltoall-fbkv", "alltoall-fbhd", "incast-fbkv")
+CONTENTION_PROTOCOLS = ("atp", "tcp-es", "tcp-ss")
+BACKGROUND_LOAD = 0.7
+COEXIST_MSR = 0.9
+COEXIST_FLOW_LOAD = 0.3
+COEXIST_DURATION_S = 3.0
+IDLE_RATES_MBIT = (20.0, 100.0)
+IDLE_SIZE = 1000
+IDLE_MESSAGES_AT_20M = 600
+"""Equal-size messages of the idle-link job at 20 Mbit/s; scaled with the rate, so the bound is the same time."""
+YIELD_MSRS = (0.5, 0.9)
+YIELD_FLOW_LOAD = 0.3
+
+
+@dataclasses.dataclass(frozen=True)
+class Trial:
+    section: str
+    params: dict
+    protocol: str
+    seed: int
+    kind: str
+    """Testbed kind (``experiments.runner.SWITCHES``)."""
+    rate_mbit: float
+    run: Callable[[Any, str], dict]
+    """(testbed, trial name) -> metrics."""
+
+    @property
+    def label(self) -> str:
+        params = " ".join(f"{k}={v}" for k, v in self.params.items())
+        return f"{self.section} {params} {self.protocol} seed={self.seed}"
+
+
+class Progress:
+    """A line per finished trial: how far, how long so far, about how long is left."""
+
+    def __init__(self, total: int, emit: Callable[[str], None] = print) -> None:
+        self.total = total
+        self.done = 0
+        self.t0 = time.monotonic()
+        self.emit = emit
+
+    def step(self, what: str, result: str) -> None:
+        self.done += 1
+        spent = time.monotonic() - self.t0
+        left = spent / self.done * (self.total - self.done)
+        self.emit(f"[{self.done:>3}/{self.total} {_mmss(spent)} spent, ~{_mmss(left)} left] {what}: {result}")
+
+    def note(self, text: str) -> None:
+        self.emit(f"[{self.done:>3}/{self.total} {_mmss(time.monotonic() - self.t0)}] {text}")
+
+
+def _mmss(s: float) -> str:
+    return f"{int(s) // 60}m{int(s) % 60:02d}s"
+
+
+def _jobs_metrics(tr: dict) -> dict:
+    from netapprox.experiments.runner import _job_summary
+    jobs = tr["jobs"]
+    return {**_job_summary(tr), "jcts_s": [j["jct_s"] for j in jobs], "msr_met": [bool(j["msr_met"]) for j in jobs],
+            "late_start_s": max((j.get("late_start_s") or 0.0 for j in jobs), default=0.0)}
+
+
+def trials(seeds: Sequence[int], scale, *, sections: Sequence[str] | None = None) -> list[Trial]:
+    """Every trial of the sections asked for (default: all), in the order they run."""
+    from netapprox.experiments.runner import (
+        alltoall_plans,
+        coexist_trial,
+        incast_plans,
+        next_job_id,
+        switch_for,
+    )
+    from netapprox.controller.model import queue_for_tlr
+    from netapprox.experiments.jobs import JobWorkload
+    from netapprox.experiments.trial import Background, FlowLoad, JobPlan, run_trial
+    from netapprox.experiments.workloads import web_search_flows
+
+    want = set(sections or ("contention", "background", "coexist", "idle", "yield", "queues"))
+    rate = scale.rate_mbit
+    out: list[Trial] = []
+
+    def add(section, params, protocol, seed, fn, kind=None, rate_mbit=rate):
+        out.append(Trial(section, params, protocol, seed, kind or switch_for(protocol), rate_mbit, fn))
+
+    if "contention" in want:
+        for pattern in CONTENTION_PATTERNS:
+            for msr in MSRS:
+                for seed in seeds:
+                    for proto in CONTENTION_PROTOCOLS:
+                        def fn(tb, name, pattern=pattern, msr=msr, seed=seed, proto=proto):
+                            kind, _, wl = pattern.partition("-")
+                            plans = (alltoall_plans(scale, seed, wl, msr) if kind == "alltoall"
+                                     else incast_plans(scale, seed, msr))
+                            return _jobs_metrics(run_trial(tb, proto, plans, name=name, timeout=scale.timeout_s))
+                        add("contention", {"pattern": pattern, "msr": msr}, proto, seed, fn)
+    if "background" in want:
+        for msr in MSRS:
+            for seed in seeds:
+                for proto in ("atp", "tcp-es"):
+                    def fn(tb, name, msr=msr, seed=seed, proto=proto):
+                        job = scale.job("fbkv", seed)
+                        q0 = queue_for_tlr(1 - msr)
+                        dur = 4.0 * job.total_bytes * 8 / (scale.rate_mbit * 1e6) + 1.0
+                        bg = [Background(2, 1, BACKGROUND_LOAD * scale.rate_mbit * 1e6, dur, tlr=(q0 + 0.5) / 8)]
+                        tr = run_trial(tb, proto, [JobPlan(next_job_id(), 0, 1, job, msr, delay_s=0.2)], name=name,
+                                       timeout=scale.timeout_s, background=bg)
+                        return _jobs_metrics(tr)
+                    add("background", {"msr": msr, "load": BACKGROUND_LOAD}, proto, seed, fn)
+    if "coexist" in want:
+        for seed in seeds:
+            for proto in ("atp", "tcp-es"):
+                def fn(tb, name, seed=seed, proto=proto):
+                    m, tr = coexist_trial(tb, scale, seed, proto, COEXIST_MSR, COEXIST_FLOW_LOAD, name,
+                                          duration_s=COEXIST_DURATION_S)
+                    return {**m, **_jobs_metrics(tr)}
+                add("coexist", {"msr": COEXIST_MSR, "flow_load": COEXIST_FLOW_LOAD}, proto, seed, fn)
+    if "idle" in want:
+        for r in IDLE_RATES_MBIT:
+            n = round(IDLE_MESSAGES_AT_20M * r / 20.0)
+            job = JobWorkload(kind="fixed", seed=0, sizes=(IDLE_SIZE,) * n, ready_s=(0.0,) * n)
+            for msr in MSRS:
+                for seed in seeds:
+                    def fn(tb, name, msr=msr, job=job):
+                        tr = run_trial(tb, "atp", [JobPlan(next_job_id(), 0, 1, job, msr)], name=name,
+                                       timeout=scale.timeout_s)
+                        return _jobs_metrics(tr)
+                    add("idle", {"rate_mbit": r, "msr": msr}, "atp", seed, fn, rate_mbit=r)
+    if "yield" in want:
+        job = JobWorkload(kind="fixed", seed=0, sizes=(IDLE_SIZE,) * IDLE_MESSAGES_AT_20M,
+                          ready_s=(0.0,) * IDLE_MESSAGES_AT_20M)
+        for msr in YIELD_MSRS:
+            for seed in seeds:
+                for proto in ("atp", "tcp-es"):
+                    def fn(tb, name, msr=msr, seed=seed, proto=proto):
+                        fl = tuple(web_search_flows(seed, load=YIELD_FLOW_LOAD, link_bps=scale.rate_mbit * 1e6,
+                                                    duration_s=3.0, senders=[2], receivers=[1],
+                                                    size_scale=scale.flow_size_scale))
+                        tr = run_trial(tb, proto, [JobPlan(next_job_id(), 0, 1, job, msr, delay_s=0.3)], name=name,
+                                       timeout=scale.timeout_s, flows=[FlowLoad(2, 1, fl)])
+                        return _jobs_metrics(tr)
+                    add("yield", {"msr": msr, "flow_load": YIELD_FLOW_LOAD}, proto, seed, fn, kind="netapprox")
+    if "queues" in want:
+        for seed in seeds:
+            for kind in ("netapprox", "fifo"):
+                def fn(tb, name, seed=seed):
+                    m, tr = coexist_trial(tb, scale, seed, "atp", COEXIST_MSR, COEXIST_FLOW_LOAD, name,
+                                          duration_s=COEXIST_DURATION_S)
+                    return {**m, **_jobs_metrics(tr)}
+                add("queues", {"switch": kind, "msr": COEXIST_MSR, "flow_load": COEXIST_FLOW_LOAD}, "atp", seed, fn,
+                    kind=kind)
+    return out
+
+
+def run(plan: Sequence[Trial], scale, workdir: Path, progress: Progress) -> list[dict]:
+    """Run ``plan``: one testbed per (kind, rate) in order of first use, every trial of it, one row each."""
+    from netapprox.experiments.harness import Testbed
+    from netapprox.experiments.runner import SWITCHES
+
+    groups: dict[tuple[str, float], list[Trial]] = {}
+    for t in plan:
+        groups.setdefault((t.kind, t.rate_mbit), []).append(t)
+    rows: list[dict] = []
+    for (kind, rate), ts in groups.items():
+        cfg = dataclasses.replace(scale, rate_mbit=rate).testbed(**SWITCHES[kind])
+        progress.note(f"testbed: {kind} switch, {rate:g} Mbit/s, {len(ts)} trials")
+        with Testbed(cfg, workdir / f"{kind}-{rate:g}") as tb:
+            for i, t in enumerate(ts):
+                name = f"{t.section}-{i}"
+                t0 = time.monotonic()
+                try:
+                    metrics = t.run(tb, name)
+                    error = None
+                except Exception as exc:  # one broken trial is a row with its error, not a lost run
+                    metrics, error = {}, f"{type(exc).__name__}: {exc}"
+                row = {"section": t.section, **t.params, "protocol": t.protocol, "switch": kind, "seed": t.seed,
+                       "wall_s": round(time.monotonic() - t0, 3), **metrics}
+                if error:
+                    row["error"] = error
+                rows.append(row)
+                progress.step(t.label, _describe(row))
+    return rows
+
+
+def _describe(row: dict) -> str:
+    if row.get("error"):
+        return "ERROR " + row["error"]
+    parts = []
+    if row.get("jct_mean_s") is not None:
+        parts.append(f"JCT mean {row['jct_mean_s']:.3f} s")
+    met = row.get("msr_met")
+    if isinstance(met, list) and met:
+        parts.append(f"MSR met {sum(met)}/{len(met)}")
+    if row.get("fct_all_mean") is not None:
+        parts.append(f"flow FCT mean {row['fct_all_mean'] * 1e3:.1f} ms p99 {row['fct_all_p99'] * 1e3:.1f} ms")
+    if row.get("late_start_s"):
+        parts.append(f"(a program reached the start line {row['late_start_s']:.2f} s late)")
+    return ", ".join(parts) or "no result"
