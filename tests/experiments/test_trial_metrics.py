@@ -88,29 +88,3 @@ def test_timeline_rows_normalise_and_fill_queue_from_controller():
     rows = runner._timeline_rows(tl, changes, 9, 100.0)
     assert rows[0] == {"time": 0.0, "tlr": 0.5, "rate_mbps": 20.0, "loss": 0.1, "loss_avg10": 0.1}
     assert rows[1]["queue"] == 3 and rows[1]["loss"] == 0.6 and rows[1]["loss_avg10"] == pytest.approx(0.35)
-
-
-def test_bench_summary_and_markdown_from_rows():
-    from netapprox.bench.__main__ import markdown, summarize
-    rows = []
-    for seed in (1, 2):
-        for msr in (0.5, 0.9):
-            for p, jct in (("atp", 1.0), ("tcp-es", 2.0), ("tcp-ss", 4.0), ("atp-early", 0.5)):
-                rows.append({"seed": seed, "msr": msr, "protocol": p, "jct_s": jct * seed, "jct_over_bound": 1.5,
-                             "msr_met": True, "msg_loss": 0.6 if (p == "atp" and seed == 2 and msr == 0.5) else 0.0})
-    fct = {"rows": [{"seed": 1, "switch": "netapprox", "fct_all_mean": 0.1, "fct_all_p99": 0.2, "fct_small_mean": 0.01,
-                     "fct_small_p99": 0.02, "flows_all_unfinished": 0, "jct_mean_s": 1.0},
-                    {"seed": 1, "switch": "fifo", "fct_all_mean": 0.2, "fct_all_p99": 0.8, "fct_small_mean": 0.04,
-                     "fct_small_p99": 0.05, "flows_all_unfinished": 1, "jct_mean_s": 0.9}]}
-    s = summarize({"rows": rows}, fct)
-    assert s["msr0.5"]["atp_over_tcp_es"] == pytest.approx(0.5)
-    assert s["msr0.9"]["atp_over_tcp_ss"] == pytest.approx(0.25)
-    assert s["msr0.5"]["atp_over_tcp_es_per_seed"] == [0.5, 0.5]
-    assert s["msr0.9"]["atp_early_over_tcp_es"] == pytest.approx(0.25)
-    assert s["atp_loss_within_bound"] == {"jobs": 8, "within": 7, "fraction": 0.875}
-    assert s["fct"]["fct_all_mean"]["netapprox_over_fifo"] == pytest.approx(0.5)
-    meta = {"finished_utc": "now", "scale": {"rate_mbit": 20, "buffer_packets": 64},
-            "environment": {"tcp_cc": "cubic"}, "seeds": [1, 2], "duration_s": 1.0}
-    md = markdown(s, meta, {"available": False, "reason": "absent"})
-    assert "| ATP JCT / TCP-ES JCT (background flows) | 0.500 | 0.500 |" in md
-    assert "**7/8**" in md and "not run: absent" in md

@@ -1,0 +1,107 @@
+"""make bench's bookkeeping, from synthetic rows: which trials run where, the summaries, the headline, the bars,
+the markdown and the CSV (the network itself is exercised by tests/experiments/test_e2e_smoke.py)."""
+import csv
+import io
+import json
+
+import pytest
+
+from netapprox.bench import network as N
+from netapprox.bench.__main__ import HEADLINE_KEYS, bars, headline, markdown, summarize, write_csv
+from netapprox.experiments.runner import Scale, switch_for
+
+
+def test_every_comparison_puts_atp_on_netapprox_and_the_baselines_on_the_fifo_switch():
+    plan = N.trials([1, 2], Scale())
+    assert plan, "the bench has trials"
+    for t in plan:
+        if t.section in ("yield", "queues"):
+            continue  # extra rows, named for what they measure: they pick their switch on purpose
+        assert t.kind == ("netapprox" if t.protocol.startswith("atp") else "fifo"), t.label
+    assert {t.kind for t in plan if t.section == "queues"} == {"netapprox", "fifo"}
+    assert {t.kind for t in plan if t.section == "yield"} == {"netapprox"}
+    contention = [t for t in plan if t.section == "contention"]
+    assert len(contention) == len(N.CONTENTION_PATTERNS) * len(N.MSRS) * 2 * len(N.CONTENTION_PROTOCOLS)
+    assert {t.rate_mbit for t in plan if t.section == "idle"} == set(N.IDLE_RATES_MBIT)
+    assert switch_for("atp-fixprio") == "static" and switch_for("udp") == "fifo"
+
+
+def _row(section, protocol, seed, jcts, **kw):
+    return {"section": section, "protocol": protocol, "seed": seed, "switch": switch_for(protocol),
+            "jcts_s": jcts, "msr_met": [True] * len(jcts), **kw}
+
+
+def _rows():
+    rows = []
+    for seed in (1, 2):
+        for msr in N.MSRS:
+            for pattern in N.CONTENTION_PATTERNS:
+                rows.append(_row("contention", "atp", seed, [0.1 * seed, 0.3 * seed], pattern=pattern, msr=msr))
+                rows.append(_row("contention", "tcp-es", seed, [0.4 * seed, 0.4 * seed], pattern=pattern, msr=msr))
+                rows.append(_row("contention", "tcp-ss", seed, [0.8 * seed, 0.8 * seed], pattern=pattern, msr=msr))
+            rows.append(_row("background", "atp", seed, [1.0], msr=msr))
+            rows.append(_row("background", "tcp-es", seed, [4.0], msr=msr))
+            rows.append(_row("idle", "atp", seed, [0.5], rate_mbit=20.0, msr=msr, jct_over_bound=1.0 + seed / 10))
+        rows.append(_row("coexist", "atp", seed, [2.0, 2.0], fct_all_mean=0.01, fct_all_p99=0.1, fct_small_mean=0.001))
+        rows.append(_row("coexist", "tcp-es", seed, [3.0, 3.0], fct_all_mean=0.1, fct_all_p99=0.2, fct_small_mean=0.01,
+                         flows_all_unfinished=1))
+    rows[0]["msr_met"] = [True, False]
+    return rows
+
+
+def test_summary_headline_and_bars():
+    s = summarize(_rows())
+    c = s["contention"]["alltoall-fbkv/0.5"]
+    assert c["atp_over_tcp_es"] == pytest.approx(0.5)  # mean JCT over jobs and seeds: 0.3 / 0.6
+    assert c["atp_over_tcp_ss"] == pytest.approx(0.25)
+    assert c["atp_over_tcp_es_per_seed"] == [pytest.approx(0.5), pytest.approx(0.5)]
+    assert s["background"]["0.9"]["atp_over_tcp_es"] == pytest.approx(0.25)
+    assert s["coexist"]["fct_mean_ratio"] == pytest.approx(0.1) and s["coexist"]["fct_p99_ratio"] == pytest.approx(0.5)
+    assert s["coexist"]["tcp-es"]["flows_unfinished"] == 2
+    assert s["msr_met"]["jobs"] == 2 * (3 * 3 * 2 + 3 + 3 + 2) and s["msr_met"]["met"] == s["msr_met"]["jobs"] - 1
+    h = headline(s, {"controller": {"headline": {"controller_reports_per_s": 123}}, "sim": {"skipped": "no ns-3"}})
+    assert set(h) == set(HEADLINE_KEYS)
+    assert h["atp_over_tcp_es_fifo"] == {"0.5": pytest.approx(0.5), "0.7": pytest.approx(0.5), "0.9": pytest.approx(0.5)}
+    assert h["atp_over_bound_idle"]["20"]["0.7"] == pytest.approx(1.15)
+    assert h["nonapprox_fct_netapprox_over_fifo"] == {"mean": pytest.approx(0.1), "p99": pytest.approx(0.5)}
+    assert h["controller_reports_per_s"] == 123 and h["sim_atp_over_dctcp_es"] is None
+    b = bars(h, s)
+    assert b["atp_over_tcp_es_alltoall-fbkv_le_0.5"] is True
+    assert b["atp_over_bound_idle_le_1.10"] is False  # 1.15 on average
+    assert b["msr_met_fraction_is_1"] is False
+    assert b["nonapprox_fct_le_0.3_of_tcp_es_fifo"] is False  # p99 ratio 0.5
+
+
+def test_a_job_that_did_not_finish_leaves_the_mean_unknown():
+    rows = [_row("contention", "atp", 1, [0.1, None], pattern="incast-fbkv", msr=0.5),
+            _row("contention", "tcp-es", 1, [0.4], pattern="incast-fbkv", msr=0.5),
+            _row("contention", "tcp-ss", 1, [0.4], pattern="incast-fbkv", msr=0.5)]
+    c = summarize(rows)["contention"]["incast-fbkv/0.5"]
+    assert c["jct_mean_s"]["atp"] is None and c["atp_over_tcp_es"] is None
+    assert c["jobs_done"]["atp"] == 1 and c["jobs"]["atp"] == 2
+
+
+def test_markdown_and_csv(tmp_path):
+    rows = _rows()
+    s = summarize(rows)
+    h = headline(s, {})
+    doc = {"headline": h, "bars": bars(h, s), "summary": s, "rows": rows,
+           "meta": {"finished_utc": "now", "git_commit": "abc", "seeds": [1, 2], "duration_s": 60.0,
+                    "scale": {"rate_mbit": 20, "buffer_packets": 64},
+                    "environment": {"tcp_cc": "cubic", "tcp_ecn": "2", "tcp_rto_min_ms": 200, "tcp_initcwnd": 10}},
+           "controller": {"error": "boom"}}
+    md = markdown(doc)
+    assert "| alltoall-fbkv | 0.5 | 0.300 | 0.600 | 1.200 | 0.500 | 0.250 |" in md
+    assert json.loads(md.split("```")[1]) == json.loads(json.dumps(h))
+    assert "not measured: boom" in md and "**17/18**" not in md
+    write_csv(rows, tmp_path / "b.csv")
+    back = list(csv.DictReader(io.StringIO((tmp_path / "b.csv").read_text())))
+    assert len(back) == len(rows) and json.loads(back[0]["jcts_s"]) == rows[0]["jcts_s"]
+
+
+def test_progress_says_what_remains():
+    lines = []
+    p = N.Progress(4, lines.append)
+    p.step("a", "ok")
+    p.note("testbed")
+    assert lines[0].startswith("[  1/4 ") and "left] a: ok" in lines[0] and "testbed" in lines[1]
