@@ -106,6 +106,7 @@ def summarize(rows: Sequence[dict]) -> dict:
             rs = _pick(rows, section="idle", rate_mbit=rate, msr=msr)
             if rs:
                 idle.setdefault(f"{rate:g}", {})[str(msr)] = {
+                    "jct_over_wire_bound": _mean(r.get("jct_over_wire_bound") for r in rs),
                     "jct_over_bound": _mean(r.get("jct_over_bound") for r in rs),
                     "jct_mean_s": _mean_jct(rs), "runs": len(rs)}
     s["idle"] = idle
@@ -152,7 +153,7 @@ def headline(summary: dict | None, parts: dict) -> dict:
         h["atp_over_tcp_es_fifo"] = {str(m): c.get(f"alltoall-fbkv/{m}", {}).get("atp_over_tcp_es") for m in N.MSRS}
         h["atp_over_tcp_ss_fifo"] = {str(m): c.get(f"alltoall-fbkv/{m}", {}).get("atp_over_tcp_ss") for m in N.MSRS}
         h["atp_over_tcp_es_background"] = {m: v["atp_over_tcp_es"] for m, v in summary["background"].items()} or None
-        h["atp_over_bound_idle"] = {r: {m: v["jct_over_bound"] for m, v in by.items()}
+        h["atp_over_bound_idle"] = {r: {m: v["jct_over_wire_bound"] for m, v in by.items()}
                                     for r, by in summary["idle"].items()} or None
         h["msr_met_fraction"] = summary["msr_met"]["fraction"]
         co = summary["coexist"]
@@ -270,11 +271,13 @@ def markdown(doc: dict) -> str:
                          "approx_jct_mean_s": v["approx_jct_ratio"]}.get(k)
                 lines.append(f"| {label} | {_fmt(v[a][k], 4)} | {_fmt(v[b][k], 4)} | {_fmt(ratio)} |")
             lines.append(f"| flows unfinished | {v[a]['flows_unfinished']} | {v[b]['flows_unfinished']} | |")
-        lines += ["", "## ATP alone on an idle link: JCT / (MSR·N·size·8 / rate)", "",
+        lines += ["", "## ATP alone on an idle link: JCT / physical bound (the MSR·N messages' packets on the wire, "
+                  "headers included) and, after the slash, JCT / (MSR·N·size·8 / rate)", "",
                   "| rate | " + " | ".join(f"MSR {m}" for m in N.MSRS) + " |", "|---|" + "---|" * len(N.MSRS)]
         for r, by in s["idle"].items():
-            lines.append(f"| {r} Mbit/s | " + " | ".join(_fmt(by.get(str(m), {}).get("jct_over_bound")) for m in N.MSRS)
-                         + " |")
+            cells = [by.get(str(m), {}) for m in N.MSRS]
+            lines.append(f"| {r} Mbit/s | " + " | ".join(f"{_fmt(c.get('jct_over_wire_bound'))} / "
+                                                        f"{_fmt(c.get('jct_over_bound'))}" for c in cells) + " |")
         lines += ["", "## Extra row: ATP below TCP-ES in queue 0 (how much ATP yields to non-approximate traffic; "
                   "not a race)", "", "| MSR | ATP JCT (s) | TCP-ES in queue 0 JCT (s) | ATP/ES |", "|---|---|---|---|"]
         for m, v in s["yield"].items():

@@ -20,7 +20,10 @@ and returns per-job metrics with the same names for every protocol:
 - ``pkt_loss`` (ATP: packets lost / sent; UDP: 1 - received / sent; TCP: retransmitted / sent segments),
 - ``bound_s``: MSR x job bytes x 8 / bottleneck rate (= MSR*N*size/rate for equal sizes), and
   ``jct_over_bound`` = JCT / bound_s; ``strict_bound_s``: the ceil(MSR*N) smallest messages' bytes at
-  line rate (``lower_bound_s()``), a bound no scheme can beat even by picking the smallest messages.
+  line rate (``lower_bound_s()``), a bound no scheme can beat even by picking the smallest messages;
+  ``wire_bound_s``: the line time of the ceil(MSR*N) smallest messages as ATP puts them on the wire (each
+  packet with its ATP, UDP, IPv4 and Ethernet headers, ``wire_bound_s()``): the physical bound of an ATP job,
+  and ``jct_over_wire_bound`` = JCT / wire_bound_s.
 """
 from __future__ import annotations
 
@@ -261,7 +264,8 @@ def job_metrics(protocol: str, plan: JobPlan, tx: dict | None, rx: dict | None, 
     bound = plan.msr * plan.workload.total_bytes * 8 / rate_bps
     m: dict[str, Any] = {"job_id": plan.job_id, "src": plan.src, "dst": plan.dst, "msr": plan.msr, "n": n,
                          "bytes": plan.workload.total_bytes, "bound_s": bound,
-                         "strict_bound_s": lower_bound_s(plan.workload, plan.msr, rate_bps), "jct_s": None,
+                         "strict_bound_s": lower_bound_s(plan.workload, plan.msr, rate_bps),
+                         "wire_bound_s": wire_bound_s(plan.workload, plan.msr, rate_bps), "jct_s": None,
                          "msr_met": False, "delivered": None, "msg_loss": None, "pkt_loss": None}
     if tx is None:
         return m
@@ -299,6 +303,7 @@ def job_metrics(protocol: str, plan: JobPlan, tx: dict | None, rx: dict | None, 
                      jct_s=(tw - tx["start_wall"]) if tw else None)
     if m["jct_s"] is not None and bound > 0:
         m["jct_over_bound"] = m["jct_s"] / bound
+        m["jct_over_wire_bound"] = m["jct_s"] / m["wire_bound_s"]
     return m
 
 
@@ -309,6 +314,20 @@ def lower_bound_s(workload: JobWorkload, msr: float, rate_bps: float) -> float:
     reaches it (the ratio JCT / bound is >= 1 by construction)."""
     k = msr_target(msr, workload.n)
     return sum(sorted(workload.sizes)[:k]) * 8 / rate_bps
+
+
+def wire_bound_s(workload: JobWorkload, msr: float, rate_bps: float) -> float:
+    """Line time of the ceil(MSR*N) smallest messages as ATP packets: every packet of a message carries at
+    most ``AtpConfig().max_payload`` bytes plus its ATP header and ``AtpConfig().overhead_bytes`` of UDP,
+    IPv4 and Ethernet headers (what the switch's shaper counts). Acknowledgements, the job announce and
+    the FIN are not counted, so no ATP job reaches it."""
+    from netapprox.hostlib.config import AtpConfig
+    from netapprox.hostlib.wire import HEADER_LEN
+    cfg = AtpConfig()
+    per_packet = HEADER_LEN + cfg.overhead_bytes
+    k = msr_target(msr, workload.n)
+    wire = sum(s + max(1, -(-s // cfg.max_payload)) * per_packet for s in sorted(workload.sizes)[:k])
+    return wire * 8 / rate_bps
 
 
 def flow_fct_stats(flows: Sequence[dict]) -> dict:

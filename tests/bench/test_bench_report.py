@@ -41,7 +41,7 @@ def _rows():
                 rows.append(_row("contention", "tcp-ss", seed, [0.8 * seed, 0.8 * seed], pattern=pattern, msr=msr))
             rows.append(_row("background", "atp", seed, [1.0], msr=msr))
             rows.append(_row("background", "tcp-es", seed, [4.0], msr=msr))
-            rows.append(_row("idle", "atp", seed, [0.5], rate_mbit=20.0, msr=msr, jct_over_bound=1.0 + seed / 10))
+            rows.append(_row("idle", "atp", seed, [0.5], rate_mbit=20.0, msr=msr, jct_over_wire_bound=1.0 + seed / 10, jct_over_bound=1.2))
         rows.append(_row("coexist", "atp", seed, [2.0, 2.0], fct_all_mean=0.01, fct_all_p99=0.1, fct_small_mean=0.001))
         rows.append(_row("coexist", "tcp-es", seed, [3.0, 3.0], fct_all_mean=0.1, fct_all_p99=0.2, fct_small_mean=0.01,
                          flows_all_unfinished=1))

@@ -21,6 +21,13 @@ def test_bounds_equal_sizes_and_strict_bound_picks_smallest():
     assert trial.lower_bound_s(skew, 0.5, RATE) == pytest.approx(20 * 8 / RATE)
 
 
+def test_wire_bound_counts_every_packet_with_its_headers():
+    # 1368 bytes: one full packet (32-byte ATP header + 42 bytes of UDP/IPv4/Ethernet); 1369: two packets
+    assert trial.wire_bound_s(_job([1368] * 10), 0.5, RATE) == pytest.approx(5 * 1442 * 8 / RATE)
+    assert trial.wire_bound_s(_job([1369, 1, 1, 1]), 0.5, RATE) == pytest.approx(2 * 75 * 8 / RATE)
+    assert trial.wire_bound_s(_job([1369]), 1.0, RATE) == pytest.approx((1369 + 2 * 74) * 8 / RATE)
+
+
 def test_job_metrics_atp_summary():
     plan = trial.JobPlan(7, 0, 1, _job([1000] * 10), 0.5)
     tx = {"jct_s": 0.01, "msr_met": True, "packets_sent": 12, "packets_lost": 3, "receiver_confirmed": True,
@@ -30,6 +37,7 @@ def test_job_metrics_atp_summary():
     assert m["delivered_bytes_frac"] == pytest.approx(0.8)
     assert m["msg_loss"] == pytest.approx(0.2) and m["pkt_loss"] == pytest.approx(0.25)
     assert m["jct_over_bound"] == pytest.approx(0.01 / (5 * 8000 / RATE))
+    assert m["jct_over_wire_bound"] == pytest.approx(0.01 / (5 * 1074 * 8 / RATE))
 
 
 def test_job_metrics_tcp_and_udp_and_missing():
