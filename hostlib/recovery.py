@@ -56,6 +56,9 @@ class LossRecovery:
         self.packets_acked = 0
         self.packets_lost = 0
         self.late_acks = 0
+        self.lost_by = {"reorder": 0, "time": 0, "tail": 0}
+        """How losses were found: a packet ``reorder_threshold`` later acknowledged, the time threshold after a
+        later packet was acknowledged, or the tail timeout with nothing later acknowledged."""
 
     # -- timing ------------------------------------------------------------------------------------
 
@@ -128,7 +131,11 @@ class LossRecovery:
             self.in_flight.popitem(last=False)
             if any(first <= s <= last for first, last in blocks):
                 acked.append(p)
-            elif self.largest_acked - s >= self.reorder_threshold or now - p.sent_time >= self.time_threshold:
+            elif self.largest_acked - s >= self.reorder_threshold:
+                self.lost_by["reorder"] += 1
+                lost.append(p)
+            elif now - p.sent_time >= self.time_threshold:
+                self.lost_by["time"] += 1
                 lost.append(p)
             else:
                 keep.append(p)
@@ -145,10 +152,12 @@ class LossRecovery:
         thr = self.time_threshold
         while self.in_flight:
             p = next(iter(self.in_flight.values()))
-            limit = thr if p.seq < self.largest_acked else tail
+            later_acked = p.seq < self.largest_acked
+            limit = thr if later_acked else tail
             if now < p.sent_time + limit:  # same expression as loss_deadline()
                 break
             self.in_flight.popitem(last=False)
+            self.lost_by["time" if later_acked else "tail"] += 1
             lost.append(p)
         self._account([], lost, now)
         return lost

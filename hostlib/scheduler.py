@@ -4,26 +4,30 @@ The scheduler only orders message ids; the sender decides what is sendable (new 
 of messages whose group's MSR needs them) and tells the scheduler whenever a message's key changes.
 Keys are compared as tuples, smallest first:
 
-=========  ==========  ===========================================================
+=========  ==========  ===================================================================
 mrdf       ``base``    key
-=========  ==========  ===========================================================
-on         no          (remaining bytes, msg_id): new and repair traffic compete
-on         yes         (is repair, remaining bytes, msg_id): new data first
-off        no          (not repair, msg_id): repairs first, then new data in id order
-off        yes         (is repair, msg_id): everything new in id order, then repairs
-=========  ==========  ===========================================================
+=========  ==========  ===================================================================
+on         no          (retries, remaining bytes, msg_id): new and repair traffic compete
+on         yes         (is repair, retries, remaining bytes, msg_id): new data first
+off        no          (not repair, retries, msg_id): repairs first, then new data in id order
+off        yes         (is repair, retries, msg_id): everything new in id order, then repairs
+=========  ==========  ===================================================================
 
-"remaining" is the message's size minus the bytes the receiver has acknowledged.
+"remaining" is the message's size minus the bytes the receiver has acknowledged. "retries" counts the
+message's retransmissions that were lost again: a repair that fails goes behind the messages not yet retried,
+so repairs rotate over the damaged messages instead of hammering one into a queue that drops it (new
+messages and first repairs have 0).
 """
 from __future__ import annotations
 
 import heapq
 
 
-def scheduling_key(*, mrdf: bool, repairs_last: bool, remaining: int, msg_id: int, repair: bool) -> tuple:
+def scheduling_key(*, mrdf: bool, repairs_last: bool, remaining: int, msg_id: int, repair: bool,
+                   retries: int = 0) -> tuple:
     if mrdf:
-        return (int(repair), remaining, msg_id) if repairs_last else (remaining, msg_id)
-    return (int(repair), msg_id) if repairs_last else (int(not repair), msg_id)
+        return (int(repair), retries, remaining, msg_id) if repairs_last else (retries, remaining, msg_id)
+    return (int(repair), retries, msg_id) if repairs_last else (int(not repair), retries, msg_id)
 
 
 class Scheduler:
@@ -38,10 +42,10 @@ class Scheduler:
     def __len__(self) -> int:
         return len(self._key)
 
-    def update(self, msg_id: int, *, remaining: int, repair: bool) -> None:
+    def update(self, msg_id: int, *, remaining: int, repair: bool, retries: int = 0) -> None:
         """The message has something to send; (re)file it under its current key."""
         key = scheduling_key(mrdf=self.mrdf, repairs_last=self.repairs_last, remaining=remaining,
-                             msg_id=msg_id, repair=repair)
+                             msg_id=msg_id, repair=repair, retries=retries)
         if self._key.get(msg_id) != key:
             self._key[msg_id] = key
             heapq.heappush(self._heap, (key, msg_id))

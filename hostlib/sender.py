@@ -106,6 +106,8 @@ class SendSummary:
     epochs: int
     final_rate_bps: float
     srtt_s: float
+    losses_found_by: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Packet losses by how they were detected (``LossRecovery.lost_by``: reorder, time, tail)."""
 
     def group(self, group_id: int) -> GroupSummary:
         for g in self.groups:
@@ -125,6 +127,7 @@ class SendSummary:
             "packets_sent": self.packets_sent, "packets_acked": self.packets_acked,
             "packets_lost": self.packets_lost, "retransmissions": self.retransmissions,
             "epochs": self.epochs, "final_rate_bps": round(self.final_rate_bps), "srtt_s": round(self.srtt_s, 6),
+            "losses_found_by": dict(self.losses_found_by),
         }
 
     def to_json(self) -> str:
@@ -133,7 +136,7 @@ class SendSummary:
 
 class _Message:
     __slots__ = ("msg_id", "group", "data", "cnt", "next_new", "pkt_state", "acked", "remaining", "lost_pkts",
-                 "state", "tags", "approx")
+                 "state", "tags", "approx", "retries")
 
     def __init__(self, msg_id: int, group: "_Group", data: bytes, max_payload: int, tags: Tags | None) -> None:
         self.msg_id = msg_id
@@ -147,6 +150,7 @@ class _Message:
         self.lost_pkts: collections.deque[int] | None = None  # created on the first loss (memory per message)
         self.state = ACTIVE
         self.tags = tags
+        self.retries = 0  # retransmissions of this message lost again (repair rotation, scheduler.py)
 
 
 class _Group:
@@ -505,7 +509,8 @@ class AtpSender:
         m.remaining -= p.size
         if m.acked < m.cnt:
             if self.scheduler.mrdf and m.state in (ACTIVE, REPAIRING):
-                self.scheduler.update(m.msg_id, remaining=m.remaining, repair=m.state == REPAIRING)
+                self.scheduler.update(m.msg_id, remaining=m.remaining, repair=m.state == REPAIRING,
+                                      retries=m.retries)
             return
         g = m.group
         if m.state == ACTIVE:
@@ -550,7 +555,9 @@ class AtpSender:
                 heapq.heappush(g.idle, key)
                 touched.add(g.group_id)
             elif m.state == REPAIRING:
-                self.scheduler.update(m.msg_id, remaining=m.remaining, repair=True)
+                if p.retransmission:
+                    m.retries += 1
+                self.scheduler.update(m.msg_id, remaining=m.remaining, repair=True, retries=m.retries)
         for gid in touched:
             self._plan_repairs(self.groups[gid])
 
@@ -566,7 +573,7 @@ class AtpSender:
             g.repairing += 1
             if m.next_new < m.cnt:
                 self._unsent_open += 1
-            self.scheduler.update(msg_id, remaining=m.remaining, repair=True)
+            self.scheduler.update(msg_id, remaining=m.remaining, repair=True, retries=m.retries)
 
     # -- epochs, completion, close -----------------------------------------------------------------
 
@@ -656,7 +663,7 @@ class AtpSender:
             receiver_confirmed=confirmed, groups=groups, lost_ids=tuple(lost_ids), packets_sent=self.packets_sent,
             packets_acked=self.recovery.packets_acked, packets_lost=self.recovery.packets_lost,
             retransmissions=self.retransmissions, epochs=self.epoch, final_rate_bps=self.rate.rate_bps,
-            srtt_s=self.recovery.srtt)
+            srtt_s=self.recovery.srtt, losses_found_by=dict(self.recovery.lost_by))
         self.state = SenderState.DONE
         self._events.append(events.JobCompleted(self.summary))
 

@@ -227,6 +227,49 @@ def test_mrdf_repairs_nearly_complete_message_before_new_data():
     assert (2, 3) in seq[retx:], "the repair of message 0 went out before message 2 was finished"
 
 
+def test_a_failed_repair_goes_behind_the_repairs_not_yet_retried():
+    """MSR 1, single-packet messages 0 and 1 lost, and message 0's first two retransmissions lost again: message
+    1's repair goes out before message 0's third copy (repairs rotate instead of hammering one message)."""
+    job = JobSpec.uniform(19, messages=20, size=1368, msr=1.0)
+    record: list = []
+    seen: dict[int, int] = {}
+
+    def drop(h, i):
+        if h.type != wire.PacketType.DATA or h.msg_id > 1:
+            return False
+        seen[h.msg_id] = seen.get(h.msg_id, 0) + 1
+        return seen[h.msg_id] <= (3 if h.msg_id == 0 else 1)
+
+    run = run_job(job, AtpConfig(max_rate_bps=5e6), forward=Path(drop=drop, record=record))
+    assert_guarantee(run, job)
+    copies = [h.msg_id for _, h in record if h.type == wire.PacketType.DATA and h.msg_id <= 1]
+    assert copies.count(0) == 4 and copies.count(1) == 2
+    third_of_0 = [i for i, m in enumerate(copies) if m == 0][2]
+    second_of_1 = [i for i, m in enumerate(copies) if m == 1][1]
+    assert second_of_1 < third_of_0
+
+
+def test_losses_are_counted_by_how_they_were_found():
+    """A packet lost mid-job is found by later acknowledgements (reorder: with a 0.2 ms RTT, three packets
+    later come before the 1 ms floor of the time threshold); the last packet of the job, with nothing after
+    it, only by the tail timeout."""
+    job = JobSpec.uniform(20, messages=30, size=1368, msr=1.0)
+    sent: dict[int, int] = {}
+
+    def drop(h, i):
+        if h.type != wire.PacketType.DATA or h.msg_id not in (5, 29):
+            return False
+        sent[h.msg_id] = sent.get(h.msg_id, 0) + 1
+        return sent[h.msg_id] == 1
+
+    run = run_job(job, AtpConfig(max_rate_bps=50e6, mrdf=False), forward=Path(delay=0.0001, drop=drop),
+                  reverse=Path(delay=0.0001, seed=2))
+    assert_guarantee(run, job)
+    by = run.summary.losses_found_by
+    assert by["reorder"] == 1 and by["tail"] == 1 and by["time"] == 0
+    assert run.summary.as_dict()["losses_found_by"] == by
+
+
 def test_early_completion_sends_less_than_all_sent():
     job = JobSpec.uniform(16, messages=200, size=1368, msr=0.5)
     record_all: list = []
