@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from netapprox.bench import network as N
 
-NETWORK_SECTIONS = ("contention", "background", "coexist", "idle", "yield", "queues")
+NETWORK_SECTIONS = N.SECTIONS
 OTHER_SECTIONS = ("hostlib", "controller", "sim")
 HEADLINE_KEYS = (
     "atp_over_tcp_es_fifo", "atp_over_tcp_ss_fifo", "atp_over_tcp_es_background", "atp_over_bound_idle",
@@ -90,14 +90,15 @@ def summarize(rows: Sequence[dict]) -> dict:
                 "jobs": {p: len(_jcts(v)) for p, v in by.items()},
             }
     s["contention"] = contention
-    background = {}
-    for msr in N.MSRS:
-        rs = _pick(rows, section="background", msr=msr)
-        if rs:
-            a, t = _mean_jct(_pick(rs, protocol="atp")), _mean_jct(_pick(rs, protocol="tcp-es"))
-            background[str(msr)] = {"atp_jct_s": a, "tcp_es_jct_s": t, "atp_over_tcp_es": _ratio(a, t),
-                                    "per_seed": _per_seed(rs, "atp", "tcp-es")}
-    s["background"] = background
+    for section in ("background", "background-same-queue"):
+        background = {}
+        for msr in N.MSRS:
+            rs = _pick(rows, section=section, msr=msr)
+            if rs:
+                a, t = _mean_jct(_pick(rs, protocol="atp")), _mean_jct(_pick(rs, protocol="tcp-es"))
+                background[str(msr)] = {"atp_jct_s": a, "tcp_es_jct_s": t, "atp_over_tcp_es": _ratio(a, t),
+                                        "per_seed": _per_seed(rs, "atp", "tcp-es")}
+        s[section] = background
     s["coexist"] = _fct_compare(_pick(rows, section="coexist"), "protocol", "atp", "tcp-es")
     s["queues"] = _fct_compare(_pick(rows, section="queues"), "switch", "netapprox", "fifo")
     idle = {}
@@ -237,7 +238,7 @@ def markdown(doc: dict) -> str:
              "Ratios below 1 favour ATP.", "", "## Headline", "", "```", json.dumps(h, indent=1), "```", "",
              "| bar | met |", "|---|---|"]
     lines += [f"| {k} | {_fmt(v)} |" for k, v in doc["bars"].items()]
-    if s:
+    if s and s["contention"]:
         lines += ["", "## Contention among approximate jobs (Fig. 5-9): ATP on NetApprox vs TCP on a FIFO switch", "",
                   "| pattern | MSR | ATP JCT (s) | TCP-ES JCT (s) | TCP-SS JCT (s) | ATP/ES | ATP/SS | ATP/ES per seed "
                   "| bytes delivered ATP / ES / SS | jobs done ATP / ES / SS |", "|---|---|---|---|---|---|---|---|---|---|"]
@@ -248,12 +249,18 @@ def markdown(doc: dict) -> str:
                          f"{_fmt(v['atp_over_tcp_es_per_seed'])} | {_fmt(b['atp'], 2)} / {_fmt(b['tcp-es'], 2)} / "
                          f"{_fmt(b['tcp-ss'], 2)} | {d['atp']}/{n['atp']} / {d['tcp-es']}/{n['tcp-es']} / "
                          f"{d['tcp-ss']}/{n['tcp-ss']} |")
-        lines += ["", f"## One job next to approximate background ({N.BACKGROUND_LOAD:.0%} of the link, in the job's "
-                  "initial queue; Fig. 11)", "", "| MSR | ATP JCT (s) | TCP-ES JCT (s) | ATP/ES | per seed |",
-                  "|---|---|---|---|---|"]
-        for m, v in s["background"].items():
-            lines.append(f"| {m} | {_fmt(v['atp_jct_s'])} | {_fmt(v['tcp_es_jct_s'])} | {_fmt(v['atp_over_tcp_es'])} "
-                         f"| {_fmt(v['per_seed'])} |")
+    if s:
+        for key, title in (("background", f"One job next to approximate background ({N.BACKGROUND_LOAD:.0%} of the "
+                                           f"link, TLR {N.BACKGROUND_TLR}; Fig. 11): ATP vs TCP-ES on the FIFO switch"),
+                           ("background-same-queue", "Extra row: the same background always in the job's initial "
+                                                     "queue (adversarial)")):
+            if not s.get(key):
+                continue
+            lines += ["", f"## {title}", "", "| MSR | ATP JCT (s) | TCP-ES JCT (s) | ATP/ES | per seed |",
+                      "|---|---|---|---|---|"]
+            for m, v in s[key].items():
+                lines.append(f"| {m} | {_fmt(v['atp_jct_s'])} | {_fmt(v['tcp_es_jct_s'])} | "
+                             f"{_fmt(v['atp_over_tcp_es'])} | {_fmt(v['per_seed'])} |")
         for key, title in (("coexist", f"Next to non-approximate web-search flows (Fig. 13): NetApprox vs TCP-ES on "
                                         f"a FIFO switch, MSR {N.COEXIST_MSR}, flows at {N.COEXIST_FLOW_LOAD:.0%}"),
                            ("queues", "Extra row: the same ATP jobs next to the flows, NetApprox queues vs a FIFO "
@@ -271,15 +278,17 @@ def markdown(doc: dict) -> str:
                          "approx_jct_mean_s": v["approx_jct_ratio"]}.get(k)
                 lines.append(f"| {label} | {_fmt(v[a][k], 4)} | {_fmt(v[b][k], 4)} | {_fmt(ratio)} |")
             lines.append(f"| flows unfinished | {v[a]['flows_unfinished']} | {v[b]['flows_unfinished']} | |")
-        lines += ["", "## ATP alone on an idle link: JCT / physical bound (the MSR·N messages' packets on the wire, "
-                  "headers included) and, after the slash, JCT / (MSR·N·size·8 / rate)", "",
-                  "| rate | " + " | ".join(f"MSR {m}" for m in N.MSRS) + " |", "|---|" + "---|" * len(N.MSRS)]
+        if s["idle"]:
+            lines += ["", "## ATP alone on an idle link: JCT / physical bound (the MSR·N messages' packets on the wire, "
+                      "headers included) and, after the slash, JCT / (MSR·N·size·8 / rate)", "",
+                      "| rate | " + " | ".join(f"MSR {m}" for m in N.MSRS) + " |", "|---|" + "---|" * len(N.MSRS)]
         for r, by in s["idle"].items():
             cells = [by.get(str(m), {}) for m in N.MSRS]
             lines.append(f"| {r} Mbit/s | " + " | ".join(f"{_fmt(c.get('jct_over_wire_bound'))} / "
                                                         f"{_fmt(c.get('jct_over_bound'))}" for c in cells) + " |")
-        lines += ["", "## Extra row: ATP below TCP-ES in queue 0 (how much ATP yields to non-approximate traffic; "
-                  "not a race)", "", "| MSR | ATP JCT (s) | TCP-ES in queue 0 JCT (s) | ATP/ES |", "|---|---|---|---|"]
+        if s["yield"]:
+            lines += ["", "## Extra row: ATP below TCP-ES in queue 0 (how much ATP yields to non-approximate traffic; "
+                      "not a race)", "", "| MSR | ATP JCT (s) | TCP-ES in queue 0 JCT (s) | ATP/ES |", "|---|---|---|---|"]
         for m, v in s["yield"].items():
             lines.append(f"| {m} | {_fmt(v['atp_jct_s'])} | {_fmt(v['tcp_es_in_queue0_jct_s'])} | "
                          f"{_fmt(v['atp_over_tcp_es'])} |")

@@ -8,8 +8,12 @@ buffer (``experiments.runner.switch_for``). Sections:
 - ``contention`` (Fig. 5-9): approximate jobs against each other. All-to-all FBKV and FBHD (every host sends
   one job to a random other host) and incast (hosts 1..3 send an FBKV job to host 0), MSR 0.5/0.7/0.9:
   ATP vs TCP-ES and TCP-SS.
-- ``background`` (Fig. 11): one FBKV job next to approximate background (a paced UDP blast at 70 % of the
-  link whose TLR puts it in the job's initial queue): ATP vs TCP-ES, which shares its FIFO with the blast.
+- ``background`` (Fig. 11): one FBKV job next to approximate background, a paced UDP blast at 70 % of the
+  link marked as an approximate job of MSR 0.5 would be (TLR 0.5, queue 4), so that foreground jobs of
+  different MSRs start in different queues relative to it, as in the paper: ATP vs TCP-ES, which shares its
+  FIFO with the blast. ``background-same-queue`` (extra row): the blast always in the job's initial queue,
+  the adversarial case where only the controller's promotion (Fig. 10) separates them, and at MSR 0.9 (queue
+  1, the top approximate queue) nothing can.
 - ``coexist`` (Fig. 13): two FBHD approximate jobs next to web-search TCP flows (non-approximate) into one
   host: the approximate JCT *and* the flows' FCT, NetApprox vs TCP-ES on the FIFO switch, never one without
   the other.
@@ -32,10 +36,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+SECTIONS = ("contention", "background", "coexist", "idle", "background-same-queue", "yield", "queues")
 MSRS = (0.5, 0.7, 0.9)
 CONTENTION_PATTERNS = ("alltoall-fbkv", "alltoall-fbhd", "incast-fbkv")
 CONTENTION_PROTOCOLS = ("atp", "tcp-es", "tcp-ss")
 BACKGROUND_LOAD = 0.7
+BACKGROUND_TLR = 0.5
 COEXIST_MSR = 0.9
 COEXIST_FLOW_LOAD = 0.3
 COEXIST_DURATION_S = 3.0
@@ -112,7 +118,7 @@ def trials(seeds: Sequence[int], scale, *, sections: Sequence[str] | None = None
     from netapprox.experiments.trial import Background, FlowLoad, JobPlan, run_trial
     from netapprox.experiments.workloads import web_search_flows
 
-    want = set(sections or ("contention", "background", "coexist", "idle", "yield", "queues"))
+    want = set(sections or SECTIONS)
     rate = scale.rate_mbit
     out: list[Trial] = []
 
@@ -130,19 +136,21 @@ def trials(seeds: Sequence[int], scale, *, sections: Sequence[str] | None = None
                                      else incast_plans(scale, seed, msr))
                             return _jobs_metrics(run_trial(tb, proto, plans, name=name, timeout=scale.timeout_s))
                         add("contention", {"pattern": pattern, "msr": msr}, proto, seed, fn)
-    if "background" in want:
+    for section in ("background", "background-same-queue"):
+        if section not in want:
+            continue
         for msr in MSRS:
             for seed in seeds:
                 for proto in ("atp", "tcp-es"):
-                    def fn(tb, name, msr=msr, seed=seed, proto=proto):
+                    def fn(tb, name, msr=msr, seed=seed, proto=proto, section=section):
                         job = scale.job("fbkv", seed)
-                        q0 = queue_for_tlr(1 - msr)
+                        tlr = BACKGROUND_TLR if section == "background" else (queue_for_tlr(1 - msr) + 0.5) / 8
                         dur = 4.0 * job.total_bytes * 8 / (scale.rate_mbit * 1e6) + 1.0
-                        bg = [Background(2, 1, BACKGROUND_LOAD * scale.rate_mbit * 1e6, dur, tlr=(q0 + 0.5) / 8)]
+                        bg = [Background(2, 1, BACKGROUND_LOAD * scale.rate_mbit * 1e6, dur, tlr=tlr)]
                         tr = run_trial(tb, proto, [JobPlan(next_job_id(), 0, 1, job, msr, delay_s=0.2)], name=name,
                                        timeout=scale.timeout_s, background=bg)
                         return _jobs_metrics(tr)
-                    add("background", {"msr": msr, "load": BACKGROUND_LOAD}, proto, seed, fn)
+                    add(section, {"msr": msr, "load": BACKGROUND_LOAD}, proto, seed, fn)
     if "coexist" in want:
         for seed in seeds:
             for proto in ("atp", "tcp-es"):
