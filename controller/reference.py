@@ -9,8 +9,9 @@ prefix expansion) so that it is easy to check by reading, and it reads every ATP
     qid = reference_queue(state, packet)      # packet: bytes from the IPv4 header on
 
 Order (docs/architecture.md): approximate ATP DATA (IPv4 without options, UDP to the ATP port, a complete
-ATP header of version 1 and type DATA, flag APPROX) goes through queue_by_job, then queue_by_tag (TAGGED
-packets only), then queue_by_tlr, then the lowest queue; everything else through queue_by_class, then queue 0.
+ATP header of version 1 and type DATA, flag APPROX) with TLR 1.0 (surplus) goes to the lowest queue; other
+approximate ATP DATA goes through queue_by_job, then queue_by_tag (TAGGED packets only), then queue_by_tlr,
+then the lowest queue; everything else through queue_by_class, then queue 0.
 ``l4_dport`` follows the P4 parser: the TCP/UDP destination port of a first fragment without IP options,
 0 for every other packet.
 """
@@ -19,7 +20,7 @@ from __future__ import annotations
 import struct
 
 from netapprox.controller.model import LOWEST_QUEUE, NON_APPROX_QUEUE, ClassRule, SwitchState, TagRule
-from netapprox.hostlib.wire import DEFAULT_ATP_PORT, HEADER_LEN, OFFSETS, VERSION, Flags, PacketType
+from netapprox.hostlib.wire import DEFAULT_ATP_PORT, HEADER_LEN, OFFSETS, TLR_ONE, VERSION, Flags, PacketType
 
 IPV4_MIN_HEADER = 20
 UDP_HEADER = 8
@@ -64,6 +65,9 @@ def reference_queue(state: SwitchState, packet: bytes, atp_port: int = DEFAULT_A
         return NON_APPROX_QUEUE
     atp = approx_atp_header(packet, atp_port)
     if atp is not None:
+        tlr, = struct.unpack_from("!H", atp, OFFSETS["tlr"])
+        if tlr == TLR_ONE:
+            return LOWEST_QUEUE  # surplus: the sender does not need this packet
         job, = struct.unpack_from("!I", atp, OFFSETS["job_id"])
         for r in state.job_rules:
             if r.job_id == job:
@@ -74,7 +78,6 @@ def reference_queue(state: SwitchState, packet: bytes, atp_port: int = DEFAULT_A
             for r in sorted(state.tag_rules, key=tag_order):
                 if r.priority_lo <= prio <= r.priority_hi and r.deadline_lo_us <= deadline <= r.deadline_hi_us:
                     return r.qid
-        tlr, = struct.unpack_from("!H", atp, OFFSETS["tlr"])
         for r in sorted(state.tlr_rules):
             if r.tlr_lo <= tlr <= r.tlr_hi:
                 return r.qid

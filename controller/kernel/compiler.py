@@ -4,7 +4,8 @@ One ``u32`` classifier (one filter priority) on the root HTB qdisc of every egre
 mirror the P4 tables of docs/architecture.md in order. u32 evaluates the entries of one hash bucket in
 increasing node id, so the table order is a node-id layout:
 
-    node 0x001..0x3ff   queue_by_job     approximate ATP DATA and job_id == J           -> 1:2q
+    node 0x001          (surplus)        approximate ATP DATA and tlr == 1.0            -> queue 7
+    node 0x002..0x3ff   queue_by_job     approximate ATP DATA and job_id == J           -> 1:2q
     node 0x400..0x9ff   queue_by_tag     ... and TAGGED, priority x deadline ranges     -> 1:2q
     node 0xa00..0xdff   queue_by_tlr     ... and tlr range                              -> 1:2q
     node 0xe00          (default)        any approximate ATP DATA                       -> queue 7
@@ -44,7 +45,7 @@ from netapprox.controller.reference import (
     class_order,
     tag_order,
 )
-from netapprox.hostlib.wire import DEFAULT_ATP_PORT, OFFSETS, Flags
+from netapprox.hostlib.wire import DEFAULT_ATP_PORT, OFFSETS, TLR_ONE, Flags
 
 
 class TableFull(KernelSwitchError):
@@ -52,7 +53,8 @@ class TableFull(KernelSwitchError):
 
 
 # Node-id layout of the u32 root hash table (12-bit node ids, evaluated in increasing order).
-JOB_NODES = range(0x001, 0x400)
+SURPLUS_NODE = 0x001
+JOB_NODES = range(0x002, 0x400)
 TAG_NODES = range(0x400, 0xA00)
 TLR_NODES = range(0xA00, 0xE00)
 APPROX_DEFAULT_NODE = 0xE00
@@ -234,7 +236,8 @@ def compile_filters(state: SwitchState, atp_port: int = DEFAULT_ATP_PORT,
     ``routes`` do not apply (the kernel switch bridges) and ``ecn_rules`` are not implemented here.
     """
     nodes = (job_nodes or JobNodes()).assign(r.job_id for r in state.job_rules)
-    entries: list[U32Entry] = []
+    entries: list[U32Entry] = [U32Entry(SURPLUS_NODE, tuple(_approx_data_keys(atp_port)) + (
+        Key(_OFF_TLR_WORD, TLR_ONE, 0xFFFF),), LOWEST_QUEUE, "surplus")]
     for rule in state.job_rules:
         entries.append(U32Entry(nodes[rule.job_id], job_keys(rule, atp_port), rule.qid, "queue_by_job"))
     entries += _place("queue_by_tag", TAG_NODES,

@@ -68,6 +68,22 @@ class JobOverrideTest(ClassifierTest):
         self.assertEqual(self.read_direct_counter(job)[0], 2)
 
 
+class SurplusToLowestQueueTest(ClassifierTest):
+    """Approximate DATA with TLR 1.0 is surplus (its sender does not need it): queue 7 even when its job has a
+    queue_by_job entry or a tag rule matches, and the job's direct counter does not count it."""
+
+    def runTest(self):
+        self.add_standard_routes()
+        self.add_default_tlr_rules()
+        self.add_queue_by_tag(1, (0, 255), (0, 0xFFFFFFFF), 5)
+        job = self.add_queue_by_job(42, 2)
+        self.expect_queue(atp_packet(flags=APPROX, tlr=wire.TLR_ONE, job_id=42), 7)
+        self.expect_queue(atp_packet(flags=APPROX | TAGGED, tlr=wire.TLR_ONE, job_id=7, priority=1), 7)
+        self.expect_queue(atp_packet(flags=APPROX, tlr=wire.TLR_ONE - 1, job_id=42), 2)
+        self.verify_no_other_packets()
+        self.assertEqual(self.read_direct_counter(job)[0], 1)
+
+
 class TagRulesTest(ClassifierTest):
     """CadentFlow tags (priority range x deadline range) classify TAGGED approximate DATA; untagged
     packets and tag misses fall through to the TLR rules; among overlapping tag rules the larger rank wins."""

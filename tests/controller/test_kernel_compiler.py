@@ -65,7 +65,7 @@ def test_tlr_thresholds(tlr, queue):
     assert both(state, atp_data(tlr=tlr)) == (queue, queue)
 
 
-def test_table_order_job_then_tag_then_tlr_then_default():
+def test_table_order_surplus_then_job_then_tag_then_tlr_then_default():
     state = SwitchState(
         job_rules=frozenset({JobRule(42, 2)}),
         tag_rules=frozenset({TagRule(rank=1, priority_lo=0, priority_hi=9, deadline_lo_us=0,
@@ -77,6 +77,8 @@ def test_table_order_job_then_tag_then_tlr_then_default():
     tagged = wire.Flags.APPROX | wire.Flags.TAGGED
     cases = {
         "job beats tag and tlr": (atp_data(job=42, flags=tagged, priority=1, deadline=10, tlr=0), 2),
+        "surplus (tlr 1.0) beats the job": (atp_data(job=42, tlr=wire.TLR_ONE), 7),
+        "surplus beats the tag": (atp_data(job=1, flags=tagged, priority=1, deadline=10, tlr=wire.TLR_ONE), 7),
         "tag beats tlr": (atp_data(job=1, flags=tagged, priority=9, deadline=999, tlr=0), 5),
         "tag range miss -> tlr": (atp_data(job=1, flags=tagged, priority=10, deadline=10, tlr=0), 3),
         "untagged ignores tag table": (atp_data(job=1, priority=1, deadline=10, tlr=0), 3),

@@ -79,7 +79,9 @@ control Classification(in parsed_headers_t hdr, inout ingress_metadata_t ig_md) 
         if (hdr.atp.isValid() && hdr.atp.type == ATP_TYPE_DATA
                 && (hdr.atp.flags & ATP_FLAG_APPROX) != 0) {
             ig_md.bridged.qid = QUEUE_LOWEST;
-            if (!queue_by_job.apply().hit) {
+            // Surplus: TLR 1.0 marks a packet its sender does not need (a message beyond what the MSR
+            // requires, or an MSR-0 group): the lowest queue, whatever the job's entry says.
+            if (hdr.atp.tlr != ATP_TLR_ONE && !queue_by_job.apply().hit) {
                 bool tag_hit = false;
                 if ((hdr.atp.flags & ATP_FLAG_TAGGED) != 0) {
                     tag_hit = queue_by_tag.apply().hit;

@@ -4,7 +4,8 @@
 // order (docs/architecture.md, logical tables 1-5):
 //   not approximate (non-ATP, ATP without APPROX, or any ATP type but DATA)
 //                 -> queue_by_class (ternary ip_proto, l4_dport); miss: queue 0
-//   approximate   -> queue_by_job (exact job_id, direct counter job_packets); hit wins
+//   approximate   -> tlr == 1.0 (surplus, ATP_TLR_ONE): queue 7 (QUEUE_LOWEST), no table applies
+//                 -> queue_by_job (exact job_id, direct counter job_packets); hit wins
 //                 -> queue_by_tag (range priority, range deadline_us), only when TAGGED; hit wins
 //                 -> queue_by_tlr (range tlr); miss: queue 7 (QUEUE_LOWEST)
 // The controller never needs to write default actions: misses are handled here.
@@ -79,7 +80,9 @@ control Classification(in parsed_headers_t hdr, inout local_metadata_t local_md)
         if (hdr.atp.isValid() && hdr.atp.type == ATP_TYPE_DATA
                 && (hdr.atp.flags & ATP_FLAG_APPROX) != 0) {
             local_md.qid = QUEUE_LOWEST;
-            if (!queue_by_job.apply().hit) {
+            // Surplus: TLR 1.0 marks a packet its sender does not need (a message beyond what the MSR
+            // requires, or an MSR-0 group): the lowest queue, whatever the job's entry says.
+            if (hdr.atp.tlr != ATP_TLR_ONE && !queue_by_job.apply().hit) {
                 bool tag_hit = false;
                 if ((hdr.atp.flags & ATP_FLAG_TAGGED) != 0) {
                     tag_hit = queue_by_tag.apply().hit;
