@@ -108,6 +108,8 @@ class SendSummary:
     srtt_s: float
     losses_found_by: dict[str, int] = dataclasses.field(default_factory=dict)
     """Packet losses by how they were detected (``LossRecovery.lost_by``: reorder, time, tail)."""
+    packets_surplus: int = 0
+    """Packets sent as surplus (TLR 1.0, the lowest queue: messages beyond what the MSR still required)."""
 
     def group(self, group_id: int) -> GroupSummary:
         for g in self.groups:
@@ -127,7 +129,7 @@ class SendSummary:
             "packets_sent": self.packets_sent, "packets_acked": self.packets_acked,
             "packets_lost": self.packets_lost, "retransmissions": self.retransmissions,
             "epochs": self.epochs, "final_rate_bps": round(self.final_rate_bps), "srtt_s": round(self.srtt_s, 6),
-            "losses_found_by": dict(self.losses_found_by),
+            "losses_found_by": dict(self.losses_found_by), "packets_surplus": self.packets_surplus,
         }
 
     def to_json(self) -> str:
@@ -136,7 +138,7 @@ class SendSummary:
 
 class _Message:
     __slots__ = ("msg_id", "group", "data", "cnt", "next_new", "pkt_state", "acked", "remaining", "lost_pkts",
-                 "state", "tags", "approx", "retries")
+                 "state", "tags", "approx", "retries", "surplus")
 
     def __init__(self, msg_id: int, group: "_Group", data: bytes, max_payload: int, tags: Tags | None) -> None:
         self.msg_id = msg_id
@@ -151,6 +153,7 @@ class _Message:
         self.state = ACTIVE
         self.tags = tags
         self.retries = 0  # retransmissions of this message lost again (repair rotation, scheduler.py)
+        self.surplus = False  # started as surplus and not needed since (AtpSender._surplus)
 
 
 class _Group:
@@ -165,6 +168,7 @@ class _Group:
         self.tlr = 1.0 - msr
         self.delivered = 0
         self.active = total
+        self.started = 0  # ACTIVE messages with a packet sent, not surplus
         self.damaged = 0
         self.repairing = 0
         self.idle: list[tuple] = []  # heap of damaged messages that may be picked for repair
@@ -265,6 +269,7 @@ class AtpSender:
         self.summary: SendSummary | None = None
         self.failure: str | None = None
         self.packets_sent = 0
+        self.packets_surplus = 0
         self.retransmissions = 0
         self.datagrams_ignored = 0
 
@@ -444,16 +449,24 @@ class AtpSender:
         mp = self.config.max_payload
         payload = m.data[idx * mp:(idx + 1) * mp]
         retx = m.pkt_state[idx] != UNSENT
+        surplus = False
         if retx:
             m.lost_pkts.popleft()  # type: ignore[union-attr]
             self.retransmissions += 1
             g.retransmissions += 1
         else:
+            if m.state == ACTIVE and (m.next_new == 0 or m.surplus):
+                surplus = self.adaptive and g.approx and self._surplus(g)
+                if not surplus:
+                    g.started += 1  # the message is needed from now on
+                m.surplus = surplus
             m.next_new += 1
             if m.next_new == m.cnt:
                 self._unsent_open -= 1
         m.pkt_state[idx] = IN_FLIGHT
         g.packets_sent += 1
+        if surplus:
+            self.packets_surplus += 1
         flags = (wire.Flags.APPROX if g.approx else 0) | (wire.Flags.RETX if retx else 0)
         priority = weight = 0
         deadline = wire.NO_DEADLINE
@@ -464,10 +477,23 @@ class AtpSender:
             if tags.deadline_s is not None:
                 slack = self.start_time + tags.deadline_s - now
                 deadline = min(_MAX_SLACK_US, max(0, int(slack * 1e6)))
-        self.recovery.on_packet_sent(SentPacket(seq, msg_id, idx, g.group_id, len(payload), now, retx))
+        # surplus packets are not counted by rate control (group None): their loss in the lowest queue is expected
+        self.recovery.on_packet_sent(SentPacket(seq, msg_id, idx, None if surplus else g.group_id, len(payload),
+                                                now, retx))
         return wire.encode_data(flags=int(flags), priority=priority, job_id=self.job.job_id, msg_id=msg_id,
-                                group_id=g.group_id, tlr=wire.tlr_to_q15(g.tlr), pkt_idx=idx, pkt_cnt=m.cnt,
+                                group_id=g.group_id, tlr=wire.TLR_ONE if surplus else wire.tlr_to_q15(g.tlr),
+                                pkt_idx=idx, pkt_cnt=m.cnt,
                                 seq=seq, deadline_us=deadline, weight=weight, payload=payload)
+
+    @staticmethod
+    def _surplus(g: _Group) -> bool:
+        """``adaptive``: whether the next new packet of a message not yet needed is surplus, that is whether the
+        group reaches its required count without it: the messages delivered, started as needed (a packet sent,
+        none lost yet) and being repaired already make it. Surplus packets carry TLR 1.0, which switches put in
+        the lowest queue (docs/wire-format.md), so they only use spare capacity; completion never waits for
+        them, and a surplus message becomes needed (its next packets carry the group's TLR) once the group
+        falls short."""
+        return g.delivered + g.started + g.repairing >= g.required
 
     # -- acknowledgements and loss -----------------------------------------------------------------
 
@@ -515,6 +541,7 @@ class AtpSender:
         g = m.group
         if m.state == ACTIVE:
             g.active -= 1
+            g.started -= not m.surplus
         elif m.state == DAMAGED:
             g.damaged -= 1
         elif m.state == REPAIRING:
@@ -547,6 +574,7 @@ class AtpSender:
             if m.state == ACTIVE:
                 m.state = DAMAGED
                 g.active -= 1
+                g.started -= not m.surplus
                 g.damaged += 1
                 if m.next_new < m.cnt:
                     self._unsent_open -= 1
@@ -663,7 +691,8 @@ class AtpSender:
             receiver_confirmed=confirmed, groups=groups, lost_ids=tuple(lost_ids), packets_sent=self.packets_sent,
             packets_acked=self.recovery.packets_acked, packets_lost=self.recovery.packets_lost,
             retransmissions=self.retransmissions, epochs=self.epoch, final_rate_bps=self.rate.rate_bps,
-            srtt_s=self.recovery.srtt, losses_found_by=dict(self.recovery.lost_by))
+            srtt_s=self.recovery.srtt, losses_found_by=dict(self.recovery.lost_by),
+            packets_surplus=self.packets_surplus)
         self.state = SenderState.DONE
         self._events.append(events.JobCompleted(self.summary))
 

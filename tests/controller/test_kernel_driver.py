@@ -173,16 +173,19 @@ def test_counters_match_what_was_sent(lab):
         dq = delta(port_queues(d, 3), before)
         res = result(rx)
         got = res["received"]
+        # A Python sender on a loaded machine can burst; queue 7 holds one packet, so a burst may lose some
+        # there: the queue's drop counter must then account for every packet the receiver did not get.
+        lost = n - got
+        assert 0 <= lost <= (n // 10 if queue == 7 else 0), (args, got)
         if "--atp" in args and d.stamping:  # every ATP DATA packet carries the queue the switch chose
-            assert res["by_queue_byte"] == {str(queue): n}, (args, res["by_queue_byte"])
+            assert res["by_queue_byte"] == {str(queue): got}, (args, res["by_queue_byte"])
         # Queue 0 also carries the kernel's own multicast chatter (IGMP reports from the namespaces): allow
         # a couple of packets there; every other queue must count exactly what was sent.
         chatter = dq[0][0] - (n if queue == 0 else 0)
         assert 0 <= chatter <= 3 and dq[0][2] == 0, (args, dq)
         dq[0] = (n, n, 0) if queue == 0 else (0, 0, 0)
-        expect = {q: (n, n, 0) if q == queue else (0, 0, 0) for q in range(8)}
+        expect = {q: (n, n - lost, lost) if q == queue else (0, 0, 0) for q in range(8)}
         assert dq == expect, (args, dq)
-        assert got == n
     d.close()
 
 

@@ -270,6 +270,48 @@ def test_losses_are_counted_by_how_they_were_found():
     assert run.summary.as_dict()["losses_found_by"] == by
 
 
+def test_messages_beyond_what_the_msr_needs_go_as_surplus():
+    """MSR 0.5 of 20 single-packet messages: the first 10 messages started are needed (the group's TLR); once
+    10 are on their way, new messages go as surplus (TLR 1.0, the lowest queue), until losses make them
+    needed again. Surplus is the adaptive sender's (the paper's modes never send it)."""
+    job = JobSpec.uniform(21, messages=20, size=1368, msr=0.5)
+    record: list = []
+    run = run_job(job, AtpConfig(max_rate_bps=50e6, mrdf=False), forward=Path(record=record))
+    assert_guarantee(run, job)
+    data = [h for _, h in record if h.type == wire.PacketType.DATA and h.msg_id < 20]
+    assert [h.msg_id for h in data if h.tlr != wire.TLR_ONE][:10] == list(range(10))
+    surplus = [h.msg_id for h in data if h.tlr == wire.TLR_ONE]
+    assert surplus and min(surplus) == 10 and all(h.flags & wire.Flags.APPROX for h in data)
+    assert run.summary.packets_surplus == len(surplus)
+    record.clear()
+    run_job(job, AtpConfig(mode="paper", max_rate_bps=50e6, mrdf=False), forward=Path(record=record))
+    assert not [h for _, h in record if h.type == wire.PacketType.DATA and h.tlr == wire.TLR_ONE]
+
+
+def test_surplus_lost_in_the_lowest_queue_costs_nothing():
+    """A switch that drops every surplus packet (a starved lowest queue): the job completes exactly as fast as
+    on a path that carries them, the window is never cut for their loss, and the MSR holds."""
+    job = JobSpec.uniform(22, messages=400, size=1368, msr=0.5)
+    cfg = AtpConfig(max_rate_bps=50e6)
+    starved = run_job(job, cfg, forward=Path(rate_bps=50e6, queue_packets=6, queue_byte=4,
+                                             drop=lambda h, i: h.type == wire.PacketType.DATA and h.tlr == wire.TLR_ONE))
+    clean = run_job(job, cfg, forward=Path(rate_bps=50e6, queue_packets=6, queue_byte=4))
+    assert_guarantee(starved, job)
+    assert starved.summary.packets_surplus > 0
+    assert starved.sender.window.cuts == 0
+    assert starved.summary.jct_s == pytest.approx(clean.summary.jct_s, rel=0.05)
+
+
+def test_an_msr_zero_group_is_all_surplus():
+    job = JobSpec.uniform(23, messages=10, size=1368, msr=1.0, groups=[(1, 0.0, 10)])
+    record: list = []
+    run = run_job(job, FAST, forward=Path(record=record))
+    assert_guarantee(run, job)
+    g1 = [h for _, h in record if h.type == wire.PacketType.DATA and h.group_id == 1]
+    assert g1 and all(h.tlr == wire.TLR_ONE for h in g1)
+    assert all(h.tlr != wire.TLR_ONE for _, h in record if h.type == wire.PacketType.DATA and h.group_id == 0)
+
+
 def test_early_completion_sends_less_than_all_sent():
     job = JobSpec.uniform(16, messages=200, size=1368, msr=0.5)
     record_all: list = []
