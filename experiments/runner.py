@@ -209,6 +209,16 @@ def exp_incast(seeds: Sequence[int], out: Path, scale: Scale, *, msrs=(0.5, 0.7,
 # 3. dynamic TLR / priority (Fig. 10, 11)
 
 
+def _job_with_background(tb: Testbed, scale: Scale, protocol: str, job, msr: float, background: Sequence[Background],
+                         pin_queue: int | None, name: str) -> dict:
+    """One job host 0 -> host 1 starting 0.2 s into ``background``; ``pin_queue``: ATP_FixPrio's queue."""
+    jid = next_job_id()
+    if pin_queue is not None:
+        tb.pin_jobs([(jid, pin_queue)])
+    return run_trial(tb, protocol, [JobPlan(jid, 0, 1, job, msr, delay_s=0.2)], name=name, timeout=scale.timeout_s,
+                     background=background)
+
+
 def _shifting_background(src: int, dst: int, rate_bps: float, duration_s: float, tlrs: Sequence[float]) -> list[Background]:
     seg = duration_s / len(tlrs)
     return [Background(src, dst, rate_bps, seg, tlr=t, delay_s=i * seg) for i, t in enumerate(tlrs)]
@@ -236,11 +246,8 @@ def exp_dynamic(seeds: Sequence[int], out: Path, scale: Scale, *, msrs=(0.5, 0.7
                 tlr_q = lambda q: (q + 0.5) / 8  # noqa: E731 - a TLR in the middle of queue q
                 bg = _shifting_background(2, 1, bg_load * rate, dur, [tlr_q(q0), tlr_q(max(1, q0 - 1))])
                 for proto in protos:
-                    jid = next_job_id()
-                    if fixprio:
-                        tb.pin_jobs([(jid, q0)])
-                    tr = run_trial(tb, proto, [JobPlan(jid, 0, 1, job, msr, delay_s=0.2)], name=f"s{seed}-{msr}-{proto}",
-                                   timeout=scale.timeout_s, background=bg)
+                    tr = _job_with_background(tb, scale, proto, job, msr, bg, q0 if fixprio else None,
+                                              f"s{seed}-{msr}-{proto}")
                     rf.add(seed, {"msr": msr, "protocol": proto}, _job_summary(tr), _strip(tr))
                     rf.write()
     # Fig. 10 timeline: one run, MSR 0.5, background queue 4 -> 3 -> 2, each for a third of the
@@ -338,11 +345,7 @@ def exp_ablation(seeds: Sequence[int], out: Path, scale: Scale, *, msrs=(0.5, 0.
                 dur = 3.0 * job.total_bytes * 8 / rate + 1.0
                 bg = [Background(2, 1, bg_load * rate, dur, tlr=(q0 + 0.5) / 8)]
                 for v in protos:
-                    jid = next_job_id()
-                    if fixprio:
-                        tb.pin_jobs([(jid, q0)])
-                    tr = run_trial(tb, v, [JobPlan(jid, 0, 1, job, msr, delay_s=0.2)], name=f"s{seed}-{msr}-{v}",
-                                   timeout=scale.timeout_s, background=bg)
+                    tr = _job_with_background(tb, scale, v, job, msr, bg, q0 if fixprio else None, f"s{seed}-{msr}-{v}")
                     rf.add(seed, {"msr": msr, "protocol": v}, _job_summary(tr), _strip(tr))
                     rf.write()
     s = rf.to_dict()["summary"]

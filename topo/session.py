@@ -22,12 +22,13 @@ import time
 from pathlib import Path
 
 from netapprox.hostlib.wire import DEFAULT_ATP_PORT
+from netapprox.topo.netns import Lifecycle
 from netapprox.topo.topofile import TopologyFileError, TopologySpec, controller_config, load
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-class Session:
+class Session(Lifecycle):
     """The network, the controller and the jobs of one topology file; ``close()`` stops them all."""
 
     def __init__(self, spec: TopologySpec, *, pcap: str | None = None, metrics_port: int | None = None,
@@ -107,17 +108,6 @@ class Session:
         if self.emu is not None:
             self.emu.close()
             self.emu = None
-
-    def __enter__(self) -> "Session":
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def main(argv: list[str] | None = None) -> int:
