@@ -525,18 +525,10 @@ def main(argv: list[str] | None = None) -> int:
                                   background_s=15.0, time_limit_s=40.0)
     demo = Demo(cfg)
 
-    main_pid = os.getpid()
-
-    def interrupt(signum, _frame):
-        if os.getpid() != main_pid:
-            # A forked helper (pyroute2 opens namespace sockets from a short-lived child) inherits this
-            # handler: terminate it the way SIGTERM's default action would.
-            os._exit(128 + signum)
-        raise KeyboardInterrupt(signal.Signals(signum).name)
+    from netapprox.topo.netns import stop_on_signals
 
     # SIGTERM/SIGHUP clean up like Ctrl-C: every process, namespace and link the demo made is removed.
-    signal.signal(signal.SIGTERM, interrupt)
-    signal.signal(signal.SIGHUP, interrupt)
+    stop_on_signals()
     try:
         return demo.run()
     except KeyboardInterrupt:

@@ -55,6 +55,22 @@ class Lifecycle:
         self.close()
 
 
+def stop_on_signals(signals: Sequence[int] = (signal.SIGTERM, signal.SIGHUP)) -> None:
+    """Make ``signals`` stop the calling program the way Ctrl-C does (a ``KeyboardInterrupt``, so the
+    ``with`` blocks above clean up), in this process only: a forked child (pyroute2 opens namespace sockets
+    from a short-lived child, and stops it with SIGTERM) inherits the handler, and must terminate the way the
+    signal's default action would, not unwind its parent's stack."""
+    main_pid = os.getpid()
+
+    def interrupt(signum, _frame):
+        if os.getpid() != main_pid:
+            os._exit(128 + signum)
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    for sig in signals:
+        signal.signal(sig, interrupt)
+
+
 def netns_path(netns: str | int) -> str:
     """The namespace file of a named namespace (``ip netns``), a process id, or a path given as is."""
     if isinstance(netns, int):

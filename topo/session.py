@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from netapprox.hostlib.wire import DEFAULT_ATP_PORT
-from netapprox.topo.netns import Lifecycle
+from netapprox.topo.netns import Lifecycle, stop_on_signals
 from netapprox.topo.topofile import TopologyFileError, TopologySpec, controller_config, load
 
 REPO = Path(__file__).resolve().parent.parent
@@ -128,11 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         print("netapprox-session: needs root (Mininet, network namespaces, qdiscs): run it with sudo", file=sys.stderr)
         return 2
 
-    def interrupt(signum, _frame):
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    signal.signal(signal.SIGTERM, interrupt)
-    signal.signal(signal.SIGHUP, interrupt)
+    stop_on_signals()  # SIGTERM/SIGHUP clean up like Ctrl-C
     try:
         with Session(spec, pcap=args.pcap, metrics_port=args.metrics_port, results=args.results) as session:
             print(f"{spec.name}: {len(spec.switches)} {spec.target} switch(es), {len(spec.hosts)} hosts; controller "
