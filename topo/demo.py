@@ -19,7 +19,6 @@ per-epoch callback. While it runs, a progress line per second; then a table and 
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -30,7 +29,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from netapprox.hostlib import checks as C
 from netapprox.hostlib import wire
+from netapprox.hostlib.config import MAX_MESSAGES
 
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -484,15 +485,24 @@ def _tail(path: Path, n: int = 2) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m netapprox.topo.demo", description="Run the NetApprox demo experiment.")
+    ap = C.OneLineParser(prog="python -m netapprox.topo.demo", description="Run the NetApprox demo experiment.")
     ap.add_argument("--target", choices=["kernel", "bmv2"], default="kernel")
     ap.add_argument("--results", default="results", help="output directory (default: results)")
-    ap.add_argument("--bottleneck-mbit", type=float, default=DemoConfig.bottleneck_mbit)
-    ap.add_argument("--messages", type=int, default=None, help="messages per job (default 20000)")
+    ap.add_argument("--bottleneck-mbit", type=C.arg(C.number(gt=0.0, le=10000.0)), default=DemoConfig.bottleneck_mbit,
+                    help="rate of the s1-s2 link, Mbit/s (default %(default)s)")
+    ap.add_argument("--messages", type=C.arg(C.integer(ge=1, le=MAX_MESSAGES)), default=None,
+                    help="messages per job (default 20000)")
     ap.add_argument("--quick", action="store_true", help="a short run (smaller jobs and flow)")
     ap.add_argument("--pcap", metavar="DIR", help="write one pcap per switch interface into DIR")
-    ap.add_argument("--metrics-port", type=int, default=-1, help="serve the controller's Prometheus metrics here")
+    ap.add_argument("--metrics-port", type=C.arg(C.port(allow=(-1, 0))), default=-1,
+                    help="serve the controller's Prometheus metrics here (default -1: off)")
     args = ap.parse_args(argv)
+    for option, directory in (("--results", args.results), ("--pcap", args.pcap)):
+        if directory is not None:
+            try:
+                C.output_file(create_dirs=True)(Path(directory) / "demo-summary.json", option)
+            except C.CheckError as e:
+                ap.error(str(e))
     import logging
 
     logging.basicConfig(level=logging.WARNING, format="  [%(name)s] %(message)s")
