@@ -424,16 +424,17 @@ class Demo:
         fig, ax = plt.subplots(4, 1, figsize=(9, 8), sharex=True)
         ax[0].plot(ts, tlr, color="tab:blue", label="TLR")
         ax[0].axhline(1 - job.msr, color="gray", ls=":", label="1 - MSR")
-        ax[0].set_ylabel("TLR")
+        ax[0].set_ylabel("TLR\n(fraction)")
         ax[0].legend(loc="upper right", fontsize=8)
-        ax[1].plot(ts, rate, color="tab:green")
+        ax[1].plot(ts, rate, color="tab:green", label=f"job {job.name}")
         ax[1].set_ylabel("sending rate\n(Mbit/s)")
-        ax[2].plot(ts, loss, color="tab:red", label="measured loss")
+        ax[1].legend(loc="upper right", fontsize=8)
+        ax[2].plot(ts, loss, color="tab:red", label="measured loss (unacknowledged / sent)")
         ax[2].plot(ts, tlr, color="tab:blue", lw=0.8, alpha=0.6, label="TLR")
-        ax[2].set_ylabel("loss rate")
+        ax[2].set_ylabel("loss rate\n(fraction of packets)")
         ax[2].set_ylim(-0.02, 1.02)
         ax[2].legend(loc="upper right", fontsize=8)
-        ax[3].step(ts, queue, where="mid", color="tab:purple", label=f"job {job.name}")
+        ax[3].step(ts, queue, where="mid", color="tab:purple", label=f"job {job.name} (queue echoed on its ACKs)")
         sched = parse_schedule(self.cfg.background_tlr)
         for i, (st, v) in enumerate(sched):
             a = bg_start + st
@@ -441,8 +442,8 @@ class Demo:
             b = min(b, end)
             if a < b:
                 ax[3].hlines(queue_for_tlr(v), a, b, color="gray", ls="--",
-                             label="background" if i == 0 else None)
-        ax[3].set_ylabel("queue")
+                             label="background (queue of its TLR)" if i == 0 else None)
+        ax[3].set_ylabel("queue\n(0 = highest priority)")
         ax[3].set_ylim(7.5, -0.5)
         ax[3].set_yticks(range(8))
         ax[3].legend(loc="upper right", fontsize=8)
