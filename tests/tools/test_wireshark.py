@@ -170,6 +170,8 @@ def expected_fields(data: bytes, vector_jobs: set[int]) -> dict[str, list]:
         if body:
             exp["natp.payload"] = [body]
         return exp
+    if header.type == wire.PacketType.DATA and header.approx and header.tlr == wire.TLR_ONE:
+        exp["natp.surplus"] = [1]  # docs/wire-format.md: surplus, queued below every job
     assert {f"natp.{k}": [v] for k, v in _raw_header(header.encode()).items() if k != "length"} == \
         {k: v for k, v in exp.items() if k.startswith("natp.") and k[5:] in raw and k != "natp.length"}
     try:

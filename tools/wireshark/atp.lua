@@ -289,6 +289,7 @@ f.deadline_us = ProtoField.uint32("natp.deadline_us", "Deadline (us)")
 f.weight = ProtoField.uint8("natp.weight", "Weight")
 f.reserved = ProtoField.uint8("natp.reserved", "Reserved", base.HEX)
 f.length = ProtoField.uint16("natp.length", "Payload length")
+f.surplus = ProtoField.bool("natp.surplus", "Surplus (approximate DATA with TLR 1.0: lowest queue, spare capacity only)")
 
 local function flag_names(flags)
     local names = {}
@@ -355,6 +356,9 @@ function atp.dissector(buf, pinfo, root)
             string.format("payload %d bytes, header says %d", n - HEADER_LEN, length))
     end
 
+    local surplus = ctx.error == nil and ptype == 1 and bit.band(flags, 0x01) ~= 0 and tlr == TLR_ONE
+    if surplus then tree:add(f.surplus, buf(14, 2), true):set_generated() end
+
     local have = math.min(length, n - HEADER_LEN)
     if ctx.error == nil then
         spec.payload(buf(HEADER_LEN, have), tree, ctx) -- may be empty: an ACK without blocks is valid, a DONE not
@@ -366,6 +370,7 @@ function atp.dissector(buf, pinfo, root)
     local info = string.format("%s job %d msg %d seq %d TLR %g", tname, ctx.job_id, ctx.msg_id, buf(20, 4):uint(),
         q15(tlr))
     if flags ~= 0 then info = info .. " [" .. flag_names(flags) .. "]" end
+    if surplus then info = info .. " surplus" end
     if ctx.info then info = info .. " " .. ctx.info end
     if ctx.error then info = info .. " (malformed: " .. ctx.error .. ")" end
     pinfo.cols.info = info
