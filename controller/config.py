@@ -15,7 +15,7 @@ from netapprox.controller.drivers import DRIVER_CLASSES
 from netapprox.controller.errors import ConfigError, did_you_mean
 from netapprox.controller.model import DEFAULT_THRESHOLDS, NUM_QUEUES, ClassRule, Route, check_thresholds
 from netapprox.hostlib import checks as C
-from netapprox.hostlib.wire import DEFAULT_ATP_PORT, DEFAULT_REPORT_PORT
+from netapprox.hostlib.wire import DEFAULT_REPORT_PORT
 
 OBJECTIVES = ("priority", "deadline", "weight")
 POLICY_MODES = ("netapprox", "static", "fifo")

@@ -8,7 +8,6 @@ is checked before anything runs; a mistake is one line on stderr naming it, exit
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import logging
 import os

@@ -22,7 +22,6 @@ from netapprox.controller.model import (
     Route,
     SwitchState,
     TagRule,
-    TlrRule,
     default_tlr_rules,
 )
 from netapprox.controller.p4runtime.protos import p4info_pb2
