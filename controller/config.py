@@ -13,7 +13,8 @@ from typing import Any, Mapping
 
 from netapprox.controller.drivers import DRIVER_CLASSES
 from netapprox.controller.errors import ConfigError, did_you_mean
-from netapprox.controller.model import DEFAULT_THRESHOLDS, NUM_QUEUES, ClassRule, Route
+from netapprox.controller.model import DEFAULT_THRESHOLDS, NUM_QUEUES, ClassRule, Route, check_thresholds
+from netapprox.hostlib import checks as C
 from netapprox.hostlib.wire import DEFAULT_REPORT_PORT
 
 OBJECTIVES = ("priority", "deadline", "weight")
@@ -35,6 +36,9 @@ class TaggedFlow:
     queue: int | None = None
     """Pin this flow to a logical queue (1..7) instead of deriving one from the objective."""
 
+    def __post_init__(self) -> None:
+        _check_fields(self, TAGGED_FLOW_KEYS, "cadentflow flow")
+
 
 @dataclasses.dataclass(frozen=True)
 class CadentFlow:
@@ -50,6 +54,9 @@ class CadentFlow:
     jobs: tuple[int, ...] = ()
     """ATP job ids whose packets carry these tags. The policy installs no ``queue_by_job`` entry for them, so
     their tags (``queue_by_tag``) decide their queue instead of their reported TLR."""
+
+    def __post_init__(self) -> None:
+        _check_fields(self, CADENTFLOW_KEYS, f"[[cadentflow]] {self.name!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,14 +88,7 @@ class PolicyConfig:
     """A job losing for this many consecutive epochs moves one queue up (NetApprox Fig. 10)."""
 
     def __post_init__(self) -> None:
-        if self.mode not in POLICY_MODES:
-            raise ConfigError(f"policy mode {self.mode!r} unknown.{did_you_mean(self.mode, POLICY_MODES)}"
-                              f" Known: {', '.join(POLICY_MODES)}")
-        for job, queue in self.pinned:
-            if not 1 <= queue < NUM_QUEUES or not 0 < job < 1 << 32:
-                raise ConfigError(f"policy pinned ({job}, {queue}): job id 1..2^32-1, queue 1..{NUM_QUEUES - 1}")
-        if self.promote_after_epochs < 1:
-            raise ConfigError(f"policy promote_after_epochs must be >= 1, got {self.promote_after_epochs}")
+        _check_fields(self, POLICY_KEYS, "[policy]")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,6 +108,9 @@ class ReportConfig:
     rcvbuf_bytes: int = 4 << 20
     """Receive buffer of the report socket: reports arriving while an epoch runs wait there (as root the
     runtime may exceed net.core.rmem_max)."""
+
+    def __post_init__(self) -> None:
+        _check_fields(self, REPORT_KEYS, "[reports]")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,13 +134,12 @@ class SwitchConfig:
     Empty: every job (the default, right for a single switch or a core switch)."""
 
     def __post_init__(self) -> None:
-        import ipaddress
-
-        for prefix in self.job_sources:
-            try:
-                ipaddress.ip_network(prefix, strict=False)
-            except ValueError as e:
-                raise ConfigError(f"switch {self.name!r}: job_sources entry {prefix!r}: {e}") from None
+        _check_fields(self, SWITCH_KEYS, f"[[switch]] {self.name!r}")
+        options = SWITCH_OPTIONS.get(self.kind, {})
+        try:
+            C.check_table(self.options, options, f"[[switch]] {self.name!r} options.")
+        except C.CheckError as e:
+            raise ConfigError(str(e).replace("options. ", "options.")) from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,9 +148,9 @@ class ControllerConfig:
 
     switches: tuple[SwitchConfig, ...] = ()
     """The switches to program; names must be unique."""
-    policy: PolicyConfig = PolicyConfig()
+    policy: PolicyConfig = dataclasses.field(default_factory=lambda: PolicyConfig())
     """Queue policy."""
-    reports: ReportConfig = ReportConfig()
+    reports: ReportConfig = dataclasses.field(default_factory=lambda: ReportConfig())
     """Host report channel."""
     epoch_s: float = 0.020
     """Epoch length in seconds (20 ms suits emulation; raise it for real hardware fleets)."""
@@ -170,18 +172,217 @@ class ControllerConfig:
     """Ceiling of the reconnect delay."""
 
     def __post_init__(self) -> None:
+        _check_fields(self, CONTROLLER_KEYS, "[controller]")
         names = [s.name for s in self.switches]
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise ConfigError(f"switch names must be unique; repeated: {sorted(dup)}")
-        if self.epoch_s <= 0:
-            raise ConfigError(f"epoch_s must be positive, got {self.epoch_s}")
+        if self.reconnect_max_s < self.reconnect_initial_s:
+            raise ConfigError(f"[controller] reconnect_max_s: must be >= reconnect_initial_s "
+                              f"({self.reconnect_initial_s:g}), got {self.reconnect_max_s:g}")
+
+
+# --- checks: one line per key ---------------------------------------------------------------------------
+#
+# Every value is type- and range-checked when a config is built (from TOML, a topology file, CLI flags or
+# code), so a mistake is one line naming the key ("[controller] counters_every: expected an integer >= 0,
+# got 'x'") instead of an error in the running controller. A new config field is one line in its table;
+# tests/controller/test_ctl_config.py fails for a field without one.
+
+
+def _check_fields(obj: Any, checks: Mapping[str, C.Check], where: str) -> None:
+    """Check every field of a frozen dataclass and store the canonical value (a list becomes a tuple)."""
+    for name, check in checks.items():
+        try:
+            value = check(getattr(obj, name), f"{where} {name}")
+        except C.CheckError as e:
+            raise ConfigError(str(e)) from None
+        object.__setattr__(obj, name, value)
+
+
+def _instances(cls: type) -> C.Check:
+    def check(value, field):
+        items = C.sequence(lambda v, f: v)(value, field)
+        for i, item in enumerate(items):
+            if not isinstance(item, cls):
+                raise C.CheckError(f"{field}[{i}]", f"expected a {cls.__name__}, got {type(item).__name__}")
+        return items
+    return check
+
+
+def _instance(cls: type) -> C.Check:
+    def check(value, field):
+        if not isinstance(value, cls):
+            raise C.CheckError(field, f"expected a {cls.__name__}, got {type(value).__name__}")
+        return value
+    return check
+
+
+def _options(value: Any, field: str) -> Mapping[str, Any]:
+    return types.MappingProxyType(C.mapping(C.string(), lambda v, f: v)(value, field))
+
+
+def _thresholds(value: Any, field: str) -> tuple[float, ...]:
+    values = C.sequence(C.number(ge=0.0, lt=1.0), length=NUM_QUEUES)(value, field)
+    try:
+        check_thresholds(values)
+    except ValueError:
+        raise C.CheckError(field, f"expected {NUM_QUEUES} strictly increasing TLRs starting at 0 (T_k = k/8 by "
+                                  f"default), got {list(values)}") from None
+    return values
+
+
+def _tag_range(hi: int) -> C.Check:
+    """An integer or an inclusive ``[lo, hi]`` pair within 0..hi; returned as a pair."""
+    def check(value, field):
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = (value, value)
+        lo_hi = C.sequence(C.integer(ge=0, le=hi), length=2)(value, field)
+        if lo_hi[0] > lo_hi[1]:
+            raise C.CheckError(field, f"expected [lo, hi] with lo <= hi, got {list(lo_hi)}")
+        return lo_hi
+    return check
+
+
+def _pin(value: Any, field: str) -> tuple[int, int]:
+    job, queue = C.sequence(lambda v, f: v, length=2)(value, field)
+    return (JOB_ID(job, f"{field} job id"), APPROX_QUEUE(queue, f"{field} queue"))
+
+
+def _prefix(value: Any, field: str) -> str:
+    C.string()(value, field)
+    try:
+        ipaddress.ip_network(value, strict=False)
+    except ValueError as e:
+        raise C.CheckError(field, str(e)) from None
+    return value
+
+
+def _key(value: Any, field: str) -> bytes:
+    if not isinstance(value, (bytes, bytearray)) or not value:
+        raise C.CheckError(field, "expected a non-empty key (bytes)")
+    return bytes(value)
+
+
+def _approx_queue(value: Any, field: str) -> int:
+    try:
+        return C.integer(ge=1, le=NUM_QUEUES - 1)(value, field)
+    except C.CheckError as e:
+        raise C.CheckError(field, e.problem + " (queue 0 is non-approximate)") from None
+
+
+JOB_ID = C.integer(ge=1, le=0xFFFFFFFF)
+APPROX_QUEUE = _approx_queue
+SECONDS = C.number(gt=0.0, le=86400.0)
+
+CONTROLLER_KEYS: dict[str, C.Check] = {
+    "switches": _instances(SwitchConfig),
+    "policy": _instance(PolicyConfig),
+    "reports": _instance(ReportConfig),
+    "epoch_s": C.number(gt=0.0, le=3600.0),
+    "counters_every": C.integer(ge=0),
+    "decision_log": C.optional(C.string()),
+    "metrics_bind": C.host(),
+    "metrics_port": C.port(allow=(-1, 0)),
+    "decide_on_arrival": C.boolean(),
+    "reconnect_initial_s": SECONDS,
+    "reconnect_max_s": SECONDS,
+}
+POLICY_KEYS: dict[str, C.Check] = {
+    "thresholds": _thresholds,
+    "hysteresis": C.number(ge=0.0, lt=1.0),
+    "job_timeout_s": SECONDS,
+    "ecn_threshold_pkts": C.integer(ge=1, le=(1 << 19) - 1),
+    "install_tlr_rules": C.boolean(),
+    "cadentflows": _instances(CadentFlow),
+    "mode": C.choice(POLICY_MODES),
+    "pinned": C.sequence(_pin),
+    "loss_margin": C.fraction(),
+    "promote_after_epochs": C.integer(ge=1),
+}
+REPORT_KEYS: dict[str, C.Check] = {
+    "bind": C.host(),
+    "port": C.port(allow=(-1, 0)),
+    "key": C.optional(_key),
+    "rate_per_host": C.number(gt=0.0),
+    "burst": C.integer(ge=1),
+    "rcvbuf_bytes": C.integer(ge=4096),
+}
+SWITCH_KEYS: dict[str, C.Check] = {
+    "name": C.string(),
+    "kind": C.choice(DRIVER_KINDS),
+    "options": _options,
+    "routes": _instances(Route),
+    "class_rules": _instances(ClassRule),
+    "job_sources": C.sequence(_prefix),
+}
+TAGGED_FLOW_KEYS: dict[str, C.Check] = {
+    "priority": _tag_range(255),
+    "deadline_us": _tag_range(NO_DEADLINE),
+    "weight": C.integer(ge=0, le=255),
+    "queue": C.optional(APPROX_QUEUE),
+}
+CADENTFLOW_KEYS: dict[str, C.Check] = {
+    "name": C.string(),
+    "objective": C.choice(OBJECTIVES),
+    "flows": _instances(TaggedFlow),
+    "jobs": C.sequence(JOB_ID),
+}
+# [switch.options] per driver kind: types and ranges of the options the drivers read (the drivers report
+# unknown options themselves, with the closest known name).
+_PATH = C.string()
+SWITCH_OPTIONS: dict[str, dict[str, C.Check]] = {
+    "p4runtime": {  # controller.p4runtime.options.P4RuntimeOptions
+        "address": C.host_port(),
+        "device_id": C.integer(ge=0, le=(1 << 64) - 1),
+        "election_id": C.either(C.integer(ge=1, le=(1 << 64) - 1),
+                                C.sequence(C.integer(ge=0, le=(1 << 64) - 1), length=2),
+                                want="an integer or [high, low]"),
+        "target": C.choice(("bmv2", "tofino")),
+        "p4info": _PATH,
+        "bmv2_json": _PATH,
+        "device_config": C.optional(_PATH),
+        "tofino_bin": C.optional(_PATH),
+        "tofino_context": C.optional(_PATH),
+        "prog_name": C.string(),
+        "push_pipeline": C.boolean(),
+        "ports": C.sequence(C.integer(ge=0, le=511)),
+        "buffer_packets": C.integer(ge=29),
+        "thrift_port": C.optional(C.port()),
+        "cli": C.optional(C.string()),
+        "bfrt_address": C.optional(C.host_port()),
+        "tm_prefix": C.string(),
+        "tm_pool": C.string(),
+        "cells_per_packet": C.integer(ge=1),
+        "max_batch_updates": C.integer(ge=1),
+        "max_write_bytes": C.integer(ge=1024),
+        "max_inflight_writes": C.integer(ge=1),
+        "max_updates_per_s": C.number(ge=0.0),
+        "connect_timeout_s": SECONDS,
+        "rpc_timeout_s": SECONDS,
+    },
+    "kernel": {  # controller.kernel.driver.KernelDriverOptions
+        "ports": C.either(C.sequence(C.string(), min_length=1), C.mapping(C.string(), C.integer(ge=0, le=0xFFFF)),
+                          want="a list of interface names or an {interface: port} table"),
+        "netns": C.optional(C.string()),
+        "rate_mbit": C.number(gt=0.0, le=1e6),
+        "port_rates_mbit": C.mapping(C.string(), C.number(gt=0.0, le=1e6)),
+        "buffer_packets": C.integer(ge=29),
+        "atp_port": C.port(),
+        "stamp_queue": C.boolean(),
+    },
+}
 
 
 # --- TOML -----------------------------------------------------------------------------------------------
+#
+# The TOML readers check the keys whose names or shapes differ from the dataclass fields (``epoch_ms``,
+# ``key_file``, route prefixes, class rules, tag ranges); every other value is checked by its dataclass.
 
 
-def _take(table: Mapping[str, Any], allowed: tuple[str, ...], where: str) -> dict[str, Any]:
+def _take(table: Any, allowed: tuple[str, ...], where: str) -> dict[str, Any]:
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{where}: expected a table, got {table!r}")
     unknown = [k for k in table if k not in allowed]
     if unknown:
         k = unknown[0]
@@ -189,127 +390,139 @@ def _take(table: Mapping[str, Any], allowed: tuple[str, ...], where: str) -> dic
     return dict(table)
 
 
-def _pair(value: Any, where: str) -> tuple[int, int]:
-    if isinstance(value, int):
-        return (value, value)
-    if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, int) for v in value):
-        return (value[0], value[1])
-    raise ConfigError(f"{where}: expected an integer or an inclusive [lo, hi] pair, got {value!r}")
-
-
-def _route(t: Mapping[str, Any], where: str) -> Route:
-    t = _take(t, ("prefix", "port", "src_mac", "dst_mac"), where)
+def _checked(table: Any, checks: Mapping[str, C.Check], where: str, required: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``table`` restricted to the keys of ``checks``, each checked; ``required`` keys must be present."""
+    table = _take(table, tuple(checks), where)
+    for key in required:
+        if key not in table:
+            raise ConfigError(f"{where}: missing key {key!r}")
     try:
-        net = ipaddress.IPv4Network(t["prefix"], strict=True)
-        return Route(prefix=str(net.network_address), prefix_len=net.prefixlen, port=int(t["port"]),
-                     src_mac=str(t.get("src_mac", "00:00:00:00:00:00")),
-                     dst_mac=str(t.get("dst_mac", "00:00:00:00:00:00")))
-    except KeyError as e:
-        raise ConfigError(f"{where}: missing key {e.args[0]!r}") from None
-    except ValueError as e:
-        raise ConfigError(f"{where}: {e}") from None
+        return C.check_table(table, checks, where)
+    except C.CheckError as e:
+        raise ConfigError(str(e)) from None
 
 
-def _class_rule(t: Mapping[str, Any], where: str) -> ClassRule:
-    t = _take(t, ("rank", "ip_proto", "ip_proto_mask", "l4_dport", "l4_dport_mask", "queue"), where)
+def _tables(value: Any, where: str) -> list:
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: expected an array of tables ([[...]]), got {value!r}")
+    return value
+
+
+def _ipv4_prefix(value: Any, field: str) -> ipaddress.IPv4Network:
+    C.string()(value, field)
     try:
-        proto, dport = t.get("ip_proto"), t.get("l4_dport")
-        return ClassRule(rank=int(t.get("rank", 1)),
-                         ip_proto=int(proto or 0),
-                         ip_proto_mask=int(t.get("ip_proto_mask", 0xFF if proto is not None else 0)),
-                         l4_dport=int(dport or 0),
-                         l4_dport_mask=int(t.get("l4_dport_mask", 0xFFFF if dport is not None else 0)),
-                         qid=int(t["queue"]))
-    except KeyError as e:
-        raise ConfigError(f"{where}: missing key {e.args[0]!r}") from None
+        return ipaddress.IPv4Network(value, strict=True)
     except ValueError as e:
-        raise ConfigError(f"{where}: {e}") from None
+        raise C.CheckError(field, str(e)) from None
 
 
-def _cadentflow(t: Mapping[str, Any], where: str) -> CadentFlow:
-    t = _take(t, ("name", "objective", "flows", "jobs"), where)
-    objective = t.get("objective", "priority")
-    if objective not in OBJECTIVES:
-        raise ConfigError(f"{where}: objective {objective!r} unknown.{did_you_mean(objective, OBJECTIVES)}"
-                          f" Known: {', '.join(OBJECTIVES)}")
-    flows = []
-    for i, f in enumerate(t.get("flows", ())):
-        fw = f"{where}.flows[{i}]"
-        f = _take(f, ("priority", "deadline_us", "weight", "queue"), fw)
-        prio = _pair(f.get("priority", [0, 255]), fw + ".priority")
-        dl = _pair(f.get("deadline_us", [0, NO_DEADLINE]), fw + ".deadline_us")
-        if not (0 <= prio[0] <= prio[1] <= 255 and 0 <= dl[0] <= dl[1] <= NO_DEADLINE):
-            raise ConfigError(f"{fw}: priority must lie in 0..255 and deadline_us in 0..2^32-1, lo <= hi")
-        weight = int(f.get("weight", 0))
-        if not 0 <= weight <= 255:
-            raise ConfigError(f"{fw}: weight {weight} outside 0..255")
-        queue = f.get("queue")
-        if queue is not None and not 1 <= int(queue) < NUM_QUEUES:
-            raise ConfigError(f"{fw}: queue {queue} outside 1..{NUM_QUEUES - 1} (queue 0 is non-approximate)")
-        flows.append(TaggedFlow(priority=prio, deadline_us=dl, weight=weight,
-                                queue=None if queue is None else int(queue)))
-    return CadentFlow(name=str(t.get("name", where)), objective=objective, flows=tuple(flows),
-                      jobs=tuple(int(j) for j in t.get("jobs", ())))
+ROUTE_KEYS: dict[str, C.Check] = {
+    "prefix": _ipv4_prefix,
+    "port": C.integer(ge=0, le=511),
+    "src_mac": C.mac_address(),
+    "dst_mac": C.mac_address(),
+}
+CLASS_RULE_KEYS: dict[str, C.Check] = {
+    "rank": C.integer(ge=1, le=0xFFFF),
+    "ip_proto": C.integer(ge=0, le=0xFF),
+    "ip_proto_mask": C.integer(ge=0, le=0xFF),
+    "l4_dport": C.integer(ge=0, le=0xFFFF),
+    "l4_dport_mask": C.integer(ge=0, le=0xFFFF),
+    "queue": C.integer(ge=0, le=NUM_QUEUES - 1),
+}
+# the TOML tables whose keys are the dataclass fields, with their TOML-only aliases
+CONTROLLER_TOML_KEYS: dict[str, C.Check] = {
+    **{k: v for k, v in CONTROLLER_KEYS.items() if k not in ("switches", "policy", "reports")},
+    "epoch_ms": C.number(gt=0.0, le=3.6e6),
+}
+POLICY_TOML_KEYS: dict[str, C.Check] = {k: v for k, v in POLICY_KEYS.items() if k != "cadentflows"}
+REPORT_TOML_KEYS: dict[str, C.Check] = {**REPORT_KEYS, "key": C.string(), "key_file": C.string()}
+SWITCH_TOML_KEYS: dict[str, C.Check] = {
+    **{k: v for k, v in SWITCH_KEYS.items() if k not in ("routes", "class_rules")},
+    "routes": lambda v, f: v, "class_rules": lambda v, f: v,  # arrays of tables, read below
+}
+TAGGED_FLOW_TOML_KEYS = TAGGED_FLOW_KEYS
+CADENTFLOW_TOML_KEYS: dict[str, C.Check] = {**CADENTFLOW_KEYS, "flows": lambda v, f: v}
+
+
+def _route(t: Any, where: str) -> Route:
+    t = _checked(t, ROUTE_KEYS, where, required=("prefix", "port"))
+    net = t["prefix"]
+    return Route(prefix=str(net.network_address), prefix_len=net.prefixlen, port=t["port"],
+                 src_mac=t.get("src_mac", "00:00:00:00:00:00"), dst_mac=t.get("dst_mac", "00:00:00:00:00:00"))
+
+
+def _class_rule(t: Any, where: str) -> ClassRule:
+    t = _checked(t, CLASS_RULE_KEYS, where, required=("queue",))
+    proto, dport = t.get("ip_proto"), t.get("l4_dport")
+    return ClassRule(rank=t.get("rank", 1), ip_proto=proto or 0,
+                     ip_proto_mask=t.get("ip_proto_mask", 0xFF if proto is not None else 0),
+                     l4_dport=dport or 0, l4_dport_mask=t.get("l4_dport_mask", 0xFFFF if dport is not None else 0),
+                     qid=t["queue"])
+
+
+def _cadentflow(t: Any, where: str) -> CadentFlow:
+    t = _checked(t, CADENTFLOW_TOML_KEYS, where)
+    flows = tuple(TaggedFlow(**_checked(f, TAGGED_FLOW_TOML_KEYS, f"{where}.flows[{i}]"))
+                  for i, f in enumerate(_tables(t.pop("flows", []), f"{where}.flows")))
+    return CadentFlow(**{"name": where, **t}, flows=flows)
 
 
 def config_from_dict(data: Mapping[str, Any], *, source: str = "<config>",
                      base_dir: Path | None = None) -> ControllerConfig:
-    """Build a ``ControllerConfig`` from parsed TOML. Relative paths in switch options named ``*_path``,
-    ``p4info``, ``bmv2_json``, ``tofino_*`` are resolved against ``base_dir``."""
-    top = _take(data, ("controller", "policy", "reports", "switch", "cadentflow"), source)
-    ctl = _take(top.get("controller", {}), tuple(f.name for f in dataclasses.fields(ControllerConfig)
-                                                 if f.name not in ("switches", "policy", "reports")) + ("epoch_ms",),
-                f"{source} [controller]")
-    if "epoch_ms" in ctl:
-        ctl["epoch_s"] = float(ctl.pop("epoch_ms")) / 1000.0
+    """Build a ``ControllerConfig`` from parsed TOML (every value checked; a mistake raises ``ConfigError``, one
+    line naming the source and the key). Relative paths in switch options named ``*_path``, ``p4info``,
+    ``bmv2_json``, ``tofino_*`` are resolved against ``base_dir``."""
+    try:
+        return _config_from_dict(data, source, base_dir)
+    except ConfigError as e:
+        message = str(e)
+        raise ConfigError(message if message.startswith(source) else f"{source}: {message}") from None
 
-    pol = _take(top.get("policy", {}), ("thresholds", "hysteresis", "job_timeout_s", "ecn_threshold_pkts",
-                                        "install_tlr_rules", "mode", "pinned", "loss_margin",
-                                        "promote_after_epochs"), f"{source} [policy]")
-    if "thresholds" in pol:
-        pol["thresholds"] = tuple(float(x) for x in pol["thresholds"])
-    if "pinned" in pol:
-        pol["pinned"] = tuple(_pair(p, f"{source} [policy] pinned") for p in pol["pinned"])
-    cadentflows = tuple(_cadentflow(t, f"{source} [[cadentflow]][{i}]")
-                        for i, t in enumerate(top.get("cadentflow", ())))
+
+def _config_from_dict(data: Mapping[str, Any], source: str, base_dir: Path | None) -> ControllerConfig:
+    top = _take(data, ("controller", "policy", "reports", "switch", "cadentflow"), source)
+    ctl = _checked(top.get("controller", {}), CONTROLLER_TOML_KEYS, "[controller]")
+    if "epoch_ms" in ctl:
+        ctl["epoch_s"] = ctl.pop("epoch_ms") / 1000.0
+
+    pol = _checked(top.get("policy", {}), POLICY_TOML_KEYS, "[policy]")
+    cadentflows = tuple(_cadentflow(t, f"[[cadentflow]][{i}]")
+                        for i, t in enumerate(_tables(top.get("cadentflow", []), "[[cadentflow]]")))
     policy = PolicyConfig(**pol, cadentflows=cadentflows)
 
-    rep = _take(top.get("reports", {}), ("bind", "port", "key", "key_file", "rate_per_host", "burst", "rcvbuf_bytes"),
-                f"{source} [reports]")
+    rep = _checked(top.get("reports", {}), REPORT_TOML_KEYS, "[reports]")
     if "key_file" in rep:
         path = Path(rep.pop("key_file"))
         if base_dir is not None and not path.is_absolute():
             path = base_dir / path
-        rep["key"] = path.read_bytes().strip()
+        try:
+            rep["key"] = path.read_bytes().strip()
+        except OSError as e:
+            raise ConfigError(f"[reports] key_file: cannot read {str(path)!r}: {e.strerror}") from None
+        if not rep["key"]:
+            raise ConfigError(f"[reports] key_file: {str(path)!r} is empty")
     elif "key" in rep:
-        rep["key"] = str(rep["key"]).encode()
+        rep["key"] = rep["key"].encode()
     reports = ReportConfig(**rep)
 
     switches = []
-    for i, s in enumerate(top.get("switch", ())):
-        where = f"{source} [[switch]][{i}]"
-        s = _take(s, ("name", "kind", "options", "routes", "class_rules", "job_sources"), where)
-        if "name" not in s:
-            raise ConfigError(f"{where}: missing key 'name'")
-        kind = s.get("kind", "p4runtime")
-        if kind not in DRIVER_KINDS:
-            raise ConfigError(f"{where}: kind {kind!r} unknown.{did_you_mean(kind, DRIVER_KINDS)}"
-                              f" Known: {', '.join(DRIVER_KINDS)}")
+    for i, s in enumerate(_tables(top.get("switch", []), "[[switch]]")):
+        where = f"[[switch]][{i}]"
+        s = _checked(s, SWITCH_TOML_KEYS, where, required=("name",))
         options = dict(s.get("options", {}))
         if base_dir is not None:
             for key, value in options.items():
                 if isinstance(value, str) and _is_path_option(key) and not Path(value).is_absolute():
                     options[key] = str(base_dir / value)
         switches.append(SwitchConfig(
-            name=str(s["name"]), kind=kind, options=types.MappingProxyType(options),
-            routes=tuple(_route(r, f"{where}.routes[{j}]") for j, r in enumerate(s.get("routes", ()))),
+            name=s["name"], kind=s.get("kind", "p4runtime"), options=types.MappingProxyType(options),
+            routes=tuple(_route(r, f"{where}.routes[{j}]")
+                         for j, r in enumerate(_tables(s.get("routes", []), f"{where}.routes"))),
             class_rules=tuple(_class_rule(r, f"{where}.class_rules[{j}]")
-                              for j, r in enumerate(s.get("class_rules", ()))),
-            job_sources=tuple(str(p) for p in s.get("job_sources", ()))))
-    try:
-        return ControllerConfig(switches=tuple(switches), policy=policy, reports=reports, **ctl)
-    except TypeError as e:
-        raise ConfigError(f"{source}: {e}") from None
+                              for j, r in enumerate(_tables(s.get("class_rules", []), f"{where}.class_rules"))),
+            job_sources=s.get("job_sources", ())))
+    return ControllerConfig(switches=tuple(switches), policy=policy, reports=reports, **ctl)
 
 
 def _is_path_option(key: str) -> bool:

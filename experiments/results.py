@@ -155,6 +155,56 @@ def _plt():
     return plt
 
 
+# What the experiments put on their axes: parameter, metric and timeline-field names -> (words, unit). An axis
+# label a caller passes keeps its words and gets the unit of its key when it has none (no parenthesis); a key
+# without a label gets these words. Every name an experiment plots needs an entry (tests/experiments/
+# test_results.py reads the plot calls of experiments/runner.py).
+AXES: dict[str, tuple[str, str]] = {
+    # sweep parameters (x axes, bar groups)
+    "msr": ("MSR", "fraction of messages required"),
+    "flow_load": ("non-approximate load", "fraction of link rate"),
+    "bg_load": ("background load", "fraction of link rate"),
+    "loss": ("packet loss", "fraction of packets dropped"),
+    "scheme": ("scheme", "ATP variant, or the job alone"),
+    # metrics (y axes)
+    "jct_mean_s": ("mean JCT", "s"),
+    "jct_max_s": ("JCT of the last job", "s"),
+    "queue_mean_pkts": ("mean backlog", "packets"),
+    "fct_all_mean": ("mean FCT", "s"),
+    "fbkv_jct_s": ("FBKV JCT", "s"),
+    "fct_small_mean_change_pct": ("small-flow FCT change", "%"),
+    "fct_all_mean_change_pct": ("all-flow FCT change", "%"),
+    "iteration_mean_s_change_pct": ("iteration time change", "%"),
+    "tcp_over_atp_jct": ("TCP JCT / ATP JCT", "x, above 1: ATP faster"),
+    "rel_l2_error": ("relative L2 error", "|x' - x| / |x|"),
+    # timeline fields (stacked panels)
+    "loss_avg10": ("measured loss", "fraction, last 10 epochs"),
+    "tlr": ("TLR", "fraction"),
+    "rate_mbps": ("sending rate", "Mbit/s"),
+    "queue": ("queue", "0 = highest priority"),
+}
+LEGEND_TITLES: dict[str, str] = {
+    "protocol": "transport (ATP or the baseline)",
+    "ratio": "compute-to-network time ratio",
+    "bound": "loss bound (1 - MSR)",
+    "part": "part",
+    "scheme": "scheme",
+    "workload": "workload",
+}
+"""Legend titles by the name of the parameter whose values the legend lists."""
+
+
+def axis_label(key: str, label: str | None = None) -> str:
+    """``label`` (default: the words of ``key``) with the unit of ``key`` when it names none."""
+    words, unit = AXES.get(key, (key, ""))
+    label = label or words
+    return label if "(" in label or not unit else f"{label} ({unit})"
+
+
+def _legend(ax, series: str, **kw) -> None:
+    ax.legend(title=LEGEND_TITLES.get(series, series), title_fontsize=8, fontsize=8, **kw)
+
+
 def plot_lines(summary: Sequence[Mapping[str, Any]], *, metric: str, x: str, series: str, path: Path,
                title: str, xlabel: str, ylabel: str, fixed: Mapping[str, Any] | None = None,
                logy: bool = False) -> Path | None:
@@ -174,12 +224,12 @@ def plot_lines(summary: Sequence[Mapping[str, Any]], *, metric: str, x: str, ser
         hi = [r["max"] - r["mean"] for _, r in pts]
         ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=name)
     ax.set_title(title)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
+    ax.set_xlabel(axis_label(x, xlabel))
+    ax.set_ylabel(axis_label(metric, ylabel))
     if logy:
         ax.set_yscale("log")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    _legend(ax, series)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)
@@ -213,12 +263,12 @@ def plot_bars(summary: Sequence[Mapping[str, Any]], *, metric: str, group: str, 
         ax.bar(xs, ys, width=width, yerr=[lo, hi], capsize=3, label=name)
     ax.set_xticks([j + (0 if same else width * (len(names) - 1) / 2) for j in range(len(groups))])
     ax.set_xticklabels([str(g) for g in groups])
-    ax.set_xlabel(group)
-    ax.set_ylabel(ylabel)
+    ax.set_xlabel(axis_label(group))
+    ax.set_ylabel(axis_label(metric, ylabel))
     ax.set_title(title)
     ax.grid(True, axis="y", alpha=0.3)
     if not same:
-        ax.legend(fontsize=8)
+        _legend(ax, series)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)
@@ -238,13 +288,19 @@ def plot_timeline(rows: Sequence[Mapping[str, Any]], *, fields: Sequence[str], p
         axes = [axes]
     ts = [r["time"] for r in rows]
     for ax, f in zip(axes, fields):
+        words, unit = AXES.get(f, (f, ""))
         ax.step(ts, [r.get(f) for r in rows], where="post")
-        ax.set_ylabel(f, fontsize=8)
+        ax.set_ylabel(f"{words}\n({unit})" if unit else words, fontsize=8)
         ax.grid(True, alpha=0.3)
-        for t, label in events:
-            ax.axvline(t, color="grey", linestyle="--", linewidth=0.8)
+        if f == "queue":
+            ax.set_ylim(7.5, -0.5)
+            ax.set_yticks(range(0, 8))
+        for i, (t, label) in enumerate(events):
+            ax.axvline(t, color="grey", linestyle="--", linewidth=0.8, label=label if i == 0 else None)
+    if events:
+        axes[0].legend(fontsize=7, loc="upper right")  # what the dashed lines mark
     axes[0].set_title(title)
-    axes[-1].set_xlabel("time (s)")
+    axes[-1].set_xlabel("time since the job started (s)")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)

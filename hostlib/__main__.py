@@ -1,7 +1,8 @@
 """Command line: ``python -m netapprox.hostlib send ...`` / ``python -m netapprox.hostlib recv ...`` (also ``atp-send``, ``atp-recv``).
 
-Exit status: 0 success, 1 the job failed or timed out, 2 bad input. Quiet unless ``-v``: the job summary
-goes to stdout, diagnostics to stderr.
+Exit status: 0 success, 1 the job failed or timed out, 2 bad input (one line on stderr naming the option,
+before any packet is sent; output files are checked then too). Quiet unless ``-v``: the job summary goes to
+stdout, diagnostics to stderr.
 """
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from netapprox.hostlib import api, events, wire
+from netapprox.hostlib import checks as C
 from netapprox.hostlib.config import (
     COMPLETION_POLICIES,
+    MAX_MESSAGES,
     MODE_ALIASES,
     MODES,
     AtpConfig,
@@ -84,6 +87,13 @@ def _positive(kind):
     return parse
 
 
+def _address(option: str, text: str, default_port: int) -> tuple[str, int]:
+    try:
+        return api.parse_address(text, default_port)
+    except ValueError as err:
+        raise ConfigError(f"{option}: {err}") from None
+
+
 def _setup_logging(verbose: int) -> None:
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
@@ -97,40 +107,49 @@ def _install_signal_handlers() -> None:
 # --- send -----------------------------------------------------------------------------------------
 
 def send_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="atp-send", description="Send one ATP job and print its summary.")
+    p = C.OneLineParser(prog="atp-send", description="Send one ATP job and print its summary.")
     p.add_argument("dest", help="receiver HOST or HOST:PORT")
-    p.add_argument("--port", type=int, default=wire.DEFAULT_ATP_PORT, help="receiver ATP port if DEST has none")
-    p.add_argument("--job-id", type=int, default=None, help="job id, 1..2^32-1 (default: random)")
-    p.add_argument("--messages", type=int, default=None,
+    p.add_argument("--port", type=C.arg(C.port()), default=wire.DEFAULT_ATP_PORT,
+                   help="receiver ATP port if DEST has none")
+    p.add_argument("--job-id", type=C.arg(C.integer(ge=1, le=0xFFFFFFFF)), default=None,
+                   help="job id, 1..2^32-1 (default: random)")
+    p.add_argument("--messages", type=C.arg(C.integer(ge=0, le=MAX_MESSAGES)), default=None,
                    help="messages in the global group 0 (default 100, or 0 when --group is given)")
-    p.add_argument("--size", type=int, default=1368, help="bytes per message (default 1368: one packet)")
+    p.add_argument("--size", type=C.arg(C.integer(ge=0, le=1 << 30)), default=1368,
+                   help="bytes per message (default 1368: one packet)")
     p.add_argument("--msr", type=_msr, default=1.0, help="global MSR, for group 0 (default 1.0)")
     p.add_argument("--group", type=_group, action="append", default=[], metavar="ID:MSR:MESSAGES",
                    help="an extra group, e.g. 1:0.9:200 (repeatable)")
-    p.add_argument("--vector", type=int, default=None, metavar="N",
+    p.add_argument("--vector", type=C.arg(C.integer(ge=1, le=MAX_MESSAGES)), default=None, metavar="N",
                    help="send a float32 vector of N random values instead (bounded-loss mode)")
     p.add_argument("--rate", type=_rate, default=100e6, help="R_max, e.g. 100M (bit/s, default 100M)")
     p.add_argument("--initial-rate", type=_rate, default=None, help="starting rate (default R_max)")
-    p.add_argument("--gain", type=float, default=AtpConfig.gain, help="m of eq. 2 (default %(default)s)")
+    p.add_argument("--gain", type=C.arg(C.number(gt=0.0, le=1.0)), default=AtpConfig.gain,
+                   help="m of eq. 2 (default %(default)s)")
     p.add_argument("--mode", choices=[*MODES, *MODE_ALIASES], default="adaptive",
                    help="adaptive (default), paper (the paper's eq. 2/3; alias full), fixtlr, base")
     p.add_argument("--no-mrdf", action="store_true", help="send messages in id order instead of MRDF")
     p.add_argument("--completion", choices=list(COMPLETION_POLICIES), default="early",
                    help="early (default): done when every MSR is met; all_sent: also every message sent once")
-    p.add_argument("--packet-size", type=int, default=AtpConfig.packet_size, help="max ATP datagram bytes")
+    p.add_argument("--packet-size", type=C.arg(C.integer(ge=wire.HEADER_LEN + 16, le=65507)),
+                   default=AtpConfig.packet_size, help="max ATP datagram bytes (48..65507)")
     p.add_argument("--epoch-ms", type=_positive(float), default=None, help="fixed epoch (default: one srtt)")
     p.add_argument("--min-epoch-ms", type=_positive(float), default=AtpConfig.min_epoch_s * 1e3)
-    p.add_argument("--priority", type=int, default=None, help="CadentFlow priority 0..255 (0 most urgent)")
-    p.add_argument("--weight", type=int, default=None, help="CadentFlow weight 1..255")
-    p.add_argument("--deadline-ms", type=float, default=None, help="CadentFlow deadline after job start")
+    p.add_argument("--priority", type=C.arg(C.integer(ge=0, le=255)), default=None,
+                   help="CadentFlow priority 0..255 (0 most urgent)")
+    p.add_argument("--weight", type=C.arg(C.integer(ge=1, le=255)), default=None, help="CadentFlow weight 1..255")
+    p.add_argument("--deadline-ms", type=C.arg(C.number(ge=0.0)), default=None,
+                   help="CadentFlow deadline after job start")
     p.add_argument("--report-to", default=None, metavar="HOST[:PORT]", help="controller (port 7601 default)")
     p.add_argument("--report-key-file", type=Path, default=None, help="file holding the report HMAC key")
     p.add_argument("--timeout", type=_positive(float), default=None, help="give up after this many seconds")
     p.add_argument("--idle-timeout", type=_positive(float), default=AtpConfig.idle_timeout_s,
                    help="give up when nothing is acknowledged for this long (default %(default)s s)")
-    p.add_argument("--seed", type=int, default=None, help="seed for --vector values")
-    p.add_argument("--json", type=Path, default=None, metavar="FILE", help="write the summary as JSON")
-    p.add_argument("--timeline", type=Path, default=None, metavar="FILE", help="per-epoch JSON lines")
+    p.add_argument("--seed", type=C.arg(C.integer()), default=None, help="seed for --vector values")
+    p.add_argument("--json", type=C.arg(C.output_file(), str), default=None, metavar="FILE",
+                   help="write the summary as JSON")
+    p.add_argument("--timeline", type=C.arg(C.output_file(), str), default=None, metavar="FILE",
+                   help="per-epoch JSON lines")
     p.add_argument("-v", "--verbose", action="count", default=0)
     return p
 
@@ -198,8 +217,9 @@ def send_main(argv: Sequence[str] | None = None) -> int:
     try:
         job = _build_job(args)
         config = _send_config(args)
-        dest = api.parse_address(args.dest, args.port)
-        report_to = None if args.report_to is None else api.parse_address(args.report_to, wire.DEFAULT_REPORT_PORT)
+        dest = _address("DEST", args.dest, args.port)
+        report_to = None if args.report_to is None else _address("--report-to", args.report_to,
+                                                                 wire.DEFAULT_REPORT_PORT)
     except (ConfigError, ValueError) as err:
         parser.error(str(err))
     _install_signal_handlers()
@@ -221,16 +241,17 @@ def send_main(argv: Sequence[str] | None = None) -> int:
         return 1
     print(format_send_summary(summary))
     if args.json is not None:
-        _write_json(args.json, summary.as_dict())
+        return _save("atp-send", args.json, summary.as_dict())
     return 0
 
 
 # --- recv -----------------------------------------------------------------------------------------
 
 def recv_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="atp-recv", description="Receive ATP jobs and print a summary of each.")
-    p.add_argument("--bind", default="0.0.0.0", help="local address (default 0.0.0.0)")
-    p.add_argument("--port", type=int, default=wire.DEFAULT_ATP_PORT, help="ATP port (default %(default)s)")
+    p = C.OneLineParser(prog="atp-recv", description="Receive ATP jobs and print a summary of each.")
+    p.add_argument("--bind", type=C.arg(C.host(), str), default="0.0.0.0", help="local address (default 0.0.0.0)")
+    p.add_argument("--port", type=C.arg(C.port(allow=(0,))), default=wire.DEFAULT_ATP_PORT,
+                   help="ATP port (default %(default)s; 0: any free port)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--once", dest="once", action="store_true", default=True,
                       help="serve one job, then exit (default)")
@@ -239,12 +260,13 @@ def recv_parser() -> argparse.ArgumentParser:
                    help="--once: fail if no job finished within this many seconds; --serve: stop after it")
     p.add_argument("--idle-timeout", type=_positive(float), default=AtpConfig.idle_timeout_s,
                    help="forget a job silent for this long (default %(default)s s)")
-    p.add_argument("--max-messages", type=int, default=AtpConfig.max_messages, help="largest N accepted")
+    p.add_argument("--max-messages", type=C.arg(C.integer(ge=1, le=MAX_MESSAGES)), default=AtpConfig.max_messages,
+                   help="largest N accepted")
     p.add_argument("--max-buffer-mb", type=_positive(float), default=AtpConfig.max_buffered_bytes / 2**20,
                    help="payload bytes held for incomplete messages (default %(default)s MiB)")
-    p.add_argument("--json", type=Path, default=None, metavar="FILE",
+    p.add_argument("--json", type=C.arg(C.output_file(), str), default=None, metavar="FILE",
                    help="write the job summary as JSON (--serve: a list, rewritten after each job)")
-    p.add_argument("--vector-out", type=Path, default=None, metavar="FILE",
+    p.add_argument("--vector-out", type=C.arg(C.output_file(), str), default=None, metavar="FILE",
                    help="--once, vector jobs: write the float32 vector (little-endian raw) here")
     p.add_argument("-v", "--verbose", action="count", default=0)
     return p
@@ -270,7 +292,7 @@ def recv_main(argv: Sequence[str] | None = None) -> int:
     try:
         config = AtpConfig(idle_timeout_s=args.idle_timeout, max_messages=args.max_messages,
                            max_buffered_bytes=int(args.max_buffer_mb * 2**20))
-        bind = api.parse_address(args.bind, args.port)
+        bind = _address("--bind", args.bind, args.port)
     except (ConfigError, ValueError) as err:
         parser.error(str(err))
     _install_signal_handlers()
@@ -297,7 +319,7 @@ def recv_main(argv: Sequence[str] | None = None) -> int:
         print(f"atp-recv: {err}", file=sys.stderr)
         return 1
     if args.json is not None:
-        _write_json(args.json, done[0] if args.once and done else done)
+        return _save("atp-recv", args.json, done[0] if args.once and done else done)
     return 0
 
 
@@ -305,6 +327,17 @@ def _write_json(path: Path, obj: Any) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(obj, indent=2) + "\n")
     os.replace(tmp, path)
+
+
+def _save(prog: str, path: Path, obj: Any) -> int:
+    """Write the summary (already printed): 0, or 1 with one line on stderr if the file cannot be written now
+    (it was checked before the job started)."""
+    try:
+        _write_json(path, obj)
+    except OSError as err:
+        print(f"{prog}: --json {str(path)!r}: {err.strerror}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,7 +1,10 @@
-"""Scapy layer for the ATP header (docs/wire-format.md), bound to the ATP UDP port.
+"""Scapy layer for the ATP header (docs/wire-format.md), bound to the ATP UDP port and the report port.
 
     >>> from netapprox.hostlib.scapy_atp import ATP, bind_port
     >>> pkt = IP(dst="10.0.0.2") / UDP(dport=7600) / ATP(type=1, flags=0x01, job_id=7, tlr=0x1000)
+    >>> pkt[ATP].show()     # ... tlr = 0x1000 (0.125) ...
+
+The TLR is shown as its Q1.15 value and the fraction it stands for; ``ATP.tlr_fraction`` gives the fraction.
 
 Importing this module needs scapy (a dev/test dependency, not a hostlib runtime dependency). Field names and
 widths are taken from ``hostlib.wire.HEADER_FIELDS`` so the layer cannot drift from the encoder.
@@ -13,6 +16,15 @@ from scapy.layers.inet import UDP
 from scapy.packet import Packet, bind_layers, split_layers
 
 from netapprox.hostlib import wire
+
+
+class Q15Field(BitField):
+    """A Q1.15 fixed-point fraction (``value / 32768``): shown as ``0x1000 (0.125)``."""
+
+    def i2repr(self, pkt, x):
+        if x is None:
+            return repr(x)
+        return f"0x{x:04x} ({wire.q15_to_tlr(x):g})"
 
 _TYPES = {t.value: t.name for t in wire.PacketType}
 _FLAG_NAMES = ["APPROX", "RETX", "ECE", "TAGGED", "CE", "bit5", "bit6", "bit7"]
@@ -30,12 +42,24 @@ def _field(name: str, bits: int):
         return BitEnumField(name, default, bits, _TYPES)
     if name == "flags":
         return FlagsField(name, default, bits, _FLAG_NAMES)
+    if name == "tlr":
+        return Q15Field(name, default, bits)
     return BitField(name, default, bits)
 
 
 class ATP(Packet):
     name = "ATP"
     fields_desc = [_field(name, bits) for name, bits in wire.HEADER_FIELDS]
+
+    @property
+    def tlr_fraction(self) -> float:
+        """The TLR as a fraction in [0, 1] (values above 0x8000 are malformed and give more than 1)."""
+        return wire.q15_to_tlr(self.tlr)
+
+    def mysummary(self) -> str:
+        kind = _TYPES.get(self.type, f"type {self.type}")
+        return self.sprintf(f"ATP {kind} job %ATP.job_id% msg %ATP.msg_id% seq %ATP.seq% ") + \
+            f"TLR {self.tlr_fraction:g}"
 
     def post_build(self, pkt: bytes, pay: bytes) -> bytes:
         if self.length is None or (self.length == 0 and pay):
@@ -46,18 +70,21 @@ class ATP(Packet):
         return s[: self.length], s[self.length:]
 
 
-_bound: list[int] = []
+_bound: list[dict[str, int]] = []
 
 
-def bind_port(port: int = wire.DEFAULT_ATP_PORT) -> None:
-    """Dissect UDP traffic to or from ``port`` as ATP (idempotent; replaces an earlier binding)."""
-    for old in _bound:
-        split_layers(UDP, ATP, dport=old)
-        split_layers(UDP, ATP, sport=old)
+def bind_port(port: int = wire.DEFAULT_ATP_PORT, report_port: int | None = wire.DEFAULT_REPORT_PORT) -> None:
+    """Dissect UDP traffic to or from ``port`` (DATA to it; ACK and DONE from it) and to ``report_port`` (REPORT
+    packets to the controller; ``None``: not bound) as ATP. Idempotent; replaces an earlier binding."""
+    for fields in _bound:
+        split_layers(UDP, ATP, **fields)
     _bound.clear()
-    bind_layers(UDP, ATP, dport=port)
-    bind_layers(UDP, ATP, sport=port)
-    _bound.append(port)
+    wanted = [{"dport": port}, {"sport": port}]
+    if report_port is not None:
+        wanted.append({"dport": report_port})
+    for fields in wanted:
+        bind_layers(UDP, ATP, **fields)
+        _bound.append(fields)
 
 
-bind_port(wire.DEFAULT_ATP_PORT)
+bind_port()

@@ -52,3 +52,17 @@ def test_imports_run_one_way():
                 if m.group(1) != folder and m.group(1) not in allowed:
                     offenders.append(f"{path.relative_to(REPO)}: {m.group(0)}")
     assert not offenders, "imports against the layering:\n" + "\n".join(sorted(set(offenders)))
+
+
+def test_license_and_citation_match_pyproject():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "Apache-2.0"
+    text = (REPO / "LICENSE").read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text and "END OF TERMS AND CONDITIONS" in text
+    import yaml
+
+    cff = yaml.safe_load((REPO / "CITATION.cff").read_text())
+    assert cff["cff-version"] == "1.2.0" and cff["license"] == project["license"]
+    assert cff["version"] == project["version"]
+    titles = [r["title"] for r in cff["references"]]
+    assert len(titles) == 4 and all(t.split()[0] in (REPO / "docs" / "citing.md").read_text() for t in titles)

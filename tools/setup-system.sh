@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian/Ubuntu packages NetApprox needs (as root), skipping apt entirely when all are present.
 set -euo pipefail
-pkgs=(python3-venv python3-dev iproute2 iputils-ping ethtool bridge-utils iperf3 mininet clang libbpf-dev tcpdump)
+pkgs=(python3-venv python3-dev iproute2 iputils-ping ethtool bridge-utils iperf3 mininet clang libbpf-dev tcpdump tshark)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -15,5 +15,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 echo "setup-system: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
+# tshark's postinst asks whether non-root users may capture; answer "no" (no setuid dumpcap) without a prompt.
+echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}"

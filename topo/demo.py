@@ -19,7 +19,6 @@ per-epoch callback. While it runs, a progress line per second; then a table and 
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -30,7 +29,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from netapprox.hostlib import checks as C
 from netapprox.hostlib import wire
+from netapprox.hostlib.config import MAX_MESSAGES
 
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -423,16 +424,17 @@ class Demo:
         fig, ax = plt.subplots(4, 1, figsize=(9, 8), sharex=True)
         ax[0].plot(ts, tlr, color="tab:blue", label="TLR")
         ax[0].axhline(1 - job.msr, color="gray", ls=":", label="1 - MSR")
-        ax[0].set_ylabel("TLR")
+        ax[0].set_ylabel("TLR\n(fraction)")
         ax[0].legend(loc="upper right", fontsize=8)
-        ax[1].plot(ts, rate, color="tab:green")
+        ax[1].plot(ts, rate, color="tab:green", label=f"job {job.name}")
         ax[1].set_ylabel("sending rate\n(Mbit/s)")
-        ax[2].plot(ts, loss, color="tab:red", label="measured loss")
+        ax[1].legend(loc="upper right", fontsize=8)
+        ax[2].plot(ts, loss, color="tab:red", label="measured loss (unacknowledged / sent)")
         ax[2].plot(ts, tlr, color="tab:blue", lw=0.8, alpha=0.6, label="TLR")
-        ax[2].set_ylabel("loss rate")
+        ax[2].set_ylabel("loss rate\n(fraction of packets)")
         ax[2].set_ylim(-0.02, 1.02)
         ax[2].legend(loc="upper right", fontsize=8)
-        ax[3].step(ts, queue, where="mid", color="tab:purple", label=f"job {job.name}")
+        ax[3].step(ts, queue, where="mid", color="tab:purple", label=f"job {job.name} (queue echoed on its ACKs)")
         sched = parse_schedule(self.cfg.background_tlr)
         for i, (st, v) in enumerate(sched):
             a = bg_start + st
@@ -440,8 +442,8 @@ class Demo:
             b = min(b, end)
             if a < b:
                 ax[3].hlines(queue_for_tlr(v), a, b, color="gray", ls="--",
-                             label="background" if i == 0 else None)
-        ax[3].set_ylabel("queue")
+                             label="background (queue of its TLR)" if i == 0 else None)
+        ax[3].set_ylabel("queue\n(0 = highest priority)")
         ax[3].set_ylim(7.5, -0.5)
         ax[3].set_yticks(range(8))
         ax[3].legend(loc="upper right", fontsize=8)
@@ -484,15 +486,24 @@ def _tail(path: Path, n: int = 2) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m netapprox.topo.demo", description="Run the NetApprox demo experiment.")
+    ap = C.OneLineParser(prog="python -m netapprox.topo.demo", description="Run the NetApprox demo experiment.")
     ap.add_argument("--target", choices=["kernel", "bmv2"], default="kernel")
     ap.add_argument("--results", default="results", help="output directory (default: results)")
-    ap.add_argument("--bottleneck-mbit", type=float, default=DemoConfig.bottleneck_mbit)
-    ap.add_argument("--messages", type=int, default=None, help="messages per job (default 20000)")
+    ap.add_argument("--bottleneck-mbit", type=C.arg(C.number(gt=0.0, le=10000.0)), default=DemoConfig.bottleneck_mbit,
+                    help="rate of the s1-s2 link, Mbit/s (default %(default)s)")
+    ap.add_argument("--messages", type=C.arg(C.integer(ge=1, le=MAX_MESSAGES)), default=None,
+                    help="messages per job (default 20000)")
     ap.add_argument("--quick", action="store_true", help="a short run (smaller jobs and flow)")
     ap.add_argument("--pcap", metavar="DIR", help="write one pcap per switch interface into DIR")
-    ap.add_argument("--metrics-port", type=int, default=-1, help="serve the controller's Prometheus metrics here")
+    ap.add_argument("--metrics-port", type=C.arg(C.port(allow=(-1, 0))), default=-1,
+                    help="serve the controller's Prometheus metrics here (default -1: off)")
     args = ap.parse_args(argv)
+    for option, directory in (("--results", args.results), ("--pcap", args.pcap)):
+        if directory is not None:
+            try:
+                C.output_file(create_dirs=True)(Path(directory) / "demo-summary.json", option)
+            except C.CheckError as e:
+                ap.error(str(e))
     import logging
 
     logging.basicConfig(level=logging.WARNING, format="  [%(name)s] %(message)s")

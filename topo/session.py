@@ -13,13 +13,13 @@ the controller, the captures, the switches and the network. ``--no-cli`` runs th
 """
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from netapprox.hostlib import checks as C
 from netapprox.hostlib.wire import DEFAULT_ATP_PORT
 from netapprox.topo.netns import Lifecycle, stop_on_signals
 from netapprox.topo.topofile import TopologyFileError, TopologySpec, controller_config, load
@@ -110,19 +110,23 @@ class Session(Lifecycle):
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m netapprox.topo.session", description=__doc__.splitlines()[0])
+    ap = C.OneLineParser(prog="python -m netapprox.topo.session", description=__doc__.splitlines()[0])
     ap.add_argument("topology", help="topology file (YAML or JSON; see topo/examples/)")
     ap.add_argument("--pcap", metavar="DIR", help="write one pcap per switch interface into DIR")
-    ap.add_argument("--metrics-port", type=int, help="serve the controller's Prometheus metrics on this port")
+    ap.add_argument("--metrics-port", type=C.arg(C.port(allow=(0,))),
+                    help="serve the controller's Prometheus metrics on this port")
     ap.add_argument("--results", default="results/session", help="logs and job summaries (default results/session)")
     ap.add_argument("--no-cli", action="store_true", help="run the jobs to completion (or --duration), no CLI")
-    ap.add_argument("--duration", type=float, default=120.0, help="with --no-cli: stop after this long (s)")
+    ap.add_argument("--duration", type=C.arg(C.number(gt=0.0)), default=120.0,
+                    help="with --no-cli: stop after this long (s)")
     args = ap.parse_args(argv)
     try:
         spec = load(args.topology)
-    except TopologyFileError as e:
-        print(f"netapprox-session: {e}", file=sys.stderr)
-        return 2
+        for option, directory in (("--results", args.results), ("--pcap", args.pcap)):
+            if directory is not None:
+                C.output_file(create_dirs=True)(Path(directory) / "x.log", option)
+    except (TopologyFileError, C.CheckError) as e:
+        ap.error(str(e))
     if os.geteuid() != 0:
         print("netapprox-session: needs root (Mininet, network namespaces, qdiscs): run it with sudo", file=sys.stderr)
         return 2

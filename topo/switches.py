@@ -43,7 +43,9 @@ def start_captures(node, pcap_dir: str) -> list[subprocess.Popen]:
         if intf.name == "lo":
             continue
         path = Path(pcap_dir).resolve() / f"{node.name}-{intf.name}.pcap"
-        procs.append(node.popen(["tcpdump", "-i", intf.name, "-U", "-q", "-w", str(path)],
+        # --immediate-mode: libpcap otherwise hands packets over in blocks (up to a second's worth), and the
+        # block in progress is lost when tcpdump is stopped: the last second before the stop went missing.
+        procs.append(node.popen(["tcpdump", "-i", intf.name, "--immediate-mode", "-U", "-q", "-w", str(path)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     return procs
 

@@ -132,6 +132,25 @@ def _number(value: Any, where: str, *, kind: type = float, lo: float | None = No
     return kind(value)
 
 
+def _list(value: Any, where: str) -> list:
+    if not isinstance(value, list):
+        raise _fail(where, f"expected a list, got {value!r}")
+    return value
+
+
+def _rate(value: Any, where: str) -> str:
+    from netapprox.hostlib.config import ConfigError, parse_rate
+
+    text = value if isinstance(value, str) else repr(value)
+    try:
+        if isinstance(value, bool):
+            raise ConfigError("not a rate")
+        parse_rate(text)
+    except ConfigError:
+        raise _fail(where, f"expected a rate such as 20M or 500k (bit/s), got {value!r}") from None
+    return text
+
+
 def _name(value: Any, where: str) -> str:
     if not isinstance(value, str) or not value.isidentifier() or len(value) > 7:
         raise _fail(where, f"names are identifiers of at most 7 characters (Mininet interface names), got {value!r}")
@@ -175,7 +194,7 @@ def parse(data: Mapping[str, Any], source: str = "<topology>") -> TopologySpec:
         raise _fail(f"{source}: hosts", "two hosts have the same ip")
     host_rate = _number(top.get("host_rate_mbit", 100.0), f"{source}: host_rate_mbit", lo=0.1, hi=100000)
     links = []
-    for i, link in enumerate(top.get("links", ())):
+    for i, link in enumerate(_list(top.get("links", []), f"{source}: links")):
         where = f"{source}: links[{i}]"
         link = _keys(link, ("a", "b", "rate_mbit"), where)
         for end in ("a", "b"):
@@ -187,17 +206,22 @@ def parse(data: Mapping[str, Any], source: str = "<topology>") -> TopologySpec:
                                                              lo=0.1, hi=100000)))
     names = {h.name for h in hosts}
     jobs = []
-    for i, job in enumerate(top.get("jobs", ())):
+    for i, job in enumerate(_list(top.get("jobs", []), f"{source}: jobs")):
         where = f"{source}: jobs[{i}]"
         job = _keys(job, ("name", "src", "dst", "messages", "msr", "size", "rate"), where)
         for end in ("src", "dst"):
             if job.get(end) not in names:
                 raise _fail(f"{where}.{end}", f"{job.get(end)!r} is not one of the hosts")
-        jobs.append(JobSpec(name=str(job.get("name", f"job{i + 1}")), src=job["src"], dst=job["dst"],
+        name = job.get("name", f"job{i + 1}")
+        if not isinstance(name, str) or not name.replace("-", "_").isidentifier():
+            raise _fail(f"{where}.name", f"a job name is a word (letters, digits, _ or -; it names files), got {name!r}")
+        jobs.append(JobSpec(name=name, src=job["src"], dst=job["dst"],
                             messages=_number(job.get("messages", 1000), f"{where}.messages", kind=int, lo=1),
                             msr=_number(job.get("msr", 0.9), f"{where}.msr", lo=0.0, hi=1.0),
                             size=_number(job.get("size", 1368), f"{where}.size", kind=int, lo=1),
-                            rate=str(job.get("rate", "20M"))))
+                            rate=_rate(job.get("rate", "20M"), f"{where}.rate")))
+    if len({j.name for j in jobs}) != len(jobs):
+        raise _fail(f"{source}: jobs", "job names repeat")
     controller = _keys(top.get("controller", {}), ("epoch_ms", "counters_every", "decision_log", "metrics_bind",
                                                    "metrics_port", "policy", "reports", "cadentflow"),
                        f"{source}: controller")

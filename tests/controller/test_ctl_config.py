@@ -1,12 +1,20 @@
 """Config: TOML examples load, mistakes give actionable errors, CLI flags override the file."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from netapprox.controller.__main__ import apply_flags, build_parser
-from netapprox.controller.config import ControllerConfig, SwitchConfig, config_from_dict, load_config
+from netapprox.controller.config import (
+    ControllerConfig,
+    PolicyConfig,
+    ReportConfig,
+    SwitchConfig,
+    config_from_dict,
+    load_config,
+)
 from netapprox.controller.drivers import build_driver, driver_class
 from netapprox.controller.errors import ConfigError
 from netapprox.controller.model import ClassRule, Route
@@ -62,16 +70,126 @@ def test_unknown_driver_option_suggests_the_right_one():
 @pytest.mark.parametrize("data, message", [
     ({"controller": {"epoch_msec": 5}}, "unknown key 'epoch_msec'. Did you mean 'epoch_ms'"),
     ({"policy": {"hysterisis": 0.1}}, "Did you mean 'hysteresis'"),
-    ({"switch": [{"name": "a", "kind": "p4rt"}]}, "kind 'p4rt' unknown"),
+    ({"switch": [{"name": "a", "kind": "p4rt"}]}, "kind: 'p4rt' is not one of p4runtime, kernel. Did you mean 'p4runtime'"),
     ({"switch": [{"name": "a"}, {"name": "a"}]}, "unique"),
     ({"switch": [{"name": "a", "routes": [{"prefix": "10.0.0.1/24", "port": 1}]}]}, "host bits set"),
     ({"cadentflow": [{"name": "x", "objective": "deadlines"}]}, "Did you mean 'deadline'"),
     ({"cadentflow": [{"name": "x", "flows": [{"queue": 0}]}]}, "queue 0 is non-approximate"),
-    ({"controller": {"epoch_ms": 0}}, "epoch_s must be positive"),
+    ({"controller": {"epoch_ms": 0}}, r"\[controller\] epoch_ms: expected a number > 0"),
 ])
 def test_config_errors_are_actionable(data, message):
     with pytest.raises(ConfigError, match=message):
         config_from_dict(data, source="test.toml")
+
+
+# Values that used to load and then fail in the running controller (or with a traceback): each is refused at
+# load, in one line naming the source and the key.
+@pytest.mark.parametrize("data, field", [
+    ({"controller": {"counters_every": "x"}}, "[controller] counters_every"),
+    ({"controller": {"counters_every": -1}}, "[controller] counters_every"),
+    ({"controller": {"epoch_ms": "fast"}}, "[controller] epoch_ms"),
+    ({"controller": {"metrics_port": 70000}}, "[controller] metrics_port"),
+    ({"controller": {"metrics_bind": "not an address"}}, "[controller] metrics_bind"),
+    ({"controller": {"decide_on_arrival": "yes"}}, "[controller] decide_on_arrival"),
+    ({"controller": {"reconnect_initial_s": 2.0, "reconnect_max_s": 1.0}}, "[controller] reconnect_max_s"),
+    ({"controller": {"decision_log": 5}}, "[controller] decision_log"),
+    ({"policy": {"thresholds": [0.0, 0.5]}}, "[policy] thresholds"),
+    ({"policy": {"thresholds": [0.0, 0.1, 0.2, 0.3, 0.2, 0.5, 0.6, 0.7]}}, "[policy] thresholds"),
+    ({"policy": {"thresholds": [0.0, 0.1, 0.2, 0.3, "x", 0.5, 0.6, 0.7]}}, "[policy] thresholds[4]"),
+    ({"policy": {"hysteresis": -0.1}}, "[policy] hysteresis"),
+    ({"policy": {"job_timeout_s": 0}}, "[policy] job_timeout_s"),
+    ({"policy": {"ecn_threshold_pkts": 0}}, "[policy] ecn_threshold_pkts"),
+    ({"policy": {"install_tlr_rules": 1}}, "[policy] install_tlr_rules"),
+    ({"policy": {"mode": "fiffo"}}, "[policy] mode"),
+    ({"policy": {"pinned": [[5, 0]]}}, "[policy] pinned[0] queue"),
+    ({"policy": {"pinned": [5]}}, "[policy] pinned[0]"),
+    ({"policy": {"loss_margin": 2}}, "[policy] loss_margin"),
+    ({"policy": {"promote_after_epochs": 0}}, "[policy] promote_after_epochs"),
+    ({"reports": {"port": "7601"}}, "[reports] port"),
+    ({"reports": {"rate_per_host": 0}}, "[reports] rate_per_host"),
+    ({"reports": {"burst": 1.5}}, "[reports] burst"),
+    ({"reports": {"rcvbuf_bytes": 10}}, "[reports] rcvbuf_bytes"),
+    ({"reports": {"key_file": "/nonexistent/key"}}, "[reports] key_file"),
+    ({"reports": {"key": ""}}, "[reports] key"),
+    ({"cadentflow": [{"name": "x", "jobs": [0]}]}, "jobs[0]"),
+    ({"cadentflow": [{"name": "x", "flows": [{"weight": "heavy"}]}]}, "flows[0] weight"),
+    ({"cadentflow": [{"name": "x", "flows": [{"priority": [9, 3]}]}]}, "flows[0] priority"),
+    ({"switch": [{"name": "a", "routes": [{"prefix": "10.0.0.0/24", "port": "x"}]}]}, "routes[0] port"),
+    ({"switch": [{"name": "a", "routes": [{"prefix": "10.0.0.0/24", "port": 1, "dst_mac": "zz"}]}]},
+     "routes[0] dst_mac"),
+    ({"switch": [{"name": "a", "class_rules": [{"queue": 9}]}]}, "class_rules[0] queue"),
+    ({"switch": [{"name": "a", "job_sources": ["10.0.0.0/33"]}]}, "job_sources[0]"),
+    ({"switch": [{"name": "a", "options": {"thrift_port": "x"}}]}, "options.thrift_port"),
+    ({"switch": [{"name": "a", "options": {"address": "nohost"}}]}, "options.address"),
+    ({"switch": [{"name": "a", "options": {"election_id": [1]}}]}, "options.election_id"),
+    ({"switch": [{"name": "a", "options": {"ports": [1, 600]}}]}, "options.ports[1]"),
+    ({"switch": [{"name": "a", "options": {"connect_timeout_s": -1}}]}, "options.connect_timeout_s"),
+    ({"switch": [{"name": "a", "options": {"target": "tofino2"}}]}, "options.target"),
+    ({"switch": [{"name": "k", "kind": "kernel", "options": {"ports": ["a"], "rate_mbit": "fast"}}]},
+     "options.rate_mbit"),
+    ({"switch": [{"name": "k", "kind": "kernel", "options": {"ports": ["a"], "buffer_packets": 10}}]},
+     "options.buffer_packets"),
+    ({"switch": [{"name": "k", "kind": "kernel", "options": {"ports": "a"}}]}, "options.ports"),
+    ({"switch": {"name": "a"}}, "[[switch]]"),
+    ({"policy": 5}, "[policy]"),
+])
+def test_bad_values_are_refused_at_load_in_one_line(data, field):
+    with pytest.raises(ConfigError) as e:
+        config_from_dict(data, source="ctl.toml")
+    message = str(e.value)
+    assert message.startswith("ctl.toml: ") and field in message and "\n" not in message, message
+
+
+def _fields(cls) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+def test_every_config_field_has_a_check():
+    """A new field of a config dataclass (or a driver's options) needs its line in controller/config.py."""
+    from netapprox.controller import config as C
+    from netapprox.controller.kernel.driver import KernelDriverOptions
+    from netapprox.controller.p4runtime.options import P4RuntimeOptions
+
+    tables = {C.ControllerConfig: C.CONTROLLER_KEYS, C.PolicyConfig: C.POLICY_KEYS, C.ReportConfig: C.REPORT_KEYS,
+              C.SwitchConfig: C.SWITCH_KEYS, C.CadentFlow: C.CADENTFLOW_KEYS, C.TaggedFlow: C.TAGGED_FLOW_KEYS,
+              P4RuntimeOptions: C.SWITCH_OPTIONS["p4runtime"], KernelDriverOptions: C.SWITCH_OPTIONS["kernel"]}
+    for cls, table in tables.items():
+        assert _fields(cls) == set(table), f"{cls.__name__}: fields without a check: " \
+                                           f"{sorted(_fields(cls) - set(table))}, checks without a field: " \
+                                           f"{sorted(set(table) - _fields(cls))}"
+    assert set(C.SWITCH_OPTIONS) == set(C.DRIVER_KINDS)
+
+
+def test_defaults_and_examples_pass_their_checks():
+    from netapprox.controller.kernel.driver import KernelDriverOptions
+    from netapprox.controller.p4runtime.options import P4RuntimeOptions
+
+    cfg = ControllerConfig()
+    assert cfg.policy.thresholds == tuple(k / 8 for k in range(8))
+    for cls, kind in ((P4RuntimeOptions, "p4runtime"), (KernelDriverOptions, "kernel")):
+        defaults = {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+        defaults = {k: list(v) if isinstance(v, tuple) else v for k, v in defaults.items()}
+        if kind == "kernel":
+            defaults["ports"] = ["eth1"]
+        SwitchConfig(name="s", kind=kind, options=defaults)
+
+
+def test_values_are_stored_in_their_canonical_types():
+    cfg = config_from_dict({"controller": {"epoch_ms": 20, "reconnect_initial_s": 1},
+                            "policy": {"thresholds": [0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875],
+                                       "pinned": [[7, 3]]}})
+    assert cfg.epoch_s == 0.02 and isinstance(cfg.reconnect_initial_s, float)
+    assert cfg.policy.thresholds == tuple(k / 8 for k in range(8)) and cfg.policy.pinned == ((7, 3),)
+    assert all(isinstance(t, float) for t in cfg.policy.thresholds)
+
+
+def test_code_built_configs_are_checked_too():
+    with pytest.raises(ConfigError, match=r"\[controller\] counters_every"):
+        ControllerConfig(counters_every="x")
+    with pytest.raises(ConfigError, match=r"\[policy\] thresholds"):
+        PolicyConfig(thresholds=(0.0, 0.5))
+    with pytest.raises(ConfigError, match=r"\[reports\] port"):
+        ReportConfig(port=-2)
 
 
 def test_missing_file_and_bad_toml(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -82,3 +83,108 @@ def test_flows_client_server_loopback(tmp_path):
     assert [f["error"] for f in out["flows"]] == [None, None, None]
     assert all(f["fct_s"] is not None and f["fct_s"] > 0 for f in out["flows"])
     assert box["srv"]["served"] == 3
+
+
+# --- plots: every axis says what it shows and in which unit, every legend what its entries are -------------
+
+RUNNER = Path(__file__).resolve().parents[2] / "experiments" / "runner.py"
+
+
+def _plot_calls():
+    """(function, {keyword: string constants}) of every R.plot_* call in experiments/runner.py."""
+    import ast
+
+    calls = []
+    for node in ast.walk(ast.parse(RUNNER.read_text())):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr.startswith("plot_"):
+            kw = {}
+            for k in node.keywords:
+                if k.arg in ("metric", "x", "group", "series", "fields"):
+                    kw[k.arg] = [c.value for c in ast.walk(k.value) if isinstance(c, ast.Constant)
+                                 and isinstance(c.value, str)]
+            calls.append((node.func.attr, kw))
+    return calls
+
+
+def test_every_name_the_experiments_plot_has_words_and_a_unit():
+    calls = _plot_calls()
+    assert len(calls) >= 10
+    for fn, kw in calls:
+        for key in ("metric", "x", "group", "fields"):
+            for name in kw.get(key, []):
+                assert name in r.AXES, f"{fn}: {key} {name!r} has no entry in experiments.results.AXES"
+        for name in kw.get("series", []):
+            assert name in r.LEGEND_TITLES, f"{fn}: series {name!r} has no legend title in LEGEND_TITLES"
+
+
+@pytest.fixture
+def figures(monkeypatch):
+    """Every matplotlib figure saved while the test runs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    saved = []
+    original = Figure.savefig
+
+    def savefig(self, *args, **kwargs):
+        saved.append(self)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", savefig)
+    return saved
+
+
+def _assert_labelled(fig):
+    axes = [ax for ax in fig.axes if ax.has_data()]
+    assert axes
+    for ax in axes:
+        label = ax.get_ylabel()
+        assert "(" in label and ")" in label, f"y axis {label!r} names no unit"
+        legend = ax.get_legend()
+        if legend is not None and len(legend.get_texts()) > 1 and ax.containers:
+            assert legend.get_title().get_text(), "a legend of several series without a title"
+    bottom = axes[-1].get_xlabel()
+    assert "(" in bottom and ")" in bottom, f"x axis {bottom!r} names no unit"
+
+
+def _summary(metric, x, series, xs=(0.5, 0.9), names=("atp", "tcp-es")):
+    return [{"metric": metric, "n": 2, "mean": 1.0 + i, "min": 0.5, "max": 2.0 + i,
+             "params": {x: xv, series: name}} for i, xv in enumerate(xs) for name in names]
+
+
+def test_experiment_plots_label_axes_with_units_and_title_legends(tmp_path, figures):
+    r.plot_lines(_summary("jct_mean_s", "msr", "protocol"), metric="jct_mean_s", x="msr", series="protocol",
+                 path=tmp_path / "a.png", title="t", xlabel="MSR", ylabel="mean JCT (s)")
+    r.plot_lines(_summary("fct_small_mean_change_pct", "flow_load", "ratio", names=(2.0, 4.0)),
+                 metric="fct_small_mean_change_pct", x="flow_load", series="ratio", path=tmp_path / "b.png",
+                 title="ddnn", xlabel="web-search load", ylabel="small-flow FCT change (%)")
+    r.plot_bars(_summary("queue_mean_pkts", "msr", "protocol"), metric="queue_mean_pkts", group="msr",
+                series="protocol", path=tmp_path / "c.png", title="t", ylabel="mean backlog")
+    rows = [{"time": t / 10, "loss_avg10": 0.1, "tlr": 0.4, "rate_mbps": 12.0, "queue": 3} for t in range(20)]
+    r.plot_timeline(rows, fields=["loss_avg10", "tlr", "rate_mbps", "queue"], path=tmp_path / "d.png",
+                    title="timeline", events=[(0.5, "bg shift"), (1.0, "bg shift")])
+    assert len(figures) == 4
+    for fig in figures:
+        _assert_labelled(fig)
+    lines, ddnn, bars, timeline = figures
+    assert lines.axes[0].get_xlabel() == "MSR (fraction of messages required)"
+    assert ddnn.axes[0].get_legend().get_title().get_text() == "compute-to-network time ratio"
+    assert bars.axes[0].get_legend().get_title().get_text().startswith("transport")
+    assert [ax.get_ylabel().split("\n")[0] for ax in timeline.axes] == ["measured loss", "TLR", "sending rate",
+                                                                       "queue"]
+
+
+def test_demo_timeline_labels_every_axis(tmp_path, figures):
+    from netapprox.topo.demo import Demo, DemoConfig
+
+    demo = Demo(DemoConfig(results=str(tmp_path)))
+    job = demo.cfg.jobs[0]
+    rows = [{"t": t / 20, "sent": 10, "acked": 9, "tlr": 0.2, "rate_bps": 20e6, "queue": 2} for t in range(60)]
+    demo.plot(job, rows, bg_start=0.5, end=3.0)
+    (fig,) = figures
+    assert len(fig.axes) == 4
+    _assert_labelled(fig)
+    for ax in fig.axes:
+        assert ax.get_legend() is not None and all(t.get_text() for t in ax.get_legend().get_texts())

@@ -3,6 +3,7 @@ and a session starts a file's network, its controller, jobs and captures, then s
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ from support.skips import requires_root
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "topo" / "examples").glob("*.yaml"))
+DISSECTOR = REPO / "tools" / "wireshark" / "atp.lua"
 
 BASE = {"switches": ["s1", "s2"], "hosts": {"h1": "s1", "h2": "s2"}, "links": [{"a": "s1", "b": "s2"}]}
 
@@ -38,6 +40,11 @@ def test_the_shipped_examples_load():
     ({"jobs": [{"src": "h1", "dst": "h2", "msr": 1.5}]}, "jobs[0].msr"),
     ({"switch": ["s1"]}, "switch"),
     ({"controller": {"epoch_msec": 20}}, "epoch_msec"),
+    ({"controller": {"counters_every": "x"}}, "counters_every"),
+    ({"controller": {"policy": {"thresholds": [0.0, 0.5]}}}, "thresholds"),
+    ({"jobs": [{"src": "h1", "dst": "h2", "rate": "fast"}]}, "jobs[0].rate"),
+    ({"jobs": [{"src": "h1", "dst": "h2", "name": "a/b"}]}, "jobs[0].name"),
+    ({"jobs": {"src": "h1"}}, "jobs"),
 ])
 def test_a_mistake_is_one_line_naming_the_field(change, field):
     with pytest.raises(TopologyFileError) as e:
@@ -87,3 +94,13 @@ controller: {epoch_ms: 20}
     # the session's switch namespaces are na<tag>s1 and na<tag>s2 (other programs may make na... namespaces)
     left = {n for n in after - before if n.startswith("na") and n.endswith(("s1", "s2"))}
     assert not left, f"the session left network namespaces behind: {left}"
+    if shutil.which("tshark"):  # the captures read in Wireshark's dissector: the job's packets, its reports
+        types = set()
+        for pcap in pcaps:
+            out = subprocess.run(["tshark", "-n", "-X", f"lua_script:{DISSECTOR}", "-r", str(pcap), "-Y", "natp",
+                                  "-T", "fields", "-e", "natp.type", "-e", "natp.job_id", "-e", "natp.error"],
+                                 capture_output=True, text=True, timeout=120)
+            rows = [line.split("\t") for line in out.stdout.splitlines()]
+            assert all(error == "" for _, _, error in rows), pcap
+            types |= {int(t) for t, job, _ in rows if job == "1000"}
+        assert types == {1, 2, 3, 4}, types  # DATA, ACK, REPORT (to ctl through s1), DONE

@@ -1,0 +1,400 @@
+-- Wireshark / tshark dissector for ATP, NetApprox's approximate transport (docs/wire-format.md, version 1).
+--
+--   wireshark -X lua_script:tools/wireshark/atp.lua results/pcap/s1-s1-eth1.pcap
+--   tshark -X lua_script:tools/wireshark/atp.lua -r capture.pcap -Y natp.flags.approx -V
+--   or copy this file into Wireshark's personal Lua plugins folder (Help > About > Folders), e.g.
+--   ~/.local/lib/wireshark/plugins/, to load it every time.
+--
+-- The protocol's filter name is "natp" (NetApprox ATP): Wireshark's "atp" is the AppleTalk Transaction Protocol.
+--
+-- Preferences (Edit > Preferences > Protocols > NATP, or tshark -o natp.port:7600 -o natp.report_port:7601):
+--   natp.port         the ATP UDP port (DATA to it; ACK and DONE from it), 7600 by default
+--   natp.report_port  the controller's report port (REPORT to it), 7601 by default; 0 turns it off
+--   natp.floats       when a DATA payload is shown as a float32 range (bounded-loss vectors): auto (default),
+--                     announced, never (FLOAT_MODES below)
+--
+-- Every header field is a filter field named as in hostlib/wire.py (natp.job_id, natp.tlr, ...); the TLR is
+-- also shown as a fraction (natp.tlr_fraction = tlr / 32768). Payloads are decoded as far as the wire format
+-- defines them: the job announce and FIN (reserved DATA message ids), float ranges, ACK SACK blocks, the REPORT
+-- body (with its optional HMAC tag) and DONE's lost message ids. A packet hostlib.wire would reject is marked
+-- malformed with the same reason tag (natp.error: bad_version, bad_type, bad_flags, bad_tlr, bad_index,
+-- truncated, bad_ack, bad_report, bad_done, bad_floats, bad_announce).
+-- tests/tools/test_wireshark.py checks every field against hostlib.wire on a pcap written with the scapy layer.
+
+local atp = Proto("natp", "NetApprox ATP (approximate transport)")
+
+local HEADER_LEN = 32
+local VERSION = 1
+local TLR_ONE = 0x8000 -- Q1.15: 0x8000 is 1.0
+local VALID_FLAGS = 0x1F
+local ANNOUNCE_MSG_ID = 0xFFFFFFFF
+local FIN_MSG_ID = 0xFFFFFFFE
+local NO_VECTOR = 0xFFFFFFFF
+local MAX_SACK_BLOCKS = 16
+local REPORT_BODY_LEN = 24
+local REPORT_MAC_LEN = 16
+
+local function q15(v) return v / TLR_ONE end
+
+-- Preferences ------------------------------------------------------------------------------------------------
+
+local FLOATS_AUTO, FLOATS_ANNOUNCED, FLOATS_NEVER = 1, 2, 3
+local FLOAT_MODES = {
+    { "auto", "Jobs announced as vectors, and one-packet messages whose length matches a range header",
+        FLOATS_AUTO },
+    { "announced", "Only jobs whose announce (vector_len set) is in the capture", FLOATS_ANNOUNCED },
+    { "never", "Never", FLOATS_NEVER },
+}
+atp.prefs.port = Pref.uint("ATP UDP port", 7600, "UDP port of ATP DATA (destination), ACK and DONE (source)")
+atp.prefs.report_port = Pref.uint("Report UDP port", 7601,
+    "UDP port of the controller's report socket (REPORT packets go there); 0: do not register")
+atp.prefs.floats = Pref.enum("Float ranges", FLOATS_AUTO,
+    "When to show a DATA payload as a float32 range (first_index, count, values): jobs announced as vectors, "
+    .. "and (default) any one-packet message whose length matches its range header", FLOAT_MODES, false)
+
+-- Fields -----------------------------------------------------------------------------------------------------
+
+local f = atp.fields
+
+-- payloads (declared first: the per-type table below refers to the functions that use them)
+f.error = ProtoField.string("natp.error", "Malformed", base.ASCII, "Why hostlib.wire would reject this packet")
+f.payload = ProtoField.bytes("natp.payload", "Payload")
+f.trailing = ProtoField.bytes("natp.trailing", "Bytes after length", base.NONE,
+    "UDP payload beyond 32 + length (ignored by receivers)")
+f.announce_part = ProtoField.bytes("natp.announce.part", "Announce part (not reassembled)")
+f.announce_magic = ProtoField.string("natp.announce.magic", "Magic")
+f.announce_total = ProtoField.uint32("natp.announce.total", "Messages (N)")
+f.announce_vector_len = ProtoField.uint32("natp.announce.vector_len", "Vector length")
+f.announce_n_groups = ProtoField.uint16("natp.announce.n_groups", "Groups")
+f.announce_group_id = ProtoField.uint16("natp.announce.group_id", "Group id")
+f.announce_msr = ProtoField.uint16("natp.announce.msr", "MSR (Q1.15)", base.HEX)
+f.announce_msr_fraction = ProtoField.double("natp.announce.msr_fraction", "MSR")
+f.announce_count = ProtoField.uint32("natp.announce.count", "Messages in group")
+f.announce_n_ranges = ProtoField.uint32("natp.announce.n_ranges", "Id ranges")
+f.announce_range_first = ProtoField.uint32("natp.announce.range_first", "First message id")
+f.announce_range_last = ProtoField.uint32("natp.announce.range_last", "Last message id")
+f.floats_first = ProtoField.uint32("natp.floats.first_index", "First index")
+f.floats_count = ProtoField.uint32("natp.floats.count", "Count")
+f.floats_value = ProtoField.float("natp.floats.value", "Value")
+f.sack_count = ProtoField.uint16("natp.sack.count", "SACK blocks")
+f.sack_first = ProtoField.uint32("natp.sack.first", "First seq")
+f.sack_last = ProtoField.uint32("natp.sack.last", "Last seq")
+f.report_loss = ProtoField.uint16("natp.report.loss", "Loss (Q1.15)", base.HEX)
+f.report_loss_fraction = ProtoField.double("natp.report.loss_fraction", "Loss")
+f.report_msr = ProtoField.uint16("natp.report.msr", "MSR (Q1.15)", base.HEX)
+f.report_msr_fraction = ProtoField.double("natp.report.msr_fraction", "MSR")
+f.report_rate_kbps = ProtoField.uint32("natp.report.rate_kbps", "Rate (kbit/s)")
+f.report_total = ProtoField.uint32("natp.report.total", "Messages (N)")
+f.report_delivered = ProtoField.uint32("natp.report.delivered", "Delivered")
+f.report_lost = ProtoField.uint32("natp.report.lost", "Lost")
+f.report_epoch = ProtoField.uint32("natp.report.epoch", "Sender epoch")
+f.report_mac = ProtoField.bytes("natp.report.mac", "HMAC-SHA256 tag (16 bytes)")
+f.done_n_lost = ProtoField.uint32("natp.done.n_lost", "Lost messages")
+f.done_lost_id = ProtoField.uint32("natp.done.lost_id", "Lost message id")
+
+local malformed = ProtoExpert.new("natp.malformed", "Malformed ATP packet", expert.group.MALFORMED,
+    expert.severity.ERROR)
+atp.experts = { malformed }
+
+-- Marks the packet malformed; the first reason wins (as hostlib.wire stops at the first error).
+local function bad(ctx, tree, range, reason, detail)
+    if ctx.error == nil then
+        ctx.error = reason
+        tree:add(f.error, range, reason):set_generated()
+    end
+    tree:add_proto_expert_info(malformed, reason .. ": " .. detail)
+end
+
+-- Payloads by type -------------------------------------------------------------------------------------------
+
+local vector_jobs = {} -- job_id -> true when this capture's announce for the job says "vector"
+
+function atp.init()
+    vector_jobs = {}
+end
+
+local function dissect_announce(pl, tree, ctx)
+    local t = tree:add(atp, pl, "Job announce")
+    local n = pl:len()
+    if n < 14 then return bad(ctx, t, pl, "bad_announce", n .. " bytes") end
+    t:add(f.announce_magic, pl(0, 4))
+    if pl(0, 4):string() ~= "ATPJ" then return bad(ctx, t, pl(0, 4), "bad_announce", "wrong magic") end
+    t:add(f.announce_total, pl(4, 4))
+    local vlen = pl(8, 4):uint()
+    t:add(f.announce_vector_len, pl(8, 4)):append_text(vlen == NO_VECTOR and " (not a vector)" or " floats")
+    if vlen ~= NO_VECTOR and not ctx.visited then vector_jobs[ctx.job_id] = true end
+    local n_groups = pl(12, 2):uint()
+    t:add(f.announce_n_groups, pl(12, 2))
+    local off = 14
+    for _ = 1, n_groups do
+        if off + 12 > n then return bad(ctx, t, pl, "bad_announce", "truncated group list") end
+        local gid, n_ranges = pl(off, 2):uint(), pl(off + 8, 4):uint()
+        local g = t:add(atp, pl(off, 12 + 8 * math.min(n_ranges, math.floor((n - off - 12) / 8))), "Group " .. gid)
+        g:add(f.announce_group_id, pl(off, 2))
+        g:add(f.announce_msr, pl(off + 2, 2)):append_text(string.format(" (%g)", q15(pl(off + 2, 2):uint())))
+        g:add(f.announce_msr_fraction, pl(off + 2, 2), q15(pl(off + 2, 2):uint())):set_generated()
+        g:add(f.announce_count, pl(off + 4, 4))
+        g:add(f.announce_n_ranges, pl(off + 8, 4))
+        off = off + 12
+        if off + 8 * n_ranges > n then return bad(ctx, g, pl, "bad_announce", "truncated id ranges") end
+        for _ = 1, n_ranges do
+            local r = g:add(atp, pl(off, 8), string.format("Ids %d-%d", pl(off, 4):uint(), pl(off + 4, 4):uint()))
+            r:add(f.announce_range_first, pl(off, 4))
+            r:add(f.announce_range_last, pl(off + 4, 4))
+            off = off + 8
+        end
+    end
+    if off ~= n then bad(ctx, t, pl, "bad_announce", "bytes after the group list") end
+end
+
+local function dissect_floats(pl, tree, ctx, guessed)
+    local n = pl:len()
+    local t = tree:add(atp, pl, "Float range" .. (guessed and " (by length: no announce of this job seen)" or ""))
+    if n < 8 then return bad(ctx, t, pl, "bad_floats", n .. " bytes, range header needs 8") end
+    local first, count = pl(0, 4):uint(), pl(4, 4):uint()
+    t:append_text(string.format(": [%d, %d)", first, first + count))
+    ctx.info = string.format("floats [%d, %d)", first, first + count)
+    t:add(f.floats_first, pl(0, 4))
+    t:add(f.floats_count, pl(4, 4))
+    if n ~= 8 + 4 * count then
+        return bad(ctx, t, pl, "bad_floats", string.format("range says %d floats in %d bytes", count, n - 8))
+    end
+    for i = 0, count - 1 do t:add(f.floats_value, pl(8 + 4 * i, 4)) end
+end
+
+local function dissect_data(pl, tree, ctx)
+    if ctx.msg_id == ANNOUNCE_MSG_ID then
+        ctx.info = "announce"
+        if ctx.pkt_cnt == 1 then return dissect_announce(pl, tree, ctx) end
+        tree:add(f.announce_part, pl):append_text(string.format(" (part %d of %d)", ctx.pkt_idx + 1, ctx.pkt_cnt))
+        return
+    elseif ctx.msg_id == FIN_MSG_ID then
+        ctx.info = "FIN"
+        if pl:len() > 0 then tree:add(f.payload, pl) end
+        return
+    end
+    if pl:len() == 0 then return end
+    local mode = atp.prefs.floats
+    if ctx.pkt_cnt == 1 and mode ~= FLOATS_NEVER then
+        if vector_jobs[ctx.job_id] then return dissect_floats(pl, tree, ctx, false) end
+        if mode == FLOATS_AUTO and pl:len() >= 8 and pl:len() == 8 + 4 * pl(4, 4):uint() then
+            return dissect_floats(pl, tree, ctx, true)
+        end
+    end
+    tree:add(f.payload, pl)
+end
+
+local function dissect_ack(pl, tree, ctx)
+    local n = pl:len()
+    if n == 0 then
+        ctx.info = "no SACK blocks"
+        return
+    end
+    local t = tree:add(atp, pl, "Selective ack")
+    if n < 2 then return bad(ctx, t, pl, "bad_ack", "ACK payload shorter than its block count") end
+    local count = pl(0, 2):uint()
+    t:add(f.sack_count, pl(0, 2))
+    if count > MAX_SACK_BLOCKS or n ~= 2 + 8 * count then
+        return bad(ctx, t, pl, "bad_ack", string.format("%d SACK blocks in %d payload bytes", count, n))
+    end
+    local blocks = {}
+    for i = 0, count - 1 do
+        local first, last = pl(2 + 8 * i, 4):uint(), pl(6 + 8 * i, 4):uint()
+        local b = t:add(atp, pl(2 + 8 * i, 8), string.format("Block %d: seq %d-%d", i, first, last))
+        b:add(f.sack_first, pl(2 + 8 * i, 4))
+        b:add(f.sack_last, pl(6 + 8 * i, 4))
+        blocks[#blocks + 1] = first .. "-" .. last
+        if first > last then bad(ctx, b, pl(2 + 8 * i, 8), "bad_ack", "SACK block runs backwards") end
+    end
+    ctx.info = "SACK " .. table.concat(blocks, ",")
+end
+
+local function dissect_report(pl, tree, ctx)
+    local n = pl:len()
+    local t = tree:add(atp, pl, "Report")
+    if n ~= REPORT_BODY_LEN and n ~= REPORT_BODY_LEN + REPORT_MAC_LEN then
+        return bad(ctx, t, pl, "bad_report", "report payload of " .. n .. " bytes")
+    end
+    local loss, msr = pl(0, 2):uint(), pl(2, 2):uint()
+    t:add(f.report_loss, pl(0, 2)):append_text(string.format(" (%g)", q15(loss)))
+    t:add(f.report_loss_fraction, pl(0, 2), q15(loss)):set_generated()
+    t:add(f.report_msr, pl(2, 2)):append_text(string.format(" (%g)", q15(msr)))
+    t:add(f.report_msr_fraction, pl(2, 2), q15(msr)):set_generated()
+    t:add(f.report_rate_kbps, pl(4, 4))
+    t:add(f.report_total, pl(8, 4))
+    t:add(f.report_delivered, pl(12, 4))
+    t:add(f.report_lost, pl(16, 4))
+    t:add(f.report_epoch, pl(20, 4))
+    if n > REPORT_BODY_LEN then t:add(f.report_mac, pl(REPORT_BODY_LEN, REPORT_MAC_LEN)) end
+    if loss > TLR_ONE or msr > TLR_ONE then bad(ctx, t, pl(0, 4), "bad_report", "loss or MSR above 1.0") end
+    ctx.info = string.format("loss %g msr %g rate %d kbit/s epoch %d%s", q15(loss), q15(msr), pl(4, 4):uint(),
+        pl(20, 4):uint(), n > REPORT_BODY_LEN and " signed" or "")
+end
+
+local function dissect_done(pl, tree, ctx)
+    local n = pl:len()
+    local t = tree:add(atp, pl, "Done")
+    if n < 4 then return bad(ctx, t, pl, "bad_done", "DONE payload of " .. n .. " bytes") end
+    local count = pl(0, 4):uint()
+    t:add(f.done_n_lost, pl(0, 4))
+    if n ~= 4 + 4 * count then
+        return bad(ctx, t, pl, "bad_done", string.format("DONE says %d ids in %d payload bytes", count, n))
+    end
+    for i = 0, count - 1 do t:add(f.done_lost_id, pl(4 + 4 * i, 4)) end
+    ctx.info = count .. " lost"
+end
+
+-- One entry per packet type (docs/wire-format.md "Payloads by type"): a new type is one line here (and, if it
+-- has a payload, its function above). Types missing here are malformed (bad_type), as in hostlib.wire.
+local TYPES = {
+    [1] = { name = "DATA", payload = dissect_data },
+    [2] = { name = "ACK", payload = dissect_ack },
+    [3] = { name = "REPORT", payload = dissect_report },
+    [4] = { name = "DONE", payload = dissect_done },
+}
+
+-- Header -----------------------------------------------------------------------------------------------------
+
+local SPECIAL_MSG_IDS = { [ANNOUNCE_MSG_ID] = " (job announce)", [FIN_MSG_ID] = " (FIN)" }
+local type_names = {}
+for code, t in pairs(TYPES) do type_names[code] = t.name end
+
+-- flags: bit, filter name, label (docs/wire-format.md "Flags")
+local FLAGS = {
+    { 0x01, "approx", "APPROX" },
+    { 0x02, "retx", "RETX" },
+    { 0x04, "ece", "ECE" },
+    { 0x08, "tagged", "TAGGED" },
+    { 0x10, "ce", "CE" },
+}
+
+f.version = ProtoField.uint8("natp.version", "Version", base.DEC, nil, 0xF0)
+f.type = ProtoField.uint8("natp.type", "Type", base.DEC, type_names, 0x0F)
+f.flags = ProtoField.uint8("natp.flags", "Flags", base.HEX)
+for _, fl in ipairs(FLAGS) do
+    f["flags_" .. fl[2]] = ProtoField.bool("natp.flags." .. fl[2], fl[3], 8, nil, fl[1])
+end
+f.flags_reserved = ProtoField.uint8("natp.flags.reserved", "Reserved flag bits", base.HEX, nil, 0xE0)
+f.queue = ProtoField.uint8("natp.queue", "Queue")
+f.priority = ProtoField.uint8("natp.priority", "Priority")
+f.job_id = ProtoField.uint32("natp.job_id", "Job id")
+f.msg_id = ProtoField.uint32("natp.msg_id", "Message id")
+f.group_id = ProtoField.uint16("natp.group_id", "Group id")
+f.tlr = ProtoField.uint16("natp.tlr", "TLR (Q1.15)", base.HEX)
+f.tlr_fraction = ProtoField.double("natp.tlr_fraction", "TLR", "Target loss rate: tlr / 32768")
+f.pkt_idx = ProtoField.uint16("natp.pkt_idx", "Packet index")
+f.pkt_cnt = ProtoField.uint16("natp.pkt_cnt", "Packet count")
+f.seq = ProtoField.uint32("natp.seq", "Sequence number")
+f.deadline_us = ProtoField.uint32("natp.deadline_us", "Deadline (us)")
+f.weight = ProtoField.uint8("natp.weight", "Weight")
+f.reserved = ProtoField.uint8("natp.reserved", "Reserved", base.HEX)
+f.length = ProtoField.uint16("natp.length", "Payload length")
+f.surplus = ProtoField.bool("natp.surplus", "Surplus (approximate DATA with TLR 1.0: lowest queue, spare capacity only)")
+
+local function flag_names(flags)
+    local names = {}
+    for _, fl in ipairs(FLAGS) do
+        if bit.band(flags, fl[1]) ~= 0 then names[#names + 1] = fl[3] end
+    end
+    return table.concat(names, ",")
+end
+
+function atp.dissector(buf, pinfo, root)
+    pinfo.cols.protocol = "ATP"
+    local n = buf:len()
+    local tree = root:add(atp, buf(0, math.min(n, HEADER_LEN)))
+    local ctx = { visited = pinfo.visited }
+    if n < HEADER_LEN then
+        bad(ctx, tree, buf(), "truncated", string.format("%d bytes, header needs %d", n, HEADER_LEN))
+        pinfo.cols.info = "ATP truncated"
+        return n
+    end
+    local vt, flags, tlr = buf(0, 1):uint(), buf(1, 1):uint(), buf(14, 2):uint()
+    local version, ptype = bit.rshift(vt, 4), bit.band(vt, 0x0F)
+    ctx.job_id, ctx.msg_id = buf(4, 4):uint(), buf(8, 4):uint()
+    ctx.pkt_idx, ctx.pkt_cnt = buf(16, 2):uint(), buf(18, 2):uint()
+    local length = buf(30, 2):uint()
+    local spec = TYPES[ptype]
+    local tname = spec and spec.name or ("type " .. ptype)
+
+    tree:add(f.version, buf(0, 1))
+    tree:add(f.type, buf(0, 1))
+    local ft = tree:add(f.flags, buf(1, 1))
+    ft:append_text(flags ~= 0 and (" (" .. flag_names(flags) .. ")") or "")
+    for _, fl in ipairs(FLAGS) do ft:add(f["flags_" .. fl[2]], buf(1, 1)) end
+    ft:add(f.flags_reserved, buf(1, 1))
+    tree:add(f.queue, buf(2, 1)):append_text(buf(2, 1):uint() == 0xFF and " (not set)" or "")
+    tree:add(f.priority, buf(3, 1))
+    tree:add(f.job_id, buf(4, 4))
+    tree:add(f.msg_id, buf(8, 4)):append_text(SPECIAL_MSG_IDS[ctx.msg_id] or "")
+    tree:add(f.group_id, buf(12, 2))
+    tree:add(f.tlr, buf(14, 2)):append_text(string.format(" (%g)", q15(tlr)))
+    tree:add(f.tlr_fraction, buf(14, 2), q15(tlr)):set_generated()
+    tree:add(f.pkt_idx, buf(16, 2))
+    tree:add(f.pkt_cnt, buf(18, 2))
+    tree:add(f.seq, buf(20, 4))
+    tree:add(f.deadline_us, buf(24, 4)):append_text(buf(24, 4):uint() == 0xFFFFFFFF and " (no deadline)" or "")
+    tree:add(f.weight, buf(28, 1))
+    tree:add(f.reserved, buf(29, 1))
+    tree:add(f.length, buf(30, 2))
+    tree:append_text(string.format(", %s, Job %d, Msg %d, Seq %d, TLR %g", tname, ctx.job_id, ctx.msg_id,
+        buf(20, 4):uint(), q15(tlr)))
+
+    -- the checks of hostlib.wire.decode, in its order
+    if version ~= VERSION then
+        bad(ctx, tree, buf(0, 1), "bad_version", string.format("version %d, expected %d", version, VERSION))
+    elseif spec == nil then
+        bad(ctx, tree, buf(0, 1), "bad_type", "packet type " .. ptype)
+    elseif bit.band(flags, bit.bnot(VALID_FLAGS)) ~= 0 then
+        bad(ctx, tree, buf(1, 1), "bad_flags", string.format("flags 0x%02x", flags))
+    elseif tlr > TLR_ONE then
+        bad(ctx, tree, buf(14, 2), "bad_tlr", string.format("tlr 0x%04x above 1.0", tlr))
+    elseif ctx.pkt_cnt == 0 or ctx.pkt_idx >= ctx.pkt_cnt then
+        bad(ctx, tree, buf(16, 4), "bad_index", string.format("packet index %d of %d", ctx.pkt_idx, ctx.pkt_cnt))
+    elseif n < HEADER_LEN + length then
+        bad(ctx, tree, buf(30, 2), "truncated",
+            string.format("payload %d bytes, header says %d", n - HEADER_LEN, length))
+    end
+
+    local surplus = ctx.error == nil and ptype == 1 and bit.band(flags, 0x01) ~= 0 and tlr == TLR_ONE
+    if surplus then tree:add(f.surplus, buf(14, 2), true):set_generated() end
+
+    local have = math.min(length, n - HEADER_LEN)
+    if ctx.error == nil then
+        spec.payload(buf(HEADER_LEN, have), tree, ctx) -- may be empty: an ACK without blocks is valid, a DONE not
+    elseif have > 0 then
+        tree:add(f.payload, buf(HEADER_LEN, have))
+    end
+    if n > HEADER_LEN + length then tree:add(f.trailing, buf(HEADER_LEN + length)) end
+
+    local info = string.format("%s job %d msg %d seq %d TLR %g", tname, ctx.job_id, ctx.msg_id, buf(20, 4):uint(),
+        q15(tlr))
+    if flags ~= 0 then info = info .. " [" .. flag_names(flags) .. "]" end
+    if surplus then info = info .. " surplus" end
+    if ctx.info then info = info .. " " .. ctx.info end
+    if ctx.error then info = info .. " (malformed: " .. ctx.error .. ")" end
+    pinfo.cols.info = info
+    return n
+end
+
+-- Registration on the configurable ports ---------------------------------------------------------------------
+
+local udp_port = DissectorTable.get("udp.port")
+local registered = {}
+
+local function register_ports()
+    for _, p in ipairs(registered) do udp_port:remove(p, atp) end
+    registered = {}
+    for _, p in ipairs({ atp.prefs.port, atp.prefs.report_port }) do
+        if p ~= 0 then
+            udp_port:add(p, atp)
+            registered[#registered + 1] = p
+        end
+    end
+end
+
+function atp.prefs_changed()
+    register_ports()
+end
+
+register_ports()
