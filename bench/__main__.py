@@ -18,7 +18,6 @@ line per trial while it runs. ``--sections`` runs a subset, ``--seeds`` changes 
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import json
 import os
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from netapprox.bench import network as N
+from netapprox.experiments.results import Progress, write_csv
 
 NETWORK_SECTIONS = N.SECTIONS
 OTHER_SECTIONS = ("hostlib", "controller", "sim")
@@ -308,17 +308,6 @@ def markdown(doc: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_csv(rows: Sequence[dict], path: Path) -> None:
-    keys: list[str] = []
-    for r in rows:
-        keys += [k for k in r if k not in keys]
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=keys)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in r.items()})
-
-
 def tcp_environment() -> dict:
     """Settings of the TCP baselines worth recording (the testbed's routes set neither RTO nor window)."""
     def read(path: str) -> str | None:
@@ -355,7 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.monotonic()
     started = now_utc()
     plan = N.trials(args.seeds, scale, sections=net_sections) if net_sections else []
-    progress = N.Progress(len(plan) + sum(1 for s in sections if s in OTHER_SECTIONS))
+    progress = Progress(len(plan) + sum(1 for s in sections if s in OTHER_SECTIONS))
     rows = N.run(plan, scale, out / "bench", progress) if plan else []
     parts: dict[str, dict] = {}
     for name, fn in (("hostlib", _hostlib), ("controller", _controller),

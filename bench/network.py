@@ -36,6 +36,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from netapprox.experiments.results import Progress
+
 SECTIONS = ("contention", "background", "coexist", "idle", "background-same-queue", "yield", "queues")
 MSRS = (0.5, 0.7, 0.9)
 CONTENTION_PATTERNS = ("alltoall-fbkv", "alltoall-fbhd", "incast-fbkv")
@@ -70,29 +72,6 @@ class Trial:
     def label(self) -> str:
         params = " ".join(f"{k}={v}" for k, v in self.params.items())
         return f"{self.section} {params} {self.protocol} seed={self.seed}"
-
-
-class Progress:
-    """A line per finished trial: how far, how long so far, about how long is left."""
-
-    def __init__(self, total: int, emit: Callable[[str], None] = print) -> None:
-        self.total = total
-        self.done = 0
-        self.t0 = time.monotonic()
-        self.emit = emit
-
-    def step(self, what: str, result: str) -> None:
-        self.done += 1
-        spent = time.monotonic() - self.t0
-        left = spent / self.done * (self.total - self.done)
-        self.emit(f"[{self.done:>3}/{self.total} {_mmss(spent)} spent, ~{_mmss(left)} left] {what}: {result}")
-
-    def note(self, text: str) -> None:
-        self.emit(f"[{self.done:>3}/{self.total} {_mmss(time.monotonic() - self.t0)}] {text}")
-
-
-def _mmss(s: float) -> str:
-    return f"{int(s) // 60}m{int(s) % 60:02d}s"
 
 
 def _jobs_metrics(tr: dict) -> dict:

@@ -12,6 +12,7 @@ error bars, so the spread is always visible.
 """
 from __future__ import annotations
 
+import csv
 import dataclasses
 import datetime as _dt
 import json
@@ -20,8 +21,9 @@ import os
 import platform
 import subprocess
 import sys
+import time
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 RESULTS_DIR = Path(os.environ.get("NETAPPROX_RESULTS", "results"))
 COMMAND: list[str] = list(sys.argv)
@@ -101,6 +103,51 @@ def now_utc() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+class Progress:
+    """A line per finished trial: how far, how long so far, about how long is left (``total`` 0: unknown)."""
+
+    def __init__(self, total: int, emit: Callable[[str], None] | None = None) -> None:
+        self.total = total
+        self.done = 0
+        self.t0 = time.monotonic()
+        self.emit = emit or (lambda line: print(line, flush=True))
+
+    def step(self, what: str, result: str) -> None:
+        self.done += 1
+        spent = time.monotonic() - self.t0
+        if self.total:
+            left = spent / self.done * max(0, self.total - self.done)
+            head = f"[{self.done:>3}/{self.total} {_mmss(spent)} spent, ~{_mmss(left)} left]"
+        else:
+            head = f"[{self.done:>3} {_mmss(spent)} spent]"
+        self.emit(f"{head} {what}: {result}")
+
+    def note(self, text: str) -> None:
+        total = f"/{self.total}" if self.total else ""
+        self.emit(f"[{self.done:>3}{total} {_mmss(time.monotonic() - self.t0)}] {text}")
+
+
+def _mmss(s: float) -> str:
+    return f"{int(s) // 60}m{int(s) % 60:02d}s"
+
+
+def brief(metrics: Mapping[str, Any]) -> str:
+    """A few headline metrics of one run, for its progress line."""
+    parts = []
+    for key, fmt in (("jct_mean_s", "JCT mean {:.3f} s"), ("fbkv_jct_s", "FBKV JCT {:.3f} s"),
+                     ("msr_met_frac", "MSR met {:.0%}"), ("fct_all_mean", "flow FCT mean {:.4f} s"),
+                     ("iteration_mean_s", "iteration {:.3f} s"), ("rel_l2_error", "error {:.3f}"),
+                     ("tcp_over_atp_jct", "TCP/ATP {:.2f}")):
+        v = metrics.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            parts.append(fmt.format(v))
+    return ", ".join(parts) or "done"
+
+
+PROGRESS: Callable[[str], None] | None = None
+"""Where experiments print their progress lines (None: stdout)."""
+
+
 @dataclasses.dataclass
 class ResultFile:
     """Collects an experiment's runs and writes result.json (call :meth:`write` as runs arrive)."""
@@ -113,9 +160,16 @@ class ResultFile:
     runs: list = dataclasses.field(default_factory=list)
     started_utc: str = dataclasses.field(default_factory=now_utc)
     notes: list = dataclasses.field(default_factory=list)
+    expected: int = 0
+    """Runs the sweep will add, for the progress lines (0: unknown)."""
+
+    def __post_init__(self) -> None:
+        self._progress = Progress(self.expected, PROGRESS)
 
     def add(self, seed: int, params: Mapping[str, Any], metrics: Mapping[str, Any], raw: Any = None) -> None:
         self.runs.append({"seed": seed, "params": dict(params), "metrics": dict(metrics), "raw": raw})
+        what = " ".join(f"{k}={v}" for k, v in params.items())
+        self._progress.step(f"{self.experiment} {what} seed={seed}", brief(metrics))
 
     def to_dict(self) -> dict:
         return {
@@ -126,12 +180,29 @@ class ResultFile:
         }
 
     def write(self) -> Path:
+        """result.json, and result.csv beside it (one row per run: seed, parameters, scalar metrics)."""
         self.out_dir.mkdir(parents=True, exist_ok=True)
         path = self.out_dir / "result.json"
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.to_dict(), indent=1, default=_json_default) + "\n")
         tmp.replace(path)
+        write_csv([{"seed": r["seed"], **r["params"], **r["metrics"]} for r in self.runs], self.out_dir / "result.csv")
         return path
+
+
+def write_csv(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
+    """``rows`` as CSV, columns in order of first appearance; lists and dicts as JSON."""
+    keys: list[str] = []
+    for r in rows:
+        keys += [k for k in r if k not in keys]
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: json.dumps(v, default=_json_default) if isinstance(v, (list, dict)) else v
+                        for k, v in r.items()})
+    tmp.replace(path)
 
 
 def _json_default(o: Any) -> Any:

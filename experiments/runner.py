@@ -159,7 +159,7 @@ def exp_alltoall(seeds: Sequence[int], out: Path, scale: Scale, *, msrs=(0.5, 0.
                                    "workloads": list(workloads), "protocols": list(protocols),
                                    "switches": {p: switch_for(p) for p in protocols},
                                    "pattern": "every host sends one job to a random other host, all at once"},
-                      seeds, out / "alltoall")
+                      seeds, out / "alltoall", expected=len(seeds) * len(workloads) * len(msrs) * len(protocols))
     for tb, protos in testbeds(scale, protocols, out / "alltoall", sample_queues_s=0.02):
         for seed in seeds:
             for wl in workloads:
@@ -190,7 +190,7 @@ def exp_incast(seeds: Sequence[int], out: Path, scale: Scale, *, msrs=(0.5, 0.7,
     rf = R.ResultFile("incast", {"scale": dataclasses.asdict(scale), "msrs": list(msrs), "protocols": list(protocols),
                                  "switches": {p: switch_for(p) for p in protocols},
                                  "workload": "fbkv", "pattern": "hosts 1..N-1 each send one job to host 0"},
-                      seeds, out / "incast")
+                      seeds, out / "incast", expected=len(seeds) * len(msrs) * len(protocols))
     for tb, protos in testbeds(scale, protocols, out / "incast", sample_queues_s=0.02):
         for seed in seeds:
             for msr in msrs:
@@ -233,7 +233,7 @@ def exp_dynamic(seeds: Sequence[int], out: Path, scale: Scale, *, msrs=(0.5, 0.7
                                   "bg_load": bg_load, "workload": "fbkv x 4 (longer job)",
                                   "background": "paced UDP, APPROX with a TLR in the job's initial queue, moved one "
                                                 "queue up halfway"},
-                      seeds, out / "dynamic")
+                      seeds, out / "dynamic", expected=len(seeds) * len(msrs) * len(protocols))
     rate = scale.rate_mbit * 1e6
     n = scale.fbkv_n * 4
     for tb, protos in testbeds(scale, protocols, out / "dynamic"):
@@ -334,7 +334,7 @@ def exp_ablation(seeds: Sequence[int], out: Path, scale: Scale, *, msrs=(0.5, 0.
                                                         "atp-fixprio": "dynamic TLR, job pinned to its initial queue",
                                                         "atp-full": "dynamic TLR and dynamic queue (controller)"},
                                    "background": "paced UDP, APPROX, TLR in the job's initial queue"},
-                      seeds, out / "ablation")
+                      seeds, out / "ablation", expected=len(seeds) * len(msrs) * len(variants))
     rate = scale.rate_mbit * 1e6
     for tb, protos in testbeds(scale, variants, out / "ablation"):
         fixprio = switch_for(protos[0]) == "static"
@@ -381,7 +381,7 @@ def exp_coexist(seeds: Sequence[int], out: Path, scale: Scale, *, msrs=(0.5, 0.9
                                   "protocols": list(protocols), "switches": {p: switch_for(p) for p in protocols},
                                   "pattern": "2 FBHD approximate jobs (hosts 0, 2; 5 x fbhd_n messages each) + "
                                              "4 s of web-search TCP flows (host 3), all into host 1"},
-                      seeds, out / "coexist")
+                      seeds, out / "coexist", expected=len(seeds) * len(msrs) * len(loads) * len(protocols))
     for tb, protos in testbeds(scale, protocols, out / "coexist"):
         for seed in seeds:
             for msr in msrs:
@@ -407,7 +407,7 @@ def exp_fairness(seeds: Sequence[int], out: Path, scale: Scale, *,
     rf = R.ResultFile("fairness", {"scale": dataclasses.asdict(scale), "schemes": list(schemes),
                                    "jobs": "FBHD MSR 0.5 (host 0), FBHD MSR 0.75 (host 1), then FBKV MSR 0.875 "
                                            "(host 2, starts 0.5 s later), all into host 3"},
-                      seeds, out / "fairness")
+                      seeds, out / "fairness", expected=len(seeds) * len(schemes))
     for tb, protos in testbeds(scale, ["atp-full" if sc == "alone" else sc for sc in schemes], out / "fairness"):
         fixprio = switch_for(protos[0]) == "static"
         for seed in seeds:
@@ -496,7 +496,7 @@ def exp_ddnn(seeds: Sequence[int], out: Path, scale: Scale, *, ratios=(2.0, 4.0)
                                "priorities": {"same": "ring traffic in queue 0 with the flows",
                                               "low": "ring traffic (TCP dport 5900) in queue 1 (7 packets)"},
                                "flows": "web-search TCP flows from an extra host to the workers"},
-                      seeds, out / "ddnn")
+                      seeds, out / "ddnn", expected=len(seeds) * len(ratios) * len(flow_loads) * 3)
     low_rule = ClassRule(rank=10, ip_proto=6, ip_proto_mask=0xFF, l4_dport=ddnn.RING_PORT, l4_dport_mask=0xFFFF, qid=1)
     with Testbed(scale.testbed(hosts=workers + 1, controller=False), out / "ddnn" / "work") as tb:
         for seed in seeds:
@@ -571,7 +571,7 @@ def exp_boundedloss(seeds: Sequence[int], out: Path, scale: Scale, *, bounds=(0.
                                       "vector_len": vector_len, "offline_len": offline_len, "floats_per_packet": fpp,
                                       "gradient": "Laplace(0, 1e-3) float32",
                                       "loss_bounds_source": "Xia et al. APNet'19 Table 3: RNN 0.10, MLP/CNN 0.15, MF 0.35"},
-                      seeds, out / "boundedloss")
+                      seeds, out / "boundedloss", expected=len(seeds) * (8 + (4 * len(bounds) * len(bg_loads) if network else 0)))
     for seed in seeds:
         vec = gradient_vector(seed, max(vector_len, offline_len))
         for loss in (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.35, 0.5):

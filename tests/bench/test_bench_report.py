@@ -7,7 +7,8 @@ import json
 import pytest
 
 from netapprox.bench import network as N
-from netapprox.bench.__main__ import HEADLINE_KEYS, bars, headline, markdown, summarize, write_csv
+from netapprox.bench.__main__ import HEADLINE_KEYS, bars, headline, markdown, summarize
+from netapprox.experiments.results import Progress, write_csv
 from netapprox.experiments.runner import Scale, switch_for
 
 
@@ -101,7 +102,7 @@ def test_markdown_and_csv(tmp_path):
 
 def test_progress_says_what_remains():
     lines = []
-    p = N.Progress(4, lines.append)
+    p = Progress(4, lines.append)
     p.step("a", "ok")
     p.note("testbed")
     assert lines[0].startswith("[  1/4 ") and "left] a: ok" in lines[0] and "testbed" in lines[1]
