@@ -187,10 +187,11 @@ class ControllerCore:
 
     # --- reports -------------------------------------------------------------------------------------------
 
-    def ingest(self, datagram: bytes, source: str, now: float) -> ReportFields | None:
+    def ingest(self, datagram: bytes | ReportFields, source: str, now: float) -> ReportFields | None:
         """Validate and record one REPORT datagram from host ``source`` (its address: the rate-limit key and,
         with ``SwitchConfig.job_sources``, what says which switches carry the job). Returns the report, or None
-        if it was dropped (counted by reason in ``ingest_stats``). Never raises on bad input."""
+        if it was dropped (counted by reason in ``ingest_stats``). Never raises on bad input. ``datagram`` may
+        be a report ``reports.receive_batch`` decoded in C."""
         report = self.ingest_stats.receive(datagram, source, now)
         if report is None:
             return None
@@ -211,6 +212,16 @@ class ControllerCore:
             self._dirty.add(report.job_id)
         self._reports.append(report)
         return report
+
+    def ingest_batch(self, batch: Iterable[tuple[str, bytes | ReportFields]], now: float) -> int:
+        """``ingest`` each (source, datagram or decoded report) of ``reports.receive_batch``; returns how many
+        were accepted."""
+        ingest = self.ingest
+        accepted = 0
+        for source, item in batch:
+            if ingest(item, source, now) is not None:
+                accepted += 1
+        return accepted
 
     def ingest_frame(self, frame: bytes, now: float) -> ReportFields | None:
         """A packet-in frame (Ethernet/IPv4/UDP carrying a REPORT): ``ingest`` its payload, keyed by the IPv4

@@ -32,11 +32,11 @@ from netapprox.controller.drivers import Driver, build_driver
 from netapprox.controller.errors import ControllerError, P4RuntimeWriteError, SwitchUnavailable
 from netapprox.controller.model import Counters, TableUpdates, WriteSummary
 from netapprox.controller.observe import DecisionLog, Metrics
+from netapprox.controller.reports import RECV_BATCH, receive_batch
 from netapprox.hostlib.wire import Report
 
 log = logging.getLogger("netapprox.controller")
 
-MAX_DATAGRAM = 2048
 SO_RCVBUFFORCE = 33  # Linux; not in the socket module
 GC_FULL_EVERY_S = 10.0
 
@@ -202,18 +202,25 @@ class Runtime:
         with self._lock:
             return self.core.ingest(datagram, source, self._clock() if now is None else now)
 
-    def _drain_socket(self, now: float) -> None:
+    def _drain_socket(self, now: float) -> int:
+        """Ingest every datagram waiting on the report socket, in batches (``reports.receive_batch``: recvmmsg
+        and C decoding when the helper is built). Returns how many were read."""
         if self._sock is None:
-            return
+            return 0
+        key = self.config.reports.key
+        total = 0
         while True:
             try:
-                data, addr = self._sock.recvfrom(MAX_DATAGRAM)
-            except (BlockingIOError, InterruptedError):
-                return
+                batch = receive_batch(self._sock, key)
             except OSError as e:  # e.g. ICMP errors surfacing on the socket
                 log.debug("report socket: %s", e)
-                return
-            self.ingest(data, addr[0], now)
+                return total
+            if batch:
+                with self._lock:
+                    self.core.ingest_batch(batch, now)
+                total += len(batch)
+            if len(batch) < RECV_BATCH:
+                return total
 
     # --- connections -------------------------------------------------------------------------------------
 
