@@ -39,6 +39,9 @@ log = logging.getLogger("netapprox.controller")
 
 SO_RCVBUFFORCE = 33  # Linux; not in the socket module
 GC_FULL_EVERY_S = 10.0
+DRAIN_LIMIT = 1024
+"""Reports taken from the socket per drain, at most (about 5 ms of work): the loop checks its epoch deadline
+between drains."""
 WRITE_POLL_S = 0.001
 """How often the loop checks, between epochs, whether the switch has answered a Write while updates wait."""
 
@@ -204,14 +207,16 @@ class Runtime:
         with self._lock:
             return self.core.ingest(datagram, source, self._clock() if now is None else now)
 
-    def _drain_socket(self, now: float) -> int:
-        """Ingest every datagram waiting on the report socket, in batches (``reports.receive_batch``: recvmmsg
-        and C decoding when the helper is built). Returns how many were read."""
+    def _drain_socket(self, now: float, limit: int = DRAIN_LIMIT) -> int:
+        """Ingest the datagrams waiting on the report socket, in batches (``reports.receive_batch``: recvmmsg and
+        C decoding when the helper is built), at most about ``limit`` of them, so that reports arriving faster
+        than they can be taken never hold up an epoch (the rest wait in the socket's buffer). Returns how many
+        were read."""
         if self._sock is None:
             return 0
         key = self.config.reports.key
         total = 0
-        while True:
+        while total < limit:
             try:
                 batch = receive_batch(self._sock, key)
             except OSError as e:  # e.g. ICMP errors surfacing on the socket
@@ -456,7 +461,7 @@ class Runtime:
                     continue
                 readable, _, _ = select.select([self._sock], [], [], wait)
                 if readable:
-                    self._drain_socket(self._clock())
+                    self._drain_socket(self._clock())  # bounded: the deadline is checked again soon
                     if self.config.decide_on_arrival:
                         self.decide_arrivals()
 
