@@ -159,3 +159,33 @@ def test_runtime_drains_the_socket_in_batches(monkeypatch, native):
         assert accepted == n
         assert sorted(rt.assignments) == list(range(1, n + 1))
         assert rt.core.ingest_stats.dropped["bad_mac"] == 1
+
+
+def test_without_the_helper_the_python_loop_is_selected(tmp_path):
+    """As on a machine where ``pip install`` could not build the helper: importing it fails, ``NATIVE`` is False
+    and ``receive_batch`` still drains the socket (in a fresh interpreter, with the import blocked)."""
+    import subprocess
+    import sys
+
+    script = f"""
+import importlib.abc, socket, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "netapprox.controller._reportrx":
+            raise ImportError("not built")
+sys.meta_path.insert(0, Block())
+from netapprox.controller import reports
+assert not reports.NATIVE and reports._native is None
+rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); rx.bind(("127.0.0.1", 0)); rx.setblocking(False)
+tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+tx.sendto({report(key=KEY)!r}, rx.getsockname())
+got = []
+while not got:
+    got = reports.receive_batch(rx, {KEY!r})
+ingest = reports.ReportIngest(reports.ReportConfig(key={KEY!r}))
+assert ingest.receive(got[0][1], got[0][0], 0.0).job_id == 5
+print("python loop")
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "python loop"
