@@ -13,7 +13,6 @@ decodes and HMAC-checks the well-formed REPORTs in C; without it, a ``recvfrom``
 from __future__ import annotations
 
 import collections
-import dataclasses
 import hmac
 import struct
 from typing import NamedTuple
@@ -91,12 +90,6 @@ def decode_report(data: bytes, key: bytes | None = None) -> ReportFields:
                         r.lost, r.epoch)
 
 
-@dataclasses.dataclass
-class _Bucket:
-    tokens: float
-    stamp: float
-
-
 class ReportIngest:
     """Validates reports. ``accepted`` and ``dropped`` (reason -> count) are cumulative."""
 
@@ -105,7 +98,7 @@ class ReportIngest:
         self.accepted = 0
         self.dropped: collections.Counter[str] = collections.Counter()
         self._last_seq: dict[tuple[int, int], int] = {}
-        self._buckets: dict[str, _Bucket] = {}
+        self._buckets: dict[str, list[float]] = {}  # host -> [tokens, stamp] (a list: updated at line rate)
 
     def receive(self, data: bytes | ReportFields, host: str, now: float) -> ReportFields | None:
         """Validate one REPORT datagram from ``host`` (an address; the rate-limit key). None if dropped. ``data``
@@ -153,18 +146,22 @@ class ReportIngest:
         if bucket is None:
             if len(self._buckets) >= MAX_HOSTS:
                 self._prune(now)
-            bucket = self._buckets[host] = _Bucket(float(self.config.burst), now)
-        bucket.tokens = min(float(self.config.burst),
-                            bucket.tokens + max(0.0, now - bucket.stamp) * self.config.rate_per_host)
-        bucket.stamp = now
-        if bucket.tokens < 1.0:
+            bucket = self._buckets[host] = [float(self.config.burst), now]
+        tokens, stamp = bucket
+        if now > stamp:
+            tokens += (now - stamp) * self.config.rate_per_host
+            if tokens > self.config.burst:
+                tokens = float(self.config.burst)
+        bucket[1] = now
+        if tokens < 1.0:
+            bucket[0] = tokens
             return False
-        bucket.tokens -= 1.0
+        bucket[0] = tokens - 1.0
         return True
 
     def _prune(self, now: float) -> None:
-        full = [h for h, b in self._buckets.items()
-                if b.tokens + (now - b.stamp) * self.config.rate_per_host >= self.config.burst]
+        full = [h for h, (tokens, stamp) in self._buckets.items()
+                if tokens + (now - stamp) * self.config.rate_per_host >= self.config.burst]
         for h in full or list(self._buckets)[: len(self._buckets) // 2]:
             del self._buckets[h]
 
