@@ -4,8 +4,8 @@
  *
  *   recv_reports(fd, max_batch, key, report_type) -> list
  *
- * One recvmmsg(2) call (MSG_DONTWAIT, the GIL released) takes up to ``max_batch`` datagrams from the IPv4 UDP
- * socket ``fd``. Each becomes ``(source, item)``: ``source`` the sender's dotted IPv4 address, ``item`` a
+ * One recvmmsg(2) call (MSG_DONTWAIT, the GIL released) takes up to ``max_batch`` datagrams from the UDP socket
+ * ``fd``. Each becomes ``(source, item)``: ``source`` the sender's address as text, ``item`` a
  * ``report_type`` (the tuple subclass ``controller.reports.ReportFields``) when the datagram passes exactly the
  * checks of the fast path of ``controller.reports.decode_report`` (a REPORT header, flags, TLR/loss/MSR in Q1.15,
  * pkt_idx < pkt_cnt, the payload length, and with ``key`` the HMAC-SHA256 tag), else the datagram's bytes, for
@@ -225,7 +225,7 @@ static PyObject *recv_reports(PyObject *self, PyObject *args) {
     static uint8_t bufs[MAX_BATCH][DGRAM_MAX]; /* guarded by buffer_lock (taken with the GIL released) */
     struct mmsghdr msgs[MAX_BATCH];
     struct iovec iov[MAX_BATCH];
-    struct sockaddr_in addrs[MAX_BATCH];
+    struct sockaddr_storage addrs[MAX_BATCH];
     hmac_key key, *keyp = NULL;
     int got, i;
 
@@ -277,11 +277,13 @@ static PyObject *recv_reports(PyObject *self, PyObject *args) {
         return NULL;
     }
     for (i = 0; i < got; i++) {
-        char text[INET_ADDRSTRLEN] = "?";
+        char text[INET6_ADDRSTRLEN] = "?";
         const uint8_t *d = bufs[i];
         size_t n = msgs[i].msg_len;
-        if (addrs[i].sin_family == AF_INET)
-            inet_ntop(AF_INET, &addrs[i].sin_addr, text, sizeof text);
+        if (addrs[i].ss_family == AF_INET)
+            inet_ntop(AF_INET, &((struct sockaddr_in *)&addrs[i])->sin_addr, text, sizeof text);
+        else if (addrs[i].ss_family == AF_INET6)
+            inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&addrs[i])->sin6_addr, text, sizeof text);
         PyObject *item = decode(d, n, keyp, (PyTypeObject *)type_obj);
         if (item == NULL) {
             if (PyErr_Occurred())

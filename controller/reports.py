@@ -168,7 +168,7 @@ class ReportIngest:
 
 def receive_batch(sock, key: bytes | None, max_batch: int = RECV_BATCH,
                   native: bool = NATIVE) -> list[tuple[str, ReportFields | bytes]]:
-    """Up to ``max_batch`` datagrams waiting on the non-blocking IPv4 UDP socket ``sock``, as (source address,
+    """Up to ``max_batch`` datagrams waiting on the non-blocking UDP socket ``sock``, as (source address,
     item): ``item`` is the decoded report when the C helper accepted it (header, payload and, with ``key``, the
     HMAC checked exactly as ``decode_report`` checks them), else the datagram's bytes, for
     ``ReportIngest.receive`` to decode and classify. Empty when nothing is waiting. ``native=False`` forces the

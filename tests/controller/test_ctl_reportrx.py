@@ -189,3 +189,17 @@ print("python loop")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "python loop"
+
+
+@pytest.mark.parametrize("native", PATHS)
+def test_an_ipv6_report_socket_names_its_senders(native):
+    try:
+        rx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        rx.bind(("::1", 0))
+    except OSError as e:
+        pytest.skip(f"no IPv6 loopback here: {e}")
+    rx.setblocking(False)
+    with rx, socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as tx:
+        got = send_and_drain(rx, tx, [report(), report(seq=2, key=KEY)], None, native)
+    assert [source for source, _ in got] == ["::1", "::1"]
+    assert all(type(item) is ReportFields for _, item in got) == native
