@@ -457,10 +457,9 @@ def _step(progress: Callable[[str], None], label: str, fn: Callable[[], dict], l
 
 def run(quick: bool = False, progress: Callable[[str], None] = print) -> dict:
     """Run the controller benchmark (about a minute on a quiet machine, three on a busy one; ``quick``: a third of
-    that); ``progress`` gets one line per
-    measurement as it finishes (``bench/__main__.py`` may prefix them with the section). Returns a
-    JSON-serialisable dict whose ``headline`` has
-    ``controller_epoch_ms_10k`` ({median, p99}) and ``controller_reports_per_s``."""
+    that). ``progress`` gets one line per measurement as it finishes (``bench/__main__.py`` may prefix them with
+    the section). Returns a JSON-serialisable dict whose ``headline`` has ``controller_epoch_ms_10k``
+    ({median, p99}) and ``controller_reports_per_s``."""
     sizes = (100, 1000, 10000)
     epochs = {100: 50 if quick else 200, 1000: 20 if quick else 100, 10000: 10 if quick else 60}
 
