@@ -107,3 +107,66 @@ def _p4info():
     from ctl_fixtures import P4INFO
 
     return P4INFO
+
+
+class BacklogDriver:
+    """A driver double holding ``backlog`` updates back until ``send_pending`` is called ``rounds`` times."""
+
+    def __init__(self, rounds: int, fail: Exception | None = None) -> None:
+        self.rounds = rounds
+        self.sent = 0
+        self.fail = fail
+
+    def connect(self):
+        pass
+
+    def apply_updates(self, desired, updates):
+        from netapprox.controller.model import WriteSummary
+
+        return WriteSummary()
+
+    def read_counters(self):
+        raise AssertionError("counters are off")
+
+    def pending_writes(self):
+        return self.sent < self.rounds
+
+    def send_pending(self):
+        from netapprox.controller.model import WriteSummary
+
+        if self.fail is not None:
+            raise self.fail
+        self.sent += 1
+        return WriteSummary(modified=2)
+
+    def drain_packet_in(self):
+        return []
+
+    def close(self):
+        pass
+
+
+def _runtime(driver) -> Runtime:
+    config = ControllerConfig(reports=ReportConfig(port=-1), policy=PolicyConfig(), counters_every=0)
+    rt = Runtime(config, drivers={"s1": driver}, background_connect=False)
+    assert rt.connect(1)
+    rt.epoch(now=0.0)  # the first, full apply
+    return rt
+
+
+def test_the_loop_sends_waiting_updates_between_epochs_and_counts_them():
+    driver = BacklogDriver(rounds=3)
+    with _runtime(driver) as rt:
+        assert rt._pump_writes() is True and rt._pump_writes() is True
+        assert rt._pump_writes() is False  # the third round emptied the backlog
+        assert driver.sent == 3 and rt._pump_writes() is False and driver.sent == 3
+        assert 'netapprox_table_updates_total{op="modify",switch="s1"} 6.0' in rt.metrics_text()
+
+
+def test_a_switch_lost_while_sending_waiting_updates_is_marked_down():
+    from netapprox.controller.errors import SwitchUnavailable
+
+    driver = BacklogDriver(rounds=5, fail=SwitchUnavailable("s1", "gone"))
+    with _runtime(driver) as rt:
+        assert rt._pump_writes() is False
+        assert not rt.switch_up("s1")
