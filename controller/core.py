@@ -124,6 +124,7 @@ class ControllerCore:
     def _setup(self, switches: Mapping[str, SwitchConfig]) -> None:
         """(Re)build everything that follows from the configuration; every switch then gets a full apply."""
         cfg = self.config.policy
+        self._placer = policy.Placer(cfg)
         self.switches: Mapping[str, SwitchConfig] = types.MappingProxyType(dict(switches))
         self._tag_only = policy.tag_only_jobs(cfg)
         self._static = {name: dataclasses.replace(policy.static_state(sc, cfg), job_rules=frozenset())
@@ -187,10 +188,11 @@ class ControllerCore:
 
     # --- reports -------------------------------------------------------------------------------------------
 
-    def ingest(self, datagram: bytes, source: str, now: float) -> ReportFields | None:
+    def ingest(self, datagram: bytes | ReportFields, source: str, now: float) -> ReportFields | None:
         """Validate and record one REPORT datagram from host ``source`` (its address: the rate-limit key and,
         with ``SwitchConfig.job_sources``, what says which switches carry the job). Returns the report, or None
-        if it was dropped (counted by reason in ``ingest_stats``). Never raises on bad input."""
+        if it was dropped (counted by reason in ``ingest_stats``). Never raises on bad input. ``datagram`` may
+        be a report ``reports.receive_batch`` decoded in C."""
         report = self.ingest_stats.receive(datagram, source, now)
         if report is None:
             return None
@@ -211,6 +213,16 @@ class ControllerCore:
             self._dirty.add(report.job_id)
         self._reports.append(report)
         return report
+
+    def ingest_batch(self, batch: Iterable[tuple[str, bytes | ReportFields]], now: float) -> int:
+        """``ingest`` each (source, datagram or decoded report) of ``reports.receive_batch``; returns how many
+        were accepted."""
+        ingest = self.ingest
+        accepted = 0
+        for source, item in batch:
+            if ingest(item, source, now) is not None:
+                accepted += 1
+        return accepted
 
     def ingest_frame(self, frame: bytes, now: float) -> ReportFields | None:
         """A packet-in frame (Ethernet/IPv4/UDP carrying a REPORT): ``ingest`` its payload, keyed by the IPv4
@@ -248,17 +260,8 @@ class ControllerCore:
         changes: list[policy.JobChange] = []
         expired = self._expire(now)
         if cfg.mode == "netapprox":
-            pinned = dict(cfg.pinned)
-            for job_id in sorted((self._dirty | self._losing) - set(expired)):
-                job = self._jobs[job_id]
-                job.refresh_min()
-                change = self._decide(job, pinned, cfg)
-                if change is not None:
-                    changes.append(change)
-                    if change.new_qid != change.old_qid:
-                        self._set_queue(job, change.new_qid, deltas)
-                if job_id in self._losing or change is not None and change.reason == "promoted":
-                    urgent.add(job_id)
+            self._decide_all(sorted((self._dirty | self._losing).difference(expired)), dict(cfg.pinned), deltas,
+                             changes, urgent)
             for job_id in sorted(expired):
                 old = self._assignments.pop(job_id, None)
                 if old is not None:
@@ -335,6 +338,51 @@ class ControllerCore:
             heapq.heappush(heap, entry)
         return expired
 
+    def _decide_all(self, job_ids: list[int], pinned: Mapping[int, int], deltas: dict[str, dict[int, int | None]],
+                    changes: list[policy.JobChange], urgent: set[int]) -> None:
+        """``_decide`` and ``_set_queue`` for each of ``job_ids`` (live jobs), inlined: this loop runs for every
+        job that changed, each epoch. Losing and promoted jobs go to ``urgent``."""
+        jobs, losing, assignments, tables = self._jobs, self._losing, self._assignments, self._tables
+        place, margin, job_change = self._placer.place, self.config.policy.loss_margin, policy.JobChange
+        for job_id in job_ids:
+            job = jobs[job_id]
+            groups = job.groups
+            if len(groups) == 1:
+                for group_id, report in groups.items():
+                    tlr = report.tlr
+            else:
+                tlr, group_id = policy.job_tlr(groups)
+                report = groups[group_id]
+            job.min_tlr, job.min_group = tlr, group_id
+            if job_id in pinned:
+                change = self._decide(job, pinned, self.config.policy)
+                if change is not None:
+                    changes.append(change)
+                    if change.new_qid != change.old_qid:
+                        self._set_queue(job, change.new_qid, deltas)
+                continue
+            loss = report.loss
+            old = job.qid
+            new, reason, job.streak = place(tlr, loss, old, job.streak)
+            if loss > tlr + margin:  # losing: its streak moves every epoch, so decide it every epoch
+                losing.add(job_id)
+                urgent.add(job_id)
+            elif job_id in losing:
+                losing.discard(job_id)
+            job.qid = new
+            assignments[job_id] = new
+            if reason is None:
+                continue
+            changes.append(job_change(job_id, reason, old, new, tlr, group_id, loss))
+            if reason == "promoted":
+                urgent.add(job_id)
+            if new != old and not job.tag_only:
+                for name in job.switches:
+                    table = tables[name]
+                    if table.get(job_id) != new:
+                        table[job_id] = new
+                        deltas[name][job_id] = new
+
     def _decide(self, job: _Job, pinned: Mapping[int, int], cfg) -> policy.JobChange | None:
         """``policy.decide`` for one live job (its groups are live: ``_expire`` ran)."""
         tlr, group_id = job.min_tlr, job.min_group
@@ -346,9 +394,7 @@ class ControllerCore:
             job.streak = 0
             self._losing.discard(job.job_id)
         else:
-            streaks: dict[int, int] = {}
-            new, reason = policy._place(job.job_id, tlr, loss, old, {job.job_id: job.streak}, streaks, cfg)
-            job.streak = streaks.get(job.job_id, 0)
+            new, reason, job.streak = self._placer.place(tlr, loss, old, job.streak)
             if loss > tlr + cfg.loss_margin:  # losing: its streak moves every epoch, so decide it every epoch
                 self._losing.add(job.job_id)
             else:

@@ -33,6 +33,11 @@ class DecisionLog:
             self._file = open(path, "a", encoding="utf-8", buffering=1)
         self._lock = threading.Lock()
 
+    @property
+    def enabled(self) -> bool:
+        """False when everything is discarded (callers may skip building the fields)."""
+        return self._file is not None
+
     def write(self, event: str, **fields: Any) -> None:
         if self._file is None:
             return
@@ -80,6 +85,17 @@ class RuntimeCollector(Collector):
         yield _gauge("netapprox_write_backlog", "Table updates waiting for the switch (write budget or Writes in "
                      "flight); they go out at their newest value.",
                      [((n,), s["backlog"]) for n, s in switches.items()], ["switch"])
+        yield _gauge("netapprox_write_backlog_urgent", "Of the waiting table updates, those of jobs whose loss "
+                     "exceeds their TLR (sent first when the switch cannot take everything).",
+                     [((n,), s.get("backlog_urgent", 0)) for n, s in switches.items()], ["switch"])
+        yield _counter("netapprox_write_prioritised", "Updates of jobs whose loss exceeds their TLR sent ahead of "
+                       "older waiting updates because the switch could not take everything.",
+                       [((n,), s.get("write_stats", {}).get("prioritised", 0)) for n, s in switches.items()],
+                       ["switch"])
+        yield _counter("netapprox_write_coalesced", "Table updates superseded by a newer value of the same entry "
+                       "before they were sent (never sent).",
+                       [((n,), s.get("write_stats", {}).get("coalesced", 0)) for n, s in switches.items()],
+                       ["switch"])
         queues = [(n, q) for n, s in switches.items() if s["counters"] is not None for q in s["counters"].queues]
         labels = ["switch", "port", "queue"]
         for name, help_text, attr in (

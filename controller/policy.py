@@ -15,6 +15,7 @@
 """
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import types
 from typing import Mapping, NamedTuple
@@ -147,6 +148,49 @@ def _urgency(flow, objective: str) -> tuple:
     if objective == "weight":
         return (-flow.weight, flow.priority[0])
     return (flow.priority[0], flow.deadline_us[1])
+
+
+class Placer:
+    """``_place`` for one job at a time, with the configuration's thresholds and hysteresis bands worked out once
+    (the incremental core decides thousands of jobs an epoch with it). Same decisions as ``_place``:
+    tests/controller/test_core.py checks the core against ``decide`` epoch by epoch."""
+
+    __slots__ = ("_upper", "_bands", "_margin", "_promote_after", "_thresholds")
+
+    def __init__(self, config: PolicyConfig) -> None:
+        self._thresholds = tuple(config.thresholds)
+        self._upper = self._thresholds[FIRST_APPROX_QUEUE:]  # T_1 .. T_7, strictly increasing (validated)
+        self._bands = {q: (lo - config.hysteresis, hi + config.hysteresis)
+                       for q in range(FIRST_APPROX_QUEUE, NUM_QUEUES)
+                       for lo, hi in (queue_range(q, self._thresholds),)}
+        self._margin = config.loss_margin
+        self._promote_after = config.promote_after_epochs
+
+    def queue_for(self, tlr: float) -> int:
+        """``queue_for_tlr`` (the largest k with T_k <= tlr, at least 1)."""
+        return max(FIRST_APPROX_QUEUE, bisect.bisect_right(self._upper, tlr))
+
+    def place(self, tlr: float, loss: float, old: int | None, streak: int) -> tuple[int, str | None, int]:
+        """(queue, change reason or None, losing streak after this epoch) for one unpinned job whose streak was
+        ``streak``."""
+        target = max(FIRST_APPROX_QUEUE, bisect.bisect_right(self._upper, tlr))
+        if old is None:
+            return target, "new", 0
+        band = self._bands.get(old)
+        if loss > tlr + self._margin:
+            streak += 1
+            if streak >= self._promote_after and old > FIRST_APPROX_QUEUE:
+                return old - 1, "promoted", 0
+            new = old if band is not None and band[0] <= tlr < band[1] else target
+            new = min(new, old)  # a losing job never moves down
+        else:
+            streak = 0
+            new = old if target == old or band is not None and band[0] <= tlr < band[1] else target
+        if new != old:
+            return new, "moved", streak
+        if target != old:
+            return old, "held", streak
+        return old, None, streak
 
 
 def tag_rules(cadentflows: tuple[CadentFlow, ...]) -> frozenset[TagRule]:

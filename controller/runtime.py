@@ -32,13 +32,18 @@ from netapprox.controller.drivers import Driver, build_driver
 from netapprox.controller.errors import ControllerError, P4RuntimeWriteError, SwitchUnavailable
 from netapprox.controller.model import Counters, TableUpdates, WriteSummary
 from netapprox.controller.observe import DecisionLog, Metrics
+from netapprox.controller.reports import RECV_BATCH, receive_batch
 from netapprox.hostlib.wire import Report
 
 log = logging.getLogger("netapprox.controller")
 
-MAX_DATAGRAM = 2048
 SO_RCVBUFFORCE = 33  # Linux; not in the socket module
 GC_FULL_EVERY_S = 10.0
+DRAIN_LIMIT = 1024
+"""Reports taken from the socket per drain, at most (about 5 ms of work): the loop checks its epoch deadline
+between drains."""
+WRITE_POLL_S = 0.001
+"""How often the loop checks, between epochs, whether the switch has answered a Write while updates wait."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,18 +207,27 @@ class Runtime:
         with self._lock:
             return self.core.ingest(datagram, source, self._clock() if now is None else now)
 
-    def _drain_socket(self, now: float) -> None:
+    def _drain_socket(self, now: float, limit: int = DRAIN_LIMIT) -> int:
+        """Ingest the datagrams waiting on the report socket, in batches (``reports.receive_batch``: recvmmsg and
+        C decoding when the helper is built), at most about ``limit`` of them, so that reports arriving faster
+        than they can be taken never hold up an epoch (the rest wait in the socket's buffer). Returns how many
+        were read."""
         if self._sock is None:
-            return
-        while True:
+            return 0
+        key = self.config.reports.key
+        total = 0
+        while total < limit:
             try:
-                data, addr = self._sock.recvfrom(MAX_DATAGRAM)
-            except (BlockingIOError, InterruptedError):
-                return
+                batch = receive_batch(self._sock, key)
             except OSError as e:  # e.g. ICMP errors surfacing on the socket
                 log.debug("report socket: %s", e)
-                return
-            self.ingest(data, addr[0], now)
+                return total
+            if batch:
+                with self._lock:
+                    self.core.ingest_batch(batch, now)
+                total += len(batch)
+            if len(batch) < RECV_BATCH:
+                return total
 
     # --- connections -------------------------------------------------------------------------------------
 
@@ -292,10 +306,11 @@ class Runtime:
                     self.core.ingest_frame(frame, now)
         with self._lock:
             plan = self.core.step(now)
-        for change in plan.changes:
-            self.decision_log.write("job", epoch=plan.epoch, job=change.job_id, reason=change.reason,
-                                    old_queue=change.old_qid, new_queue=change.new_qid, tlr=change.tlr,
-                                    loss=change.loss, group=change.group_id)
+        if self.decision_log.enabled:
+            for change in plan.changes:
+                self.decision_log.write("job", epoch=plan.epoch, job=change.job_id, reason=change.reason,
+                                        old_queue=change.old_qid, new_queue=change.new_qid, tlr=change.tlr,
+                                        loss=change.loss, group=change.group_id)
         writes: dict[str, WriteSummary] = {}
         errors: dict[str, str] = {}
         counters: dict[str, Counters] = {}
@@ -388,6 +403,32 @@ class Runtime:
                 self._mark_down(sw, f"{type(e).__name__}: {e}")
         return writes
 
+    def _pump_writes(self) -> bool:
+        """Between epochs: let each driver that holds updates back for its in-flight window send them as the
+        switch answers (``send_pending``), so a backlog drains at the switch's pace. True while any still wait."""
+        waiting = False
+        for sw in self._switches.values():
+            pending = getattr(sw.driver, "pending_writes", None)
+            if not sw.up or sw.needs_full or pending is None or not pending():
+                continue
+            try:
+                summary = sw.driver.send_pending()
+                sw.updates["insert"] += summary.inserted
+                sw.updates["modify"] += summary.modified
+                sw.updates["delete"] += summary.deleted
+            except SwitchUnavailable as e:
+                self._mark_down(sw, str(e))
+                continue
+            except P4RuntimeWriteError as e:
+                sw.write_errors += len(e.errors)
+                log.error("%s", e)
+            except Exception as e:  # noqa: BLE001 - as in epoch(): re-arm the switch, keep the loop
+                log.exception("switch %r: driver failed", sw.name)
+                self._mark_down(sw, f"{type(e).__name__}: {e}")
+                continue
+            waiting = waiting or pending()
+        return waiting
+
     def run(self, stop: threading.Event) -> None:
         """Epochs every ``config.epoch_s`` (wall clock) until ``stop`` is set. Reports arriving on the socket are
         ingested as they arrive; writes happen at epoch boundaries. An overrun skips the missed epochs. Garbage
@@ -413,12 +454,14 @@ class Runtime:
                 timeout = deadline - time.monotonic()
                 if timeout <= 0:
                     break
+                waiting = self._pump_writes()
+                wait = min(timeout, WRITE_POLL_S if waiting else 0.05)
                 if self._sock is None:
-                    stop.wait(min(timeout, 0.05))
+                    stop.wait(wait)
                     continue
-                readable, _, _ = select.select([self._sock], [], [], min(timeout, 0.05))
+                readable, _, _ = select.select([self._sock], [], [], wait)
                 if readable:
-                    self._drain_socket(self._clock())
+                    self._drain_socket(self._clock())  # bounded: the deadline is checked again soon
                     if self.config.decide_on_arrival:
                         self.decide_arrivals()
 
@@ -490,6 +533,8 @@ class Runtime:
                     "reports_dropped": dict(stats.dropped), "jobs": jobs}
         snap["switches"] = {n: {"up": sw.up, "reconnects": sw.reconnects, **sw.updates,
                                 "write_errors": sw.write_errors, "counters": sw.counters,
-                                "backlog": getattr(sw.driver, "deferred_updates", 0)}
+                                "backlog": getattr(sw.driver, "deferred_updates", 0),
+                                "backlog_urgent": getattr(sw.driver, "deferred_urgent", 0),
+                                "write_stats": dict(getattr(sw.driver, "write_stats", {}))}
                             for n, sw in self._switches.items()}
         return snap

@@ -31,7 +31,7 @@ from netapprox.controller.p4runtime.bmv2_thrift import set_queue_depths
 from netapprox.controller.p4runtime.classification import Classification
 from netapprox.controller.p4runtime.ecn import Ecn
 from netapprox.controller.p4runtime.forwarding import Forwarding
-from netapprox.controller.p4runtime.mirror import UPDATE_ORDER, Change, batches, pending_changes
+from netapprox.controller.p4runtime.mirror import ENTRY_CACHE_SIZE, UPDATE_ORDER, Change, batches, pending_changes
 from netapprox.controller.p4runtime.options import P4RuntimeOptions, options_from_mapping
 from netapprox.controller.p4runtime.p4info import P4Info, decode
 from netapprox.controller.p4runtime.session import P4RuntimeSession
@@ -39,6 +39,7 @@ from netapprox.controller.p4runtime.validation import Validation
 
 log = logging.getLogger("netapprox.controller.p4runtime")
 
+INSERT, MODIFY, DELETE = p4runtime_pb2.Update.INSERT, p4runtime_pb2.Update.MODIFY, p4runtime_pb2.Update.DELETE
 ENQUEUED_PACKETS = "NetApproxIngress.enqueued_packets"
 TRANSMITTED_PACKETS = "NetApproxEgress.transmitted_packets"
 
@@ -72,14 +73,23 @@ class P4RuntimeDriver(Driver):
         self.session = P4RuntimeSession(name, options, self.p4info)
         self._static: SwitchState | None = None  # the last asked state without queue_by_job ...
         self._jobs: dict[int, int] = {}  # ... and its queue_by_job entries
-        self._dirty: set[int] = set()  # jobs whose entry may differ from what is installed
+        # Jobs whose entry may differ from what is installed, oldest first (a dict as an ordered set: a job
+        # changed again keeps its place in line and goes out at its newest value).
+        self._dirty: dict[int, None] = {}
         self._urgent: set[int] = set()  # jobs whose loss exceeds their TLR: written first
         self._inflight: collections.deque = collections.deque()  # (future, changes, serialized batch)
         self._inflight_jobs: set[int] = set()
+        self._encoded: dict[int, tuple[JobRule | None, bytes]] = {}  # job*32 + kind*8 + qid -> (rule, Update bytes)
         self._tokens = 0.0
         self._token_stamp = time.monotonic()
         self.deferred_updates = 0
-        """queue_by_job updates left for later epochs by the write budget (``max_updates_per_s``)."""
+        """queue_by_job updates waiting for the switch (write budget, or Writes in flight); they go out at their
+        newest value."""
+        self.deferred_urgent = 0
+        """... of which for jobs whose loss exceeds their TLR."""
+        self.write_stats = {"prioritised": 0, "coalesced": 0}
+        """Cumulative: ``prioritised``: updates of losing jobs sent ahead of older waiting updates when the
+        switch could not take everything; ``coalesced``: updates superseded before they were sent (never sent)."""
         self.pipeline_pushes = 0
         self.queue_config_error: str | None = None
         self.tm_client_factory: Callable[[], Any] | None = None  # tests inject a fake BfRt client
@@ -108,7 +118,7 @@ class P4RuntimeDriver(Driver):
                 self._inflight.clear()  # Writes of the old session: their entries are re-sent below
                 self._inflight_jobs.clear()
                 if self._static is not None:
-                    self._dirty = set(self._jobs) | set(self.classification.queue_by_job.installed)
+                    self._dirty = dict.fromkeys(sorted(set(self._jobs) | set(self.classification.queue_by_job.installed)))
                     self._write(full=True)
             except BaseException:
                 self.session.close()
@@ -182,13 +192,39 @@ class P4RuntimeDriver(Driver):
                 self._set_desired(desired())
                 self._urgent |= updates.urgent
                 return self._write(full=True)
-            for job, qid in updates.jobs.items():
-                if qid is None:
-                    self._jobs.pop(job, None)
-                else:
-                    self._jobs[job] = qid
-            self._dirty.update(updates.jobs)
-            self._urgent |= updates.urgent
+            self._take_job_updates(updates)
+            errors = self._settle(block=False)
+            summary = self._send_job_changes() if self._dirty else WriteSummary()
+            if errors:
+                raise P4RuntimeWriteError(self.name, errors, len(errors))
+            return summary
+
+    def _take_job_updates(self, updates: TableUpdates) -> None:
+        """Record the epoch's queue_by_job changes as wanted and dirty (a job already waiting keeps its place)."""
+        jobs, dirty = self._jobs, self._dirty
+        coalesced = 0
+        for job, qid in updates.jobs.items():
+            if qid is None:
+                jobs.pop(job, None)
+            else:
+                jobs[job] = qid
+            if job in dirty:
+                coalesced += 1
+            else:
+                dirty[job] = None
+        self.write_stats["coalesced"] += coalesced
+        self._urgent |= updates.urgent
+
+    def pending_writes(self) -> bool:
+        """Updates wait for room in the in-flight window (``send_pending`` sends them once Writes complete)."""
+        return bool(self._dirty) and bool(self._inflight)
+
+    def send_pending(self) -> WriteSummary:
+        """Between epochs: record the Writes the switch has answered and send waiting updates into the room they
+        leave (so a backlog drains at the switch's pace, not one window per epoch). Raises their errors."""
+        with self._lock:
+            if self._static is None or not self.session.connected:
+                return WriteSummary()
             errors = self._settle(block=False)
             summary = self._send_job_changes() if self._dirty else WriteSummary()
             if errors:
@@ -207,18 +243,20 @@ class P4RuntimeDriver(Driver):
         room = max(0, opts.max_inflight_writes - len(self._inflight))
         if room == 0:
             self.deferred_updates = len(self._dirty)
+            self.deferred_urgent = len(self._urgent & self._dirty.keys())
             return WriteSummary()
         changes = self._job_changes(limit=room * opts.max_batch_updates)
         if not changes:
             return WriteSummary()
-        updates = [c.serialized() for c in changes]
+        updates = [c.payload for c in changes]  # queue_by_job changes are encoded directly
+        dirty, inflight_jobs = self._dirty, self._inflight_jobs
         for part in batches([len(u) for u in updates], opts.max_batch_updates, opts.max_write_bytes)[:room]:
             batch = [updates[i] for i in part]
             sent = [changes[i] for i in part]
             self._inflight.append((self.session.write_future(batch), sent, batch))
             for change in sent:
-                self._dirty.discard(change.key)
-                self._inflight_jobs.add(change.key)
+                dirty.pop(change.key, None)
+                inflight_jobs.add(change.key)
         kinds = collections.Counter(c.kind for c in changes)
         return WriteSummary(inserted=kinds[p4runtime_pb2.Update.INSERT], modified=kinds[p4runtime_pb2.Update.MODIFY],
                             deleted=kinds[p4runtime_pb2.Update.DELETE])
@@ -234,7 +272,10 @@ class P4RuntimeDriver(Driver):
     def _record(self, changes: list[Change], result: P4RuntimeWriteError | None) -> list[UpdateError]:
         """Commit what the switch took, heal what it refused; a job whose entry is not (or no longer) what is
         wanted goes back to the dirty set."""
-        failed = {} if result is None else {e.index: e for e in result.errors}
+        if result is None:
+            self._record_accepted(changes)
+            return []
+        failed = {e.index: e for e in result.errors}
         errors = []
         jobs = self.classification.queue_by_job
         for position, change in enumerate(changes):
@@ -252,8 +293,29 @@ class P4RuntimeDriver(Driver):
                 installed = jobs.installed.get(change.key)
                 want = self._jobs.get(change.key)
                 if err is not None or (installed[0].qid if installed and installed[0] else None) != want:
-                    self._dirty.add(change.key)
+                    self._dirty[change.key] = None
         return errors
+
+    def _record_accepted(self, changes: list[Change]) -> None:
+        """``_record`` of a Write the switch took whole (the hot path: inlined ``Change.commit``)."""
+        jobs_table = self.classification.queue_by_job
+        installed = jobs_table.installed
+        want, dirty, urgent, inflight = self._jobs, self._dirty, self._urgent, self._inflight_jobs
+        for change in changes:
+            if change.table is not jobs_table:
+                change.commit()
+                continue
+            job = change.key
+            if change.kind == DELETE:
+                installed.pop(job, None)
+                have = None
+            else:
+                installed[job] = (change.rule, change.entry)
+                have = change.rule.qid
+            urgent.discard(job)
+            inflight.discard(job)
+            if want.get(job) != have and job not in dirty:
+                dirty[job] = None  # changed again while in flight: its newest value goes next
 
     @property
     def _desired(self) -> SwitchState | None:
@@ -265,54 +327,72 @@ class P4RuntimeDriver(Driver):
     def _set_desired(self, state: SwitchState) -> None:
         self._static = dataclasses.replace(state, job_rules=frozenset())
         self._jobs = {r.job_id: r.qid for r in state.job_rules}
-        self._dirty = set(self._jobs) | set(self.classification.queue_by_job.installed)
+        self._dirty = dict.fromkeys(sorted(set(self._jobs) | set(self.classification.queue_by_job.installed)))
 
     def pending_changes(self, desired: SwitchState) -> list[Change]:
         """The updates ``apply(desired)`` would send, in order: deletes, modifies, inserts."""
         return pending_changes(self.controls, desired)
 
     def _job_changes(self, limit: int | None = None) -> list[Change]:
-        """queue_by_job updates for the dirty jobs (not in flight) within this epoch's write budget and ``limit``,
-        urgent jobs first."""
+        """queue_by_job updates for the dirty jobs (not in flight) within the write budget and ``limit``: in the
+        order they became dirty, except that when not all fit, the urgent ones (loss above TLR) go first."""
         table = self.classification.queue_by_job
+        installed = table.installed
         opts = self.options
-        budget = len(self._dirty) if limit is None else min(limit, len(self._dirty))
+        dirty, jobs, inflight = self._dirty, self._jobs, self._inflight_jobs
+        budget = len(dirty) if limit is None else min(limit, len(dirty))
         if opts.max_updates_per_s > 0:
             now = time.monotonic()
             self._tokens = min(opts.max_updates_per_s,
                                self._tokens + (now - self._token_stamp) * opts.max_updates_per_s)
             self._token_stamp = now
-            budget = int(self._tokens)
-        changes: list[Change] = []
-        if budget >= len(self._dirty):
-            order = sorted(self._dirty)  # everything fits: no need to put the urgent ones first
+            budget = min(budget, int(self._tokens))
+        urgent = self._urgent
+        if budget >= len(dirty) - len(inflight) or not urgent:
+            order = list(dirty)
         else:
-            order = sorted(self._dirty & self._urgent) + sorted(self._dirty - self._urgent)
+            first = [job for job in dirty if job in urgent]
+            order = first + [job for job in dirty if job not in urgent]
+            self.write_stats["prioritised"] += min(budget, len(first))
+        changes: list[Change] = []
+        encoded = self._encoded
         for job in order:
-            if job in self._inflight_jobs:
+            if job in inflight:
                 continue  # sent at its newest value once the switch has answered the earlier Write
-            want = self._jobs.get(job)
-            have = table.installed.get(job)
+            want = jobs.get(job)
+            have = installed.get(job)
             if have is not None and want is not None and have[0] is not None and have[0].qid == want:
-                self._dirty.discard(job)
+                del dirty[job]
                 continue
             if len(changes) >= budget:
                 break
             if want is None:
                 if have is None:
-                    self._dirty.discard(job)
+                    del dirty[job]
                     continue
-                kind, rule = p4runtime_pb2.Update.DELETE, have[0]
-                payload = self.classification.job_update(kind, job, 0)
+                kind, want = DELETE, 0
             else:
-                kind = p4runtime_pb2.Update.INSERT if have is None else p4runtime_pb2.Update.MODIFY
-                rule = JobRule(job, want)
-                payload = self.classification.job_update(kind, job, want)
-            changes.append(Change(kind, table, job, rule, None, payload))
+                kind = INSERT if have is None else MODIFY
+            hit = encoded.get(job * 32 + kind * 8 + want)
+            if hit is None:
+                hit = self._encode_job(kind, job, want)
+            changes.append(Change(kind, table, job, have[0] if kind == DELETE else hit[0], None, hit[1]))
         if opts.max_updates_per_s > 0:
             self._tokens -= len(changes)
-        self.deferred_updates = len(self._dirty) - len(changes)
+        self.deferred_updates = len(dirty) - len(changes)
+        self.deferred_urgent = (len(urgent & dirty.keys()) - sum(1 for c in changes if c.key in urgent)
+                                if urgent and self.deferred_updates else 0)
         return changes
+
+    def _encode_job(self, kind: int, job: int, qid: int) -> tuple[JobRule | None, bytes]:
+        """(rule, serialized Update) of a queue_by_job change, cached (a job moving between queues costs one
+        encoding per queue, not one per move)."""
+        encoded = self._encoded
+        if len(encoded) >= ENTRY_CACHE_SIZE:
+            encoded.clear()
+        hit = encoded[job * 32 + kind * 8 + qid] = (None if kind == DELETE else JobRule(job, qid),
+                                                    self.classification.job_update(kind, job, qid))
+        return hit
 
     def _write(self, full: bool) -> WriteSummary:
         """Write synchronously: the static tables (``full``) and the dirty jobs, after every Write in flight."""
@@ -331,7 +411,7 @@ class P4RuntimeDriver(Driver):
         opts = self.options
         for change in changes:
             if change.table is self.classification.queue_by_job:
-                self._dirty.discard(change.key)
+                self._dirty.pop(change.key, None)
         # One Write when everything fits (deletes, modifies, inserts in that order within it); otherwise the
         # deletes complete first, so that no insert races the delete of an overlapping entry in another Write.
         if len(batches(sizes, opts.max_batch_updates, opts.max_write_bytes)) == 1:

@@ -285,6 +285,7 @@ def test_epoch_loop_follows_reports_and_writes_once_per_change(fake_server, bmv2
         assert r.writes["s1"].inserted == 10  # route + 8 TLR ranges + ECN of queue 0
         ctl.ingest(report(5, 1, 0.30), "10.0.0.1", now=0.01)
         r = ctl.epoch(now=0.02)
+        ctl.driver("s1").flush()  # epoch writes of job entries do not wait for the switch's answer
         assert dict(r.assignments) == {5: 2} and r.reports_accepted == 1
         assert job_entries(fake_server) == {5: 2}
         writes = len(fake_server.writes)
@@ -292,6 +293,7 @@ def test_epoch_loop_follows_reports_and_writes_once_per_change(fake_server, bmv2
         assert r.writes["s1"].writes == 0 and len(fake_server.writes) == writes
         ctl.ingest(report(5, 2, 0.80), "10.0.0.1", now=0.05)
         ctl.epoch(now=0.06)
+        ctl.driver("s1").flush()
         assert job_entries(fake_server) == {5: 6} and len(fake_server.writes) == writes + 1
         r = ctl.epoch(now=1.2)  # job 5 stopped reporting: expired, entry deleted
         assert dict(r.assignments) == {} and job_entries(fake_server) == {}
@@ -323,6 +325,7 @@ def test_udp_reports_and_malformed_input_do_not_break_the_loop(fake_server, bmv2
             ctl.epoch()
             time.sleep(0.01)
         assert dict(ctl.assignments) == {8: 4, 12: 7}
+        ctl.driver("s1").flush()
         assert job_entries(fake_server) == {8: 4, 12: 7}
         metrics = ctl.metrics_text()
         assert 'netapprox_reports_dropped_total{reason="stale_seq"} 1' in metrics

@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from netapprox.controller import policy
@@ -161,3 +161,18 @@ def test_static_and_switch_state():
     assert dataclasses.replace(state, job_rules=frozenset()) == static
     no_tlr = policy.static_state(SwitchConfig(name="s1"), PolicyConfig(install_tlr_rules=False))
     assert no_tlr.tlr_rules == frozenset()
+
+
+@settings(max_examples=400, deadline=None)
+@given(tlr=st.floats(0.0, 1.0), loss=st.floats(0.0, 1.0), old=st.one_of(st.none(), st.integers(0, 7)),
+       streak=st.integers(0, 5), hysteresis=st.sampled_from([0.0, 0.02, 0.1]), margin=st.sampled_from([0.0, 0.02]),
+       promote_after=st.integers(1, 4),
+       thresholds=st.sampled_from([None, (0.0, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 0.9)]))
+def test_the_placer_places_as_the_policy_does(tlr, loss, old, streak, hysteresis, margin, promote_after, thresholds):
+    """``policy.Placer`` (the incremental core's per-job decision) against ``_place`` (``decide``'s)."""
+    kw = {} if thresholds is None else {"thresholds": thresholds}
+    cfg = PolicyConfig(hysteresis=hysteresis, loss_margin=margin, promote_after_epochs=promote_after, **kw)
+    streaks: dict[int, int] = {}
+    want = policy._place(1, tlr, loss, old, {1: streak}, streaks, cfg)
+    assert policy.Placer(cfg).place(tlr, loss, old, streak) == (*want, streaks.get(1, 0))
+    assert policy.Placer(cfg).queue_for(tlr) == queue_for_tlr(tlr, cfg.thresholds)
