@@ -200,9 +200,9 @@ def _hostlib() -> dict:
     return {**res, "headline": {"hostlib_pps_over_raw_udp": res.get("hostlib_pps_over_raw_udp")}}
 
 
-def _controller() -> dict:
+def _controller(progress: Callable[[str], None]) -> dict:
     from netapprox.bench import controller
-    res = controller.run()
+    res = controller.run(progress=progress)
     return {**res, "headline": {k: res.get(k) for k in ("controller_epoch_ms_10k", "controller_reports_per_s")}}
 
 
@@ -347,7 +347,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     progress = Progress(len(plan) + sum(1 for s in sections if s in OTHER_SECTIONS))
     rows = N.run(plan, scale, out / "bench", progress) if plan else []
     parts: dict[str, dict] = {}
-    for name, fn in (("hostlib", _hostlib), ("controller", _controller),
+    for name, fn in (("hostlib", _hostlib),
+                     ("controller", lambda: _controller(lambda line: progress.note("controller: " + line))),
                      ("sim", lambda: _sim(lambda line: progress.note("sim: " + line)))):
         if name in sections:
             progress.note(f"{name}: running")
