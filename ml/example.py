@@ -97,8 +97,9 @@ def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[
     return float((out.argmax(1) == y).float().mean()), float(torch.nn.functional.cross_entropy(out, y))
 
 
-def train(rank: int, world: int, cfg: TrainConfig) -> dict:
-    """Train on an initialised default process group; every rank returns its own view, rank 0 the curve."""
+def train(rank: int, world: int, cfg: TrainConfig, *, ready_file: str | None = None) -> dict:
+    """Train on an initialised default process group; every rank returns its own view, rank 0 the curve.
+    ``ready_file``: rank 0 creates it when every worker is set up and training starts."""
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(1)
     xtr, ytr, xte, yte = load_digits_split()
@@ -135,6 +136,8 @@ def train(rank: int, world: int, cfg: TrainConfig) -> dict:
 
     dist.barrier()
     t0 = time.monotonic()
+    if ready_file and rank == 0:
+        Path(ready_file).write_text(f"{time.time()}\n")
     record(0, 0.0)
     order = rng.permutation(mine)
     pos = 0
@@ -238,7 +241,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--init", help="torch.distributed init method, e.g. tcp://10.0.0.1:29500")
     p.add_argument("--ifname", help="network interface for gloo (GLOO_SOCKET_IFNAME)")
     p.add_argument("--atp-addr", help="local address of the ATP socket (default: the one that reaches the master)")
-    p.add_argument("--json", help="write rank 0's result here (default: stdout)")
+    p.add_argument("--json", help="write the result here (local run: rank 0's, with every rank's summary; "
+                                  "one worker: its own) instead of printing it")
+    p.add_argument("--ready-file", help="one worker: rank 0 creates this file when training starts")
     for f in dataclasses.fields(TrainConfig):
         flag = "--" + f.name.replace("_", "-")
         kind = float if f.name == "rate_mbit" else (str if f.default is None else type(f.default))
@@ -255,7 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         dist.init_process_group("gloo", init_method=args.init, rank=args.rank, world_size=args.world,
                                 timeout=datetime.timedelta(seconds=120))
         try:
-            res = train(args.rank, args.world, cfg)
+            res = train(args.rank, args.world, cfg, ready_file=args.ready_file)
         finally:
             dist.destroy_process_group()
         results = [res]
@@ -264,7 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = dict(results[0])
     out["ranks"] = [{k: v for k, v in r.items() if k != "curve"} for r in results]
     text = json.dumps(out, indent=1)
-    if args.json and results[0]["rank"] == 0:
+    if args.json:
         Path(args.json).write_text(text + "\n")
     elif not args.json:
         print(text)
