@@ -113,7 +113,7 @@ def ddp_trial(tb: Testbed, scale: Scale, seed: int, variant: str, *, iterations:
     ranks = [read_json(wd / f"w{r}.json") or {} for r in range(workers)]
     flow_rows = [f for _, path in clients for f in (read_json(path) or {}).get("flows", [])]
     head = ranks[0]
-    m: dict[str, Any] = {"exit_codes": codes, "failed": any(c != 0 for c in codes) or not head.get("curve")}
+    m: dict[str, Any] = {"failed": any(c != 0 for c in codes) or not head.get("curve")}
     if not m["failed"]:
         curve = head["curve"]
         m.update(final_test_acc=curve[-1]["test_acc"], final_train_acc=curve[-1]["train_acc"],
@@ -125,7 +125,7 @@ def ddp_trial(tb: Testbed, scale: Scale, seed: int, variant: str, *, iterations:
             m["lost_value_frac"] = missing / reduced if reduced else None
             m["group_bound_held"] = all(g["within_bound"] for r in ranks for g in r.get("group_loss", {}).values())
     m.update(flow_fct_stats(flow_rows))
-    return m, {"curve": head.get("curve", []), "ranks": [{k: v for k, v in r.items() if k != "curve"} for r in ranks],
+    return m, {"exit_codes": codes, "curve": head.get("curve", []), "ranks": [{k: v for k, v in r.items() if k != "curve"} for r in ranks],
                "flows": flow_rows}
 
 
