@@ -219,5 +219,62 @@ def plot_accuracy(rf: R.ResultFile, *, path: Path, key: str = "test_acc") -> Pat
     return path
 
 
+def tables(result: dict) -> str:
+    """Markdown tables of a ddp result.json: per variant (mean [min, max] over seeds), the ratios against gloo,
+    and the fill modes."""
+    from netapprox.experiments.results import lookup
+    s = result["summary"]
+
+    def cell(metric: str, fmt: str = "{:.3g}", **params: Any) -> str:
+        row = lookup(s, metric, **params)
+        if not row or not row["n"]:
+            return "–"
+        f = fmt.format
+        return f"{f(row['mean'])} [{f(row['min'])}, {f(row['max'])}]" + ("" if row["n_missing"] == 0 else
+                                                                          f" ({row['n_missing']} missing)")
+
+    variants = result["config"].get("variants", [])
+    out = ["| variant | time to {:.0%} test acc (s) | final test acc | iteration (s) | web-search FCT, all (ms) | "
+           "small flows (ms) | gradient values lost |".format(result["config"].get("target_test_acc", 0.9)),
+           "|---|---|---|---|---|---|---|"]
+    for v in variants:
+        p = {"part": "network", "variant": v}
+        out.append(f"| {v} | {cell('time_to_target_s', **p)} | {cell('final_test_acc', **p)} | "
+                   f"{cell('iteration_mean_s', **p)} | {cell('fct_all_mean', '{:.0f}', **_ms(s, p, 'fct_all_mean'))} | "
+                   f"{cell('fct_small_mean', '{:.1f}', **_ms(s, p, 'fct_small_mean'))} | "
+                   f"{cell('lost_value_frac', '{:.3f}', **p) if v.startswith('atp') else '0'} |")
+    out += ["", "| variant / gloo (per seed) | time to target | iteration time | FCT all | FCT small |",
+            "|---|---|---|---|---|"]
+    for v in variants:
+        if v == "gloo":
+            continue
+        p = {"part": "vs-gloo", "variant": v}
+        out.append(f"| {v} | {cell('time_to_target_s_ratio', **p)} | {cell('iteration_mean_s_ratio', **p)} | "
+                   f"{cell('fct_all_mean_ratio', **p)} | {cell('fct_small_mean_ratio', **p)} |")
+    fills = result["config"].get("fill", {})
+    if fills:
+        out += ["", f"| fill (loopback, {fills.get('loss')} injected loss, {fills.get('policy')}) | final test acc | "
+                    "final test loss | gradient values lost |", "|---|---|---|---|"]
+        for f in fills.get("modes", []):
+            p = {"part": "fill", "fill": f}
+            out.append(f"| {f} | {cell('final_test_acc', **p)} | {cell('final_test_loss', **p)} | "
+                       f"{cell('lost_value_frac', '{:.3f}', **p)} |")
+    return "\n".join(out)
+
+
+def _ms(summary: Sequence[dict], params: dict, metric: str) -> dict:
+    """Scale an FCT summary row to milliseconds in place (``tables`` prints seconds * 1000)."""
+    for row in summary:
+        if row["metric"] == metric and row["params"] == params and row["n"] and not row.get("_ms"):
+            for k in ("mean", "min", "max"):
+                row[k] *= 1000
+            row["_ms"] = True
+    return params
+
+
 if __name__ == "__main__":
-    sys.exit("run it as: python -m netapprox.experiments ddp")
+    if len(sys.argv) == 3 and sys.argv[1] == "table":
+        print(tables(json.loads(Path(sys.argv[2]).read_text())))
+        sys.exit(0)
+    sys.exit("usage: python -m netapprox.experiments.ddp table results/ddp/result.json "
+             "(run the experiment with: python -m netapprox.experiments ddp)")

@@ -101,3 +101,15 @@ def test_training_under_injected_loss_improves_within_every_groups_bound():
                 lost_tolerated += g["lost"]
         assert r["missing_floats"] > 0                          # lost ranges really were filled with zeros
     assert lost_tolerated > 0
+
+
+@pytest.mark.parametrize("fill", ["previous", "error_feedback"])
+def test_other_fills_train_under_loss(fill):
+    cfg = example.TrainConfig(hook="atp", policy="msr:0.5", fill=fill, loss=0.2, iterations=20, hidden=64,
+                              eval_every=20, seed=2)
+    results = example.run_local(WORLD, cfg, timeout_s=180)
+    curve = results[0]["curve"]
+    assert curve[-1]["test_acc"] > curve[0]["test_acc"] + 0.2
+    for r in results:
+        assert r["replicas_identical"] and r["missing_floats"] > 0
+        assert all(g["within_bound"] for g in r["group_loss"].values())
