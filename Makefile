@@ -15,7 +15,7 @@ $(VENV)/.installed: pyproject.toml setup.py $(wildcard */*.c) tools/setup-system
 	./tools/setup-system.sh
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,torch]'
 	touch $@
 
 test: setup

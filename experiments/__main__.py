@@ -2,7 +2,8 @@
 
 Experiments (docs/experiments.md): alltoall (Fig. 5-8), incast (Fig. 9), dynamic (Fig. 10-11),
 ablation (Fig. 12), coexist (Fig. 13), fairness (Fig. 14), ddnn (thesis: DNN ring traffic at low
-priority), boundedloss (bounded-loss ML), all.
+priority), boundedloss (bounded-loss ML), all; ddp (Fig. 18: PyTorch training over ATP vs gloo; needs the
+[torch] extra, not part of ``all``).
 Needs root (network namespaces). Results: results/<name>/result.json and PNGs. Every option and ``--set`` value
 is checked before anything runs; a mistake is one line on stderr naming it, exit status 2.
 """
@@ -41,6 +42,26 @@ SET_CHECKS: dict[str, C.Check] = {
 }
 
 
+# Run on their own (not by ``all``): ddp trains PyTorch models (the [torch] extra) for ~15 minutes.
+SEPARATE = {"ddp": ("netapprox.experiments.ddp", "exp_ddp")}
+SEPARATE_QUICK = {"ddp": {"variants": ("gloo", "atp"), "iterations": 60, "fills": ("zero", "error_feedback"),
+                          "fill_iterations": 40}}
+SEPARATE_CHECKS: dict[str, dict[str, C.Check]] = {
+    "ddp": {"variants": C.choice(("gloo", "gloo-low", "atp", "atp-low")),
+            "fills": C.choice(("zero", "previous", "error_feedback")), "fill_loss": C.fraction(),
+            "flow_load": C.fraction(), "target": C.fraction(), "iterations": C.integer(ge=1),
+            "fill_iterations": C.integer(ge=1), "hidden": C.integer(ge=1)},
+}
+
+
+def _experiment(name: str):
+    if name in SEPARATE:
+        import importlib
+        module, fn = SEPARATE[name]
+        return getattr(importlib.import_module(module), fn)
+    return EXPERIMENTS[name]
+
+
 class UsageError(ValueError):
     """A bad option or ``--set`` value: one line, exit status 2."""
 
@@ -64,11 +85,12 @@ def _convert(text: str, like) -> object:
     return text
 
 
-def parse_overrides(items: Sequence[str], fn) -> dict:
+def parse_overrides(items: Sequence[str], fn, checks: dict | None = None) -> dict:
     """``["msrs=0.5,0.9", "duration_s=5"]`` -> ``{"msrs": (0.5, 0.9), "duration_s": 5.0}``: a tuple where the
     experiment's default is a tuple, a single value otherwise, each value converted to the type of the default
     and checked (``SET_CHECKS``). Unknown names and bad values raise ``UsageError`` naming them."""
     import inspect
+    checks = SET_CHECKS if checks is None else checks
     params = {n: prm.default for n, prm in inspect.signature(fn).parameters.items()
               if prm.kind == inspect.Parameter.KEYWORD_ONLY}
     out = {}
@@ -87,8 +109,8 @@ def parse_overrides(items: Sequence[str], fn) -> dict:
         like = default[0] if many and default else default
         try:
             vals = tuple(_convert(t, like) for t in texts)
-            if name in SET_CHECKS:
-                vals = tuple(SET_CHECKS[name](v, "") for v in vals)
+            if name in checks:
+                vals = tuple(checks[name](v, "") for v in vals)
         except C.CheckError as e:
             raise UsageError(f"--set {name}: {e.problem}") from None
         except ValueError as e:
@@ -99,7 +121,7 @@ def parse_overrides(items: Sequence[str], fn) -> dict:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = C.OneLineParser(prog="python -m netapprox.experiments", description=__doc__.split("\n\n")[0])
-    p.add_argument("experiment", choices=sorted(EXPERIMENTS) + ["all"])
+    p.add_argument("experiment", choices=sorted(EXPERIMENTS) + sorted(SEPARATE) + ["all"])
     p.add_argument("--seeds", type=C.arg(C.integer(ge=0)), nargs="+", default=[1, 2, 3],
                    help="one run per seed (default 1 2 3)")
     p.add_argument("--quick", action="store_true", help="a reduced sweep that checks the pipeline end to end")
@@ -118,7 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = sorted(EXPERIMENTS) if args.experiment == "all" else [args.experiment]
     try:
         C.output_file(create_dirs=True)(Path(args.out) / "result.json", "--out")
-        overrides = {name: parse_overrides(args.set, EXPERIMENTS[name]) for name in names}
+        overrides = {name: parse_overrides(args.set, _experiment(name), {**SET_CHECKS, **SEPARATE_CHECKS.get(name, {})})
+                     for name in names}
     except (C.CheckError, UsageError) as e:
         p.error(str(e))
     from netapprox.experiments import results
@@ -130,9 +153,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     scale = dataclasses.replace(Scale(), rate_mbit=args.rate_mbit, hosts=args.hosts, fbkv_n=args.fbkv_n,
                                 fbhd_n=args.fbhd_n)
     for name in names:
-        kw = dict(QUICK.get(name, {})) if args.quick else {}
+        kw = dict({**QUICK, **SEPARATE_QUICK}.get(name, {})) if args.quick else {}
         kw.update(overrides[name])
-        rf = EXPERIMENTS[name](args.seeds, Path(args.out), scale, **kw)
+        rf = _experiment(name)(args.seeds, Path(args.out), scale, **kw)
         path = rf.write()
         print(f"{name}: {len(rf.runs)} runs -> {path}")
     return 0

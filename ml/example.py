@@ -1,0 +1,280 @@
+"""Example: data-parallel training of a small MLP on scikit-learn's bundled digits, gradients over ATP or gloo.
+
+The data set ships with scikit-learn (1797 8x8 images, 10 classes; nothing is downloaded). 80 % trains,
+20 % tests (a fixed split); each worker trains on its share of the training set. The model is an MLP
+64 -> hidden -> hidden -> 10 (hidden 256: 85k parameters, 340 kB of gradients per iteration) in
+DistributedDataParallel with small buckets, so a step has several buckets of different layers.
+``--hook atp`` adds the one line ``netapprox.ml.register(model, ...)``; ``--hook gloo`` is stock DDP.
+
+Three workers on this machine (loopback), gradients over ATP with 10 % of the packets dropped::
+
+    python -m netapprox.ml.example --workers 3 --hook atp --loss 0.1 --iterations 200
+
+One worker per host (the experiments' testbed): ``--rank R --world W --init tcp://HOST:PORT``
+(``--ifname`` names the interface gloo uses). Rank 0 prints or writes (``--json``) the result: the
+accuracy curve against wall-clock time, per-group ATP loss, whether the replicas ended identical.
+"""
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from netapprox.ml.policy import parse_policy
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    hook: str = "atp"
+    """``atp`` (netapprox.ml.register) or ``gloo`` (DDP's own allreduce over the process group)."""
+    policy: str = "paper"
+    """ATP group policy (``ml.policy.parse_policy``)."""
+    fill: str = "zero"
+    loss: float = 0.0
+    """Injected loss of the ATP hook (fraction of the datagrams each worker sends)."""
+    iterations: int = 200
+    batch: int = 32
+    hidden: int = 256
+    lr: float = 1e-3
+    eval_every: int = 10
+    seed: int = 1
+    bucket_cap_mb: float = 0.1
+    rate_mbit: float | None = None
+    """ATP sender's R_max (None: hostlib's default)."""
+    atp_port: int = 0
+    report_to: str | None = None
+
+
+def load_digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's digits as (pixels 0..16, labels). Read straight from the file scikit-learn ships
+    (``sklearn/datasets/data/digits.csv.gz``, what ``load_digits`` reads): importing scikit-learn costs
+    seconds per worker process."""
+    import gzip
+    import importlib.util
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("the example's data set comes with scikit-learn: pip install 'netapprox[torch]'",
+                                  name="sklearn")
+    path = Path(list(spec.submodule_search_locations)[0]) / "datasets" / "data" / "digits.csv.gz"
+    if not path.exists():
+        from sklearn.datasets import load_digits
+        d = load_digits()
+        return d.data, d.target
+    with gzip.open(path, "rt") as fh:
+        raw = np.loadtxt(fh, delimiter=",")
+    return raw[:, :-1], raw[:, -1]
+
+
+def load_digits_split(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(x_train, y_train, x_test, y_test) of scikit-learn's digits, pixels scaled to [0, 1], a fixed split."""
+    data, target = load_digits_arrays()
+    x = (data / 16.0).astype(np.float32)
+    y = target.astype(np.int64)
+    perm = np.random.default_rng(seed).permutation(len(x))
+    cut = int(0.8 * len(x))
+    tr, te = perm[:cut], perm[cut:]
+    return x[tr], y[tr], x[te], y[te]
+
+
+def make_model(hidden: int) -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Linear(64, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, hidden),
+                               torch.nn.ReLU(), torch.nn.Linear(hidden, 10))
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
+    out = model(x)
+    return float((out.argmax(1) == y).float().mean()), float(torch.nn.functional.cross_entropy(out, y))
+
+
+def train(rank: int, world: int, cfg: TrainConfig, *, ready_file: str | None = None) -> dict:
+    """Train on an initialised default process group; every rank returns its own view, rank 0 the curve.
+    ``ready_file``: rank 0 creates it when every worker is set up and training starts."""
+    torch.manual_seed(cfg.seed)
+    torch.set_num_threads(1)
+    xtr, ytr, xte, yte = load_digits_split()
+    xtr_t, ytr_t, xte_t, yte_t = map(torch.from_numpy, (xtr, ytr, xte, yte))
+    mine = np.arange(rank, len(xtr), world)
+    rng = np.random.default_rng(cfg.seed * 1000 + rank)
+    model = DistributedDataParallel(make_model(cfg.hidden), bucket_cap_mb=cfg.bucket_cap_mb)
+    state = None
+    if cfg.hook == "atp":
+        import netapprox.ml
+        from netapprox.hostlib.config import AtpConfig
+        atp = AtpConfig(completion="all_sent") if cfg.rate_mbit is None else \
+            AtpConfig(completion="all_sent", max_rate_bps=cfg.rate_mbit * 1e6)
+        report = None
+        if cfg.report_to:
+            host, _, port = cfg.report_to.rpartition(":")
+            report = (host, int(port))
+        state = netapprox.ml.register(model, policy=parse_policy(cfg.policy), fill=cfg.fill, loss=cfg.loss,
+                                      seed=cfg.seed, atp=atp, port=cfg.atp_port, report_to=report)
+    elif cfg.hook != "gloo":
+        raise ValueError(f"hook {cfg.hook!r}: choose 'atp' or 'gloo'")
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    curve: list[dict] = []
+
+    def record(it: int, t: float) -> None:
+        if rank != 0:
+            return
+        model.eval()
+        tr_acc, tr_loss = evaluate(model.module, xtr_t, ytr_t)
+        te_acc, te_loss = evaluate(model.module, xte_t, yte_t)
+        model.train()
+        curve.append({"iteration": it, "time_s": round(t, 4), "train_acc": tr_acc, "test_acc": te_acc,
+                      "train_loss": tr_loss, "test_loss": te_loss})
+
+    dist.barrier()
+    t0 = time.monotonic()
+    if ready_file and rank == 0:
+        Path(ready_file).write_text(f"{time.time()}\n")
+    record(0, 0.0)
+    order = rng.permutation(mine)
+    pos = 0
+    for it in range(1, cfg.iterations + 1):
+        if pos + cfg.batch > len(order):
+            order, pos = rng.permutation(mine), 0
+        idx = order[pos:pos + cfg.batch]
+        pos += cfg.batch
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(xtr_t[idx]), ytr_t[idx])
+        loss.backward()
+        opt.step()
+        if it % cfg.eval_every == 0 or it == cfg.iterations:
+            record(it, time.monotonic() - t0)
+    elapsed = time.monotonic() - t0
+    checksum = float(sum(p.detach().double().sum() for p in model.parameters()))
+    sums: list[Any] = [None] * world
+    dist.all_gather_object(sums, checksum)
+    out: dict[str, Any] = {"rank": rank, "world": world, "config": dataclasses.asdict(cfg), "elapsed_s": elapsed,
+                           "iteration_mean_s": elapsed / cfg.iterations, "replicas_identical": len(set(sums)) == 1,
+                           "curve": curve}
+    if state is not None:
+        out["group_loss"] = {str(k): v for k, v in state.group_loss().items()}
+        out["bucket_mean_s"] = float(np.mean([s["elapsed_s"] for s in state.stats])) if state.stats else None
+        out["missing_floats"] = int(sum(s["missing_floats"] for s in state.stats))
+        out["reduced_floats"] = int(sum(s["floats"] for s in state.stats))
+        out["tags"] = sorted({(s["bucket"], s["priority"]) for s in state.stats if s["priority"] is not None})
+        out["exchange"] = {"sent": state.exchange.datagrams_sent, "dropped": state.exchange.datagrams_dropped,
+                           "received": state.exchange.datagrams_received}
+        state.close()
+    return out
+
+
+def _worker(rank: int, world: int, init: str, cfg: TrainConfig, queue: Any) -> None:
+    # Loopback for gloo: otherwise it resolves this host's name, which can take seconds without DNS.
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    try:
+        dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=120))
+        try:
+            queue.put(train(rank, world, cfg))
+        finally:
+            dist.destroy_process_group()
+    except BaseException as exc:
+        queue.put({"rank": rank, "error": f"{type(exc).__name__}: {exc}"})
+        raise
+    finally:
+        queue.close()
+        queue.join_thread()
+    os._exit(0)  # skip interpreter teardown (seconds with PyTorch loaded); the result is already sent
+
+
+def run_local(world: int, cfg: TrainConfig, *, timeout_s: float = 600.0, start_method: str = "fork") -> list[dict]:
+    """Train with ``world`` worker processes on this machine (a file store in a temporary directory for the
+    rendezvous); returns every rank's result, rank order. Raises RuntimeError naming a worker that failed.
+
+    ``fork`` (default) starts the workers from this process with PyTorch and the modules DDP loads already
+    imported (importing them costs ~5 s per process); use ``spawn`` from a process that has run PyTorch
+    operations or started threads of its own."""
+    import queue as queue_mod
+
+    import torch._dynamo  # noqa: F401  (DistributedDataParallel imports it; once here instead of per worker)
+    import torch.multiprocessing as mp
+    ctx = mp.get_context(start_method)
+    q = ctx.Queue()
+    with tempfile.TemporaryDirectory(prefix="netapprox-ddp-") as tmp:
+        init = f"file://{Path(tmp) / 'store'}"
+        procs = [ctx.Process(target=_worker, args=(r, world, init, cfg, q), daemon=True) for r in range(world)]
+        for p in procs:
+            p.start()
+        results: dict[int, dict] = {}
+        deadline = time.monotonic() + timeout_s
+        try:
+            while len(results) < world:
+                try:
+                    r = q.get(timeout=max(0.1, min(1.0, deadline - time.monotonic())))
+                except queue_mod.Empty:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"training did not finish within {timeout_s:g} s") from None
+                    dead = [p for p in procs if p.exitcode not in (None, 0)]
+                    if dead and not q.qsize():
+                        raise RuntimeError(f"worker exited with status {dead[0].exitcode}") from None
+                    continue
+                if "error" in r:
+                    raise RuntimeError(f"worker {r['rank']}: {r['error']}")
+                results[r["rank"]] = r
+        finally:
+            for p in procs:
+                p.join(5)
+                if p.is_alive():
+                    p.kill()  # this worker, by its own handle
+                    p.join(5)
+    return [results[r] for r in range(world)]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m netapprox.ml.example", description=__doc__.split("\n\n")[0])
+    p.add_argument("--workers", type=int, default=3, help="local worker processes (default 3)")
+    p.add_argument("--rank", type=int, help="run one worker of a multi-host job (needs --world and --init)")
+    p.add_argument("--world", type=int)
+    p.add_argument("--init", help="torch.distributed init method, e.g. tcp://10.0.0.1:29500")
+    p.add_argument("--ifname", help="network interface for gloo (GLOO_SOCKET_IFNAME)")
+    p.add_argument("--atp-addr", help="local address of the ATP socket (default: the one that reaches the master)")
+    p.add_argument("--json", help="write the result here (local run: rank 0's, with every rank's summary; "
+                                  "one worker: its own) instead of printing it")
+    p.add_argument("--ready-file", help="one worker: rank 0 creates this file when training starts")
+    for f in dataclasses.fields(TrainConfig):
+        flag = "--" + f.name.replace("_", "-")
+        kind = float if f.name == "rate_mbit" else (str if f.default is None else type(f.default))
+        p.add_argument(flag, type=kind, default=f.default)
+    args = p.parse_args(argv)
+    cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)})
+    if args.rank is not None:
+        if args.world is None or args.init is None:
+            p.error("--rank needs --world and --init")
+        if args.ifname:
+            os.environ["GLOO_SOCKET_IFNAME"] = args.ifname
+        if args.atp_addr:
+            os.environ["NETAPPROX_ATP_ADDR"] = args.atp_addr
+        dist.init_process_group("gloo", init_method=args.init, rank=args.rank, world_size=args.world,
+                                timeout=datetime.timedelta(seconds=120))
+        try:
+            res = train(args.rank, args.world, cfg, ready_file=args.ready_file)
+        finally:
+            dist.destroy_process_group()
+        results = [res]
+    else:
+        results = run_local(args.workers, cfg)
+    out = dict(results[0])
+    out["ranks"] = [{k: v for k, v in r.items() if k != "curve"} for r in results]
+    text = json.dumps(out, indent=1)
+    if args.json:
+        Path(args.json).write_text(text + "\n")
+    elif not args.json:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
