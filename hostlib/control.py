@@ -127,7 +127,7 @@ class Manifest:
     @classmethod
     def decode(cls, data: bytes, *, max_messages: int) -> "Manifest":
         """Parse and check a manifest; raises MalformedPacket with reason ``bad_announce``. Time and memory
-        follow the length of ``data`` (ranges stay ranges, about 2 bytes of memory per announce byte)."""
+        follow the length of ``data`` (ranges stay ranges, 2-3 bytes of memory per announce byte)."""
         def bad(detail: str) -> wire.MalformedPacket:
             return wire.MalformedPacket("bad_announce", detail)
 
