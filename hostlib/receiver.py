@@ -394,10 +394,9 @@ class AtpReceiver:
     # -- data --------------------------------------------------------------------------------------
 
     def _ack(self, job: _Job, h: wire.Header, ce: bool = False) -> None:
-        ack = wire.Header(type=wire.PacketType.ACK, flags=wire.Flags.ECE if ce else 0, queue=h.queue,
-                          job_id=h.job_id, msg_id=h.msg_id,
-                          group_id=h.group_id, pkt_idx=h.pkt_idx, pkt_cnt=h.pkt_cnt, seq=h.seq)
-        self._out.append((wire.encode(ack, wire.encode_ack_payload(job.sack_blocks())), job.peer))
+        self._out.append((wire.encode_ack(flags=wire.Flags.ECE if ce else 0, queue=h.queue, job_id=h.job_id,
+                                          msg_id=h.msg_id, group_id=h.group_id, pkt_idx=h.pkt_idx,
+                                          pkt_cnt=h.pkt_cnt, seq=h.seq, blocks=job.sack_blocks()), job.peer))
 
     def _on_data(self, job: _Job, h: wire.Header, payload: bytes, now: float, ce: bool = False) -> None:
         m = job.manifest

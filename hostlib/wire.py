@@ -262,6 +262,15 @@ def encode_ack_payload(blocks: "list[tuple[int, int]] | tuple[tuple[int, int], .
     return b"".join(out)
 
 
+def encode_ack(*, flags: int, queue: int, job_id: int, msg_id: int, group_id: int, pkt_idx: int, pkt_cnt: int,
+               seq: int, blocks: "list[tuple[int, int]]") -> bytes:
+    """An ACK: same bytes as ``encode(Header(type=ACK, ...), encode_ack_payload(blocks))`` without building a
+    Header (the receiver's per-packet path)."""
+    payload = encode_ack_payload(blocks)
+    return _HEADER.pack((VERSION << 4) | PacketType.ACK, flags, queue, 0, job_id, msg_id, group_id, 0, pkt_idx,
+                        pkt_cnt, seq, NO_DEADLINE, 0, 0, len(payload)) + payload
+
+
 def decode_ack_payload(payload: bytes) -> list[tuple[int, int]]:
     """Inverse of :func:`encode_ack_payload`. An empty payload means no blocks."""
     if not payload:

@@ -41,6 +41,17 @@ def test_fast_data_encoder_matches_header_encoder(header, payload):
     assert data == wire.encode(dataclasses.replace(header, type=wire.PacketType.DATA), payload)
 
 
+@settings(max_examples=300, deadline=None)
+@given(headers(), st.lists(st.tuples(st.integers(0, 2**31), st.integers(0, 2**31)).map(sorted).map(tuple),
+                           max_size=wire.MAX_SACK_BLOCKS))
+def test_fast_ack_encoder_matches_header_encoder(header, blocks):
+    fields = {k: getattr(header, k) for k in ("flags", "queue", "job_id", "msg_id", "group_id", "pkt_idx", "pkt_cnt",
+                                              "seq")}
+    data = wire.encode_ack(blocks=blocks, **fields)
+    ack = wire.Header(type=wire.PacketType.ACK, **fields)
+    assert data == wire.encode(ack, wire.encode_ack_payload(blocks))
+
+
 @settings(max_examples=500, deadline=None)
 @given(st.binary(max_size=80))
 def test_decode_of_random_bytes_raises_only_malformed(data):

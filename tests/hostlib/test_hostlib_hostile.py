@@ -121,10 +121,8 @@ class AnnounceFlood:
 
     def _announce(self, job_id, token=wire.NO_TOKEN):
         total = 0xFFFFFFF0 if job_id % 10 == 0 else self.n_declared
-        chunk = control.Manifest(total=total, vector_len=None, groups=(
-            control.GroupShape.from_ids(0, 0.5, ()) if False else
-            control.GroupShape(0, 0.5, control.array.array("I", [0]), control.array.array("I", [total - 1])),)
-        ).encode()
+        chunk = control.Manifest(total=total, vector_len=None,
+                                 groups=(control.GroupShape.from_ids(0, 0.5, range(total)),)).encode()
         return announce(job_id, None, 0, chunk=chunk, token=token, seq=job_id)
 
     def fire(self, now):
