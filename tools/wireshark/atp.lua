@@ -8,7 +8,7 @@
 -- The protocol's filter name is "natp" (NetApprox ATP): Wireshark's "atp" is the AppleTalk Transaction Protocol.
 --
 -- Preferences (Edit > Preferences > Protocols > NATP, or tshark -o natp.port:7600 -o natp.report_port:7601):
---   natp.port         the ATP UDP port (DATA to it; ACK and DONE from it), 7600 by default
+--   natp.port         the ATP UDP port (DATA to it; ACK, DONE and RETRY from it), 7600 by default
 --   natp.report_port  the controller's report port (REPORT to it), 7601 by default; 0 turns it off
 --   natp.floats       when a DATA payload is shown as a float32 range (bounded-loss vectors): auto (default),
 --                     announced, never (FLOAT_MODES below)
@@ -48,7 +48,7 @@ local FLOAT_MODES = {
     { "announced", "Only jobs whose announce (vector_len set) is in the capture", FLOATS_ANNOUNCED },
     { "never", "Never", FLOATS_NEVER },
 }
-atp.prefs.port = Pref.uint("ATP UDP port", 7600, "UDP port of ATP DATA (destination), ACK and DONE (source)")
+atp.prefs.port = Pref.uint("ATP UDP port", 7600, "UDP port of ATP DATA (destination), ACK, DONE and RETRY (source)")
 atp.prefs.report_port = Pref.uint("Report UDP port", 7601,
     "UDP port of the controller's report socket (REPORT packets go there); 0: do not register")
 atp.prefs.floats = Pref.enum("Float ranges", FLOATS_AUTO,
