@@ -142,6 +142,8 @@ def send_parser() -> argparse.ArgumentParser:
                    help="CadentFlow deadline after job start")
     p.add_argument("--report-to", default=None, metavar="HOST[:PORT]", help="controller (port 7601 default)")
     p.add_argument("--report-key-file", type=Path, default=None, help="file holding the report HMAC key")
+    p.add_argument("--admission-key-file", type=Path, default=None,
+                   help="file holding the receiver's shared admission key (signs the job announce)")
     p.add_argument("--timeout", type=_positive(float), default=None, help="give up after this many seconds")
     p.add_argument("--idle-timeout", type=_positive(float), default=AtpConfig.idle_timeout_s,
                    help="give up when nothing is acknowledged for this long (default %(default)s s)")
@@ -181,16 +183,22 @@ def _build_job(args: argparse.Namespace) -> JobSpec:
     return JobSpec.uniform(job_id, messages=messages, size=args.size, msr=args.msr, groups=args.group, tags=tags)
 
 
+def _read_key(path: Path | None, flag: str) -> bytes | None:
+    if path is None:
+        return None
+    try:
+        key = path.read_bytes().strip()
+    except OSError as err:
+        raise ConfigError(f"{flag} {path}: {err.strerror}") from None
+    if not key:
+        raise ConfigError(f"{flag} {path} is empty")
+    return key
+
+
 def _send_config(args: argparse.Namespace) -> AtpConfig:
-    key = None
-    if args.report_key_file is not None:
-        try:
-            key = args.report_key_file.read_bytes().strip()
-        except OSError as err:
-            raise ConfigError(f"--report-key-file {args.report_key_file}: {err.strerror}") from None
-        if not key:
-            raise ConfigError(f"--report-key-file {args.report_key_file} is empty")
-    return AtpConfig(mode=args.mode, mrdf=not args.no_mrdf, completion=args.completion,
+    key = _read_key(args.report_key_file, "--report-key-file")
+    return AtpConfig(admission_key=_read_key(args.admission_key_file, "--admission-key-file"),
+                     mode=args.mode, mrdf=not args.no_mrdf, completion=args.completion,
                      max_rate_bps=args.rate, initial_rate_bps=args.initial_rate, gain=args.gain,
                      packet_size=args.packet_size, epoch_s=None if args.epoch_ms is None else args.epoch_ms / 1e3,
                      min_epoch_s=args.min_epoch_ms / 1e3, idle_timeout_s=args.idle_timeout, report_key=key)
@@ -207,7 +215,13 @@ def format_send_summary(s) -> str:
     lines.append(f"  packets sent {s.packets_sent}, acked {s.packets_acked}, declared lost {s.packets_lost}, "
                  f"retransmissions {s.retransmissions}, epochs {s.epochs}, final rate "
                  f"{s.final_rate_bps / 1e6:.2f} Mbit/s, srtt {s.srtt_s * 1e3:.2f} ms")
+    if s.rejected:
+        lines.append(f"  rejected {sum(s.rejected.values())} datagram(s): {_counts(s.rejected)}")
     return "\n".join(lines)
+
+
+def _counts(counter: dict[str, int]) -> str:
+    return ", ".join(f"{reason} {n}" for reason, n in sorted(counter.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def send_main(argv: Sequence[str] | None = None) -> int:
@@ -262,8 +276,15 @@ def recv_parser() -> argparse.ArgumentParser:
                    help="forget a job silent for this long (default %(default)s s)")
     p.add_argument("--max-messages", type=C.arg(C.integer(ge=1, le=MAX_MESSAGES)), default=AtpConfig.max_messages,
                    help="largest N accepted")
-    p.add_argument("--max-buffer-mb", type=_positive(float), default=AtpConfig.max_buffered_bytes / 2**20,
-                   help="payload bytes held for incomplete messages (default %(default)s MiB)")
+    p.add_argument("--memory-budget-mb", "--max-buffer-mb", type=_positive(float),
+                   default=AtpConfig.memory_budget_bytes / 2**20,
+                   help="everything the receiver holds for jobs, payload included (default %(default)s MiB)")
+    p.add_argument("--max-jobs", type=C.arg(C.integer(ge=1)), default=AtpConfig.max_jobs,
+                   help="job slots (default %(default)s)")
+    p.add_argument("--max-jobs-per-source", type=C.arg(C.integer(ge=1)), default=AtpConfig.max_jobs_per_source,
+                   help="job slots one source host may hold (default %(default)s)")
+    p.add_argument("--admission-key-file", type=Path, default=None,
+                   help="file holding a shared admission key: announces not signed with it are dropped")
     p.add_argument("--json", type=C.arg(C.output_file(), str), default=None, metavar="FILE",
                    help="write the job summary as JSON (--serve: a list, rewritten after each job)")
     p.add_argument("--vector-out", type=C.arg(C.output_file(), str), default=None, metavar="FILE",
@@ -282,7 +303,24 @@ def format_receive_result(r: api.ReceiveResult) -> str:
         ranges = r.lost_ranges
         lines.append(f"  vector of {r.vector_len} floats, {sum(b - a for a, b in ranges)} zero-filled in "
                      f"{len(ranges)} range(s)")
+    lines.append("  " + format_receiver_stats(r.malformed, r.dropped, r.admission, r.memory))
     return "\n".join(lines)
+
+
+def format_receiver_stats(malformed: dict[str, int], dropped: dict[str, int], admission: dict[str, int],
+                          memory: dict[str, int]) -> str:
+    """One line: what the receiver refused, by reason, and its memory against the budget."""
+    parts = [f"admitted {admission.get('admitted', 0)} job(s), {admission.get('retries', 0)} RETRY(s)"]
+    evicted = {k[8:]: v for k, v in admission.items() if k.startswith("evicted_")}
+    if evicted:
+        parts.append(f"evicted {sum(evicted.values())} ({_counts(evicted)})")
+    if malformed:
+        parts.append(f"malformed {sum(malformed.values())} ({_counts(malformed)})")
+    if dropped:
+        parts.append(f"dropped {sum(dropped.values())} ({_counts(dropped)})")
+    if memory:
+        parts.append(f"memory peak {memory['peak'] / 2**20:.1f} of {memory['budget'] / 2**20:.1f} MiB")
+    return "receiver: " + "; ".join(parts)
 
 
 def recv_main(argv: Sequence[str] | None = None) -> int:
@@ -291,7 +329,9 @@ def recv_main(argv: Sequence[str] | None = None) -> int:
     _setup_logging(args.verbose)
     try:
         config = AtpConfig(idle_timeout_s=args.idle_timeout, max_messages=args.max_messages,
-                           max_buffered_bytes=int(args.max_buffer_mb * 2**20))
+                           memory_budget_bytes=int(args.memory_budget_mb * 2**20), max_jobs=args.max_jobs,
+                           max_jobs_per_source=args.max_jobs_per_source,
+                           admission_key=_read_key(args.admission_key_file, "--admission-key-file"))
         bind = _address("--bind", args.bind, args.port)
     except (ConfigError, ValueError) as err:
         parser.error(str(err))
@@ -300,12 +340,14 @@ def recv_main(argv: Sequence[str] | None = None) -> int:
 
     def on_job(res: api.ReceiveResult) -> None:
         print(format_receive_result(res), flush=True)
-        done.append(res.as_dict())
+        if args.once or args.json is not None:  # --serve without --json keeps nothing per job
+            done.append(res.as_dict())
         if not args.once and args.json is not None:
             _write_json(args.json, done)
         if args.once and args.vector_out is not None and res.vector is not None:
             args.vector_out.write_bytes(res.vector.tobytes())
 
+    ep = None
     try:
         with api.ReceiverEndpoint(bind, config=config, accept_jobs=1 if args.once else None) as ep:
             log.info("serving ATP on %s:%d", *ep.bound)
@@ -318,6 +360,10 @@ def recv_main(argv: Sequence[str] | None = None) -> int:
     except (api.AtpError, OSError) as err:
         print(f"atp-recv: {err}", file=sys.stderr)
         return 1
+    finally:
+        if ep is not None and not args.once:
+            st = ep.core.stats()
+            print(format_receiver_stats(st["malformed"], st["dropped"], st["admission"], st["memory"]), flush=True)
     if args.json is not None:
         return _save("atp-recv", args.json, done[0] if args.once and done else done)
     return 0

@@ -80,7 +80,8 @@ async def send_job_async(dest: "str | api.Address", job: JobSpec, *, config: Atp
                                        timeline=timeline)
     loop = asyncio.get_running_loop()
     addr = api.parse_address(dest)
-    family = socket.getaddrinfo(addr[0], addr[1], type=socket.SOCK_DGRAM)[0][0]
+    family, _, _, _, sockaddr = socket.getaddrinfo(addr[0], addr[1], type=socket.SOCK_DGRAM)[0]
+    addr = sockaddr[:2]  # the numeric address answers come from: the sender accepts nothing else
     report_addr = None if report_to is None else api.parse_address(report_to, wire.DEFAULT_REPORT_PORT)
     writer = api._TimelineWriter(timeline)
     result: asyncio.Future[SendSummary] = loop.create_future()
@@ -119,12 +120,7 @@ async def receive_job_async(bind: "str | api.Address | int", *, timeout: float |
         if isinstance(ev, events.MessageReceived):
             messages[ev.msg_id] = ev.data
         elif isinstance(ev, events.JobFinished) and not result.done():
-            r = ev.result
-            result.set_result(api.ReceiveResult(
-                job_id=r.job_id, peer=r.peer, total=r.total, lost_ids=r.lost_ids, groups=r.groups,
-                messages=dict(messages), vector_len=r.vector_len, elapsed_s=r.finished_at - r.first_packet_at,
-                packets=r.packets, duplicates=r.duplicates, malformed=dict(core.malformed),
-                dropped=dict(core.dropped)))
+            result.set_result(api.receive_result(ev.result, dict(messages), core))
         elif isinstance(ev, events.JobRejected) and not result.done():
             result.set_exception(api.JobRejectedError(f"job {ev.job_id} rejected: {ev.reason}"))
         elif isinstance(ev, events.JobAbandoned) and not result.done():

@@ -69,7 +69,13 @@ class ReceiveResult:
     packets: int
     duplicates: int
     malformed: dict[str, int]
+    """Receiver-wide (all jobs so far): datagrams that were not well-formed ATP, by reason."""
     dropped: dict[str, int]
+    """Receiver-wide: well-formed datagrams dropped unacknowledged, by reason (docs/hostlib.md)."""
+    admission: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Receiver-wide: RETRYs sent, jobs admitted, jobs that lost their slot (``AtpReceiver.admission``)."""
+    memory: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Receiver memory: ``used``, ``peak`` and ``budget`` bytes (``AtpReceiver.memory``)."""
 
     @property
     def delivered(self) -> int:
@@ -95,6 +101,7 @@ class ReceiveResult:
             "total": self.total, "delivered": self.delivered, "lost": len(self.lost_ids),
             "lost_ids": list(self.lost_ids), "elapsed_s": round(self.elapsed_s, 6), "packets": self.packets,
             "duplicates": self.duplicates, "malformed": dict(self.malformed), "dropped": dict(self.dropped),
+            "admission": dict(self.admission), "memory": dict(self.memory),
             "groups": [{"group_id": g.group_id, "msr": g.msr, "total": g.total, "delivered": g.delivered,
                         "lost": g.lost, "measured_loss": round(g.lost / g.total, 6) if g.total else 0.0}
                        for g in self.groups],
@@ -342,11 +349,7 @@ class ReceiverEndpoint:
         self.close()
 
     def _result(self, r: JobResult) -> ReceiveResult:
-        msgs = self._messages.pop(r.job_id, {})
-        return ReceiveResult(
-            job_id=r.job_id, peer=r.peer, total=r.total, lost_ids=r.lost_ids, groups=r.groups, messages=msgs,
-            vector_len=r.vector_len, elapsed_s=r.finished_at - r.first_packet_at, packets=r.packets,
-            duplicates=r.duplicates, malformed=dict(self.core.malformed), dropped=dict(self.core.dropped))
+        return receive_result(r, self._messages.pop(r.job_id, {}), self.core)
 
     def serve(self, *, jobs: int | None = None, timeout: float | None = None, linger_s: float = 0.2,
               on_job: Callable[[ReceiveResult], None] | None = None,
@@ -354,12 +357,15 @@ class ReceiverEndpoint:
               on_event: Callable[[events.Event], None] | None = None) -> list[ReceiveResult]:
         """Serve until ``jobs`` jobs finished (``None``: until ``timeout``), then keep answering
         repeated FINs for ``linger_s``. Raises :class:`ReceiveTimeout` if ``timeout`` passes first
-        while ``jobs`` is set; abandoned jobs raise :class:`JobAbandonedError` when ``jobs`` is set."""
+        while ``jobs`` is set; abandoned jobs raise :class:`JobAbandonedError` when ``jobs`` is set.
+        Returns the finished jobs; with ``jobs=None`` and an ``on_job`` callback they are handed to it
+        and not kept (a long-running server would otherwise hold every job it ever received)."""
         core = self.core
         results: list[ReceiveResult] = []
         start = self.clock()
         deadline = None if timeout is None else start + timeout
         linger_until: float | None = None
+        finished = 0
         while True:
             now = self.clock()
             _send_all(self.sock, core.datagrams_to_send(now))
@@ -371,7 +377,9 @@ class ReceiverEndpoint:
                         self._messages.setdefault(ev.job_id, {})[ev.msg_id] = ev.data
                 elif isinstance(ev, events.JobFinished):
                     res = self._result(ev.result)
-                    results.append(res)
+                    finished += 1
+                    if jobs is not None or on_job is None:
+                        results.append(res)
                     if on_job is not None:
                         on_job(res)
                 elif isinstance(ev, events.JobRejected):
@@ -381,12 +389,13 @@ class ReceiverEndpoint:
                 elif isinstance(ev, events.JobAbandoned):
                     self._messages.pop(ev.job_id, None)
                     if jobs is not None:
+                        why = (f"went silent for {self.config.idle_timeout_s:g} s" if ev.reason == "idle" else
+                               f"lost its job slot to a new job ({ev.reason})")
                         raise _with_partial(JobAbandonedError(
-                            f"job {ev.job_id} went silent for {self.config.idle_timeout_s:g} s before "
-                            f"finishing ({ev.delivered} messages delivered)"), results)
+                            f"job {ev.job_id} {why} before finishing ({ev.delivered} messages delivered)"), results)
                 if on_event is not None:
                     on_event(ev)
-            if jobs is not None and len(results) >= jobs and linger_until is None:
+            if jobs is not None and finished >= jobs and linger_until is None:
                 core.accept_jobs = core.jobs_seen  # take no new job while lingering
                 linger_until = now + linger_s
             if linger_until is not None and now >= linger_until:
@@ -407,6 +416,15 @@ class ReceiverEndpoint:
             t = core.get_timer()
             if t is not None and t <= self.clock():
                 core.handle_timer(self.clock())
+
+
+def receive_result(r: JobResult, messages: dict[int, bytes], core: AtpReceiver) -> ReceiveResult:
+    """A finished job's :class:`ReceiveResult`, with the receiver's counters as they stand."""
+    return ReceiveResult(
+        job_id=r.job_id, peer=r.peer, total=r.total, lost_ids=r.lost_ids, groups=r.groups, messages=messages,
+        vector_len=r.vector_len, elapsed_s=r.finished_at - r.first_packet_at, packets=r.packets,
+        duplicates=r.duplicates, malformed=dict(core.malformed), dropped=dict(core.dropped),
+        admission=dict(core.admission), memory=core.memory.as_dict())
 
 
 def _with_partial(err: AtpError, results: list[ReceiveResult]) -> AtpError:

@@ -12,6 +12,7 @@ MODES = ("adaptive", "paper", "fixtlr", "base")
 MODE_ALIASES = {"full": "paper"}  # the name the paper's algorithm had before ``adaptive`` existed
 COMPLETION_POLICIES = ("all_sent", "early")
 MAX_MESSAGES = 0xFFFFFFF0  # msg ids above this are control messages (hostlib/control.py)
+_MIN_BUDGET_PER_SLOT = 32 << 10  # half of it is the slot's guarantee: a job record and some data
 
 
 class ConfigError(ValueError):
@@ -99,18 +100,38 @@ class AtpConfig:
     report_key: bytes | None = None
     """HMAC key for REPORT packets to the controller; ``None`` sends them unsigned."""
 
+    admission_key: bytes | None = None
+    """Shared key for job admission (docs/hostlib.md, threat model). Sender: signs every announce part
+    with it. Receiver: drops announces without a valid signature, unanswered. ``None``: announces are
+    unsigned and any host that can echo an admission token gets a job slot."""
+
     # receiver limits (memory stays bounded whatever arrives)
+    memory_budget_bytes: int = 256 << 20
+    """Receiver: the one budget for everything it holds (job records, manifests, delivered bitmaps, payload
+    of incomplete or not-yet-in-order messages, DONE answers), as counted by ``AtpReceiver.memory``. Half
+    is guaranteed to the job slots in equal parts, half is shared (hostlib/admission.py). Packets that
+    would exceed it are dropped unacknowledged (``dropped["memory_budget"]``). At least 32 KiB per slot."""
+
     max_messages: int = 1 << 20
     """Receiver: largest N accepted for one job."""
 
     max_packets_per_message: int = 4096
     """Receiver: largest ``pkt_cnt`` accepted."""
 
-    max_buffered_bytes: int = 256 << 20
-    """Receiver: payload bytes held for incomplete or not-yet-in-order messages, over all jobs."""
-
     max_jobs: int = 64
-    """Receiver: jobs tracked at once; packets of further jobs are dropped and counted."""
+    """Receiver: job slots, jobs being received at once (finished jobs answering repeated FINs do not
+    hold one). A new job takes a free slot, or the slot of a stalled job, or one of a source holding more
+    than its share; otherwise its announce is dropped (the sender retries)."""
+
+    max_jobs_per_source: int = 16
+    """Receiver: slots one source address (host, any port) may hold at once."""
+
+    stall_timeout_s: float = 1.0
+    """Receiver: a job that has taken no new data for this long may lose its slot to a new job when every
+    slot is taken; jobs that never took any data go first."""
+
+    token_lifetime_s: float = 10.0
+    """Receiver: how long an admission token (RETRY) stays valid."""
 
     finished_linger_s: float = 5.0
     """Receiver: how long a finished job's DONE is kept to answer repeated FINs."""
@@ -133,7 +154,7 @@ class AtpConfig:
         if self.burst_packets < 1:
             raise ConfigError("burst_packets must be >= 1")
         for name in ("initial_rtt_s", "min_epoch_s", "min_loss_timeout_s", "idle_timeout_s", "fin_timeout_s",
-                     "finished_linger_s"):
+                     "finished_linger_s", "stall_timeout_s", "token_lifetime_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.epoch_s is not None and not self.epoch_s > 0:
@@ -150,6 +171,13 @@ class AtpConfig:
             raise ConfigError(f"max_messages must be in 1..{MAX_MESSAGES}")
         if not 1 <= self.max_packets_per_message <= 0xFFFF:
             raise ConfigError("max_packets_per_message must be in 1..65535")
+        if self.max_jobs < 1 or self.max_jobs_per_source < 1:
+            raise ConfigError("max_jobs and max_jobs_per_source must be >= 1")
+        if self.memory_budget_bytes < self.max_jobs * _MIN_BUDGET_PER_SLOT:
+            raise ConfigError(f"memory_budget_bytes {self.memory_budget_bytes}: at least "
+                              f"{_MIN_BUDGET_PER_SLOT // 1024} KiB per job slot (max_jobs {self.max_jobs})")
+        if self.admission_key is not None and not self.admission_key:
+            raise ConfigError("admission_key is empty; use None for no key")
 
     @property
     def max_payload(self) -> int:

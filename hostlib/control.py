@@ -3,20 +3,31 @@
 Both are ordinary non-approximate DATA packets (no APPROX flag, so switches put them in queue 0) with a
 reserved ``msg_id``; the receiver acknowledges them like any other packet.
 
-* ``ANNOUNCE_MSG_ID`` (0xFFFFFFFF): the job manifest, split over ``pkt_cnt`` packets if needed. The sender
-  sends it first and repairs it like any MSR = 1 message. Payload (all parts concatenated)::
+* ``ANNOUNCE_MSG_ID`` (0xFFFFFFFF): the job manifest, split over ``pkt_cnt`` packets if needed. Every part's
+  payload is ``token:16 | auth:16 | chunk``: the admission token the receiver handed out in a RETRY (all
+  zero until the sender has one), an HMAC tag under the shared admission key (all zero without one),
+  and the part's chunk of the manifest. The chunks concatenated::
 
       magic "ATPJ" | total:u32 | vector_len:u32 (0xFFFFFFFF = not a vector) | n_groups:u16 |
       n_groups x ( group_id:u16 | msr:u16 Q1.15 | count:u32 | n_ranges:u32 | n_ranges x (first:u32, last:u32) )
 
-  The ranges (inclusive, ascending) list the group's message ids.
+  The ranges (inclusive, ascending) list the group's message ids. The decoded manifest keeps them as
+  ranges: its size follows the announce's bytes, never the N it declares.
 * ``FIN_MSG_ID`` (0xFFFFFFFE): the sender has finished; the receiver answers with DONE (lost message ids)
   and keeps answering repeated FINs for ``AtpConfig.finished_linger_s``.
 """
 from __future__ import annotations
 
+import array
+import bisect
 import dataclasses
+import hashlib
+import heapq
+import hmac
+import itertools
 import struct
+import sys
+from typing import Iterable, Iterator
 
 from netapprox.hostlib import wire
 
@@ -30,15 +41,64 @@ _GROUP = struct.Struct("!HHII")
 _RANGE = struct.Struct("!II")
 
 
+AUTH_LEN = 16
+NO_AUTH = bytes(AUTH_LEN)
+ANNOUNCE_PREFIX_LEN = wire.TOKEN_LEN + AUTH_LEN
+_AUTH_HEAD = struct.Struct("!IHH")
+
+
 @dataclasses.dataclass(frozen=True)
 class GroupShape:
     group_id: int
     msr: float
-    msg_ids: tuple[int, ...]
+    firsts: array.array
+    """First message id of each of the group's ranges (``array('I')``), ascending."""
+    lasts: array.array
+    """Last message id (inclusive) of each range; ranges are disjoint."""
+
+    count: int = dataclasses.field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "count", sum(self.lasts) - sum(self.firsts) + len(self.firsts))
+
+    @classmethod
+    def from_ids(cls, group_id: int, msr: float, msg_ids: Iterable[int]) -> "GroupShape":
+        runs = ranges_of(msg_ids)
+        return cls(group_id, msr, array.array("I", (a for a, _ in runs)), array.array("I", (b for _, b in runs)))
 
     @property
-    def count(self) -> int:
-        return len(self.msg_ids)
+    def ranges(self) -> Iterator[tuple[int, int]]:
+        return zip(self.firsts, self.lasts)
+
+    @property
+    def msg_ids(self) -> Iterator[int]:
+        for a, b in self.ranges:
+            yield from range(a, b + 1)
+
+
+class GroupIndex:
+    """msg_id -> position of its group in ``Manifest.groups``: every group's ranges merged in id order,
+    searched by bisection. Three flat arrays, 10 bytes per range."""
+
+    __slots__ = ("firsts", "lasts", "group")
+
+    def __init__(self, groups: tuple[GroupShape, ...]) -> None:
+        self.firsts = array.array("I")
+        self.lasts = array.array("I")
+        self.group = array.array("H")
+        for a, b, k in heapq.merge(*(zip(g.firsts, g.lasts, itertools.repeat(k)) for k, g in enumerate(groups))):
+            self.firsts.append(a)
+            self.lasts.append(b)
+            self.group.append(k)
+
+    def find(self, msg_id: int) -> int:
+        """Position of the group listing ``msg_id``, -1 if none does."""
+        i = bisect.bisect_right(self.firsts, msg_id) - 1
+        return self.group[i] if i >= 0 and msg_id <= self.lasts[i] else -1
+
+    def overlapping(self) -> bool:
+        lasts, firsts = self.lasts, self.firsts
+        return any(lasts[i] >= firsts[i + 1] for i in range(len(firsts) - 1))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,21 +109,25 @@ class Manifest:
     vector_len: int | None
     groups: tuple[GroupShape, ...]
 
-    def group_of(self) -> dict[int, int]:
-        return {m: g.group_id for g in self.groups for m in g.msg_ids}
+    def group_index(self) -> GroupIndex:
+        index = self.__dict__.get("_index")
+        if index is None:
+            index = GroupIndex(self.groups)
+            object.__setattr__(self, "_index", index)
+        return index
 
     def encode(self) -> bytes:
         out = [_HEAD.pack(_MAGIC, self.total, NO_VECTOR if self.vector_len is None else self.vector_len,
                           len(self.groups))]
         for g in self.groups:
-            ranges = _ranges(g.msg_ids)
-            out.append(_GROUP.pack(g.group_id, wire.tlr_to_q15(g.msr), len(g.msg_ids), len(ranges)))
-            out.extend(_RANGE.pack(a, b) for a, b in ranges)
+            out.append(_GROUP.pack(g.group_id, wire.tlr_to_q15(g.msr), g.count, len(g.firsts)))
+            out.extend(_RANGE.pack(a, b) for a, b in g.ranges)
         return b"".join(out)
 
     @classmethod
     def decode(cls, data: bytes, *, max_messages: int) -> "Manifest":
-        """Parse and check a manifest; raises MalformedPacket with reason ``bad_announce``."""
+        """Parse and check a manifest; raises MalformedPacket with reason ``bad_announce``. Time and memory
+        follow the length of ``data`` (ranges stay ranges, 2-3 bytes of memory per announce byte)."""
         def bad(detail: str) -> wire.MalformedPacket:
             return wire.MalformedPacket("bad_announce", detail)
 
@@ -75,8 +139,8 @@ class Manifest:
         if total > max_messages:
             raise bad(f"job of {total} messages exceeds this receiver's limit of {max_messages} (max_messages)")
         off = _HEAD.size
-        groups = []
-        seen: set[int] = set()
+        groups: list[GroupShape] = []
+        group_ids: set[int] = set()
         for _ in range(n_groups):
             if off + _GROUP.size > len(data):
                 raise bad("truncated group list")
@@ -84,27 +148,37 @@ class Manifest:
             off += _GROUP.size
             if msr_q > wire.TLR_ONE or n_ranges > count or off + n_ranges * _RANGE.size > len(data):
                 raise bad(f"group {gid}: inconsistent entry")
-            ids: list[int] = []
-            for _ in range(n_ranges):
-                a, b = _RANGE.unpack_from(data, off)
-                off += _RANGE.size
-                if a > b or b >= total or (ids and a <= ids[-1]):
+            if gid in group_ids:
+                raise bad(f"group {gid}: listed twice")
+            group_ids.add(gid)
+            flat = array.array("I", data[off:off + n_ranges * _RANGE.size])
+            off += n_ranges * _RANGE.size
+            if sys.byteorder == "little":
+                flat.byteswap()
+            firsts, lasts = flat[0::2], flat[1::2]
+            prev = -1
+            for a, b in zip(firsts, lasts):
+                if a > b or b >= total or a <= prev:
                     raise bad(f"group {gid}: bad id range ({a}, {b})")
-                if len(ids) + (b - a + 1) > count:
-                    raise bad(f"group {gid}: ranges exceed count {count}")
-                ids.extend(range(a, b + 1))
-            if len(ids) != count:
-                raise bad(f"group {gid}: ranges cover {len(ids)} ids, count says {count}")
-            if seen.intersection(ids) or gid in {g.group_id for g in groups}:
-                raise bad(f"group {gid}: overlaps another group")
-            seen.update(ids)
-            groups.append(GroupShape(gid, wire.q15_to_tlr(msr_q), tuple(ids)))
-        if off != len(data) or len(seen) != total:
+                prev = b
+            shape = GroupShape(gid, wire.q15_to_tlr(msr_q), firsts, lasts)
+            if shape.count != count:
+                raise bad(f"group {gid}: ranges cover {shape.count} ids, count says {count}")
+            groups.append(shape)
+        if off != len(data):
+            raise bad("trailing bytes after the group list")
+        manifest = cls(total=total, vector_len=None if vlen == NO_VECTOR else vlen, groups=tuple(groups))
+        if manifest.group_index().overlapping():
+            raise bad("groups overlap")
+        if sum(g.count for g in groups) != total:  # disjoint ranges below total covering total ids: exact
             raise bad("groups do not cover exactly the job's messages")
-        return cls(total=total, vector_len=None if vlen == NO_VECTOR else vlen, groups=tuple(groups))
+        return manifest
 
 
-def _ranges(ids) -> list[tuple[int, int]]:
+def ranges_of(ids: Iterable[int]) -> list[tuple[int, int]]:
+    """Sorted ids as inclusive ``(first, last)`` runs."""
+    if isinstance(ids, range) and ids.step == 1:
+        return [(ids.start, ids.stop - 1)] if ids else []
     out: list[tuple[int, int]] = []
     for i in sorted(ids):
         if out and out[-1][1] + 1 == i:
@@ -112,3 +186,35 @@ def _ranges(ids) -> list[tuple[int, int]]:
         else:
             out.append((i, i))
     return out
+
+
+# --- announce parts: admission token and authentication --------------------------------------------
+
+def announce_auth(key: bytes, *, job_id: int, pkt_idx: int, pkt_cnt: int, token: bytes, chunk: bytes) -> bytes:
+    """HMAC-SHA256 under the shared admission key over ``job_id:u32 | pkt_idx:u16 | pkt_cnt:u16 | token |
+    chunk``, first 16 bytes."""
+    msg = _AUTH_HEAD.pack(job_id, pkt_idx, pkt_cnt) + token + chunk
+    return hmac.new(key, msg, hashlib.sha256).digest()[:AUTH_LEN]
+
+
+def encode_announce_part(chunk: bytes, *, job_id: int, pkt_idx: int, pkt_cnt: int, token: bytes = wire.NO_TOKEN,
+                         key: bytes | None = None) -> bytes:
+    """One announce part's payload: ``token | auth | chunk``."""
+    auth = NO_AUTH if key is None else announce_auth(key, job_id=job_id, pkt_idx=pkt_idx, pkt_cnt=pkt_cnt,
+                                                     token=token, chunk=chunk)
+    return token + auth + chunk
+
+
+def decode_announce_part(payload: bytes) -> tuple[bytes, bytes, bytes]:
+    """``(token, auth, chunk)`` of one announce part. Raises MalformedPacket ``bad_announce`` when short."""
+    if len(payload) < ANNOUNCE_PREFIX_LEN:
+        raise wire.MalformedPacket("bad_announce", f"announce part of {len(payload)} bytes, the token and "
+                                                   f"auth fields need {ANNOUNCE_PREFIX_LEN}")
+    t = wire.TOKEN_LEN
+    return payload[:t], payload[t:ANNOUNCE_PREFIX_LEN], payload[ANNOUNCE_PREFIX_LEN:]
+
+
+def announce_auth_ok(key: bytes, header: wire.Header, token: bytes, auth: bytes, chunk: bytes) -> bool:
+    want = announce_auth(key, job_id=header.job_id, pkt_idx=header.pkt_idx, pkt_cnt=header.pkt_cnt, token=token,
+                         chunk=chunk)
+    return hmac.compare_digest(auth, want)

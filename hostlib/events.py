@@ -90,10 +90,12 @@ class JobFinished(Event):
 
 @dataclasses.dataclass(frozen=True)
 class JobAbandoned(Event):
-    """A job went silent for ``idle_timeout_s`` before its FIN; its state was freed."""
+    """A job was dropped before its FIN and its state freed: ``reason`` ``"idle"`` (silent for
+    ``idle_timeout_s``), ``"stalled"`` or ``"share"`` (its slot went to a new job, hostlib/admission.py)."""
 
     job_id: int
     delivered: int
+    reason: str = "idle"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,33 +1,64 @@
 """The ATP receiver state machine (sans-I/O). One instance serves any number of jobs on one socket.
 
-For every DATA packet it queues one ACK (echoing ``seq``, the message coordinates and the ``queue`` byte,
-plus up to 16 selective-ack blocks), suppresses duplicates, reassembles messages and hands each whole
-message to the application as a :class:`hostlib.events.MessageReceived` event: at once for approximate
-groups, in msg_id order within the group for MSR = 1 groups.
+For every DATA packet of an admitted job it queues one ACK (echoing ``seq``, the message coordinates and
+the ``queue`` byte, plus up to 16 selective-ack blocks), suppresses duplicates, reassembles messages and
+hands each whole message to the application as a :class:`hostlib.events.MessageReceived` event: at once
+for approximate groups, in msg_id order within the group for MSR = 1 groups.
 
-How the receiver learns a job (see hostlib/control.py): the sender's first message is the *job announce*
-(reserved msg_id 0xFFFFFFFF): N, the groups with their MSR and message ids, and the vector length of a
-float-vector job. Data that arrives before the announce is buffered (within the memory limits); MSR = 1
-messages wait for it because their order depends on it. The sender's FIN (msg_id 0xFFFFFFFE) ends the
-job: the receiver answers with DONE listing every message id it does not have, and repeats that answer
-for repeated FINs during ``finished_linger_s``. A job silent for ``idle_timeout_s`` is abandoned.
+How a job gets in (hostlib/admission.py, hostlib/control.py): the sender's first datagram is its *job
+announce* (reserved msg_id 0xFFFFFFFF: N, the groups with their MSR and message ids). The receiver answers
+an announce for an unknown job with a RETRY carrying an admission token and keeps nothing; the job is
+created when an announce echoing a valid token arrives from the address the token was minted for, and
+only if a job slot and the memory budget allow. From then on the job is bound to that address: datagrams
+for it from anywhere else are dropped. Data is accepted once the whole announce has arrived. The
+sender's FIN (msg_id 0xFFFFFFFE) ends the job: the receiver answers with DONE listing every message id
+it does not have, and repeats that answer for repeated FINs during ``finished_linger_s``. A job silent
+for ``idle_timeout_s`` is abandoned.
 
-Memory stays bounded: N, ``pkt_cnt``, the number of jobs and the buffered bytes have limits in
-:class:`hostlib.config.AtpConfig`; packets over a limit are dropped unacknowledged and counted in
-``dropped`` (garbage is counted in ``malformed``, by reason).
+State follows evidence: a job costs a fixed record, its manifest as ranges (bytes the announce carried),
+a delivered bitmap in 1024-message chunks created when a message in them first arrives, and the payload
+it buffers; nothing is sized by the N an announce declares. Everything is charged to one budget
+(``AtpConfig.memory_budget_bytes``, :attr:`AtpReceiver.memory`) at the ``*_BYTES`` costs below, each an
+upper bound of what CPython allocates for the structure (tests/hostlib/test_hostlib_hostile.py checks them
+with tracemalloc). A datagram that would exceed a limit is dropped unacknowledged and counted in
+``dropped[reason]``; one that is not well-formed ATP in ``malformed[reason]``; nothing is printed.
 """
 from __future__ import annotations
 
+import array
 import bisect
 import collections
 import dataclasses
 from typing import Any
 
-from netapprox.hostlib import control, events, wire
+from netapprox.hostlib import admission, control, events, wire
 from netapprox.hostlib.config import AtpConfig
 
 Address = Any
 _MAX_SACK_RANGES = 64
+CHUNK_BITS = 1024
+_CHUNK_SHIFT = 10
+_CHUNK_BYTES_RAW = CHUNK_BITS // 8
+_FULL_CHUNK = b"\xff" * _CHUNK_BYTES_RAW
+
+# What the budget charges (bytes): upper bounds of the CPython objects behind each structure.
+JOB_BYTES = 4096
+"""One job record: its fields, counters, empty containers and 64 SACK ranges."""
+CHUNK_BYTES = 320
+"""One 1024-message chunk of the delivered bitmap, with its dict slot."""
+PARTIAL_BYTES = 512
+"""One incomplete multi-packet message, before its payload."""
+PACKET_BYTES = 160
+"""Per buffered packet or held message, on top of its payload bytes."""
+MANIFEST_BYTES = 2048
+"""A decoded manifest, fixed part."""
+MANIFEST_BYTES_PER_BYTE = 4
+"""A decoded manifest per byte of announce: range arrays and the merged lookup arrays (2.25 B/B), plus
+the announce itself while it is decoded."""
+MANIFEST_BYTES_PER_GROUP = 640
+"""A decoded manifest per group (its record, two arrays, its counters and cursor)."""
+DONE_BYTES_PER_PART = 96
+"""A kept DONE datagram, on top of its length."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,51 +93,113 @@ class JobResult:
         return self.total - len(self.lost_ids)
 
 
-class _Partial:
-    __slots__ = ("cnt", "parts", "got", "group_id", "approx", "nbytes")
+class _Bitmap:
+    """Delivered message ids: 1024-bit chunks, created the first time a message in them arrives."""
 
-    def __init__(self, cnt: int, group_id: int, approx: bool) -> None:
+    __slots__ = ("chunks",)
+
+    def __init__(self) -> None:
+        self.chunks: dict[int, bytearray] = {}
+
+    def has(self, i: int) -> bool:
+        c = self.chunks.get(i >> _CHUNK_SHIFT)
+        return c is not None and bool(c[(i >> 3) & (_CHUNK_BYTES_RAW - 1)] >> (i & 7) & 1)
+
+    def needs_chunk(self, i: int) -> bool:
+        return (i >> _CHUNK_SHIFT) not in self.chunks
+
+    def reserve(self, i: int) -> None:
+        """Create the chunk of ``i`` (charged when the first packet of a message in it is accepted)."""
+        if (i >> _CHUNK_SHIFT) not in self.chunks:
+            self.chunks[i >> _CHUNK_SHIFT] = bytearray(_CHUNK_BYTES_RAW)
+
+    def add(self, i: int) -> None:
+        """Set ``i``; its chunk was reserved."""
+        self.chunks[i >> _CHUNK_SHIFT][(i >> 3) & (_CHUNK_BYTES_RAW - 1)] |= 1 << (i & 7)
+
+    def missing(self, total: int) -> array.array:
+        """Ids in ``0 .. total-1`` not set, ascending. Time: O(total / 1024 + chunks · 128 + result)."""
+        out = array.array("I")
+        gap_from = 0  # start of the current run of ids in chunks never created
+        for c in sorted(self.chunks):
+            base = c << _CHUNK_SHIFT
+            if base >= total:
+                break
+            out.extend(range(gap_from, base))
+            gap_from = min(total, base + CHUNK_BITS)
+            bits = self.chunks[c]
+            if bits == _FULL_CHUNK:
+                continue
+            for k, byte in enumerate(bits):
+                if byte != 0xFF:
+                    first = base + 8 * k
+                    out.extend(first + b for b in _UNSET_BITS[byte] if first + b < total)
+        out.extend(range(gap_from, total))
+        return out
+
+
+_UNSET_BITS = tuple(tuple(b for b in range(8) if not v >> b & 1) for v in range(256))
+
+
+def _manifest_cost(blob: bytes) -> int:
+    n_groups = int.from_bytes(blob[12:14], "big") if len(blob) >= 14 else 0
+    n_groups = min(n_groups, len(blob) // 12)  # a group takes at least 12 bytes of announce
+    return MANIFEST_BYTES + MANIFEST_BYTES_PER_BYTE * len(blob) + MANIFEST_BYTES_PER_GROUP * n_groups
+
+
+class _Partial:
+    __slots__ = ("cnt", "parts", "nbytes")
+
+    def __init__(self, cnt: int) -> None:
         self.cnt = cnt
-        self.parts: list[bytes | None] = [None] * cnt
-        self.got = 0
-        self.group_id = group_id
-        self.approx = approx
+        self.parts: dict[int, bytes] = {}
         self.nbytes = 0
 
 
 class _Job:
+    __slots__ = (
+        "job_id", "peer", "source", "first_at", "last_at", "progress_at", "progressed", "manifest", "index",
+        "ordered", "delivered_per_group", "cursor", "announce_parts", "announce_cnt", "partial", "delivered",
+        "held", "seq_firsts", "seq_lasts", "packets", "duplicates", "charged", "done_datagrams", "finished_at",
+        "rejected")
+
     def __init__(self, job_id: int, peer: Address, now: float) -> None:
         self.job_id = job_id
         self.peer = peer
+        self.source = admission.source_of(peer)
         self.first_at = now
         self.last_at = now
+        self.progress_at = now
+        self.progressed = False
         self.manifest: control.Manifest | None = None
-        self.group_of: dict[int, int] = {}  # from the announce
-        self.rejected: str | None = None
+        self.index: control.GroupIndex | None = None
+        self.ordered: list[bool] = []  # per group index: MSR = 1, delivered in id order
+        self.delivered_per_group: list[int] = []
+        self.cursor: dict[int, tuple[int, int]] = {}  # ordered group index -> (range index, next msg id)
         self.announce_parts: dict[int, bytes] = {}
         self.announce_cnt: int | None = None
         self.partial: dict[int, _Partial] = {}
-        self.delivered: set[int] = set()
-        self.group_of_delivered: dict[int, int] = {}
-        self.unordered: dict[int, tuple[int, bytes]] = {}  # complete MSR=1 messages waiting for the announce
-        self.order: dict[int, list[int]] = {}  # MSR=1 group -> its msg ids, ascending
-        self.order_pos: dict[int, int] = {}
-        self.held: dict[int, bytes] = {}  # complete MSR=1 messages waiting for their predecessors
-        self.seq_firsts: list[int] = []
-        self.seq_lasts: list[int] = []
+        self.delivered = _Bitmap()
+        self.held: dict[int, bytes] = {}  # complete MSR = 1 messages waiting for their predecessors
+        self.seq_firsts = array.array("I")
+        self.seq_lasts = array.array("I")
         self.packets = 0
         self.duplicates = 0
-        self.buffered = 0
+        self.charged = 0
         self.done_datagrams: list[bytes] | None = None
-        self.result: JobResult | None = None
         self.finished_at: float | None = None
+        self.rejected: str | None = None
 
-    def note_seq(self, seq: int) -> bool:
-        """Record a received sequence number; False if it was seen before."""
+    @property
+    def holds_slot(self) -> bool:
+        return self.finished_at is None
+
+    def note_seq(self, seq: int) -> None:
+        """Record a received sequence number in the SACK ranges (the newest 64 ranges are kept)."""
         firsts, lasts = self.seq_firsts, self.seq_lasts
         i = bisect.bisect_right(firsts, seq) - 1
         if i >= 0 and lasts[i] >= seq:
-            return False
+            return
         if i >= 0 and lasts[i] + 1 == seq:
             lasts[i] = seq
             if i + 1 < len(firsts) and firsts[i + 1] == seq + 1:
@@ -119,7 +212,6 @@ class _Job:
             lasts.insert(i + 1, seq)
             if len(firsts) > _MAX_SACK_RANGES:
                 del firsts[0], lasts[0]
-        return True
 
     def sack_blocks(self) -> list[tuple[int, int]]:
         n = min(wire.MAX_SACK_BLOCKS, len(self.seq_firsts))
@@ -129,20 +221,31 @@ class _Job:
 class AtpReceiver:
     """Serves ATP jobs. See the module docstring."""
 
-    def __init__(self, *, config: AtpConfig = AtpConfig(), now: float = 0.0, accept_jobs: int | None = None) -> None:
-        """``accept_jobs``: serve at most this many distinct jobs over the receiver's life (``None``: no
-        limit). Packets of further jobs are dropped unacknowledged, so nothing is acknowledged that
-        the owner will not collect (``receive_job`` serves exactly one job)."""
+    def __init__(self, *, config: AtpConfig = AtpConfig(), now: float = 0.0, accept_jobs: int | None = None,
+                 token_secret: bytes | None = None) -> None:
+        """``accept_jobs``: admit at most this many distinct jobs over the receiver's life (``None``: no
+        limit); further announces are dropped unanswered, so nothing is acknowledged that the owner will
+        not collect (``receive_job`` serves exactly one job). ``token_secret``: key of the admission
+        tokens (default: 32 random bytes)."""
         self.config = config
         self.accept_jobs = accept_jobs
         self.jobs_seen = 0
         self.jobs: dict[int, _Job] = {}
+        self._finished: collections.OrderedDict[int, None] = collections.OrderedDict()  # finish order
+        self.tokens = admission.TokenMinter(lifetime_s=config.token_lifetime_s, secret=token_secret)
+        self.slots = admission.SlotTable(max_jobs=config.max_jobs, max_per_source=config.max_jobs_per_source,
+                                         stall_s=config.stall_timeout_s)
+        self.memory = admission.MemoryBudget(config.memory_budget_bytes, config.max_jobs)
         self._out: list[tuple[bytes, Address]] = []
         self._events: collections.deque[events.Event] = collections.deque()
         self.buffered = 0
+        """Payload bytes held for incomplete or not-yet-in-order messages (part of ``memory.used``)."""
         self.datagrams = 0
         self.malformed: collections.Counter[str] = collections.Counter()
         self.dropped: collections.Counter[str] = collections.Counter()
+        self.admission: collections.Counter[str] = collections.Counter()
+        """``retries`` (RETRYs sent), ``admitted``, ``evicted_stalled``, ``evicted_share`` (jobs that lost
+        their slot to a newcomer), ``linger_dropped`` (finished jobs forgotten early for memory)."""
 
     # -- public sans-I/O interface -----------------------------------------------------------------
 
@@ -162,32 +265,33 @@ class AtpReceiver:
             return
         job = self.jobs.get(header.job_id)
         if job is None:
-            if len(self.jobs) >= self.config.max_jobs:
-                self.dropped["too_many_jobs"] += 1
-                return
-            if header.msg_id == control.FIN_MSG_ID:
+            if header.msg_id == control.ANNOUNCE_MSG_ID:
+                self._on_new_announce(header, payload, addr, now)
+            elif header.msg_id == control.FIN_MSG_ID:
                 self.dropped["fin_for_unknown_job"] += 1
-                return
-            if self.accept_jobs is not None and self.jobs_seen >= self.accept_jobs:
-                self.dropped["not_accepting_jobs"] += 1
-                return
-            self.jobs_seen += 1
-            job = self.jobs[header.job_id] = _Job(header.job_id, addr, now)
-        if job.done_datagrams is not None:
-            if header.msg_id == control.FIN_MSG_ID:
+            else:
+                self.dropped["unknown_job"] += 1
+            return
+        if job.peer != addr:
+            self.dropped["wrong_source"] += 1
+            return
+        if job.finished_at is not None:
+            if job.rejected is not None:
+                self.dropped["job_rejected"] += 1
+            elif header.msg_id != control.FIN_MSG_ID:
+                self.dropped["job_finished"] += 1
+            elif job.done_datagrams is not None:
                 self._out.extend((d, addr) for d in job.done_datagrams)
             else:
-                self.dropped["job_finished"] += 1
+                self.dropped["done_not_kept"] += 1
             return
-        if job.rejected is not None:
-            self.dropped["job_rejected"] += 1
-            return
-        job.peer = addr
         job.last_at = now
         if header.msg_id == control.FIN_MSG_ID:
             self._on_fin(job, header, now)
         elif header.msg_id == control.ANNOUNCE_MSG_ID:
-            self._on_announce(job, header, payload, now)
+            chunk = self._announce_chunk(header, payload)
+            if chunk is not None:
+                self._on_announce(job, header, chunk, now)
         else:
             self._on_data(job, header, payload, now, ce)
 
@@ -208,157 +312,248 @@ class AtpReceiver:
         for job_id, job in list(self.jobs.items()):
             if job.finished_at is not None:
                 if now >= job.finished_at + self.config.finished_linger_s:
-                    del self.jobs[job_id]
+                    self._forget(job)
             elif now >= job.last_at + self.config.idle_timeout_s:
-                delivered = len(job.delivered)
-                self._release(job)
-                del self.jobs[job_id]
-                self._events.append(events.JobAbandoned(job_id, delivered))
+                self._abandon(job, "idle")
 
     def next_event(self) -> events.Event | None:
         return self._events.popleft() if self._events else None
 
+    def stats(self) -> dict[str, Any]:
+        """Counters for summaries and metrics: every datagram not acknowledged is in one of them."""
+        return {"datagrams": self.datagrams, "malformed": dict(self.malformed), "dropped": dict(self.dropped),
+                "admission": dict(self.admission), "jobs": len(self.slots), "finished": len(self._finished),
+                "memory": self.memory.as_dict()}
+
+    # -- admission -----------------------------------------------------------------------------------
+
+    def _on_new_announce(self, h: wire.Header, payload: bytes, addr: Address, now: float) -> None:
+        """An announce for a job this receiver does not hold: RETRY, admit, or drop. Holds nothing unless
+        it admits."""
+        if self.accept_jobs is not None and self.jobs_seen >= self.accept_jobs:
+            self.dropped["not_accepting_jobs"] += 1
+            return
+        chunk = self._announce_chunk(h, payload)
+        if chunk is None:
+            return
+        token = payload[:wire.TOKEN_LEN]
+        refusal, victim, why = self.slots.choose(admission.source_of(addr), now)
+        if refusal is not None:
+            self.dropped[refusal] += 1
+            return
+        if token == wire.NO_TOKEN:
+            self._retry(h, addr, now)
+            return
+        bad = self.tokens.check(token, h.job_id, addr, now)
+        if bad is not None:
+            self.dropped[bad] += 1
+            self._retry(h, addr, now)
+            return
+        job = _Job(h.job_id, addr, now)
+        if not self._make_room(job, JOB_BYTES):
+            self.dropped["memory_budget"] += 1
+            return
+        if victim is not None:
+            self.admission[f"evicted_{why}"] += 1
+            self._abandon(victim, why)  # type: ignore[arg-type]
+        self.jobs[h.job_id] = job
+        self._charge(job, JOB_BYTES)
+        self.slots.add(job)
+        self.jobs_seen += 1
+        self.admission["admitted"] += 1
+        self._on_announce(job, h, chunk, now)
+
+    def _retry(self, h: wire.Header, addr: Address, now: float) -> None:
+        """Answer with a fresh token. A RETRY is 48 bytes, an announce at least 64: no amplification."""
+        self.admission["retries"] += 1
+        self._out.append((wire.encode_retry(h, self.tokens.mint(h.job_id, addr, now)), addr))
+
+    def _make_room(self, job: _Job, n: int) -> bool:
+        """Whether ``job`` may be charged ``n`` more bytes, forgetting the oldest finished jobs (never
+        ``job`` itself) if that helps."""
+        while not self._fits(job, n) and self._forget_oldest_finished(but=job):
+            pass
+        return self._fits(job, n)
+
+    def _forget_oldest_finished(self, but: _Job | None = None) -> bool:
+        for job_id in self._finished:
+            if self.jobs[job_id] is not but:
+                self.admission["linger_dropped"] += 1
+                self._forget(self.jobs[job_id])
+                return True
+        return False
+
+    def _fits(self, job: _Job, n: int) -> bool:
+        return self.memory.fits(job.charged, job.holds_slot, n)
+
+    def _charge(self, job: _Job, n: int) -> None:
+        """Charge ``n`` bytes (``n < 0`` releases); a positive ``n`` was checked with ``_fits``."""
+        self.memory.charge(job.charged, job.holds_slot, n)
+        job.charged += n
+
     # -- data --------------------------------------------------------------------------------------
 
     def _ack(self, job: _Job, h: wire.Header, ce: bool = False) -> None:
-        ack = wire.Header(type=wire.PacketType.ACK, flags=wire.Flags.ECE if ce else 0, queue=h.queue,
-                          job_id=h.job_id, msg_id=h.msg_id,
-                          group_id=h.group_id, pkt_idx=h.pkt_idx, pkt_cnt=h.pkt_cnt, seq=h.seq)
-        self._out.append((wire.encode(ack, wire.encode_ack_payload(job.sack_blocks())), job.peer))
+        self._out.append((wire.encode_ack(flags=wire.Flags.ECE if ce else 0, queue=h.queue, job_id=h.job_id,
+                                          msg_id=h.msg_id, group_id=h.group_id, pkt_idx=h.pkt_idx,
+                                          pkt_cnt=h.pkt_cnt, seq=h.seq, blocks=job.sack_blocks()), job.peer))
 
     def _on_data(self, job: _Job, h: wire.Header, payload: bytes, now: float, ce: bool = False) -> None:
-        cfg = self.config
         m = job.manifest
-        if h.msg_id >= (m.total if m is not None else cfg.max_messages):
+        if m is None:
+            self.dropped["before_announce"] += 1
+            return
+        msg_id = h.msg_id
+        if msg_id >= m.total:
             self.dropped["msg_id_out_of_range"] += 1
             return
-        if h.pkt_cnt > cfg.max_packets_per_message:
+        if h.pkt_cnt > self.config.max_packets_per_message:
             self.dropped["too_many_packets"] += 1
             return
+        k = job.index.find(msg_id)  # type: ignore[union-attr]
+        if k < 0 or m.groups[k].group_id != h.group_id:
+            self.malformed["inconsistent_message"] += 1
+            return
         job.packets += 1
-        if h.msg_id in job.delivered:
-            job.duplicates += 1
-            job.note_seq(h.seq)
-            self._ack(job, h, ce)
+        if job.delivered.has(msg_id):
+            self._duplicate(job, h, ce)
             return
-        if m is not None and job.group_of.get(h.msg_id) != h.group_id:
-            self.malformed["inconsistent_message"] += 1
-            return
-        part = job.partial.get(h.msg_id)
+        part = job.partial.get(msg_id)
+        if part is not None:
+            if part.cnt != h.pkt_cnt:
+                self.malformed["inconsistent_message"] += 1
+                return
+            if h.pkt_idx in part.parts:
+                self._duplicate(job, h, ce)
+                return
+        n = len(payload)
+        cost = n + PACKET_BYTES
         if part is None:
-            approx = h.approx if m is None else self._group_msr(job, h.group_id) < 1.0
-            part = job.partial[h.msg_id] = _Partial(h.pkt_cnt, h.group_id, approx)
-        elif part.cnt != h.pkt_cnt or part.group_id != h.group_id:
-            self.malformed["inconsistent_message"] += 1
+            cost += PARTIAL_BYTES if h.pkt_cnt > 1 else 0
+            cost += CHUNK_BYTES if job.delivered.needs_chunk(msg_id) else 0
+        if not self._fits(job, cost):
+            self.dropped["memory_budget"] += 1
             return
-        if part.parts[h.pkt_idx] is not None:
-            job.duplicates += 1
-            job.note_seq(h.seq)
-            self._ack(job, h, ce)
-            return
-        if self.buffered + len(payload) > cfg.max_buffered_bytes:
-            self.dropped["buffer_full"] += 1
-            return
-        part.parts[h.pkt_idx] = payload
-        part.got += 1
-        part.nbytes += len(payload)
-        self._buffer(job, len(payload))
+        self._charge(job, cost)
+        self.buffered += n
+        job.progressed = True
+        job.progress_at = now
         job.note_seq(h.seq)
         self._ack(job, h, ce)
-        if part.got == part.cnt:
-            del job.partial[h.msg_id]
-            data = b"".join(part.parts)  # type: ignore[arg-type]
-            self._buffer(job, -part.nbytes)
-            job.delivered.add(h.msg_id)
-            job.group_of_delivered[h.msg_id] = part.group_id
-            self._deliver(job, h.msg_id, part.group_id, part.approx, data)
+        if part is None:
+            job.delivered.reserve(msg_id)
+            if h.pkt_cnt == 1:
+                self._complete(job, msg_id, k, payload, n)
+                return
+            part = job.partial[msg_id] = _Partial(h.pkt_cnt)
+        part.parts[h.pkt_idx] = payload
+        part.nbytes += n
+        if len(part.parts) == part.cnt:
+            del job.partial[msg_id]
+            data = b"".join(part.parts[i] for i in range(part.cnt))
+            self._charge(job, -(PARTIAL_BYTES + (part.cnt - 1) * PACKET_BYTES))
+            self._complete(job, msg_id, k, data, part.nbytes)
 
-    def _group_msr(self, job: _Job, group_id: int) -> float:
-        for g in job.manifest.groups:  # type: ignore[union-attr]
-            if g.group_id == group_id:
-                return g.msr
-        return 0.0
+    def _duplicate(self, job: _Job, h: wire.Header, ce: bool) -> None:
+        job.duplicates += 1
+        job.note_seq(h.seq)
+        self._ack(job, h, ce)
 
-    def _buffer(self, job: _Job, delta: int) -> None:
-        job.buffered += delta
-        self.buffered += delta
-
-    def _deliver(self, job: _Job, msg_id: int, group_id: int, approx: bool, data: bytes) -> None:
-        if approx:
-            self._events.append(events.MessageReceived(job.job_id, msg_id, group_id, data))
-            return
-        if job.manifest is None:
-            job.unordered[msg_id] = (group_id, data)
-            self._buffer(job, len(data))
+    def _complete(self, job: _Job, msg_id: int, k: int, data: bytes, nbytes: int) -> None:
+        """A whole message: its payload (``nbytes`` + one PACKET_BYTES charged) is delivered or held."""
+        job.delivered.add(msg_id)
+        job.delivered_per_group[k] += 1
+        gid = job.manifest.groups[k].group_id  # type: ignore[union-attr]
+        if not job.ordered[k]:
+            self._unbuffer(job, nbytes)
+            self._events.append(events.MessageReceived(job.job_id, msg_id, gid, data))
             return
         job.held[msg_id] = data
-        self._buffer(job, len(data))
-        self._release_in_order(job, group_id)
+        self._release_in_order(job, k)
 
-    def _release_in_order(self, job: _Job, group_id: int) -> None:
-        ids = job.order.get(group_id)
-        if ids is None:  # not an MSR = 1 group after all: deliver what is held
-            ids = []
-        pos = job.order_pos.get(group_id, 0)
-        while pos < len(ids) and ids[pos] in job.held:
-            data = job.held.pop(ids[pos])
-            self._buffer(job, -len(data))
-            self._events.append(events.MessageReceived(job.job_id, ids[pos], group_id, data))
-            pos += 1
-        job.order_pos[group_id] = pos
+    def _unbuffer(self, job: _Job, nbytes: int) -> None:
+        self.buffered -= nbytes
+        self._charge(job, -(nbytes + PACKET_BYTES))
 
-    def _on_announce(self, job: _Job, h: wire.Header, payload: bytes, now: float) -> None:
+    def _release_in_order(self, job: _Job, k: int) -> None:
+        """Deliver the held messages of ordered group ``k`` that are next in id order."""
+        g = job.manifest.groups[k]  # type: ignore[union-attr]
+        firsts, lasts = g.firsts, g.lasts
+        ri, nxt = job.cursor[k]
+        while ri < len(firsts):
+            data = job.held.pop(nxt, None)
+            if data is None:
+                break
+            self._unbuffer(job, len(data))
+            self._events.append(events.MessageReceived(job.job_id, nxt, g.group_id, data))
+            if nxt < lasts[ri]:
+                nxt += 1
+            else:
+                ri += 1
+                nxt = firsts[ri] if ri < len(firsts) else 0
+        job.cursor[k] = (ri, nxt)
+
+    def _announce_chunk(self, h: wire.Header, payload: bytes) -> bytes | None:
+        """The manifest chunk of an announce part, or ``None`` (counted) when it is short or, with an
+        admission key, not signed with it."""
+        try:
+            token, auth, chunk = control.decode_announce_part(payload)
+        except wire.MalformedPacket as err:
+            self.malformed[err.reason] += 1
+            return None
+        key = self.config.admission_key
+        if key is not None and not control.announce_auth_ok(key, h, token, auth, chunk):
+            self.dropped["bad_auth"] += 1
+            return None
+        return chunk
+
+    def _on_announce(self, job: _Job, h: wire.Header, chunk: bytes, now: float) -> None:
         if job.announce_cnt is not None and h.pkt_cnt != job.announce_cnt:
             self.malformed["inconsistent_announce"] += 1
             return
-        job.note_seq(h.seq)
         if job.manifest is not None or h.pkt_idx in job.announce_parts:
-            job.duplicates += 1
-            self._ack(job, h)
+            self._duplicate(job, h, False)
             return
-        if self.buffered + len(payload) > self.config.max_buffered_bytes:
-            self.dropped["buffer_full"] += 1
+        cost = len(chunk) + PACKET_BYTES
+        if not self._fits(job, cost):
+            self.dropped["memory_budget"] += 1
             return
+        self._charge(job, cost)
+        job.note_seq(h.seq)
         job.announce_cnt = h.pkt_cnt
-        job.announce_parts[h.pkt_idx] = payload
-        self._buffer(job, len(payload))
+        job.announce_parts[h.pkt_idx] = chunk
+        job.progress_at = now
         self._ack(job, h)
         if len(job.announce_parts) < h.pkt_cnt:
             return
         blob = b"".join(job.announce_parts[i] for i in range(h.pkt_cnt))
-        self._buffer(job, -len(blob))
+        cost = _manifest_cost(blob)  # charged before decoding allocates
+        if not self._make_room(job, cost):
+            self.dropped["memory_budget"] += 1
+            self._reject(job, "announce does not fit the receiver's memory budget (memory_budget_bytes)", now)
+            return
+        self._charge(job, cost)
+        self._charge(job, -(len(blob) + h.pkt_cnt * PACKET_BYTES))
         job.announce_parts.clear()
         try:
             manifest = control.Manifest.decode(blob, max_messages=self.config.max_messages)
-            self._check_against_manifest(job, manifest)
         except wire.MalformedPacket as err:
             self.malformed[err.reason] += 1
-            job.rejected = str(err)
-            self._release(job)
-            self._events.append(events.JobRejected(job.job_id, job.rejected))
+            self._reject(job, str(err), now)
             return
         job.manifest = manifest
-        job.group_of = manifest.group_of()
-        for g in manifest.groups:
-            if g.msr >= 1.0:
-                job.order[g.group_id] = list(g.msg_ids)
-        # messages completed before the announce: MSR=1 ones now go out in order
-        for msg_id, (group_id, data) in sorted(job.unordered.items()):
-            job.held[msg_id] = data
-        job.unordered.clear()
-        for group_id in job.order:
-            self._release_in_order(job, group_id)
-        for msg_id, part in job.partial.items():
-            part.approx = self._group_msr(job, part.group_id) < 1.0
+        job.index = manifest.group_index()
+        job.ordered = [g.msr >= 1.0 for g in manifest.groups]
+        job.delivered_per_group = [0] * len(manifest.groups)
+        for k, g in enumerate(manifest.groups):
+            if job.ordered[k]:
+                job.cursor[k] = (0, g.firsts[0] if g.firsts else 0)
 
-    def _check_against_manifest(self, job: _Job, manifest: control.Manifest) -> None:
-        group_of = manifest.group_of()
-        seen = list(job.partial.items()) + [(i, None) for i in job.delivered]
-        for msg_id, part in seen:
-            gid = part.group_id if part is not None else job.group_of_delivered.get(msg_id)
-            if group_of.get(msg_id) != gid:
-                raise wire.MalformedPacket("bad_announce",
-                                           f"message {msg_id} arrived as group {gid}, announce disagrees")
+    def _reject(self, job: _Job, reason: str, now: float) -> None:
+        job.rejected = reason
+        self._release(job)
+        self._finish_record(job, now)
+        self._events.append(events.JobRejected(job.job_id, reason))
 
     def _on_fin(self, job: _Job, h: wire.Header, now: float) -> None:
         m = job.manifest
@@ -368,34 +563,64 @@ class AtpReceiver:
         # an MSR = 1 group should have no gaps; if it has, hand over what is held anyway, in order
         for msg_id in sorted(job.held):
             data = job.held.pop(msg_id)
-            self._buffer(job, -len(data))
-            self._events.append(events.MessageReceived(job.job_id, msg_id, job.group_of_delivered[msg_id], data))
-        lost = tuple(i for i in range(m.total) if i not in job.delivered)
-        delivered_per_group = collections.Counter(job.group_of_delivered.values())
+            self._unbuffer(job, len(data))
+            gid = m.groups[job.index.find(msg_id)].group_id  # type: ignore[union-attr]
+            self._events.append(events.MessageReceived(job.job_id, msg_id, gid, data))
+        lost = job.delivered.missing(m.total)
         result = JobResult(
-            job_id=job.job_id, peer=job.peer, total=m.total, vector_len=m.vector_len, lost_ids=lost,
-            groups=tuple(GroupResult(g.group_id, g.msr, g.count, delivered_per_group[g.group_id])
-                         for g in m.groups),
+            job_id=job.job_id, peer=job.peer, total=m.total, vector_len=m.vector_len, lost_ids=tuple(lost),
+            groups=tuple(GroupResult(g.group_id, g.msr, g.count, job.delivered_per_group[k])
+                         for k, g in enumerate(m.groups)),
             packets=job.packets, duplicates=job.duplicates, first_packet_at=job.first_at, finished_at=now)
         parts = wire.encode_done_payloads(lost, self.config.max_payload)
-        job.done_datagrams = [
-            wire.encode(wire.Header(type=wire.PacketType.DONE, job_id=job.job_id, pkt_idx=i, pkt_cnt=len(parts),
-                                    seq=h.seq), p)
-            for i, p in enumerate(parts)]
-        job.result = result
-        job.finished_at = now
+        done = [wire.encode_done(job_id=job.job_id, seq=h.seq, pkt_idx=i, pkt_cnt=len(parts), payload=p)
+                for i, p in enumerate(parts)]
         self._release(job)
-        self._out.extend((d, job.peer) for d in job.done_datagrams)
+        self._finish_record(job, now)
+        kept = sum(len(d) + DONE_BYTES_PER_PART for d in done)
+        if job.job_id in self.jobs and self._make_room(job, kept):
+            self._charge(job, kept)
+            job.done_datagrams = done
+        else:
+            self.admission["done_not_kept"] += 1
+        self._out.extend((d, job.peer) for d in done)
         self._events.append(events.JobFinished(result))
 
+    # -- freeing -----------------------------------------------------------------------------------
+
     def _release(self, job: _Job) -> None:
-        """Free a job's buffers (it finished, was rejected or abandoned)."""
-        self.buffered -= job.buffered
-        job.buffered = 0
-        job.partial.clear()
-        job.held.clear()
-        job.unordered.clear()
-        job.announce_parts.clear()
-        job.delivered = set()
-        job.group_of_delivered = {}
-        job.group_of = {}
+        """Free a job's buffers and bitmaps; its record (JOB_BYTES) stays charged while it is tracked."""
+        self.buffered -= sum(p.nbytes for p in job.partial.values()) + sum(len(d) for d in job.held.values())
+        self._charge(job, JOB_BYTES - job.charged)
+        job.partial = {}
+        job.held = {}
+        job.announce_parts = {}
+        job.delivered = _Bitmap()
+        job.index = None
+        job.cursor = {}
+
+    def _finish_record(self, job: _Job, now: float) -> None:
+        """The job gives up its slot and lingers to answer repeated FINs (at most ``max_jobs`` linger,
+        within the pool; the oldest are forgotten first, this one too if nothing else makes room)."""
+        self.memory.leave_slot(job.charged)
+        job.finished_at = now
+        self.slots.remove(job)
+        self._finished[job.job_id] = None
+        while len(self._finished) > self.config.max_jobs or self.memory.pool_overdrawn:
+            if not self._forget_oldest_finished(but=job):
+                if self.memory.pool_overdrawn:
+                    self.admission["linger_dropped"] += 1
+                    self._forget(job)
+                break
+
+    def _forget(self, job: _Job) -> None:
+        self._release(job)
+        self._charge(job, -job.charged)
+        self.slots.remove(job)
+        self._finished.pop(job.job_id, None)
+        del self.jobs[job.job_id]
+
+    def _abandon(self, job: _Job, reason: str) -> None:
+        delivered = sum(job.delivered_per_group)
+        self._forget(job)
+        self._events.append(events.JobAbandoned(job.job_id, delivered, reason))

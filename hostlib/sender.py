@@ -10,9 +10,18 @@ timers and events from it::
         sender.receive_datagram(data, addr, now) / sender.handle_timer(now)
         while (event := sender.next_event()) is not None: ...
 
-Life of a job: SENDING (announce, data, repairs, one epoch per smoothed RTT) -> CLOSING (the completion
-policy is met; FIN sent until the receiver's DONE arrives or ``fin_timeout_s`` passes) -> DONE, or FAILED
-when nothing is acknowledged for ``idle_timeout_s``.
+Life of a job: SENDING (admission, announce, data, repairs, one epoch per smoothed RTT) -> CLOSING (the
+completion policy is met; FIN sent until the receiver's DONE arrives or ``fin_timeout_s`` passes) -> DONE,
+or FAILED when nothing is acknowledged for ``idle_timeout_s``.
+
+Admission (hostlib/admission.py): the first announce part goes out alone, without a token, and is repeated
+like the FIN until the receiver's RETRY hands out a token; every announce part then carries it, and data
+follows at once. That costs one round trip per job.
+
+Only datagrams from ``peer`` for this job that answer something this sender sent move it: an ACK must echo
+a sequence number it used (they start at a random value below 2^31) with the message and packet index that
+sequence number carried, and SACK only sequence numbers it used; a DONE must echo one of its FINs; a RETRY
+one of its announce parts. The rest is counted in ``rejected[reason]`` and otherwise ignored.
 
 Message states per group: ACTIVE (not yet lost), DAMAGED (a packet was lost; the group can afford it, so
 it is left alone), REPAIRING (the group's MSR needs it: its lost packets are retransmitted), DELIVERED
@@ -21,11 +30,13 @@ damaged message is repaired, so the job can only complete with every group's MSR
 """
 from __future__ import annotations
 
+import array
 import collections
 import dataclasses
 import enum
 import heapq
 import json
+import secrets
 from typing import Any
 
 from netapprox.hostlib import control, events, wire
@@ -110,6 +121,8 @@ class SendSummary:
     """Packet losses by how they were detected (``LossRecovery.lost_by``: reorder, time, tail)."""
     packets_surplus: int = 0
     """Packets sent as surplus (TLR 1.0, the lowest queue: messages beyond what the MSR still required)."""
+    rejected: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Datagrams the sender ignored, by reason (forged, stale or malformed ACK/DONE/RETRY)."""
 
     def group(self, group_id: int) -> GroupSummary:
         for g in self.groups:
@@ -130,6 +143,7 @@ class SendSummary:
             "packets_lost": self.packets_lost, "retransmissions": self.retransmissions,
             "epochs": self.epochs, "final_rate_bps": round(self.final_rate_bps), "srtt_s": round(self.srtt_s, 6),
             "losses_found_by": dict(self.losses_found_by), "packets_surplus": self.packets_surplus,
+            "rejected": dict(self.rejected),
         }
 
     def to_json(self) -> str:
@@ -240,7 +254,8 @@ class AtpSender:
         self.recovery = LossRecovery(initial_rtt_s=config.initial_rtt_s, reorder_threshold=config.reorder_threshold,
                                      min_loss_timeout_s=config.min_loss_timeout_s, listeners=[self.rate])
         self.bucket = TokenBucket(burst_bytes=config.burst_packets * wire_max, now=now)
-        self._seq = 0
+        self._isn = secrets.randbelow(1 << 31)
+        self._seq = self._isn
         self.epoch = 0
         self._started = False
         self._epoch_end = now + self._epoch_length()
@@ -252,7 +267,7 @@ class AtpSender:
             ids_of[m.group.group_id].append(m.msg_id)
         manifest = control.Manifest(
             total=len(self.messages), vector_len=job.vector_len,
-            groups=tuple(control.GroupShape(g.group_id, g.msr, tuple(ids_of[g.group_id]))
+            groups=tuple(control.GroupShape.from_ids(g.group_id, g.msr, ids_of[g.group_id])
                          for g in self.groups.values()))
         blob = manifest.encode()
         self._announce = [blob[i:i + mp] for i in range(0, len(blob), mp)] or [b""]
@@ -271,7 +286,16 @@ class AtpSender:
         self.packets_sent = 0
         self.packets_surplus = 0
         self.retransmissions = 0
-        self.datagrams_ignored = 0
+        self.rejected: collections.Counter[str] = collections.Counter()
+        # admission and what answers may echo
+        self._token: bytes | None = None
+        self._hello_next = now
+        self._sent_msg = array.array("I")  # per sequence number used (seq - ISN): the msg_id and pkt_idx it
+        self._sent_idx = array.array("H")  # carried, so answers can be checked (6 bytes per packet sent)
+
+    @property
+    def datagrams_ignored(self) -> int:
+        return sum(self.rejected.values())
 
     # -- public sans-I/O interface -----------------------------------------------------------------
 
@@ -281,6 +305,8 @@ class AtpSender:
             return []
         if not self._started:
             self._start(now)
+        if self._token is None:
+            return self._hello(now)
         out: list[tuple[bytes, Address]] = []
         rate = self.rate.rate_bps
         self.bucket.refill(rate, now)
@@ -303,6 +329,8 @@ class AtpSender:
         """The next time :meth:`handle_timer` must run (pacing, loss detection, epoch end, timeouts)."""
         if not self._started:
             return self.start_time
+        if self._token is None and self.state == SenderState.SENDING:
+            return min(self._hello_next, self._last_progress + self.config.idle_timeout_s)
         if self.state == SenderState.SENDING:
             times = [self._epoch_end, self._last_progress + self.config.idle_timeout_s]
             loss = self.recovery.loss_deadline()
@@ -326,6 +354,12 @@ class AtpSender:
     def handle_timer(self, now: float) -> None:
         if not self._started:
             return
+        if self._token is None and self.state == SenderState.SENDING:
+            if now >= self._last_progress + self.config.idle_timeout_s:
+                self._fail(f"no acknowledgement from {self.peer} for {self.config.idle_timeout_s:g} s: no "
+                           f"admission token for job {self.job.job_id} (receiver down, unreachable, out of job "
+                           f"slots, or expecting an admission key?)")
+            return
         if self.state == SenderState.SENDING:
             self._on_lost(self.recovery.detect_lost(now), now)
             if now >= self._epoch_end:
@@ -343,27 +377,39 @@ class AtpSender:
 
     def receive_datagram(self, data: bytes, addr: Address, now: float) -> None:
         if not self._started:
-            self.datagrams_ignored += 1
+            self.rejected["before_start"] += 1
+            return
+        if not self._from_peer(addr):
+            self.rejected["wrong_source"] += 1
             return
         try:
             header, payload = wire.decode(data)
         except wire.MalformedPacket:
-            self.datagrams_ignored += 1
+            self.rejected["malformed"] += 1
             return
-        if header.job_id != self.job.job_id or self.state in (SenderState.DONE, SenderState.FAILED):
-            self.datagrams_ignored += 1
+        if header.job_id != self.job.job_id:
+            self.rejected["wrong_job"] += 1
+            return
+        if self.state in (SenderState.DONE, SenderState.FAILED):
+            self.rejected["after_close"] += 1
             return
         if header.type == wire.PacketType.ACK:
             try:
                 blocks = wire.decode_ack_payload(payload)
             except wire.MalformedPacket:
-                self.datagrams_ignored += 1
+                self.rejected["malformed"] += 1
+                return
+            reason = self._ack_rejection(header, blocks)
+            if reason is not None:
+                self.rejected[reason] += 1
                 return
             self._on_ack(header, blocks, now)
         elif header.type == wire.PacketType.DONE:
             self._on_done(header, payload, now)
+        elif header.type == wire.PacketType.RETRY:
+            self._on_retry(header, payload, now)
         else:
-            self.datagrams_ignored += 1
+            self.rejected["not_for_sender"] += 1
 
     def next_event(self) -> events.Event | None:
         return self._events.popleft() if self._events else None
@@ -397,7 +443,7 @@ class AtpSender:
 
     def _payload_len(self, msg_id: int, idx: int) -> int:
         if msg_id == control.ANNOUNCE_MSG_ID:
-            return len(self._announce[idx])
+            return control.ANNOUNCE_PREFIX_LEN + len(self._announce[idx])
         if msg_id == control.FIN_MSG_ID:
             return 0
         m = self.messages[msg_id]
@@ -431,19 +477,15 @@ class AtpSender:
             self.scheduler.remove(msg_id)
 
     def _emit(self, msg_id: int, idx: int, now: float) -> bytes:
-        seq = self._seq
-        self._seq = (self._seq + 1) & 0xFFFFFFFF
+        seq = self._next_seq(msg_id, idx)
         self.packets_sent += 1
         if msg_id in control.CONTROL_MSG_IDS:
             self._control.popleft()
-            payload = self._announce[idx] if msg_id == control.ANNOUNCE_MSG_ID else b""
-            cnt = len(self._announce) if msg_id == control.ANNOUNCE_MSG_ID else 1
-            header = wire.Header(job_id=self.job.job_id, msg_id=msg_id, pkt_idx=idx, pkt_cnt=cnt, seq=seq)
             if msg_id == control.ANNOUNCE_MSG_ID:
-                self.recovery.on_packet_sent(SentPacket(seq, msg_id, idx, None, len(payload), now))
-            else:
-                self._fin_next = now + max(_FIN_RETRY_MIN_S, self.recovery.tail_timeout)
-            return wire.encode(header, payload)
+                self.recovery.on_packet_sent(SentPacket(seq, msg_id, idx, None, self._payload_len(msg_id, idx), now))
+                return self._announce_datagram(idx, seq)
+            self._fin_next = now + max(_FIN_RETRY_MIN_S, self.recovery.tail_timeout)
+            return wire.encode(wire.Header(job_id=self.job.job_id, msg_id=msg_id, seq=seq))
         m = self.messages[msg_id]
         g = m.group
         mp = self.config.max_payload
@@ -494,6 +536,80 @@ class AtpSender:
         them, and a surplus message becomes needed (its next packets carry the group's TLR) once the group
         falls short."""
         return g.delivered + g.started + g.repairing >= g.required
+
+    # -- admission and validation of what arrives ------------------------------------------------
+
+    def _announce_datagram(self, idx: int, seq: int) -> bytes:
+        """Announce part ``idx`` with the token held (none yet: the all-zero field) and, with an admission
+        key, its signature."""
+        cnt = len(self._announce)
+        payload = control.encode_announce_part(self._announce[idx], job_id=self.job.job_id, pkt_idx=idx, pkt_cnt=cnt,
+                                               token=self._token or wire.NO_TOKEN, key=self.config.admission_key)
+        header = wire.Header(job_id=self.job.job_id, msg_id=control.ANNOUNCE_MSG_ID, pkt_idx=idx, pkt_cnt=cnt,
+                             seq=seq)
+        return wire.encode(header, payload)
+
+    def _hello(self, now: float) -> list[tuple[bytes, Address]]:
+        """Before admission: announce part 0 without a token, repeated every max(20 ms, tail timeout) until a
+        RETRY comes (like the FIN; a tiny datagram)."""
+        if now < self._hello_next:
+            return []
+        seq = self._next_seq(control.ANNOUNCE_MSG_ID, 0)
+        self.packets_sent += 1
+        self._hello_next = now + max(_FIN_RETRY_MIN_S, self.recovery.tail_timeout)  # paced like the FIN
+        return [(self._announce_datagram(0, seq), self.peer)]
+
+    def _on_retry(self, header: wire.Header, payload: bytes, now: float) -> None:
+        """A token from the receiver: admitted, or a fresh token because the one held expired."""
+        if self.state != SenderState.SENDING or all(self._announce_acked):
+            self.rejected["retry_unexpected"] += 1
+            return
+        if self._carried(header.seq) != (control.ANNOUNCE_MSG_ID, header.pkt_idx):
+            self.rejected["retry_unsent_seq"] += 1
+            return
+        try:
+            token = wire.decode_retry_payload(payload)
+        except wire.MalformedPacket:
+            self.rejected["malformed"] += 1
+            return
+        first = self._token is None
+        self._token = token
+        if first:  # the job starts now: data follows the announce
+            self._epoch_end = now + self._epoch_length()
+            self._last_progress = now
+
+    def _from_peer(self, addr: Address) -> bool:
+        peer = self.peer
+        if peer is None or addr == peer:
+            return True
+        if isinstance(addr, tuple) and isinstance(peer, tuple):  # IPv6 sockets add flow info and scope id
+            return addr[:2] == peer[:2]
+        return False
+
+    def _next_seq(self, msg_id: int, idx: int) -> int:
+        seq = self._seq
+        self._seq = (seq + 1) & 0xFFFFFFFF
+        self._sent_msg.append(msg_id)
+        self._sent_idx.append(idx)
+        return seq
+
+    def _carried(self, seq: int) -> tuple[int, int] | None:
+        """``(msg_id, pkt_idx)`` that sequence number ``seq`` carried, ``None`` if this sender never used it."""
+        off = (seq - self._isn) & 0xFFFFFFFF
+        return (self._sent_msg[off], self._sent_idx[off]) if off < len(self._sent_msg) else None
+
+    def _ack_rejection(self, header: wire.Header, blocks: list[tuple[int, int]]) -> str | None:
+        """Why an ACK cannot be the receiver's answer to this sender (``None``: it can)."""
+        carried = self._carried(header.seq)
+        if carried is None:
+            return "ack_unsent_seq"
+        if carried != (header.msg_id, header.pkt_idx):
+            return "ack_mismatch"
+        used = len(self._sent_msg)
+        for first, last in blocks:
+            if not (first - self._isn) & 0xFFFFFFFF <= (last - self._isn) & 0xFFFFFFFF < used:
+                return "ack_unsent_seq"
+        return None
 
     # -- acknowledgements and loss -----------------------------------------------------------------
 
@@ -659,12 +775,15 @@ class AtpSender:
 
     def _on_done(self, header: wire.Header, payload: bytes, now: float) -> None:
         if self.state != SenderState.CLOSING:
-            self.datagrams_ignored += 1
+            self.rejected["done_before_fin"] += 1
+            return
+        if self._carried(header.seq) != (control.FIN_MSG_ID, 0):
+            self.rejected["done_unsent_seq"] += 1
             return
         try:
             ids = wire.decode_done_payload(payload)
         except wire.MalformedPacket:
-            self.datagrams_ignored += 1
+            self.rejected["malformed"] += 1
             return
         if self._done_cnt is not None and header.pkt_cnt != self._done_cnt:
             self._done_parts.clear()
@@ -692,7 +811,7 @@ class AtpSender:
             packets_acked=self.recovery.packets_acked, packets_lost=self.recovery.packets_lost,
             retransmissions=self.retransmissions, epochs=self.epoch, final_rate_bps=self.rate.rate_bps,
             srtt_s=self.recovery.srtt, losses_found_by=dict(self.recovery.lost_by),
-            packets_surplus=self.packets_surplus)
+            packets_surplus=self.packets_surplus, rejected=dict(self.rejected))
         self.state = SenderState.DONE
         self._events.append(events.JobCompleted(self.summary))
 

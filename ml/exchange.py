@@ -3,10 +3,10 @@
 A training worker sends a few jobs per bucket per iteration (one to every peer) and receives as many, all at
 the same time. ``AtpExchange`` drives hostlib's sans-I/O cores for all of them from one thread and one socket
 (hostlib/api.py runs one job per socket): every ``AtpSender`` it was given plus one ``AtpReceiver`` that
-serves every job arriving at the socket. Incoming DATA goes to the receiver; ACK and DONE go to the sender
-of their job id. Callers get ``concurrent.futures.Future``s: :meth:`send` resolves to the job's
-``SendSummary``, :meth:`receive` to the :class:`ReceivedJob` with that id (whenever it arrives, before or
-after the call).
+serves every job arriving at the socket. Incoming DATA goes to the receiver; ACK, DONE and RETRY (the
+receiver's admission token) go to the sender of their job id. Callers get ``concurrent.futures.Future``s:
+:meth:`send` resolves to the job's ``SendSummary``, :meth:`receive` to the :class:`ReceivedJob` with that id
+(whenever it arrives, before or after the call).
 
 ``loss`` drops that fraction of every datagram this exchange sends (seeded), the injected loss of the tests
 and of the loopback experiments; on a real or emulated network it stays 0.
@@ -122,8 +122,10 @@ class AtpExchange:
             raise ConfigError(f"injected loss {loss}: must be in [0, 1)")
         self.config = config
         # Many short jobs: finished ones are remembered only long enough to answer a repeated FIN, and the
-        # receiver tracks many at once (a few per bucket per peer per iteration).
-        rx_config = dataclasses.replace(config, max_jobs=max(config.max_jobs, 4096),
+        # receiver tracks many at once (a few per bucket per peer per iteration), many from one peer host (all
+        # of them when the workers share a host), so one host may hold every slot.
+        slots = max(config.max_jobs, 4096)
+        rx_config = dataclasses.replace(config, max_jobs=slots, max_jobs_per_source=slots,
                                         finished_linger_s=min(config.finished_linger_s, 2.0))
         self.clock = clock
         self.loss = loss
@@ -315,9 +317,10 @@ class AtpExchange:
                                                    messages=w.messages), w, now)
             elif isinstance(ev, events.JobAbandoned):
                 w = self._waiters.pop(ev.job_id, None) or _Waiter()
+                why = (f"went silent for {self._receiver.config.idle_timeout_s:g} s" if ev.reason == "idle" else
+                       f"lost its job slot to a new job ({ev.reason})")
                 self._finish(ev.job_id, ExchangeError(
-                    f"job {ev.job_id} went silent for {self._receiver.config.idle_timeout_s:g} s before its FIN "
-                    f"({ev.delivered} messages delivered)"), w, now)
+                    f"job {ev.job_id} {why} before its FIN ({ev.delivered} messages delivered)"), w, now)
             elif isinstance(ev, events.JobRejected):
                 w = self._waiters.pop(ev.job_id, None) or _Waiter()
                 self._finish(ev.job_id, ExchangeError(f"job {ev.job_id} rejected: {ev.reason}"), w, now)
@@ -371,7 +374,7 @@ class AtpExchange:
             ptype = data[0] & 0x0F
             if ptype == wire.PacketType.DATA:
                 rx.receive_datagram(data, addr, now)
-            elif ptype in (wire.PacketType.ACK, wire.PacketType.DONE):
+            elif ptype in (wire.PacketType.ACK, wire.PacketType.DONE, wire.PacketType.RETRY):
                 (job_id,) = struct.unpack_from("!I", data, _JOB_ID_AT)
                 entry = self._senders.get((job_id, addr[:2]))
                 if entry is not None:

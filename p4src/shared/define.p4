@@ -31,6 +31,7 @@
 @noWarn("unused") const bit<4> ATP_TYPE_ACK = 2;
 @noWarn("unused") const bit<4> ATP_TYPE_REPORT = 3;
 @noWarn("unused") const bit<4> ATP_TYPE_DONE = 4;
+@noWarn("unused") const bit<4> ATP_TYPE_RETRY = 5;  // admission token, receiver -> sender (never approximate)
 
 @noWarn("unused") const bit<8> ATP_FLAG_APPROX = 0x01;
 @noWarn("unused") const bit<8> ATP_FLAG_RETX = 0x02;
@@ -67,7 +68,7 @@ typedef bit<3> drop_reason_t;
 @noWarn("unused") const drop_reason_t MALFORMED_TRUNCATED = 0;      // UDP on an ATP port too short for the 32-byte header,
                                                   // or UDP length < 32 + ATP length
 @noWarn("unused") const drop_reason_t MALFORMED_BAD_VERSION = 1;    // version != 1
-@noWarn("unused") const drop_reason_t MALFORMED_BAD_TYPE = 2;       // type 0 or 5..15
+@noWarn("unused") const drop_reason_t MALFORMED_BAD_TYPE = 2;       // type 0 or 6..15
 @noWarn("unused") const drop_reason_t MALFORMED_BAD_FLAGS = 3;      // flag bits 5..7 set
 @noWarn("unused") const drop_reason_t MALFORMED_BAD_TLR = 4;        // tlr > 0x8000
 @noWarn("unused") const drop_reason_t MALFORMED_BAD_INDEX = 5;      // pkt_cnt == 0 or pkt_idx >= pkt_cnt

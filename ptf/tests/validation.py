@@ -35,7 +35,7 @@ class MalformedAtpTest(QosHelper):
             (MALFORMED_BAD_VERSION, atp_packet(version=2, flags=APPROX), "version 2"),
             (MALFORMED_BAD_VERSION, atp_packet(version=0, flags=APPROX), "version 0"),
             (MALFORMED_BAD_TYPE, atp_packet(type=0, flags=APPROX), "type 0"),
-            (MALFORMED_BAD_TYPE, atp_packet(type=5, flags=APPROX), "type 5"),
+            (MALFORMED_BAD_TYPE, atp_packet(type=6, flags=APPROX), "type 6"),
             (MALFORMED_BAD_TYPE, atp_packet(type=15, flags=APPROX), "type 15"),
             (MALFORMED_BAD_FLAGS, atp_packet(flags=APPROX | 0x80), "flag bit 7"),
             (MALFORMED_BAD_TLR, atp_packet(flags=APPROX, tlr=0x8001), "tlr 0x8001"),

@@ -9,9 +9,9 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import random
-from typing import Callable
+from typing import Any, Callable, Protocol
 
-from netapprox.hostlib import events, wire
+from netapprox.hostlib import control, events, wire
 from netapprox.hostlib.config import AtpConfig, JobSpec
 from netapprox.hostlib.receiver import AtpReceiver
 from netapprox.hostlib.sender import AtpSender
@@ -74,6 +74,20 @@ class Path:
         return out
 
 
+class Attacker(Protocol):
+    """A third host on the network: it injects datagrams (from any source address it likes) straight into
+    either endpoint, sees what the receiver sends to addresses other than the sender's, and may watch the
+    sender's and receiver's traffic (an on-path observer)."""
+
+    def next_time(self) -> float | None: ...
+    def fire(self, now: float) -> list[tuple[str, bytes, Any]]:
+        """(``"r"`` receiver or ``"s"`` sender, datagram, source address) to deliver now."""
+    def on_datagram(self, data: bytes, addr: Any, now: float) -> None:
+        """The receiver sent ``data`` to ``addr`` (not the sender)."""
+    def observe(self, direction: str, data: bytes, now: float) -> None:
+        """``"s->r"`` or ``"r->s"``: a datagram of the real job, as it leaves its endpoint."""
+
+
 @dataclasses.dataclass
 class Run:
     sender: AtpSender
@@ -95,25 +109,84 @@ class Run:
     def epochs(self) -> list[events.EpochEnded]:
         return [e for e in self.sender_events if isinstance(e, events.EpochEnded)]
 
+    def receiver_result(self):
+        """The receiver's JobResult (from its JobFinished event)."""
+        (result,) = [e.result for e in self.receiver_events if isinstance(e, events.JobFinished)]
+        return result
+
+
+# --- driving one endpoint by hand ------------------------------------------------------------------
+
+def admit_sender(sender: AtpSender, now: float = 0.0, token: bytes = b"T" * wire.TOKEN_LEN) -> wire.Header:
+    """Answer the sender's first (token-less) announce with a RETRY, as a receiver does; returns its header."""
+    ((data, addr),) = sender.datagrams_to_send(now)
+    hello, _ = wire.decode(data)
+    sender.receive_datagram(wire.encode_retry(hello, token), addr, now)
+    return hello
+
+
+def announce(job_id: int, groups, total: int, *, seq: int = 1000, token: bytes = wire.NO_TOKEN,
+             key: bytes | None = None, vector_len: int | None = None, pkt_idx: int = 0, pkt_cnt: int = 1,
+             chunk: bytes | None = None) -> bytes:
+    """An announce part: ``groups`` as (group_id, msr, msg_ids); the whole manifest unless ``chunk``."""
+    if chunk is None:
+        chunk = control.Manifest(total=total, vector_len=vector_len, groups=tuple(
+            control.GroupShape.from_ids(g, msr, ids) for g, msr, ids in groups)).encode()
+    payload = control.encode_announce_part(chunk, job_id=job_id, pkt_idx=pkt_idx, pkt_cnt=pkt_cnt, token=token,
+                                           key=key)
+    return wire.encode(wire.Header(job_id=job_id, msg_id=control.ANNOUNCE_MSG_ID, pkt_idx=pkt_idx, pkt_cnt=pkt_cnt,
+                                   seq=seq), payload)
+
+
+def token_for(receiver: AtpReceiver, hello: bytes, peer=SENDER_ADDR, now: float = 0.0) -> bytes:
+    """Send a token-less announce part; return the token of the RETRY that answers it."""
+    receiver.receive_datagram(hello, peer, now)
+    out = receiver.datagrams_to_send(now)
+    retries = [wire.decode(d)[1] for d, _ in out if wire.decode(d)[0].type == wire.PacketType.RETRY]
+    assert len(retries) == 1, f"expected one RETRY, got {out}"
+    return retries[0]
+
+
+def admit(receiver: AtpReceiver, job_id: int, groups, total: int, *, peer=SENDER_ADDR, now: float = 0.0,
+          **kw) -> list[tuple[wire.Header, bytes]]:
+    """Admit a job the way a sender does (announce, RETRY, announce with the token); returns the datagrams
+    that answered the second announce (its ACK)."""
+    token = token_for(receiver, announce(job_id, groups, total, **kw), peer, now)
+    receiver.receive_datagram(announce(job_id, groups, total, token=token, **kw), peer, now)
+    assert job_id in receiver.jobs, f"job {job_id} not admitted: {receiver.stats()}"
+    return [wire.decode(d) for d, _ in receiver.datagrams_to_send(now)]
+
 
 def run_job(job: JobSpec, config: AtpConfig = AtpConfig(), *, forward: Path | None = None,
             reverse: Path | None = None, receiver_config: AtpConfig | None = None, until: float = 120.0,
-            max_steps: int = 5_000_000) -> Run:
+            max_steps: int = 5_000_000, attacker: Attacker | None = None, receiver: AtpReceiver | None = None,
+            on_step: Callable[[float, AtpReceiver], None] | None = None) -> Run:
+    """Run one job to its end. ``attacker``: a hostile third host (see :class:`Attacker`). ``receiver``: an
+    existing receiver to use. ``on_step(now, receiver)``: called after every step (to sample state)."""
     forward = forward or Path()
     reverse = reverse or Path(seed=2)
     now = 0.0
     sender = AtpSender(job, config=config, peer=RECEIVER_ADDR, now=now)
-    receiver = AtpReceiver(config=receiver_config or config, now=now)
+    if receiver is None:
+        receiver = AtpReceiver(config=receiver_config or config, now=now)
     arrivals: list[tuple[float, int, str, bytes]] = []
     n = 0
     s_events: list = []
     r_events: list = []
     for _ in range(max_steps):
         for data, _addr in sender.datagrams_to_send(now):
+            if attacker is not None:
+                attacker.observe("s->r", data, now)
             for t, d in forward.transit(data, now):
                 n += 1
                 heapq.heappush(arrivals, (t, n, "r", d))
-        for data, _addr in receiver.datagrams_to_send(now):
+        for data, addr in receiver.datagrams_to_send(now):
+            if addr != SENDER_ADDR:
+                if attacker is not None:
+                    attacker.on_datagram(data, addr, now)
+                continue
+            if attacker is not None:
+                attacker.observe("r->s", data, now)
             for t, d in reverse.transit(data, now):
                 n += 1
                 heapq.heappush(arrivals, (t, n, "s", d))
@@ -123,7 +196,8 @@ def run_job(job: JobSpec, config: AtpConfig = AtpConfig(), *, forward: Path | No
             r_events.append(e)
         if sender.done:
             break
-        times = [t for t in (sender.get_timer(), receiver.get_timer()) if t is not None]
+        times = [t for t in (sender.get_timer(), receiver.get_timer(),
+                             attacker.next_time() if attacker is not None else None) if t is not None]
         if arrivals:
             times.append(arrivals[0][0])
         nxt = max(now, min(times))
@@ -136,12 +210,17 @@ def run_job(job: JobSpec, config: AtpConfig = AtpConfig(), *, forward: Path | No
                 receiver.receive_datagram(d, SENDER_ADDR, now)
             else:
                 sender.receive_datagram(d, RECEIVER_ADDR, now)
+        if attacker is not None and (at := attacker.next_time()) is not None and at <= now:
+            for dst, d, src in attacker.fire(now):
+                (receiver if dst == "r" else sender).receive_datagram(d, src, now)
         st = sender.get_timer()
         if st is not None and st <= now:
             sender.handle_timer(now)
         rt = receiver.get_timer()
         if rt is not None and rt <= now:
             receiver.handle_timer(now)
+        if on_step is not None:
+            on_step(now, receiver)
     else:
         raise AssertionError("simulation did not finish within max_steps")
     # let the receiver's last answers drain into the event lists

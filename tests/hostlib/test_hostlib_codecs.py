@@ -41,6 +41,17 @@ def test_fast_data_encoder_matches_header_encoder(header, payload):
     assert data == wire.encode(dataclasses.replace(header, type=wire.PacketType.DATA), payload)
 
 
+@settings(max_examples=300, deadline=None)
+@given(headers(), st.lists(st.tuples(st.integers(0, 2**31), st.integers(0, 2**31)).map(sorted).map(tuple),
+                           max_size=wire.MAX_SACK_BLOCKS))
+def test_fast_ack_encoder_matches_header_encoder(header, blocks):
+    fields = {k: getattr(header, k) for k in ("flags", "queue", "job_id", "msg_id", "group_id", "pkt_idx", "pkt_cnt",
+                                              "seq")}
+    data = wire.encode_ack(blocks=blocks, **fields)
+    ack = wire.Header(type=wire.PacketType.ACK, **fields)
+    assert data == wire.encode(ack, wire.encode_ack_payload(blocks))
+
+
 @settings(max_examples=500, deadline=None)
 @given(st.binary(max_size=80))
 def test_decode_of_random_bytes_raises_only_malformed(data):
@@ -92,17 +103,17 @@ def test_float_range_layout_is_big_endian_with_range_header():
 
 @given(st.lists(st.integers(0, 3), min_size=1, max_size=300), st.booleans())
 def test_manifest_round_trips(group_of, vector):
-    groups = tuple(control.GroupShape(g, 0.5 if g else 1.0, tuple(i for i, x in enumerate(group_of) if x == g))
+    groups = tuple(control.GroupShape.from_ids(g, 0.5 if g else 1.0, (i for i, x in enumerate(group_of) if x == g))
                    for g in sorted(set(group_of)))
     m = control.Manifest(total=len(group_of), vector_len=7 if vector else None, groups=groups)
     assert control.Manifest.decode(m.encode(), max_messages=1000) == m
 
 
 def test_manifest_rejects_oversized_and_inconsistent_jobs():
-    m = control.Manifest(total=10, vector_len=None, groups=(control.GroupShape(0, 0.9, tuple(range(10))),))
+    m = control.Manifest(total=10, vector_len=None, groups=(control.GroupShape.from_ids(0, 0.9, range(10)),))
     with pytest.raises(wire.MalformedPacket, match="max_messages"):
         control.Manifest.decode(m.encode(), max_messages=9)
-    short = control.Manifest(total=10, vector_len=None, groups=(control.GroupShape(0, 0.9, tuple(range(9))),))
+    short = control.Manifest(total=10, vector_len=None, groups=(control.GroupShape.from_ids(0, 0.9, range(9)),))
     with pytest.raises(wire.MalformedPacket, match="bad_announce"):
         control.Manifest.decode(short.encode(), max_messages=100)
     with pytest.raises(wire.MalformedPacket, match="bad_announce"):

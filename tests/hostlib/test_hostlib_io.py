@@ -17,6 +17,7 @@ import pytest
 
 from netapprox.hostlib import aio, api, wire
 from netapprox.hostlib.config import AtpConfig, JobSpec, pattern_bytes
+from hostlib_sim import announce
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -249,10 +250,18 @@ def test_ce_marked_datagrams_are_acknowledged_with_ece():
     with api.ReceiverEndpoint(("127.0.0.1", port)) as ep, \
             socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
         tx.settimeout(5)
+        server = Background(lambda: ep.serve(timeout=1.5))
+        server.start()
+        hello = announce(9, [(0, 0.5, [0, 1])], 2, seq=100)
+        tx.sendto(hello, ("127.0.0.1", port))
+        retry, token = wire.decode(tx.recv(2048))
+        assert retry.type == wire.PacketType.RETRY and retry.seq == 100
+        tx.sendto(announce(9, [(0, 0.5, [0, 1])], 2, seq=101, token=token), ("127.0.0.1", port))
+        assert wire.decode(tx.recv(2048))[0].type == wire.PacketType.ACK
         for seq, tos in ((0, 0x00), (1, 0x03)):  # ECN not-ECT, then CE
             tx.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
-            h = wire.Header(flags=wire.Flags.APPROX, job_id=9, msg_id=seq, seq=seq)
+            h = wire.Header(flags=wire.Flags.APPROX, job_id=9, msg_id=seq, seq=102 + seq)
             tx.sendto(wire.encode(h, b"x"), ("127.0.0.1", port))
-        ep.serve(timeout=0.3)
         acks = [wire.decode(tx.recv(2048))[0] for _ in range(2)]
-    assert [(a.seq, bool(a.flags & wire.Flags.ECE)) for a in acks] == [(0, False), (1, True)]
+        server.join(5)
+    assert [(a.seq, bool(a.flags & wire.Flags.ECE)) for a in acks] == [(102, False), (103, True)]

@@ -1,4 +1,5 @@
-"""The receiver alone: garbage, limits, duplicates, SACK blocks, the announce/FIN/DONE exchange."""
+"""The receiver alone: garbage, limits, duplicates, SACK blocks, the announce/FIN/DONE exchange.
+(Admission, slots and the memory budget under attack: test_hostlib_hostile.py.)"""
 from __future__ import annotations
 
 from hypothesis import given, settings
@@ -7,6 +8,7 @@ from hypothesis import strategies as st
 from netapprox.hostlib import control, events, wire
 from netapprox.hostlib.config import AtpConfig
 from netapprox.hostlib.receiver import AtpReceiver
+from hostlib_sim import admit, announce
 
 PEER = ("10.0.0.1", 40000)
 
@@ -15,12 +17,6 @@ def data(job=1, msg=0, idx=0, cnt=1, seq=0, group=0, approx=True, payload=b"p", 
     h = wire.Header(flags=wire.Flags.APPROX if approx else 0, queue=queue, job_id=job, msg_id=msg, group_id=group,
                     pkt_idx=idx, pkt_cnt=cnt, seq=seq)
     return wire.encode(h, payload)
-
-
-def announce(job, groups, total, seq=1000, vector_len=None):
-    m = control.Manifest(total=total, vector_len=vector_len,
-                         groups=tuple(control.GroupShape(g, msr, tuple(ids)) for g, msr, ids in groups))
-    return data(job=job, msg=control.ANNOUNCE_MSG_ID, seq=seq, approx=False, payload=m.encode())
 
 
 def fin(job, seq=2000):
@@ -35,15 +31,20 @@ def received(r):
     return [e for e in iter(r.next_event, None) if isinstance(e, events.MessageReceived)]
 
 
+def counted(r):
+    """Datagrams the receiver refused or answered with a RETRY: each is in exactly one counter."""
+    return sum(r.malformed.values()) + sum(r.dropped.values()) + r.admission["retries"]
+
+
 @settings(max_examples=400, deadline=None)
 @given(st.lists(st.binary(max_size=120), max_size=20))
 def test_random_garbage_never_crashes_and_is_counted(blobs):
     r = AtpReceiver()
     for b in blobs:
         r.receive_datagram(b, PEER, 0.0)
-    assert r.datagrams == len(blobs)
-    handled = sum(r.malformed.values()) + sum(r.dropped.values()) + sum(j.packets for j in r.jobs.values())
-    assert handled + sum(1 for j in r.jobs.values() for _ in j.announce_parts) <= len(blobs)
+    # garbage cannot carry a valid admission token: it creates no job and every datagram is counted once
+    assert r.datagrams == counted(r) == len(blobs)
+    assert r.jobs == {} and r.memory.used == 0
     r.datagrams_to_send(0.0)
     r.handle_timer(1e9)
 
@@ -51,12 +52,16 @@ def test_random_garbage_never_crashes_and_is_counted(blobs):
 @settings(max_examples=300, deadline=None)
 @given(st.integers(0, 31), st.integers(0, 255), st.binary(min_size=1, max_size=4))
 def test_corrupted_valid_packets_never_crash(pos, value, tail):
+    r = AtpReceiver()
+    admit(r, 3, [(0, 0.5, range(10))], 10, peer=PEER)
     good = bytearray(data(job=3, msg=5, idx=1, cnt=3, seq=9, payload=b"abcdef"))
     good[pos] = value
-    r = AtpReceiver()
     r.receive_datagram(bytes(good) + tail, PEER, 0.0)
     r.receive_datagram(bytes(good[:pos]), PEER, 0.0)
-    assert r.datagrams == 2
+    assert r.datagrams == 4
+    acked = len(outputs(r))
+    assert counted(r) + acked == 3  # the RETRY of admit(), then each datagram is acknowledged or counted
+    assert r.memory.used <= r.memory.limit
 
 
 def test_garbage_is_counted_by_reason():
@@ -65,23 +70,28 @@ def test_garbage_is_counted_by_reason():
     r.receive_datagram(bytes([0x21]) + data()[1:], PEER, 0.0)
     r.receive_datagram(wire.encode(wire.Header(type=wire.PacketType.ACK, job_id=1)), PEER, 0.0)
     r.receive_datagram(data(job=0), PEER, 0.0)
+    r.receive_datagram(data(job=1), PEER, 0.0)
+    r.receive_datagram(fin(1), PEER, 0.0)
     assert r.malformed == {"truncated": 1, "bad_version": 1, "not_data": 1, "job_zero": 1}
+    assert r.dropped == {"unknown_job": 1, "fin_for_unknown_job": 1}
     assert r.datagrams_to_send(0.0) == []
 
 
 def test_every_data_packet_is_acked_with_echoed_fields_queue_and_sack_blocks():
     r = AtpReceiver()
-    for seq in (0, 1, 2, 5, 6, 9):
-        r.receive_datagram(data(msg=seq, seq=seq, queue=4, cnt=2), PEER, 0.0)
+    admit(r, 1, [(0, 0.5, range(10))], 10, seq=9)
+    for seq in (10, 11, 12, 15, 16, 19):
+        r.receive_datagram(data(msg=seq - 10, seq=seq, queue=4, cnt=2), PEER, 0.0)
     acks = outputs(r)
     assert len(acks) == 6
     h, payload = acks[-1]
-    assert h.type == wire.PacketType.ACK and h.seq == 9 and h.msg_id == 9 and h.queue == 4 and h.pkt_cnt == 2
-    assert wire.decode_ack_payload(payload) == [(9, 9), (5, 6), (0, 2)]  # newest first
+    assert h.type == wire.PacketType.ACK and h.seq == 19 and h.msg_id == 9 and h.queue == 4 and h.pkt_cnt == 2
+    assert wire.decode_ack_payload(payload) == [(19, 19), (15, 16), (9, 12)]  # newest first, announce included
 
 
 def test_duplicates_are_acked_but_delivered_once():
     r = AtpReceiver()
+    admit(r, 1, [(0, 0.5, range(4))], 4)
     for _ in range(3):
         r.receive_datagram(data(msg=1, seq=7, payload=b"one"), PEER, 0.0)
     assert len(outputs(r)) == 3
@@ -91,116 +101,133 @@ def test_duplicates_are_acked_but_delivered_once():
 
 def test_message_is_delivered_only_when_all_packets_arrived():
     r = AtpReceiver()
+    admit(r, 1, [(0, 0.5, range(5))], 5)
+    after_admission = r.memory.used
     r.receive_datagram(data(msg=4, idx=2, cnt=3, seq=0, payload=b"c"), PEER, 0.0)
     r.receive_datagram(data(msg=4, idx=0, cnt=3, seq=1, payload=b"a"), PEER, 0.0)
-    assert received(r) == []
+    assert received(r) == [] and r.buffered == 2 and r.memory.used > after_admission
     r.receive_datagram(data(msg=4, idx=1, cnt=3, seq=2, payload=b"b"), PEER, 0.0)
     assert [e.data for e in received(r)] == [b"abc"]
     assert r.buffered == 0
 
 
-def test_msr_one_messages_wait_for_the_announce_and_go_out_in_order():
+def test_data_before_the_whole_announce_is_dropped_then_msr_one_goes_out_in_order():
     r = AtpReceiver()
-    r.receive_datagram(data(msg=2, seq=0, group=1, approx=False, payload=b"2"), PEER, 0.0)
-    r.receive_datagram(data(msg=0, seq=1, group=1, approx=False, payload=b"0"), PEER, 0.0)
-    r.receive_datagram(data(msg=1, seq=2, group=0, payload=b"1"), PEER, 0.0)
-    assert [e.msg_id for e in received(r)] == [1]  # approximate: at once
-    r.receive_datagram(announce(1, [(0, 0.5, [1]), (1, 1.0, [0, 2, 3])], total=4), PEER, 0.0)
-    assert [e.msg_id for e in received(r)] == [0, 2]  # group 1 in id order: 0, 2 (3 not here yet)
+    m = control.Manifest(total=4, vector_len=None, groups=(control.GroupShape.from_ids(0, 0.5, [1]),
+                                                           control.GroupShape.from_ids(1, 1.0, [0, 2, 3]))).encode()
+    admit(r, 1, None, 4, chunk=m[:20], pkt_idx=0, pkt_cnt=2)  # part 0 of 2 admits the job
+    r.receive_datagram(data(msg=2, seq=1, group=1, approx=False, payload=b"2"), PEER, 0.0)
+    assert r.dropped["before_announce"] == 1 and outputs(r) == []
+    r.receive_datagram(fin(1), PEER, 0.0)
+    assert r.dropped["fin_before_announce"] == 1 and outputs(r) == []
+    r.receive_datagram(announce(1, None, 4, chunk=m[20:], pkt_idx=1, pkt_cnt=2), PEER, 0.0)
+    assert [h.type for h, _ in outputs(r)] == [wire.PacketType.ACK]
+    for msg, group, seq in ((2, 1, 2), (0, 1, 3), (1, 0, 4)):
+        r.receive_datagram(data(msg=msg, seq=seq, group=group, approx=not group, payload=b"%d" % msg), PEER, 0.0)
+    assert [e.msg_id for e in received(r)] == [0, 2, 1]  # group 1 in id order (2 waited for 0), group 0 at once
     r.receive_datagram(data(msg=5, seq=5, group=1, approx=False, payload=b"x"), PEER, 0.0)
-    assert r.dropped["msg_id_out_of_range"] == 1  # N = 4 now known
-    r.receive_datagram(data(msg=3, seq=3, group=1, approx=False, payload=b"3"), PEER, 0.0)
+    assert r.dropped["msg_id_out_of_range"] == 1  # N = 4
+    r.receive_datagram(data(msg=3, seq=6, group=1, approx=False, payload=b"3"), PEER, 0.0)
     assert [e.msg_id for e in received(r)] == [3]
 
 
 def test_msr_one_message_waits_for_its_predecessor():
     r = AtpReceiver()
-    r.receive_datagram(announce(1, [(7, 1.0, [0, 1, 2])], total=3), PEER, 0.0)
+    admit(r, 1, [(7, 1.0, [0, 1, 2])], 3)
     r.receive_datagram(data(msg=2, seq=0, group=7, approx=False), PEER, 0.0)
     r.receive_datagram(data(msg=1, seq=1, group=7, approx=False), PEER, 0.0)
-    assert received(r) == []
+    assert received(r) == [] and r.buffered == 2
     r.receive_datagram(data(msg=0, seq=2, group=7, approx=False), PEER, 0.0)
-    assert [e.msg_id for e in received(r)] == [0, 1, 2]
+    assert [e.msg_id for e in received(r)] == [0, 1, 2] and r.buffered == 0
+
+
+def test_msr_one_group_with_several_ranges_goes_out_in_id_order():
+    r = AtpReceiver()
+    admit(r, 1, [(7, 1.0, [0, 1, 5, 6, 9]), (0, 0.5, [2, 3, 4, 7, 8])], 10)
+    for seq, msg in enumerate((9, 6, 5, 1, 0)):
+        r.receive_datagram(data(msg=msg, seq=seq, group=7, approx=False), PEER, 0.0)
+    assert [e.msg_id for e in received(r)] == [0, 1, 5, 6, 9]
 
 
 def test_fin_gets_done_listing_lost_messages_and_repeats_it():
     r = AtpReceiver(config=AtpConfig(finished_linger_s=1.0))
-    r.receive_datagram(announce(1, [(0, 0.5, range(5))], total=5), PEER, 0.0)
+    admit(r, 1, [(0, 0.5, range(5))], 5)
     r.receive_datagram(data(msg=1, seq=1), PEER, 0.0)
     r.receive_datagram(data(msg=3, seq=2), PEER, 0.0)
     outputs(r)
     r.receive_datagram(fin(1), PEER, 0.5)
     done = outputs(r)
-    assert [(h.type, h.pkt_idx, h.pkt_cnt) for h, _ in done] == [(wire.PacketType.DONE, 0, 1)]
+    assert [(h.type, h.pkt_idx, h.pkt_cnt, h.seq) for h, _ in done] == [(wire.PacketType.DONE, 0, 1, 2000)]
     assert wire.decode_done_payload(done[0][1]) == [0, 2, 4]
     finished = [e for e in iter(r.next_event, None) if isinstance(e, events.JobFinished)]
     assert finished[0].result.lost_ids == (0, 2, 4) and finished[0].result.groups[0].delivered == 2
     r.receive_datagram(fin(1), PEER, 0.6)
     assert [wire.decode_done_payload(p) for _, p in outputs(r)] == [[0, 2, 4]]
+    r.receive_datagram(fin(1), ("10.9.9.9", 1), 0.6)  # someone else's FIN gets nothing
+    assert outputs(r) == [] and r.dropped["wrong_source"] == 1
     assert r.get_timer() == 1.5
     r.handle_timer(1.5)
-    assert r.jobs == {}
-
-
-def test_fin_before_announce_is_not_answered():
-    r = AtpReceiver()
-    r.receive_datagram(data(msg=0, seq=0), PEER, 0.0)
-    outputs(r)
-    r.receive_datagram(fin(1), PEER, 0.0)
-    assert outputs(r) == [] and r.dropped["fin_before_announce"] == 1
+    assert r.jobs == {} and r.memory.used == 0
 
 
 def test_large_lost_lists_are_split_over_done_parts():
     r = AtpReceiver(config=AtpConfig(packet_size=132))  # 100-byte payloads: 24 ids per part
-    r.receive_datagram(announce(1, [(0, 0.0, range(100))], total=100), PEER, 0.0)
-    outputs(r)
+    admit(r, 1, [(0, 0.0, range(100))], 100)
     r.receive_datagram(fin(1), PEER, 0.0)
     done = outputs(r)
     assert len(done) == 5 and {h.pkt_cnt for h, _ in done} == {5}
     assert [i for _, p in done for i in wire.decode_done_payload(p)] == list(range(100))
 
 
-def test_limits_bound_memory():
-    cfg = AtpConfig(max_messages=100, max_packets_per_message=4, max_buffered_bytes=1000, max_jobs=2)
+def test_lost_ids_come_from_the_delivered_bitmap_across_chunks():
+    n = 5000  # five 1024-message chunks: one full, some partial, some never touched
+    r = AtpReceiver()
+    admit(r, 1, [(0, 0.0, range(n))], n)
+    got = set(range(0, 1024)) | {1500, 1501, 2047, 4999}
+    for seq, msg in enumerate(sorted(got)):
+        r.receive_datagram(data(msg=msg, seq=seq), PEER, 0.0)
+    r.receive_datagram(fin(1), PEER, 0.0)
+    (result,) = [e.result for e in iter(r.next_event, None) if isinstance(e, events.JobFinished)]
+    assert result.lost_ids == tuple(i for i in range(n) if i not in got)
+
+
+def test_limits_and_the_memory_budget_drop_unacknowledged():
+    cfg = AtpConfig(max_messages=100, max_packets_per_message=4, memory_budget_bytes=1 << 16, max_jobs=1)
     r = AtpReceiver(config=cfg)
+    admit(r, 1, [(0, 0.5, range(100))], 100)
     r.receive_datagram(data(msg=100, seq=0), PEER, 0.0)
     r.receive_datagram(data(msg=1, cnt=5, seq=1), PEER, 0.0)
-    r.receive_datagram(data(msg=2, cnt=4, seq=2, payload=b"x" * 900), PEER, 0.0)
-    r.receive_datagram(data(msg=3, cnt=4, seq=3, payload=b"x" * 200), PEER, 0.0)
-    r.receive_datagram(data(job=2, msg=0, cnt=2, seq=0), PEER, 0.0)
-    r.receive_datagram(data(job=3, msg=0, cnt=2, seq=0), PEER, 0.0)
-    assert r.dropped == {"msg_id_out_of_range": 1, "too_many_packets": 1, "buffer_full": 1, "too_many_jobs": 1}
-    assert r.buffered == 901
-    assert len(outputs(r)) == 2  # dropped packets are not acknowledged
+    r.receive_datagram(data(msg=2, cnt=4, seq=2, payload=b"x" * 40000), PEER, 0.0)
+    r.receive_datagram(data(msg=3, cnt=4, seq=3, payload=b"x" * 40000), PEER, 0.0)
+    assert r.dropped == {"msg_id_out_of_range": 1, "too_many_packets": 1, "memory_budget": 1}
+    assert r.buffered == 40000 and r.memory.used <= r.memory.limit
+    assert len(outputs(r)) == 1  # dropped packets are not acknowledged
+    assert r.stats()["memory"]["peak"] == r.memory.peak <= 1 << 16
 
 
 def test_oversized_job_announce_is_rejected():
     r = AtpReceiver(config=AtpConfig(max_messages=10))
-    r.receive_datagram(announce(1, [(0, 0.5, range(11))], total=11), PEER, 0.0)
+    admit(r, 1, [(0, 0.5, range(11))], 11)
     r.receive_datagram(data(msg=0, seq=1), PEER, 0.0)
     assert r.malformed["bad_announce"] == 1 and r.dropped["job_rejected"] == 1
     assert r.jobs[1].rejected is not None and "max_messages" in r.jobs[1].rejected
     assert [type(e) for e in iter(r.next_event, None)] == [events.JobRejected]
+    assert len(r.slots) == 0  # a rejected job holds no slot
 
 
-def test_accept_jobs_limits_which_jobs_are_acknowledged():
+def test_accept_jobs_limits_which_jobs_are_admitted():
     r = AtpReceiver(accept_jobs=1)
-    r.receive_datagram(data(job=1, seq=0), PEER, 0.0)
-    r.receive_datagram(data(job=2, seq=0), PEER, 0.0)
-    assert [h.job_id for h, _ in outputs(r)] == [1] and r.dropped["not_accepting_jobs"] == 1
+    admit(r, 1, [(0, 0.5, [0])], 1)
+    r.receive_datagram(announce(2, [(0, 0.5, [0])], 1), PEER, 0.0)
+    assert outputs(r) == [] and r.dropped["not_accepting_jobs"] == 1  # not even a RETRY
 
 
 def test_packets_contradicting_the_announce_are_dropped():
     r = AtpReceiver()
-    r.receive_datagram(announce(1, [(0, 0.5, [0, 1]), (3, 0.5, [2])], total=3), PEER, 0.0)
+    admit(r, 1, [(0, 0.5, [0, 1]), (3, 0.5, [2])], 3)
     r.receive_datagram(data(msg=2, group=0, seq=1), PEER, 0.0)  # message 2 belongs to group 3
-    assert r.malformed["inconsistent_message"] == 1 and received(r) == []
-    r.receive_datagram(data(msg=2, group=3, seq=2), PEER, 0.0)
+    r.receive_datagram(data(msg=0, cnt=2, seq=2), PEER, 0.0)
+    r.receive_datagram(data(msg=0, cnt=3, idx=1, seq=3), PEER, 0.0)  # pkt_cnt changed mid-message
+    assert r.malformed["inconsistent_message"] == 2 and received(r) == []
+    r.receive_datagram(data(msg=2, group=3, seq=4), PEER, 0.0)
     assert [e.msg_id for e in received(r)] == [2]
-
-
-def test_announce_contradicting_earlier_packets_rejects_the_job():
-    r = AtpReceiver()
-    r.receive_datagram(data(msg=0, group=4, seq=0), PEER, 0.0)
-    r.receive_datagram(announce(1, [(0, 0.5, [0, 1])], total=2), PEER, 0.0)
-    assert r.malformed["bad_announce"] == 1 and r.jobs[1].rejected and r.buffered == 0

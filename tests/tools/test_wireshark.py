@@ -45,7 +45,12 @@ def _cases() -> list[tuple[str, Any]]:
     """(name, UDP packet) for every type and payload of docs/wire-format.md, and malformed packets."""
     F = wire.Flags
     manifest = control.Manifest(total=10, vector_len=1000, groups=(
-        control.GroupShape(0, 0.75, (0, 1, 2, 3, 4, 5, 7)), control.GroupShape(3, 0.5, (6, 8, 9))))
+        control.GroupShape.from_ids(0, 0.75, (0, 1, 2, 3, 4, 5, 7)), control.GroupShape.from_ids(3, 0.5, (6, 8, 9))))
+
+    def announce_part(job_id, chunk, pkt_idx=0, pkt_cnt=1, token=b"admission token!", key=b"admission key"):
+        return control.encode_announce_part(chunk, job_id=job_id, pkt_idx=pkt_idx, pkt_cnt=pkt_cnt, token=token,
+                                            key=key)
+
     report = wire.Report(job_id=9, group_id=1, seq=77, tlr=0.3, loss=0.12, msr=0.9, rate_kbps=19500, total=2000,
                          delivered=1200, lost=31, epoch=88)
     return [
@@ -57,14 +62,18 @@ def _cases() -> list[tuple[str, Any]]:
             ATP(type=1, flags=F.RETX | F.APPROX, job_id=5, msg_id=0xFFFFFFF0 - 1, tlr=wire.TLR_ONE, seq=2**32 - 1),
             b"x" * 33)),
         ("job announce", _to_receiver(ATP(type=1, job_id=VECTOR_JOB, msg_id=control.ANNOUNCE_MSG_ID),
-                                      manifest.encode())),
+                                      announce_part(VECTOR_JOB, manifest.encode()))),
+        ("job announce asking for a token", _to_receiver(ATP(type=1, job_id=25, msg_id=control.ANNOUNCE_MSG_ID),
+                                                         announce_part(25, manifest.encode(), token=wire.NO_TOKEN,
+                                                                       key=None))),
         ("float range of an announced vector", _to_receiver(
             ATP(type=1, flags=F.APPROX, job_id=VECTOR_JOB, msg_id=4, tlr=0x2000, seq=5),
             wire.encode_float_range(400, [1.5, -2.25, 3.0e-7, 1e30, 0.1]))),
         ("float range, announce not captured", _to_receiver(
             ATP(type=1, flags=F.APPROX, job_id=GUESSED_JOB, msg_id=1), wire.encode_float_range(7, [42.0, -1.0]))),
         ("announce part 2 of 2", _to_receiver(
-            ATP(type=1, job_id=23, msg_id=control.ANNOUNCE_MSG_ID, pkt_idx=1, pkt_cnt=2), b"\x00\x01" * 20)),
+            ATP(type=1, job_id=23, msg_id=control.ANNOUNCE_MSG_ID, pkt_idx=1, pkt_cnt=2),
+            announce_part(23, b"\x00\x01" * 20, pkt_idx=1, pkt_cnt=2))),
         ("FIN", _to_receiver(ATP(type=1, job_id=VECTOR_JOB, msg_id=control.FIN_MSG_ID, seq=99))),
         ("ACK with SACK blocks", _to_sender(
             ATP(type=2, flags=F.ECE, queue=2, job_id=5, msg_id=12, group_id=1, seq=1000),
@@ -77,6 +86,7 @@ def _cases() -> list[tuple[str, Any]]:
         ("DONE", _to_sender(ATP(type=4, job_id=5, pkt_idx=0, pkt_cnt=2),
                             wire.encode_done_payloads([3, 17, 2**32 - 17], 1368)[0])),
         ("DONE, nothing lost", _to_sender(ATP(type=4, job_id=6), wire.encode_done_payloads([], 1368)[0])),
+        ("RETRY", _to_sender(ATP(type=5, job_id=7, msg_id=control.ANNOUNCE_MSG_ID, seq=5), b"\x01" * 4 + b"T" * 12)),
         ("bytes after length", _to_receiver(ATP(type=1, job_id=5, msg_id=1, length=4), b"abcdEXTRA")),
         # malformed: hostlib.wire rejects these, the dissector says why with the same reason
         ("bad version", _to_receiver(ATP(version=2, type=1, job_id=5))),
@@ -99,7 +109,11 @@ def _cases() -> list[tuple[str, Any]]:
         ("float range, count disagrees", _to_receiver(ATP(type=1, job_id=VECTOR_JOB, msg_id=5),
                                                       struct.pack("!IIf", 0, 2, 1.0))),
         ("announce, wrong magic", _to_receiver(ATP(type=1, job_id=24, msg_id=control.ANNOUNCE_MSG_ID),
-                                               b"ATPX" + b"\x00" * 10)),
+                                               announce_part(24, b"ATPX" + b"\x00" * 10))),
+        ("announce, no room for the token", _to_receiver(ATP(type=1, job_id=24, msg_id=control.ANNOUNCE_MSG_ID),
+                                                         b"\x00" * 20)),
+        ("RETRY, short token", _to_sender(ATP(type=5, job_id=7, msg_id=control.ANNOUNCE_MSG_ID), b"T" * 15)),
+        ("RETRY, zero token", _to_sender(ATP(type=5, job_id=7, msg_id=control.ANNOUNCE_MSG_ID), wire.NO_TOKEN)),
     ]
 
 
@@ -188,14 +202,16 @@ def _payload_fields(header: wire.Header, payload: bytes, data: bytes, vector_job
     T = wire.PacketType
     if header.type == T.DATA:
         if header.msg_id == control.ANNOUNCE_MSG_ID:
+            token, auth, chunk = control.decode_announce_part(payload)
+            exp = {"natp.announce.token": [token], "natp.announce.auth": [auth]}
             if header.pkt_cnt > 1:
-                return {"natp.announce.part": [payload]}
-            if payload[:4] != b"ATPJ":
+                return {**exp, "natp.announce.part": [chunk]}
+            if chunk[:4] != b"ATPJ":
                 raise wire.MalformedPacket("bad_announce", "wrong magic")
-            m = control.Manifest.decode(payload, max_messages=2**32)
+            m = control.Manifest.decode(chunk, max_messages=2**32)
             if m.vector_len is not None:
                 vector_jobs.add(header.job_id)
-            exp = {"natp.announce.magic": ["ATPJ"], "natp.announce.total": [m.total],
+            exp |= {"natp.announce.magic": ["ATPJ"], "natp.announce.total": [m.total],
                    "natp.announce.vector_len": [control.NO_VECTOR if m.vector_len is None else m.vector_len],
                    "natp.announce.n_groups": [len(m.groups)]}
             for g in m.groups:
@@ -234,6 +250,8 @@ def _payload_fields(header: wire.Header, payload: bytes, data: bytes, vector_job
     if header.type == T.DONE:
         ids = wire.decode_done_payload(payload)
         return {"natp.done.n_lost": [len(ids)], "natp.done.lost_id": ids}
+    if header.type == T.RETRY:
+        return {"natp.retry.token": [wire.decode_retry_payload(payload)]}
     raise AssertionError(f"no expectation for packet type {header.type!r}: describe its payload here")
 
 
@@ -260,7 +278,7 @@ def _same(shown: str, want) -> bool:
 
 
 PARTIAL = "partial payload"
-PAYLOAD_FIELDS = ("natp.announce.", "natp.floats.", "natp.sack.", "natp.report.", "natp.done.")
+PAYLOAD_FIELDS = ("natp.announce.", "natp.floats.", "natp.sack.", "natp.report.", "natp.done.", "natp.retry.")
 EXPERT_FIELDS = ("natp.malformed",)  # expert items; natp.error carries the reason
 
 
@@ -301,7 +319,7 @@ def test_every_field_matches_hostlib_wire(tmp_path, natp_fields):
     assert not problems, "\n".join(problems)
     reasons = {r["natp.error"][0] for r in rows if r["natp.error"]}
     assert reasons == {"truncated", "bad_version", "bad_type", "bad_flags", "bad_tlr", "bad_index", "bad_ack",
-                       "bad_report", "bad_done", "bad_floats", "bad_announce"}
+                       "bad_report", "bad_done", "bad_floats", "bad_announce", "bad_retry"}
 
 
 def test_every_packet_type_is_named_in_the_info_column(tmp_path):

@@ -103,4 +103,4 @@ controller: {epoch_ms: 20}
             rows = [line.split("\t") for line in out.stdout.splitlines()]
             assert all(error == "" for _, _, error in rows), pcap
             types |= {int(t) for t, job, _ in rows if job == "1000"}
-        assert types == {1, 2, 3, 4}, types  # DATA, ACK, REPORT (to ctl through s1), DONE
+        assert types == {1, 2, 3, 4, 5}, types  # DATA, ACK, REPORT (to ctl through s1), DONE, RETRY (admission)

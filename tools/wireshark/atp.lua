@@ -8,17 +8,18 @@
 -- The protocol's filter name is "natp" (NetApprox ATP): Wireshark's "atp" is the AppleTalk Transaction Protocol.
 --
 -- Preferences (Edit > Preferences > Protocols > NATP, or tshark -o natp.port:7600 -o natp.report_port:7601):
---   natp.port         the ATP UDP port (DATA to it; ACK and DONE from it), 7600 by default
+--   natp.port         the ATP UDP port (DATA to it; ACK, DONE and RETRY from it), 7600 by default
 --   natp.report_port  the controller's report port (REPORT to it), 7601 by default; 0 turns it off
 --   natp.floats       when a DATA payload is shown as a float32 range (bounded-loss vectors): auto (default),
 --                     announced, never (FLOAT_MODES below)
 --
 -- Every header field is a filter field named as in hostlib/wire.py (natp.job_id, natp.tlr, ...); the TLR is
 -- also shown as a fraction (natp.tlr_fraction = tlr / 32768). Payloads are decoded as far as the wire format
--- defines them: the job announce and FIN (reserved DATA message ids), float ranges, ACK SACK blocks, the REPORT
--- body (with its optional HMAC tag) and DONE's lost message ids. A packet hostlib.wire would reject is marked
--- malformed with the same reason tag (natp.error: bad_version, bad_type, bad_flags, bad_tlr, bad_index,
--- truncated, bad_ack, bad_report, bad_done, bad_floats, bad_announce).
+-- defines them: the job announce (its admission token and auth tag, then the manifest) and FIN (reserved DATA
+-- message ids), float ranges, ACK SACK blocks, the REPORT body (with its optional HMAC tag), DONE's lost
+-- message ids and RETRY's admission token. A packet hostlib.wire would reject is marked malformed with the
+-- same reason tag (natp.error: bad_version, bad_type, bad_flags, bad_tlr, bad_index, truncated, bad_ack,
+-- bad_report, bad_done, bad_floats, bad_announce, bad_retry).
 -- tests/tools/test_wireshark.py checks every field against hostlib.wire on a pcap written with the scapy layer.
 
 local atp = Proto("natp", "NetApprox ATP (approximate transport)")
@@ -33,6 +34,8 @@ local NO_VECTOR = 0xFFFFFFFF
 local MAX_SACK_BLOCKS = 16
 local REPORT_BODY_LEN = 24
 local REPORT_MAC_LEN = 16
+local TOKEN_LEN = 16 -- admission token (RETRY payload, first field of every announce part)
+local AUTH_LEN = 16 -- announce HMAC tag under the shared admission key (all zero without one)
 
 local function q15(v) return v / TLR_ONE end
 
@@ -45,7 +48,7 @@ local FLOAT_MODES = {
     { "announced", "Only jobs whose announce (vector_len set) is in the capture", FLOATS_ANNOUNCED },
     { "never", "Never", FLOATS_NEVER },
 }
-atp.prefs.port = Pref.uint("ATP UDP port", 7600, "UDP port of ATP DATA (destination), ACK and DONE (source)")
+atp.prefs.port = Pref.uint("ATP UDP port", 7600, "UDP port of ATP DATA (destination), ACK, DONE and RETRY (source)")
 atp.prefs.report_port = Pref.uint("Report UDP port", 7601,
     "UDP port of the controller's report socket (REPORT packets go there); 0: do not register")
 atp.prefs.floats = Pref.enum("Float ranges", FLOATS_AUTO,
@@ -61,6 +64,8 @@ f.error = ProtoField.string("natp.error", "Malformed", base.ASCII, "Why hostlib.
 f.payload = ProtoField.bytes("natp.payload", "Payload")
 f.trailing = ProtoField.bytes("natp.trailing", "Bytes after length", base.NONE,
     "UDP payload beyond 32 + length (ignored by receivers)")
+f.announce_token = ProtoField.bytes("natp.announce.token", "Admission token (echoed from a RETRY)")
+f.announce_auth = ProtoField.bytes("natp.announce.auth", "Admission HMAC tag")
 f.announce_part = ProtoField.bytes("natp.announce.part", "Announce part (not reassembled)")
 f.announce_magic = ProtoField.string("natp.announce.magic", "Magic")
 f.announce_total = ProtoField.uint32("natp.announce.total", "Messages (N)")
@@ -91,6 +96,7 @@ f.report_epoch = ProtoField.uint32("natp.report.epoch", "Sender epoch")
 f.report_mac = ProtoField.bytes("natp.report.mac", "HMAC-SHA256 tag (16 bytes)")
 f.done_n_lost = ProtoField.uint32("natp.done.n_lost", "Lost messages")
 f.done_lost_id = ProtoField.uint32("natp.done.lost_id", "Lost message id")
+f.retry_token = ProtoField.bytes("natp.retry.token", "Admission token")
 
 local malformed = ProtoExpert.new("natp.malformed", "Malformed ATP packet", expert.group.MALFORMED,
     expert.severity.ERROR)
@@ -162,12 +168,37 @@ local function dissect_floats(pl, tree, ctx, guessed)
     for i = 0, count - 1 do t:add(f.floats_value, pl(8 + 4 * i, 4)) end
 end
 
+local function all_zero(range)
+    for i = 0, range:len() - 1 do
+        if range(i, 1):uint() ~= 0 then return false end
+    end
+    return true
+end
+
+-- An announce part: token | auth | chunk of the manifest (the whole manifest when pkt_cnt is 1).
+local function dissect_announce_part(pl, tree, ctx)
+    local n = pl:len()
+    if n < TOKEN_LEN + AUTH_LEN then
+        local t = tree:add(atp, pl, "Job announce")
+        return bad(ctx, t, pl, "bad_announce",
+            string.format("announce part of %d bytes, the token and auth fields need %d", n, TOKEN_LEN + AUTH_LEN))
+    end
+    local token, auth = pl(0, TOKEN_LEN), pl(TOKEN_LEN, AUTH_LEN)
+    tree:add(f.announce_token, token):append_text(all_zero(token) and " (none yet)" or "")
+    tree:add(f.announce_auth, auth):append_text(all_zero(auth) and " (no admission key)" or "")
+    ctx.info = all_zero(token) and "announce (asks for a token)" or "announce"
+    if n == TOKEN_LEN + AUTH_LEN then
+        if ctx.pkt_cnt == 1 then bad(ctx, tree, pl, "bad_announce", "0 bytes") end
+        return
+    end
+    local chunk = pl(TOKEN_LEN + AUTH_LEN)
+    if ctx.pkt_cnt == 1 then return dissect_announce(chunk, tree, ctx) end
+    tree:add(f.announce_part, chunk):append_text(string.format(" (part %d of %d)", ctx.pkt_idx + 1, ctx.pkt_cnt))
+end
+
 local function dissect_data(pl, tree, ctx)
     if ctx.msg_id == ANNOUNCE_MSG_ID then
-        ctx.info = "announce"
-        if ctx.pkt_cnt == 1 then return dissect_announce(pl, tree, ctx) end
-        tree:add(f.announce_part, pl):append_text(string.format(" (part %d of %d)", ctx.pkt_idx + 1, ctx.pkt_cnt))
-        return
+        return dissect_announce_part(pl, tree, ctx)
     elseif ctx.msg_id == FIN_MSG_ID then
         ctx.info = "FIN"
         if pl:len() > 0 then tree:add(f.payload, pl) end
@@ -244,6 +275,17 @@ local function dissect_done(pl, tree, ctx)
     ctx.info = count .. " lost"
 end
 
+local function dissect_retry(pl, tree, ctx)
+    local n = pl:len()
+    local t = tree:add(atp, pl, "Retry")
+    if n ~= TOKEN_LEN or all_zero(pl) then
+        return bad(ctx, t, pl, "bad_retry",
+            string.format("RETRY payload of %d bytes, expected a %d-byte token", n, TOKEN_LEN))
+    end
+    t:add(f.retry_token, pl)
+    ctx.info = "admission token"
+end
+
 -- One entry per packet type (docs/wire-format.md "Payloads by type"): a new type is one line here (and, if it
 -- has a payload, its function above). Types missing here are malformed (bad_type), as in hostlib.wire.
 local TYPES = {
@@ -251,6 +293,7 @@ local TYPES = {
     [2] = { name = "ACK", payload = dissect_ack },
     [3] = { name = "REPORT", payload = dissect_report },
     [4] = { name = "DONE", payload = dissect_done },
+    [5] = { name = "RETRY", payload = dissect_retry },
 }
 
 -- Header -----------------------------------------------------------------------------------------------------

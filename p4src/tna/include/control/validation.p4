@@ -22,7 +22,7 @@ control AtpValidation(in parsed_headers_t hdr, out bool malformed, out drop_reas
             if (hdr.atp.version != ATP_VERSION) {
                 malformed = true;
                 reason = MALFORMED_BAD_VERSION;
-            } else if (hdr.atp.type == 0 || hdr.atp.type > ATP_TYPE_DONE) {
+            } else if (hdr.atp.type == 0 || hdr.atp.type > ATP_TYPE_RETRY) {
                 malformed = true;
                 reason = MALFORMED_BAD_TYPE;
             } else if ((hdr.atp.flags & ATP_FLAGS_RESERVED) != 0) {

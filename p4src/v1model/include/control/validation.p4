@@ -4,7 +4,7 @@
 // (MALFORMED_* in shared/define.p4) of the FIRST failed check, in hostlib.wire.decode's order:
 //   truncated    UDP on an ATP port without a complete ATP header (parser: PacketTooShort)
 //   bad_version  version != 1
-//   bad_type     type not in 1..4
+//   bad_type     type not in 1..5
 //   bad_flags    flag bits 5..7 set
 //   bad_tlr      tlr > 0x8000
 //   bad_index    pkt_cnt == 0 or pkt_idx >= pkt_cnt
@@ -21,7 +21,7 @@ control AtpValidation(in parsed_headers_t hdr, out bool malformed, out drop_reas
             if (hdr.atp.version != ATP_VERSION) {
                 malformed = true;
                 reason = MALFORMED_BAD_VERSION;
-            } else if (hdr.atp.type == 0 || hdr.atp.type > ATP_TYPE_DONE) {
+            } else if (hdr.atp.type == 0 || hdr.atp.type > ATP_TYPE_RETRY) {
                 malformed = true;
                 reason = MALFORMED_BAD_TYPE;
             } else if ((hdr.atp.flags & ATP_FLAGS_RESERVED) != 0) {

@@ -1,0 +1,182 @@
+"""Who gets receiver state, and how much: admission tokens, job slots, the memory budget. Sans-I/O, no clock.
+
+* **Tokens** (stateless, models: QUIC Retry, TCP SYN cookies). A receiver answers an announce for a job it
+  does not know with a RETRY carrying a token, and keeps nothing. The sender echoes the token in its
+  announce; only then does the receiver create the job. A token is ``issued_ms:u32 | mac:12``, the MAC a
+  keyed BLAKE2s over ``issued_ms | job_id | sender address`` under a secret that never leaves the receiver,
+  so it is valid for one job from one address for ``token_lifetime_s``. An off-path host cannot see the
+  RETRY sent to an address it forges, so it cannot make the receiver hold state for that address.
+* **Slots.** ``AtpConfig.max_jobs`` jobs at once, at most ``max_jobs_per_source`` from one source host. When
+  every slot is taken, a new job takes the slot of a stalled job (no new data for ``stall_timeout_s``;
+  jobs that never took any data go first), or else of the source holding the most slots if that is more
+  than its fair share (``max_jobs`` over the number of sources, the newcomer's included).
+* **Budget.** One byte count for everything the receiver holds (what each structure is charged is listed
+  in hostlib/receiver.py): half of it guaranteed to the slots in equal parts, half a shared pool, so a
+  job admitted during a flood can always buffer its guarantee (:class:`MemoryBudget`).
+
+The data structures are plain counters, a dict and fixed-size records, so the C receiver can keep them.
+"""
+from __future__ import annotations
+
+import collections
+import hashlib
+import hmac
+import os
+import struct
+from typing import Any, Iterable, Protocol
+
+from netapprox.hostlib import wire
+
+_ISSUED = struct.Struct("!I")
+_MAC_INPUT = struct.Struct("!II")
+_MAC_LEN = wire.TOKEN_LEN - _ISSUED.size
+
+
+def address_bytes(addr: Any) -> bytes:
+    """A stable byte form of a socket address as the I/O layer reports it (``(host, port, ...)``)."""
+    if isinstance(addr, tuple) and len(addr) >= 2:
+        return f"{addr[0]}|{addr[1]}".encode()
+    return repr(addr).encode()
+
+
+def source_of(addr: Any) -> Any:
+    """The host part of an address: slots are shared per host, whatever port it sends from."""
+    if isinstance(addr, tuple) and addr:
+        return addr[0]
+    return addr
+
+
+class TokenMinter:
+    """Mints and checks admission tokens (see the module docstring)."""
+
+    def __init__(self, *, lifetime_s: float, secret: bytes | None = None) -> None:
+        self._key = secret if secret is not None else os.urandom(32)
+        if not 1 <= len(self._key) <= 32:
+            raise ValueError("token secret must be 1..32 bytes")
+        self.lifetime_ms = int(lifetime_s * 1000)
+
+    def _mac(self, issued: int, job_id: int, addr: Any) -> bytes:
+        data = _MAC_INPUT.pack(issued, job_id) + address_bytes(addr)
+        return hashlib.blake2s(data, key=self._key, digest_size=_MAC_LEN).digest()
+
+    def mint(self, job_id: int, addr: Any, now: float) -> bytes:
+        issued = int(now * 1000) & 0xFFFFFFFF
+        return _ISSUED.pack(issued) + self._mac(issued, job_id, addr)
+
+    def check(self, token: bytes, job_id: int, addr: Any, now: float) -> str | None:
+        """``None`` if ``token`` admits ``job_id`` from ``addr`` now, else the reason it does not."""
+        (issued,) = _ISSUED.unpack_from(token)
+        if not hmac.compare_digest(token[_ISSUED.size:], self._mac(issued, job_id, addr)):
+            return "bad_token"
+        if (int(now * 1000) - issued) & 0xFFFFFFFF > self.lifetime_ms:
+            return "expired_token"
+        return None
+
+
+class SlotHolder(Protocol):
+    source: Any
+    progressed: bool
+    progress_at: float
+
+
+class SlotTable:
+    """Which jobs hold a slot, counted per source; picks the slot a newcomer may take."""
+
+    def __init__(self, *, max_jobs: int, max_per_source: int, stall_s: float) -> None:
+        self.max_jobs = max_jobs
+        self.max_per_source = max_per_source
+        self.stall_s = stall_s
+        self.holders: set[SlotHolder] = set()
+        self.per_source: collections.Counter[Any] = collections.Counter()
+
+    def __len__(self) -> int:
+        return len(self.holders)
+
+    def add(self, job: SlotHolder) -> None:
+        self.holders.add(job)
+        self.per_source[job.source] += 1
+
+    def remove(self, job: SlotHolder) -> None:
+        if job in self.holders:
+            self.holders.discard(job)
+            self.per_source[job.source] -= 1
+            if not self.per_source[job.source]:
+                del self.per_source[job.source]
+
+    def choose(self, source: Any, now: float) -> tuple[str | None, SlotHolder | None, str]:
+        """``(refusal, victim, why)`` for a new job from ``source``: ``refusal`` is a drop reason when it gets
+        no slot; otherwise ``victim`` (or ``None`` for a free slot) is the job whose slot it takes, ``why``
+        ``"stalled"`` or ``"share"``. Costs O(1) while slots are free, O(slots) when one must be taken."""
+        mine = self.per_source.get(source, 0)
+        if mine >= self.max_per_source:
+            victim = self._stalled((j for j in self.holders if j.source == source), now)
+            return (None, victim, "stalled") if victim is not None else ("source_share", None, "")
+        if len(self.holders) < self.max_jobs:
+            return None, None, ""
+        victim = self._stalled(self.holders, now)
+        if victim is not None:
+            return None, victim, "stalled"
+        sources = len(self.per_source) + (source not in self.per_source)
+        share = max(1, self.max_jobs // sources)
+        big, held = max(self.per_source.items(), key=lambda kv: kv[1])
+        if held > share and held > mine + 1:
+            victim = min((j for j in self.holders if j.source == big), key=_progress_key)
+            return None, victim, "share"
+        return "no_slot", None, ""
+
+    def _stalled(self, jobs: Iterable[SlotHolder], now: float) -> SlotHolder | None:
+        """The job longest without progress if that is ``stall_s`` or more; never-progressed jobs first."""
+        best = None
+        for j in jobs:
+            if now - j.progress_at >= self.stall_s and (best is None or _progress_key(j) < _progress_key(best)):
+                best = j
+        return best
+
+
+def _progress_key(job: SlotHolder) -> tuple[bool, float]:
+    return (job.progressed, job.progress_at)
+
+
+class MemoryBudget:
+    """Bytes charged against one limit, shared fairly between job slots.
+
+    Half the budget is a guarantee split evenly over the slots (``guarantee`` bytes each); the other half
+    is a pool anyone may use. A job holding a slot is charged against its guarantee first and the pool
+    for the rest; records without a slot (finished jobs keeping their DONE) only use the pool. So one job
+    or one source can take at most the pool plus its own guarantees, and every admitted job can always
+    buffer ``guarantee`` bytes, however full the pool is. ``used`` never exceeds ``limit``."""
+
+    __slots__ = ("limit", "guarantee", "pool_limit", "used", "pool", "peak")
+
+    def __init__(self, limit: int, slots: int) -> None:
+        self.limit = limit
+        self.guarantee = limit // (2 * slots)
+        self.pool_limit = limit - slots * self.guarantee
+        self.used = 0
+        self.pool = 0
+        self.peak = 0
+
+    def _over(self, charged: int, slot: bool) -> int:
+        return charged - self.guarantee if slot and charged > self.guarantee else 0 if slot else charged
+
+    def fits(self, charged: int, slot: bool, n: int) -> bool:
+        """Whether a job with ``charged`` bytes (holding a slot or not) may be charged ``n`` more."""
+        return self.pool - self._over(charged, slot) + self._over(charged + n, slot) <= self.pool_limit
+
+    def charge(self, charged: int, slot: bool, n: int) -> None:
+        """Charge ``n`` bytes (negative: release) to a job that had ``charged``; callers check ``fits``."""
+        self.pool += self._over(charged + n, slot) - self._over(charged, slot)
+        self.used += n
+        if self.used > self.peak:
+            self.peak = self.used
+
+    def leave_slot(self, charged: int) -> None:
+        """A job with ``charged`` bytes gives up its slot: all of it is pool from now on."""
+        self.pool += charged - self._over(charged, True)
+
+    @property
+    def pool_overdrawn(self) -> bool:
+        return self.pool > self.pool_limit
+
+    def as_dict(self) -> dict[str, int]:
+        return {"used": self.used, "peak": self.peak, "budget": self.limit, "guarantee_per_job": self.guarantee}
