@@ -301,6 +301,10 @@ def plot_lines(summary: Sequence[Mapping[str, Any]], *, metric: str, x: str, ser
         ax.set_yscale("log")
     ax.grid(True, alpha=0.3)
     _legend(ax, series)
+    return _save(plt, fig, path)
+
+
+def _save(plt, fig, path: Path) -> Path:
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)
@@ -340,11 +344,7 @@ def plot_bars(summary: Sequence[Mapping[str, Any]], *, metric: str, group: str, 
     ax.grid(True, axis="y", alpha=0.3)
     if not same:
         _legend(ax, series)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def plot_timeline(rows: Sequence[Mapping[str, Any]], *, fields: Sequence[str], path: Path, title: str,
@@ -372,8 +372,4 @@ def plot_timeline(rows: Sequence[Mapping[str, Any]], *, fields: Sequence[str], p
         axes[0].legend(fontsize=7, loc="upper right")  # what the dashed lines mark
     axes[0].set_title(title)
     axes[-1].set_xlabel("time since the job started (s)")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
