@@ -788,7 +788,8 @@ static int recovery_on_ack(Sender *s, uint32_t seq, const SackBlock *blocks, int
     /* the sender sees acked + late_acked */
     if (grow((void **)&s->acked_buf, &s->acked_cap, na + nl, sizeof(SentPkt)) != 0)
         return -1;
-    memcpy(s->acked_buf + na, s->late_buf, nl * sizeof(SentPkt));
+    if (nl)
+        memcpy(s->acked_buf + na, s->late_buf, nl * sizeof(SentPkt));
     *n_acked = na + nl;
     *n_lost = nlost;
     return 0;
@@ -1465,7 +1466,8 @@ static int on_ack(Sender *s, const AtpHeader *h, const SackBlock *blocks, int nb
     /* lost_buf is reused by detect_lost: keep this ACK's losses apart while they are handled */
     if (grow((void **)&s->lost2_buf, &s->lost2_cap, nl, sizeof(SentPkt)) != 0)
         return -1;
-    memcpy(s->lost2_buf, s->lost_buf, nl * sizeof(SentPkt));
+    if (nl)
+        memcpy(s->lost2_buf, s->lost_buf, nl * sizeof(SentPkt));
     if (on_lost(s, s->lost2_buf, nl) != 0)
         return -1;
     return check_complete(s, now);
@@ -1686,7 +1688,8 @@ static int handle_timer(Sender *s, double now) {
             return -1;
         if (grow((void **)&s->lost2_buf, &s->lost2_cap, n, sizeof(SentPkt)) != 0)
             return -1;
-        memcpy(s->lost2_buf, s->lost_buf, n * sizeof(SentPkt));
+        if (n)
+            memcpy(s->lost2_buf, s->lost_buf, n * sizeof(SentPkt));
         if (on_lost(s, s->lost2_buf, n) != 0)
             return -1;
         if (now >= s->epoch_end && end_epoch(s, now) != 0)
