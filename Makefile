@@ -11,15 +11,16 @@ P4_DEFINES ?=
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml setup.py $(wildcard */*.c) tools/setup-system.sh
+$(VENV)/.installed: pyproject.toml setup.py $(wildcard */*.c */*.h) tools/setup-system.sh
 	./tools/setup-system.sh
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev,torch]'
 	touch $@
 
+# NETAPPROX_REQUIRE_NATIVE: hostlib's tests fail (not skip) when its native cores did not build, so both run.
 test: setup
-	$(PY) -P -m pytest
+	NETAPPROX_REQUIRE_NATIVE=1 $(PY) -P -m pytest
 
 demo: setup
 	$(PY) -m netapprox.topo.demo --target $(TARGET)

@@ -1,22 +1,27 @@
-"""hostlib benchmark: ATP sender + receiver over loopback next to a raw Python UDP loop, in the same run.
+"""hostlib benchmark: one ATP sender -> receiver pair over loopback next to raw UDP loops, in the same run.
 
-``run(quick=False) -> dict`` (for ``make bench``) or ``python -m netapprox.bench.hostlib [--quick] [--json FILE]``.
+``run(quick=False, progress=print) -> dict`` (for ``make bench``) or
+``python -m netapprox.bench.hostlib [--quick] [--json FILE]``.
 
-For each target rate (20, 100, 200 Mbit/s paced, and unpaced) two transfers of 1400-byte datagrams
-cross the loopback interface between two processes:
+Every row moves 1400-byte datagrams between two processes (one core each at most: both are single-threaded):
 
-- ``raw-udp``: a minimal Python loop, ``sendto`` in one process (paced by sleeping until each packet's
-  departure time), ``recv_into`` in the other; nothing else.
-- ``atp``: ``hostlib.api.send_job`` -> ``hostlib.api.receive_job`` with the default ``AtpConfig`` (``max_rate_bps``
-  = the target rate, or 10 Gbit/s unpaced), one job of single-packet messages with MSR 1 (so every
-  message is sent and acknowledged; loopback loses nothing), ACKs flowing back.
+- ``raw-batched``: the denominator. A Python loop that sends prepared datagrams through the same batching
+  primitives hostlib's native path uses (``_native.send_batch``: UDP GSO for runs of equal-size datagrams,
+  sendmmsg) and receives them through them (``_native.recv_batch``: recvmmsg, GRO super-datagrams split),
+  keeping every datagram as a ``bytes`` (as an application would). Unpaced.
+- ``raw-udp``: the plain socket-module loop (``sendto`` / ``recv_into`` per datagram), for context.
+- ``atp``: ``hostlib.api.send_job`` -> ``ReceiverEndpoint.serve`` with the native cores (hostlib/core.py) and the
+  default ``AtpConfig`` (``max_rate_bps`` = the target rate, or 100 Gbit/s unpaced), one job of single-packet
+  messages with MSR 1, so every message is sent, acknowledged and handed to the application.
+- ``atp-python``: the same with the pure-Python reference cores.
 
-Per row: packets/s delivered (first to last packet at the receiver for raw UDP; the job's JCT for ATP),
-the rate on the wire (datagram + 42 bytes of IPv4/UDP/Ethernet) and its share of the target, and CPU
-µs per delivered packet of each process (user + system time of that process while it transferred) and
-of both together. ``hostlib_pps_over_raw_udp`` is ATP's unpaced packets/s over raw UDP's unpaced packets/s:
-the ceiling hostlib's per-packet work leaves of what Python can push through a socket on this machine.
-Both sides share the machine's cores with whatever else runs; compare the two rows of one run.
+Per row: packets (messages) per second (first to last packet at the receiver for raw UDP; the job's JCT for
+ATP), the rate on the wire (datagram + 42 bytes of IPv4/UDP/Ethernet) and its share of the target, the goodput
+(payload bits per second), and each process's CPU (user + system) per packet and as a share of one core.
+
+Headline: ``hostlib_pps_over_raw_udp`` is native ATP's unpaced packets/s over ``raw-batched``'s, and
+``hostlib_loopback_gbps`` native ATP's unpaced goodput, both the median over back-to-back pairs. Both sides share
+the machine's cores with whatever else runs; compare the rows of one run (the result records the load average).
 """
 from __future__ import annotations
 
@@ -29,13 +34,13 @@ import select
 import socket
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 DATAGRAM = 1400
 WIRE_OVERHEAD = 42
-RATES_MBIT = (20.0, 100.0, 200.0, None)  # None: unpaced
-UNPACED_ATP_RATE = 10e9
+UNPACED_ATP_RATE = 100e9
 _SHORT_SLEEP_S = 0.001
+_BATCH = 64
 
 
 def _cpu_s() -> float:
@@ -54,25 +59,30 @@ def _pace_wait(until: float) -> None:
         select.select([], [], [], delay)
 
 
-# -- raw UDP --------------------------------------------------------------------------------------------
-
-def _raw_receiver(port_q: Any, out_q: Any, count: int, idle_s: float) -> None:
+def _udp(bind: bool) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-    sock.bind(("127.0.0.1", 0))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+    if bind:
+        sock.bind(("127.0.0.1", 0))
+    return sock
+
+
+# -- raw UDP, socket module -------------------------------------------------------------------------------------
+
+def _raw_receiver(port_q: Any, out_q: Any, count: int, idle_s: float) -> None:
+    sock = _udp(True)
     port_q.put(sock.getsockname()[1])
     buf = bytearray(65535)
-    got = 0
     sock.settimeout(10.0)
     try:
         sock.recv_into(buf)
     except socket.timeout:
         out_q.put({"received": 0})
         return
-    first = time.monotonic()
+    first = last = time.monotonic()
     cpu0 = _cpu_s()
     got = 1
-    last = first
     sock.settimeout(idle_s)
     while got < count:
         try:
@@ -86,8 +96,7 @@ def _raw_receiver(port_q: Any, out_q: Any, count: int, idle_s: float) -> None:
 
 
 def _raw_sender(port: int, out_q: Any, count: int, rate_bps: float | None) -> None:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+    sock = _udp(False)
     payload = bytes(DATAGRAM)
     addr = ("127.0.0.1", port)
     gap = None if rate_bps is None else (DATAGRAM + WIRE_OVERHEAD) * 8 / rate_bps
@@ -106,41 +115,101 @@ def _raw_sender(port: int, out_q: Any, count: int, rate_bps: float | None) -> No
     sock.close()
 
 
-# -- ATP ------------------------------------------------------------------------------------------------
+# -- raw UDP, the native batching primitives -----------------------------------------------------------------------
 
-def _atp_receiver(port_q: Any, out_q: Any, timeout: float) -> None:
+def _batched_receiver(port_q: Any, out_q: Any, count: int, idle_s: float) -> None:
+    from netapprox.hostlib import _native
+    sock = _udp(True)
+    _native.enable_gro(sock)
+    port_q.put(sock.getsockname()[1])
+    fd = sock.fileno()
+    kept: list[bytes] = []
+    if not select.select([sock], [], [], 10.0)[0]:
+        out_q.put({"received": 0})
+        return
+    first = last = time.monotonic()
+    cpu0 = _cpu_s()
+    while len(kept) < count:
+        if not select.select([sock], [], [], idle_s)[0]:
+            break
+        for data, _addr, _ce in _native.recv_batch(fd, 16):
+            kept.append(data)
+        last = time.monotonic()
+    out_q.put({"received": len(kept), "seconds": last - first, "cpu_s": _cpu_s() - cpu0})
+    sock.close()
+
+
+def _batched_sender(port: int, out_q: Any, count: int, rate_bps: float | None) -> None:
+    from netapprox.hostlib import _native
+    sock = _udp(False)
+    addr = ("127.0.0.1", port)
+    datagrams = [((i % 256).to_bytes(1, "big") * DATAGRAM, addr) for i in range(_BATCH)]
+    fd = sock.fileno()
+    sent = 0
+    cpu0 = _cpu_s()
+    t0 = time.monotonic()
+    while sent < count:
+        n = min(_BATCH, count - sent)
+        _native.send_batch(fd, datagrams[:n])
+        sent += n
+    out_q.put({"sent": sent, "seconds": time.monotonic() - t0, "cpu_s": _cpu_s() - cpu0})
+    sock.close()
+
+
+# -- ATP ---------------------------------------------------------------------------------------------------------
+
+def _use(impl: str) -> None:
+    """Run the ``impl`` cores in this process (the ``cores`` test fixture does the same)."""
+    from netapprox.hostlib import core
+    if impl == "python":
+        core.AtpSender, core.AtpReceiver = core.PyAtpSender, core.PyAtpReceiver
+    elif core.NativeAtpSender is None:
+        raise RuntimeError(f"native cores unavailable: {core.native_error}")
+    else:
+        core.AtpSender, core.AtpReceiver = core.NativeAtpSender, core.NativeAtpReceiver
+
+
+def _atp_receiver(port_q: Any, out_q: Any, impl: str, timeout: float) -> None:
     from netapprox.hostlib import api
     from netapprox.hostlib.config import AtpConfig
 
-    ep = api.ReceiverEndpoint(("127.0.0.1", 0), config=AtpConfig(), accept_jobs=1)
+    try:
+        _use(impl)
+        ep = api.ReceiverEndpoint(("127.0.0.1", 0), config=AtpConfig(), accept_jobs=1)
+    except Exception as exc:  # reported in the row, never silently
+        port_q.put(None)
+        out_q.put({"error": f"{type(exc).__name__}: {exc}"})
+        return
     port_q.put(ep.bound[1])
     try:
         cpu0 = _cpu_s()
         res = ep.serve(jobs=1, timeout=timeout, linger_s=0.05)[0]
         out_q.put({"delivered": res.delivered, "packets": res.packets, "cpu_s": _cpu_s() - cpu0})
-    except Exception as exc:  # reported in the row, never silently
+    except Exception as exc:
         out_q.put({"error": f"{type(exc).__name__}: {exc}"})
     finally:
         ep.close()
 
 
-def _atp_sender(port: int, out_q: Any, count: int, rate_bps: float | None) -> None:
-    from netapprox.hostlib import api
-    from netapprox.hostlib.config import AtpConfig, JobSpec
+def _atp_sender(port: int, out_q: Any, impl: str, count: int, rate_bps: float | None) -> None:
+    from netapprox.hostlib import api, wire
+    from netapprox.hostlib.config import AtpConfig, JobSpec, Message
 
-    from netapprox.hostlib import wire
-    job = JobSpec.uniform(4242, messages=count, size=DATAGRAM - wire.HEADER_LEN, msr=1.0)
+    payload = b"\xa5" * (DATAGRAM - wire.HEADER_LEN)
+    job = JobSpec(job_id=4242, messages=tuple(Message(payload) for _ in range(count)), msr=1.0)
     cfg = AtpConfig(max_rate_bps=UNPACED_ATP_RATE if rate_bps is None else rate_bps, packet_size=DATAGRAM)
     try:
+        _use(impl)
         cpu0 = _cpu_s()
-        s = api.send_job(("127.0.0.1", port), job, config=cfg, timeout=60)
+        s = api.send_job(("127.0.0.1", port), job, config=cfg, timeout=120)
         out_q.put({"jct_s": s.jct_s, "packets_sent": s.packets_sent, "retransmissions": s.retransmissions,
-                   "cpu_s": _cpu_s() - cpu0, "delivered": sum(g.delivered for g in s.groups)})
+                   "cpu_s": _cpu_s() - cpu0, "delivered": sum(g.delivered for g in s.groups),
+                   "losses_found_by": dict(s.losses_found_by), "srtt_s": s.srtt_s})
     except Exception as exc:
         out_q.put({"error": f"{type(exc).__name__}: {exc}"})
 
 
-def _pair(receiver, r_args, sender, s_args) -> tuple[dict, dict]:
+def _pair(receiver: Callable, r_args: tuple, sender: Callable, s_args: tuple) -> tuple[dict, dict]:
     ctx = mp.get_context("fork")
     port_q, rx_q, tx_q = ctx.Queue(), ctx.Queue(), ctx.Queue()
     rx = ctx.Process(target=receiver, args=(port_q, rx_q, *r_args))
@@ -148,10 +217,12 @@ def _pair(receiver, r_args, sender, s_args) -> tuple[dict, dict]:
     tx = None
     try:
         port = port_q.get(timeout=20)
+        if port is None:
+            return {}, rx_q.get(timeout=20)
         tx = ctx.Process(target=sender, args=(port, tx_q, *s_args))
         tx.start()
-        t = tx_q.get(timeout=120)
-        r = rx_q.get(timeout=120)
+        t = tx_q.get(timeout=180)
+        r = rx_q.get(timeout=180)
         return t, r
     finally:
         for p in (tx, rx):
@@ -166,10 +237,14 @@ def _row(kind: str, rate_mbit: float | None, packets: int, seconds: float | None
          cpu_rx: float | None, **extra: Any) -> dict:
     pps = packets / seconds if seconds else None
     mbit = pps * (DATAGRAM + WIRE_OVERHEAD) * 8 / 1e6 if pps else None
+    payload = DATAGRAM - 32 if kind.startswith("atp") else DATAGRAM
     row = {"transport": kind, "target_mbit": rate_mbit, "packets": packets, "seconds": seconds,
            "pps": pps, "mbit": mbit, "share_of_target": (mbit / rate_mbit) if mbit and rate_mbit else None,
+           "goodput_gbps": pps * payload * 8 / 1e9 if pps else None,
            "cpu_us_per_pkt_sender": cpu_tx * 1e6 / packets if packets and cpu_tx is not None else None,
-           "cpu_us_per_pkt_receiver": cpu_rx * 1e6 / packets if packets and cpu_rx is not None else None}
+           "cpu_us_per_pkt_receiver": cpu_rx * 1e6 / packets if packets and cpu_rx is not None else None,
+           "cores_sender": cpu_tx / seconds if seconds and cpu_tx is not None else None,
+           "cores_receiver": cpu_rx / seconds if seconds and cpu_rx is not None else None}
     if row["cpu_us_per_pkt_sender"] is not None and row["cpu_us_per_pkt_receiver"] is not None:
         row["cpu_us_per_pkt"] = row["cpu_us_per_pkt_sender"] + row["cpu_us_per_pkt_receiver"]
     row.update(extra)
@@ -179,52 +254,121 @@ def _row(kind: str, rate_mbit: float | None, packets: int, seconds: float | None
 def measure_raw(rate_mbit: float | None, count: int) -> dict:
     rate = None if rate_mbit is None else rate_mbit * 1e6
     t, r = _pair(_raw_receiver, (count, 0.5), _raw_sender, (count, rate))
-    got = r.get("received", 0)
-    return _row("raw-udp", rate_mbit, got, r.get("seconds"), t.get("cpu_s"), r.get("cpu_s"), sent=t.get("sent"))
+    return _row("raw-udp", rate_mbit, r.get("received", 0), r.get("seconds"), t.get("cpu_s"), r.get("cpu_s"),
+                sent=t.get("sent"))
 
 
-def measure_atp(rate_mbit: float | None, count: int) -> dict:
+def measure_batched(count: int) -> dict:
+    t, r = _pair(_batched_receiver, (count, 0.5), _batched_sender, (count, None))
+    return _row("raw-batched", None, r.get("received", 0), r.get("seconds"), t.get("cpu_s"), r.get("cpu_s"),
+                sent=t.get("sent"))
+
+
+def measure_atp(rate_mbit: float | None, count: int, impl: str = "native") -> dict:
     rate = None if rate_mbit is None else rate_mbit * 1e6
-    t, r = _pair(_atp_receiver, (90.0,), _atp_sender, (count, rate))
+    kind = "atp" if impl == "native" else "atp-python"
+    t, r = _pair(_atp_receiver, (impl, 120.0), _atp_sender, (impl, count, rate))
     if "error" in t or "error" in r:
-        return {"transport": "atp", "target_mbit": rate_mbit, "error": t.get("error") or r.get("error")}
-    return _row("atp", rate_mbit, t["delivered"], t["jct_s"], t["cpu_s"], r["cpu_s"], packets_sent=t["packets_sent"],
-                retransmissions=t["retransmissions"])
+        return {"transport": kind, "target_mbit": rate_mbit, "error": t.get("error") or r.get("error")}
+    return _row(kind, rate_mbit, t["delivered"], t["jct_s"], t["cpu_s"], r["cpu_s"],
+                packets_sent=t["packets_sent"], retransmissions=t["retransmissions"],
+                losses_found_by=t.get("losses_found_by"), srtt_s=t.get("srtt_s"))
 
 
-def run(quick: bool = False) -> dict:
-    """Measure every row; returns ``{"rows": [...], "hostlib_pps_over_raw_udp": float | None, ...}``."""
+def _count(rate_mbit: float | None, seconds: float, unpaced_pps: float) -> int:
+    pps = unpaced_pps if rate_mbit is None else rate_mbit * 1e6 / ((DATAGRAM + WIRE_OVERHEAD) * 8)
+    return max(500, int(pps * seconds))
+
+
+def _median(xs: list[float]) -> float | None:
+    xs = sorted(x for x in xs if x is not None)
+    if not xs:
+        return None
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+
+
+def run(quick: bool = False, progress: Callable[[str], None] = print) -> dict:
+    """Measure every row; returns ``{"rows": [...], "headline": {...}, ...}``.
+
+    The unpaced comparison runs as ``reps`` back-to-back pairs (raw-batched, then ATP): each pair gives a ratio,
+    the headline is the median ratio and the median ATP goodput (on a shared machine one pair can land in a
+    quiet or a busy second; the median of adjacent pairs is what the two loops do under the same load)."""
     seconds = 0.5 if quick else 2.0
-    rows = []
-    for rate_mbit in RATES_MBIT:
-        # enough packets for ``seconds`` at the target rate (unpaced: what ~60k pps would send)
-        pps_target = 60_000 if rate_mbit is None else rate_mbit * 1e6 / ((DATAGRAM + WIRE_OVERHEAD) * 8)
-        count = max(500, int(pps_target * seconds))
-        rows.append(measure_raw(rate_mbit, count))
-        rows.append(measure_atp(rate_mbit, count if rate_mbit is not None else count // 4))
-    raw = next((r for r in rows if r["transport"] == "raw-udp" and r["target_mbit"] is None), {})
-    atp = next((r for r in rows if r["transport"] == "atp" and r["target_mbit"] is None), {})
-    ratio = atp["pps"] / raw["pps"] if atp.get("pps") and raw.get("pps") else None
-    return {"name": "hostlib", "datagram_bytes": DATAGRAM, "rows": rows, "hostlib_pps_over_raw_udp": ratio,
-            "cpus": os.cpu_count(), "quick": quick}
+    reps = 3 if quick else 5
+    rows: list[dict] = []
+
+    def note(label: str, row: dict, t0: float) -> None:
+        rows.append(row)
+        progress(f"hostlib: {label}: " + (f"error {row['error']}" if "error" in row else
+                                          f"{row['pps'] or 0:,.0f} packets/s, {row['goodput_gbps'] or 0:.3f} Gbit/s "
+                                          f"goodput ({time.monotonic() - t0:.1f} s)"))
+
+    pairs = []
+    for rep in range(reps):
+        t0 = time.monotonic()
+        raw = measure_batched(_count(None, seconds, 400_000))
+        raw["rep"] = rep
+        note(f"raw-batched unpaced #{rep + 1}", raw, t0)
+        t0 = time.monotonic()
+        atp = measure_atp(None, _count(None, seconds, 300_000))
+        atp["rep"] = rep
+        note(f"atp unpaced #{rep + 1}", atp, t0)
+        if atp.get("pps") and raw.get("pps"):
+            pairs.append((atp["pps"] / raw["pps"], atp["goodput_gbps"], atp))
+    plan: list[tuple[str, Callable[[], dict]]] = [
+        ("raw-udp unpaced", lambda: measure_raw(None, _count(None, seconds, 60_000))),
+        ("atp-python unpaced", lambda: measure_atp(None, _count(None, seconds / 2, 10_000), "python")),
+    ]
+    for rate in (20.0, 100.0, 200.0, 1000.0):
+        plan.append((f"atp {rate:g} Mbit/s", lambda rate=rate: measure_atp(rate, _count(rate, seconds, 0))))
+    plan.append(("atp-python 100 Mbit/s", lambda: measure_atp(100.0, _count(100.0, seconds / 2, 0), "python")))
+    plan.append(("raw-udp 100 Mbit/s", lambda: measure_raw(100.0, _count(100.0, seconds, 0))))
+    for label, fn in plan:
+        t0 = time.monotonic()
+        note(label, fn(), t0)
+
+    ratio = _median([p[0] for p in pairs])
+    gbps = _median([p[1] for p in pairs])
+    atp_pps = _median([p[2]["pps"] for p in pairs])
+    py = next((r for r in rows if r["transport"] == "atp-python" and r["target_mbit"] is None and "error" not in r),
+              {})
+    busiest = [max(p[2].get("cores_sender") or 0, p[2].get("cores_receiver") or 0) for p in pairs]
+    return {"name": "hostlib", "datagram_bytes": DATAGRAM, "rows": rows, "cpus": os.cpu_count(), "quick": quick,
+            "reps": reps, "unpaced_ratios": [p[0] for p in pairs],
+            "hostlib_pps_over_raw_udp": ratio,
+            "atp_unpaced_cores_max": max(busiest) if busiest else None,
+            "native_over_python_pps": atp_pps / py["pps"] if atp_pps and py.get("pps") else None,
+            "load_average": os.getloadavg(),
+            "headline": {"hostlib_pps_over_raw_udp": ratio, "hostlib_loopback_gbps": gbps}}
 
 
 def format_table(result: dict) -> str:
     def f(x: Any, nd: int = 1) -> str:
         return "n/a" if x is None else f"{x:.{nd}f}" if isinstance(x, float) else str(x)
 
-    lines = ["| transport | target | packets/s | Mbit/s | share | CPU µs/pkt sender | receiver | total |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| transport | target | packets/s | Mbit/s | share | goodput Gbit/s | CPU µs/pkt sender | receiver | "
+             "cores sender | receiver |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in result["rows"]:
         target = "unpaced" if r["target_mbit"] is None else f"{r['target_mbit']:g} Mbit/s"
+        if "rep" in r:
+            target += f" #{r['rep'] + 1}"
         if "error" in r:
-            lines.append(f"| {r['transport']} | {target} | error: {r['error']} | | | | | |")
+            lines.append(f"| {r['transport']} | {target} | error: {r['error']} | | | | | | | |")
             continue
         lines.append(f"| {r['transport']} | {target} | {f(r['pps'], 0)} | {f(r['mbit'])} | "
-                     f"{f(r['share_of_target'], 2)} | {f(r['cpu_us_per_pkt_sender'])} | "
-                     f"{f(r['cpu_us_per_pkt_receiver'])} | {f(r.get('cpu_us_per_pkt'))} |")
+                     f"{f(r['share_of_target'], 2)} | {f(r['goodput_gbps'], 3)} | {f(r['cpu_us_per_pkt_sender'], 2)} | "
+                     f"{f(r['cpu_us_per_pkt_receiver'], 2)} | {f(r['cores_sender'], 2)} | {f(r['cores_receiver'], 2)} |")
+    h = result["headline"]
     lines.append("")
-    lines.append(f"ATP packets/s / raw UDP packets/s, unpaced: {f(result['hostlib_pps_over_raw_udp'], 3)}")
+    lines.append(f"Unpaced, median of {result['reps']} back-to-back pairs: ATP packets/s / raw batched UDP packets/s "
+                 f"{f(h['hostlib_pps_over_raw_udp'], 3)} (pairs: "
+                 f"{', '.join(f(x, 2) for x in result['unpaced_ratios'])}); ATP goodput "
+                 f"{f(h['hostlib_loopback_gbps'], 3)} Gbit/s; busiest side at most "
+                 f"{f(result.get('atp_unpaced_cores_max'), 2)} core; native / pure-Python packets/s "
+                 f"{f(result.get('native_over_python_pps'), 1)}; load average "
+                 f"{', '.join(f(x, 1) for x in result['load_average'])}")
     return "\n".join(lines)
 
 
@@ -233,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="shorter transfers (~0.5 s per row)")
     p.add_argument("--json", help="also write the result as JSON to this file")
     args = p.parse_args(argv)
-    result = run(quick=args.quick)
+    result = run(quick=args.quick, progress=lambda line: print(line, file=sys.stderr))
     print(format_table(result))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:

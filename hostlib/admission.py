@@ -86,19 +86,21 @@ class SlotTable:
         self.max_jobs = max_jobs
         self.max_per_source = max_per_source
         self.stall_s = stall_s
-        self.holders: set[SlotHolder] = set()
+        self.holders: dict[SlotHolder, None] = {}
+        """In the order the jobs got their slots: among equally stalled jobs the oldest goes first, the same
+        choice in the C receiver (a set's order would depend on memory addresses)."""
         self.per_source: collections.Counter[Any] = collections.Counter()
 
     def __len__(self) -> int:
         return len(self.holders)
 
     def add(self, job: SlotHolder) -> None:
-        self.holders.add(job)
+        self.holders[job] = None
         self.per_source[job.source] += 1
 
     def remove(self, job: SlotHolder) -> None:
         if job in self.holders:
-            self.holders.discard(job)
+            del self.holders[job]
             self.per_source[job.source] -= 1
             if not self.per_source[job.source]:
                 del self.per_source[job.source]

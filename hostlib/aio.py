@@ -6,6 +6,11 @@ at 1400 B). :func:`send_job_async` therefore runs the blocking, microsecond-pace
 :func:`hostlib.api.send_job` in a worker thread by default (``precise=True``); ``precise=False`` keeps
 everything on the event loop for low rates. Receivers never pace, so :func:`receive_job_async` runs on
 the loop.
+
+With the native cores (hostlib/core.py) the loop watches a plain UDP socket (``add_reader``) and the datagrams
+move between it and the core in C, batched (:class:`AtpSocket`: ``receive_from``/``transmit``, GSO/GRO,
+sendmmsg/recvmmsg); the receiver then keeps whole messages in the core (``collect_messages``). Any other core
+runs on an asyncio datagram transport (:class:`AtpProtocol`).
 """
 from __future__ import annotations
 
@@ -13,10 +18,9 @@ import asyncio
 import socket
 from typing import Any, Callable
 
-from netapprox.hostlib import api, events, wire
+from netapprox.hostlib import api, core, events, wire
 from netapprox.hostlib.config import AtpConfig, JobSpec
-from netapprox.hostlib.receiver import AtpReceiver
-from netapprox.hostlib.sender import AtpSender, SendSummary
+from netapprox.hostlib.sender import SendSummary
 
 
 class AtpProtocol(asyncio.DatagramProtocol):
@@ -71,6 +75,76 @@ class AtpProtocol(asyncio.DatagramProtocol):
             self._timer_at = at
 
 
+class AtpSocket:
+    """Drives a native core from the event loop on a non-blocking UDP socket it owns: the loop calls back when
+    the socket is readable (``core.receive_from``) or a timer is due; ``core.transmit`` sends what the core
+    allows. ``on_event`` gets the core's events; ``closed`` resolves (or fails) when the socket closes."""
+
+    def __init__(self, core_obj: Any, sock: socket.socket, on_event: Callable[[events.Event], None]) -> None:
+        self.core = core_obj
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.on_event = on_event
+        self.loop = asyncio.get_running_loop()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        self.closed = self.loop.create_future()
+        core.enable_gro(sock)
+        self.loop.add_reader(self.fd, self._readable)
+        self.loop.call_soon(self._guarded, self.pump)
+
+    def _guarded(self, fn: Callable[[], None]) -> None:
+        if self.closed.done():
+            return
+        try:
+            fn()
+        except Exception as exc:  # an I/O error ends the endpoint; the owner sees it on ``closed``
+            self.close(exc)
+
+    def _readable(self) -> None:
+        def read() -> None:
+            self.core.receive_from(self.fd, self.loop.time())
+            self.pump()
+        self._guarded(read)
+
+    def _on_timer(self) -> None:
+        def fire() -> None:
+            self._timer = None
+            self._timer_at = None
+            self.core.handle_timer(self.loop.time())
+            self.pump()
+        self._guarded(fire)
+
+    def pump(self) -> None:
+        self.core.transmit(self.fd, self.loop.time())
+        while (ev := self.core.next_event()) is not None:
+            self.on_event(ev)
+            if self.closed.done():
+                return
+        at = self.core.get_timer()
+        if at != self._timer_at:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = None if at is None else self.loop.call_at(at, self._on_timer)
+            self._timer_at = at
+
+    def sendto(self, data: bytes, addr: Any) -> None:
+        """Send one datagram of the owner's (a REPORT) on the same socket; a full buffer drops it."""
+        api._send_all(self.sock, [(data, addr)])
+
+    def close(self, error: BaseException | None = None) -> None:
+        if self.closed.done():
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self.loop.remove_reader(self.fd)
+        self.sock.close()
+        if error is None:
+            self.closed.set_result(None)
+        else:
+            self.closed.set_exception(error)
+
+
 async def send_job_async(dest: "str | api.Address", job: JobSpec, *, config: AtpConfig = AtpConfig(),
                          report_to: "str | api.Address | None" = None, timeline: Any = None,
                          precise: bool = True) -> SendSummary:
@@ -85,8 +159,11 @@ async def send_job_async(dest: "str | api.Address", job: JobSpec, *, config: Atp
     report_addr = None if report_to is None else api.parse_address(report_to, wire.DEFAULT_REPORT_PORT)
     writer = api._TimelineWriter(timeline)
     result: asyncio.Future[SendSummary] = loop.create_future()
-    sender = AtpSender(job, config=config, peer=addr, now=loop.time())
-    transport = None
+    native = core.is_native(core.AtpSender)
+    if native:
+        sock, _peer = api._udp_socket(addr, bind=False)
+    sender = core.AtpSender(job, config=config, peer=addr, now=loop.time(), message_events=False)
+    transport: Any = None
 
     def on_event(ev: events.Event) -> None:
         if isinstance(ev, events.ReportReady) and report_addr is not None and transport is not None:
@@ -98,8 +175,13 @@ async def send_job_async(dest: "str | api.Address", job: JobSpec, *, config: Atp
         elif isinstance(ev, events.JobFailed) and not result.done():
             result.set_exception(api.JobFailedError(f"job {job.job_id}: {ev.reason}"))
 
-    transport, _protocol = await loop.create_datagram_endpoint(lambda: AtpProtocol(sender, on_event),
-                                                               family=family)
+    if native:
+        transport = AtpSocket(sender, sock, on_event)
+        transport.closed.add_done_callback(
+            lambda f: f.exception() is not None and not result.done() and result.set_exception(f.exception()))
+    else:
+        transport, _protocol = await loop.create_datagram_endpoint(lambda: AtpProtocol(sender, on_event),
+                                                                   family=family)
     try:
         return await result
     finally:
@@ -112,7 +194,9 @@ async def receive_job_async(bind: "str | api.Address | int", *, timeout: float |
     """Async :func:`hostlib.api.receive_job` on the event loop (serves exactly one job)."""
     loop = asyncio.get_running_loop()
     addr = api.parse_address(bind)
-    core = AtpReceiver(config=config, now=loop.time(), accept_jobs=1)
+    rx = core.AtpReceiver(config=config, now=loop.time(), accept_jobs=1)
+    native = core.is_native(rx)
+    rx.collect_messages = native  # whole messages in the core, no event each
     messages: dict[int, bytes] = {}
     result: asyncio.Future[api.ReceiveResult] = loop.create_future()
 
@@ -120,14 +204,22 @@ async def receive_job_async(bind: "str | api.Address | int", *, timeout: float |
         if isinstance(ev, events.MessageReceived):
             messages[ev.msg_id] = ev.data
         elif isinstance(ev, events.JobFinished) and not result.done():
-            result.set_result(api.receive_result(ev.result, dict(messages), core))
+            messages.update(rx.take_messages(ev.result.job_id))
+            result.set_result(api.receive_result(ev.result, dict(messages), rx))
         elif isinstance(ev, events.JobRejected) and not result.done():
             result.set_exception(api.JobRejectedError(f"job {ev.job_id} rejected: {ev.reason}"))
         elif isinstance(ev, events.JobAbandoned) and not result.done():
             result.set_exception(api.JobAbandonedError(f"job {ev.job_id} went silent before finishing"))
 
-    transport, _protocol = await loop.create_datagram_endpoint(
-        lambda: AtpProtocol(core, on_event), local_addr=addr, reuse_port=False)
+    transport: Any
+    if native:
+        sock, _bound = api._udp_socket(addr, bind=True)
+        transport = AtpSocket(rx, sock, on_event)
+        transport.closed.add_done_callback(
+            lambda f: f.exception() is not None and not result.done() and result.set_exception(f.exception()))
+    else:
+        transport, _protocol = await loop.create_datagram_endpoint(
+            lambda: AtpProtocol(rx, on_event), local_addr=addr, reuse_port=False)
     try:
         return await asyncio.wait_for(asyncio.shield(result), timeout)
     except asyncio.TimeoutError:

@@ -1,8 +1,11 @@
 """Blocking API for scripts: ``send_job`` and ``receive_job`` over UDP sockets.
 
 The socket loop runs in the calling thread and waits with ``select.select``, whose timeout has microsecond
-resolution (asyncio's epoll wait rounds to milliseconds), so pacing holds up to ~10k packets/s with
-bursts of at most ``AtpConfig.burst_packets`` packets. Measured numbers: docs/hostlib.md.
+resolution (asyncio's epoll wait rounds to milliseconds), with the thread's timer slack at 1 ns while a sender
+runs (``core.precise_timers``). The cores come from ``hostlib.core``: with the native ones the loop itself runs
+in C (``run``) and datagrams go between the socket and the state machine batched (``transmit``/``receive_from``:
+UDP GSO and GRO, sendmmsg/recvmmsg); with the reference, through the socket module one datagram at a time.
+Measured numbers: docs/hostlib.md.
 """
 from __future__ import annotations
 
@@ -17,15 +20,16 @@ import sys
 import time
 from typing import Any, Callable, Iterable
 
-from netapprox.hostlib import events, wire
+from netapprox.hostlib import core, events, wire
 from netapprox.hostlib.config import AtpConfig, JobSpec
 from netapprox.hostlib.receiver import AtpReceiver, GroupResult, JobResult
-from netapprox.hostlib.sender import AtpSender, SendSummary
+from netapprox.hostlib.sender import SendSummary
 from netapprox.hostlib.vector import assemble
 
 Address = tuple[str, int]
 _RECV_BATCH = 256
 _SHORT_WAIT_S = 0.001
+_RUN_SLICE_S = 0.5  # longest a native core's run() keeps the loop in C without an event
 
 
 class AtpError(RuntimeError):
@@ -230,6 +234,33 @@ def _recv_all(sock: socket.socket, feed: Callable[[bytes, Any], None]) -> int:
     return n
 
 
+class _SocketIO:
+    """Moves datagrams between a UDP socket and a core: in C, batched, when the core is native (``transmit``,
+    ``receive_from``); through the socket module otherwise. ``ecn``: pass each datagram's CE mark (receivers)."""
+
+    def __init__(self, sock: socket.socket, core_obj: Any, *, ecn: bool = False) -> None:
+        self.sock = sock
+        self.core = core_obj
+        self.fd = sock.fileno()
+        self.ecn = ecn
+        self.native = core.is_native(core_obj)
+        if self.native:
+            core.enable_gro(sock)
+
+    def send(self, now: float) -> int:
+        if self.native:
+            return self.core.transmit(self.fd, now)
+        return _send_all(self.sock, self.core.datagrams_to_send(now))
+
+    def receive(self, now: float) -> int:
+        if self.native:
+            return self.core.receive_from(self.fd, now)
+        receive = self.core.receive_datagram
+        if self.ecn:
+            return _recv_all_ecn(self.sock, lambda d, a, ce: receive(d, a, now, ce=ce))
+        return _recv_all(self.sock, lambda d, a: receive(d, a, now))
+
+
 def _wait(sock: socket.socket, until: float | None, clock: Callable[[], float], cap: float) -> None:
     """Sleep until ``until`` (at most ``cap`` seconds) or until the socket is readable."""
     timeout = cap if until is None else min(cap, until - clock())
@@ -293,32 +324,41 @@ def send_job(dest: "str | Address", job: JobSpec, *, config: AtpConfig = AtpConf
             report_sock, report_addr = _udp_socket(parse_address(report_to, wire.DEFAULT_REPORT_PORT), bind=False)
         start = clock()
         deadline = None if timeout is None else start + timeout
-        sender = AtpSender(job, config=config, peer=peer, now=start)
-        while True:
-            now = clock()
-            _send_all(sock, sender.datagrams_to_send(now))
-            while (ev := sender.next_event()) is not None:
-                if isinstance(ev, events.ReportReady) and report_sock is not None:
-                    _send_all(report_sock, [(ev.report.encode(config.report_key), report_addr)])
-                elif isinstance(ev, events.EpochEnded):
-                    writer(ev.as_dict())
-                elif isinstance(ev, events.JobFailed):
-                    raise JobFailedError(f"job {job.job_id} to {dest_addr[0]}:{dest_addr[1]}: {ev.reason}")
-                if on_event is not None:
-                    on_event(ev)
-            if sender.summary is not None:
-                return sender.summary
-            if deadline is not None and now >= deadline:
-                raise JobFailedError(f"job {job.job_id} not finished after {timeout:g} s (timeout)")
-            timer = sender.get_timer()
-            if deadline is not None:
-                timer = deadline if timer is None else min(timer, deadline)
-            _wait(sock, timer, clock, cap=0.5)
-            now = clock()
-            if _recv_all(sock, lambda d, a: sender.receive_datagram(d, a, now)):
+        sender = core.AtpSender(job, config=config, peer=peer, now=start, message_events=on_event is not None)
+        io = _SocketIO(sock, sender)
+        in_c = io.native and clock is time.monotonic  # the native core runs this loop itself (sender.run)
+        with core.precise_timers(io.native):
+            while True:
+                now = clock()
+                if in_c:
+                    sender.run(io.fd, now + _RUN_SLICE_S if deadline is None else min(now + _RUN_SLICE_S, deadline))
+                    now = clock()
+                else:
+                    io.send(now)
+                while (ev := sender.next_event()) is not None:
+                    if isinstance(ev, events.ReportReady) and report_sock is not None:
+                        _send_all(report_sock, [(ev.report.encode(config.report_key), report_addr)])
+                    elif isinstance(ev, events.EpochEnded):
+                        writer(ev.as_dict())
+                    elif isinstance(ev, events.JobFailed):
+                        raise JobFailedError(f"job {job.job_id} to {dest_addr[0]}:{dest_addr[1]}: {ev.reason}")
+                    if on_event is not None:
+                        on_event(ev)
+                if sender.summary is not None:
+                    return sender.summary
+                if deadline is not None and now >= deadline:
+                    raise JobFailedError(f"job {job.job_id} not finished after {timeout:g} s (timeout)")
+                if in_c:
+                    continue
                 timer = sender.get_timer()
-            if timer is not None and timer <= now:
-                sender.handle_timer(now)
+                if deadline is not None:
+                    timer = deadline if timer is None else min(timer, deadline)
+                _wait(sock, timer, clock, cap=0.5)
+                now = clock()
+                if io.receive(now):
+                    timer = sender.get_timer()
+                if timer is not None and timer <= now:
+                    sender.handle_timer(now)
     finally:
         writer.close()
         sock.close()
@@ -336,7 +376,7 @@ class ReceiverEndpoint:
         self.bound = self.sock.getsockname()[:2]
         self.clock = clock
         self.config = config
-        self.core = AtpReceiver(config=config, now=clock(), accept_jobs=accept_jobs)
+        self.core = core.AtpReceiver(config=config, now=clock(), accept_jobs=accept_jobs)
         self._messages: dict[int, dict[int, bytes]] = {}
 
     def close(self) -> None:
@@ -349,7 +389,9 @@ class ReceiverEndpoint:
         self.close()
 
     def _result(self, r: JobResult) -> ReceiveResult:
-        return receive_result(r, self._messages.pop(r.job_id, {}), self.core)
+        msgs = self._messages.pop(r.job_id, {})
+        msgs.update(self.core.take_messages(r.job_id))
+        return receive_result(r, msgs, self.core)
 
     def serve(self, *, jobs: int | None = None, timeout: float | None = None, linger_s: float = 0.2,
               on_job: Callable[[ReceiveResult], None] | None = None,
@@ -360,7 +402,10 @@ class ReceiverEndpoint:
         while ``jobs`` is set; abandoned jobs raise :class:`JobAbandonedError` when ``jobs`` is set.
         Returns the finished jobs; with ``jobs=None`` and an ``on_job`` callback they are handed to it
         and not kept (a long-running server would otherwise hold every job it ever received)."""
-        core = self.core
+        rx = self.core
+        rx.collect_messages = on_message is None  # whole messages without an event each
+        io = _SocketIO(self.sock, rx, ecn=True)
+        in_c = io.native and self.clock is time.monotonic  # the native core runs the socket loop (rx.run)
         results: list[ReceiveResult] = []
         start = self.clock()
         deadline = None if timeout is None else start + timeout
@@ -368,8 +413,16 @@ class ReceiverEndpoint:
         finished = 0
         while True:
             now = self.clock()
-            _send_all(self.sock, core.datagrams_to_send(now))
-            while (ev := core.next_event()) is not None:
+            if in_c:
+                limit = now + _RUN_SLICE_S
+                for t in (deadline, linger_until):
+                    if t is not None:
+                        limit = min(limit, t)
+                rx.run(io.fd, limit)
+                now = self.clock()
+            else:
+                io.send(now)
+            while (ev := rx.next_event()) is not None:
                 if isinstance(ev, events.MessageReceived):
                     if on_message is not None:
                         on_message(ev)
@@ -384,10 +437,12 @@ class ReceiverEndpoint:
                         on_job(res)
                 elif isinstance(ev, events.JobRejected):
                     self._messages.pop(ev.job_id, None)
+                    rx.take_messages(ev.job_id)
                     if jobs is not None:
                         raise _with_partial(JobRejectedError(f"job {ev.job_id} rejected: {ev.reason}"), results)
                 elif isinstance(ev, events.JobAbandoned):
                     self._messages.pop(ev.job_id, None)
+                    rx.take_messages(ev.job_id)
                     if jobs is not None:
                         why = (f"went silent for {self.config.idle_timeout_s:g} s" if ev.reason == "idle" else
                                f"lost its job slot to a new job ({ev.reason})")
@@ -396,7 +451,7 @@ class ReceiverEndpoint:
                 if on_event is not None:
                     on_event(ev)
             if jobs is not None and finished >= jobs and linger_until is None:
-                core.accept_jobs = core.jobs_seen  # take no new job while lingering
+                rx.accept_jobs = rx.jobs_seen  # take no new job while lingering
                 linger_until = now + linger_s
             if linger_until is not None and now >= linger_until:
                 return results
@@ -404,18 +459,20 @@ class ReceiverEndpoint:
                 if jobs is not None and len(results) < jobs:
                     raise _with_partial(ReceiveTimeout(
                         f"{len(results)} of {jobs} job(s) finished on {self.bound[0]}:{self.bound[1]} within "
-                        f"{timeout:g} s ({core.datagrams} datagrams received)"), results)
+                        f"{timeout:g} s ({rx.datagrams} datagrams received)"), results)
                 return results
-            timer = core.get_timer()
+            if in_c:
+                continue
+            timer = rx.get_timer()
             for t in (deadline, linger_until):
                 if t is not None:
                     timer = t if timer is None else min(timer, t)
             _wait(self.sock, timer, self.clock, cap=0.5)
             now = self.clock()
-            _recv_all_ecn(self.sock, lambda d, a, ce: core.receive_datagram(d, a, now, ce=ce))
-            t = core.get_timer()
+            io.receive(now)
+            t = rx.get_timer()
             if t is not None and t <= self.clock():
-                core.handle_timer(self.clock())
+                rx.handle_timer(self.clock())
 
 
 def receive_result(r: JobResult, messages: dict[int, bytes], core: AtpReceiver) -> ReceiveResult:

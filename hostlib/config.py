@@ -55,6 +55,14 @@ class AtpConfig:
     burst_packets: int = 2
     """Token bucket depth in packets: approximate switch queues are a few packets deep, so bursts are loss."""
 
+    pacing_train_s: float = 1e-3
+    """Pacing in trains: the token bucket holds this long's worth of bytes at the current rate when that is more
+    than ``burst_packets`` (above ~23 Mbit/s at the defaults), so a sender woken late by up to this much still
+    keeps its rate, and at high rates one wake-up sends a train of packets (one GSO batch). 1 ms is the pacing
+    quantum Linux sizes TSO bursts to. A train never exceeds the queue the switch stamped on the last data ACK
+    (``queue_packets``), and is ``burst_packets`` until the first data ACK says how deep that queue is.
+    0: ``burst_packets`` only."""
+
     initial_rtt_s: float = 0.01
     """RTT assumed before the first sample."""
 
@@ -136,6 +144,12 @@ class AtpConfig:
     finished_linger_s: float = 5.0
     """Receiver: how long a finished job's DONE is kept to answer repeated FINs."""
 
+    ack_every: int = 16
+    """Receiver: ACK coalescing. Packets of a job that arrive in one batch (between two ``datagrams_to_send``
+    calls) share one ACK, at most this many per ACK; it echoes the newest of them and its SACK blocks cover the
+    rest (docs/wire-format.md). A packet with another queue byte or CE mark than the ones waiting ends the run.
+    1: one ACK per DATA packet. At most 16 (``wire.MAX_SACK_BLOCKS``), so the blocks cover every packet."""
+
     def __post_init__(self) -> None:
         if self.mode in MODE_ALIASES:
             object.__setattr__(self, "mode", MODE_ALIASES[self.mode])
@@ -153,6 +167,10 @@ class AtpConfig:
             raise ConfigError(f"packet_size {self.packet_size}: must be 48..65507 bytes (UDP payload)")
         if self.burst_packets < 1:
             raise ConfigError("burst_packets must be >= 1")
+        if not self.pacing_train_s >= 0 or math.isinf(self.pacing_train_s):
+            raise ConfigError(f"pacing_train_s must be >= 0 seconds, got {self.pacing_train_s}")
+        if not 1 <= self.ack_every <= wire.MAX_SACK_BLOCKS:
+            raise ConfigError(f"ack_every must be in 1..{wire.MAX_SACK_BLOCKS}, got {self.ack_every}")
         for name in ("initial_rtt_s", "min_epoch_s", "min_loss_timeout_s", "idle_timeout_s", "fin_timeout_s",
                      "finished_linger_s", "stall_timeout_s", "token_lifetime_s"):
             if not getattr(self, name) > 0:

@@ -1,9 +1,11 @@
 """The ATP receiver state machine (sans-I/O). One instance serves any number of jobs on one socket.
 
-For every DATA packet of an admitted job it queues one ACK (echoing ``seq``, the message coordinates and
-the ``queue`` byte, plus up to 16 selective-ack blocks), suppresses duplicates, reassembles messages and
-hands each whole message to the application as a :class:`hostlib.events.MessageReceived` event: at once
-for approximate groups, in msg_id order within the group for MSR = 1 groups.
+It acknowledges every DATA packet of an admitted job (an ACK echoes ``seq``, the message coordinates and the
+``queue`` byte of the newest packet it covers, plus up to 16 selective-ack blocks; packets of a job that
+arrive in one batch share an ACK, ``AtpConfig.ack_every`` at most), suppresses duplicates, reassembles
+messages and hands each whole message to the application as a :class:`hostlib.events.MessageReceived` event
+(or keeps it for :meth:`AtpReceiver.take_messages`): at once for approximate groups, in msg_id order within
+the group for MSR = 1 groups.
 
 How a job gets in (hostlib/admission.py, hostlib/control.py): the sender's first datagram is its *job
 announce* (reserved msg_id 0xFFFFFFFF: N, the groups with their MSR and message ids). The receiver answers
@@ -161,7 +163,7 @@ class _Job:
         "job_id", "peer", "source", "first_at", "last_at", "progress_at", "progressed", "manifest", "index",
         "ordered", "delivered_per_group", "cursor", "announce_parts", "announce_cnt", "partial", "delivered",
         "held", "seq_firsts", "seq_lasts", "packets", "duplicates", "charged", "done_datagrams", "finished_at",
-        "rejected")
+        "rejected", "pending_ack", "pending_count")
 
     def __init__(self, job_id: int, peer: Address, now: float) -> None:
         self.job_id = job_id
@@ -189,6 +191,8 @@ class _Job:
         self.done_datagrams: list[bytes] | None = None
         self.finished_at: float | None = None
         self.rejected: str | None = None
+        self.pending_ack: tuple[wire.Header, bool] | None = None  # newest packet not yet acknowledged, CE mark
+        self.pending_count = 0
 
     @property
     def holds_slot(self) -> bool:
@@ -222,13 +226,18 @@ class AtpReceiver:
     """Serves ATP jobs. See the module docstring."""
 
     def __init__(self, *, config: AtpConfig = AtpConfig(), now: float = 0.0, accept_jobs: int | None = None,
-                 token_secret: bytes | None = None) -> None:
+                 token_secret: bytes | None = None, collect_messages: bool = False) -> None:
         """``accept_jobs``: admit at most this many distinct jobs over the receiver's life (``None``: no
         limit); further announces are dropped unanswered, so nothing is acknowledged that the owner will
         not collect (``receive_job`` serves exactly one job). ``token_secret``: key of the admission
-        tokens (default: 32 random bytes)."""
+        tokens (default: 32 random bytes). ``collect_messages``: keep whole messages for
+        :meth:`take_messages` instead of one ``MessageReceived`` event each (settable; the owner takes them,
+        they are outside the memory budget like delivered events)."""
         self.config = config
         self.accept_jobs = accept_jobs
+        self.collect_messages = collect_messages
+        self._collected: dict[int, dict[int, bytes]] = {}
+        self._pending: list[_Job] = []  # jobs with an ACK waiting, in the order their first packet arrived
         self.jobs_seen = 0
         self.jobs: dict[int, _Job] = {}
         self._finished: collections.OrderedDict[int, None] = collections.OrderedDict()  # finish order
@@ -296,6 +305,9 @@ class AtpReceiver:
             self._on_data(job, header, payload, now, ce)
 
     def datagrams_to_send(self, now: float) -> list[tuple[bytes, Address]]:
+        """ACKs (the waiting ones now, one per job), RETRYs and DONEs."""
+        for job in list(self._pending):
+            self._flush_ack(job)
         out, self._out = self._out, []
         return out
 
@@ -318,6 +330,18 @@ class AtpReceiver:
 
     def next_event(self) -> events.Event | None:
         return self._events.popleft() if self._events else None
+
+    def take_messages(self, job_id: int) -> dict[int, bytes]:
+        """The job's whole messages kept while ``collect_messages`` was set, ``{msg_id: data}`` in delivery
+        order, handed over (and forgotten) once."""
+        return self._collected.pop(job_id, {})
+
+    def _hand_over(self, job: _Job, msg_id: int, group_id: int, data: bytes) -> None:
+        """A whole message goes to the application: a ``MessageReceived`` event, or kept for take_messages."""
+        if self.collect_messages:
+            self._collected.setdefault(job.job_id, {})[msg_id] = data
+        else:
+            self._events.append(events.MessageReceived(job.job_id, msg_id, group_id, data))
 
     def stats(self) -> dict[str, Any]:
         """Counters for summaries and metrics: every datagram not acknowledged is in one of them."""
@@ -394,6 +418,24 @@ class AtpReceiver:
     # -- data --------------------------------------------------------------------------------------
 
     def _ack(self, job: _Job, h: wire.Header, ce: bool = False) -> None:
+        """Acknowledge ``h``: together with the job's other packets of this batch (ACK coalescing), at once when
+        ``ack_every`` packets are waiting; a packet with another queue byte or CE mark sends the waiting ACK first."""
+        waiting = job.pending_ack
+        if waiting is not None and (waiting[0].queue != h.queue or waiting[1] != ce):
+            self._flush_ack(job)
+        if job.pending_ack is None:
+            self._pending.append(job)
+        job.pending_ack = (h, ce)
+        job.pending_count += 1
+        if job.pending_count >= self.config.ack_every:
+            self._flush_ack(job)
+
+    def _flush_ack(self, job: _Job) -> None:
+        """Send the job's waiting ACK: it echoes the newest packet; the SACK blocks cover the others."""
+        h, ce = job.pending_ack  # type: ignore[misc]
+        job.pending_ack = None
+        job.pending_count = 0
+        self._pending.remove(job)
         self._out.append((wire.encode_ack(flags=wire.Flags.ECE if ce else 0, queue=h.queue, job_id=h.job_id,
                                           msg_id=h.msg_id, group_id=h.group_id, pkt_idx=h.pkt_idx,
                                           pkt_cnt=h.pkt_cnt, seq=h.seq, blocks=job.sack_blocks()), job.peer))
@@ -466,7 +508,7 @@ class AtpReceiver:
         gid = job.manifest.groups[k].group_id  # type: ignore[union-attr]
         if not job.ordered[k]:
             self._unbuffer(job, nbytes)
-            self._events.append(events.MessageReceived(job.job_id, msg_id, gid, data))
+            self._hand_over(job, msg_id, gid, data)
             return
         job.held[msg_id] = data
         self._release_in_order(job, k)
@@ -485,7 +527,7 @@ class AtpReceiver:
             if data is None:
                 break
             self._unbuffer(job, len(data))
-            self._events.append(events.MessageReceived(job.job_id, nxt, g.group_id, data))
+            self._hand_over(job, nxt, g.group_id, data)
             if nxt < lasts[ri]:
                 nxt += 1
             else:
@@ -565,7 +607,7 @@ class AtpReceiver:
             data = job.held.pop(msg_id)
             self._unbuffer(job, len(data))
             gid = m.groups[job.index.find(msg_id)].group_id  # type: ignore[union-attr]
-            self._events.append(events.MessageReceived(job.job_id, msg_id, gid, data))
+            self._hand_over(job, msg_id, gid, data)
         lost = job.delivered.missing(m.total)
         result = JobResult(
             job_id=job.job_id, peer=job.peer, total=m.total, vector_len=m.vector_len, lost_ids=tuple(lost),
@@ -583,6 +625,8 @@ class AtpReceiver:
             job.done_datagrams = done
         else:
             self.admission["done_not_kept"] += 1
+        if job.pending_ack is not None:
+            self._flush_ack(job)  # the data's ACKs before the DONE
         self._out.extend((d, job.peer) for d in done)
         self._events.append(events.JobFinished(result))
 
@@ -614,6 +658,8 @@ class AtpReceiver:
                 break
 
     def _forget(self, job: _Job) -> None:
+        if job.pending_ack is not None:
+            self._flush_ack(job)  # what arrived is acknowledged before the job goes
         self._release(job)
         self._charge(job, -job.charged)
         self.slots.remove(job)

@@ -210,10 +210,16 @@ class AtpSender:
     """Sends one job to one receiver. See the module docstring for the state machine."""
 
     def __init__(self, job: JobSpec, *, config: AtpConfig = AtpConfig(), peer: Address = None,
-                 now: float) -> None:
+                 now: float, message_events: bool = True, isn: int | None = None) -> None:
         """``peer``: the receiver address returned with every datagram. ``now``: creation time; the job's
-        clock (JCT, epochs, deadlines) starts at the first :meth:`datagrams_to_send`."""
+        clock (JCT, epochs, deadlines) starts at the first :meth:`datagrams_to_send`. ``message_events``:
+        emit a :class:`hostlib.events.MessageAcked` per delivered message (owners that ignore them, such as
+        ``api.send_job`` without ``on_event``, turn them off). ``isn``: the first sequence number (default:
+        random below 2^31; simulations and tests pass one to be reproducible)."""
+        if isn is not None and not 0 <= isn <= 0xFFFFFFFF:
+            raise ConfigError(f"isn {isn}: must be 0..4294967295")
         self.job = job
+        self.message_events = message_events
         self.config = config
         self.peer = peer
         self.state = SenderState.SENDING
@@ -253,8 +259,9 @@ class AtpSender:
                                        gain=config.gain, packet_bits=wire_max * 8, fixed=base)
         self.recovery = LossRecovery(initial_rtt_s=config.initial_rtt_s, reorder_threshold=config.reorder_threshold,
                                      min_loss_timeout_s=config.min_loss_timeout_s, listeners=[self.rate])
-        self.bucket = TokenBucket(burst_bytes=config.burst_packets * wire_max, now=now)
-        self._isn = secrets.randbelow(1 << 31)
+        self._path_queue: int | None = None  # queue byte of the last data ACK
+        self.bucket = TokenBucket(burst_bytes=self._burst_bytes(self.rate.rate_bps), now=now)
+        self._isn = secrets.randbelow(1 << 31) if isn is None else isn
         self._seq = self._isn
         self.epoch = 0
         self._started = False
@@ -309,6 +316,7 @@ class AtpSender:
             return self._hello(now)
         out: list[tuple[bytes, Address]] = []
         rate = self.rate.rate_bps
+        self.bucket.burst_bytes = self._burst_bytes(rate)
         self.bucket.refill(rate, now)
         overhead = self.config.overhead_bytes
         while True:
@@ -435,6 +443,20 @@ class AtpSender:
         self.bucket = TokenBucket(burst_bytes=self.bucket.burst_bytes, now=now)
         self._epoch_end = now + self._epoch_length()
         self._last_progress = now
+
+    def _burst_bytes(self, rate_bps: float) -> float:
+        """Token bucket depth: ``burst_packets`` full packets, or a train of ``pacing_train_s`` at ``rate_bps``
+        when that is more, but never more than the queue stamped on the last data ACK holds (no train before the
+        first data ACK)."""
+        cfg = self.config
+        wire_max = cfg.packet_size + cfg.overhead_bytes
+        q = self._path_queue
+        if q is None:
+            return cfg.burst_packets * wire_max
+        train = rate_bps * cfg.pacing_train_s / 8
+        if q < len(cfg.queue_packets) and cfg.queue_packets[q] > 0:
+            train = min(train, cfg.queue_packets[q] * wire_max)
+        return max(cfg.burst_packets * wire_max, train)
 
     def _window_open(self, msg_id: int) -> bool:
         """``adaptive``: whether a data packet may leave now (control packets always may)."""
@@ -618,6 +640,8 @@ class AtpSender:
         if header.msg_id == control.FIN_MSG_ID:
             return
         group = self.groups.get(header.group_id)
+        if header.msg_id not in control.CONTROL_MSG_IDS:
+            self._path_queue = header.queue
         if group is not None and header.msg_id not in control.CONTROL_MSG_IDS:
             group.queues[header.queue] += 1
             if header.flags & wire.Flags.ECE:
@@ -665,7 +689,8 @@ class AtpSender:
         m.state = DELIVERED
         g.delivered += 1
         self.scheduler.remove(m.msg_id)
-        self._events.append(events.MessageAcked(m.msg_id, g.group_id))
+        if self.message_events:
+            self._events.append(events.MessageAcked(m.msg_id, g.group_id))
 
     def _on_lost(self, lost: list[SentPacket], now: float) -> None:
         if self.window is not None and lost:

@@ -32,8 +32,9 @@ import numpy as np
 
 from netapprox.hostlib import events, wire
 from netapprox.hostlib.config import AtpConfig, ConfigError, JobSpec, Message, Tags
-from netapprox.hostlib.receiver import AtpReceiver, GroupResult
-from netapprox.hostlib.sender import AtpSender, SendSummary
+from netapprox.hostlib.core import AtpReceiver, AtpSender  # the native cores when built (hostlib/core.py)
+from netapprox.hostlib.receiver import GroupResult
+from netapprox.hostlib.sender import SendSummary
 
 log = logging.getLogger(__name__)
 

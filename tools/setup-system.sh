@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian/Ubuntu packages NetApprox needs (as root), skipping apt entirely when all are present.
 set -euo pipefail
-pkgs=(python3-venv python3-dev iproute2 iputils-ping ethtool bridge-utils iperf3 mininet clang libbpf-dev tcpdump tshark)
+pkgs=(python3-venv python3-dev gcc iproute2 iputils-ping ethtool bridge-utils iperf3 mininet clang libbpf-dev tcpdump tshark)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

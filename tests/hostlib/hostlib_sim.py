@@ -2,7 +2,8 @@
 
 ``Path`` models one direction: an optional bottleneck (rate + queue of ``queue_packets``, tail drop), a
 propagation delay with optional jitter (reordering), and chosen drops/duplicates. Everything is
-deterministic for a given seed.
+deterministic for a given seed. The endpoints are ``hostlib.core.AtpSender``/``AtpReceiver`` (the ``cores``
+fixture chooses the implementation), or what ``run_job`` is given.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import heapq
 import random
 from typing import Any, Callable, Protocol
 
-from netapprox.hostlib import control, events, wire
+from netapprox.hostlib import control, core, events, wire
 from netapprox.hostlib.config import AtpConfig, JobSpec
 from netapprox.hostlib.receiver import AtpReceiver
 from netapprox.hostlib.sender import AtpSender
@@ -160,15 +161,17 @@ def admit(receiver: AtpReceiver, job_id: int, groups, total: int, *, peer=SENDER
 def run_job(job: JobSpec, config: AtpConfig = AtpConfig(), *, forward: Path | None = None,
             reverse: Path | None = None, receiver_config: AtpConfig | None = None, until: float = 120.0,
             max_steps: int = 5_000_000, attacker: Attacker | None = None, receiver: AtpReceiver | None = None,
-            on_step: Callable[[float, AtpReceiver], None] | None = None) -> Run:
+            on_step: Callable[[float, AtpReceiver], None] | None = None, sender_cls: Any = None,
+            receiver_cls: Any = None) -> Run:
     """Run one job to its end. ``attacker``: a hostile third host (see :class:`Attacker`). ``receiver``: an
-    existing receiver to use. ``on_step(now, receiver)``: called after every step (to sample state)."""
+    existing receiver to use. ``on_step(now, receiver)``: called after every step (to sample state).
+    ``sender_cls``/``receiver_cls``: what builds the endpoints (default: ``hostlib.core``'s)."""
     forward = forward or Path()
     reverse = reverse or Path(seed=2)
     now = 0.0
-    sender = AtpSender(job, config=config, peer=RECEIVER_ADDR, now=now)
+    sender = (sender_cls or core.AtpSender)(job, config=config, peer=RECEIVER_ADDR, now=now)
     if receiver is None:
-        receiver = AtpReceiver(config=receiver_config or config, now=now)
+        receiver = (receiver_cls or core.AtpReceiver)(config=receiver_config or config, now=now)
     arrivals: list[tuple[float, int, str, bytes]] = []
     n = 0
     s_events: list = []

@@ -18,6 +18,8 @@ from netapprox.hostlib.receiver import AtpReceiver
 from netapprox.hostlib.sender import AtpSender
 from hostlib_sim import RECEIVER_ADDR, SENDER_ADDR, Path, admit, admit_sender, announce, run_job, token_for
 
+pytestmark = pytest.mark.usefixtures("cores")
+
 G10 = [(0, 0.5, range(10))]
 FAST = AtpConfig(max_rate_bps=50e6)
 
@@ -378,7 +380,8 @@ def test_a_retry_must_echo_an_announce_the_sender_sent():
     assert [h.msg_id for h, _ in sent[1:]] == [0, 1, 2]  # and the data right behind it
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(st.lists(st.tuples(st.binary(max_size=80), st.booleans()), max_size=30))
 def test_garbage_at_the_sender_never_crashes_and_is_counted(blobs):
     s = AtpSender(JobSpec.uniform(5, messages=3, size=10), config=FAST, peer=RECEIVER_ADDR, now=0.0)
@@ -396,12 +399,13 @@ def test_garbage_at_the_sender_never_crashes_and_is_counted(blobs):
 _FIELD = st.sampled_from([name for name, _ in wire.HEADER_FIELDS])
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(st.lists(st.tuples(_FIELD, st.integers(0, 0xFFFFFFFF), st.integers(-40, 40)), min_size=1, max_size=30))
 def test_headers_with_any_field_any_value_and_any_length_are_counted(mutations):
     """Valid packets of an admitted job with one field set to an arbitrary value and the datagram cut short
-    or padded: nothing crashes, each datagram is acknowledged or counted, memory stays in budget."""
-    cfg = AtpConfig(max_jobs=2, memory_budget_bytes=1 << 20)
+    or padded: nothing crashes, each datagram is acknowledged (one ACK each) or counted, memory stays in budget."""
+    cfg = AtpConfig(max_jobs=2, memory_budget_bytes=1 << 20, ack_every=1)
     r = AtpReceiver(config=cfg)
     admit(r, 3, [(0, 0.5, range(100)), (1, 1.0, range(100, 200))], 200)
     r.datagrams_to_send(0.0)

@@ -20,6 +20,8 @@ from netapprox.hostlib import api, wire
 from netapprox.hostlib.config import AtpConfig, JobSpec
 from hostlib_sim import announce
 
+pytestmark = pytest.mark.usefixtures("cores")
+
 REPO = Path(__file__).resolve().parents[2]
 BUDGET_MB = 32
 

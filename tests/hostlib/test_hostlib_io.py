@@ -19,6 +19,8 @@ from netapprox.hostlib import aio, api, wire
 from netapprox.hostlib.config import AtpConfig, JobSpec, pattern_bytes
 from hostlib_sim import announce
 
+pytestmark = pytest.mark.usefixtures("cores")
+
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
 

@@ -18,7 +18,7 @@ import pytest
 
 from support.skips import requires_root
 
-pytestmark = [requires_root, pytest.mark.root, pytest.mark.timeout(150)]
+pytestmark = [requires_root, pytest.mark.root, pytest.mark.timeout(150), pytest.mark.usefixtures("cores")]
 
 REPO = Path(__file__).resolve().parents[2]
 

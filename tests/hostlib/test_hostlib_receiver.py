@@ -2,13 +2,18 @@
 (Admission, slots and the memory budget under attack: test_hostlib_hostile.py.)"""
 from __future__ import annotations
 
-from hypothesis import given, settings
+import pytest
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from netapprox.hostlib import control, events, wire
 from netapprox.hostlib.config import AtpConfig
 from netapprox.hostlib.receiver import AtpReceiver
 from hostlib_sim import admit, announce
+
+pytestmark = pytest.mark.usefixtures("cores")
+
+EVERY_PACKET = AtpConfig(ack_every=1)  # one ACK per DATA packet (no coalescing)
 
 PEER = ("10.0.0.1", 40000)
 
@@ -36,7 +41,7 @@ def counted(r):
     return sum(r.malformed.values()) + sum(r.dropped.values()) + r.admission["retries"]
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.binary(max_size=120), max_size=20))
 def test_random_garbage_never_crashes_and_is_counted(blobs):
     r = AtpReceiver()
@@ -49,7 +54,7 @@ def test_random_garbage_never_crashes_and_is_counted(blobs):
     r.handle_timer(1e9)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.integers(0, 31), st.integers(0, 255), st.binary(min_size=1, max_size=4))
 def test_corrupted_valid_packets_never_crash(pos, value, tail):
     r = AtpReceiver()
@@ -78,7 +83,7 @@ def test_garbage_is_counted_by_reason():
 
 
 def test_every_data_packet_is_acked_with_echoed_fields_queue_and_sack_blocks():
-    r = AtpReceiver()
+    r = AtpReceiver(config=EVERY_PACKET)
     admit(r, 1, [(0, 0.5, range(10))], 10, seq=9)
     for seq in (10, 11, 12, 15, 16, 19):
         r.receive_datagram(data(msg=seq - 10, seq=seq, queue=4, cnt=2), PEER, 0.0)
@@ -90,7 +95,7 @@ def test_every_data_packet_is_acked_with_echoed_fields_queue_and_sack_blocks():
 
 
 def test_duplicates_are_acked_but_delivered_once():
-    r = AtpReceiver()
+    r = AtpReceiver(config=EVERY_PACKET)
     admit(r, 1, [(0, 0.5, range(4))], 4)
     for _ in range(3):
         r.receive_datagram(data(msg=1, seq=7, payload=b"one"), PEER, 0.0)
@@ -231,3 +236,41 @@ def test_packets_contradicting_the_announce_are_dropped():
     assert r.malformed["inconsistent_message"] == 2 and received(r) == []
     r.receive_datagram(data(msg=2, group=3, seq=4), PEER, 0.0)
     assert [e.msg_id for e in received(r)] == [2]
+
+
+def test_acks_are_coalesced_per_batch_and_every_ack_every_packets():
+    """Packets of one job received in one batch share an ACK: it echoes the newest, its SACK blocks cover the
+    rest; at most ``ack_every`` packets wait; another queue byte or CE mark sends the waiting ACK first."""
+    r = AtpReceiver(config=AtpConfig(ack_every=4))
+    admit(r, 1, [(0, 0.5, range(20))], 20, seq=99)
+    for seq in range(100, 110):
+        r.receive_datagram(data(msg=seq - 100, seq=seq, queue=2), PEER, 0.0)
+    acks = outputs(r)
+    assert [h.seq for h, _ in acks] == [103, 107, 109]
+    assert wire.decode_ack_payload(acks[-1][1]) == [(99, 109)]
+    r.receive_datagram(data(msg=10, seq=110, queue=2), PEER, 0.0)
+    r.receive_datagram(data(msg=11, seq=111, queue=5), PEER, 0.0)  # another queue: the first ACK goes at once
+    r.receive_datagram(data(msg=12, seq=112, queue=5), PEER, 0.0, ce=True)  # CE: likewise
+    acks = outputs(r)
+    assert [(h.seq, h.queue, bool(h.flags & wire.Flags.ECE)) for h, _ in acks] == [(110, 2, False), (111, 5, False),
+                                                                                    (112, 5, True)]
+
+
+def test_waiting_acks_go_before_the_done():
+    r = AtpReceiver(config=AtpConfig(ack_every=16))
+    admit(r, 1, [(0, 0.5, range(3))], 3)
+    r.receive_datagram(data(msg=0, seq=1), PEER, 0.0)
+    r.receive_datagram(fin(1), PEER, 0.0)
+    assert [h.type for h, _ in outputs(r)] == [wire.PacketType.ACK, wire.PacketType.DONE]
+
+
+def test_collected_messages_are_handed_over_once():
+    r = AtpReceiver(collect_messages=True)
+    admit(r, 1, [(0, 0.5, range(4))], 4)
+    r.receive_datagram(data(msg=1, seq=0, payload=b"one"), PEER, 0.0)
+    r.receive_datagram(data(msg=2, seq=1, payload=b"two"), PEER, 0.0)
+    assert received(r) == []  # no event per message
+    assert r.take_messages(1) == {1: b"one", 2: b"two"} and r.take_messages(1) == {}
+    r.collect_messages = False
+    r.receive_datagram(data(msg=3, seq=2, payload=b"three"), PEER, 0.0)
+    assert [e.data for e in received(r)] == [b"three"]

@@ -11,7 +11,11 @@ from hypothesis import strategies as st
 
 from netapprox.hostlib import events, wire
 from netapprox.hostlib.config import AtpConfig, JobSpec, Message, Tags, pattern_bytes
+from netapprox.hostlib.receiver import AtpReceiver
+from netapprox.hostlib.sender import AtpSender
 from hostlib_sim import Path, admit, admit_sender, run_job
+
+pytestmark = pytest.mark.usefixtures("cores")
 
 FAST = AtpConfig(max_rate_bps=50e6)
 
@@ -56,7 +60,8 @@ def test_msr_guarantee_under_random_loss(loss):
     assert_guarantee(run, job)
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(loss=st.floats(0.0, 0.9), ack_loss=st.floats(0.0, 0.5), msr=st.floats(0.0, 1.0),
        jitter=st.sampled_from([0.0, 0.002]), dup=st.sampled_from([0.0, 0.2]), seed=st.integers(0, 1000),
        sizes=st.lists(st.integers(0, 5000), min_size=1, max_size=25))
@@ -97,7 +102,6 @@ def test_sender_fails_with_a_reason_when_nothing_is_acknowledged():
     cfg = AtpConfig(idle_timeout_s=0.5)
     run = run_job(job, cfg, forward=Path(loss=1.0), until=5)
     assert run.summary is None and "no acknowledgement" in run.sender.failure
-    from netapprox.hostlib.sender import AtpSender
     s = AtpSender(job, config=cfg, peer=("h", 1), now=0.0)
     t = 0.0
     while not s.done and t < 10:
@@ -139,7 +143,6 @@ def test_reports_and_tlr_follow_equation_1():
 def test_tlr_after_scripted_losses_is_exact():
     """N = 20, MSR = 0.5: messages 0-2 lost, 3-9 delivered, 10-19 in flight ->
     TLR_1 = (0.5 * 20 - 3) / (20 - 7) = 7/13, and rho_0 = 3 / (3 + 7): the packets in flight do not count."""
-    from netapprox.hostlib.sender import AtpSender
     job = JobSpec.uniform(11, messages=20, size=100, msr=0.5)
     s = AtpSender(job, config=AtpConfig(mode="paper", max_rate_bps=1e9, epoch_s=0.05), peer=("r", 1), now=0.0)
     admit_sender(s)
@@ -363,7 +366,6 @@ def test_float_vector_comes_back_with_lost_ranges_zero_filled():
 
 
 def test_exact_timer_deadlines():
-    from netapprox.hostlib.sender import AtpSender
     cfg = AtpConfig(max_rate_bps=1e6, initial_rtt_s=0.05, epoch_s=0.04)
     job = JobSpec.uniform(21, messages=3, size=1368)
     s = AtpSender(job, config=cfg, peer=("r", 1), now=0.0)
@@ -392,7 +394,6 @@ def test_exact_timer_deadlines():
 
 
 def test_receiver_timers_abandon_silent_jobs_exactly():
-    from netapprox.hostlib.receiver import AtpReceiver
     r = AtpReceiver(config=AtpConfig(idle_timeout_s=2.0))
     admit(r, 5, [(0, 0.5, [0, 1])], 2, peer=("s", 1), now=0.5)
     h = wire.Header(flags=wire.Flags.APPROX, job_id=5, msg_id=0, pkt_idx=0, pkt_cnt=2, seq=0)
@@ -406,7 +407,6 @@ def test_receiver_timers_abandon_silent_jobs_exactly():
 
 
 def test_ece_on_acks_is_counted_in_the_timeline():
-    from netapprox.hostlib.sender import AtpSender
     s = AtpSender(JobSpec.uniform(22, messages=2, size=10), config=AtpConfig(epoch_s=0.05), peer=("r", 1), now=0.0)
     admit_sender(s)
     sent = [wire.decode(d)[0] for d, _ in s.datagrams_to_send(0.0)]
@@ -433,3 +433,23 @@ def test_adaptive_window_spends_slack_instead_of_repairing_into_a_small_queue():
     assert adaptive.retransmissions * 5 < paper.retransmissions
     assert adaptive.packets_lost / adaptive.packets_sent <= 0.2 + 0.03  # about the TLR, 1 - MSR
     assert adaptive.jct_s <= paper.jct_s * 1.02
+
+
+def _ack_of(h, queue):
+    ack = wire.Header(type=wire.PacketType.ACK, queue=queue, job_id=h.job_id, msg_id=h.msg_id, group_id=h.group_id,
+                      pkt_idx=h.pkt_idx, pkt_cnt=h.pkt_cnt, seq=h.seq)
+    return wire.encode(ack, wire.encode_ack_payload([]))
+
+
+@pytest.mark.parametrize("queue, train", [(0xFF, 8), (4, 4), (7, 2)])
+def test_pacing_trains_follow_the_rate_and_the_stamped_queue(queue, train):
+    """Before the first data ACK a burst is ``burst_packets`` (2); after it, an idle sender's bucket holds
+    ``pacing_train_s`` (1 ms) at the rate: 100 Mbit/s -> 12.5 kB = 8 full packets, no more than the stamped
+    queue holds (queue 4: 4 packets; queue 7: 1, so ``burst_packets`` rules)."""
+    job = JobSpec.uniform(30, messages=200, size=1368, msr=1.0)
+    s = AtpSender(job, config=AtpConfig(mode="base", max_rate_bps=100e6), peer=("r", 1), now=0.0)
+    admit_sender(s)
+    first = [wire.decode(d)[0] for d, _ in s.datagrams_to_send(0.0)]
+    assert len(first) == 2  # the announce and one data packet (two full packets' worth)
+    s.receive_datagram(_ack_of(first[1], queue), ("r", 1), 0.001)
+    assert len(s.datagrams_to_send(0.01)) == train  # 10 ms refill more than any bucket

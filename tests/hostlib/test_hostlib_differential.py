@@ -1,0 +1,301 @@
+"""The native cores against the reference: the same inputs, every output equal (tests/hostlib/twin.py).
+
+Each call (datagrams, timers, events, summaries, exceptions) runs on ``hostlib/sender.py`` /
+``hostlib/receiver.py`` and on the C port, and the first difference fails the test with both values. Inputs:
+the in-memory network of hostlib_sim (lossy, reordering, duplicating, ACK-losing, bottlenecked paths) over a
+grid of modes and job shapes, hypothesis-generated jobs and paths, and hypothesis-generated event sequences
+fed to one core directly (forged ACKs, DONEs and RETRYs, garbage, announces with and without admission
+tokens or signatures, FINs, jobs from several hosts competing for slots and memory, timers at arbitrary times).
+"""
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from netapprox.hostlib import control, wire
+from netapprox.hostlib.config import AtpConfig, JobSpec, Message, Tags, pattern_bytes
+from hostlib_sim import Path, admit_sender, run_job
+from twin import TwinReceiver, TwinSender
+
+pytestmark = pytest.mark.usefixtures("native")
+
+SENDER = ("10.0.0.1", 40000)
+RECEIVER = ("10.0.0.2", 7600)
+
+
+def twin_run(job, config, receiver_config=None, collect=False, **paths):
+    run = run_job(job, config, receiver_config=receiver_config,
+                  sender_cls=lambda job, **kw: TwinSender(job, **kw),
+                  receiver_cls=lambda **kw: TwinReceiver(collect_messages=collect, **kw), **paths)
+    run.sender.check_state()
+    run.receiver.check_state()
+    if collect:
+        run.receiver.take_messages(job.job_id)  # the same messages on both sides
+    return run
+
+
+JOBS = {
+    "groups": JobSpec.uniform(2, messages=60, size=2000, msr=0.7, groups=[(1, 0.9, 30), (2, 1.0, 20)]),
+    "small-msr1": JobSpec.uniform(3, messages=150, size=300, msr=1.0),
+    "large-messages": JobSpec.uniform(4, messages=12, size=9000, msr=0.5, groups=[(7, 1.0, 4)]),
+    "tagged": JobSpec(job_id=5, messages=tuple(
+        Message(pattern_bytes(i, 100 + 37 * i), group_id=i % 3, tags=Tags(priority=i % 4, weight=1 + i % 5,
+                                                                         deadline_s=0.002 * i) if i % 2 else None)
+        for i in range(40)), msr=0.6, group_msr={1: 0.8, 2: 1.0}, tags=Tags(priority=2, weight=3, deadline_s=0.01)),
+    "vector": JobSpec.from_vector(6, [i / 3 for i in range(3000)], msr=0.8, floats_per_message=200),
+    "msr0": JobSpec.uniform(8, messages=30, size=500, msr=0.0),
+}
+
+PATHS = {
+    "clean": {},
+    "lossy": {"forward": Path(loss=0.2, seed=11), "reverse": Path(loss=0.1, seed=12)},
+    "reorder-dup": {"forward": Path(loss=0.05, jitter=0.003, duplicate=0.2, seed=13),
+                    "reverse": Path(jitter=0.002, duplicate=0.2, seed=14)},
+    "ack-loss": {"forward": Path(seed=15), "reverse": Path(loss=0.5, seed=16)},
+    "bottleneck": {"forward": Path(rate_bps=25e6, queue_packets=4, delay=0.0005, queue_byte=6, seed=17)},
+    "burst-drop": {"forward": Path(drop=lambda h, i: i % 40 < 12, seed=18)},
+}
+
+
+@pytest.mark.parametrize("mode", ["adaptive", "paper", "fixtlr", "base"])
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_every_mode_on_every_path(mode, path):
+    for name, job in JOBS.items():
+        for mrdf, completion, collect in ((True, "early", False), (False, "all_sent", True)):
+            cfg = AtpConfig(mode=mode, mrdf=mrdf, completion=completion, max_rate_bps=40e6)
+            twin_run(job, cfg, collect=collect, **PATHS[path])
+
+
+@pytest.mark.parametrize("knobs", [
+    {"ack_every": 1}, {"ack_every": 4, "pacing_train_s": 0.0}, {"pacing_train_s": 0.002, "max_rate_bps": 400e6},
+    {"epoch_s": 0.003, "initial_rate_bps": 5e6, "mode": "paper"}, {"packet_size": 200, "burst_packets": 5},
+    {"initial_window": 2, "max_window": 8, "queue_packets": (0, 7, 6, 5, 4, 3, 2, 1)},
+    {"reorder_threshold": 1, "min_loss_timeout_s": 0.001, "loss_memory": 8, "loss_min_samples": 2},
+    {"admission_key": b"shared secret", "ack_every": 3},
+])
+def test_knobs(knobs):
+    cfg = AtpConfig(**{"max_rate_bps": 40e6, **knobs})
+    for path in ("lossy", "reorder-dup", "bottleneck"):
+        twin_run(JOBS["groups"], cfg, **PATHS[path])
+
+
+def test_receiver_limits_and_rejection():
+    job = JOBS["groups"]
+    tight = AtpConfig(memory_budget_bytes=64 << 10, max_jobs=2, max_packets_per_message=1)
+    sender_cfg = AtpConfig(max_rate_bps=40e6, idle_timeout_s=0.5)
+    with pytest.raises(AssertionError, match="not done"):  # the receiver drops what it cannot hold, the sender fails
+        twin_run(job, sender_cfg, receiver_config=tight, until=0.3)
+    run = twin_run(job, sender_cfg, receiver_config=AtpConfig(max_messages=50), until=5.0)
+    assert run.summary is None and "rejecting job" in run.sender.failure
+    with pytest.raises(AssertionError, match="not done"):  # a key the sender does not have: never admitted
+        twin_run(job, sender_cfg, receiver_config=AtpConfig(admission_key=b"k"), until=0.3)
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(loss=st.floats(0.0, 0.8), ack_loss=st.floats(0.0, 0.6), msr=st.floats(0.0, 1.0), group_msr=st.floats(0.0, 1.0),
+       jitter=st.sampled_from([0.0, 0.001, 0.004]), dup=st.sampled_from([0.0, 0.3]), seed=st.integers(0, 10_000),
+       sizes=st.lists(st.integers(0, 6000), min_size=1, max_size=30),
+       mode=st.sampled_from(["adaptive", "paper", "fixtlr", "base"]), mrdf=st.booleans(),
+       completion=st.sampled_from(["early", "all_sent"]), ack_every=st.integers(1, 16),
+       rate=st.sampled_from([None, 5e6, 30e6]), queue_byte=st.sampled_from([None, 0, 3, 7, 200]))
+def test_random_jobs_and_paths(loss, ack_loss, msr, group_msr, jitter, dup, seed, sizes, mode, mrdf, completion,
+                               ack_every, rate, queue_byte):
+    job = JobSpec(job_id=9, messages=tuple(Message(pattern_bytes(i, s), i % 3) for i, s in enumerate(sizes)),
+                  msr=msr, group_msr={1: group_msr, 2: 1.0})
+    cfg = AtpConfig(mode=mode, mrdf=mrdf, completion=completion, ack_every=ack_every, max_rate_bps=40e6)
+    twin_run(job, cfg, until=900,
+             forward=Path(loss=loss, jitter=jitter, duplicate=dup, seed=seed, rate_bps=rate, queue_byte=queue_byte),
+             reverse=Path(loss=ack_loss, jitter=jitter, duplicate=dup, seed=seed + 1))
+
+
+# --- event sequences fed to one core -------------------------------------------------------------------
+
+def _forge_ack(rng: random.Random, h: wire.Header, sent_seqs: list[int]) -> bytes:
+    blocks = []
+    for _ in range(rng.randint(0, 4)):
+        a = rng.choice(sent_seqs)
+        blocks.append((a, a + rng.randint(0, 80)))
+    flags = rng.choice([0, 0, wire.Flags.ECE])
+    ack = wire.Header(type=wire.PacketType.ACK, flags=flags, queue=rng.choice([0xFF, 0, 2, 6, 9]), job_id=h.job_id,
+                      msg_id=h.msg_id, group_id=h.group_id, pkt_idx=h.pkt_idx, pkt_cnt=h.pkt_cnt, seq=h.seq)
+    return wire.encode(ack, wire.encode_ack_payload(blocks))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32), mode=st.sampled_from(["adaptive", "paper", "fixtlr", "base"]),
+       mrdf=st.booleans(), steps=st.integers(5, 120), sizes=st.lists(st.integers(0, 4000), min_size=1, max_size=12))
+def test_sender_event_sequences(seed, mode, mrdf, steps, sizes):
+    rng = random.Random(seed)
+    job = JobSpec(job_id=21, messages=tuple(Message(pattern_bytes(i, s), i % 2) for i, s in enumerate(sizes)),
+                  msr=rng.choice([0.0, 0.5, 0.9, 1.0]), group_msr={1: rng.choice([0.3, 1.0])})
+    cfg = AtpConfig(mode=mode, mrdf=mrdf, max_rate_bps=rng.choice([1e6, 20e6, 1e9]), idle_timeout_s=0.5,
+                    fin_timeout_s=0.2, completion=rng.choice(["early", "all_sent"]))
+    s = TwinSender(job, config=cfg, peer=RECEIVER, now=0.0)
+    now = 0.0
+    sent: list[wire.Header] = []
+    if rng.random() < 0.8:
+        sent.append(admit_sender(s, token=bytes(rng.randrange(256) for _ in range(wire.TOKEN_LEN))))
+    for _ in range(steps):
+        op = rng.random()
+        if op < 0.05 and sent:  # a RETRY: echoing something sent, or not; a token, or none
+            h = rng.choice(sent)
+            token = rng.choice([bytes(wire.TOKEN_LEN), b"N" * wire.TOKEN_LEN])
+            s.receive_datagram(wire.encode_retry(h, token)[:rng.choice([None, 40])], rng.choice([RECEIVER, SENDER]),
+                               now)
+        elif op < 0.3:
+            sent += [wire.decode(d)[0] for d, _ in s.datagrams_to_send(now)]
+        elif op < 0.6 and sent:
+            h = rng.choice(sent[-30:])
+            s.receive_datagram(_forge_ack(rng, h, [x.seq for x in sent]), RECEIVER, now)
+        elif op < 0.7:
+            ids = rng.sample(range(len(sizes) + 3), rng.randint(0, min(3, len(sizes))))
+            cnt = rng.choice([1, 1, 2])
+            done = wire.Header(type=wire.PacketType.DONE, job_id=21, pkt_idx=rng.randrange(cnt), pkt_cnt=cnt)
+            s.receive_datagram(wire.encode(done, wire.encode_done_payloads(ids, 1000)[0]), RECEIVER, now)
+        elif op < 0.75:
+            blob = bytes(rng.randrange(256) for _ in range(rng.randint(0, 60)))
+            s.receive_datagram(blob, RECEIVER, now)
+        elif op < 0.8 and sent:  # a valid ACK of another job, or a DATA packet
+            h = rng.choice(sent)
+            s.receive_datagram(wire.encode(dataclasses.replace(h, job_id=22, type=wire.PacketType.ACK)), RECEIVER, now)
+            s.receive_datagram(wire.encode(h), RECEIVER, now)
+        else:
+            t = s.get_timer()
+            if t is not None:
+                now = max(now, t if rng.random() < 0.7 else t + rng.random() * 0.01)
+                s.handle_timer(now)
+        now += rng.choice([0.0, 0.0, 1e-5, 1e-4, 1e-3, 0.02])
+        while s.next_event() is not None:
+            pass
+        s.check_state()
+
+
+def _data(rng: random.Random, job: int, total: int) -> bytes:
+    cnt = rng.choice([1, 1, 2, 3])
+    h = wire.Header(flags=rng.choice([0, wire.Flags.APPROX]), queue=rng.choice([0xFF, 1, 5]), job_id=job,
+                    msg_id=rng.randrange(total + 2), group_id=rng.choice([0, 1, 4]), pkt_idx=rng.randrange(cnt),
+                    pkt_cnt=cnt, seq=rng.randrange(400))
+    size = rng.randint(0, 40) if rng.random() < 0.8 else rng.randint(500, 1300)  # big ones fill the budget
+    return wire.encode(h, bytes([rng.randrange(256)]) * size)
+
+
+def _announce(rng: random.Random, job: int, total: int, token: bytes, key: bytes | None) -> list[bytes]:
+    ids = list(range(total))
+    rng.shuffle(ids)
+    cut = rng.randint(0, total)
+    groups = [(0, rng.choice([0.5, 1.0]), sorted(ids[:cut])), (1, rng.choice([0.2, 1.0]), sorted(ids[cut:]))]
+    m = control.Manifest(total=total, vector_len=None,
+                         groups=tuple(control.GroupShape.from_ids(g, msr, i) for g, msr, i in groups if i))
+    blob = m.encode()
+    if rng.random() < 0.15:
+        blob = blob[:-3]  # malformed
+    parts = [blob[i:i + 40] for i in range(0, len(blob), 40)]
+    out = []
+    for i, p in enumerate(parts):
+        payload = control.encode_announce_part(p, job_id=job, pkt_idx=i, pkt_cnt=len(parts), token=token,
+                                               key=key if rng.random() < 0.9 else b"wrong key")
+        if rng.random() < 0.05:
+            payload = payload[:20]  # shorter than the token and auth fields
+        out.append(wire.encode(wire.Header(job_id=job, msg_id=control.ANNOUNCE_MSG_ID, pkt_idx=i, pkt_cnt=len(parts),
+                                           seq=500 + i), payload))
+    return out
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32), steps=st.integers(5, 150), ack_every=st.integers(1, 16))
+def test_receiver_event_sequences(seed, steps, ack_every):
+    rng = random.Random(seed)
+    key = rng.choice([None, None, b"admission key"])
+    max_jobs = rng.choice([1, 2, 3, 64])
+    cfg = AtpConfig(ack_every=ack_every, max_jobs=max_jobs, max_jobs_per_source=rng.choice([1, 2, 16]),
+                    memory_budget_bytes=max_jobs * (32 << 10) * rng.choice([1, 2, 8]), max_messages=rng.choice([8, 1000]),
+                    idle_timeout_s=0.05, finished_linger_s=0.05, stall_timeout_s=rng.choice([0.01, 1.0]),
+                    packet_size=rng.choice([60, 1400]), admission_key=key, token_lifetime_s=rng.choice([0.02, 10.0]))
+    r = TwinReceiver(config=cfg, now=0.0, accept_jobs=rng.choice([None, 1, 2, 5]), collect_messages=rng.random() < 0.3)
+    now = 0.0
+    totals = {j: rng.choice([rng.randint(1, 12), 80]) for j in (1, 2, 3, 4, 5)}
+    peers = [SENDER, ("10.0.0.9", 1), ("10.0.0.9", 2), ("10.0.0.7", 5)]
+    owner = {j: rng.choice(peers) for j in totals}
+    for _ in range(steps):
+        job = rng.choice([1, 1, 2, 3, 4, 5])
+        op = rng.random()
+        peer = owner[job] if rng.random() < 0.9 else rng.choice(peers)
+        if op < 0.45:
+            r.receive_datagram(_data(rng, job, totals[job]), peer, now, ce=rng.random() < 0.1)
+        elif op < 0.62:
+            token = rng.choice([wire.NO_TOKEN, r.tokens.mint(job, peer, now), r.tokens.mint(job, peer, now),
+                                r.tokens.mint(job, peer, max(0.0, now - 0.05)),  # expired with a short lifetime
+                                r.tokens.mint(job + 1, peer, now), b"x" * wire.TOKEN_LEN])
+            for part in _announce(rng, job, totals[job], token, key):
+                if rng.random() < 0.9:
+                    r.receive_datagram(part, peer, now)
+        elif op < 0.69:
+            fin = wire.Header(job_id=job, msg_id=control.FIN_MSG_ID, seq=rng.randrange(1000))
+            r.receive_datagram(wire.encode(fin), peer, now)
+        elif op < 0.74:
+            r.receive_datagram(bytes(rng.randrange(256) for _ in range(rng.randint(0, 50))), peer, now)
+        elif op < 0.85:
+            r.datagrams_to_send(now)
+        elif op < 0.88:
+            r.take_messages(job)
+            if rng.random() < 0.3:
+                r.collect_messages = not r.collect_messages
+        elif op < 0.9:
+            r.stats()
+        else:
+            t = r.get_timer()
+            if t is not None and rng.random() < 0.5:
+                now = max(now, t)
+            r.handle_timer(now)
+        now += rng.choice([0.0, 1e-4, 0.005, 0.01, 0.03])
+        while r.next_event() is not None:
+            pass
+        r.check_state()
+    r.datagrams_to_send(now)
+
+
+def test_receiver_under_memory_pressure():
+    """Two jobs filling a small budget with incomplete messages (dropped for memory once full), a third job
+    refused for memory, FINs whose DONE may not be kept, and the lingering records forgotten."""
+    cfg = AtpConfig(max_jobs=2, memory_budget_bytes=64 << 10, ack_every=5, finished_linger_s=0.5)
+    r = TwinReceiver(config=cfg)
+    groups = [(0, 0.5, range(400)), (7, 1.0, range(400, 500))]
+    for i, job in enumerate((1, 2)):
+        peer = ("10.0.0.%d" % (i + 1), 5000)
+        r.receive_datagram(_announce_part(job, groups, 500, r.tokens.mint(job, peer, 0.0)), peer, 0.0)
+        for m in range(250):
+            h = wire.Header(flags=wire.Flags.APPROX, job_id=job, msg_id=m, group_id=0, pkt_idx=m % 3, pkt_cnt=3,
+                            seq=1000 + m)
+            r.receive_datagram(wire.encode(h, bytes([m % 251]) * 1300), peer, 0.001 * m)
+            if m % 17 == 0:
+                r.datagrams_to_send(0.001 * m)
+            r.check_state()
+    assert r.py.dropped["memory_budget"] > 0
+    r.receive_datagram(_announce_part(3, groups, 500, r.tokens.mint(3, ("10.0.0.3", 1), 0.3)), ("10.0.0.3", 1), 0.3)
+    for i, job in enumerate((1, 2)):
+        peer = ("10.0.0.%d" % (i + 1), 5000)
+        for m in range(400, 420):  # the ordered group: some in order, one gap
+            if m == 405:
+                continue
+            h = wire.Header(job_id=job, msg_id=m, group_id=7, seq=2000 + m)
+            r.receive_datagram(wire.encode(h, b"in order"), peer, 0.4)
+        r.receive_datagram(wire.encode(wire.Header(job_id=job, msg_id=control.FIN_MSG_ID, seq=9999)), peer, 0.5)
+        r.datagrams_to_send(0.5)
+        r.check_state()
+    for t in (0.6, 1.1, 2.0):
+        r.handle_timer(t)
+        r.check_state()
+    while r.next_event() is not None:
+        pass
+
+
+def _announce_part(job, groups, total, token):
+    chunk = control.Manifest(total=total, vector_len=None, groups=tuple(
+        control.GroupShape.from_ids(g, msr, ids) for g, msr, ids in groups)).encode()
+    payload = control.encode_announce_part(chunk, job_id=job, pkt_idx=0, pkt_cnt=1, token=token)
+    return wire.encode(wire.Header(job_id=job, msg_id=control.ANNOUNCE_MSG_ID, seq=10), payload)
