@@ -194,10 +194,9 @@ def _part(name: str, fn: Callable[[], dict]) -> dict:
         return {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=4)}
 
 
-def _hostlib() -> dict:
+def _hostlib(progress: Callable[[str], None]) -> dict:
     from netapprox.bench import hostlib
-    res = hostlib.run(quick=True)
-    return {**res, "headline": {"hostlib_pps_over_raw_udp": res.get("hostlib_pps_over_raw_udp")}}
+    return hostlib.run(quick=True, progress=progress)
 
 
 def _controller(progress: Callable[[str], None]) -> dict:
@@ -347,7 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     progress = Progress(len(plan) + sum(1 for s in sections if s in OTHER_SECTIONS))
     rows = N.run(plan, scale, out / "bench", progress) if plan else []
     parts: dict[str, dict] = {}
-    for name, fn in (("hostlib", _hostlib),
+    for name, fn in (("hostlib", lambda: _hostlib(lambda line: progress.note("hostlib: " + line))),
                      ("controller", lambda: _controller(lambda line: progress.note("controller: " + line))),
                      ("sim", lambda: _sim(lambda line: progress.note("sim: " + line)))):
         if name in sections:
