@@ -52,6 +52,11 @@ class AtpConfig:
     overhead_bytes: int = 42
     """Per-packet bytes outside the ATP datagram counted by pacing (IPv4 20 + UDP 8 + Ethernet 14)."""
 
+    pacing_gain: float = 1.25
+    """``adaptive``: the pacing rate is this times R_max. The window (one queue plus one bandwidth-delay product)
+    bounds what is in flight, so pacing above the bottleneck's rate fills the switch's queue instead of losing
+    packets, and lets a sender woken late catch up: time a stall costs is not lost for good."""
+
     burst_packets: int = 2
     """Token bucket depth in packets: approximate switch queues are a few packets deep, so bursts are loss."""
 
@@ -165,6 +170,8 @@ class AtpConfig:
             raise ConfigError(f"gain (m) must be in (0, 1], got {self.gain}")
         if not wire.HEADER_LEN + 16 <= self.packet_size <= 65507:
             raise ConfigError(f"packet_size {self.packet_size}: must be 48..65507 bytes (UDP payload)")
+        if not 1.0 <= self.pacing_gain <= 4.0:
+            raise ConfigError(f"pacing_gain must be in [1, 4], got {self.pacing_gain}")
         if self.burst_packets < 1:
             raise ConfigError("burst_packets must be >= 1")
         if not self.pacing_train_s >= 0 or math.isinf(self.pacing_train_s):

@@ -291,7 +291,7 @@ typedef struct {
     long long job_id;
     /* config */
     double max_rate_bps, gain, initial_rtt_s, min_epoch_s, epoch_s, min_loss_timeout_s, idle_timeout_s,
-        fin_timeout_s;
+        fin_timeout_s, pacing_gain;
     int has_epoch_s;
     long long max_payload, overhead, packet_size, reorder_threshold, loss_memory, min_samples;
     int queue_packets[8];
@@ -1456,7 +1456,7 @@ static int on_ack(Sender *s, const AtpHeader *h, const SackBlock *blocks, int nb
         return 0;
     }
     if (s->adaptive)
-        window_on_path(s, h->queue, s->srtt);
+        window_on_path(s, h->queue, s->min_rtt + s->pacing_train_s);
     for (size_t i = 0; i < na; i++) {
         if (on_packet_acked(s, &s->acked_buf[i]) != 0)
             return -1;
@@ -2062,7 +2062,8 @@ static int Sender_init(Sender *s, PyObject *args, PyObject *kwds) {
         cfg_int(config, "loss_memory", &s->loss_memory) || cfg_int(config, "loss_min_samples", &s->min_samples) ||
         cfg_int(config, "initial_window", &initial_window) || cfg_int(config, "max_window", &max_window) ||
         cfg_int(config, "burst_packets", &s->burst_packets) ||
-        cfg_double(config, "pacing_train_s", &s->pacing_train_s))
+        cfg_double(config, "pacing_train_s", &s->pacing_train_s) ||
+        cfg_double(config, "pacing_gain", &s->pacing_gain))
         return -1;
     s->path_queue = -1;
     PyObject *qp = PyObject_GetAttrString(config, "queue_packets");
@@ -2203,7 +2204,7 @@ static int Sender_init(Sender *s, PyObject *args, PyObject *kwds) {
     long long wire_max = s->packet_size + s->overhead;
     s->packet_bits = (double)(wire_max * 8);
     if (s->adaptive) {
-        s->rate_bps = 1.0 * s->max_rate_bps;
+        s->rate_bps = s->pacing_gain * s->max_rate_bps;
         s->w_header_bytes = ATP_HEADER_LEN + s->overhead;
         s->w_mean_packet_bits = s->packet_bits;
         s->w_window = (double)(initial_window < max_window ? initial_window : max_window);

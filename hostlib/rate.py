@@ -203,8 +203,9 @@ class WindowController:
     # window
     def on_path(self, *, queue: int, rtt: float) -> None:
         """An ACK echoed ``queue`` (0xFF: no switch stamped it); ``rtt``: the RTT the bandwidth-delay product
-        is taken over (the sender passes its smoothed RTT: on hosts where processing, not propagation, makes
-        most of the RTT, the smallest sample ever seen undersizes the window)."""
+        is taken over. The sender passes its smallest RTT sample plus one pacing train (``pacing_train_s``):
+        the smoothed RTT would count the standing queue the window itself builds, and the bare minimum
+        undersizes the pipe of a host that is woken up to a train late."""
         self.queue = queue
         self.rtt = rtt
         size = self.queue_packets[queue] if queue < len(self.queue_packets) else 0

@@ -250,7 +250,7 @@ class AtpSender:
         self.window: WindowController | None = None
         if self.adaptive:
             self.window = self.rate = WindowController(
-                max_rate_bps=config.max_rate_bps, pacing_gain=1.0, packet_bits=wire_max * 8,
+                max_rate_bps=config.max_rate_bps, pacing_gain=config.pacing_gain, packet_bits=wire_max * 8,
                 initial_window=config.initial_window, max_window=config.max_window,
                 queue_packets=config.queue_packets, loss_memory=config.loss_memory,
                 min_samples=config.loss_min_samples, header_bytes=wire.HEADER_LEN + config.overhead_bytes)
@@ -655,7 +655,7 @@ class AtpSender:
         acked, lost = self.recovery.on_ack_received(seq=header.seq, blocks=blocks, now=now)
         window = self.window
         if window is not None:
-            window.on_path(queue=header.queue, rtt=self.recovery.srtt)
+            window.on_path(queue=header.queue, rtt=self.recovery.min_rtt + self.config.pacing_train_s)
         for p in acked:
             self._on_packet_acked(p, now)
             if window is not None and p.group_id is not None:

@@ -330,8 +330,9 @@ def test_early_completion_sends_less_than_all_sent():
 
 
 def test_acks_echo_the_queue_byte_into_the_timeline():
-    job = JobSpec.uniform(17, messages=50, size=1368, msr=0.9)
+    job = JobSpec.uniform(17, messages=200, size=1368, msr=0.9)
     run = run_job(job, FAST, forward=Path(queue_byte=3))
+    assert run.epochs()
     seen: dict[str, int] = {}
     for e in run.epochs():
         for q, n in e.as_dict()["queues"].items():
@@ -367,18 +368,19 @@ def test_float_vector_comes_back_with_lost_ranges_zero_filled():
 
 def test_exact_timer_deadlines():
     cfg = AtpConfig(max_rate_bps=1e6, initial_rtt_s=0.05, epoch_s=0.04)
+    pace = cfg.pacing_gain * 1e6  # the adaptive sender paces at pacing_gain x R_max
     job = JobSpec.uniform(21, messages=3, size=1368)
     s = AtpSender(job, config=cfg, peer=("r", 1), now=0.0)
     admit_sender(s, 0.0)  # the RETRY arrives at once: the job's clock and epochs start at 0
     first = s.datagrams_to_send(0.0)
     assert len(first) == 2  # announce + one full packet: the burst limit
     left = 2 * 1442 - (len(first[0][0]) + 42) - (len(first[1][0]) + 42)
-    assert s.get_timer() == pytest.approx((1442 - left) * 8 / 1e6, abs=1e-12)  # pacing
+    assert s.get_timer() == pytest.approx((1442 - left) * 8 / pace, abs=1e-12)  # pacing
     assert s.datagrams_to_send(s.get_timer() - 1e-6) == []
     t = s.get_timer()
     assert len(s.datagrams_to_send(t)) == 1
     t2 = s.get_timer()
-    assert t2 == pytest.approx(t + 1442 * 8 / 1e6, abs=1e-12)
+    assert t2 == pytest.approx(t + 1442 * 8 / pace, abs=1e-12)
     assert len(s.datagrams_to_send(t2)) == 1
     # everything sent, nothing acknowledged: epoch ends at 0.04, 0.08, 0.12, then the oldest packet
     # (sent at 0) times out at max(min_loss_timeout, 2 srtt, srtt + 4 rttvar) = 0.05 + 4 * 0.025 = 0.15
