@@ -1048,8 +1048,15 @@ static int emit(Sender *s, uint32_t msg_id, uint32_t idx, double now, uint8_t *o
         g->retransmissions++;
     } else {
         if (m->state == M_ACTIVE && (m->next_new == 0 || m->surplus)) {
-            /* _surplus: the group reaches its required count without this message */
-            surplus = s->adaptive && g->approx && g->delivered + g->started + g->repairing >= g->required;
+            /* _surplus: the group reaches its required count without this message (what is on its way
+               discounted by the group's measured loss) */
+            if (s->adaptive && g->approx) {
+                double est = 0.0;
+                if (!est_value(s, g, &est))
+                    est = 0.0;
+                double on_the_way = (double)(g->started + g->repairing) * (1.0 - est);
+                surplus = (double)g->delivered + on_the_way >= (double)g->required;
+            }
             if (!surplus)
                 g->started++;
             m->surplus = (uint8_t)surplus;
@@ -1142,20 +1149,40 @@ static int on_packet_acked(Sender *s, const SentPkt *p) {
     return 0;
 }
 
+/* _repair */
+static int repair(Sender *s, Group *g, uint32_t msg_id) {
+    Msg *m = &s->msgs[msg_id];
+    m->state = M_REPAIRING;
+    g->damaged--;
+    g->repairing++;
+    if (m->next_new < m->cnt)
+        s->unsent_open++;
+    return sched_update(s, msg_id, m->remaining, 1, m->retries);
+}
+
 /* _plan_repairs */
 static int plan_repairs(Sender *s, Group *g) {
     while (g->damaged > g->budget && g->nidle) {
         uint32_t msg_id = g->idle[0].msg_id;
         HEAP_POP(g->idle, g->nidle, idle_less);
+        if (s->msgs[msg_id].state == M_DAMAGED && repair(s, g, msg_id) != 0)
+            return -1;
+    }
+    if (!(s->adaptive && s->mrdf))
+        return 0;
+    /* adaptive with MRDF: also repair a damaged message with less left than what would be served next */
+    while (g->nidle) {
+        uint32_t msg_id = g->idle[0].msg_id;
         Msg *m = &s->msgs[msg_id];
-        if (m->state != M_DAMAGED)
+        if (m->state != M_DAMAGED) {
+            HEAP_POP(g->idle, g->nidle, idle_less);
             continue;
-        m->state = M_REPAIRING;
-        g->damaged--;
-        g->repairing++;
-        if (m->next_new < m->cnt)
-            s->unsent_open++;
-        if (sched_update(s, msg_id, m->remaining, 1, m->retries) != 0)
+        }
+        int64_t top = sched_peek(s);
+        if (top < 0 || !(m->remaining < s->msgs[top].remaining))
+            return 0;
+        HEAP_POP(g->idle, g->nidle, idle_less);
+        if (repair(s, g, msg_id) != 0)
             return -1;
     }
     return 0;

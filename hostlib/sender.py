@@ -549,15 +549,16 @@ class AtpSender:
                                 pkt_idx=idx, pkt_cnt=m.cnt,
                                 seq=seq, deadline_us=deadline, weight=weight, payload=payload)
 
-    @staticmethod
-    def _surplus(g: _Group) -> bool:
+    def _surplus(self, g: _Group) -> bool:
         """``adaptive``: whether the next new packet of a message not yet needed is surplus, that is whether the
-        group reaches its required count without it: the messages delivered, started as needed (a packet sent,
-        none lost yet) and being repaired already make it. Surplus packets carry TLR 1.0, which switches put in
-        the lowest queue (docs/wire-format.md), so they only use spare capacity; completion never waits for
-        them, and a surplus message becomes needed (its next packets carry the group's TLR) once the group
-        falls short."""
-        return g.delivered + g.started + g.repairing >= g.required
+        group reaches its required count without it: the messages delivered, plus those started as needed (a
+        packet sent, none lost yet) and being repaired, discounted by the group's measured loss, already make
+        it. Surplus packets carry TLR 1.0, which switches put in the lowest queue (docs/wire-format.md), so
+        they only use spare capacity; completion never waits for them, and a surplus message becomes needed
+        (its next packets carry the group's TLR) once the group falls short."""
+        loss = self.window.loss_rate(g.group_id) if self.window is not None else None  # adaptive: a window
+        on_the_way = (g.started + g.repairing) * (1.0 - (loss or 0.0))
+        return g.delivered + on_the_way >= g.required
 
     # -- admission and validation of what arrives ------------------------------------------------
 
@@ -731,18 +732,34 @@ class AtpSender:
             self._plan_repairs(self.groups[gid])
 
     def _plan_repairs(self, g: _Group) -> None:
-        """Repair damaged messages only while the group has given up more than it can afford."""
+        """Repair damaged messages while the group has given up more than it can afford. ``adaptive`` with MRDF
+        also repairs a damaged message that has less left to send than the message the scheduler would serve
+        next: the loss budget then goes to the largest messages (never sent) rather than to whichever small
+        messages a queue happened to drop, so the MSR costs the fewest bytes (with equal sizes nothing changes)."""
         while g.damaged > g.budget and g.idle:
             msg_id = heapq.heappop(g.idle)[-1]
-            m = self.messages[msg_id]
+            if self.messages[msg_id].state == DAMAGED:
+                self._repair(g, self.messages[msg_id])
+        if not (self.adaptive and self.config.mrdf):
+            return
+        while g.idle:
+            m = self.messages[g.idle[0][-1]]
             if m.state != DAMAGED:
+                heapq.heappop(g.idle)
                 continue
-            m.state = REPAIRING
-            g.damaged -= 1
-            g.repairing += 1
-            if m.next_new < m.cnt:
-                self._unsent_open += 1
-            self.scheduler.update(msg_id, remaining=m.remaining, repair=True, retries=m.retries)
+            top = self.scheduler.peek()
+            if top is None or not m.remaining < self.messages[top].remaining:
+                return
+            heapq.heappop(g.idle)
+            self._repair(g, m)
+
+    def _repair(self, g: _Group, m: _Message) -> None:
+        m.state = REPAIRING
+        g.damaged -= 1
+        g.repairing += 1
+        if m.next_new < m.cnt:
+            self._unsent_open += 1
+        self.scheduler.update(m.msg_id, remaining=m.remaining, repair=True, retries=m.retries)
 
     # -- epochs, completion, close -----------------------------------------------------------------
 

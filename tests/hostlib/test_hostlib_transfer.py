@@ -231,6 +231,32 @@ def test_mrdf_repairs_nearly_complete_message_before_new_data():
     assert (2, 3) in seq[retx:], "the repair of message 0 went out before message 2 was finished"
 
 
+def test_a_small_damaged_message_is_repaired_before_larger_new_ones():
+    """MSR 0.5 of two 100-byte and four 4-packet messages, the first copy of message 0 dropped: the group can
+    afford the loss, but the adaptive sender with MRDF repairs it (100 bytes) rather than deliver a 4-packet
+    message in its place; the paper's sender leaves it given up."""
+    job = JobSpec(job_id=24, messages=tuple(Message(bytes(s)) for s in [100, 100] + [4 * 1368] * 4), msr=0.5)
+
+    def run(mode):
+        record: list = []
+        seen: list = []
+
+        def drop(h, i):
+            if h.type == wire.PacketType.DATA and h.msg_id == 0 and not seen:
+                seen.append(h.seq)
+                return True
+            return False
+
+        r = run_job(job, AtpConfig(mode=mode, max_rate_bps=5e6), forward=Path(drop=drop, record=record))
+        assert_guarantee(r, job)
+        return r, [h.msg_id for _, h in record if h.type == wire.PacketType.DATA and h.flags & wire.Flags.RETX]
+
+    adaptive, retx = run("adaptive")
+    assert retx == [0] and 0 in adaptive.received()
+    paper, retx = run("paper")
+    assert retx == [] and 0 not in paper.received()
+
+
 def test_a_failed_repair_goes_behind_the_repairs_not_yet_retried():
     """MSR 1, single-packet messages 0 and 1 lost, and message 0's first two retransmissions lost again: message
     1's repair goes out before message 0's third copy (repairs rotate instead of hammering one message)."""
