@@ -85,9 +85,10 @@ class AtpConfig:
     """``adaptive``: most packets in flight."""
 
     queue_packets: tuple[int, ...] = (64, 7, 6, 5, 4, 3, 2, 1)
-    """``adaptive``: buffer of each logical queue in packets, as NetApprox switches size them (queue k >= 1
-    holds 8 - k): when ACKs echo the queue the switch chose, the window stops at that queue plus one
-    bandwidth-delay product. A queue listed as 0 (or no stamp) leaves the ceiling to loss."""
+    """``adaptive``: buffer of each logical queue in MTUs, as NetApprox switches size them (queue k >= 1 holds
+    8 - k MTUs of bytes): when ACKs echo the queue the switch chose, the window stops at that queue (counted
+    in packets of the size being sent) plus one bandwidth-delay product. A queue listed as 0 (or no stamp)
+    leaves the ceiling to loss."""
 
     loss_memory: int = 64
     """``adaptive``: the loss rate is measured over roughly the last this-to-twice-this packets whose fate is

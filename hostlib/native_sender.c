@@ -518,7 +518,9 @@ static void window_on_path(Sender *s, int queue, double rtt) {
     int size = queue < 8 ? s->queue_packets[queue] : 0;
     if (size > 0) {
         double bdp = s->w_rtt < INFINITY ? ceil(s->max_rate_bps * s->w_rtt / s->w_mean_packet_bits) : 1.0;
-        double want = (double)size + (bdp > 1.0 ? bdp : 1.0);
+        /* the queue holds ``size`` MTUs of bytes: in packets of the size being sent */
+        double packets = (double)size * s->packet_bits / s->w_mean_packet_bits;
+        double want = packets + (bdp > 1.0 ? bdp : 1.0);
         s->w_cap = want < s->w_max_window ? want : s->w_max_window;
         s->w_cap_known = 1;
         if (s->w_window > s->w_cap)

@@ -212,7 +212,9 @@ class WindowController:
         if size > 0:
             bdp = (math.ceil(self.max_rate_bps * self.rtt / self.mean_packet_bits)
                    if self.rtt < math.inf else 1)
-            self.cap = float(min(self.max_window, size + max(1, bdp)))
+            # the queue holds ``size`` MTUs of bytes: in packets of the size being sent, more when they are small
+            packets = size * self.packet_bits / self.mean_packet_bits
+            self.cap = float(min(self.max_window, packets + max(1, bdp)))
             self.cap_known = True
             if self.window > self.cap:
                 self.window = self.cap

@@ -7,8 +7,8 @@ One egress port carries this tree (``tc`` handles in hex):
     1:2q        htb ceil R  (q = 0..7)          "stamp" class of queue q: the u32 entries point here; its
                                                 filter (the eBPF stamper, else a u32 pass) picks the leaf
     1:1q        htb prio q, ceil R              logical queue q (leaf); HTB prio 0 is served first
-    1q:         bfifo (q = 0: the rest of the port buffer, in bytes)
-                pfifo limit 8 - q packets (q >= 1)
+    1q:         bfifo: q = 0 the rest of the port buffer; q >= 1 (8 - q) MTUs (the NetApprox paper's k-MTU
+                queues: a byte limit, so a queue holds more small packets than full-size ones)
 
 and one ``u32`` classifier (``FILTER_PRIO``) on ``1:`` holding the entries ``controller.kernel.compiler``
 makes. Functions here take a pyroute2 ``IPRoute`` bound to the switch's network namespace.
@@ -61,12 +61,16 @@ class PortShape:
     rate_mbit: float = 100.0
     """Line rate of the port (HTB root class rate and ceil), Mbit/s."""
     buffer_packets: int = 256
-    """Whole port buffer in MTU-sized packets; queue k >= 1 gets 8 - k packets, queue 0 the rest (bytes)."""
+    """Whole port buffer in MTUs; queue k >= 1 gets 8 - k of them, queue 0 the rest."""
     mtu_bytes: int = 1514
-    """Bytes per buffer slot (queue 0's bfifo limit is its share times this), and HTB quantum/burst."""
+    """Bytes of an MTU (the queues' bfifo limits are their shares times this), and HTB quantum/burst."""
+
+    def queue_bytes(self, q: int) -> int:
+        """Byte limit of logical queue ``q``'s fifo."""
+        return queue_buffer_packets(q, self.buffer_packets) * self.mtu_bytes
 
     def queue0_bytes(self) -> int:
-        return queue_buffer_packets(0, self.buffer_packets) * self.mtu_bytes
+        return self.queue_bytes(NON_APPROX_QUEUE)
 
 
 
@@ -103,11 +107,7 @@ def build_port(ipr, ifindex: int, shape: PortShape) -> None:
                prio=q, quantum=mtu, burst=mtu, cburst=mtu)
         ipr.tc("add-filter", "u32", ifindex, 0, parent=stamp_classid(q), prio=PASS_PRIO, protocol=ETH_P_ALL,
                target=queue_classid(q), keys=Key(0, 0, 0).specs())
-        if q == NON_APPROX_QUEUE:
-            ipr.tc("add", "bfifo", ifindex, leaf_handle(q), parent=queue_classid(q), limit=shape.queue0_bytes())
-        else:
-            ipr.tc("add", "pfifo", ifindex, leaf_handle(q), parent=queue_classid(q),
-                   limit=queue_buffer_packets(q, shape.buffer_packets))
+        ipr.tc("add", "bfifo", ifindex, leaf_handle(q), parent=queue_classid(q), limit=shape.queue_bytes(q))
 
 
 def port_has_shape(ipr, ifindex: int, shape: PortShape) -> bool:
@@ -127,8 +127,7 @@ def port_has_shape(ipr, ifindex: int, shape: PortShape) -> bool:
         return False
     for q in range(NUM_QUEUES):
         kind, parent, limit = leaves[q]
-        want = ("bfifo", shape.queue0_bytes()) if q == 0 else ("pfifo", queue_buffer_packets(q, shape.buffer_packets))
-        if (kind, limit) != want or parent != queue_classid(q):
+        if (kind, limit) != ("bfifo", shape.queue_bytes(q)) or parent != queue_classid(q):
             return False
     rates, parents = {}, {}
     for msg in ipr.get_classes(index=ifindex):
