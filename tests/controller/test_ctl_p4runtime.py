@@ -751,3 +751,63 @@ def test_p4runtime_messages_use_the_fast_protobuf_runtime_when_there_is_one():
     assert protos.p4runtime_pb2.Update.FromString(update.SerializeToString()) == update
     if int(google.protobuf.__version__.split(".")[0]) >= 4:
         assert api_implementation.Type() != "python", "protobuf >= 4 should run on upb: is PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION set?"
+
+
+# --- queue_by_tag: a deadline range written as its prefixes matches what the range does -----------------------
+
+
+def _p4_tag_queue(entries, priority: int, deadline: int) -> int | None:
+    """queue_by_tag evaluated on its P4Runtime entries (range priority, ternary deadline; larger priority wins)."""
+    best = None
+    for e in entries:
+        prio = e.match[0] if e.match and e.match[0].field_id == 1 else None
+        dl = next((m for m in e.match if m.field_id == 2), None)
+        if prio is not None and not (int.from_bytes(prio.range.low, "big") <= priority
+                                     <= int.from_bytes(prio.range.high, "big")):
+            continue
+        if dl is not None and deadline & int.from_bytes(dl.ternary.mask, "big") != int.from_bytes(
+                dl.ternary.value, "big"):
+            continue
+        if best is None or e.priority > best.priority:
+            best = e
+    return None if best is None else int.from_bytes(best.action.action.params[0].value, "big")
+
+
+def test_tag_rules_as_prefixes_classify_like_their_ranges():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from netapprox.controller.reference import tag_order
+
+    driver = P4RuntimeDriver("s1", P4RuntimeOptions(p4info=str(P4INFO), check_bmv2_version=False))
+    bounds = st.integers(0, 2 ** 32 - 1)
+
+    @settings(max_examples=200, deadline=None)
+    @given(rules=st.lists(st.tuples(st.integers(0, 255), st.integers(0, 255), bounds, bounds, st.integers(1, 7)),
+                          min_size=1, max_size=3),
+           priority=st.integers(0, 255), deadline=st.one_of(bounds, st.sampled_from([0, 999, 1000, 2 ** 32 - 1])))
+    def check(rules, priority, deadline):
+        tags = frozenset(TagRule(rank + 1, min(a, b), max(a, b), min(c, d), max(c, d), q)
+                         for rank, (a, b, c, d, q) in enumerate(rules))
+        changes = driver.pending_changes(SwitchState(tag_rules=tags))
+        entries = [c.entry for c in changes if c.table is driver.classification.queue_by_tag]
+        assert len(entries) <= 62 * len(tags)
+        want = next((r.qid for r in sorted(tags, key=tag_order) if r.priority_lo <= priority <= r.priority_hi
+                     and r.deadline_lo_us <= deadline <= r.deadline_hi_us), None)
+        assert _p4_tag_queue(entries, priority, deadline) == want
+
+    check()
+
+
+def test_the_reference_model_never_puts_approximate_traffic_in_queue_zero():
+    from netapprox.controller.reference import reference_queue
+    from netapprox.hostlib import wire
+
+    hdr = wire.Header(type=wire.PacketType.DATA, flags=int(wire.Flags.APPROX), job_id=5, tlr=0x1000)
+    udp = (40000).to_bytes(2, "big") + (7600).to_bytes(2, "big") + (8 + 32).to_bytes(2, "big") + b"\x00\x00"
+    ip = bytes([0x45, 0, 0, 60, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2])
+    packet = ip + udp + wire.encode(hdr, b"")
+    assert reference_queue(SwitchState(job_rules=frozenset({JobRule(5, 0)})), packet) == 1
+    assert reference_queue(SwitchState(tlr_rules=frozenset({TlrRule(0, 0x8000, 0)})), packet) == 1
+    assert reference_queue(SwitchState(job_rules=frozenset({JobRule(5, 3)})), packet) == 3
+    assert reference_queue(SwitchState(job_rules=frozenset({JobRule(6, 0)})), packet[:9] + b"\x06" + packet[10:]) == 0
