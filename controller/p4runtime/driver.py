@@ -368,6 +368,7 @@ class P4RuntimeDriver(Driver):
     def apply(self, desired: SwitchState) -> WriteSummary:
         with self._lock:
             self.session.check_up()
+            self._release_adopted()
             self._set_desired(desired)
             return self._write(full=True)
 

@@ -64,84 +64,92 @@ def _value(data: bytes, bitwidth: int, what: str) -> int:
     return value
 
 
+_KINDS = {MT.EXACT: "exact", MT.LPM: "lpm", MT.TERNARY: "ternary", MT.RANGE: "range", MT.OPTIONAL: "optional"}
+
+
+class _Table:
+    """One table of the pushed P4Info as plain data (the checks run for every update)."""
+
+    __slots__ = ("name", "size", "fields", "exact_ids", "needs_priority", "actions")
+
+    def __init__(self, t: p4info_pb2.Table) -> None:
+        self.name = t.preamble.name
+        self.size = t.size
+        self.fields = {f.id: (_KINDS.get(f.match_type), f.bitwidth, f.name) for f in t.match_fields}
+        self.exact_ids = frozenset(f.id for f in t.match_fields if f.match_type == MT.EXACT)
+        self.needs_priority = any(f.match_type in (MT.TERNARY, MT.RANGE, MT.OPTIONAL) for f in t.match_fields)
+        self.actions = {r.id: r.scope == p4info_pb2.ActionRef.DEFAULT_ONLY for r in t.action_refs}
+
+
 class _Pipeline:
     """The P4Info of the pushed pipeline, indexed for the checks."""
 
     def __init__(self, p4info: p4info_pb2.P4Info) -> None:
-        self.tables = {t.preamble.id: t for t in p4info.tables}
-        self.fields = {t.preamble.id: {f.id: f for f in t.match_fields} for t in p4info.tables}
-        self.actions = {a.preamble.id: {p.id: p for p in a.params} for a in p4info.actions}
-        self.meters = {m.preamble.id: m for m in p4info.meters}
-        self.needs_priority = {t.preamble.id: any(f.match_type in (MT.TERNARY, MT.RANGE, MT.OPTIONAL)
-                                                  for f in t.match_fields) for t in p4info.tables}
+        self.tables = {t.preamble.id: _Table(t) for t in p4info.tables}
+        self.actions = {a.preamble.id: {p.id: (p.bitwidth, p.name) for p in a.params} for a in p4info.actions}
+        self.meters = {m.preamble.id: m.size for m in p4info.meters}
 
     def check_entry(self, entry: p4runtime_pb2.TableEntry, with_action: bool) -> None:
         table = self.tables[entry.table_id]
-        fields = self.fields[entry.table_id]
         seen = set()
         for m in entry.match:
-            f = fields.get(m.field_id)
-            if f is None:
-                raise _Refused(code_pb2.INVALID_ARGUMENT, f"unknown field id {m.field_id} in {table.preamble.name}")
+            field = table.fields.get(m.field_id)
+            if field is None:
+                raise _Refused(code_pb2.INVALID_ARGUMENT, f"unknown field id {m.field_id} in {table.name}")
             if m.field_id in seen:
-                raise _Refused(code_pb2.INVALID_ARGUMENT, f"field {f.name} twice")
+                raise _Refused(code_pb2.INVALID_ARGUMENT, f"field {field[2]} twice")
             seen.add(m.field_id)
-            self._check_match(f, m)
-        missing = [f.name for f in fields.values() if f.match_type == MT.EXACT and f.id not in seen]
-        if missing:
-            raise _Refused(code_pb2.INVALID_ARGUMENT, f"exact field(s) {missing} missing")
-        if self.needs_priority[entry.table_id] and entry.priority <= 0:
-            raise _Refused(code_pb2.INVALID_ARGUMENT, f"{table.preamble.name} has ternary/range keys: priority > 0")
-        if not self.needs_priority[entry.table_id] and entry.priority != 0:
-            raise _Refused(code_pb2.INVALID_ARGUMENT, f"{table.preamble.name} has no ternary/range key: priority 0")
+            self._check_match(field, m)
+        if not table.exact_ids <= seen:
+            raise _Refused(code_pb2.INVALID_ARGUMENT, f"exact field(s) {sorted(table.exact_ids - seen)} missing")
+        if table.needs_priority and entry.priority <= 0:
+            raise _Refused(code_pb2.INVALID_ARGUMENT, f"{table.name} has ternary/range keys: priority > 0")
+        if not table.needs_priority and entry.priority != 0:
+            raise _Refused(code_pb2.INVALID_ARGUMENT, f"{table.name} has no ternary/range key: priority 0")
         if entry.is_default_action:
             raise _Refused(code_pb2.UNIMPLEMENTED, "default entries are not supported by this fake")
         if with_action:
             self._check_action(table, entry.action)
 
     @staticmethod
-    def _check_match(f, m: p4runtime_pb2.FieldMatch) -> None:
+    def _check_match(field: tuple, m: p4runtime_pb2.FieldMatch) -> None:
+        want, w, name = field
         kind = m.WhichOneof("field_match_type")
-        want = {MT.EXACT: "exact", MT.LPM: "lpm", MT.TERNARY: "ternary", MT.RANGE: "range",
-                MT.OPTIONAL: "optional"}.get(f.match_type)
         if kind != want:
-            raise _Refused(code_pb2.INVALID_ARGUMENT, f"field {f.name} is {want}, got {kind}")
-        w = f.bitwidth
+            raise _Refused(code_pb2.INVALID_ARGUMENT, f"field {name} is {want}, got {kind}")
         if kind == "exact":
-            _value(m.exact.value, w, f.name)
+            _value(m.exact.value, w, name)
         elif kind == "ternary":
-            value, mask = _value(m.ternary.value, w, f.name), _value(m.ternary.mask, w, f.name + " mask")
+            value, mask = _value(m.ternary.value, w, name), _value(m.ternary.mask, w, name + " mask")
             if mask == 0:
-                raise _Refused(code_pb2.INVALID_ARGUMENT, f"{f.name}: ternary mask 0 (don't care): omit the field")
+                raise _Refused(code_pb2.INVALID_ARGUMENT, f"{name}: ternary mask 0 (don't care): omit the field")
             if value & ~mask:
-                raise _Refused(code_pb2.INVALID_ARGUMENT, f"{f.name}: value has bits outside the mask")
+                raise _Refused(code_pb2.INVALID_ARGUMENT, f"{name}: value has bits outside the mask")
         elif kind == "lpm":
-            value, plen = _value(m.lpm.value, w, f.name), m.lpm.prefix_len
+            value, plen = _value(m.lpm.value, w, name), m.lpm.prefix_len
             if plen == 0:
-                raise _Refused(code_pb2.INVALID_ARGUMENT, f"{f.name}: prefix length 0 (don't care): omit the field")
+                raise _Refused(code_pb2.INVALID_ARGUMENT, f"{name}: prefix length 0 (don't care): omit the field")
             if plen > w:
-                raise _Refused(code_pb2.INVALID_ARGUMENT, f"{f.name}: prefix length {plen} > {w}")
+                raise _Refused(code_pb2.INVALID_ARGUMENT, f"{name}: prefix length {plen} > {w}")
             if value & ((1 << (w - plen)) - 1):
-                raise _Refused(code_pb2.INVALID_ARGUMENT, f"{f.name}: value has bits beyond the prefix")
+                raise _Refused(code_pb2.INVALID_ARGUMENT, f"{name}: value has bits beyond the prefix")
         elif kind == "range":
-            low, high = _value(m.range.low, w, f.name + " low"), _value(m.range.high, w, f.name + " high")
+            low, high = _value(m.range.low, w, name + " low"), _value(m.range.high, w, name + " high")
             if low > high:
-                raise _Refused(code_pb2.INVALID_ARGUMENT, f"{f.name}: range low > high")
+                raise _Refused(code_pb2.INVALID_ARGUMENT, f"{name}: range low > high")
             if low == 0 and high == (1 << w) - 1:
-                raise _Refused(code_pb2.INVALID_ARGUMENT, f"{f.name}: full range (don't care): omit the field")
+                raise _Refused(code_pb2.INVALID_ARGUMENT, f"{name}: full range (don't care): omit the field")
         else:
-            _value(m.optional.value, w, f.name)
+            _value(m.optional.value, w, name)
 
-    def _check_action(self, table, table_action: p4runtime_pb2.TableAction) -> None:
+    def _check_action(self, table: _Table, table_action: p4runtime_pb2.TableAction) -> None:
         if table_action.WhichOneof("type") != "action":
             raise _Refused(code_pb2.INVALID_ARGUMENT, "the entry needs a direct action")
         action = table_action.action
-        refs = {r.id: r for r in table.action_refs}
-        ref = refs.get(action.action_id)
-        if ref is None:
-            raise _Refused(code_pb2.INVALID_ARGUMENT, f"action {action.action_id} is not one of "
-                                                      f"{table.preamble.name}'s")
-        if ref.scope == p4info_pb2.ActionRef.DEFAULT_ONLY:
+        default_only = table.actions.get(action.action_id)
+        if default_only is None:
+            raise _Refused(code_pb2.INVALID_ARGUMENT, f"action {action.action_id} is not one of {table.name}'s")
+        if default_only:
             raise _Refused(code_pb2.INVALID_ARGUMENT, f"action {action.action_id} is default-only")
         params = self.actions[action.action_id]
         seen = set()
@@ -150,8 +158,8 @@ class _Pipeline:
             if info is None or p.param_id in seen:
                 raise _Refused(code_pb2.INVALID_ARGUMENT, f"bad or repeated param id {p.param_id}")
             seen.add(p.param_id)
-            _value(p.value, info.bitwidth, info.name)
-        if seen != set(params):
+            _value(p.value, *info)
+        if len(seen) != len(params):
             raise _Refused(code_pb2.INVALID_ARGUMENT, f"action {action.action_id}: params {sorted(set(params) - seen)} "
                                                       "missing")
 
@@ -206,6 +214,7 @@ class FakeP4RuntimeServer:
         self.writes: list[p4runtime_pb2.WriteRequest] = []
         self.reads: list[p4runtime_pb2.ReadRequest] = []
         self.tables: dict[tuple, p4runtime_pb2.TableEntry] = {}
+        self._counts: dict[int, int] = {}  # table id -> entries written (the size check; edits of `tables` bypass it)
         self.meters: dict[tuple[int, int], p4runtime_pb2.MeterConfig] = {}
         self.counters: dict[tuple[int, int], tuple[int, int]] = {}
         self.direct_counts: dict[tuple, int] = {}
@@ -264,6 +273,7 @@ class FakeP4RuntimeServer:
             self.pipeline = p4runtime_pb2.SetForwardingPipelineConfigRequest(device_id=self.device_id, config=config)
             self._p4 = _Pipeline(config.p4info)
             self.tables.clear()
+            self._counts.clear()
             self.meters.clear()
 
     def send_packet_in(self, payload: bytes, ingress_port: int = 1) -> None:
@@ -310,6 +320,7 @@ class FakeP4RuntimeServer:
             self.pipeline = request
             self._p4 = _Pipeline(request.config.p4info)
             self.tables.clear()
+            self._counts.clear()
             self.meters.clear()
             self.counters.clear()
             self.direct_counts.clear()
@@ -371,9 +382,10 @@ class FakeP4RuntimeServer:
             if key in self.tables:
                 return code_pb2.ALREADY_EXISTS, "Match entry exists, use MODIFY if you wish to change action"
             room = min(self._p4.tables[entry.table_id].size or 1 << 30, self.capacity.get(entry.table_id, 1 << 30))
-            if sum(1 for k in self.tables if k[0] == entry.table_id) >= room:
+            if self._counts.get(entry.table_id, 0) >= room:
                 return code_pb2.RESOURCE_EXHAUSTED, f"table {entry.table_id} is full ({room} entries)"
             self.tables[key] = entry
+            self._counts[entry.table_id] = self._counts.get(entry.table_id, 0) + 1
         elif update.type == p4runtime_pb2.Update.MODIFY:
             if key not in self.tables:
                 return code_pb2.NOT_FOUND, "Cannot find match entry"
@@ -382,20 +394,21 @@ class FakeP4RuntimeServer:
             if key not in self.tables:
                 return code_pb2.NOT_FOUND, "Cannot find match entry"
             del self.tables[key]
+            self._counts[entry.table_id] = max(0, self._counts.get(entry.table_id, 0) - 1)
             self.direct_counts.pop(key, None)
         return code_pb2.OK, ""
 
     def _apply_meter(self, update: p4runtime_pb2.Update) -> tuple[int, str]:
         m = update.entity.meter_entry
-        meter = self._p4.meters.get(m.meter_id)
-        if meter is None:
+        size = self._p4.meters.get(m.meter_id)
+        if size is None:
             return code_pb2.NOT_FOUND, f"unknown meter id {m.meter_id}"
         if update.type != p4runtime_pb2.Update.MODIFY:
             return code_pb2.INVALID_ARGUMENT, "meter entries are only modified"
         if not m.HasField("index"):
             return code_pb2.UNIMPLEMENTED, "wildcard meter writes are not supported by this fake"
-        if not 0 <= m.index.index < meter.size:
-            return code_pb2.OUT_OF_RANGE, f"meter index {m.index.index} >= {meter.size}"
+        if not 0 <= m.index.index < size:
+            return code_pb2.OUT_OF_RANGE, f"meter index {m.index.index} >= {size}"
         c = m.config
         if c.cir > c.pir:
             return code_pb2.INVALID_ARGUMENT, "meter cir > pir"
