@@ -171,7 +171,11 @@ class P4RuntimeDriver(Driver):
                 self._configure_report_meter()
                 if self._static is not None:
                     self._dirty = dict.fromkeys(sorted(set(self._jobs) | set(self.classification.queue_by_job.installed)))
-                    self._write(full=True)
+                    try:
+                        self._write(full=True)
+                    except P4RuntimeWriteError as e:
+                        # The switch is up; what it refused is held back (not retried by every reconnect).
+                        log.error("%s", e)
             except BaseException:
                 self.session.close()
                 raise

@@ -536,3 +536,16 @@ def test_decision_log_records_reconnects(fake_server, bmv2_json, tmp_path):
         assert 'netapprox_pipeline_pushes_total{switch="s1"} 1.0' in ctl.metrics_text()
     lines = [json.loads(x) for x in (tmp_path / "decisions.jsonl").read_text().splitlines()]
     assert [x["event"] for x in lines].count("switch_up") == 1
+
+
+def test_an_entry_refused_while_rearming_does_not_fail_the_connect(fake_server, make_driver):
+    driver = make_driver()
+    driver.connect()
+    driver.apply(STATE)
+    fake_server.restart()  # a fresh switch, and it now refuses job 9
+    fake_server.refuse = lambda u: ((3, "no") if u.entity.table_entry.match
+                                    and u.entity.table_entry.match[0].exact.value == b"\t" else None)
+    driver.connect()  # re-arms everything else; job 9 is held back
+    assert job_entries(fake_server) == {5: 2} and driver.stats()["entries_refused"] == 1
+    writes = len(fake_server.writes)
+    assert driver.apply(STATE).writes == 0 and len(fake_server.writes) == writes
