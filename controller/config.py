@@ -360,6 +360,11 @@ SWITCH_OPTIONS: dict[str, dict[str, C.Check]] = {
         "max_updates_per_s": C.number(ge=0.0),
         "connect_timeout_s": SECONDS,
         "rpc_timeout_s": SECONDS,
+        "adopt_jobs_s": C.number(ge=0.0),
+        "report_rate_pps": C.integer(ge=1),
+        "report_burst": C.integer(ge=1),
+        "check_bmv2_version": C.boolean(),
+        "bmv2_binary": C.string(),
     },
     "kernel": {  # controller.kernel.driver.KernelDriverOptions
         "ports": C.either(C.sequence(C.string(), min_length=1), C.mapping(C.string(), C.integer(ge=0, le=0xFFFF)),

@@ -536,6 +536,6 @@ class Runtime:
                                 "backlog": getattr(sw.driver, "deferred_updates", 0),
                                 "backlog_urgent": getattr(sw.driver, "deferred_urgent", 0),
                                 "write_stats": dict(getattr(sw.driver, "write_stats", {})),
-                                "stats": sw.driver.stats()}
+                                "stats": dict(getattr(sw.driver, "stats", dict)())}
                             for n, sw in self._switches.items()}
         return snap
