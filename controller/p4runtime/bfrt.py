@@ -4,9 +4,10 @@ open-p4studio), spoken directly, with no SDE Python on the path.
 The SDE's own client (``bfrt_grpc.client``) ships only with the SDE and is not on PyPI; like
 ``bmv2_thrift.py`` for BMv2's Thrift service, this module speaks the few calls it needs itself. The messages
 are built at import time from ``SCHEMA`` below: the subset of ``bfrt_proto`` (``bfruntime.proto`` of the SDE,
-package ``bfrt_proto``) that the calls use, with the SDE's field numbers, so it is wire-compatible with any
-``bf_switchd``. ``tests/controller/test_bfrt.py`` checks ``SCHEMA`` against a ``bfruntime.proto`` when one is
-at hand (``NETAPPROX_BFRUNTIME_PROTO``, or ``$SDE_INSTALL``), and drives the client against a fake server.
+package ``bfrt_proto``) that the calls use, with the SDE's field numbers, so it is wire-compatible with
+``bf_switchd``'s BfRuntime service. ``tests/controller/test_ctl_tofino.py`` checks ``SCHEMA`` against a
+``bfruntime.proto`` when one is at hand (``NETAPPROX_BFRUNTIME_PROTO``, or the SDE's sources under ``$SDE``);
+``test_ctl_p4runtime.py`` drives the client against a fake server (``tests/support/fake_bfrt.py``).
 
     client = BfrtClient("127.0.0.1:50052", p4_name="netapprox")   # subscribe, bind to the program, get BfRt info
     client.entry_mod("tf1.tm.queue.sched_cfg", pipe, {"pg_id": 1, "pg_queue": 8}, {"max_priority": "7"})

@@ -19,8 +19,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _bfruntime_proto() -> Path | None:
     for candidate in (os.environ.get("NETAPPROX_BFRUNTIME_PROTO"),
-                      os.environ.get("SDE_INSTALL") and
-                      Path(os.environ["SDE_INSTALL"]) / "share/bf_rt_shared/proto/bfruntime.proto"):
+                      os.environ.get("SDE") and
+                      Path(os.environ["SDE"]) / "pkgsrc/bf-drivers/src/bf_rt/proto/bfruntime.proto"):
         if candidate and Path(candidate).is_file():
             return Path(candidate)
     return None
@@ -32,7 +32,7 @@ SCALARS = {"uint32", "int32", "uint64", "bool", "string", "bytes", "float"}
 
 @pytest.mark.skipif(BFRUNTIME_PROTO is None, reason="needs the SDE's bfruntime.proto: set NETAPPROX_BFRUNTIME_PROTO "
                                                     "(open-p4studio: pkgsrc/bf-drivers/src/bf_rt/proto/bfruntime.proto)"
-                                                    " or SDE_INSTALL")
+                                                    " or SDE (the SDE's source tree)")
 def test_the_bfrt_schema_matches_the_sdes_bfruntime_proto():
     real, enums = proto_messages(BFRUNTIME_PROTO.read_text())
     for message, fields in SCHEMA.items():
