@@ -168,8 +168,9 @@ class ControllerConfig:
     count losing streaks and promote. Off: every decision at an epoch boundary."""
     reconnect_initial_s: float = 0.1
     """First reconnect delay after a switch is lost; doubles on every failure."""
-    reconnect_max_s: float = 5.0
-    """Ceiling of the reconnect delay."""
+    reconnect_max_s: float = 1.0
+    """Ceiling of the reconnect delay. A restarted switch is found at most this long (plus the gRPC channel's own
+    retry, at most 1 s) after it answers again; an attempt at a switch that is down costs one refused connection."""
 
     def __post_init__(self) -> None:
         _check_fields(self, CONTROLLER_KEYS, "[controller]")
