@@ -13,7 +13,16 @@ import pytest
 from netapprox.controller.p4runtime.protos import p4info_pb2
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-TOFINO_COMPILER = shutil.which("bf-p4c") or (shutil.which("p4c") if shutil.which("p4c-barefoot") else None)
+def _tofino_compiler() -> str | None:
+    """What `make p4-tna` uses: bf-p4c, else the p4c driver beside p4c-barefoot."""
+    if shutil.which("bf-p4c"):
+        return shutil.which("bf-p4c")
+    backend = shutil.which("p4c-barefoot")
+    driver = pathlib.Path(backend).parent / "p4c" if backend else None
+    return str(driver) if driver is not None and driver.exists() else None
+
+
+TOFINO_COMPILER = _tofino_compiler()
 NO_TOFINO = ("needs a Tofino compiler on PATH: bf-p4c (Intel Tofino SDE or open-p4studio), or p4c with the "
              "open-source Tofino back end (p4c-barefoot, built from p4lang/open-p4studio's compiler sources)")
 
