@@ -168,8 +168,9 @@ class ControllerConfig:
     count losing streaks and promote. Off: every decision at an epoch boundary."""
     reconnect_initial_s: float = 0.1
     """First reconnect delay after a switch is lost; doubles on every failure."""
-    reconnect_max_s: float = 5.0
-    """Ceiling of the reconnect delay."""
+    reconnect_max_s: float = 1.0
+    """Ceiling of the reconnect delay. A restarted switch is found at most this long (plus the gRPC channel's own
+    retry, at most 1 s) after it answers again; an attempt at a switch that is down costs one refused connection."""
 
     def __post_init__(self) -> None:
         _check_fields(self, CONTROLLER_KEYS, "[controller]")
@@ -360,6 +361,11 @@ SWITCH_OPTIONS: dict[str, dict[str, C.Check]] = {
         "max_updates_per_s": C.number(ge=0.0),
         "connect_timeout_s": SECONDS,
         "rpc_timeout_s": SECONDS,
+        "adopt_jobs_s": C.number(ge=0.0),
+        "report_rate_pps": C.integer(ge=1),
+        "report_burst": C.integer(ge=1),
+        "check_bmv2_version": C.boolean(),
+        "bmv2_binary": C.string(),
     },
     "kernel": {  # controller.kernel.driver.KernelDriverOptions
         "ports": C.either(C.sequence(C.string(), min_length=1), C.mapping(C.string(), C.integer(ge=0, le=0xFFFF)),

@@ -111,6 +111,7 @@ class ControllerCore:
         for name in extra_switches:
             switches.setdefault(name, SwitchConfig(name=name))
         self._jobs: dict[int, _Job] = {}
+        self._sender_ports: dict[tuple[str, str], tuple[tuple, int | None]] = {}  # (switch, source) -> (routes, port)
         self._dirty: set[int] = set()
         self._losing: set[int] = set()
         self._expiry: list[tuple[float, int, int]] = []  # (deadline, job, group); stale entries are skipped
@@ -224,14 +225,43 @@ class ControllerCore:
                 accepted += 1
         return accepted
 
-    def ingest_frame(self, frame: bytes, now: float) -> ReportFields | None:
+    def ingest_frame(self, frame: bytes, now: float, *, switch: str | None = None,
+                     ingress_port: int | None = None) -> ReportFields | None:
         """A packet-in frame (Ethernet/IPv4/UDP carrying a REPORT): ``ingest`` its payload, keyed by the IPv4
-        source. Frames that are not IPv4/UDP are counted as ``not_udp``."""
+        source. Frames that are not IPv4/UDP are counted as ``not_udp``. With the ``switch`` that punted it and
+        its ``ingress_port`` (the packet-in metadata), a report is accepted only from the port the switch routes
+        its source address to, where its sender lives (``wrong_port`` otherwise, also when no route covers it)."""
         parsed = udp_payload_from_frame(frame)
         if parsed is None:
             self.ingest_stats.dropped["not_udp"] += 1
             return None
+        if switch is not None and ingress_port is not None and self.sender_port(switch, parsed[1]) != ingress_port:
+            self.ingest_stats.dropped["wrong_port"] += 1
+            return None
         return self.ingest(parsed[0], parsed[1], now)
+
+    def sender_port(self, switch: str, source: str) -> int | None:
+        """The port ``switch``'s routes send ``source`` to (longest prefix), or None. Cached per source while the
+        switch's routes stay the same."""
+        config = self.switches.get(switch)
+        routes = config.routes if config is not None else ()
+        cached = self._sender_ports.get((switch, source))
+        if cached is not None and cached[0] is routes:
+            return cached[1]
+        try:
+            addr = ipaddress.IPv4Address(source)
+        except ValueError:
+            return None
+        best: tuple[int, int] | None = None
+        for route in routes:
+            net = ipaddress.IPv4Network(f"{route.prefix}/{route.prefix_len}", strict=False)
+            if addr in net and (best is None or route.prefix_len > best[0]):
+                best = (route.prefix_len, route.port)
+        port = best[1] if best else None
+        if len(self._sender_ports) >= 65536:
+            self._sender_ports.clear()
+        self._sender_ports[(switch, source)] = (routes, port)
+        return port
 
     def _switches_of(self, source: str) -> tuple[str, ...]:
         """The switches that carry jobs reported from ``source``: those whose ``job_sources`` hold it, plus

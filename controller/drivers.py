@@ -55,6 +55,10 @@ class Driver(abc.ABC):
     def close(self) -> None:
         """Release the connection and anything this driver started."""
 
+    def stats(self) -> Mapping[str, float]:
+        """Driver figures for the metrics (``controller.observe.DRIVER_STATS`` names them); {} when none."""
+        return {}
+
     def drain_packet_in(self) -> list[tuple[bytes, int | None]]:
         """(frame, ingress port or None) the switch punted to the controller since the last call (packet-in),
         oldest first. The runtime parses REPORT packets out of them. Data planes without packet-in return []."""

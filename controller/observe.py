@@ -22,6 +22,23 @@ if TYPE_CHECKING:  # pragma: no cover
 
 EPOCH_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 
+DRIVER_STATS: dict[str, tuple[str, str, str]] = {
+    "pipeline_pushes": ("netapprox_pipeline_pushes", "counter",
+                        "Pipelines pushed to the switch (a reconnect to a switch running ours pushes none)."),
+    "entries_read_back": ("netapprox_entries_read_back", "gauge",
+                          "Entries read back from the switch at the last connect without a pipeline push."),
+    "entries_refused": ("netapprox_entries_refused", "gauge",
+                        "Table entries the switch refused, held back until they change."),
+    "jobs_without_entry": ("netapprox_jobs_without_entry", "gauge",
+                           "Jobs without a queue_by_job entry because the table is full (classified by their TLR)."),
+    "queue_config_ok": ("netapprox_queue_config_ok", "gauge",
+                        "1 if the queue buffers/priorities were configured (and, on Tofino, read back) as asked."),
+    "report_meter_ok": ("netapprox_report_meter_ok", "gauge", "1 if the REPORT punt meter is configured."),
+    "queue0_guard_packets": ("netapprox_queue0_guard_packets", "counter",
+                             "Approximate packets the data plane moved out of queue 0 (a table said queue 0)."),
+}
+"""Driver.stats() key -> (metric, kind, help); a switch whose driver does not report a key has no sample."""
+
 
 class DecisionLog:
     """Appends one JSON object per line. ``path=None`` discards everything."""
@@ -82,6 +99,9 @@ class RuntimeCollector(Collector):
                                                      for op in ("insert", "modify", "delete")], ["switch", "op"])
         yield _counter("netapprox_write_errors", "Failed table updates.",
                        [((n,), s["write_errors"]) for n, s in switches.items()], ["switch"])
+        for key, (name, kind, help_text) in DRIVER_STATS.items():
+            samples = [((n,), s["stats"][key]) for n, s in switches.items() if key in s.get("stats", {})]
+            yield (_counter if kind == "counter" else _gauge)(name, help_text, samples, ["switch"])
         yield _gauge("netapprox_write_backlog", "Table updates waiting for the switch (write budget or Writes in "
                      "flight); they go out at their newest value.",
                      [((n,), s["backlog"]) for n, s in switches.items()], ["switch"])

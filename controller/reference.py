@@ -11,7 +11,10 @@ prefix expansion) so that it is easy to check by reading, and it reads every ATP
 Order (docs/architecture.md): approximate ATP DATA (IPv4 without options, UDP to the ATP port, a complete
 ATP header of version 1 and type DATA, flag APPROX) with TLR 1.0 (surplus) goes to the lowest queue; other
 approximate ATP DATA goes through queue_by_job, then queue_by_tag (TAGGED packets only), then queue_by_tlr,
-then the lowest queue; everything else through queue_by_class, then queue 0.
+then the lowest queue, and a result of queue 0 becomes queue 1 (the guard: approximate traffic never uses
+queue 0); everything else through queue_by_class, then queue 0.
+queue_by_tag is evaluated on its rules' ranges; the P4 table holds their prefix expansion, which matches the
+same packets.
 ``l4_dport`` follows the P4 parser: the TCP/UDP destination port of a first fragment without IP options,
 0 for every other packet.
 """
@@ -19,7 +22,14 @@ from __future__ import annotations
 
 import struct
 
-from netapprox.controller.model import LOWEST_QUEUE, NON_APPROX_QUEUE, ClassRule, SwitchState, TagRule
+from netapprox.controller.model import (
+    FIRST_APPROX_QUEUE,
+    LOWEST_QUEUE,
+    NON_APPROX_QUEUE,
+    ClassRule,
+    SwitchState,
+    TagRule,
+)
 from netapprox.hostlib.wire import DEFAULT_ATP_PORT, HEADER_LEN, OFFSETS, TLR_ONE, VERSION, Flags, PacketType
 
 IPV4_MIN_HEADER = 20
@@ -65,23 +75,7 @@ def reference_queue(state: SwitchState, packet: bytes, atp_port: int = DEFAULT_A
         return NON_APPROX_QUEUE
     atp = approx_atp_header(packet, atp_port)
     if atp is not None:
-        tlr, = struct.unpack_from("!H", atp, OFFSETS["tlr"])
-        if tlr == TLR_ONE:
-            return LOWEST_QUEUE  # surplus: the sender does not need this packet
-        job, = struct.unpack_from("!I", atp, OFFSETS["job_id"])
-        for r in state.job_rules:
-            if r.job_id == job:
-                return r.qid
-        if atp[OFFSETS["flags"]] & Flags.TAGGED:
-            prio = atp[OFFSETS["priority"]]
-            deadline, = struct.unpack_from("!I", atp, OFFSETS["deadline_us"])
-            for r in sorted(state.tag_rules, key=tag_order):
-                if r.priority_lo <= prio <= r.priority_hi and r.deadline_lo_us <= deadline <= r.deadline_hi_us:
-                    return r.qid
-        for r in sorted(state.tlr_rules):
-            if r.tlr_lo <= tlr <= r.tlr_hi:
-                return r.qid
-        return LOWEST_QUEUE
+        return approx_guard(_approx_queue(state, atp))
     proto, dport = packet[9], l4_dport(packet) or 0
     for r in sorted(state.class_rules, key=class_order):
         if proto & r.ip_proto_mask != r.ip_proto & r.ip_proto_mask:
@@ -90,3 +84,30 @@ def reference_queue(state: SwitchState, packet: bytes, atp_port: int = DEFAULT_A
             continue
         return r.qid
     return NON_APPROX_QUEUE
+
+
+def approx_guard(qid: int) -> int:
+    """The data plane's guard after classification: approximate traffic never enters queue 0 (a table entry
+    that says 0 gives queue 1; the P4 program counts it in ``queue0_guard_packets``)."""
+    return FIRST_APPROX_QUEUE if qid == NON_APPROX_QUEUE else qid
+
+
+def _approx_queue(state: SwitchState, atp: bytes) -> int:
+    """Surplus, queue_by_job, queue_by_tag, queue_by_tlr, lowest queue: the first that decides."""
+    tlr, = struct.unpack_from("!H", atp, OFFSETS["tlr"])
+    if tlr == TLR_ONE:
+        return LOWEST_QUEUE  # surplus: the sender does not need this packet
+    job, = struct.unpack_from("!I", atp, OFFSETS["job_id"])
+    for r in state.job_rules:
+        if r.job_id == job:
+            return r.qid
+    if atp[OFFSETS["flags"]] & Flags.TAGGED:
+        prio = atp[OFFSETS["priority"]]
+        deadline, = struct.unpack_from("!I", atp, OFFSETS["deadline_us"])
+        for r in sorted(state.tag_rules, key=tag_order):
+            if r.priority_lo <= prio <= r.priority_hi and r.deadline_lo_us <= deadline <= r.deadline_hi_us:
+                return r.qid
+    for r in sorted(state.tlr_rules):
+        if r.tlr_lo <= tlr <= r.tlr_hi:
+            return r.qid
+    return LOWEST_QUEUE

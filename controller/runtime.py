@@ -302,8 +302,8 @@ class Runtime:
                 self._mark_down(sw, str(e))
                 continue
             with self._lock:
-                for frame, _port in frames:
-                    self.core.ingest_frame(frame, now)
+                for frame, port in frames:
+                    self.core.ingest_frame(frame, now, switch=sw.name, ingress_port=port)
         with self._lock:
             plan = self.core.step(now)
         if self.decision_log.enabled:
@@ -535,6 +535,7 @@ class Runtime:
                                 "write_errors": sw.write_errors, "counters": sw.counters,
                                 "backlog": getattr(sw.driver, "deferred_updates", 0),
                                 "backlog_urgent": getattr(sw.driver, "deferred_urgent", 0),
-                                "write_stats": dict(getattr(sw.driver, "write_stats", {}))}
+                                "write_stats": dict(getattr(sw.driver, "write_stats", {})),
+                                "stats": dict(getattr(sw.driver, "stats", dict)())}
                             for n, sw in self._switches.items()}
         return snap

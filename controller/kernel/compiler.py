@@ -13,6 +13,9 @@ increasing node id, so the table order is a node-id layout:
     node 0xfff          (default)        any IPv4 packet                                -> 1:20 (queue 0)
     (not IPv4)          htb default      -> 1:10 (queue 0)
 
+Approximate rules (job, tag, TLR) that name queue 0 are compiled to queue 1: the P4 program's guard
+(``controller.reference.approx_guard``; approximate traffic never uses queue 0), applied here at compile time,
+so the kernel switch has no per-packet count of it.
 "Approximate ATP DATA" is the conjunction: IPv4 without options (ihl 5), not a non-first fragment, UDP,
 destination port = the ATP port, ATP byte 0 = 0x11 (version 1, DATA), flag APPROX set. Ranges (TLR,
 CadentFlow priority and deadline) are decomposed into prefix (value/mask) matches, one u32 entry each.
@@ -42,6 +45,7 @@ from netapprox.controller.reference import (
     IPPROTO_UDP,
     IPV4_MIN_HEADER,
     UDP_HEADER,
+    approx_guard,
     class_order,
     tag_order,
 )
@@ -239,11 +243,12 @@ def compile_filters(state: SwitchState, atp_port: int = DEFAULT_ATP_PORT,
     entries: list[U32Entry] = [U32Entry(SURPLUS_NODE, tuple(_approx_data_keys(atp_port)) + (
         Key(_OFF_TLR_WORD, TLR_ONE, 0xFFFF),), LOWEST_QUEUE, "surplus")]
     for rule in state.job_rules:
-        entries.append(U32Entry(nodes[rule.job_id], job_keys(rule, atp_port), rule.qid, "queue_by_job"))
+        entries.append(U32Entry(nodes[rule.job_id], job_keys(rule, atp_port), approx_guard(rule.qid), "queue_by_job"))
     entries += _place("queue_by_tag", TAG_NODES,
-                      ((ks, r.qid) for r in sorted(state.tag_rules, key=tag_order) for ks in tag_key_sets(r, atp_port)))
+                      ((ks, approx_guard(r.qid)) for r in sorted(state.tag_rules, key=tag_order)
+                       for ks in tag_key_sets(r, atp_port)))
     entries += _place("queue_by_tlr", TLR_NODES,
-                      ((ks, r.qid) for r in sorted(state.tlr_rules) for ks in tlr_key_sets(r, atp_port)))
+                      ((ks, approx_guard(r.qid)) for r in sorted(state.tlr_rules) for ks in tlr_key_sets(r, atp_port)))
     entries.append(U32Entry(APPROX_DEFAULT_NODE, tuple(_approx_data_keys(atp_port)), LOWEST_QUEUE, "approx_default"))
     entries += _place("queue_by_class", CLASS_NODES,
                       ((ks, r.qid) for r in sorted(state.class_rules, key=class_order) for ks in class_key_sets(r)))

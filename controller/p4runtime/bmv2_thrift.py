@@ -15,14 +15,83 @@ TCP, multiplexed service ``simple_switch``; no ``thrift`` package needed), or ``
 """
 from __future__ import annotations
 
+import functools
+import ipaddress
+import logging
+import re
 import shutil
 import socket
 import struct
 import subprocess
 from typing import Iterable
 
-from netapprox.controller.errors import QueueConfigError
+from netapprox.controller.errors import ConfigError, QueueConfigError
 from netapprox.controller.model import NUM_QUEUES, queue_buffer_packets
+
+log = logging.getLogger("netapprox.controller.p4runtime")
+
+MIN_BMV2_VERSION = (1, 15, 1)
+"""BMv2 releases before 1.15.1 number priority queues the other way round and share ``enq_qdepth`` across them;
+the program's logical queue -> priority mapping (docs/dataplane.md) is right only from 1.15.1 on."""
+
+
+class Bmv2VersionError(ConfigError):
+    """The BMv2 on this host is older than ``MIN_BMV2_VERSION`` (or does not say its version)."""
+
+
+def parse_bmv2_version(text: str) -> tuple[int, int, int] | None:
+    """(major, minor, patch) from ``simple_switch_grpc --version`` output (e.g. ``1.15.5-693e69e6``)."""
+    m = re.search(r"(\d+)\.(\d+)\.(\d+)", text)
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
+
+
+@functools.lru_cache(maxsize=8)
+def bmv2_version(binary: str = "simple_switch_grpc") -> tuple[tuple[int, int, int] | None, str] | None:
+    """(version, its text) of the BMv2 executable on PATH, or None when there is none."""
+    exe = shutil.which(binary)
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return None, str(e)
+    text = (out.stdout + out.stderr).strip()
+    return parse_bmv2_version(text), text
+
+
+def check_bmv2_version(binary: str = "simple_switch_grpc") -> tuple[int, int, int] | None:
+    """The version of ``binary`` on PATH (None when there is none); raises ``Bmv2VersionError`` when it is
+    below 1.15.1 or unreadable."""
+    found = bmv2_version(binary)
+    if found is None:
+        return None
+    version, text = found
+    want = ".".join(map(str, MIN_BMV2_VERSION))
+    if version is None:
+        raise Bmv2VersionError(f"cannot tell the version of {binary} ({text!r}); NetApprox needs BMv2 >= {want}")
+    if version < MIN_BMV2_VERSION:
+        raise Bmv2VersionError(f"{binary} is BMv2 {'.'.join(map(str, version))}; NetApprox needs BMv2 >= {want} "
+                               "(older releases number priority queues the other way round, so every job would "
+                               "land in the wrong queue): upgrade behavioral-model")
+    return version
+
+
+def check_local_bmv2(switch: str, address: str, binary: str = "simple_switch_grpc") -> None:
+    """At start-up: when ``switch`` runs on this host (a loopback P4Runtime address), check its BMv2's version."""
+    host = address.rsplit(":", 1)[0].strip("[]")
+    try:
+        local = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        local = False
+    if not local:
+        log.info("switch %r at %s: not on this host, BMv2 version not checked (NetApprox needs >= 1.15.1)",
+                 switch, address)
+        return
+    try:
+        if check_bmv2_version(binary) is None:
+            log.info("switch %r: %s not on PATH, BMv2 version not checked (NetApprox needs >= 1.15.1)", switch, binary)
+    except Bmv2VersionError as e:
+        raise Bmv2VersionError(f"switch {switch!r}: {e}") from None
 
 
 def bmv2_priority(qid: int) -> int:

@@ -3,13 +3,20 @@
 Tables and their actions (docs/architecture.md): ``queue_by_class``, ``queue_by_tag`` and ``queue_by_tlr``
 take ``set_queue(qid)``; ``queue_by_job`` takes its own ``set_job_queue(qid)`` (so its direct counter counts
 on TNA too; both P4 trees declare it, so they share one P4Info).
+
+``queue_by_tag`` matches ``deadline_us`` ternary (Tofino range keys are at most 20 bits wide): a CadentFlow rule's
+deadline range [lo, hi] is written as its prefixes (``model.prefix_split``, at most 62 for 32 bits), one entry
+each with the rule's priority range and rank. The prefixes of one range are disjoint, so the entries match
+exactly the packets the range does (``controller.reference`` evaluates the ranges; a test compares them).
 """
 from __future__ import annotations
 
-from netapprox.controller.p4runtime.protos import p4runtime_pb2
+import dataclasses
+
+from netapprox.controller.p4runtime.protos import p4info_pb2, p4runtime_pb2
 
 from netapprox.controller.errors import ControllerError
-from netapprox.controller.model import NUM_QUEUES, ClassRule, JobRule, SwitchState, TagRule, TlrRule
+from netapprox.controller.model import NUM_QUEUES, ClassRule, JobRule, SwitchState, TagRule, TlrRule, prefix_split
 from netapprox.controller.p4runtime.mirror import (
     DesiredTables,
     TableMirror,
@@ -32,6 +39,26 @@ SET_JOB_QUEUE = "NetApproxIngress.classification.set_job_queue"
 JOB_PACKETS = "NetApproxIngress.classification.job_packets"
 
 TLR_RULE_PRIORITY = 1
+DEADLINE_BITS = 32
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class TagEntry:
+    """One ``queue_by_tag`` entry: a CadentFlow rule's priority range and one prefix of its deadline range."""
+
+    rank: int
+    priority_lo: int
+    priority_hi: int
+    deadline_value: int
+    deadline_mask: int
+    qid: int
+
+
+def tag_entries(rule: TagRule) -> list[TagEntry]:
+    """The entries of one CadentFlow rule: its deadline range as disjoint prefixes (a full range is one entry
+    whose deadline is a wildcard, mask 0)."""
+    return [TagEntry(rule.rank, rule.priority_lo, rule.priority_hi, value, mask, rule.qid)
+            for value, mask in prefix_split(rule.deadline_lo_us, rule.deadline_hi_us, DEADLINE_BITS)]
 DELETE = p4runtime_pb2.Update.DELETE
 _LEN = [bytes([n]) for n in range(128)]
 _UPDATE_TYPE = {k: bytes([1 << 3, k]) for k in (p4runtime_pb2.Update.INSERT, p4runtime_pb2.Update.MODIFY, DELETE)}
@@ -66,6 +93,9 @@ class Classification:
         if longest >= 120 or self._job_id.bitwidth > 64:
             raise ControllerError("queue_by_job entries too long for the direct encoder; the P4Info is unexpected")
         self._priority, self._deadline = t.field("priority"), t.field("deadline_us")
+        if self._deadline.match_type != p4info_pb2.MatchField.TERNARY:
+            raise ControllerError(f"{QUEUE_BY_TAG}.deadline_us is not a ternary key in this P4Info (an old build of "
+                                  "p4src?): rebuild the program (`make p4`) and use its P4Info")
         self._tlr = r.field("tlr")
 
     @property
@@ -82,8 +112,10 @@ class Classification:
     def desired(self, state: SwitchState) -> DesiredTables:
         classes = unique(state.class_rules, lambda r: (r.rank, r.ip_proto & r.ip_proto_mask, r.ip_proto_mask,
                                                        r.l4_dport & r.l4_dport_mask, r.l4_dport_mask), QUEUE_BY_CLASS)
-        tags = unique(state.tag_rules, lambda r: (r.rank, r.priority_lo, r.priority_hi, r.deadline_lo_us,
-                                                  r.deadline_hi_us), QUEUE_BY_TAG)
+        unique(state.tag_rules, lambda r: (r.rank, r.priority_lo, r.priority_hi, r.deadline_lo_us, r.deadline_hi_us),
+               QUEUE_BY_TAG)
+        tags = unique((e for r in state.tag_rules for e in tag_entries(r)),
+                      lambda e: (e.rank, e.priority_lo, e.priority_hi, e.deadline_value, e.deadline_mask), QUEUE_BY_TAG)
         tlrs = unique(state.tlr_rules, lambda r: (r.tlr_lo, r.tlr_hi), QUEUE_BY_TLR)
         return {
             self.queue_by_class: (classes, self._class_entry),
@@ -114,10 +146,10 @@ class Classification:
     def job_entry(self, r: JobRule) -> p4runtime_pb2.TableEntry:
         return self.queue_by_job.entry([exact(self._job_id, r.job_id)], self.set_queue(r.qid, QUEUE_BY_JOB))
 
-    def _tag_entry(self, r: TagRule) -> p4runtime_pb2.TableEntry:
-        return self.queue_by_tag.entry([range_match(self._priority, r.priority_lo, r.priority_hi),
-                                        range_match(self._deadline, r.deadline_lo_us, r.deadline_hi_us)],
-                                       self.set_queue(r.qid, QUEUE_BY_TAG), priority=r.rank)
+    def _tag_entry(self, e: TagEntry) -> p4runtime_pb2.TableEntry:
+        return self.queue_by_tag.entry([range_match(self._priority, e.priority_lo, e.priority_hi),
+                                        ternary(self._deadline, e.deadline_value, e.deadline_mask)],
+                                       self.set_queue(e.qid, QUEUE_BY_TAG), priority=e.rank)
 
     def _tlr_entry(self, r: TlrRule) -> p4runtime_pb2.TableEntry:
         return self.queue_by_tlr.entry([range_match(self._tlr, r.tlr_lo, r.tlr_hi)],

@@ -5,6 +5,11 @@ table (identity key -> rule value) and says how to build an entry from a rule; `
 rule values with what this controller installed (cheap) and builds protobuf entries only for what changed.
 The driver sends all changes in one batched Write (deletes, then modifies, then inserts) and commits each
 change to the mirror once the switch accepted it.
+
+After a (re)connect without a pipeline push the driver reads the switch's entries back and hands them to
+``TableMirror.adopt``; the next ``diff`` claims those that are wanted (same P4Runtime identity: match fields and
+priority), modifies those whose action differs and deletes the rest, so a reconnect writes only the difference.
+Identities compare values, not bytes (``entry_identity``), so a server that pads its bytestrings still matches.
 """
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ from netapprox.controller.p4runtime.protos import p4runtime_pb2
 
 from netapprox.controller.errors import ControllerError
 from netapprox.controller.model import SwitchState
-from netapprox.controller.p4runtime.p4info import ActionInfo, Field, P4Info, TableInfo, encode
+from netapprox.controller.p4runtime.p4info import ActionInfo, Field, P4Info, TableInfo, decode, encode
 
 ENTRY_CACHE_SIZE = 1 << 16
 UPDATE_ORDER = {p4runtime_pb2.Update.DELETE: 0, p4runtime_pb2.Update.MODIFY: 1, p4runtime_pb2.Update.INSERT: 2}
@@ -54,6 +59,54 @@ def action(info: ActionInfo, **params: int) -> p4runtime_pb2.TableAction:
         for n, v in params.items()]))
 
 
+# --- comparing entries by value ------------------------------------------------------------------------------
+
+def _match_value(m: p4runtime_pb2.FieldMatch) -> tuple:
+    kind = m.WhichOneof("field_match_type")
+    if kind == "exact":
+        return (m.field_id, kind, decode(m.exact.value))
+    if kind == "ternary":
+        return (m.field_id, kind, decode(m.ternary.value), decode(m.ternary.mask))
+    if kind == "lpm":
+        return (m.field_id, kind, decode(m.lpm.value), m.lpm.prefix_len)
+    if kind == "range":
+        return (m.field_id, kind, decode(m.range.low), decode(m.range.high))
+    if kind == "optional":
+        return (m.field_id, kind, decode(m.optional.value))
+    return (m.field_id, kind, m.SerializeToString(deterministic=True))
+
+
+def entry_identity(entry: p4runtime_pb2.TableEntry) -> tuple:
+    """What makes a table entry unique on a P4Runtime switch (table, match fields, priority), as values."""
+    return (entry.table_id, tuple(sorted(_match_value(m) for m in entry.match)), entry.priority)
+
+
+def action_value(table_action: p4runtime_pb2.TableAction) -> tuple:
+    """A direct action as values: (action id, ((param id, value), ...)); other action kinds as bytes."""
+    if table_action.WhichOneof("type") == "action":
+        a = table_action.action
+        return (a.action_id, tuple(sorted((p.param_id, decode(p.value)) for p in a.params)))
+    return (table_action.SerializeToString(deterministic=True),)
+
+
+class Foreign:
+    """The rule of an entry found on the switch that no desired rule claims: the next diff deletes it."""
+
+    __slots__ = ("identity",)
+
+    def __init__(self, identity: tuple) -> None:
+        self.identity = identity
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Foreign) and other.identity == self.identity
+
+    def __hash__(self) -> int:
+        return hash(("foreign", self.identity))
+
+    def __repr__(self) -> str:
+        return f"Foreign({self.identity!r})"
+
+
 # --- protobuf wire encoding of the hot path ----------------------------------------------------------------
 
 def varint(n: int) -> bytes:
@@ -82,6 +135,7 @@ class TableMirror:
         self.installed: dict[Hashable, tuple[Any, p4runtime_pb2.TableEntry]] = {}
         self._built: dict[Any, p4runtime_pb2.TableEntry] = {}  # rule -> entry (protobuf building is slow)
         self._updates: dict[tuple[int, Any], tuple[p4runtime_pb2.Update, int]] = {}  # (kind, rule) -> (update, bytes)
+        self._found: dict[tuple, p4runtime_pb2.TableEntry] = {}  # identity -> entry read back, not yet claimed
 
     def action_of(self, p4info: P4Info, name: str) -> ActionInfo:
         """Action ``name``, checked to be one of this table's actions in the P4Info."""
@@ -101,17 +155,45 @@ class TableMirror:
 
     def update(self, kind: int, rule: Any, entry: p4runtime_pb2.TableEntry) -> tuple[p4runtime_pb2.Update, int]:
         """The Update of ``kind`` for ``rule``'s ``entry`` and its serialized size, cached: a job moving back
-        and forth between two queues costs two messages, once."""
+        and forth between two queues costs two messages, once. (Not cached when the entry is not the rule's
+        own: a rule of None or ``Foreign`` stands for an entry found on the switch.)"""
+        cacheable = rule is not None and not isinstance(rule, Foreign)
         key = (kind, rule)
-        hit = self._updates.get(key)
+        hit = self._updates.get(key) if cacheable else None
         if hit is None:
-            if len(self._updates) >= ENTRY_CACHE_SIZE:
-                self._updates.clear()
             if kind == p4runtime_pb2.Update.DELETE:  # a delete names the entry by its key only
                 entry = p4runtime_pb2.TableEntry(table_id=entry.table_id, match=entry.match, priority=entry.priority)
             update = p4runtime_pb2.Update(type=kind, entity=p4runtime_pb2.Entity(table_entry=entry))
-            hit = self._updates[key] = (update, update.ByteSize())
+            hit = (update, update.ByteSize())
+            if cacheable:
+                if len(self._updates) >= ENTRY_CACHE_SIZE:
+                    self._updates.clear()
+                self._updates[key] = hit
         return hit
+
+    def adopt(self, entries: Iterable[p4runtime_pb2.TableEntry]) -> None:
+        """Forget the installed copy and take ``entries`` (read back from the switch) instead; the next ``diff``
+        sorts them into wanted, changed and unwanted."""
+        self.installed.clear()
+        self._found = {entry_identity(e): e for e in entries}
+
+    @property
+    def unclaimed(self) -> int:
+        """Entries read back that no diff has sorted yet."""
+        return len(self._found)
+
+    def _claim(self, desired: Mapping[Hashable, Any], build: Callable[[Any], p4runtime_pb2.TableEntry]) -> None:
+        found, self._found = self._found, {}
+        for key, rule in desired.items():
+            if key in self.installed:
+                continue
+            entry = self.build(rule, build)
+            have = found.pop(entry_identity(entry), None)
+            if have is not None:
+                same = action_value(have.action) == action_value(entry.action)
+                self.installed[key] = (rule if same else None, have)  # None: content differs, the diff modifies
+        for identity, have in found.items():
+            self.installed[Foreign(identity)] = (Foreign(identity), have)
 
     def entry(self, matches: Iterable[p4runtime_pb2.FieldMatch | None], table_action: p4runtime_pb2.TableAction,
               priority: int = 0) -> p4runtime_pb2.TableEntry:
@@ -121,6 +203,8 @@ class TableMirror:
     def diff(self, desired: Mapping[Hashable, Any],
              build: Callable[[Any], p4runtime_pb2.TableEntry]) -> list["Change"]:
         """Changes turning the installed copy into ``desired`` (key -> rule); ``build`` makes an entry."""
+        if self._found:
+            self._claim(desired, build)
         deletes, modifies, inserts = [], [], []
         for key, (rule, entry) in self.installed.items():
             if key not in desired:

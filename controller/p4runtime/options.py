@@ -32,7 +32,21 @@ class P4RuntimeOptions:
     prog_name: str = "netapprox"
     """P4 program name (Tofino packing, BfRt)."""
     push_pipeline: bool = True
-    """Push the pipeline on every (re)connect. Turn off only when another tool owns the pipeline."""
+    """Push the pipeline on a (re)connect when the switch does not run it already (its cookie differs); off: never
+    push (another tool owns the pipeline), read the entries back and reconcile them."""
+    adopt_jobs_s: float = 3.0
+    """A freshly started controller keeps the queue_by_job entries it finds on the switch this long before deleting
+    those it has no report for, so a controller restart changes no job's queue and resets no counter."""
+    report_rate_pps: int = 1000
+    """REPORTs punted to the controller per ingress port and second (``report_meter``; more are dropped and
+    counted as ``report_rate_limited`` in the switch)."""
+    report_burst: int = 200
+    """Burst of REPORTs per ingress port above ``report_rate_pps``."""
+    check_bmv2_version: bool = True
+    """BMv2 on this host (a loopback address): refuse to start when ``bmv2_binary --version`` is below 1.15.1,
+    where BMv2's priority queues are numbered differently from what the program assumes."""
+    bmv2_binary: str = "simple_switch_grpc"
+    """The BMv2 executable whose version is checked."""
     ports: tuple[int, ...] = ()
     """Data-plane ports: their queue buffers are configured and their counters read (empty: read all)."""
     buffer_packets: int = 64
@@ -66,6 +80,12 @@ class P4RuntimeOptions:
     def __post_init__(self) -> None:
         if self.target not in ("bmv2", "tofino"):
             raise ConfigError(f"option target={self.target!r}: use 'bmv2' or 'tofino'")
+        for name in ("report_rate_pps", "report_burst"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"option {name}={value!r}: a whole number >= 1")
+        if not self.adopt_jobs_s >= 0:
+            raise ConfigError(f"option adopt_jobs_s={self.adopt_jobs_s!r}: seconds >= 0")
 
 
 def options_from_mapping(name: str, options: Mapping[str, Any]) -> P4RuntimeOptions:
@@ -83,7 +103,7 @@ def options_from_mapping(name: str, options: Mapping[str, Any]) -> P4RuntimeOpti
         elif key in ("device_id", "buffer_packets", "cells_per_packet", "max_batch_updates", "max_write_bytes",
                      "max_inflight_writes") or (key == "thrift_port" and value is not None):
             value = int(value)
-        elif key in ("connect_timeout_s", "rpc_timeout_s", "max_updates_per_s"):
+        elif key in ("connect_timeout_s", "rpc_timeout_s", "max_updates_per_s", "adopt_jobs_s"):
             value = float(value)
         kwargs[key] = value
     return P4RuntimeOptions(**kwargs)

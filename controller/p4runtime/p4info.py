@@ -31,6 +31,8 @@ class TableInfo:
     fields: Mapping[str, Field]
     action_ids: frozenset[int]
     direct_counter_id: int | None
+    size: int = 0
+    """Entries the table holds (P4Info ``size``; 0 when the P4Info does not say)."""
 
     def field(self, name: str) -> Field:
         try:
@@ -62,6 +64,7 @@ class P4Info:
         self._actions: dict[str, ActionInfo] = {}
         self._counters: dict[str, int] = {}
         self._direct_counters: dict[str, int] = {}
+        self._meters: dict[str, tuple[int, int]] = {}
         self._packet_metadata: dict[str, dict[str, Field]] = {}
         for t in message.tables:
             info = TableInfo(
@@ -69,7 +72,8 @@ class P4Info:
                 fields={f.name: Field(f.id, f.name, f.bitwidth, f.match_type) for f in t.match_fields},
                 action_ids=frozenset(a.id for a in t.action_refs),
                 direct_counter_id=next((r for r in t.direct_resource_ids
-                                        if any(c.preamble.id == r for c in message.direct_counters)), None))
+                                        if any(c.preamble.id == r for c in message.direct_counters)), None),
+                size=t.size)
             self._register(self._tables, t.preamble, info)
         for a in message.actions:
             info = ActionInfo(a.preamble.id, a.preamble.name,
@@ -79,6 +83,8 @@ class P4Info:
             self._register(self._counters, c.preamble, c.preamble.id)
         for c in message.direct_counters:
             self._register(self._direct_counters, c.preamble, c.preamble.id)
+        for m in message.meters:
+            self._register(self._meters, m.preamble, (m.preamble.id, m.size))
         for m in message.controller_packet_metadata:
             self._packet_metadata[m.preamble.name] = {f.name: Field(f.id, f.name, f.bitwidth) for f in m.metadata}
         self.table_names = sorted(t.preamble.name for t in message.tables)
@@ -123,6 +129,10 @@ class P4Info:
 
     def direct_counter_id(self, name: str) -> int:
         return self._resolve(self._direct_counters, name, "direct counter")
+
+    def meter(self, name: str) -> tuple[int, int]:
+        """(id, size) of an indirect meter."""
+        return self._resolve(self._meters, name, "meter")
 
     def packet_metadata(self, name: str) -> Mapping[str, Field]:
         """Fields of ``@controller_header(name)`` (``packet_in`` / ``packet_out``)."""

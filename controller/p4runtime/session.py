@@ -36,6 +36,13 @@ UNAVAILABLE_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grp
                      grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.PERMISSION_DENIED)
 PACKET_IN_BACKLOG = 10000
 """Packet-in frames kept between two drains; older ones are dropped first (and counted)."""
+CHANNEL_OPTIONS = (("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
+                   ("grpc.max_reconnect_backoff_ms", 1000), ("grpc.max_metadata_size", 8 << 20))
+"""gRPC retries a refused connection after 1 s, then up to 2 min apart by default; a switch that restarts
+should be found within a second of answering again (a re-armed switch within 2 s, docs/controller.md). The
+per-update errors of a large refused Write come in the trailer, beyond gRPC's default 16 KiB."""
+NO_PIPELINE_CODES = (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND)
+"""GetForwardingPipelineConfig codes that mean "no pipeline on the device" (BMv2's PI: FAILED_PRECONDITION)."""
 
 
 def update_errors(e: grpc.RpcError, updates: Sequence[p4runtime_pb2.Update]) -> list[UpdateError] | None:
@@ -95,7 +102,7 @@ class P4RuntimeSession:
         """Connect, open the stream channel and win arbitration. Raises SwitchUnavailable or NotPrimaryError."""
         self.close()
         opts = self.options
-        self._channel = grpc.insecure_channel(opts.address)
+        self._channel = grpc.insecure_channel(opts.address, options=CHANNEL_OPTIONS)
         try:
             grpc.channel_ready_future(self._channel).result(timeout=opts.connect_timeout_s)
         except grpc.FutureTimeoutError:
@@ -196,6 +203,29 @@ class P4RuntimeSession:
         self._raw_write = None
 
     # --- RPCs ---
+
+    def pipeline_cookie(self) -> int | None:
+        """The cookie of the pipeline the device runs (GetForwardingPipelineConfig, COOKIE_ONLY), or None when it
+        runs none or one without a cookie."""
+        request = p4runtime_pb2.GetForwardingPipelineConfigRequest(
+            device_id=self.options.device_id,
+            response_type=p4runtime_pb2.GetForwardingPipelineConfigRequest.COOKIE_ONLY)
+        try:
+            response = self._stub.GetForwardingPipelineConfig(request, timeout=self.options.rpc_timeout_s)
+        except grpc.RpcError as e:
+            if e.code() in NO_PIPELINE_CODES:
+                return None
+            if e.code() in UNAVAILABLE_CODES:
+                raise SwitchUnavailable(self.switch, f"GetForwardingPipelineConfig: {e.code().name}: "
+                                                     f"{e.details()}") from None
+            raise PipelineError(f"switch {self.switch!r}: GetForwardingPipelineConfig refused: {e.code().name}: "
+                                f"{e.details()}") from None
+        return response.config.cookie.cookie or None
+
+    def read_table_entries(self) -> list[p4runtime_pb2.TableEntry]:
+        """Every table entry the device holds (one wildcard Read; default entries are not included)."""
+        wildcard = p4runtime_pb2.Entity(table_entry=p4runtime_pb2.TableEntry(table_id=0))
+        return [e.table_entry for e in self.read([wildcard], "table entries")]
 
     def set_pipeline(self, config: p4runtime_pb2.ForwardingPipelineConfig) -> None:
         """SetForwardingPipelineConfig(VERIFY_AND_COMMIT)."""

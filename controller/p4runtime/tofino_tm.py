@@ -1,42 +1,52 @@
-"""Tofino traffic-manager configuration through BfRt gRPC (strict priority + NetApprox buffer sizes).
+"""The Tofino traffic manager: strict priority and NetApprox's buffer sizes, for both ways to run Tofino.
 
-Tofino's TM is not reachable over P4Runtime, and its defaults are not what NetApprox needs (all queues at
-the same priority with DWRR, dynamic buffer sharing). For every configured port and logical queue ``k`` we
-write, in the order given by ``tm_plan``:
+Tofino's TM is not reachable over P4Runtime, and its defaults are not what NetApprox needs (all queues at the
+same priority with DWRR, dynamic buffer sharing). For every configured port and logical queue ``k`` the TM must
+hold (``tm_plan``):
 
-- ``<prefix>.tm.queue.sched_cfg`` key (``pg_id``, ``pg_queue``): ``min_priority = max_priority = 7 - k``
-  (Tofino priority 7 is served first; logical queue 0 is the highest), so the queues are strictly ordered.
-- ``<prefix>.tm.queue.buffer`` key (``pg_id``, ``pg_queue``): ``pool_max_cells`` = packets x 19 (a 1500-byte
-  packet takes 19 80-byte cells on Tofino 1) in the shared egress pool ``pool_id`` (option ``tm_pool``,
-  default ``EG_APP_POOL_0``), ``guaranteed_cells = 0``, ``dynamic_baf = "DISABLE"``, so queue
-  ``k >= 1`` holds (8 - k) packets and queue 0 the rest of ``buffer_packets``.
+- scheduling: ``min_priority = max_priority = 7 - k`` (Tofino priority 7 is served first; logical queue 0 is
+  the highest), so the queues are strictly ordered;
+- buffer: ``pool_max_cells`` = packets x 19 (a 1500-byte packet takes 19 80-byte cells on Tofino 1) in the
+  shared egress pool (option ``tm_pool``, default ``EG_APP_POOL_0``), no guaranteed cells, no dynamic burst
+  absorption, so queue ``k >= 1`` holds (8 - k) packets and queue 0 the rest of ``buffer_packets``.
 
-The port's ``pg_id`` and the ``pg_queue`` of each queue id come from ``<prefix>.tm.port.cfg``
-(``pg_id``, ``egress_qid_queues``); the pipe is ``dev_port >> 7``. ``prefix`` is ``tf1`` on Tofino 1 and
-``tf2`` on Tofino 2 (set the switch option ``tm_prefix``; Tofino 2 cell size differs: set ``cells_per_packet``).
+(a) **Intel SDE / open-p4studio ``bf_switchd``** (P4Runtime is not usable there): ``configure_queues`` writes
+the plan over BfRt gRPC (``controller.p4runtime.bfrt``: subscribe, bind to the program, then
+``<prefix>.tm.queue.sched_cfg`` and ``<prefix>.tm.queue.buffer``, action ``shared_pool``), reads every entry
+back from the hardware and raises ``QueueConfigError`` naming each field that is not as asked.
+``queue_drops`` reads ``<prefix>.tm.counter.queue`` (``drop_count_packets``) for the metrics. A port's
+``pg_id`` and the ``pg_queue`` of each queue id come from ``<prefix>.tm.port.cfg`` (``pg_id``,
+``egress_qid_queues``); the pipe is ``dev_port >> 7``. ``prefix`` is ``tf1`` on Tofino 1, ``tf2`` on Tofino 2
+(whose cells differ: set ``cells_per_packet``).
 
-``BfrtTmClient`` wraps ``bfrt_grpc.client`` (shipped with the Intel SDE / open-p4studio, imported only when a
-Tofino switch is configured). Anything with the same three methods works; the tests use a fake.
+(b) **Stratum-bfrt** configures the TM itself from its chassis config: ``stratum_queue_config`` renders the
+same plan as the ``vendor_config { tofino_config { node_id_to_qos_config ... } }`` block of a Stratum
+``ChassisConfig``; ``python -m netapprox.controller.p4runtime.tofino_tm --config FILE`` prints it for every
+Tofino switch of a controller config (docs/deploy-tofino.md).
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
-from typing import Any, Iterable, Protocol
+import sys
+from typing import Any, Iterable, Mapping, Protocol
 
 from netapprox.controller.errors import QueueConfigError
 from netapprox.controller.model import NUM_QUEUES, queue_buffer_packets
 
 CELLS_PER_1500B_PACKET = 19
+BUFFER_ACTION = "shared_pool"
 
 
 @dataclasses.dataclass(frozen=True)
 class TmWrite:
-    """One BfRt ``entry_mod``: table, key fields, data fields (name, value) in order."""
+    """One BfRt MODIFY: table, pipe, key fields, data fields (name, value) in order, and the action (if any)."""
 
     table: str
     pipe: int
     key: tuple[tuple[str, Any], ...]
     data: tuple[tuple[str, Any], ...]
+    action: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,9 +60,13 @@ class PortQueues:
 
 
 class TmClient(Protocol):
+    """What ``configure_queues`` and ``queue_drops`` need (``BfrtTmClient``; tests may pass a fake)."""
+
     def port_queues(self, dev_port: int) -> PortQueues: ...
 
     def write(self, op: TmWrite) -> None: ...
+
+    def read(self, table: str, pipe: int, key: Mapping[str, int]) -> Mapping[str, Any]: ...
 
     def close(self) -> None: ...
 
@@ -69,67 +83,144 @@ def tm_plan(ports: Iterable[PortQueues], buffer_packets: int, *, prefix: str = "
     for pq in sorted(ports, key=lambda p: p.dev_port):
         if len(pq.pg_queues) < NUM_QUEUES:
             raise QueueConfigError(f"dev_port {pq.dev_port} has {len(pq.pg_queues)} egress queues; NetApprox "
-                                   f"needs {NUM_QUEUES} (configure the port with 8 queues in tm.port.cfg)")
+                                   f"needs {NUM_QUEUES} (give the port 8 queues in {prefix}.tm.port.group)")
         for qid in range(NUM_QUEUES):
             key = (("pg_id", pq.pg_id), ("pg_queue", pq.pg_queues[qid]))
-            prio = tm_priority(qid)
+            prio = str(tm_priority(qid))  # BfRt: a string choice, "0" .. "7"
             ops.append(TmWrite(f"{prefix}.tm.queue.sched_cfg", pq.pipe, key,
-                               (("min_priority", prio), ("max_priority", prio))))
+                               (("scheduling_enable", True), ("min_priority", prio), ("max_priority", prio))))
             cells = queue_buffer_packets(qid, buffer_packets) * cells_per_packet
             ops.append(TmWrite(f"{prefix}.tm.queue.buffer", pq.pipe, key,
-                               (("pool_id", pool), ("pool_max_cells", cells), ("guaranteed_cells", 0),
-                                ("dynamic_baf", "DISABLE"))))
+                               (("guaranteed_cells", 0), ("pool_id", pool), ("pool_max_cells", cells),
+                                ("dynamic_baf", "DISABLE")), action=BUFFER_ACTION))
     return ops
 
 
 def configure_queues(client: TmClient, dev_ports: Iterable[int], buffer_packets: int, *, prefix: str = "tf1",
-                     cells_per_packet: int = CELLS_PER_1500B_PACKET, pool: str = "EG_APP_POOL_0") -> list[TmWrite]:
-    """Look up each port's queues, then write the plan. Returns what was written."""
-    ops = tm_plan([client.port_queues(p) for p in dev_ports], buffer_packets, prefix=prefix,
-                  cells_per_packet=cells_per_packet, pool=pool)
+                     cells_per_packet: int = CELLS_PER_1500B_PACKET, pool: str = "EG_APP_POOL_0"
+                     ) -> list[PortQueues]:
+    """Look up each port's queues, write the plan, read every entry back from the hardware. Raises
+    ``QueueConfigError`` listing every field that is not as asked. Returns the ports (for ``queue_drops``)."""
+    ports = [client.port_queues(p) for p in sorted(set(dev_ports))]
+    ops = tm_plan(ports, buffer_packets, prefix=prefix, cells_per_packet=cells_per_packet, pool=pool)
     for op in ops:
-        try:
-            client.write(op)
-        except Exception as e:  # noqa: BLE001 - re-raised with context
-            raise QueueConfigError(f"BfRt write to {op.table} {dict(op.key)} failed: {e}") from e
-    return ops
+        client.write(op)
+    wrong = []
+    for op in ops:
+        got = client.read(op.table, op.pipe, dict(op.key))
+        asked = dict(op.data) | ({"action_name": op.action} if op.action else {})
+        for name, value in asked.items():
+            if got.get(name) != value:
+                wrong.append(f"{op.table} pipe {op.pipe} {dict(op.key)}: {name} is {got.get(name)!r}, "
+                             f"asked {value!r}")
+    if wrong:
+        more = f" (and {len(wrong) - 5} more)" if len(wrong) > 5 else ""
+        raise QueueConfigError("the Tofino TM is not as asked after writing it: " + "; ".join(wrong[:5]) + more)
+    return ports
+
+
+def queue_drops(client: TmClient, ports: Iterable[PortQueues], *, prefix: str = "tf1") -> dict[tuple[int, int], int]:
+    """(dev_port, logical queue) -> packets the TM dropped (``<prefix>.tm.counter.queue``)."""
+    out = {}
+    for pq in ports:
+        for qid in range(NUM_QUEUES):
+            got = client.read(f"{prefix}.tm.counter.queue", pq.pipe, {"pg_id": pq.pg_id, "pg_queue": pq.pg_queues[qid]})
+            out[(pq.dev_port, qid)] = int(got.get("drop_count_packets", 0))
+    return out
 
 
 class BfrtTmClient:
-    """``TmClient`` over ``bfrt_grpc.client`` (BfRt gRPC, port 50052 by default)."""
+    """``TmClient`` over ``controller.p4runtime.bfrt.BfrtClient`` (BfRt gRPC, port 50052 by default)."""
 
     def __init__(self, address: str, p4_name: str, *, device_id: int = 0, client_id: int = 1,
-                 prefix: str = "tf1") -> None:
-        try:
-            import bfrt_grpc.client as gc  # type: ignore[import-not-found]
-        except ImportError as e:
-            raise QueueConfigError("Tofino TM configuration needs the SDE's bfrt_grpc Python package on "
-                                   "PYTHONPATH (source set_sde.bash), or drop bfrt_address from the options") from e
-        self._gc = gc
-        self._device_id = device_id
-        self._prefix = prefix
-        self._interface = gc.ClientInterface(address, client_id=client_id, device_id=device_id)
-        self._info = self._interface.bfrt_info_get(p4_name)
+                 prefix: str = "tf1", timeout_s: float = 5.0) -> None:
+        from netapprox.controller.p4runtime.bfrt import BfrtClient
 
-    def _target(self, pipe: int) -> Any:
-        return self._gc.Target(device_id=self._device_id, pipe_id=pipe)
+        self._prefix = prefix
+        self._bfrt = BfrtClient(address, p4_name, device_id=device_id, client_id=client_id, timeout_s=timeout_s)
 
     def port_queues(self, dev_port: int) -> PortQueues:
-        gc = self._gc
-        table = self._info.table_get(f"{self._prefix}.tm.port.cfg")
-        key = table.make_key([gc.KeyTuple("dev_port", dev_port)])
-        for data, _ in table.entry_get(self._target(0xFFFF), [key], {"from_hw": False}):
-            d = data.to_dict()
-            return PortQueues(dev_port, dev_port >> 7, int(d["pg_id"]), tuple(int(q) for q in d["egress_qid_queues"]))
-        raise QueueConfigError(f"dev_port {dev_port} not found in {self._prefix}.tm.port.cfg (is the port added?)")
+        from netapprox.controller.p4runtime.bfrt import ALL_PIPES
+
+        try:
+            d = self._bfrt.entry_get(f"{self._prefix}.tm.port.cfg", ALL_PIPES, {"dev_port": dev_port}, from_hw=False)
+        except QueueConfigError as e:
+            raise QueueConfigError(f"dev_port {dev_port}: {e} (is the port added?)") from None
+        return PortQueues(dev_port, dev_port >> 7, int(d["pg_id"]), tuple(int(q) for q in d["egress_qid_queues"]))
 
     def write(self, op: TmWrite) -> None:
-        gc = self._gc
-        table = self._info.table_get(op.table)
-        key = table.make_key([gc.KeyTuple(k, v) for k, v in op.key])
-        data = table.make_data([gc.DataTuple(k, str_val=v) if isinstance(v, str) else gc.DataTuple(k, val=v)
-                                for k, v in op.data])
-        table.entry_mod(self._target(op.pipe), [key], [data])
+        self._bfrt.entry_mod(op.table, op.pipe, dict(op.key), dict(op.data), op.action)
+
+    def read(self, table: str, pipe: int, key: Mapping[str, int]) -> Mapping[str, Any]:
+        return self._bfrt.entry_get(table, pipe, key, from_hw=True)
 
     def close(self) -> None:
-        self._interface.tear_down_stream()
+        self._bfrt.close()
+
+
+# --- (b) Stratum-bfrt: the chassis-config queue section -----------------------------------------------------
+
+STRATUM_POOLS = {f"EG_APP_POOL_{i}": f"EGRESS_APP_POOL_{i}" for i in range(4)}
+
+
+def stratum_queue_config(dev_ports: Iterable[int], buffer_packets: int, *, node_id: int = 1,
+                         cells_per_packet: int = CELLS_PER_1500B_PACKET, pool: str = "EG_APP_POOL_0") -> str:
+    """The ``vendor_config`` block of a Stratum ``ChassisConfig`` (text format) that gives every port in
+    ``dev_ports`` (SDK ports) the plan of ``tm_plan``: ``queue_mapping`` per logical queue with ``priority:
+    PRIO_<7-k>`` (Stratum sets both scheduling priorities from it), the static buffer limit ``base_use_limit``
+    in the egress pool, no guaranteed cells, ``baf: DISABLE_BAF``. Append it to the switch's chassis config."""
+    if pool not in STRATUM_POOLS:
+        raise QueueConfigError(f"tm_pool {pool!r}: Stratum knows the egress pools {', '.join(STRATUM_POOLS)}")
+    lines = ["vendor_config {", "  tofino_config {", "    node_id_to_qos_config {", f"      key: {node_id}",
+             "      value {"]
+    for port in sorted(set(dev_ports)):
+        lines += ["        queue_configs {", f"          sdk_port: {port}"]
+        for qid in range(NUM_QUEUES):
+            cells = queue_buffer_packets(qid, buffer_packets) * cells_per_packet
+            lines += ["          queue_mapping {", f"            queue_id: {qid}",
+                      f"            priority: PRIO_{tm_priority(qid)}", "            weight: 1",
+                      "            minimum_guaranteed_cells: 0", f"            pool: {STRATUM_POOLS[pool]}",
+                      f"            base_use_limit: {cells}", "            baf: DISABLE_BAF",
+                      "            hysteresis: 0", "          }"]
+        lines.append("        }")
+    lines += ["      }", "    }", "  }", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the Stratum chassis-config queue section of every Tofino switch in a controller config."""
+    ap = argparse.ArgumentParser(prog="python -m netapprox.controller.p4runtime.tofino_tm",
+                                 description=main.__doc__)
+    ap.add_argument("--config", "-c", required=True, help="controller TOML (e.g. controller/examples/tofino.toml)")
+    ap.add_argument("--switch", help="only this switch (default: every p4runtime switch with target tofino)")
+    ap.add_argument("--node-id", type=int, default=1, help="the Stratum node id of the chip (default 1)")
+    args = ap.parse_args(argv)
+    from netapprox.controller.config import load_config
+    from netapprox.controller.errors import ControllerError
+    from netapprox.controller.p4runtime.options import options_from_mapping
+
+    try:
+        config = load_config(args.config)
+        switches = [s for s in config.switches if s.kind == "p4runtime" and (args.switch in (None, s.name))]
+        out = []
+        for sw in switches:
+            opts = options_from_mapping(sw.name, sw.options)
+            if opts.target != "tofino":
+                continue
+            if not opts.ports:
+                raise QueueConfigError(f"switch {sw.name!r}: set the option ports (the SDK ports to configure)")
+            out.append(f"# switch {sw.name}: {len(opts.ports)} ports, {opts.buffer_packets} packets per port\n"
+                       + stratum_queue_config(opts.ports, opts.buffer_packets, node_id=args.node_id,
+                                              cells_per_packet=opts.cells_per_packet, pool=opts.tm_pool))
+        if not out:
+            raise QueueConfigError(f"{args.config}: no p4runtime switch with target = \"tofino\""
+                                   + (f" named {args.switch!r}" if args.switch else ""))
+    except (ControllerError, OSError) as e:
+        print(f"tofino_tm: {e}", file=sys.stderr)
+        return 2
+    sys.stdout.write("".join(out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -52,6 +52,7 @@
 typedef bit<QUEUE_ID_BITS> logical_queue_t;
 @noWarn("unused") const logical_queue_t NUM_QUEUES_MINUS_ONE = (1 << QUEUE_ID_BITS) - 1;
 @noWarn("unused") const logical_queue_t QUEUE_NON_APPROX = 0;
+@noWarn("unused") const logical_queue_t QUEUE_FIRST_APPROX = 1;   // the highest queue approximate traffic may use
 @noWarn("unused") const logical_queue_t QUEUE_LOWEST = NUM_QUEUES_MINUS_ONE;
 
 // ECN threshold: queue depth at enqueue (BMv2: packets; Tofino: 80-byte cells). Both targets report
@@ -61,10 +62,13 @@ typedef bit<19> queue_depth_t;
 // Index of enqueued_packets / transmitted_packets: port * 8 + qid, i.e. port ++ qid.
 @noWarn("unused") typedef bit<12> port_queue_index_t;
 
+// Colour a meter returns when the packet is within its rate (v1model and TNA both use 0).
+@noWarn("unused") const bit<8> METER_GREEN = 0;
+
 // ---- Drop reasons: the index of NetApproxIngress.malformed_packets ------------------------------
 // The names follow hostlib.wire.MalformedPacket.reason where there is one. Order of the checks (the
 // first that fails is counted): truncated, bad_version, bad_type, bad_flags, bad_tlr, bad_index.
-typedef bit<3> drop_reason_t;
+typedef bit<4> drop_reason_t;
 @noWarn("unused") const drop_reason_t MALFORMED_TRUNCATED = 0;      // UDP on an ATP port too short for the 32-byte header,
                                                   // or UDP length < 32 + ATP length
 @noWarn("unused") const drop_reason_t MALFORMED_BAD_VERSION = 1;    // version != 1
@@ -73,7 +77,8 @@ typedef bit<3> drop_reason_t;
 @noWarn("unused") const drop_reason_t MALFORMED_BAD_TLR = 4;        // tlr > 0x8000
 @noWarn("unused") const drop_reason_t MALFORMED_BAD_INDEX = 5;      // pkt_cnt == 0 or pkt_idx >= pkt_cnt
 @noWarn("unused") const drop_reason_t DROPPED_TTL_EXPIRED = 6;      // routed IPv4 packet with TTL <= 1
-@noWarn("unused") const drop_reason_t DROPPED_IPV4_CHECKSUM = 7;    // IPv4 header checksum wrong
+@noWarn("unused") const drop_reason_t DROPPED_IPV4_CHECKSUM = 7;    // IPv4 header checksum wrong (IHL 5 only)
+@noWarn("unused") const drop_reason_t DROPPED_REPORT_RATE = 8;      // REPORT over its ingress port's punt meter
 
 // ---- L2/L3 ------------------------------------------------------------------------------------
 @noWarn("unused") const bit<16> ETHERTYPE_IPV4 = 0x0800;

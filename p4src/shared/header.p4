@@ -30,8 +30,10 @@ header ethernet_t {
     bit<16> ether_type;
 }
 
-// IPv4 without options (ihl == 5 on hosts we control); packets with options are routed and
-// classified as non-ATP traffic, their L4 header is not parsed.
+// The fixed 20 bytes of IPv4. Options (ihl > 5; hosts we control send none) are not parsed: such a packet
+// is routed and classified as non-ATP traffic (its L4 header is not parsed either), its options travel as
+// payload, its header checksum is verified only when ihl == 5 and is updated incrementally (RFC 1624)
+// after the TTL and ECN changes. ihl < 5 is dropped.
 header ipv4_t {
     bit<4> version;
     bit<4> ihl;

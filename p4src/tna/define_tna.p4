@@ -35,13 +35,15 @@ struct ingress_metadata_t {
     bridged_metadata_t bridged;
     bit<16> l4_dport;               // UDP/TCP destination port, 0 if neither
     bit<8> ip_proto;                // IPv4 protocol, 0 if not IPv4
-    bool ipv4_checksum_err;         // set by the ingress parser
+    bool ipv4_checksum_err;         // set by the ingress parser (meaningful for ihl == 5 only)
+    bit<16> ipv4_residual;          // ingress parser: the checksum residual without the TTL word
     bool drop;                      // forwarding: the packet must not leave
     bool ttl_expired;               // forwarding: routed packet had TTL <= 1
 }
 
 struct egress_metadata_t {
     bridged_metadata_t bridged;
+    bit<16> ipv4_residual;          // egress parser: the checksum residual without the ECN word
 }
 
 #endif  // NETAPPROX_DEFINE_TNA_P4

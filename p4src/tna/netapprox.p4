@@ -1,9 +1,12 @@
 // NetApprox data plane for Tofino (TNA). Same P4Info names as p4src/v1model/netapprox.p4 (the contract
 // of docs/architecture.md); differences are confined to this tree and listed in docs/dataplane.md.
-//   ingress: packet-out -> validation (malformed: drop + count) -> REPORT: packet-in to the controller
-//            -> forwarding (routes_v4, TTL) -> classification (logical queue) -> enqueued_packets
-//            -> ig_intr_md_for_tm.qid = logical queue; bridged metadata carries it to egress
+//   ingress: packet-out -> validation (malformed: drop + count) -> REPORT: report_meter per ingress port,
+//            then packet-in to the controller -> forwarding (routes_v4, TTL) -> classification (logical
+//            queue, queue-0 guard) -> enqueued_packets -> ig_intr_md_for_tm.qid = logical queue; bridged
+//            metadata carries it to egress
 //   egress:  packet-in header on CPU_PORT | transmitted_packets -> ecn -> ATP DATA queue byte
+//   IPv4 checksum: updated incrementally in both deparsers (TTL in ingress, ECN in egress) from residuals the
+//            parsers compute, so headers with options are handled without parsing them (see parser.p4)
 #include "define_tna.p4"
 #include "include/parser.p4"
 #include "include/control/validation.p4"
@@ -23,6 +26,9 @@ control NetApproxIngress(inout parsed_headers_t hdr,
         enqueued_packets;
     // Packets dropped per reason (MALFORMED_* / DROPPED_* in shared/define.p4).
     Counter<bit<64>, drop_reason_t>(MALFORMED_COUNTER_SIZE, CounterType_t.PACKETS) malformed_packets;
+    // Rate of REPORTs punted to the controller, one cell per ingress port (set by the controller as P4Runtime
+    // MeterEntry, cir = pir). Over it (yellow or red) a REPORT is dropped and counted (DROPPED_REPORT_RATE).
+    Meter<PortId_t>(REPORT_METER_SIZE, MeterType_t.PACKETS) report_meter;
 
     AtpValidation() validation;
     Forwarding() forwarding;
@@ -46,7 +52,8 @@ control NetApproxIngress(inout parsed_headers_t hdr,
             bool malformed;
             drop_reason_t reason;
             validation.apply(hdr, malformed, reason);
-            if (ig_md.ipv4_checksum_err) {
+            if (ig_md.ipv4_checksum_err && hdr.ipv4.ihl == 5) {
+                // Verified over the fixed 20 bytes: only meaningful without options.
                 malformed = true;
                 reason = DROPPED_IPV4_CHECKSUM;
             }
@@ -54,10 +61,16 @@ control NetApproxIngress(inout parsed_headers_t hdr,
                 malformed_packets.count(reason);
                 ig_dprsr_md.drop_ctl = 1;
             } else if (hdr.atp.isValid() && hdr.atp.type == ATP_TYPE_REPORT) {
-                ig_tm_md.ucast_egress_port = CPU_PORT;
-                ig_tm_md.qid = TNA_QID_OF(QUEUE_NON_APPROX);
-            } else if (!hdr.ipv4.isValid() || ig_prsr_md.parser_err != 0) {
-                // Not IPv4, or a parser error outside the ATP header (e.g. a short TCP header).
+                if (report_meter.execute(ig_intr_md.ingress_port) != METER_GREEN) {
+                    malformed_packets.count(DROPPED_REPORT_RATE);
+                    ig_dprsr_md.drop_ctl = 1;
+                } else {
+                    ig_tm_md.ucast_egress_port = CPU_PORT;
+                    ig_tm_md.qid = TNA_QID_OF(QUEUE_NON_APPROX);
+                }
+            } else if (!hdr.ipv4.isValid() || hdr.ipv4.ihl < 5 || ig_prsr_md.parser_err != 0) {
+                // Not IPv4, a malformed IPv4 header, or a parser error outside the ATP header (e.g. a short
+                // TCP header).
                 ig_dprsr_md.drop_ctl = 1;
             } else {
                 ig_md.ip_proto = hdr.ipv4.protocol;

@@ -30,6 +30,18 @@ struct local_metadata_t {
     bool from_cpu;                  // P4Runtime packet-out: send unchanged, no classification
     bool to_cpu;                    // punted to the controller as packet-in
     PortId_t ingress_port;          // copied for the packet-in header
+    bit<16> ipv4_tos_word;          // version, ihl, dscp, ecn as received (incremental checksum update)
+    bit<16> ipv4_ttl_word;          // ttl, protocol as received (incremental checksum update)
+}
+
+// RFC 1624 (eqn. 3) incremental update of a 16-bit one's complement checksum `hc` for two changed words:
+// HC' = ~(~HC + ~m + m' + ~n + n'). Used for IPv4 headers with options, which this program does not parse
+// whole; an unchanged word contributes nothing (~m + m is negative zero).
+bit<16> csum16_update(in bit<16> hc, in bit<16> old_a, in bit<16> new_a, in bit<16> old_b, in bit<16> new_b) {
+    bit<32> sum = (bit<32>)(~hc) + (bit<32>)(~old_a) + (bit<32>)new_a + (bit<32>)(~old_b) + (bit<32>)new_b;
+    sum = (sum & 0xFFFF) + (sum >> 16);
+    sum = (sum & 0xFFFF) + (sum >> 16);
+    return ~(bit<16>)sum;
 }
 
 #endif  // NETAPPROX_DEFINE_V1MODEL_P4

@@ -4,10 +4,11 @@
 //      (--priority-queues and --cpu-port are target options: they go after "--")
 // P4Info names are the contract of docs/architecture.md; p4src/tna/netapprox.p4 has the same ones.
 // Pipeline (docs/dataplane.md):
-//   ingress: packet-out -> validation (malformed: drop + count) -> REPORT: packet-in to the controller
-//            -> forwarding (routes_v4, TTL) -> classification (logical queue) -> enqueued_packets
-//            -> standard_metadata.priority = 7 - qid
+//   ingress: packet-out -> validation (malformed: drop + count) -> REPORT: report_meter per ingress port,
+//            then packet-in to the controller -> forwarding (routes_v4, TTL) -> classification (logical
+//            queue, queue-0 guard) -> enqueued_packets -> standard_metadata.priority = 7 - qid
 //   egress:  packet-in header on CPU_PORT | transmitted_packets -> ecn -> ATP DATA queue byte
+//            -> IPv4 checksum: IHL 5 recomputed (NetApproxComputeChecksum), options updated incrementally
 #include "define_v1model.p4"
 #include "include/parser.p4"
 #include "include/control/validation.p4"
@@ -23,6 +24,10 @@ control NetApproxIngress(inout parsed_headers_t hdr,
     counter<port_queue_index_t>(PORT_QUEUE_COUNTER_SIZE, CounterType.packets_and_bytes) enqueued_packets;
     // Packets dropped per reason (MALFORMED_* / DROPPED_* in shared/define.p4).
     counter<drop_reason_t>(MALFORMED_COUNTER_SIZE, CounterType.packets) malformed_packets;
+    // Rate of REPORTs punted to the controller, one cell per ingress port (packets/s and burst set by the
+    // controller as P4Runtime MeterEntry, cir = pir). Over it (yellow or red) a REPORT is dropped and counted
+    // (DROPPED_REPORT_RATE); an unconfigured cell is green.
+    meter<PortId_t>(REPORT_METER_SIZE, MeterType.packets) report_meter;
 
     AtpValidation() validation;
     Forwarding() forwarding;
@@ -49,13 +54,21 @@ control NetApproxIngress(inout parsed_headers_t hdr,
                 malformed_packets.count(reason);
                 mark_to_drop(standard_md);
             } else if (hdr.atp.isValid() && hdr.atp.type == ATP_TYPE_REPORT) {
-                // Sender report: to the controller as packet-in, never forwarded.
-                standard_md.egress_spec = CPU_PORT;
-                local_md.to_cpu = true;
-                local_md.qid = QUEUE_NON_APPROX;
-                standard_md.priority = BMV2_PRIORITY_OF(QUEUE_NON_APPROX);
-            } else if (!hdr.ipv4.isValid() || standard_md.parser_error != error.NoError) {
-                // Not IPv4, or a parser error outside the ATP header (e.g. a short TCP header).
+                // Sender report: to the controller as packet-in (within its port's rate), never forwarded.
+                bit<8> color;
+                report_meter.execute_meter(standard_md.ingress_port, color);
+                if (color != METER_GREEN) {
+                    malformed_packets.count(DROPPED_REPORT_RATE);
+                    mark_to_drop(standard_md);
+                } else {
+                    standard_md.egress_spec = CPU_PORT;
+                    local_md.to_cpu = true;
+                    local_md.qid = QUEUE_NON_APPROX;
+                    standard_md.priority = BMV2_PRIORITY_OF(QUEUE_NON_APPROX);
+                }
+            } else if (!hdr.ipv4.isValid() || hdr.ipv4.ihl < 5 || standard_md.parser_error != error.NoError) {
+                // Not IPv4, a malformed IPv4 header, or a parser error outside the ATP header (e.g. a short
+                // TCP header).
                 mark_to_drop(standard_md);
             } else {
                 local_md.ip_proto = hdr.ipv4.protocol;
@@ -101,6 +114,13 @@ control NetApproxEgress(inout parsed_headers_t hdr,
                 // "no checksum" for UDP over IPv4 (RFC 768), so zero it rather than update it.
                 hdr.atp.queue = (bit<8>)local_md.qid;
                 hdr.udp.checksum = 0;
+            }
+            if (hdr.ipv4.isValid() && hdr.ipv4.ihl != 5) {
+                // With options the header is not parsed whole, so NetApproxComputeChecksum cannot recompute
+                // the checksum: update it for the two words this program may change (TTL, ECN).
+                hdr.ipv4.hdr_checksum = csum16_update(hdr.ipv4.hdr_checksum,
+                    local_md.ipv4_tos_word, hdr.ipv4.version ++ hdr.ipv4.ihl ++ hdr.ipv4.dscp ++ hdr.ipv4.ecn,
+                    local_md.ipv4_ttl_word, hdr.ipv4.ttl ++ hdr.ipv4.protocol);
             }
         }
     }

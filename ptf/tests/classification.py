@@ -143,3 +143,24 @@ class ClassRulesTest(ClassifierTest):
         self.expect_queue(atp_packet(flags=0), 4, note="non-approximate ATP DATA is UDP to 7600")
         self.expect_queue(atp_packet(flags=APPROX, tlr=0x1000), 7, note="approximate: class rules ignored")
         self.verify_no_other_packets()
+
+
+class Queue0GuardTest(ClassifierTest):
+    """Approximate traffic never reaches queue 0: job and TLR entries that name queue 0 (a controller bug, or a
+    pinned job) are overruled to queue 1 in the data plane and counted in queue0_guard_packets; non-approximate
+    traffic still uses queue 0, uncounted."""
+
+    def runTest(self):
+        self.add_standard_routes()
+        self.add_queue_by_job(42, 0)
+        self.add_queue_by_tlr(0x0000, 0x0FFF, 0)
+        self.add_queue_by_tag(3, (0, 255), (0, 1000), 0)
+        before = self.queue0_guard_count()
+        self.expect_queue(atp_packet(flags=APPROX, tlr=0x7000, job_id=42), 1, note="job entry says 0")
+        self.expect_queue(atp_packet(flags=APPROX, tlr=0x0800, job_id=7), 1, note="TLR entry says 0")
+        self.expect_queue(atp_packet(flags=APPROX | TAGGED, tlr=0x7000, job_id=7, deadline_us=500), 1,
+                          note="tag entry says 0")
+        self.expect_queue(atp_packet(flags=APPROX, tlr=0x7000, job_id=7), 7, note="no entry: queue 7")
+        self.expect_queue(atp_packet(flags=0, job_id=42), 0, note="non-approximate ATP stays in 0")
+        self.verify_no_other_packets()
+        self.assertEqual(self.queue0_guard_count() - before, 3)

@@ -7,7 +7,7 @@ import time
 
 import ptf.testutils as testutils
 
-from common.qos_mixin import HOST_B_MAC, PORT_A, PORT_B, QosHelper, routed, udp_packet
+from common.qos_mixin import HOST_B_MAC, PORT_A, PORT_B, ROUTER_ALERT, QosHelper, routed, udp_packet
 from scapy.layers.inet import IP
 from scapy.layers.l2 import Ether
 
@@ -31,7 +31,8 @@ class EcnNoMarkWhenIdleTest(QosHelper):
 class EcnMarkWhenCongestedTest(QosHelper):
     """Queue 0 of port B drains at 10 packets/s; a burst of 12 fills it. ECT(0)/ECT(1) packets that found
     >= 3 packets queued leave as CE, those that found fewer leave unchanged, Not-ECT is never marked. All
-    packets leave in order with a correct IPv4 checksum (compared byte for byte)."""
+    packets leave in order with a correct IPv4 checksum (compared byte for byte), including those whose header
+    carries options (updated incrementally for the TTL and the ECN change)."""
 
     RATE_PPS = 10
     THRESHOLD = 3
@@ -44,7 +45,7 @@ class EcnMarkWhenCongestedTest(QosHelper):
         ecns = [ECN_ECT0, ECN_ECT1] * 4 + [ECN_NOT_ECT, ECN_ECT0, ECN_NOT_ECT, ECN_ECT1]
         sent = []
         for i, ecn in enumerate(ecns):
-            pkt = udp_packet(ecn=ecn, sport=41000 + i)
+            pkt = udp_packet(ecn=ecn, sport=41000 + i, ip_options=ROUTER_ALERT if i in (6, 7, 8) else b"")
             sent.append(pkt)
             self.send_packet(PORT_A, pkt)
         # The first packet finds an empty queue, the second too (the first left at once): never marked.

@@ -1,7 +1,9 @@
-"""ATP REPORTs reach the controller as packet-in (with the ingress port); packet-out leaves unchanged."""
+"""ATP REPORTs reach the controller as packet-in (with the ingress port), within each port's rate; packet-out
+leaves unchanged."""
 from __future__ import annotations
 
-from common.qos_mixin import (MALFORMED_BAD_VERSION, PORT_A, PORT_C, QosHelper, atp_packet, udp_packet)
+from common.qos_mixin import (DROPPED_REPORT_RATE, MALFORMED_BAD_VERSION, PORT_A, PORT_C, QosHelper, atp_packet,
+                              udp_packet)
 from netapprox.hostlib import wire
 
 REPORT = wire.PacketType.REPORT
@@ -40,3 +42,30 @@ class PacketOutTest(QosHelper):
             self.verify_packet(pkt, PORT_C)
         self.verify_no_other_packets()
         self.assertEqual(self.all_queue_counters(PORT_C), counters_before)
+
+
+class ReportRateLimitTest(QosHelper):
+    """report_meter limits the REPORTs punted from a port (2/s, burst 2 here): of 12 sent back to back, the first
+    few reach the controller and the rest are dropped and counted (DROPPED_REPORT_RATE); another port's
+    REPORTs are not limited by it."""
+
+    def runTest(self):
+        self.add_standard_routes()
+        self.set_report_meter(PORT_A, rate_pps=2, burst=2)
+        body = wire.Report(job_id=9, group_id=2, seq=4, tlr=0.25, loss=0.1, msr=0.9, rate_kbps=1000, total=10,
+                           delivered=5, lost=1, epoch=3).encode()
+        pkt = atp_packet(type=REPORT, job_id=9, dport=wire.DEFAULT_REPORT_PORT, payload=body[wire.HEADER_LEN:])
+        before = self.malformed_count(DROPPED_REPORT_RATE)
+        for _ in range(12):
+            self.send_packet(PORT_A, pkt)
+        punted = 0
+        while self.get_packet_in(timeout=0.5) is not None:
+            punted += 1
+        dropped = self.malformed_count(DROPPED_REPORT_RATE) - before
+        self.assertEqual(punted + dropped, 12, f"{punted} punted, {dropped} dropped")
+        self.assertGreaterEqual(punted, 1)
+        self.assertLessEqual(punted, 4, "the meter let the burst through")
+        for _ in range(3):
+            self.send_packet(PORT_C, pkt)
+            self.verify_packet_in(pkt, PORT_C)
+        self.verify_no_other_packets()

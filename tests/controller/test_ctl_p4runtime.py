@@ -135,15 +135,16 @@ def test_batched_writes_are_exact_and_an_unchanged_state_writes_nothing(make_dri
     assert (summary.inserted, summary.modified, summary.deleted) == (7, 0, 0)
     assert as_text(fake_server.writes[-1]) == as_text(parse(p4runtime_pb2.WriteRequest, FIRST_WRITE))
 
+    writes = len(fake_server.writes)
     assert driver.apply(STATE).writes == 0
-    assert len(fake_server.writes) == 1  # nothing sent at all
+    assert len(fake_server.writes) == writes  # nothing sent at all
 
     moved = SwitchState(routes=STATE.routes, class_rules=STATE.class_rules, tag_rules=STATE.tag_rules,
                         tlr_rules=STATE.tlr_rules, ecn_rules=STATE.ecn_rules,
                         job_rules=frozenset({JobRule(5, 6), JobRule(7, 3)}))
     summary = driver.apply(moved)
     assert (summary.inserted, summary.modified, summary.deleted) == (1, 1, 1)
-    assert len(fake_server.writes) == 2
+    assert len(fake_server.writes) == writes + 1
     assert as_text(fake_server.writes[-1]) == as_text(parse(p4runtime_pb2.WriteRequest, EPOCH_WRITE))
     # the switch now holds exactly the desired entries
     assert len(fake_server.entries()) == 7
@@ -199,6 +200,7 @@ def test_counters_are_read_per_port_queue_and_per_job(make_driver, fake_server):
     from support.fake_p4runtime import _entry_key
 
     fake_server.direct_counts[_entry_key(job5)] = 42
+    reads = len(fake_server.reads)
     counters = driver.read_counters()
     by_queue = {(q.port, q.qid): (q.enqueued, q.transmitted, q.dropped) for q in counters.queues}
     assert len(by_queue) == 16  # every configured (port, queue), zeros included
@@ -207,7 +209,7 @@ def test_counters_are_read_per_port_queue_and_per_job(make_driver, fake_server):
     assert by_queue[(1, 7)] == (0, 0, 0)
     assert dict(counters.job_packets) == {5: 42, 9: 0}
     # one Read per call
-    assert len(fake_server.reads) == 1
+    assert len(fake_server.reads) == reads + 1
 
 
 def test_not_primary_is_a_typed_error(make_driver, fake_server):
@@ -314,12 +316,15 @@ def test_udp_reports_and_malformed_input_do_not_break_the_loop(fake_server, bmv2
                 s.sendto(junk, (host, port))
             s.sendto(report(8, 1, 0.55), (host, port))
             s.sendto(report(8, 1, 0.10), (host, port))  # replayed sequence number: dropped
-        # packet-in: garbage frames and one report for job 12 inside Ethernet/IPv4/UDP
+        # packet-in: garbage frames, a report from a port its sender does not live behind, and one report for
+        # job 12 inside Ethernet/IPv4/UDP from the port the switch routes its sender (10.0.0.1) to
         from test_ctl_reports import frame
 
         fake_server.send_packet_in(b"\x00" * 5)
-        fake_server.send_packet_in(frame(b"not a report"))
-        fake_server.send_packet_in(frame(report(12, 1, 0.9)))
+        fake_server.send_packet_in(frame(b"not a report", src="10.0.0.1"))
+        fake_server.send_packet_in(frame(report(13, 1, 0.9), src="10.0.0.1"), ingress_port=2)
+        fake_server.send_packet_in(frame(report(14, 1, 0.9), src="10.0.0.9"), ingress_port=1)
+        fake_server.send_packet_in(frame(report(12, 1, 0.9), src="10.0.0.1"), ingress_port=1)
         deadline = time.monotonic() + 3
         while time.monotonic() < deadline and set(ctl.assignments) != {8, 12}:
             ctl.epoch()
@@ -331,6 +336,7 @@ def test_udp_reports_and_malformed_input_do_not_break_the_loop(fake_server, bmv2
         assert 'netapprox_reports_dropped_total{reason="stale_seq"} 1' in metrics
         assert 'netapprox_reports_dropped_total{reason="truncated"}' in metrics
         assert 'netapprox_reports_dropped_total{reason="not_udp"} 1' in metrics
+        assert 'netapprox_reports_dropped_total{reason="wrong_port"} 2' in metrics  # jobs 13 and 14
         assert "netapprox_reports_accepted_total 2" in metrics
 
 
@@ -423,47 +429,86 @@ def test_run_loop_writes_within_one_epoch_of_a_report(fake_server, bmv2_json, tm
 # --- Tofino code path (against fakes: no Tofino here) -------------------------------------------------
 
 
-class FakeTm:
-    def __init__(self):
-        self.writes = []
-        self.closed = False
+@pytest.fixture
+def bfrt_server():
+    from support.fake_bfrt import FakeBfrtServer
 
-    def port_queues(self, dev_port):
-        from netapprox.controller.p4runtime.tofino_tm import PortQueues
-
-        return PortQueues(dev_port, dev_port >> 7, pg_id=dev_port % 128 // 8, pg_queues=tuple(range(8, 16)))
-
-    def write(self, op):
-        self.writes.append(op)
-
-    def close(self):
-        self.closed = True
+    server = FakeBfrtServer(p4_name="netapprox").start()
+    server.ports[136] = (1, list(range(8, 16)))  # dev_port 136: pipe 1, port group 1, pg_queues 8..15
+    yield server
+    server.stop()
 
 
-def test_tofino_pipeline_packing_tm_config_and_ecn_cells(make_driver, fake_server, tmp_path):
+def tofino_driver(make_driver, tmp_path, bfrt_server, **options):
     (tmp_path / "tofino.bin").write_bytes(b"BIN")
     (tmp_path / "context.json").write_bytes(b"{}")
-    driver = make_driver(target="tofino", tofino_bin=str(tmp_path / "tofino.bin"),
-                         tofino_context=str(tmp_path / "context.json"), prog_name="netapprox", ports=(136,),
-                         buffer_packets=64)
-    tm = FakeTm()
-    driver.tm_client_factory = lambda: tm
+    opts = dict(target="tofino", tofino_bin=str(tmp_path / "tofino.bin"), tofino_context=str(tmp_path / "context.json"),
+                prog_name="netapprox", ports=(136,), buffer_packets=64, bfrt_address=bfrt_server.address)
+    return make_driver(**{**opts, **options})
+
+
+def test_tofino_pipeline_packing_tm_config_and_ecn_cells(make_driver, fake_server, tmp_path, bfrt_server):
+    """bf_switchd over BfRt (a fake server): subscribe, bind to the program, strict priority and buffers written,
+    then read back from the hardware; the TM's drop counters become the queues' drops."""
+    driver = tofino_driver(make_driver, tmp_path, bfrt_server)
     driver.connect()
+    assert driver.queue_config_error is None
     assert fake_server.pipelines[0].config.p4_device_config == (
         b"\x09\x00\x00\x00netapprox" b"\x03\x00\x00\x00BIN" b"\x02\x00\x00\x00{}")
     assert build_tofino_device_config("p", b"", b"") == b"\x01\x00\x00\x00p" + b"\x00" * 8
-    assert tm.closed and len(tm.writes) == 16
-    sched = [w for w in tm.writes if w.table == "tf1.tm.queue.sched_cfg"]
-    buf = [w for w in tm.writes if w.table == "tf1.tm.queue.buffer"]
-    assert [dict(w.data)["max_priority"] for w in sched] == [7, 6, 5, 4, 3, 2, 1, 0]
-    assert [dict(w.key)["pg_queue"] for w in sched] == list(range(8, 16))
-    assert all(w.pipe == 1 and dict(w.key)["pg_id"] == 1 for w in tm.writes)
-    assert all(dict(w.data)["pool_id"] == "EG_APP_POOL_0" for w in buf)
-    assert [dict(w.data)["pool_max_cells"] for w in buf] == [36 * 19] + [(8 - k) * 19 for k in range(1, 8)]
-    assert all(dict(w.data)["dynamic_baf"] == "DISABLE" and dict(w.data)["guaranteed_cells"] == 0 for w in buf)
+    methods = [m for m, _ in bfrt_server.requests]
+    assert methods[:3] == ["StreamChannel", "SetForwardingPipelineConfig", "GetForwardingPipelineConfig"]
+    bind = bfrt_server.requests[1][1]
+    assert bind.action == 0 and [c.p4_name for c in bind.config] == ["netapprox"]  # BIND to the program
+    writes = [r for m, r in bfrt_server.requests if m == "Write"]
+    assert len(writes) == 16 and methods.index("Write") < len(methods) - 1 - methods[::-1].index("Read")
+    assert all(w.target.pipe_id == 1 for w in writes)
+    sched = "tf1.tm.queue.sched_cfg"
+    assert [bfrt_server.field_value(sched, 1, (1, 8 + q), "max_priority") for q in range(8)] == \
+        ["7", "6", "5", "4", "3", "2", "1", "0"]
+    assert [bfrt_server.field_value(sched, 1, (1, 8 + q), "min_priority") for q in range(8)] == \
+        ["7", "6", "5", "4", "3", "2", "1", "0"]
+    buf = "tf1.tm.queue.buffer"
+    assert [bfrt_server.field_value(buf, 1, (1, 8 + q), "pool_max_cells") for q in range(8)] == \
+        [36 * 19] + [(8 - k) * 19 for k in range(1, 8)]
+    assert {bfrt_server.field_value(buf, 1, (1, 8 + q), "pool_id") for q in range(8)} == {"EG_APP_POOL_0"}
+    assert {bfrt_server.field_value(buf, 1, (1, 8 + q), "dynamic_baf") for q in range(8)} == {"DISABLE"}
+    assert {bfrt_server.field_value(buf, 1, (1, 8 + q), "guaranteed_cells") for q in range(8)} == {0}
     driver.apply(SwitchState(ecn_rules=frozenset({EcnRule(0, 20)})))
     (entry,) = fake_server.entries(33554438)
     assert int.from_bytes(entry.action.action.params[0].value, "big") == 20 * 19
+    # TM drops: queue 3 of port 136 is pg_queue 11
+    bfrt_server.drops[(1, 1, 11)] = 17
+    fake_server.counters[(driver._enqueued_id, 136 * 8 + 3)] = (100, 0)
+    fake_server.counters[(driver._transmitted_id, 136 * 8 + 3)] = (80, 0)  # 3 still queued: not drops
+    q3 = next(q for q in driver.read_counters().queues if (q.port, q.qid) == (136, 3))
+    assert (q3.enqueued, q3.transmitted, q3.dropped) == (100, 80, 17)
+    assert driver.stats()["queue_config_ok"] == 1.0
+
+
+def test_tofino_tm_not_as_asked_fails_loudly(make_driver, fake_server, tmp_path, bfrt_server, caplog):
+    """The hardware keeps fewer cells than asked: the read-back names the field, the log says so at ERROR, the
+    metric says 0; forwarding is still programmed."""
+    bfrt_server.max_pool_cells = 100
+    driver = tofino_driver(make_driver, tmp_path, bfrt_server)
+    with caplog.at_level("ERROR"):
+        driver.connect()
+    assert "pool_max_cells is 100, asked 684" in driver.queue_config_error
+    assert "NOT configured" in caplog.text and "pool_max_cells is 100" in caplog.text
+    assert driver.stats()["queue_config_ok"] == 0.0
+    driver.apply(STATE)
+    assert len(fake_server.entries()) == 7
+
+
+def test_tofino_bfrt_errors_are_actionable(make_driver, fake_server, tmp_path, bfrt_server):
+    bfrt_server.p4_name = "other_program"
+    driver = tofino_driver(make_driver, tmp_path, bfrt_server)
+    driver.connect()
+    assert driver.queue_config_error.startswith(f"BfRt server at {bfrt_server.address}: INVALID_ARGUMENT")
+    bfrt_server.p4_name = "netapprox"
+    driver = tofino_driver(make_driver, tmp_path, bfrt_server, ports=(7,))  # a port not added
+    driver.connect()
+    assert "dev_port 7" in driver.queue_config_error and "is the port added?" in driver.queue_config_error
 
 
 def test_tofino_without_artifacts_says_what_to_set(make_driver):
@@ -634,7 +679,7 @@ def test_large_updates_split_into_batches_that_fit_a_write(make_driver, fake_ser
     summary = driver.apply_updates(lambda: SwitchState(job_rules=frozenset(JobRule(j, q) for j, q in jobs.items())),
                                    _updates(jobs, static=True))  # a static update writes synchronously
     assert summary.inserted == 100 and job_entries(fake_server) == jobs
-    assert sorted(len(w.updates) for w in fake_server.writes) == [20, 40, 40]  # pipelined: any order
+    assert sorted(len(w.updates) for w in fake_server.table_writes()) == [20, 40, 40]  # pipelined: any order
 
 
 def test_write_budget_defers_the_rest_and_writes_losing_jobs_first(make_driver, fake_server):
@@ -706,3 +751,63 @@ def test_p4runtime_messages_use_the_fast_protobuf_runtime_when_there_is_one():
     assert protos.p4runtime_pb2.Update.FromString(update.SerializeToString()) == update
     if int(google.protobuf.__version__.split(".")[0]) >= 4:
         assert api_implementation.Type() != "python", "protobuf >= 4 should run on upb: is PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION set?"
+
+
+# --- queue_by_tag: a deadline range written as its prefixes matches what the range does -----------------------
+
+
+def _p4_tag_queue(entries, priority: int, deadline: int) -> int | None:
+    """queue_by_tag evaluated on its P4Runtime entries (range priority, ternary deadline; larger priority wins)."""
+    best = None
+    for e in entries:
+        prio = e.match[0] if e.match and e.match[0].field_id == 1 else None
+        dl = next((m for m in e.match if m.field_id == 2), None)
+        if prio is not None and not (int.from_bytes(prio.range.low, "big") <= priority
+                                     <= int.from_bytes(prio.range.high, "big")):
+            continue
+        if dl is not None and deadline & int.from_bytes(dl.ternary.mask, "big") != int.from_bytes(
+                dl.ternary.value, "big"):
+            continue
+        if best is None or e.priority > best.priority:
+            best = e
+    return None if best is None else int.from_bytes(best.action.action.params[0].value, "big")
+
+
+def test_tag_rules_as_prefixes_classify_like_their_ranges():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from netapprox.controller.reference import tag_order
+
+    driver = P4RuntimeDriver("s1", P4RuntimeOptions(p4info=str(P4INFO), check_bmv2_version=False))
+    bounds = st.integers(0, 2 ** 32 - 1)
+
+    @settings(max_examples=200, deadline=None)
+    @given(rules=st.lists(st.tuples(st.integers(0, 255), st.integers(0, 255), bounds, bounds, st.integers(1, 7)),
+                          min_size=1, max_size=3),
+           priority=st.integers(0, 255), deadline=st.one_of(bounds, st.sampled_from([0, 999, 1000, 2 ** 32 - 1])))
+    def check(rules, priority, deadline):
+        tags = frozenset(TagRule(rank + 1, min(a, b), max(a, b), min(c, d), max(c, d), q)
+                         for rank, (a, b, c, d, q) in enumerate(rules))
+        changes = driver.pending_changes(SwitchState(tag_rules=tags))
+        entries = [c.entry for c in changes if c.table is driver.classification.queue_by_tag]
+        assert len(entries) <= 62 * len(tags)
+        want = next((r.qid for r in sorted(tags, key=tag_order) if r.priority_lo <= priority <= r.priority_hi
+                     and r.deadline_lo_us <= deadline <= r.deadline_hi_us), None)
+        assert _p4_tag_queue(entries, priority, deadline) == want
+
+    check()
+
+
+def test_the_reference_model_never_puts_approximate_traffic_in_queue_zero():
+    from netapprox.controller.reference import reference_queue
+    from netapprox.hostlib import wire
+
+    hdr = wire.Header(type=wire.PacketType.DATA, flags=int(wire.Flags.APPROX), job_id=5, tlr=0x1000)
+    udp = (40000).to_bytes(2, "big") + (7600).to_bytes(2, "big") + (8 + 32).to_bytes(2, "big") + b"\x00\x00"
+    ip = bytes([0x45, 0, 0, 60, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2])
+    packet = ip + udp + wire.encode(hdr, b"")
+    assert reference_queue(SwitchState(job_rules=frozenset({JobRule(5, 0)})), packet) == 1
+    assert reference_queue(SwitchState(tlr_rules=frozenset({TlrRule(0, 0x8000, 0)})), packet) == 1
+    assert reference_queue(SwitchState(job_rules=frozenset({JobRule(5, 3)})), packet) == 3
+    assert reference_queue(SwitchState(job_rules=frozenset({JobRule(6, 0)})), packet[:9] + b"\x06" + packet[10:]) == 0

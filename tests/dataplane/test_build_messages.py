@@ -27,10 +27,10 @@ def test_make_p4_without_p4c_names_p4c():
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
-def test_make_p4_tna_without_bf_p4c_names_the_sde():
+def test_make_p4_tna_without_a_tofino_compiler_names_both():
     # A PATH with make and a shell but without any Tofino compiler, whatever the machine has.
     path = os.pathsep.join(d for d in os.environ.get("PATH", "").split(os.pathsep)
-                           if d and not (pathlib.Path(d) / "bf-p4c").exists())
+                           if d and not any((pathlib.Path(d) / exe).exists() for exe in ("bf-p4c", "p4c-barefoot")))
     res = _make("p4-tna", path=path)
     assert res.returncode != 0
-    assert "bf-p4c" in res.stderr and "SDE" in res.stderr, res.stderr
+    assert "bf-p4c" in res.stderr and "SDE" in res.stderr and "p4c-barefoot" in res.stderr, res.stderr

@@ -21,7 +21,7 @@ TABLES = {
     "NetApproxIngress.forwarding.routes_v4": [("dst_addr", MT.LPM, 32)],
     "NetApproxIngress.classification.queue_by_class": [("ip_proto", MT.TERNARY, 8), ("l4_dport", MT.TERNARY, 16)],
     "NetApproxIngress.classification.queue_by_job": [("job_id", MT.EXACT, 32)],
-    "NetApproxIngress.classification.queue_by_tag": [("priority", MT.RANGE, 8), ("deadline_us", MT.RANGE, 32)],
+    "NetApproxIngress.classification.queue_by_tag": [("priority", MT.RANGE, 8), ("deadline_us", MT.TERNARY, 32)],
     "NetApproxIngress.classification.queue_by_tlr": [("tlr", MT.RANGE, 16)],
     "NetApproxEgress.ecn.ecn_thresholds": [("qid", MT.EXACT, 3)],
 }
@@ -44,7 +44,9 @@ COUNTERS = {
     "NetApproxIngress.enqueued_packets": p4info_pb2.CounterSpec.BOTH,
     "NetApproxEgress.transmitted_packets": p4info_pb2.CounterSpec.BOTH,
     "NetApproxIngress.malformed_packets": p4info_pb2.CounterSpec.PACKETS,
+    "NetApproxIngress.classification.queue0_guard_packets": p4info_pb2.CounterSpec.PACKETS,
 }
+METERS = {"NetApproxIngress.report_meter": (p4info_pb2.MeterSpec.PACKETS, 512)}
 PACKET_METADATA = {
     "packet_in": [("ingress_port", 9), ("_pad", 7)],
     "packet_out": [("egress_port", 9), ("_pad", 7)],
@@ -88,11 +90,17 @@ def test_counters(p4info):
         assert counters[name].spec.unit == unit, name
     assert counters["NetApproxIngress.enqueued_packets"].size >= 512 * 8
     assert counters["NetApproxEgress.transmitted_packets"].size >= 512 * 8
-    assert counters["NetApproxIngress.malformed_packets"].size == 8
+    assert counters["NetApproxIngress.malformed_packets"].size == 16
+    assert counters["NetApproxIngress.classification.queue0_guard_packets"].size == 1
     direct = _by_name(p4info.direct_counters)
     job = direct["NetApproxIngress.classification.job_packets"]
     tables = {t.preamble.id: t.preamble.name for t in p4info.tables}
     assert tables[job.direct_table_id] == "NetApproxIngress.classification.queue_by_job"
+
+
+def test_meters(p4info):
+    meters = {m.preamble.name: (m.spec.unit, m.size) for m in p4info.meters}
+    assert meters == METERS
 
 
 def test_packet_io_metadata(p4info):

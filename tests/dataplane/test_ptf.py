@@ -27,4 +27,4 @@ def test_ptf_suite_passes_on_bmv2():
             switch_log = ns.log_tail(40)
     assert res.returncode == 0, f"PTF suite failed (exit {res.returncode}):\n{res.stdout}\n--- BMv2 ---\n{switch_log}"
     ran = re.search(r"^Ran (\d+) tests? ", res.stdout, flags=re.M)
-    assert ran and int(ran.group(1)) >= 18 and re.search(r"^OK$", res.stdout, flags=re.M), res.stdout
+    assert ran and int(ran.group(1)) >= 21 and re.search(r"^OK$", res.stdout, flags=re.M), res.stdout

@@ -1,7 +1,8 @@
 // NetApprox v1model parser, checksum controls and deparser.
 //
-// Parses packet_out (only on CPU_PORT), Ethernet, IPv4 (no options, first fragment only for L4), UDP,
-// TCP and the ATP header. A UDP packet is ATP when its destination port is ATP_PORT or
+// Parses packet_out (only on CPU_PORT), Ethernet, IPv4 (its fixed 20 bytes; options are left in the
+// payload and such a packet's L4 header is not parsed; first fragment only for L4), UDP, TCP and the ATP
+// header. A UDP packet is ATP when its destination port is ATP_PORT or
 // ATP_REPORT_DST_PORT, or its source port is ATP_PORT (docs/wire-format.md, Transport).
 //
 // Errors: BMv2 does not drop on a parser error; the packet reaches ingress with
@@ -37,6 +38,8 @@ parser NetApproxParser(packet_in packet,
 
     state parse_ipv4 {
         packet.extract(hdr.ipv4);
+        local_md.ipv4_tos_word = hdr.ipv4.version ++ hdr.ipv4.ihl ++ hdr.ipv4.dscp ++ hdr.ipv4.ecn;
+        local_md.ipv4_ttl_word = hdr.ipv4.ttl ++ hdr.ipv4.protocol;
         transition select(hdr.ipv4.ihl, hdr.ipv4.frag_offset, hdr.ipv4.protocol) {
             (5, 0, IP_PROTO_UDP): parse_udp;
             (5, 0, IP_PROTO_TCP): parse_tcp;
@@ -65,11 +68,13 @@ parser NetApproxParser(packet_in packet,
     }
 }
 
-// Verifies the IPv4 header checksum; a mismatch sets standard_metadata.checksum_error, which
-// NetApproxIngress counts (DROPPED_IPV4_CHECKSUM) and drops.
+// Verifies the IPv4 header checksum of headers without options (ihl == 5, the only ones parsed whole); a
+// mismatch sets standard_metadata.checksum_error, which NetApproxIngress counts (DROPPED_IPV4_CHECKSUM) and
+// drops. A header with options is not verified here (a wrong checksum stays wrong: NetApproxEgress updates
+// it incrementally, and the receiving host drops it).
 control NetApproxVerifyChecksum(inout parsed_headers_t hdr, inout local_metadata_t local_md) {
     apply {
-        verify_checksum(hdr.ipv4.isValid(),
+        verify_checksum(hdr.ipv4.isValid() && hdr.ipv4.ihl == 5,
             { hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.dscp, hdr.ipv4.ecn, hdr.ipv4.total_len,
               hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.frag_offset, hdr.ipv4.ttl,
               hdr.ipv4.protocol, hdr.ipv4.src_addr, hdr.ipv4.dst_addr },
@@ -77,11 +82,12 @@ control NetApproxVerifyChecksum(inout parsed_headers_t hdr, inout local_metadata
     }
 }
 
-// Recomputes the IPv4 header checksum after the TTL decrement (ingress) and ECN marking (egress).
+// Recomputes the IPv4 header checksum after the TTL decrement (ingress) and ECN marking (egress), for
+// headers without options; NetApproxEgress updates headers with options incrementally.
 // The UDP checksum of rewritten ATP DATA packets is zeroed in egress instead (see NetApproxEgress).
 control NetApproxComputeChecksum(inout parsed_headers_t hdr, inout local_metadata_t local_md) {
     apply {
-        update_checksum(hdr.ipv4.isValid(),
+        update_checksum(hdr.ipv4.isValid() && hdr.ipv4.ihl == 5,
             { hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.dscp, hdr.ipv4.ecn, hdr.ipv4.total_len,
               hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.frag_offset, hdr.ipv4.ttl,
               hdr.ipv4.protocol, hdr.ipv4.src_addr, hdr.ipv4.dst_addr },

@@ -133,7 +133,7 @@ class P4RuntimeTest(BaseTest):
         so tests read the same on v1model and on TNA (where bf-p4c may prefix the pipe name)."""
         self._by_name: dict[tuple[str, str], object] = {}
         seen: dict[tuple[str, str], int] = {}
-        for kind in ("tables", "actions", "counters", "direct_counters", "controller_packet_metadata"):
+        for kind in ("tables", "actions", "counters", "direct_counters", "meters", "controller_packet_metadata"):
             for obj in getattr(self.p4info, kind):
                 parts = obj.preamble.name.split(".")
                 for i in range(len(parts)):

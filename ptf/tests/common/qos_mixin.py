@@ -5,7 +5,7 @@ Every ``add_*`` inserts through P4RuntimeTest.insert, so tearDown removes it aga
 """
 from __future__ import annotations
 
-from scapy.layers.inet import IP, TCP, UDP
+from scapy.layers.inet import IP, TCP, UDP, IPOption
 from scapy.layers.l2 import Ether
 
 from common.base_test import P4RuntimeTest, ipv4_to_int, mac_to_int
@@ -30,6 +30,8 @@ MALFORMED_BAD_TLR = 4
 MALFORMED_BAD_INDEX = 5
 DROPPED_TTL_EXPIRED = 6
 DROPPED_IPV4_CHECKSUM = 7
+DROPPED_REPORT_RATE = 8
+ROUTER_ALERT = b"\x94\x04\x00\x00"  # a 4-byte IPv4 option (RFC 2113): IHL 6
 
 
 def bmv2_priority(qid: int) -> int:
@@ -64,9 +66,14 @@ class QosHelper(P4RuntimeTest):
             "classification.queue_by_job", {"job_id": job_id}, action, {"qid": qid}))
 
     def add_queue_by_tag(self, rank: int, priority: tuple[int, int], deadline_us: tuple[int, int], qid: int):
-        return self.insert(self.table_entry(
-            "classification.queue_by_tag", {"priority": priority, "deadline_us": deadline_us},
+        """One CadentFlow rule: deadline_us is a ternary key (Tofino range keys are <= 20 bits), so the range
+        is written as its prefixes, as the controller does (controller.p4runtime.classification.tag_entries)."""
+        from netapprox.controller.model import prefix_split
+
+        return [self.insert(self.table_entry(
+            "classification.queue_by_tag", {"priority": priority, "deadline_us": (value, mask)},
             "classification.set_queue", {"qid": qid}, priority=rank))
+            for value, mask in prefix_split(*deadline_us, 32)]
 
     def add_queue_by_tlr(self, tlr_lo: int, tlr_hi: int, qid: int, rank: int = 1):
         return self.insert(self.table_entry(
@@ -97,6 +104,26 @@ class QosHelper(P4RuntimeTest):
 
     def malformed_count(self, reason: int) -> int:
         return self.read_counter("malformed_packets", reason)[0]
+
+    def queue0_guard_count(self) -> int:
+        return self.read_counter("queue0_guard_packets", 0)[0]
+
+    # --- the REPORT punt meter (P4Runtime MeterEntry) ------------------------------------------------
+    def set_report_meter(self, port: int, rate_pps: int, burst: int) -> None:
+        """Rate-limit REPORTs punted from ``port`` (cir = pir); tearDown resets the cell to unconfigured."""
+        from netapprox.controller.p4runtime.protos import p4runtime_pb2
+
+        def entity(config):
+            e = p4runtime_pb2.Entity()
+            e.meter_entry.meter_id = self.p4id("meters", "report_meter")
+            e.meter_entry.index.index = port
+            if config is not None:
+                e.meter_entry.config.CopyFrom(config)
+            return e
+
+        config = p4runtime_pb2.MeterConfig(cir=rate_pps, cburst=burst, pir=rate_pps, pburst=burst)
+        self._write([self._update(p4runtime_pb2.Update.MODIFY, entity(config))])
+        self.add_cleanup(lambda: self._write([self._update(p4runtime_pb2.Update.MODIFY, entity(None))]))
 
     # --- BMv2 queues (Thrift) ----------------------------------------------------------------------
     def _thrift(self) -> SimpleSwitchThrift:
@@ -139,28 +166,36 @@ class QosHelper(P4RuntimeTest):
 
 
 # --- packets ---------------------------------------------------------------------------------------
+def _ip(src, dst, ttl, ecn, ip_options: bytes) -> IP:
+    ip = IP(src=src, dst=dst, ttl=ttl, tos=ecn, id=1)
+    if ip_options:
+        ip.options = [IPOption(ip_options)]
+    return ip
+
+
 def atp_packet(*, type=wire.PacketType.DATA, flags=0, tlr=0, job_id=1, priority=0,
                deadline_us=wire.NO_DEADLINE, weight=0, pkt_idx=0, pkt_cnt=1, queue=wire.QUEUE_UNSET,
                version=wire.VERSION, sport=40000, dport=wire.DEFAULT_ATP_PORT, src=HOST_A_IP, dst=HOST_B_IP,
-               ecn=0, ttl=64, payload=b"approximate!", length=None) -> Ether:
-    """A complete Ether/IPv4/UDP/ATP frame from host A, checksums computed (frozen as bytes)."""
+               ecn=0, ttl=64, payload=b"approximate!", length=None, ip_options=b"") -> Ether:
+    """A complete Ether/IPv4/UDP/ATP frame from host A, checksums computed (frozen as bytes); ``ip_options``
+    (raw bytes, a multiple of 4) make the IPv4 header longer than 20 bytes."""
     atp = ATP(version=version, type=int(type), flags=flags, queue=queue, priority=priority, job_id=job_id,
               msg_id=3, group_id=0, tlr=tlr, pkt_idx=pkt_idx, pkt_cnt=pkt_cnt, seq=11,
               deadline_us=deadline_us, weight=weight, length=len(payload) if length is None else length)
-    pkt = (Ether(src=HOST_A_MAC, dst=SWITCH_MAC) / IP(src=src, dst=dst, ttl=ttl, tos=ecn, id=1)
+    pkt = (Ether(src=HOST_A_MAC, dst=SWITCH_MAC) / _ip(src, dst, ttl, ecn, ip_options)
            / UDP(sport=sport, dport=dport) / atp / payload)
     return Ether(bytes(pkt))
 
 
 def udp_packet(*, dport=5001, sport=40000, src=HOST_A_IP, dst=HOST_B_IP, ttl=64, ecn=0,
-               payload=b"x" * 32) -> Ether:
-    pkt = (Ether(src=HOST_A_MAC, dst=SWITCH_MAC) / IP(src=src, dst=dst, ttl=ttl, tos=ecn, id=1)
+               payload=b"x" * 32, ip_options=b"") -> Ether:
+    pkt = (Ether(src=HOST_A_MAC, dst=SWITCH_MAC) / _ip(src, dst, ttl, ecn, ip_options)
            / UDP(sport=sport, dport=dport) / payload)
     return Ether(bytes(pkt))
 
 
-def tcp_packet(*, dport=80, sport=40000, src=HOST_A_IP, dst=HOST_B_IP, ttl=64) -> Ether:
-    pkt = (Ether(src=HOST_A_MAC, dst=SWITCH_MAC) / IP(src=src, dst=dst, ttl=ttl, id=1)
+def tcp_packet(*, dport=80, sport=40000, src=HOST_A_IP, dst=HOST_B_IP, ttl=64, ip_options=b"") -> Ether:
+    pkt = (Ether(src=HOST_A_MAC, dst=SWITCH_MAC) / _ip(src, dst, ttl, 0, ip_options)
            / TCP(sport=sport, dport=dport, flags="S") / (b"y" * 16))
     return Ether(bytes(pkt))
 

@@ -14,6 +14,8 @@
 
 control Classification(in parsed_headers_t hdr, inout ingress_metadata_t ig_md) {
     DirectCounter<bit<64>>(CounterType_t.PACKETS) job_packets;
+    // Approximate packets the tables put in logical queue 0, which is reserved for non-approximate traffic.
+    Counter<bit<64>, bit<1>>(QUEUE0_GUARD_COUNTER_SIZE, CounterType_t.PACKETS) queue0_guard_packets;
 
     action set_queue(logical_queue_t qid) {
         ig_md.bridged.qid = qid;
@@ -53,7 +55,7 @@ control Classification(in parsed_headers_t hdr, inout ingress_metadata_t ig_md) 
     table queue_by_tag {
         key = {
             hdr.atp.priority : range @name("priority");
-            hdr.atp.deadline_us : range @name("deadline_us");
+            hdr.atp.deadline_us : ternary @name("deadline_us");
         }
         actions = {
             set_queue;
@@ -89,6 +91,11 @@ control Classification(in parsed_headers_t hdr, inout ingress_metadata_t ig_md) 
                 if (!tag_hit) {
                     queue_by_tlr.apply();
                 }
+            }
+            // Guard: approximate traffic never enters queue 0, whatever the tables say.
+            if (ig_md.bridged.qid == QUEUE_NON_APPROX) {
+                ig_md.bridged.qid = QUEUE_FIRST_APPROX;
+                queue0_guard_packets.count(0);
             }
         } else {
             ig_md.bridged.qid = QUEUE_NON_APPROX;

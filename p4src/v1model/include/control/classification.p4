@@ -6,14 +6,22 @@
 //                 -> queue_by_class (ternary ip_proto, l4_dport); miss: queue 0
 //   approximate   -> tlr == 1.0 (surplus, ATP_TLR_ONE): queue 7 (QUEUE_LOWEST), no table applies
 //                 -> queue_by_job (exact job_id, direct counter job_packets); hit wins
-//                 -> queue_by_tag (range priority, range deadline_us), only when TAGGED; hit wins
+//                 -> queue_by_tag (range priority, ternary deadline_us), only when TAGGED; hit wins
 //                 -> queue_by_tlr (range tlr); miss: queue 7 (QUEUE_LOWEST)
+//                 -> guard: a table that put approximate traffic in queue 0 is overruled (queue 1), and the
+//                    packet counted in queue0_guard_packets
 // The controller never needs to write default actions: misses are handled here.
+// deadline_us is ternary, not range: Tofino range keys are at most 20 bits wide (bf-p4c rejects the 32-bit
+// slack), so the controller writes a CadentFlow deadline range as its prefixes (controller.model.prefix_split),
+// one entry each with the rule's priority; the ranges the P4Info, the reference model and the kernel switch
+// see are unchanged.
 #ifndef NETAPPROX_V1MODEL_CLASSIFICATION_P4
 #define NETAPPROX_V1MODEL_CLASSIFICATION_P4
 
 control Classification(in parsed_headers_t hdr, inout local_metadata_t local_md) {
     direct_counter(CounterType.packets) job_packets;
+    // Approximate packets the tables put in logical queue 0, which is reserved for non-approximate traffic.
+    counter<bit<1>>(QUEUE0_GUARD_COUNTER_SIZE, CounterType.packets) queue0_guard_packets;
 
     action set_queue(logical_queue_t qid) {
         local_md.qid = qid;
@@ -54,7 +62,7 @@ control Classification(in parsed_headers_t hdr, inout local_metadata_t local_md)
     table queue_by_tag {
         key = {
             hdr.atp.priority : range @name("priority");
-            hdr.atp.deadline_us : range @name("deadline_us");
+            hdr.atp.deadline_us : ternary @name("deadline_us");
         }
         actions = {
             set_queue;
@@ -90,6 +98,11 @@ control Classification(in parsed_headers_t hdr, inout local_metadata_t local_md)
                 if (!tag_hit) {
                     queue_by_tlr.apply();
                 }
+            }
+            // Guard: approximate traffic never enters queue 0, whatever the tables say.
+            if (local_md.qid == QUEUE_NON_APPROX) {
+                local_md.qid = QUEUE_FIRST_APPROX;
+                queue0_guard_packets.count(0);
             }
         } else {
             local_md.qid = QUEUE_NON_APPROX;

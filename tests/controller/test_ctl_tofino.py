@@ -1,0 +1,161 @@
+"""Tofino deployments without a Tofino: the BfRt message schema against the SDE's bfruntime.proto (when one is at
+hand), the Stratum chassis-config queue section parsed as Stratum's ChassisConfig text, and its CLI."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format
+
+from netapprox.controller.p4runtime.bfrt import SCHEMA
+from netapprox.controller.p4runtime.tofino_tm import stratum_queue_config
+from support.proto_text import proto_messages
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _bfruntime_proto() -> Path | None:
+    for candidate in (os.environ.get("NETAPPROX_BFRUNTIME_PROTO"),
+                      os.environ.get("SDE") and
+                      Path(os.environ["SDE"]) / "pkgsrc/bf-drivers/src/bf_rt/proto/bfruntime.proto"):
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    return None
+
+
+BFRUNTIME_PROTO = _bfruntime_proto()
+SCALARS = {"uint32", "int32", "uint64", "bool", "string", "bytes", "float"}
+
+
+@pytest.mark.skipif(BFRUNTIME_PROTO is None, reason="needs the SDE's bfruntime.proto: set NETAPPROX_BFRUNTIME_PROTO "
+                                                    "(open-p4studio: pkgsrc/bf-drivers/src/bf_rt/proto/bfruntime.proto)"
+                                                    " or SDE (the SDE's source tree)")
+def test_the_bfrt_schema_matches_the_sdes_bfruntime_proto():
+    real, enums = proto_messages(BFRUNTIME_PROTO.read_text())
+    for message, fields in SCHEMA.items():
+        assert message in real, f"no message {message} in {BFRUNTIME_PROTO}"
+        for name, number, ftype, *_ in fields:
+            assert name in real[message], f"{message}.{name} not in {BFRUNTIME_PROTO}"
+            real_number, real_type, real_repeated = real[message][name]
+            assert (number, ftype.endswith("*")) == (real_number, real_repeated), f"{message}.{name}"
+            mine = ftype.rstrip("*")
+            if real_type in SCALARS:
+                assert mine == real_type, f"{message}.{name}: {mine} vs {real_type}"
+            elif mine == "int32":  # an enum of the real file, carried as its varint
+                assert any(e.endswith(real_type) for e in enums), f"{message}.{name}: {real_type} is no enum"
+
+
+# --- Stratum: the chassis-config queue section ---------------------------------------------------------------
+
+# The part of Stratum's stratum/hal/lib/common/common.proto (package stratum.hal) the section uses: message,
+# field and enum names and numbers as Stratum declares them (checked against the real file below when given).
+STRATUM_SUBSET = {
+    "ChassisConfig": [("vendor_config", 7, "VendorConfig")],
+    "VendorConfig": [("tofino_config", 2, "TofinoConfig")],
+    "TofinoConfig": [("node_id_to_qos_config", 3, "map<uint64, TofinoConfig.TofinoQosConfig>")],
+    "TofinoConfig.TofinoQosConfig": [("queue_configs", 6, "TofinoConfig.TofinoQosConfig.QueueConfig*")],
+    "TofinoConfig.TofinoQosConfig.QueueConfig": [("port", 1, "uint32"), ("sdk_port", 2, "uint32"),
+                                                 ("queue_mapping", 3, "TofinoConfig.TofinoQosConfig.QueueConfig"
+                                                                      ".QueueMapping*")],
+    "TofinoConfig.TofinoQosConfig.QueueConfig.QueueMapping": [
+        ("queue_id", 1, "int32"), ("priority", 2, "enum:SchedulingPriority"), ("weight", 3, "uint32"),
+        ("minimum_guaranteed_cells", 4, "uint32"), ("pool", 5, "enum:ApplicationPool"),
+        ("base_use_limit", 6, "uint32"), ("baf", 7, "enum:Baf"), ("hysteresis", 8, "uint32")],
+}
+STRATUM_ENUMS = {
+    "SchedulingPriority": ["UNKNOWN_PRIO"] + [f"PRIO_{i}" for i in range(8)],
+    "ApplicationPool": ["UNKNOWN_APP_POOL"] + [f"INGRESS_APP_POOL_{i}" for i in range(4)]
+                       + [f"EGRESS_APP_POOL_{i}" for i in range(4)],
+    "Baf": ["UNKNOWN_BAF", "BAF_1_POINT_5_PERCENT", "BAF_3_PERCENT", "BAF_6_PERCENT", "BAF_11_PERCENT",
+            "BAF_20_PERCENT", "BAF_33_PERCENT", "BAF_50_PERCENT", "BAF_66_PERCENT", "BAF_80_PERCENT", "DISABLE_BAF"],
+}
+
+
+def _stratum_chassis_config_class():
+    F = descriptor_pb2.FieldDescriptorProto
+    fdp = descriptor_pb2.FileDescriptorProto(name="netapprox_test/stratum_subset.proto", package="stratum_subset",
+                                             syntax="proto3")
+    msgs: dict[str, descriptor_pb2.DescriptorProto] = {}
+    for full in STRATUM_SUBSET:
+        parent, _, short = full.rpartition(".")
+        msgs[full] = (msgs[parent].nested_type.add() if parent else fdp.message_type.add())
+        msgs[full].name = short
+    qos = msgs["TofinoConfig.TofinoQosConfig"]
+    for enum, values in STRATUM_ENUMS.items():
+        e = qos.enum_type.add(name=enum)
+        for number, value in enumerate(values):
+            e.value.add(name=value, number=number)
+    for full, fields in STRATUM_SUBSET.items():
+        for name, number, ftype in fields:
+            f = msgs[full].field.add(name=name, number=number, label=F.LABEL_OPTIONAL)
+            if ftype.startswith("map<"):
+                entry = msgs[full].nested_type.add(name="NodeIdToQosConfigEntry")
+                entry.options.map_entry = True
+                entry.field.add(name="key", number=1, type=F.TYPE_UINT64, label=F.LABEL_OPTIONAL)
+                entry.field.add(name="value", number=2, type=F.TYPE_MESSAGE, label=F.LABEL_OPTIONAL,
+                                type_name=".stratum_subset.TofinoConfig.TofinoQosConfig")
+                f.label, f.type = F.LABEL_REPEATED, F.TYPE_MESSAGE
+                f.type_name = ".stratum_subset.TofinoConfig.NodeIdToQosConfigEntry"
+            elif ftype.startswith("enum:"):
+                f.type, f.type_name = F.TYPE_ENUM, ".stratum_subset.TofinoConfig.TofinoQosConfig." + ftype[5:]
+            elif ftype.rstrip("*") in ("uint32", "int32", "uint64"):
+                f.type = getattr(F, "TYPE_" + ftype.upper())
+            else:
+                f.type, f.type_name = F.TYPE_MESSAGE, ".stratum_subset." + ftype.rstrip("*")
+                if ftype.endswith("*"):
+                    f.label = F.LABEL_REPEATED
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("stratum_subset.ChassisConfig"))
+
+
+def test_the_stratum_queue_section_is_a_valid_chassis_config_vendor_config():
+    text = stratum_queue_config([136, 144], 400, node_id=1)
+    config = text_format.Parse(text, _stratum_chassis_config_class()()).vendor_config
+    (entry,) = config.tofino_config.node_id_to_qos_config.items()
+    node, qos = entry
+    assert node == 1
+    assert [q.sdk_port for q in qos.queue_configs] == [136, 144]
+    mappings = qos.queue_configs[0].queue_mapping
+    enum = type(qos).DESCRIPTOR.enum_types_by_name
+    assert [m.queue_id for m in mappings] == list(range(8))
+    assert [enum["SchedulingPriority"].values_by_number[m.priority].name for m in mappings] == \
+        [f"PRIO_{7 - q}" for q in range(8)]
+    assert [m.base_use_limit for m in mappings] == [(400 - 28) * 19] + [(8 - q) * 19 for q in range(1, 8)]
+    assert {enum["Baf"].values_by_number[m.baf].name for m in mappings} == {"DISABLE_BAF"}
+    assert {enum["ApplicationPool"].values_by_number[m.pool].name for m in mappings} == {"EGRESS_APP_POOL_0"}
+    assert {m.minimum_guaranteed_cells for m in mappings} == {0}
+
+
+def _stratum_common_proto() -> Path | None:
+    path = os.environ.get("NETAPPROX_STRATUM_COMMON_PROTO")
+    return Path(path) if path and Path(path).is_file() else None
+
+
+@pytest.mark.skipif(_stratum_common_proto() is None, reason="needs Stratum's common.proto: set "
+                                                          "NETAPPROX_STRATUM_COMMON_PROTO (stratum/hal/lib/common/)")
+def test_the_stratum_subset_matches_stratums_common_proto():
+    real, enums = proto_messages(_stratum_common_proto().read_text())
+    for message, fields in STRATUM_SUBSET.items():
+        for name, number, _ in fields:
+            assert real[message][name][0] == number, f"{message}.{name}"
+    for enum, values in STRATUM_ENUMS.items():
+        assert enums[f"TofinoConfig.TofinoQosConfig.{enum}"] == {v: i for i, v in enumerate(values)}, enum
+
+
+def test_the_stratum_cli_prints_the_section_for_the_example_config():
+    res = subprocess.run([sys.executable, "-m", "netapprox.controller.p4runtime.tofino_tm", "--config",
+                          str(REPO / "controller/examples/tofino.toml")], capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=REPO)
+    assert res.returncode == 0, res.stderr
+    body = res.stdout.split("\n", 1)[1]
+    assert body == stratum_queue_config([136, 144], 400, node_id=1)
+    assert res.stdout.startswith("# switch tor1: 2 ports, 400 packets per port")
+    bad = subprocess.run([sys.executable, "-m", "netapprox.controller.p4runtime.tofino_tm", "--config",
+                          str(REPO / "controller/examples/bmv2.toml")], capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=REPO)
+    assert bad.returncode == 2 and "no p4runtime switch with target = \"tofino\"" in bad.stderr
+    assert "Traceback" not in bad.stderr
