@@ -171,6 +171,11 @@ class SwitchState:
     tag_rules: frozenset[TagRule] = frozenset()
     tlr_rules: frozenset[TlrRule] = frozenset()
     ecn_rules: frozenset[EcnRule] = frozenset()
+    fifo: bool = False
+    """A network-oblivious switch (policy mode ``fifo``, where the papers run their baselines): every packet
+    in queue 0, no approximate classification (surplus, job, tag and TLR tables, the queue-0 guard). The
+    kernel and simulated switches implement it; the P4 program always classifies approximate traffic, so
+    its driver refuses such a state."""
 
     def __post_init__(self) -> None:
         jobs = [r.job_id for r in self.job_rules]

@@ -29,12 +29,10 @@ from netapprox.controller.model import (
     JobRule,
     SwitchState,
     TagRule,
-    TlrRule,
     default_tlr_rules,
     queue_for_tlr,
     queue_range,
 )
-from netapprox.hostlib.wire import TLR_ONE
 
 
 class GroupReport(NamedTuple):
@@ -224,8 +222,7 @@ def tag_rules(cadentflows: tuple[CadentFlow, ...]) -> frozenset[TagRule]:
 def fifo_state(switch: SwitchConfig, config: PolicyConfig) -> SwitchState:
     """A network-oblivious switch: every packet in queue 0 (whose buffer is then the port's whole buffer),
     routes kept, queue 0's ECN marking kept."""
-    return SwitchState(routes=frozenset(switch.routes),
-                       tlr_rules=frozenset({TlrRule(tlr_lo=0, tlr_hi=TLR_ONE, qid=NON_APPROX_QUEUE)}),
+    return SwitchState(routes=frozenset(switch.routes), fifo=True,
                        ecn_rules=frozenset({EcnRule(qid=NON_APPROX_QUEUE, depth_pkts=config.ecn_threshold_pkts)}))
 
 

@@ -71,7 +71,7 @@ def approx_atp_header(packet: bytes, atp_port: int = DEFAULT_ATP_PORT) -> bytes 
 
 def reference_queue(state: SwitchState, packet: bytes, atp_port: int = DEFAULT_ATP_PORT) -> int:
     """The logical queue ``state``'s tables give ``packet`` (bytes from the IPv4 header on)."""
-    if len(packet) < IPV4_MIN_HEADER or packet[0] >> 4 != 4:
+    if len(packet) < IPV4_MIN_HEADER or packet[0] >> 4 != 4 or state.fifo:
         return NON_APPROX_QUEUE
     atp = approx_atp_header(packet, atp_port)
     if atp is not None:

@@ -239,6 +239,8 @@ def compile_filters(state: SwitchState, atp_port: int = DEFAULT_ATP_PORT,
 
     ``routes`` do not apply (the kernel switch bridges) and ``ecn_rules`` are not implemented here.
     """
+    if state.fifo:  # one queue: everything goes by the catch-all entry
+        return {CATCH_ALL_NODE: U32Entry(CATCH_ALL_NODE, (Key(0, 0, 0),), NON_APPROX_QUEUE, "default")}
     nodes = (job_nodes or JobNodes()).assign(r.job_id for r in state.job_rules)
     entries: list[U32Entry] = [U32Entry(SURPLUS_NODE, tuple(_approx_data_keys(atp_port)) + (
         Key(_OFF_TLR_WORD, TLR_ONE, 0xFFFF),), LOWEST_QUEUE, "surplus")]

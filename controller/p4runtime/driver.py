@@ -593,6 +593,9 @@ class P4RuntimeDriver(Driver):
         return dataclasses.replace(self._static, job_rules=frozenset(JobRule(j, q) for j, q in self._jobs.items()))
 
     def _set_desired(self, state: SwitchState) -> None:
+        if state.fifo:
+            raise ConfigError(f"switch {self.name!r}: policy mode fifo needs a kernel or simulated switch; the P4 "
+                              "program always classifies approximate traffic (run the baselines on kernel switches)")
         self._static = dataclasses.replace(state, job_rules=frozenset())
         self._jobs = {r.job_id: r.qid for r in state.job_rules}
         self._adopted -= set(self._jobs)

@@ -167,3 +167,22 @@ def test_u32_layout_agrees_with_the_logical_tables(state, job, tlr, flags, prior
     assert u32 == ref
     if ptype == wire.PacketType.DATA and flags & wire.Flags.APPROX and dport == ATP and proto == 17:
         assert ref != 0, "approximate traffic in queue 0: the guard failed"
+
+
+def test_a_fifo_switch_puts_every_packet_in_queue_0():
+    """Policy mode fifo (the baselines' network-oblivious switch): surplus, job, tag and TLR rules do not apply
+    and nothing is guarded into queue 1; the kernel switch compiles it to its catch-all entry alone."""
+    state = SwitchState(fifo=True, job_rules=frozenset({JobRule(42, 2)}), tlr_rules=default_tlr_rules())
+    for pkt in (atp_data(job=42, tlr=0), atp_data(job=7, tlr=wire.TLR_ONE), atp_data(job=7, tlr=0x7000),
+                atp_data(job=42, flags=0), ipv4_udp(bytes(100), 5201)):
+        assert both(state, pkt) == (0, 0)
+    assert [e.table for e in ks.compile_filters(state).values()] == ["default"]
+
+
+def test_the_p4_driver_refuses_a_fifo_state():
+    from netapprox.controller.errors import ConfigError
+    from netapprox.controller.p4runtime.driver import P4RuntimeDriver
+    d = P4RuntimeDriver.__new__(P4RuntimeDriver)
+    d.name = "s1"
+    with pytest.raises(ConfigError, match="fifo needs a kernel"):
+        d._set_desired(SwitchState(fifo=True))

@@ -170,7 +170,7 @@ def test_losing_job_moves_up_one_queue_and_never_down_while_it_loses():
 
 
 def test_fifo_and_static_modes_ignore_reports_for_placement():
-    for mode, job_rules, tlr_qids in (("fifo", set(), {0}), ("static", {(4, 2)}, {1, 2, 3, 4, 5, 6, 7})):
+    for mode, job_rules, tlr_qids in (("fifo", set(), set()), ("static", {(4, 2)}, {1, 2, 3, 4, 5, 6, 7})):
         clock, driver = Clock(), ScriptedDriver()
         with make(driver, clock, policy=PolicyConfig(mode=mode, pinned=((4, 2),))) as ctl:
             assert ctl.connect(5)
@@ -179,6 +179,7 @@ def test_fifo_and_static_modes_ignore_reports_for_placement():
         state = driver.applied[-1]
         assert {(r.job_id, r.qid) for r in state.job_rules} == job_rules, mode
         assert {r.qid for r in state.tlr_rules} == tlr_qids, mode
+        assert state.fifo == (mode == "fifo")
 
 
 def test_reconfigure_applies_at_the_next_epoch():
