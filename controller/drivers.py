@@ -8,6 +8,7 @@ controller for P4 switches never imports pyroute2 and vice versa.
 |-------------|----------------------------------------------|-------------------------------------------------|
 | `p4runtime` | the P4 program on BMv2 or Tofino (p4src/)    | ``controller.p4runtime.driver.P4RuntimeDriver`` |
 | `kernel`    | the Linux kernel switch (HTB + u32 + eBPF)   | ``controller.kernel.driver.KernelDriver``       |
+| `sim`       | a simulated switch in ns-3 (controller/sim/) | ``controller.sim.driver.SimDriver``             |
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from netapprox.controller.model import Counters, SwitchState, TableUpdates, Writ
 DRIVER_CLASSES: Mapping[str, str] = {
     "p4runtime": "netapprox.controller.p4runtime.driver:P4RuntimeDriver",
     "kernel": "netapprox.controller.kernel.driver:KernelDriver",
+    "sim": "netapprox.controller.sim.driver:SimDriver",
 }
 """kind -> "module:class" of its driver. ``controller.config`` accepts exactly these kinds."""
 

@@ -1,6 +1,7 @@
 """Skip markers shared by the test suite. A skip always says why."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 
@@ -14,3 +15,6 @@ requires_p4 = pytest.mark.skipif(
     not HAVE_P4,
     reason="needs p4c (p4c-bm2-ss) and BMv2 (simple_switch_grpc >= 1.15.1) on PATH; see docs/dataplane.md",
 )
+
+HAVE_NS3 = importlib.util.find_spec("ns3") is not None
+requires_ns3 = pytest.mark.skipif(not HAVE_NS3, reason="needs ns-3 from PyPI: pip install -e '.[sim]' (make test does)")

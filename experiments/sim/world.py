@@ -1,0 +1,674 @@
+"""One simulated trial in ns-3: a data-center topology, a set of jobs under one protocol, optional background
+traffic and non-approximate flows; the controller's runtime in the loop; unified per-job metrics.
+
+    settings = SimSettings(topology=TopologyConfig(kind="fattree", k=4))
+    trial = run_trial(settings, "atp", jobs, seed=1)          # jobs: [SimJob(job_id, src, dst, workload, msr)]
+    trial["jobs"][0]["jct_s"], trial["queues"], trial["perf"]
+
+Protocols (``PROTOCOLS``):
+
+| protocol | hosts | switches | controller policy |
+|---|---|---|---|
+| ``atp`` | hostlib's default ATP (``adaptive``) through ``hostlib.sim`` | NetApprox (8 queues) | ``netapprox`` |
+| ``atp-full`` / ``atp-paper`` | ATP ``paper`` (eq. 1-3) | NetApprox | ``netapprox`` |
+| ``atp-fixtlr`` | ATP ``fixtlr`` (static TLR = 1 - MSR) | NetApprox | ``netapprox`` |
+| ``atp-fixprio`` | ATP ``paper`` | NetApprox | ``static``, the job pinned to queue_for_tlr(1 - MSR) |
+| ``atp-base``, ``atp-rc``, ``atp-mrdf`` | Fig. 12's ablation chain (``base``; ``fixtlr`` without / with MRDF) | NetApprox | ``netapprox`` |
+| ``dctcp-es``, ``dctcp-ss`` | EarlySend / SampleSend over ns-3 ``TcpDctcp`` | network-oblivious (one queue, ECN) | ``fifo`` |
+| ``udp`` | every message once as ATP-format DATA at line rate | network-oblivious | ``fifo`` |
+
+Every switch is programmed by ``controller.sim.driver.SimDriver`` through the controller's one runtime
+(``controller.runtime.Runtime``), whose ``epoch(now)`` runs every ``SimSettings.epoch_us`` of simulated time;
+hosts' REPORTs reach it ``report_delay_us`` after the sender emits them. docs/simulation.md lists every
+setting and what is and is not modelled.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Any, Callable, Sequence
+
+from netapprox.controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig
+from netapprox.controller.model import queue_for_tlr
+from netapprox.controller.runtime import Runtime
+from netapprox.controller.sim.driver import SimDriver
+from netapprox.controller.sim.switch import queue_limits
+from netapprox.experiments.sim import native
+from netapprox.experiments.sim.topology import PPP_HEADER, Network, TopologyConfig
+from netapprox.experiments.workloads import Flow, JobWorkload
+from netapprox.hostlib import events, wire
+from netapprox.hostlib import sim as host_sim
+from netapprox.hostlib.config import AtpConfig, JobSpec, Message, required_messages
+
+ATP_VARIANTS: dict[str, dict[str, Any]] = {
+    "atp": {"mode": "adaptive", "mrdf": True},
+    "atp-full": {"mode": "paper", "mrdf": True},
+    "atp-paper": {"mode": "paper", "mrdf": True},
+    "atp-fixtlr": {"mode": "fixtlr", "mrdf": True},
+    "atp-fixprio": {"mode": "paper", "mrdf": True},
+    "atp-base": {"mode": "base", "mrdf": False},
+    "atp-rc": {"mode": "fixtlr", "mrdf": False},
+    "atp-mrdf": {"mode": "fixtlr", "mrdf": True},
+}
+"""The emulated experiments' ATP variants (experiments/trial.py), as hostlib AtpConfig knobs."""
+TCP_PROTOCOLS = ("dctcp-es", "dctcp-ss")
+PROTOCOLS = tuple(ATP_VARIANTS) + TCP_PROTOCOLS + ("udp",)
+
+TCP_JOB_HEADER = 17
+TCP_MSG_HEADER = 8
+"""The emulated TCP baselines' framing (experiments/baselines.py): a 17-byte job header, 8 bytes per message."""
+ATP_PORT = wire.DEFAULT_ATP_PORT
+BG_PORT = ATP_PORT
+TCP_JOB_PORT0 = 20000
+FLOW_PORT = 5800
+UDP_JOB_PORT = 7700
+IP_UDP = 28
+
+
+@dataclasses.dataclass(frozen=True)
+class SimSettings:
+    """Everything a simulated trial is configured with besides its jobs. Recorded in every result file."""
+
+    topology: TopologyConfig = TopologyConfig()
+    buffer_packets: int = 1000
+    """Buffer of every switch port, packets (1.5 MB of 1500-byte packets, the NetApprox paper's switch buffer,
+    per port as in ns-2). NetApprox: queue k >= 1 holds 8 - k packets, queue 0 the rest; the oblivious switch:
+    one queue of all of it."""
+    ecn_threshold_pkts: int = 65
+    """ECN marking threshold (packets in the queue ahead): DCTCP's K = 65 (Alizadeh et al. 2010, the NetApprox
+    paper §7.1). Queue 0 of the NetApprox switch and the one queue of the oblivious switch."""
+    host_queue_packets: int = 1000
+    """FIFO under every host NIC (Linux txqueuelen)."""
+    min_rto_us: float = 200.0
+    """TCP minimum RTO (Vasudevan et al., SIGCOMM 2009; pFabric's DCTCP setting); ATP's ``min_loss_timeout_s``
+    is set to the same."""
+    initial_rto_us: float = 1000.0
+    """TCP RTO before the first RTT sample (ns-3 RttEstimator InitialEstimation; RFC 6298 says 1 s, which would
+    make any lost SYN or first segment dominate a µs-scale trial)."""
+    initial_cwnd: int = 10
+    """TCP initial window, segments (RFC 6928, Linux)."""
+    segment_size: int = 1448
+    """TCP MSS: 1500 - 20 (IP) - 20 (TCP) - 12 (timestamps)."""
+    del_ack_count: int = 1
+    """TCP: acknowledge every segment (no delayed ACKs)."""
+    clock_granularity_us: float = 1.0
+    """TCP RTO clock granularity."""
+    tcp_buffer_bytes: int = 4 << 20
+    """TCP send and receive buffers (Linux tcp_wmem/tcp_rmem maximum)."""
+    dctcp_g: float = 1 / 16
+    """DCTCP's alpha gain g."""
+    epoch_us: float = 50.0
+    """Controller epoch (simulated time)."""
+    report_delay_us: float = 5.0
+    """Host REPORT -> controller latency (the control channel is not simulated packet by packet)."""
+    atp_idle_timeout_ms: float = 50.0
+    """ATP sender gives up after this long without an acknowledgement (hostlib's 10 s suits emulation)."""
+    time_limit_ms: float = 200.0
+    """Simulated time after which a trial stops with whatever has not completed counted as failed."""
+    check_us: float = 20.0
+    """How often (simulated) the trial checks whether everything completed."""
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["topology"]["description"] = self.topology.describe()
+        d["base_rtt_us"] = self.topology.base_rtt_s() * 1e6
+        return d
+
+
+@dataclasses.dataclass(frozen=True)
+class SimJob:
+    """One approximate job: ``src`` sends ``workload`` to ``dst`` from ``start_s`` (simulated) with ``msr``."""
+
+    job_id: int
+    src: int
+    dst: int
+    workload: JobWorkload
+    msr: float
+    start_s: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class SimBackground:
+    """Paced UDP from ``src`` to ``dst``'s background address: APPROX with ``tlr``, or non-approximate."""
+
+    src: int
+    dst: int
+    rate_bps: float
+    start_s: float
+    duration_s: float
+    tlr: float | None = None
+
+
+def atp_config(settings: SimSettings, protocol: str) -> AtpConfig:
+    """hostlib's AtpConfig for ``protocol`` at data-center scale: every knob that is a rate or a time scaled
+    to the topology, everything else hostlib's default."""
+    topo = settings.topology
+    rtt = topo.base_rtt_s()
+    wanted = dict(ATP_VARIANTS[protocol],
+                  max_rate_bps=topo.host_gbps * 1e9, overhead_bytes=IP_UDP + PPP_HEADER,
+                  initial_rtt_s=rtt, min_epoch_s=rtt, min_loss_timeout_s=settings.min_rto_us * 1e-6,
+                  idle_timeout_s=settings.atp_idle_timeout_ms * 1e-3,
+                  fin_timeout_s=max(20 * rtt, settings.min_rto_us * 1e-6 * 5),
+                  finished_linger_s=settings.atp_idle_timeout_ms * 1e-3,
+                  queue_packets=tuple(queue_limits(settings.buffer_packets)))
+    known = {f.name for f in dataclasses.fields(AtpConfig)}
+    return AtpConfig(**{k: v for k, v in wanted.items() if k in known})
+
+
+def switch_mode(protocol: str) -> str:
+    return "netapprox" if protocol in ATP_VARIANTS else "fifo"
+
+
+def _set_tcp_defaults(ns: Any, s: SimSettings) -> None:
+    def sd(key: str, value: Any) -> None:
+        ns.Config.SetDefault(key, value)
+
+    sd("ns3::TcpL4Protocol::SocketType", ns.TypeIdValue(ns.TypeId.LookupByName("ns3::TcpDctcp")))
+    sd("ns3::TcpSocket::SegmentSize", ns.UintegerValue(s.segment_size))
+    sd("ns3::TcpSocket::InitialCwnd", ns.UintegerValue(s.initial_cwnd))
+    sd("ns3::TcpSocket::DelAckCount", ns.UintegerValue(s.del_ack_count))
+    sd("ns3::TcpSocket::SndBufSize", ns.UintegerValue(s.tcp_buffer_bytes))
+    sd("ns3::TcpSocket::RcvBufSize", ns.UintegerValue(s.tcp_buffer_bytes))
+    sd("ns3::TcpSocket::ConnTimeout", ns.TimeValue(ns.NanoSeconds(int(s.initial_rto_us * 1000))))
+    sd("ns3::TcpSocketBase::MinRto", ns.TimeValue(ns.NanoSeconds(int(s.min_rto_us * 1000))))
+    sd("ns3::TcpSocketBase::ClockGranularity", ns.TimeValue(ns.NanoSeconds(int(s.clock_granularity_us * 1000))))
+    sd("ns3::RttEstimator::InitialEstimation", ns.TimeValue(ns.NanoSeconds(int(s.initial_rto_us * 1000))))
+    sd("ns3::TcpDctcp::DctcpShiftG", ns.DoubleValue(s.dctcp_g))
+
+
+def tcp_stream(workload: JobWorkload, msr: float, protocol: str, seed: int) -> tuple[int, int]:
+    """(bytes the sender writes, bytes after which the receiver answers) of a TCP baseline job."""
+    from netapprox.experiments.baselines import msr_target, sample_messages
+
+    n = workload.n
+    if protocol == "dctcp-ss":
+        chosen = sample_messages(n, msr, seed)
+        total = TCP_JOB_HEADER + sum(TCP_MSG_HEADER + workload.sizes[i] for i in chosen)
+        return total, total
+    k = msr_target(msr, n)
+    total = TCP_JOB_HEADER + sum(TCP_MSG_HEADER + s for s in workload.sizes)
+    target = TCP_JOB_HEADER + sum(TCP_MSG_HEADER + s for s in workload.sizes[:k])
+    return total, target
+
+
+def lower_bound_s(workload: JobWorkload, msr: float, rate_bps: float) -> float:
+    """The ceil(MSR*N) smallest messages' payload at line rate (experiments.trial.lower_bound_s)."""
+    k = required_messages(msr, workload.n)
+    return sum(sorted(workload.sizes)[:k]) * 8 / rate_bps
+
+
+class _Clock:
+    def __init__(self, ns: Any) -> None:
+        self._now = ns.Simulator.Now
+
+    def __call__(self) -> float:
+        return self._now().GetNanoSeconds() * 1e-9
+
+
+class Trial:
+    """One simulation run. ``run()`` returns the result dict; everything ns-3 is destroyed afterwards."""
+
+    def __init__(self, settings: SimSettings, protocol: str, jobs: Sequence[SimJob], *, seed: int,
+                 background: Sequence[SimBackground] = (), flows: Sequence[Flow] = (),
+                 timeline_job: int | None = None, progress: Callable[[str], None] | None = None,
+                 label: str = "") -> None:
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"protocol {protocol!r}: choose one of {', '.join(PROTOCOLS)}")
+        self.settings = settings
+        self.protocol = protocol
+        self.jobs = list(jobs)
+        self.seed = seed
+        self.background = list(background)
+        self.flows = list(flows)
+        self.timeline_job = timeline_job
+        self.progress = progress
+        self.label = label or protocol
+
+    # -- build --------------------------------------------------------------------------------------
+
+    def run(self) -> dict:
+        ns, g = native.load()
+        self.ns, self.g = ns, g
+        s = self.settings
+        wall0 = time.perf_counter()
+        ns.RngSeedManager.SetSeed(1)
+        ns.RngSeedManager.SetRun(max(1, self.seed))
+        _set_tcp_defaults(ns, s)
+        mode = switch_mode(self.protocol)
+        self.net = Network(ns, g, s.topology, switch_mode=mode, buffer_packets=s.buffer_packets,
+                           host_queue_packets=s.host_queue_packets, seed=self.seed)
+        self.clock = _Clock(ns)
+        self._keep: list[Any] = []  # ns-3 objects the trial must keep alive
+        self._start_controller(mode)
+        build_s = time.perf_counter() - wall0
+        self._job_state: dict[int, dict] = {}
+        if self.protocol in ATP_VARIANTS:
+            self._start_atp()
+        elif self.protocol in TCP_PROTOCOLS:
+            self._start_tcp()
+        else:
+            self._start_udp()
+        self._start_background()
+        self._start_flows()
+        self._schedule(s.epoch_us * 1e-6, self._on_epoch)
+        self._schedule(s.check_us * 1e-6, self._on_check)
+        ns.Simulator.Stop(ns.NanoSeconds(int(s.time_limit_ms * 1e6)))
+        self._wall_run = time.perf_counter()
+        self._last_progress = self._wall_run
+        self._stopped_at: float | None = None
+        ns.Simulator.Run()
+        run_s = time.perf_counter() - self._wall_run
+        sim_end = self.clock()
+        try:
+            result = self._collect(sim_end)
+        finally:
+            self._teardown()
+        result["perf"] = {**result.get("perf", {}), "build_wall_s": build_s, "run_wall_s": run_s,
+                          "sim_time_s": sim_end}
+        hops = result["perf"].get("switch_packets", 0)
+        host_pkts = result["perf"].get("host_packets", 0)
+        result["perf"]["switch_packets_per_wall_s"] = hops / run_s if run_s > 0 else None
+        result["perf"]["host_packets_per_wall_s"] = host_pkts / run_s if run_s > 0 else None
+        return result
+
+    def _schedule(self, delay_s: float, fn: Callable[[], None]) -> None:
+        host_sim.call_later(delay_s, fn)
+
+    def _start_controller(self, mode: str) -> None:
+        s = self.settings
+        if self.protocol == "atp-fixprio":
+            pinned = tuple(sorted((j.job_id, queue_for_tlr(1 - j.msr)) for j in self.jobs))
+            policy = PolicyConfig(mode="static", pinned=pinned, ecn_threshold_pkts=s.ecn_threshold_pkts)
+        else:
+            policy = PolicyConfig(mode="netapprox" if mode == "netapprox" else "fifo",
+                                  ecn_threshold_pkts=s.ecn_threshold_pkts)
+        self.policy = policy
+        cfg = ControllerConfig(
+            switches=tuple(SwitchConfig(name=n, kind="sim") for n in self.net.switches), policy=policy,
+            reports=ReportConfig(port=-1, rate_per_host=1e9, burst=1 << 20), epoch_s=s.epoch_us * 1e-6,
+            counters_every=0, metrics_port=-1)
+        drivers = {n: SimDriver(n, sw) for n, sw in self.net.switches.items()}
+        self.runtime = Runtime(cfg, drivers, clock=self.clock, background_connect=False)
+        # the decision log is the runtime's record of what it decided, at epochs and between them
+        self.decisions: list[dict] = []
+        self.runtime.decision_log.write = self._on_decision_log
+        self.runtime.connect(timeout_s=0)
+        self.runtime.epoch(0.0)  # every switch gets its static tables before the first packet
+
+    def _on_decision_log(self, event: str, **fields: Any) -> None:
+        if event == "job":
+            self.decisions.append({"time": self.clock(), "job": fields.get("job"), "reason": fields.get("reason"),
+                                   "old": fields.get("old_queue"), "new": fields.get("new_queue"),
+                                   "tlr": fields.get("tlr"), "loss": fields.get("loss")})
+
+    def _on_epoch(self) -> None:
+        self.runtime.epoch(self.clock())
+        if self._stopped_at is None:
+            self._schedule(self.settings.epoch_us * 1e-6, self._on_epoch)
+
+    # -- ATP ------------------------------------------------------------------------------------------
+
+    def _start_atp(self) -> None:
+        from netapprox.hostlib.receiver import AtpReceiver
+        from netapprox.hostlib.sim import SimEndpoint
+
+        cfg = atp_config(self.settings, self.protocol)
+        self.atp_config = cfg
+        self._receivers: dict[int, Any] = {}
+        for dst in sorted({j.dst for j in self.jobs}):
+            host = self.net.hosts[dst]
+            rx = AtpReceiver(config=cfg, now=0.0)
+            state = {"results": {}}
+            self._receivers[dst] = (SimEndpoint(host.node, rx, port=ATP_PORT, ip=host.ip,
+                                                on_event=lambda ev, st=state: self._on_rx_event(ev, st)), state)
+        self._endpoints: list[Any] = []
+        for job in self.jobs:
+            self._job_state[job.job_id] = {"job": job, "summary": None, "failed": None, "timeline": []}
+            self._schedule(job.start_s, lambda job=job: self._start_atp_job(job, cfg))
+
+    def _on_rx_event(self, ev: events.Event, state: dict) -> None:
+        if isinstance(ev, events.JobFinished):
+            state["results"][ev.result.job_id] = ev.result
+
+    def _start_atp_job(self, job: SimJob, cfg: AtpConfig) -> None:
+        from netapprox.hostlib.sender import AtpSender
+        from netapprox.hostlib.sim import SimEndpoint
+
+        src, dst = self.net.hosts[job.src], self.net.hosts[job.dst]
+        spec = JobSpec(job_id=job.job_id, msr=job.msr,
+                       messages=tuple(Message(bytes(size)) for size in job.workload.sizes))
+        st = self._job_state[job.job_id]
+        st["start"] = self.clock()
+        sender = AtpSender(spec, config=cfg, peer=(dst.ip, ATP_PORT), now=st["start"])
+        timeline = st["timeline"] if job.job_id == self.timeline_job else None
+        report_key = cfg.report_key
+        source = src.ip_str
+
+        def on_event(ev: events.Event) -> None:
+            if isinstance(ev, events.ReportReady):
+                data = ev.report.encode(report_key)
+                self._schedule(self.settings.report_delay_us * 1e-6, lambda: self._deliver_report(data, source))
+            elif isinstance(ev, events.EpochEnded):
+                if timeline is not None:
+                    timeline.append(ev.as_dict())
+            elif isinstance(ev, events.JobCompleted):
+                st["summary"] = ev.summary
+                st["end"] = self.clock()
+                ep.close()
+            elif isinstance(ev, events.JobFailed):
+                st["failed"] = ev.reason
+                st["end"] = self.clock()
+                ep.close()
+
+        ep = SimEndpoint(src.node, sender, ip=src.ip, on_event=on_event)
+        st["endpoint"] = ep
+        self._endpoints.append(ep)
+        ep.start()
+
+    def _deliver_report(self, data: bytes, source: str) -> None:
+        now = self.clock()
+        self.runtime.ingest(data, source, now)
+        if self.runtime.config.decide_on_arrival:
+            self.runtime.decide_arrivals()
+
+    # -- TCP and UDP baselines ----------------------------------------------------------------------
+
+    def _start_tcp(self) -> None:
+        ns, g = self.ns, self.g
+        ports: dict[int, int] = {}
+        for i, job in enumerate(self.jobs):
+            total, target = tcp_stream(job.workload, job.msr, self.protocol, self.seed * 1000 + job.job_id)
+            port = TCP_JOB_PORT0 + ports.setdefault(job.dst, 0)
+            ports[job.dst] += 1
+            rx = ns.CreateObject[g.netapprox.TcpJobReceiver]()
+            rx.Setup(port, target)
+            self.net.hosts[job.dst].node.AddApplication(rx)
+            rx.SetStartTime(ns.Seconds(0))
+            tx = ns.CreateObject[g.netapprox.TcpJobSender]()
+            tx.Setup(self.net.hosts[job.dst].ip, port, total, self.protocol == "dctcp-es")
+            self.net.hosts[job.src].node.AddApplication(tx)
+            tx.SetStartTime(ns.NanoSeconds(int(round(job.start_s * 1e9))))
+            self._job_state[job.job_id] = {"job": job, "tx": tx, "rx": rx, "total": total, "target": target}
+
+    def _atp_datagrams(self, job_id: int, workload: JobWorkload, *, tlr: float | None) -> list[bytes]:
+        chunk = 1400 - wire.HEADER_LEN
+        flags = int(wire.Flags.APPROX) if tlr is not None else 0
+        tlr_q = wire.tlr_to_q15(tlr) if tlr is not None else 0
+        out, seq = [], 0
+        for mid, size in enumerate(workload.sizes):
+            cnt = max(1, math.ceil(size / chunk))
+            for idx in range(cnt):
+                plen = min(chunk, size - idx * chunk) if size > 0 else 0
+                out.append(wire.encode_data(flags=flags, priority=0, job_id=job_id, msg_id=mid, group_id=0,
+                                            tlr=tlr_q, pkt_idx=idx, pkt_cnt=cnt, seq=seq,
+                                            deadline_us=wire.NO_DEADLINE, weight=0, payload=bytes(plen)))
+                seq += 1
+        return out
+
+    def _start_udp(self) -> None:
+        ns, g = self.ns, self.g
+        counters: dict[int, Any] = {}
+        rate = self.settings.topology.host_gbps * 1e9
+        for job in self.jobs:
+            c = counters.get(job.dst)
+            if c is None:
+                c = counters[job.dst] = ns.CreateObject[g.netapprox.UdpCounter]()
+                c.Setup(self.net.hosts[job.dst].ip, UDP_JOB_PORT)
+                self.net.hosts[job.dst].node.AddApplication(c)
+                c.SetStartTime(ns.Seconds(0))
+            c.SetTarget(job.job_id, required_messages(job.msr, job.workload.n))
+            tx = ns.CreateObject[g.netapprox.UdpBlaster]()
+            tx.Setup(self.net.hosts[job.dst].ip, UDP_JOB_PORT, rate, False, -1)
+            datagrams = self._atp_datagrams(job.job_id, job.workload, tlr=None)
+            for d in datagrams:
+                tx.AddDatagram(d, len(d))
+            self.net.hosts[job.src].node.AddApplication(tx)
+            tx.SetStartTime(ns.NanoSeconds(int(round(job.start_s * 1e9))))
+            self._job_state[job.job_id] = {"job": job, "tx": tx, "rx": c, "packets": len(datagrams)}
+
+    def _start_background(self) -> None:
+        ns, g = self.ns, self.g
+        self._bg_sinks: dict[int, Any] = {}
+        for i, b in enumerate(self.background):
+            dst = self.net.hosts[b.dst]
+            if b.dst not in self._bg_sinks:
+                sink = self._bg_sinks[b.dst] = ns.CreateObject[g.netapprox.UdpCounter]()
+                sink.Setup(dst.bg_ip, BG_PORT)
+                dst.node.AddApplication(sink)
+                sink.SetStartTime(ns.Seconds(0))
+            tx = ns.CreateObject[g.netapprox.UdpBlaster]()
+            stop = int(round((b.start_s + b.duration_s) * 1e9))
+            tx.Setup(dst.bg_ip, BG_PORT, b.rate_bps, True, stop)
+            flags = int(wire.Flags.APPROX) if b.tlr is not None else 0
+            payload = bytes(1400 - wire.HEADER_LEN)
+            for k in range(64):
+                d = wire.encode_data(flags=flags, priority=0, job_id=0xFFFF0000 + i, msg_id=k, group_id=0,
+                                     tlr=wire.tlr_to_q15(b.tlr) if b.tlr is not None else 0, pkt_idx=0,
+                                     pkt_cnt=1, seq=k, deadline_us=wire.NO_DEADLINE, weight=0, payload=payload)
+                tx.AddDatagram(d, len(d))
+            self.net.hosts[b.src].node.AddApplication(tx)
+            tx.SetStartTime(ns.NanoSeconds(int(round(b.start_s * 1e9))))
+            self._keep.append(tx)
+
+    def _start_flows(self) -> None:
+        ns, g = self.ns, self.g
+        self._flow_senders: dict[int, Any] = {}
+        self._flow_sinks: dict[int, Any] = {}
+        for i, f in enumerate(self.flows):
+            if f.dst not in self._flow_sinks:
+                sink = self._flow_sinks[f.dst] = ns.CreateObject[g.netapprox.FlowSink]()
+                sink.Setup(FLOW_PORT)
+                self.net.hosts[f.dst].node.AddApplication(sink)
+                sink.SetStartTime(ns.Seconds(0))
+            tx = self._flow_senders.get(f.src)
+            if tx is None:
+                tx = self._flow_senders[f.src] = ns.CreateObject[g.netapprox.FlowSender]()
+                self.net.hosts[f.src].node.AddApplication(tx)
+                tx.SetStartTime(ns.Seconds(0))
+            tx.AddFlow(i, int(round(f.start_s * 1e9)), self.net.hosts[f.dst].ip, FLOW_PORT, f.size)
+
+    # -- progress and completion ---------------------------------------------------------------------
+
+    def _done_count(self) -> int:
+        n = 0
+        for st in self._job_state.values():
+            if self.protocol in ATP_VARIANTS:
+                n += st.get("summary") is not None or st.get("failed") is not None
+            elif self.protocol in TCP_PROTOCOLS:
+                n += st["tx"].DoneNs() >= 0
+            else:
+                n += st["rx"].TargetNs(st["job"].job_id) >= 0 or (
+                    st["tx"].Sent() >= st["packets"] and self.clock() > st["job"].start_s + 1e-3)
+        return n
+
+    def _flows_done(self) -> bool:
+        if not self.flows:
+            return True
+        done = sum(int(s.Done().size()) for s in self._flow_sinks.values())
+        return done >= len(self.flows)
+
+    def _on_check(self) -> None:
+        now = self.clock()
+        done = self._done_count()
+        finished = done >= len(self.jobs) and self._flows_done() and all(
+            now >= b.start_s + b.duration_s for b in self.background)
+        wall = time.perf_counter()
+        if self.progress is not None and (finished or wall - self._last_progress >= 5.0):
+            self._last_progress = wall
+            self.progress(f"  {self.label}: simulated {now * 1e3:.3f} ms, {done}/{len(self.jobs)} jobs done, "
+                          f"{wall - self._wall_run:.0f} s")
+        if finished:
+            self._stopped_at = now
+            self.ns.Simulator.Stop()
+            return
+        self._schedule(self.settings.check_us * 1e-6, self._on_check)
+
+    # -- results -------------------------------------------------------------------------------------
+
+    def _collect(self, sim_end: float) -> dict:
+        rate = self.settings.topology.host_gbps * 1e9
+        jobs = [self._job_metrics(st, rate) for st in self._job_state.values()]
+        queues = self._queue_stats(sim_end)
+        out: dict[str, Any] = {"protocol": self.protocol, "seed": self.seed, "jobs": jobs, "queues": queues,
+                               "sim_end_s": sim_end, "completed_all": self._stopped_at is not None}
+        if self.flows:
+            out["flows"] = self._flow_records()
+        if self._bg_sinks:
+            out["background_rx"] = {
+                dst: {"datagrams": int(sink.Datagrams()),
+                      "queue_byte": {q: int(sink.QueueSeen(q)) for q in list(range(8)) + [0xFF] if sink.QueueSeen(q)}}
+                for dst, sink in self._bg_sinks.items()}
+        if self.protocol in ATP_VARIANTS:
+            out["atp_config"] = dataclasses.asdict(self.atp_config)
+            reasons: dict[str, int] = {}
+            for d in self.decisions:
+                reasons[d["reason"]] = reasons.get(d["reason"], 0) + 1
+            snap = self.runtime.snapshot()
+            writes = {op: sum(sw[op] for sw in snap["switches"].values()) for op in ("insert", "modify", "delete")}
+            out["controller"] = {"epochs": self.runtime.epochs, "decisions": reasons, "table_writes": writes,
+                                 "reports_accepted": snap["reports_accepted"],
+                                 "reports_dropped": sum(snap["reports_dropped"].values()),
+                                 "policy_mode": self.policy.mode}
+            if self.timeline_job is not None:
+                st = self._job_state.get(self.timeline_job)
+                out["timeline"] = st["timeline"] if st else []
+                out["decisions"] = [d for d in self.decisions if d["job"] == self.timeline_job]
+        out["perf"] = {"switch_packets": queues.pop("_switch_packets"), "host_packets": self._host_packets()}
+        return out
+
+    def _host_packets(self) -> int:
+        n = 0
+        for h in self.net.hosts:
+            tc = h.node.GetObject["ns3::TrafficControlLayer"]()
+            qd = tc.GetRootQueueDiscOnDevice(h.device)
+            if qd:
+                n += int(qd.GetStats().nTotalSentPackets)
+        return n
+
+    def _job_metrics(self, st: dict, rate: float) -> dict:
+        job: SimJob = st["job"]
+        wl = job.workload
+        n = wl.n
+        bound = job.msr * wl.total_bytes * 8 / rate
+        m: dict[str, Any] = {"job_id": job.job_id, "src": job.src, "dst": job.dst, "msr": job.msr, "n": n,
+                             "bytes": wl.total_bytes, "start_s": job.start_s, "bound_s": bound,
+                             "strict_bound_s": lower_bound_s(wl, job.msr, rate), "jct_s": None, "msr_met": False,
+                             "delivered": None, "msg_loss": None, "pkt_loss": None}
+        if self.protocol in ATP_VARIANTS:
+            summ = st.get("summary")
+            if summ is not None:
+                delivered = sum(gs.delivered for gs in summ.groups)
+                lost_ids = summ.lost_ids
+                m.update(jct_s=summ.jct_s, msr_met=summ.msr_met(), delivered=delivered,
+                         msg_loss=len(lost_ids) / n if n else None,
+                         pkt_loss=summ.packets_lost / summ.packets_sent if summ.packets_sent else None,
+                         packets_sent=summ.packets_sent, retransmissions=summ.retransmissions,
+                         receiver_confirmed=summ.receiver_confirmed, final_tlr=[gs.final_tlr for gs in summ.groups],
+                         delivered_bytes_frac=1 - sum(wl.sizes[i] for i in lost_ids if i < n) / max(1, wl.total_bytes))
+            elif st.get("failed"):
+                m["failed"] = st["failed"]
+            ep = st.get("endpoint")
+            if ep is not None:
+                m["host_send_failures"] = ep.send_failures
+        elif self.protocol in TCP_PROTOCOLS:
+            tx, rx = st["tx"], st["rx"]
+            done = tx.DoneNs()
+            stats = tx.Stats()
+            received = int(rx.Received())
+            delivered = _messages_in_stream(wl, received, self.protocol, self.seed * 1000 + job.job_id, job.msr)
+            m.update(jct_s=(done - tx.StartNs()) * 1e-9 if done >= 0 else None, msr_met=done >= 0,
+                     delivered=delivered, msg_loss=0.0 if done >= 0 else None,
+                     pkt_loss=int(stats.retransmissions) / int(stats.segments) if int(stats.segments) else None,
+                     segments=int(stats.segments), retransmissions=int(stats.retransmissions),
+                     timeouts=int(stats.timeouts), ecn_reductions=int(stats.cwr), stream_bytes=st["total"],
+                     bytes_received=received,
+                     delivered_bytes_frac=min(1.0, max(0, received - TCP_JOB_HEADER - TCP_MSG_HEADER * delivered)
+                                              / max(1, wl.total_bytes)))
+        else:
+            tx, rx = st["tx"], st["rx"]
+            t = rx.TargetNs(job.job_id)
+            complete = int(rx.Complete(job.job_id))
+            sent = int(tx.Sent())
+            m.update(jct_s=(t - tx.StartNs()) * 1e-9 if t >= 0 else None, msr_met=t >= 0, delivered=complete,
+                     msg_loss=1 - complete / n, pkt_loss=1 - int(rx.Packets(job.job_id)) / sent if sent else None)
+        if m["jct_s"] is not None and bound > 0:
+            m["jct_over_bound"] = m["jct_s"] / bound
+        return m
+
+    def _queue_stats(self, sim_end: float) -> dict:
+        """Time-average and peak backlog of the switch ports facing the jobs' receivers (NetApprox Fig. 7/8),
+        split into queue 0 and the approximate queues, plus drops and marks over every switch port."""
+        receivers = sorted({j.dst for j in self.jobs})
+        means, peaks, approx_means = [], [], []
+        for h in receivers:
+            sw, port = self.net.host_port(h)
+            qd = self.net.switches[sw].queue_disc(port)
+            span = max(1e-12, sim_end - float(qd.CountersSince()))
+            per_q = [qd.Counters(q) for q in range(8)]
+            means.append(sum(c.backlogIntegral for c in per_q) / span)
+            approx_means.append(sum(c.backlogIntegral for c in per_q[1:]) / span)
+            peaks.append(max(int(c.maxBacklog) for c in per_q))
+        per_queue = [{"enqueued": 0, "dropped": 0, "marked": 0, "max_backlog": 0} for _ in range(8)]
+        tx = 0
+        for sw in self.net.switches.values():
+            for qd in sw.ports.values():
+                for q in range(8):
+                    c = qd.Counters(q)
+                    pq = per_queue[q]
+                    pq["enqueued"] += int(c.enqueued)
+                    pq["dropped"] += int(c.dropped)
+                    pq["marked"] += int(c.marked)
+                    pq["max_backlog"] = max(pq["max_backlog"], int(c.maxBacklog))
+                    tx += int(c.transmitted)
+        return {"receiver_port_mean_pkts": sum(means) / len(means) if means else None,
+                "receiver_port_approx_mean_pkts": sum(approx_means) / len(approx_means) if approx_means else None,
+                "receiver_port_max_pkts": max(peaks) if peaks else None,
+                "switch_drops": sum(p["dropped"] for p in per_queue),
+                "switch_ce_marks": sum(p["marked"] for p in per_queue), "per_queue": per_queue,
+                "_switch_packets": tx}
+
+    def _flow_records(self) -> list[dict]:
+        done: dict[int, int] = {}
+        for sink in self._flow_sinks.values():
+            for item in sink.Done():
+                done[int(item.first)] = int(item.second)
+        out = []
+        for i, f in enumerate(self.flows):
+            t = done.get(i)
+            out.append({"src": f.src, "dst": f.dst, "size": f.size, "trace_size": f.trace_size,
+                        "start_s": f.start_s, "fct_s": (t * 1e-9 - f.start_s) if t is not None else None})
+        return out
+
+    def _teardown(self) -> None:
+        for ep in getattr(self, "_endpoints", []):
+            ep.close()
+        for ep, _st in getattr(self, "_receivers", {}).values():
+            ep.close()
+        self.runtime.close()
+        self.ns.Simulator.Destroy()
+        host_sim.reset()
+        self._keep.clear()
+        self._job_state = {}
+        self.net = None
+        self.runtime = None
+
+
+def _messages_in_stream(wl: JobWorkload, received: int, protocol: str, seed: int, msr: float) -> int:
+    """Complete messages in the first ``received`` bytes of a TCP baseline's stream."""
+    from netapprox.experiments.baselines import sample_messages
+
+    order = sample_messages(wl.n, msr, seed) if protocol == "dctcp-ss" else range(wl.n)
+    left = received - TCP_JOB_HEADER
+    n = 0
+    for i in order:
+        left -= TCP_MSG_HEADER + wl.sizes[i]
+        if left < 0:
+            break
+        n += 1
+    return n
+
+
+def run_trial(settings: SimSettings, protocol: str, jobs: Sequence[SimJob], *, seed: int, **kw: Any) -> dict:
+    """Build, run and tear down one trial (see ``Trial``)."""
+    return Trial(settings, protocol, jobs, seed=seed, **kw).run()

@@ -1,0 +1,73 @@
+"""A few simulated milliseconds of the ns-3 data plane (experiments/sim, controller/sim, hostlib.sim).
+
+One process loads ns-3 once (~15 s); each trial then takes a few seconds. The switch test checks the queue
+disc's traffic manager (per-queue buffers, strict priority, the queue stamp) with controlled UDP traffic;
+the fat-tree tests run real ATP (hostlib) with the controller's runtime in the loop, and DCTCP-EarlySend on
+the network-oblivious switch.
+"""
+from __future__ import annotations
+
+import pytest
+
+from support.skips import requires_ns3
+
+pytestmark = [requires_ns3, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def sim():
+    from netapprox.experiments.sim import world
+    from netapprox.experiments.sim.topology import TopologyConfig
+    from netapprox.experiments.workloads import make_job, pick_receivers
+    world.native.load()
+    return world, TopologyConfig, make_job, pick_receivers
+
+
+def test_switch_queues_buffers_priority_and_stamp(sim):
+    world, TopologyConfig, _make_job, _pick = sim
+    topo = TopologyConfig(kind="clos", leaves=1, spines=1, hosts_per_leaf=3, host_gbps=10)
+    settings = world.SimSettings(topology=topo, buffer_packets=100, time_limit_ms=5)
+    rate = 10e9
+    # hosts 0 and 1 each blast at line rate into host 2: approximate (TLR 0.55 -> queue 4, 4 packets) and
+    # non-approximate (queue 0, 100 - 28 = 72 packets, strict priority)
+    bg = [world.SimBackground(0, 2, rate, 0.0, 1e-3, tlr=0.55), world.SimBackground(1, 2, rate * 0.9, 0.0, 1e-3)]
+    r = world.run_trial(settings, "atp", [], seed=1, background=bg)
+    per_queue = r["queues"]["per_queue"]
+    assert per_queue[4]["max_backlog"] == 4, per_queue[4]
+    assert per_queue[4]["dropped"] > 0
+    assert per_queue[0]["dropped"] == 0 and per_queue[0]["max_backlog"] <= 72
+    assert all(per_queue[q]["enqueued"] == 0 for q in (1, 2, 3, 5, 6, 7))
+    seen = r["background_rx"][2]["queue_byte"]
+    assert set(seen) == {0, 4}, seen  # the last switch stamped the logical queue into every ATP DATA packet
+    assert seen[0] > seen[4] > 0  # queue 0 has strict priority over queue 4
+
+
+def test_fat_tree_atp_with_the_controller_in_the_loop(sim):
+    world, TopologyConfig, make_job, pick_receivers = sim
+    settings = world.SimSettings(topology=TopologyConfig(kind="fattree", k=4), time_limit_ms=20)
+    hosts = list(range(16))
+    dst = pick_receivers(7, hosts, hosts)
+    jobs = [world.SimJob(100 + h, h, dst[h], make_job("fbkv", 700 + h, 150), 0.5 if h % 2 else 0.9) for h in hosts]
+    r = world.run_trial(settings, "atp", jobs, seed=7, timeline_job=100)
+    assert r["completed_all"]
+    assert all(j["msr_met"] and j["jct_s"] > 0 for j in r["jobs"]), [j for j in r["jobs"] if not j["msr_met"]]
+    ctl = r["controller"]
+    assert ctl["epochs"] > 1 and ctl["decisions"]["new"] == len(jobs)  # every job got a queue_by_job entry
+    assert ctl["table_writes"]["insert"] >= len(jobs) * 20  # ... on each of the 20 switches
+    assert ctl["reports_accepted"] > len(jobs) and ctl["reports_dropped"] == 0
+    assert r["sim_end_s"] < 0.02
+    stamped = {q for row in r["timeline"] for q in row["queues"] if int(q) != 0xFF}
+    assert stamped and stamped <= {"1", "2"}, stamped  # MSR 0.9: TLR <= 0.1 -> queue 1 (queue 2 at most)
+    # every job's loss stayed within its bound
+    assert all(j["msg_loss"] <= 1 - j["msr"] + 1e-9 for j in r["jobs"])
+
+
+def test_fat_tree_dctcp_incast_marks_ecn(sim):
+    world, TopologyConfig, make_job, _pick = sim
+    settings = world.SimSettings(topology=TopologyConfig(kind="fattree", k=4), time_limit_ms=20)
+    jobs = [world.SimJob(200 + h, h, 0, make_job("fbkv", 800 + h, 300), 0.9) for h in range(1, 16)]
+    r = world.run_trial(settings, "dctcp-es", jobs, seed=3)
+    assert r["completed_all"] and all(j["msr_met"] for j in r["jobs"])
+    assert r["queues"]["switch_ce_marks"] > 0  # 15 senders into one port: the queue passed K = 65
+    assert r["queues"]["receiver_port_max_pkts"] > settings.ecn_threshold_pkts
+    assert sum(j["ecn_reductions"] for j in r["jobs"]) > 0  # and DCTCP reacted
