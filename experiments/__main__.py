@@ -6,6 +6,8 @@ priority), boundedloss (bounded-loss ML), all; ddp (Fig. 18: PyTorch training ov
 [torch] extra, not part of ``all``).
 Needs root (network namespaces). Results: results/<name>/result.json and PNGs. Every option and ``--set`` value
 is checked before anything runs; a mistake is one line on stderr naming it, exit status 2.
+``python -m netapprox.experiments sim <name>`` runs the data-center-scale simulations in ns-3 instead
+(experiments/sim, docs/simulation.md; no root; needs the [sim] extra).
 """
 from __future__ import annotations
 
@@ -120,6 +122,10 @@ def parse_overrides(items: Sequence[str], fn, checks: dict | None = None) -> dic
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    if args_in[:1] == ["sim"]:
+        from netapprox.experiments.sim.__main__ import main as sim_main
+        return sim_main(args_in[1:])
     p = C.OneLineParser(prog="python -m netapprox.experiments", description=__doc__.split("\n\n")[0])
     p.add_argument("experiment", choices=sorted(EXPERIMENTS) + sorted(SEPARATE) + ["all"])
     p.add_argument("--seeds", type=C.arg(C.integer(ge=0)), nargs="+", default=[1, 2, 3],

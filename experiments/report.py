@@ -2,7 +2,9 @@
 
 ``python -m netapprox.experiments.report [--results results] [--doc docs/results.md] [--img docs/img]``.
 Every number in the page comes from a result file; each section names the command that produced it.
-Plots larger than 200 KB are not copied.
+Plots larger than 200 KB are not copied. Simulation results (``results/sim/<name>``, ``python -m
+netapprox.experiments sim``) get their own section, "At data-center scale (ns-3)", with plots as
+``docs/img/sim_<name>_<plot>.png``.
 """
 from __future__ import annotations
 
@@ -144,10 +146,150 @@ def render(res_dir: Path, doc: Path, img_dir: Path, notes: Path | None = None) -
         for img in copy_plots(res_dir, name, img_dir):
             lines.append(f"![{name} {img}](img/{img})")
         lines.append("")
+    lines += sim_section(res_dir, img_dir)
     text = "\n".join(lines).rstrip() + "\n"
     doc.parent.mkdir(parents=True, exist_ok=True)
     doc.write_text(text)
     return text
+
+
+# --------------------------------------------------------------------------------------------------
+# At data-center scale (ns-3): results/sim/<name>/result.json (experiments/sim, docs/simulation.md)
+
+SIM_TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "alltoall": (("jct_mean_s", "jct_p99_s", "jct_ratio", "msr_met_frac", "loss_within_bound_frac", "pkt_loss",
+                  "tcp_timeouts_per_job", "queue_mean_pkts", "queue_max_pkts"), ("workload", "msr", "protocol")),
+    "incast": (("jct_max_s", "jct_mean_s", "jct_max_s_ratio", "msr_met_frac", "pkt_loss", "tcp_timeouts_per_job",
+                "queue_mean_pkts", "queue_max_pkts"), ("msr", "protocol")),
+    "dynamic": (("jct_mean_s", "jct_ratio", "msr_met_frac", "pkt_loss"), ("msr", "protocol")),
+    "ablation": (("jct_mean_s", "msr_met_frac", "pkt_loss"), ("msr", "protocol")),
+    "coexist": (("fct_all_mean", "fct_all_p99", "fct_small_mean", "fct_small_p99", "fct_all_mean_ratio",
+                 "fct_small_mean_ratio", "flows_all_unfinished", "jct_mean_s", "msr_met_frac"),
+                ("msr", "flow_load", "protocol")),
+    "fairness": (("fbkv_jct_s", "fbkv_msr_met", "jct_mean_s", "msr_met_frac"), ("scheme",)),
+}
+
+SIM_TITLES = {
+    "alltoall": "All-to-all JCT vs MSR and queue length (Fig. 5-8)",
+    "incast": "All-to-one / incast (Fig. 9)",
+    "dynamic": "Dynamic TLR and priority (Fig. 10-11)",
+    "ablation": "ATP technique ablation (Fig. 12)",
+    "coexist": "Co-running non-approximate traffic (Fig. 13)",
+    "fairness": "Job-level fairness (Fig. 14)",
+}
+
+
+def _us(metric: str) -> bool:
+    return metric.endswith("_s") or metric.startswith("fct_") and not metric.endswith("_ratio")
+
+
+def sim_cell(row: dict | None, metric: str) -> str:
+    """Like ``cell``, with times in µs."""
+    if row is None or row.get("n", 0) == 0:
+        return "–"
+    k = 1e6 if _us(metric) else 1.0
+    scaled = {**row, **{f: row[f] * k for f in ("mean", "min", "max") if row.get(f) is not None}}
+    return cell(scaled)
+
+
+def sim_table(result: dict, metrics: Sequence[str], keys: Sequence[str]) -> list[str]:
+    summary = result.get("summary", [])
+    present = [m for m in metrics if any(r["metric"] == m and r["n"] > 0 for r in summary)]
+    groups: dict[str, dict] = {}
+    for r in summary:
+        k = json.dumps([r["params"].get(p) for p in keys])
+        groups.setdefault(k, {"params": r["params"], "rows": {}})["rows"][r["metric"]] = r
+    if not present:
+        return ["(no data)"]
+    used = [k for k in keys if any(k in g["params"] for g in groups.values())]
+    names = [m.replace("_s", "_us") if _us(m) and m.endswith("_s") else m + (" (µs)" if _us(m) else "")
+             for m in present]
+    lines = ["| " + " | ".join(used + names) + " |", "|" + "---|" * (len(used) + len(present))]
+    for _, g in sorted(groups.items(), key=lambda it: [str(it[1]["params"].get(k)) for k in used]):
+        if not any(m in g["rows"] and g["rows"][m].get("n", 0) for m in present):
+            continue
+        lines.append("| " + " | ".join([fmt(g["params"].get(k)) for k in used] +
+                                       [sim_cell(g["rows"].get(m), m) for m in present]) + " |")
+    return lines
+
+
+def _ratio_text(result: dict, metric: str, protocol: str, **params: Any) -> str | None:
+    rows = [r for r in result.get("summary", []) if r["metric"] == metric and r["params"].get("protocol") == protocol
+            and all(r["params"].get(k) == v for k, v in params.items()) and r["n"] > 0]
+    if not rows:
+        return None
+    r = rows[0]
+    return f"{r['mean']:.2f} [{r['min']:.2f}, {r['max']:.2f}]"
+
+
+def sim_headline(results: dict[str, dict]) -> list[str]:
+    """The headline ratios in words, read from the result files (whatever they are)."""
+    lines = []
+    a2a = results.get("alltoall")
+    if a2a:
+        settings = a2a.get("config", {}).get("settings", {})
+        topo = settings.get("topology", {}).get("description", "")
+        for wl in a2a.get("config", {}).get("workloads", []):
+            parts = []
+            for msr in a2a["config"].get("msrs", []):
+                es = _ratio_text(a2a, "jct_ratio", "atp/dctcp-es", workload=wl, msr=msr)
+                ss = _ratio_text(a2a, "jct_ratio", "atp/dctcp-ss", workload=wl, msr=msr)
+                if es or ss:
+                    parts.append(f"MSR {msr}: {es or '–'} / {ss or '–'}")
+            if parts:
+                lines.append(f"- All-to-all {wl.upper()} ({topo}): ATP JCT / DCTCP-ES JCT and / DCTCP-SS JCT, mean "
+                             f"[min, max] over seeds: " + "; ".join(parts) + ".")
+        met = [r for r in a2a.get("summary", []) if r["metric"] == "msr_met_frac" and r["params"].get("protocol") == "atp"
+               and r["n"] > 0]
+        if met:
+            worst = min(r["min"] for r in met)
+            lines.append(f"- ATP jobs that met their MSR (all-to-all): {min(r['mean'] for r in met):.3f} to "
+                         f"{max(r['mean'] for r in met):.3f} of the jobs per run (lowest single run {worst:.3f}).")
+    co = results.get("coexist")
+    if co:
+        parts = []
+        for msr in co.get("config", {}).get("msrs", []):
+            for load in co["config"].get("flow_loads", []):
+                t = _ratio_text(co, "fct_all_mean_ratio", "atp/dctcp-es", msr=msr, flow_load=load)
+                if t:
+                    parts.append(f"MSR {msr}, load {load}: {t}")
+        if parts:
+            lines.append("- Non-approximate flows' mean FCT next to ATP / next to DCTCP-ES: " + "; ".join(parts) + ".")
+    return lines
+
+
+def sim_section(res_dir: Path, img_dir: Path) -> list[str]:
+    """The "At data-center scale (ns-3)" section of docs/results.md, from ``res_dir/sim``."""
+    found = {name: json.loads((res_dir / "sim" / name / "result.json").read_text())
+             for name in SIM_TABLES if (res_dir / "sim" / name / "result.json").exists()}
+    if not found:
+        return []
+    lines = ["## At data-center scale (ns-3)", "",
+             "Packet-level simulations in ns-3 (docs/simulation.md): the same ATP (hostlib, in simulated time), "
+             "the same controller (its runtime in simulated time) programming simulated NetApprox switches, against "
+             "DCTCP-EarlySend/SampleSend over ns-3's TcpDctcp on network-oblivious switches. Generated by "
+             "`python -m netapprox.experiments.report` from `results/sim/`; cells are mean [min, max] over seeds, "
+             "times in µs; `atp/dctcp-es` rows are per-seed ratios (below 1: ATP faster).", ""]
+    lines += sim_headline(found) + [""]
+    for name, result in found.items():
+        metrics, keys = SIM_TABLES[name]
+        env = result.get("environment", {})
+        settings = result.get("config", {}).get("settings", {})
+        lines += [f"### {SIM_TITLES[name]}", "",
+                  f"`sim {name}`: {settings.get('topology', {}).get('description', '?')}; seeds {result.get('seeds')}, "
+                  f"{len(result.get('runs', []))} runs, finished {result.get('finished_utc')}, commit "
+                  f"`{(result.get('git_commit') or '?')[:10]}`, {result.get('config', {}).get('simulator', 'ns-3')}, "
+                  f"{env.get('cpus')} CPUs. Command: `{' '.join(result.get('command') or [])}`.", ""]
+        lines += sim_table(result, metrics, keys) + [""]
+        for png in sorted((res_dir / "sim" / name).glob("*.png")):
+            if png.stat().st_size > MAX_PNG_BYTES:
+                continue
+            img_dir.mkdir(parents=True, exist_ok=True)
+            dest = img_dir / f"sim_{name}_{png.name}"
+            shutil.copyfile(png, dest)
+            lines.append(f"![sim {name} {png.name}](img/{dest.name})")
+        lines.append("")
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -684,10 +684,12 @@ class UdpBlaster : public ns3::Application
         return tid;
     }
 
-    void Setup(uint32_t ip, uint16_t port, double rateBps, bool cycle, int64_t stopNs)
+    // rateBps counts each datagram plus overheadBytes (IP, UDP and link headers).
+    void Setup(uint32_t ip, uint16_t port, double rateBps, uint32_t overheadBytes, bool cycle, int64_t stopNs)
     {
         m_peer = ns3::InetSocketAddress(ns3::Ipv4Address(ip), port);
         m_rate = rateBps;
+        m_overhead = overheadBytes;
         m_cycle = cycle;
         m_stopNs = stopNs;
     }
@@ -710,6 +712,12 @@ class UdpBlaster : public ns3::Application
     int64_t StartNs() const
     {
         return m_startNs;
+    }
+
+    // When the last datagram left (once-through blasters), else -1.
+    int64_t LastNs() const
+    {
+        return m_lastNs;
     }
 
   private:
@@ -747,12 +755,17 @@ class UdpBlaster : public ns3::Application
             m_failed++;
         }
         m_sent++;
-        double bits = 8.0 * (d.size() + 28);
+        if (!m_cycle && m_i >= m_data.size())
+        {
+            m_lastNs = ns3::Simulator::Now().GetNanoSeconds();
+        }
+        double bits = 8.0 * (d.size() + m_overhead);
         m_event = ns3::Simulator::Schedule(ns3::Seconds(bits / m_rate), &UdpBlaster::Next, this);
     }
 
     ns3::Address m_peer;
     double m_rate = 1e9;
+    uint32_t m_overhead = 0;
     bool m_cycle = false;
     int64_t m_stopNs = -1;
     std::vector<std::vector<uint8_t>> m_data;
@@ -760,6 +773,7 @@ class UdpBlaster : public ns3::Application
     uint64_t m_sent = 0;
     uint64_t m_failed = 0;
     int64_t m_startNs = -1;
+    int64_t m_lastNs = -1;
     ns3::Ptr<ns3::Socket> m_socket;
     ns3::EventId m_event;
 };

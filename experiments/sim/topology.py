@@ -93,6 +93,11 @@ class TopologyConfig:
         ser_ack = ser * (ack_bytes + PPP_HEADER) / (packet_bytes + PPP_HEADER)
         return 2 * hops * self.link_delay_us * 1e-6 + ser + ser_ack
 
+    def short(self) -> str:
+        """A plot-title label: ``k=8 fat-tree, 40G``."""
+        shape = f"k={self.k} fat-tree" if self.kind == "fattree" else f"Clos {self.leaves}x{self.hosts_per_leaf}"
+        return f"{shape}, {self.host_gbps:g}G"
+
     def describe(self) -> str:
         if self.kind == "fattree":
             return (f"k={self.k} fat-tree, {self.n_hosts} hosts, {5 * self.k ** 2 // 4} switches, "

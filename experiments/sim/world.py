@@ -64,6 +64,8 @@ TCP_JOB_PORT0 = 20000
 FLOW_PORT = 5800
 UDP_JOB_PORT = 7700
 IP_UDP = 28
+UDP_DRAIN_US = 200.0
+"""UDP baseline: a job's trial waits this long after its last datagram left before counting arrivals."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -419,7 +421,7 @@ class Trial:
                 c.SetStartTime(ns.Seconds(0))
             c.SetTarget(job.job_id, required_messages(job.msr, job.workload.n))
             tx = ns.CreateObject[g.netapprox.UdpBlaster]()
-            tx.Setup(self.net.hosts[job.dst].ip, UDP_JOB_PORT, rate, False, -1)
+            tx.Setup(self.net.hosts[job.dst].ip, UDP_JOB_PORT, rate, IP_UDP + PPP_HEADER, False, -1)
             datagrams = self._atp_datagrams(job.job_id, job.workload, tlr=None)
             for d in datagrams:
                 tx.AddDatagram(d, len(d))
@@ -439,7 +441,7 @@ class Trial:
                 sink.SetStartTime(ns.Seconds(0))
             tx = ns.CreateObject[g.netapprox.UdpBlaster]()
             stop = int(round((b.start_s + b.duration_s) * 1e9))
-            tx.Setup(dst.bg_ip, BG_PORT, b.rate_bps, True, stop)
+            tx.Setup(dst.bg_ip, BG_PORT, b.rate_bps, IP_UDP + PPP_HEADER, True, stop)
             flags = int(wire.Flags.APPROX) if b.tlr is not None else 0
             payload = bytes(1400 - wire.HEADER_LEN)
             for k in range(64):
@@ -477,9 +479,9 @@ class Trial:
                 n += st.get("summary") is not None or st.get("failed") is not None
             elif self.protocol in TCP_PROTOCOLS:
                 n += st["tx"].DoneNs() >= 0
-            else:
-                n += st["rx"].TargetNs(st["job"].job_id) >= 0 or (
-                    st["tx"].Sent() >= st["packets"] and self.clock() > st["job"].start_s + 1e-3)
+            else:  # every datagram sent, and time for the last one to arrive (or be dropped)
+                last = st["tx"].LastNs()
+                n += last >= 0 and self.clock() * 1e9 >= last + UDP_DRAIN_US * 1e3
         return n
 
     def _flows_done(self) -> bool:

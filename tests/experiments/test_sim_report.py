@@ -1,0 +1,44 @@
+"""The "At data-center scale (ns-3)" section of docs/results.md comes from results/sim/<name>/result.json."""
+from __future__ import annotations
+
+from netapprox.experiments import report
+from netapprox.experiments import results as R
+
+
+def _alltoall(res):
+    rf = R.ResultFile("sim-alltoall", {"workloads": ["fbkv"], "msrs": [0.5],
+                                       "settings": {"topology": {"description": "k=4 fat-tree"}}},
+                      [1, 2], res / "sim" / "alltoall", command=["python", "-m", "netapprox.experiments", "sim", "alltoall"])
+    for seed, (atp, es, ss) in ((1, (100e-6, 200e-6, 150e-6)), (2, (120e-6, 200e-6, 100e-6))):
+        for proto, jct in (("atp", atp), ("dctcp-es", es), ("dctcp-ss", ss)):
+            rf.add(seed, {"workload": "fbkv", "msr": 0.5, "protocol": proto}, {"jct_mean_s": jct, "msr_met_frac": 1.0})
+        rf.add(seed, {"workload": "fbkv", "msr": 0.5, "protocol": "atp/dctcp-es"}, {"jct_ratio": atp / es})
+        rf.add(seed, {"workload": "fbkv", "msr": 0.5, "protocol": "atp/dctcp-ss"}, {"jct_ratio": atp / ss})
+    rf.write()
+    R.plot_lines(R.summarize(rf.runs), metric="jct_mean_s", x="msr", series="protocol",
+                 path=rf.out_dir / "jct_fbkv.png", title="t", xlabel="MSR", ylabel="s")
+
+
+def test_sim_section_tables_headline_and_plots(tmp_path):
+    res = tmp_path / "results"
+    _alltoall(res)
+    text = report.render(res, tmp_path / "docs" / "results.md", tmp_path / "docs" / "img")
+    assert "## At data-center scale (ns-3)" in text
+    assert "| workload | msr | protocol | jct_mean_us | jct_ratio | msr_met_frac |" in text
+    assert "| fbkv | 0.500 | atp | 110.0 [100.0, 120.0] | – | 1.000 (n=2) |" in text
+    # per-seed ratios: 0.5 and 0.6 against ES; 0.667 and 1.2 against SS
+    assert "MSR 0.5: 0.55 [0.50, 0.60] / 0.93 [0.67, 1.20]" in text
+    assert "(img/sim_alltoall_jct_fbkv.png)" in text and (tmp_path / "docs" / "img" / "sim_alltoall_jct_fbkv.png").exists()
+
+
+def test_no_sim_results_no_section(tmp_path):
+    text = report.render(tmp_path / "results", tmp_path / "results.md", tmp_path / "img")
+    assert "ns-3" not in text
+
+
+def test_sim_cli_overrides_follow_the_experiment_signature():
+    from netapprox.experiments.__main__ import parse_overrides
+    from netapprox.experiments.sim.runner import exp_alltoall, exp_coexist
+    assert parse_overrides(["msrs=0.5,0.9", "protocols=atp,dctcp-es"], exp_alltoall) == {
+        "msrs": (0.5, 0.9), "protocols": ("atp", "dctcp-es")}
+    assert parse_overrides(["window_ms=1.5"], exp_coexist) == {"window_ms": 1.5}
