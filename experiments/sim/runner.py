@@ -142,7 +142,7 @@ def run_specs(specs: Sequence[TrialSpec], on_result: Callable[[TrialSpec, dict],
     progress(f"{total} trials in {workers} worker processes (each loads ns-3 once)")
     ctx = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker) as pool:
-        futures = {pool.submit(_run_spec, spec): spec for spec in specs}
+        futures = {pool.submit(_run_spec, spec, True): spec for spec in specs}
         for fut in concurrent.futures.as_completed(futures):
             report(futures[fut], fut.result())
 
@@ -234,8 +234,15 @@ def add_ratios(rf: R.ResultFile, keys: Sequence[str], metric: str = "jct_mean_s"
 
 
 def _plain(summary: Sequence[dict]) -> list[dict]:
-    """Summary rows of the protocols themselves (not the per-seed ratio rows), for plots."""
-    return [r for r in summary if "/" not in str(r["params"].get("protocol", ""))]
+    """Summary rows of the protocols themselves (not the per-seed ratio rows), for plots; times in µs."""
+    out = []
+    for r in summary:
+        if "/" in str(r["params"].get("protocol", "")):
+            continue
+        if r["metric"].endswith("_s") or r["metric"].startswith("fct_"):
+            r = {**r, **{k: r[k] * 1e6 for k in ("mean", "median", "min", "max", "std") if r.get(k) is not None}}
+        out.append(r)
+    return out
 
 
 def _result_file(name: str, out: Path, seeds: Sequence[int], scale: SimScale, config: dict) -> R.ResultFile:
@@ -287,7 +294,8 @@ def exp_alltoall(seeds: Sequence[int], out: Path, scale: SimScale, *, msrs=(0.5,
     for wl in workloads:
         fig = 5 if wl == "fbkv" else 6
         R.plot_lines(s, metric="jct_mean_s", x="msr", series="protocol", fixed={"workload": wl},
-                     path=rf.out_dir / f"jct_{wl}.png", title=f"All-to-all JCT, {wl.upper()}, {topo.short()} (cf. Fig. {fig})", xlabel="MSR", ylabel="mean JCT (s)")
+                     path=rf.out_dir / f"jct_{wl}.png", title=f"All-to-all JCT, {wl.upper()}, {topo.short()} (cf. Fig. {fig})",
+                     xlabel="MSR", ylabel="mean JCT (µs)")
         R.plot_bars(s, metric="queue_mean_pkts", group="msr", series="protocol", fixed={"workload": wl},
                     path=rf.out_dir / f"queue_{wl}.png", title=f"Receiver-port queue, {wl.upper()}, {topo.short()} (cf. Fig. {fig + 2})",
                     ylabel="time-average backlog (packets)")
@@ -318,7 +326,7 @@ def exp_incast(seeds: Sequence[int], out: Path, scale: SimScale, *, msrs=(0.5, 0
     rf.write()
     R.plot_lines(_plain(rf.to_dict()["summary"]), metric="jct_max_s", x="msr", series="protocol", path=rf.out_dir / "jct.png",
                  title=f"Incast JCT, FBKV, {topo.short()} (cf. Fig. 9)", xlabel="MSR",
-                 ylabel="JCT of the last job (s)")
+                 ylabel="JCT of the last job (µs)")
     return rf
 
 
@@ -385,7 +393,7 @@ def exp_dynamic(seeds: Sequence[int], out: Path, scale: SimScale, *, msrs=(0.5, 
     rf.write()
     s = _plain(rf.to_dict()["summary"])
     R.plot_bars(s, metric="jct_mean_s", group="msr", series="protocol", path=rf.out_dir / "jct.png",
-                title="Dynamic mechanisms, FBKV with shifting background (cf. Fig. 11)", ylabel="JCT (s)")
+                title="Dynamic mechanisms, FBKV with shifting background (cf. Fig. 11)", ylabel="JCT (µs)")
     if timeline.get("rows"):
         R.plot_timeline(timeline["rows"], fields=[f for f in ("loss", "tlr", "rate_gbps", "queue")
                                                   if any(f in r for r in timeline["rows"])],
@@ -434,9 +442,9 @@ def exp_ablation(seeds: Sequence[int], out: Path, scale: SimScale, *, msrs=(0.5,
                                        (SimJob(1, src, dst, wl, msr, start_s=20e-6),), bg))
     _sweep(rf, specs, workers, progress)
     rf.write()
-    R.plot_bars(rf.to_dict()["summary"], metric="jct_mean_s", group="msr", series="protocol",
+    R.plot_bars(_plain(rf.to_dict()["summary"]), metric="jct_mean_s", group="msr", series="protocol",
                 path=rf.out_dir / "jct.png", title="ATP techniques, FBKV with background (cf. Fig. 12)",
-                ylabel="JCT (s)")
+                ylabel="JCT (µs)")
     return rf
 
 
@@ -483,7 +491,7 @@ def exp_coexist(seeds: Sequence[int], out: Path, scale: SimScale, *, msrs=(0.5, 
         R.plot_lines(s, metric="fct_all_mean", x="flow_load", series="protocol", fixed={"msr": msr},
                      path=rf.out_dir / f"fct_msr{msr}.png",
                      title=f"Non-approx. FCT next to approx. jobs, MSR {msr} (cf. Fig. 13)",
-                     xlabel="non-approximate load (fraction of link)", ylabel="mean FCT (s)")
+                     xlabel="non-approximate load (fraction of link)", ylabel="mean FCT (µs)")
     return rf
 
 
@@ -530,9 +538,9 @@ def exp_fairness(seeds: Sequence[int], out: Path, scale: SimScale, *,
 
     _sweep(rf, specs, workers, progress, metrics)
     rf.write()
-    R.plot_bars(rf.to_dict()["summary"], metric="fbkv_jct_s", group="scheme", series="scheme",
+    R.plot_bars(_plain(rf.to_dict()["summary"]), metric="fbkv_jct_s", group="scheme", series="scheme",
                 path=rf.out_dir / "fbkv_jct.png", title="FBKV JCT next to two FBHD jobs (cf. Fig. 14)",
-                ylabel="FBKV JCT (s)")
+                ylabel="FBKV JCT (µs)")
     return rf
 
 
