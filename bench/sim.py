@@ -11,8 +11,10 @@ DCTCP-ES/SS (ns-3 ``TcpDctcp`` on network-oblivious switches with ECN at K = 65)
     {"sim_atp_over_dctcp_es": {"0.5": x, "0.9": y}, "sim_atp_over_dctcp_ss": {"0.5": .., "0.9": ..}}
 
 each the ratio of mean JCTs over the seeds (ATP / baseline; below 1 = ATP faster), with per-seed ratios, the
-fraction of ATP jobs that met their MSR, and the simulator's speed: simulated packets per wall-clock second
-(packets leaving switch queues, i.e. packet-hops, and packets leaving hosts) over all the trials.
+fraction of ATP jobs that met their MSR, the simulator's speed (simulated packets per wall-clock second:
+packets leaving switch queues, i.e. packet-hops, and packets leaving hosts, over all the trials), and where
+the ATP trials' wall-clock time went (``atp_wall_share``: hostlib's cores, ns-3's send path, the adapter, the
+controller, and the rest of ns-3).
 ``python -m netapprox.bench.sim [--seeds 1 2 3] [--json FILE]``. About 3-5 minutes on two shared cores.
 """
 from __future__ import annotations
@@ -47,18 +49,24 @@ def run(progress: Callable[[str], None] = print, seeds: tuple[int, ...] = (1, 2,
     rows: list[dict[str, Any]] = []
     switch_pkts = host_pkts = 0
     wall = 0.0
+    profile: dict[str, float] = {}
+    profile_calls: dict[str, int] = {}
     for seed in seeds:
         dst = pick_receivers(seed, hosts, hosts)
         workloads = {h: scale.job("fbkv", seed * 1000 + h) for h in hosts}
         for msr in MSRS:
             for proto in PROTOCOLS:
                 jobs = [SimJob(1 + h, h, dst[h], workloads[h], msr) for h in hosts]
-                trial = run_trial(settings, proto, jobs, seed=seed)
+                trial = run_trial(settings, proto, jobs, seed=seed, profile=proto == "atp")
                 m = job_summary(trial)
                 perf = trial["perf"]
                 switch_pkts += perf["switch_packets"]
                 host_pkts += perf["host_packets"]
                 wall += perf["run_wall_s"]
+                for key, sec in perf.get("profile", {}).get("seconds", {}).items():
+                    profile[key] = profile.get(key, 0.0) + sec
+                for key, n in perf.get("profile", {}).get("calls", {}).items():
+                    profile_calls[key] = profile_calls.get(key, 0) + n
                 rows.append({"seed": seed, "msr": msr, "protocol": proto, "jct_mean_s": m["jct_mean_s"],
                              "msr_met_frac": m["msr_met_frac"], "queue_mean_pkts": m["queue_mean_pkts"],
                              "wall_s": perf["run_wall_s"]})
@@ -89,6 +97,9 @@ def run(progress: Callable[[str], None] = print, seeds: tuple[int, ...] = (1, 2,
         "mean_jct_s": {f"{p}@{msr}": mean_jct(p, msr) for p in PROTOCOLS for msr in MSRS},
         "sim_switch_packets_per_wall_s": switch_pkts / wall if wall else None,
         "sim_host_packets_per_wall_s": host_pkts / wall if wall else None,
+        "atp_wall_share": {k: v / sum(profile.values()) for k, v in profile.items()} if profile else {},
+        "atp_wall_us_per_datagram": {k: v / max(1, profile_calls.get("received", 0)) * 1e6 for k, v in profile.items()},
+        "atp_calls": profile_calls,
         "rows": rows, "settings": settings.to_dict(), "wall_s": time.perf_counter() - t0,
     }
 
@@ -112,6 +123,12 @@ def format_table(result: dict) -> str:
     lines += ["", f"ATP jobs that met their MSR: {r(result['atp_msr_met_frac'])}. Simulator speed: "
               f"{result['sim_switch_packets_per_wall_s']:.0f} packet-hops and {result['sim_host_packets_per_wall_s']:.0f} "
               f"host packets per wall-clock second (all trials)."]
+    if result.get("atp_wall_share"):
+        share = result["atp_wall_share"]
+        per = result["atp_wall_us_per_datagram"]
+        lines += ["", "Where the ATP trials' wall-clock time went (hostlib.sim.ProfiledEndpoint; per datagram received):",
+                  "", "| step | share | µs per datagram |", "|---|---:|---:|"]
+        lines += [f"| {k} | {share[k]:.3f} | {per[k]:.1f} |" for k in sorted(share, key=share.get, reverse=True)]
     return "\n".join(lines)
 
 

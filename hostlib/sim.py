@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
+from time import perf_counter as _perf
 from typing import Any, Callable
 
 from netapprox.hostlib import events
@@ -352,6 +353,90 @@ class SimEndpoint:
                 self._ep.CancelTimer()
             else:
                 self._arm(math.ceil(at * 1e9 - 1e-3))
+
+
+class ProfiledEndpoint(SimEndpoint):
+    """A ``SimEndpoint`` that adds the wall-clock time of each step of its loop to ``ProfiledEndpoint.seconds``
+    (shared by all instances; ``reset_profile()`` clears it): ``copy`` (the datagram out of ns-3),
+    ``core_receive`` / ``core_timer`` / ``core_send`` / ``core_timer_query`` / ``core_events`` (the sans-I/O
+    core: receive_datagram, handle_timer, datagrams_to_send, get_timer, next_event and the owner's event
+    handler), ``ns3_send`` (SendTo: cppyy and ns-3's UDP/IP/NIC path) and ``ns3_timer`` (moving the timer
+    event). ``calls`` counts datagrams received, timer firings and datagrams sent."""
+
+    seconds: dict[str, float] = {}
+    calls: dict[str, int] = {}
+
+    @classmethod
+    def reset_profile(cls) -> None:
+        cls.seconds = dict.fromkeys(("copy", "core_receive", "core_timer", "core_send", "ns3_send", "core_events",
+                                     "core_timer_query", "ns3_timer"), 0.0)
+        cls.calls = {"received": 0, "timers": 0, "sent": 0}
+
+    def _on_receive(self, now_ns: int, length: int, src_ip: int, src_port: int, ce: bool) -> None:
+        if self.closed:
+            return
+        t0 = _perf()
+        view = self._ep.Data()
+        view.reshape((length,))
+        data = bytes(view)
+        t1 = _perf()
+        now = now_ns * 1e-9
+        if self._takes_ce:
+            self.core.receive_datagram(data, (src_ip, src_port), now, ce=ce)
+        else:
+            self.core.receive_datagram(data, (src_ip, src_port), now)
+        sec = ProfiledEndpoint.seconds
+        sec["copy"] += t1 - t0
+        sec["core_receive"] += _perf() - t1
+        ProfiledEndpoint.calls["received"] += 1
+        self._pump(now)
+
+    def _on_timer(self, now_ns: int) -> None:
+        if self.closed:
+            return
+        t0 = _perf()
+        now = now_ns * 1e-9
+        self._timer = None
+        self.core.handle_timer(now)
+        ProfiledEndpoint.seconds["core_timer"] += _perf() - t0
+        ProfiledEndpoint.calls["timers"] += 1
+        self._pump(now)
+
+    def _pump(self, now: float) -> None:
+        sec = ProfiledEndpoint.seconds
+        core = self.core
+        send = self._send
+        t0 = _perf()
+        out = core.datagrams_to_send(now)
+        t1 = _perf()
+        for data, (ip, port) in out:
+            if send(data, len(data), ip, port) != 0:
+                self.send_failures += 1
+        t2 = _perf()
+        ProfiledEndpoint.calls["sent"] += len(out)
+        on_event = self.on_event
+        while (ev := core.next_event()) is not None:
+            if on_event is not None:
+                on_event(ev)
+        t3 = _perf()
+        sec["core_send"] += t1 - t0
+        sec["ns3_send"] += t2 - t1
+        sec["core_events"] += t3 - t2
+        if self.closed:
+            return
+        at = core.get_timer()
+        t4 = _perf()
+        sec["core_timer_query"] += t4 - t3
+        if at != self._timer:
+            self._timer = at
+            if at is None:
+                self._ep.CancelTimer()
+            else:
+                self._arm(math.ceil(at * 1e9 - 1e-3))
+        sec["ns3_timer"] += _perf() - t4
+
+
+ProfiledEndpoint.reset_profile()
 
 
 def _accepts_ce(core: Any) -> bool:

@@ -66,7 +66,7 @@ class EcmpRouting : public ns3::Ipv4RoutingProtocol
     // One equal-cost next hop towards host address dst: leave through interface iface to gateway gw.
     void AddRoute(uint32_t dst, uint32_t iface, uint32_t gw)
     {
-        m_routes[dst].push_back({iface, gw});
+        m_routes[dst].push_back({iface, gw, nullptr});
     }
 
     std::size_t NumRoutes() const
@@ -149,6 +149,7 @@ class EcmpRouting : public ns3::Ipv4RoutingProtocol
     {
         uint32_t iface;
         uint32_t gw;
+        ns3::Ptr<ns3::Ipv4Route> route; // built on first use; IPv4 forwarding only reads it
     };
 
     ns3::Ptr<ns3::Ipv4Route> Lookup(const ns3::Ipv4Header& header, ns3::Ptr<const ns3::Packet> p)
@@ -158,7 +159,7 @@ class EcmpRouting : public ns3::Ipv4RoutingProtocol
         {
             return nullptr;
         }
-        const auto& hops = it->second;
+        auto& hops = it->second;
         std::size_t i = 0;
         if (hops.size() > 1)
         {
@@ -175,13 +176,16 @@ class EcmpRouting : public ns3::Ipv4RoutingProtocol
             h = Mix32(h ^ pp);
             i = h % hops.size();
         }
-        const NextHop& hop = hops[i];
-        auto rt = ns3::Create<ns3::Ipv4Route>();
-        rt->SetDestination(header.GetDestination());
-        rt->SetGateway(ns3::Ipv4Address(hop.gw));
-        rt->SetSource(m_ipv4->GetAddress(hop.iface, 0).GetLocal());
-        rt->SetOutputDevice(m_ipv4->GetNetDevice(hop.iface));
-        return rt;
+        NextHop& hop = hops[i];
+        if (!hop.route)
+        {
+            hop.route = ns3::Create<ns3::Ipv4Route>();
+            hop.route->SetDestination(header.GetDestination());
+            hop.route->SetGateway(ns3::Ipv4Address(hop.gw));
+            hop.route->SetSource(m_ipv4->GetAddress(hop.iface, 0).GetLocal());
+            hop.route->SetOutputDevice(m_ipv4->GetNetDevice(hop.iface));
+        }
+        return hop.route;
     }
 
     std::unordered_map<uint32_t, std::vector<NextHop>> m_routes;

@@ -130,7 +130,8 @@ def run_specs(specs: Sequence[TrialSpec], on_result: Callable[[TrialSpec, dict],
         perf = trial["perf"]
         progress(f"[{done}/{total}] {spec.label}: {len(trial['jobs'])} jobs, mean JCT "
                  f"{np.mean(jcts) * 1e6 if jcts else float('nan'):.1f} µs, MSR met {met}/{len(trial['jobs'])}, "
-                 f"{perf['run_wall_s']:.1f} s wall for {perf['sim_time_s'] * 1e3:.2f} ms simulated; "
+                 f"{perf['run_wall_s']:.1f} s wall ({perf.get('run_cpu_s', 0):.1f} s CPU) for "
+                 f"{perf['sim_time_s'] * 1e3:.2f} ms simulated; "
                  f"{elapsed / 60:.1f} min so far, ~{elapsed / done * (total - done) / 60:.1f} min left")
         on_result(spec, trial)
 
@@ -176,6 +177,7 @@ def job_summary(trial: dict) -> dict:
         "queue_max_pkts": q["receiver_port_max_pkts"],
         "switch_drops": q["switch_drops"],
         "wall_s": trial["perf"]["run_wall_s"],
+        "cpu_s": trial["perf"].get("run_cpu_s"),
         "sim_packets_per_wall_s": trial["perf"]["switch_packets_per_wall_s"],
     }
     if any("timeouts" in j for j in jobs):

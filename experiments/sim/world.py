@@ -214,7 +214,9 @@ class Trial:
     def __init__(self, settings: SimSettings, protocol: str, jobs: Sequence[SimJob], *, seed: int,
                  background: Sequence[SimBackground] = (), flows: Sequence[Flow] = (),
                  timeline_job: int | None = None, progress: Callable[[str], None] | None = None,
-                 label: str = "") -> None:
+                 label: str = "", profile: bool = False) -> None:
+        """``profile``: time every step of the ATP endpoints' loops (``hostlib.sim.ProfiledEndpoint``); the
+        result then has ``perf["profile"]``, seconds per step and the rest of the run (ns-3 itself)."""
         if protocol not in PROTOCOLS:
             raise ValueError(f"protocol {protocol!r}: choose one of {', '.join(PROTOCOLS)}")
         self.settings = settings
@@ -226,6 +228,7 @@ class Trial:
         self.timeline_job = timeline_job
         self.progress = progress
         self.label = label or protocol
+        self.profile = profile
 
     # -- build --------------------------------------------------------------------------------------
 
@@ -244,6 +247,8 @@ class Trial:
         self._keep: list[Any] = []  # ns-3 objects the trial must keep alive
         self._start_controller(mode)
         build_s = time.perf_counter() - wall0
+        host_sim.ProfiledEndpoint.reset_profile()
+        self._controller_s = 0.0
         self._job_state: dict[int, dict] = {}
         if self.protocol in ATP_VARIANTS:
             self._start_atp()
@@ -257,21 +262,29 @@ class Trial:
         self._schedule(s.check_us * 1e-6, self._on_check)
         ns.Simulator.Stop(ns.NanoSeconds(int(s.time_limit_ms * 1e6)))
         self._wall_run = time.perf_counter()
+        cpu0 = time.process_time()
         self._last_progress = self._wall_run
         self._stopped_at: float | None = None
         ns.Simulator.Run()
         run_s = time.perf_counter() - self._wall_run
+        cpu_s = time.process_time() - cpu0
         sim_end = self.clock()
         try:
             result = self._collect(sim_end)
         finally:
             self._teardown()
         result["perf"] = {**result.get("perf", {}), "build_wall_s": build_s, "run_wall_s": run_s,
-                          "sim_time_s": sim_end}
+                          "sim_time_s": sim_end, "run_cpu_s": cpu_s,
+                          "controller_wall_s": self._controller_s}
         hops = result["perf"].get("switch_packets", 0)
         host_pkts = result["perf"].get("host_packets", 0)
         result["perf"]["switch_packets_per_wall_s"] = hops / run_s if run_s > 0 else None
         result["perf"]["host_packets_per_wall_s"] = host_pkts / run_s if run_s > 0 else None
+        if self.profile and self.protocol in ATP_VARIANTS:
+            sec = dict(host_sim.ProfiledEndpoint.seconds)
+            sec["controller"] = self._controller_s
+            sec["rest"] = max(0.0, run_s - sum(sec.values()))
+            result["perf"]["profile"] = {"seconds": sec, "calls": dict(host_sim.ProfiledEndpoint.calls)}
         return result
 
     def _schedule(self, delay_s: float, fn: Callable[[], None]) -> None:
@@ -305,15 +318,21 @@ class Trial:
                                    "tlr": fields.get("tlr"), "loss": fields.get("loss")})
 
     def _on_epoch(self) -> None:
+        t0 = time.perf_counter()
         self.runtime.epoch(self.clock())
+        self._controller_s += time.perf_counter() - t0
         if self._stopped_at is None:
             self._schedule(self.settings.epoch_us * 1e-6, self._on_epoch)
 
     # -- ATP ------------------------------------------------------------------------------------------
 
+    def _endpoint_class(self) -> Any:
+        return host_sim.ProfiledEndpoint if self.profile else host_sim.SimEndpoint
+
     def _start_atp(self) -> None:
         from netapprox.hostlib.receiver import AtpReceiver
-        from netapprox.hostlib.sim import SimEndpoint
+
+        SimEndpoint = self._endpoint_class()
 
         cfg = atp_config(self.settings, self.protocol)
         self.atp_config = cfg
@@ -335,8 +354,8 @@ class Trial:
 
     def _start_atp_job(self, job: SimJob, cfg: AtpConfig) -> None:
         from netapprox.hostlib.sender import AtpSender
-        from netapprox.hostlib.sim import SimEndpoint
 
+        SimEndpoint = self._endpoint_class()
         src, dst = self.net.hosts[job.src], self.net.hosts[job.dst]
         spec = JobSpec(job_id=job.job_id, msr=job.msr,
                        messages=tuple(Message(bytes(size)) for size in job.workload.sizes))
@@ -369,10 +388,12 @@ class Trial:
         ep.start()
 
     def _deliver_report(self, data: bytes, source: str) -> None:
+        t0 = time.perf_counter()
         now = self.clock()
         self.runtime.ingest(data, source, now)
         if self.runtime.config.decide_on_arrival:
             self.runtime.decide_arrivals()
+        self._controller_s += time.perf_counter() - t0
 
     # -- TCP and UDP baselines ----------------------------------------------------------------------
 
