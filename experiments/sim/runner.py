@@ -209,7 +209,7 @@ def flow_summary(flows: Sequence[dict]) -> dict:
 def _raw(trial: dict) -> dict:
     """What result.json keeps of a trial: per-job metrics, queues, controller and performance figures."""
     keep = ("protocol", "seed", "jobs", "queues", "sim_end_s", "completed_all", "controller", "perf",
-            "background_rx", "timeline", "decisions")
+            "background_rx", "timeline", "decisions", "atp_config", "tcp_attributes")
     out = {k: trial[k] for k in keep if k in trial}
     if "flows" in trial:
         out["flows"] = trial["flows"]

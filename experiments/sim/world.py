@@ -179,6 +179,30 @@ def _set_tcp_defaults(ns: Any, s: SimSettings) -> None:
     sd("ns3::TcpDctcp::DctcpShiftG", ns.DoubleValue(s.dctcp_g))
 
 
+TCP_ATTRIBUTES = (
+    ("ns3::TcpL4Protocol", ("SocketType", "RecoveryType", "RttEstimatorType")),
+    ("ns3::TcpSocket", ("SegmentSize", "InitialCwnd", "InitialSlowStartThreshold", "DelAckCount", "DelAckTimeout",
+                        "SndBufSize", "RcvBufSize", "ConnTimeout", "TcpNoDelay")),
+    ("ns3::TcpSocketBase", ("MinRto", "ClockGranularity", "Sack", "Timestamp", "WindowScaling", "ReTxThreshold",
+                            "LimitedTransmit", "UseEcn")),
+    ("ns3::TcpDctcp", ("DctcpShiftG", "DctcpAlphaOnInit", "UseEct0")),
+    ("ns3::RttEstimator", ("InitialEstimation",)),
+)
+
+
+def tcp_attributes(ns: Any) -> dict[str, str]:
+    """The TCP settings every baseline socket starts with (ns-3's defaults after ``_set_tcp_defaults``)."""
+    out = {}
+    for type_name, names in TCP_ATTRIBUTES:
+        tid = ns.TypeId.LookupByName(type_name)
+        for i in range(tid.GetAttributeN()):
+            info = tid.GetAttribute(i)
+            name = info.name.decode() if isinstance(info.name, bytes) else str(info.name)
+            if name in names:
+                out[f"{type_name}::{name}"] = str(info.initialValue.SerializeToString(info.checker))
+    return out
+
+
 def tcp_stream(workload: JobWorkload, msr: float, protocol: str, seed: int) -> tuple[int, int]:
     """(bytes the sender writes, bytes after which the receiver answers) of a TCP baseline job."""
     from netapprox.experiments.baselines import msr_target, sample_messages
@@ -542,6 +566,8 @@ class Trial:
                 dst: {"datagrams": int(sink.Datagrams()),
                       "queue_byte": {q: int(sink.QueueSeen(q)) for q in list(range(8)) + [0xFF] if sink.QueueSeen(q)}}
                 for dst, sink in self._bg_sinks.items()}
+        if self.protocol in TCP_PROTOCOLS or self.flows:
+            out["tcp_attributes"] = tcp_attributes(self.ns)
         if self.protocol in ATP_VARIANTS:
             out["atp_config"] = dataclasses.asdict(self.atp_config)
             reasons: dict[str, int] = {}
