@@ -108,7 +108,8 @@ def format_table(result: dict) -> str:
     if "error" in result:
         return f"sim: {result['error']}"
     lines = [f"Setup: {result['setup']}.", "",
-             "| MSR | ATP / DCTCP-ES JCT | ATP / DCTCP-SS JCT | ATP | DCTCP-ES | DCTCP-SS |", "|---|---:|---:|---:|---:|---:|"]
+             "| MSR | ATP / DCTCP-ES JCT | ATP / DCTCP-SS JCT | ATP | DCTCP-ES | DCTCP-SS |",
+             "|---|---:|---:|---:|---:|---:|"]
     h, mj = result["headline"], result["mean_jct_s"]
 
     def us(v: float | None) -> str:
@@ -118,16 +119,17 @@ def format_table(result: dict) -> str:
         return "n/a" if v is None else f"{v:.2f}"
 
     for msr in MSRS:
-        lines.append(f"| {msr} | {r(h['sim_atp_over_dctcp_es'][str(msr)])} | {r(h['sim_atp_over_dctcp_ss'][str(msr)])} | "
-                     f"{us(mj[f'atp@{msr}'])} | {us(mj[f'dctcp-es@{msr}'])} | {us(mj[f'dctcp-ss@{msr}'])} |")
+        es, ss = h["sim_atp_over_dctcp_es"][str(msr)], h["sim_atp_over_dctcp_ss"][str(msr)]
+        lines.append(f"| {msr} | {r(es)} | {r(ss)} | {us(mj[f'atp@{msr}'])} | {us(mj[f'dctcp-es@{msr}'])} | "
+                     f"{us(mj[f'dctcp-ss@{msr}'])} |")
     lines += ["", f"ATP jobs that met their MSR: {r(result['atp_msr_met_frac'])}. Simulator speed: "
-              f"{result['sim_switch_packets_per_wall_s']:.0f} packet-hops and {result['sim_host_packets_per_wall_s']:.0f} "
-              f"host packets per wall-clock second (all trials)."]
+              f"{result['sim_switch_packets_per_wall_s']:.0f} packet-hops and "
+              f"{result['sim_host_packets_per_wall_s']:.0f} host packets per wall-clock second (all trials)."]
     if result.get("atp_wall_share"):
         share = result["atp_wall_share"]
         per = result["atp_wall_us_per_datagram"]
-        lines += ["", "Where the ATP trials' wall-clock time went (hostlib.sim.ProfiledEndpoint; per datagram received):",
-                  "", "| step | share | µs per datagram |", "|---|---:|---:|"]
+        lines += ["", "Where the ATP trials' wall-clock time went (hostlib.sim.ProfiledEndpoint; per datagram "
+                  "received):", "", "| step | share | µs per datagram |", "|---|---:|---:|"]
         lines += [f"| {k} | {share[k]:.3f} | {per[k]:.1f} |" for k in sorted(share, key=share.get, reverse=True)]
     return "\n".join(lines)
 

@@ -239,8 +239,8 @@ def sim_headline(results: dict[str, dict]) -> list[str]:
             if parts:
                 lines.append(f"- All-to-all {wl.upper()} ({topo}): ATP JCT / DCTCP-ES JCT and / DCTCP-SS JCT, mean "
                              f"[min, max] over seeds: " + "; ".join(parts) + ".")
-        met = [r for r in a2a.get("summary", []) if r["metric"] == "msr_met_frac" and r["params"].get("protocol") == "atp"
-               and r["n"] > 0]
+        met = [r for r in a2a.get("summary", [])
+               if r["metric"] == "msr_met_frac" and r["params"].get("protocol") == "atp" and r["n"] > 0]
         if met:
             worst = min(r["min"] for r in met)
             lines.append(f"- ATP jobs that met their MSR (all-to-all): {min(r['mean'] for r in met):.3f} to "

@@ -7,15 +7,18 @@ datagrams and *simulated* time, so simulations run exactly the ATP the real host
     ep.start()                     # at simulated time t (call it from a simulator event)
     ...                            # ns.Simulator.Run(): datagrams and timers drive the core
 
-Addresses are ``(IPv4 address as int, UDP port)`` tuples (``ip_int("10.0.0.1")``). Per datagram, a small
-C++ shim (``_SHIM``, compiled into ns-3 once per process) reads the UDP socket, and calls Python once with
-the datagram's bytes (and whether it arrived CE-marked); the core's answer goes out through the same
-socket. The core's timer (``get_timer()``) is one ns-3 event, moved when it changes, rounded up to the
-next nanosecond (never earlier than 1 ns after now, so a core can never spin at one instant).
+Addresses are ``(IPv4 address as int, UDP port)`` tuples (``ip_int("10.0.0.1")``). A small C++ shim
+(``_SHIM``, compiled into ns-3 once per process) owns each UDP socket and one timer event per endpoint; it
+calls Python once per datagram received (its bytes and whether it arrived CE-marked) and once per timer
+firing, through three process-wide callbacks assigned once (cppyy compiles a wrapper for every Python
+callable stored into a ``std::function``: far too slow per socket or per event). The core's answer goes out
+through the same socket. The timer is moved whenever ``get_timer()`` changes, rounded up to the next
+nanosecond and never earlier than 1 ns after now, so a core can never spin at one instant.
+``call_later(delay_s, fn)`` schedules any Python call in simulated time the same way.
 
-The cost is Python's: about 20-60 µs of wall clock per datagram handled (docs/simulation.md measures
-where it goes); ns-3 itself adds a few µs per hop. ns-3 is an optional extra (``pip install -e .[sim]``);
-importing this module does not import it, ``load()`` does.
+The cost is Python's: hostlib's cores take most of the wall-clock time per datagram; the adapter adds a copy
+and two calls into C++ (``ProfiledEndpoint`` times every step; docs/simulation.md has the numbers). ns-3 is
+an optional extra (``pip install -e .[sim]``); importing this module does not import it, ``load()`` does.
 """
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ import numpy as np
 from netapprox.controller.model import queue_for_tlr
 from netapprox.experiments import results as R
 from netapprox.experiments.sim.topology import TopologyConfig
-from netapprox.experiments.sim.world import ATP_VARIANTS, SimBackground, SimJob, SimSettings, run_trial
+from netapprox.experiments.sim.world import SimBackground, SimJob, SimSettings, run_trial
 from netapprox.experiments.workloads import (
     JobWorkload, make_job, pick_receivers, poisson_arrivals, rng_for, web_search_flows)
 
@@ -296,10 +296,12 @@ def exp_alltoall(seeds: Sequence[int], out: Path, scale: SimScale, *, msrs=(0.5,
     for wl in workloads:
         fig = 5 if wl == "fbkv" else 6
         R.plot_lines(s, metric="jct_mean_s", x="msr", series="protocol", fixed={"workload": wl},
-                     path=rf.out_dir / f"jct_{wl}.png", title=f"All-to-all JCT, {wl.upper()}, {topo.short()} (cf. Fig. {fig})",
+                     path=rf.out_dir / f"jct_{wl}.png",
+                     title=f"All-to-all JCT, {wl.upper()}, {topo.short()} (cf. Fig. {fig})",
                      xlabel="MSR", ylabel="mean JCT (µs)")
         R.plot_bars(s, metric="queue_mean_pkts", group="msr", series="protocol", fixed={"workload": wl},
-                    path=rf.out_dir / f"queue_{wl}.png", title=f"Receiver-port queue, {wl.upper()}, {topo.short()} (cf. Fig. {fig + 2})",
+                    path=rf.out_dir / f"queue_{wl}.png",
+                    title=f"Receiver-port queue, {wl.upper()}, {topo.short()} (cf. Fig. {fig + 2})",
                     ylabel="time-average backlog (packets)")
     return rf
 
@@ -326,8 +328,8 @@ def exp_incast(seeds: Sequence[int], out: Path, scale: SimScale, *, msrs=(0.5, 0
     _sweep(rf, specs, workers, progress)
     add_ratios(rf, ("msr",), metric="jct_max_s")
     rf.write()
-    R.plot_lines(_plain(rf.to_dict()["summary"]), metric="jct_max_s", x="msr", series="protocol", path=rf.out_dir / "jct.png",
-                 title=f"Incast JCT, FBKV, {topo.short()} (cf. Fig. 9)", xlabel="MSR",
+    R.plot_lines(_plain(rf.to_dict()["summary"]), metric="jct_max_s", x="msr", series="protocol",
+                 path=rf.out_dir / "jct.png", title=f"Incast JCT, FBKV, {topo.short()} (cf. Fig. 9)", xlabel="MSR",
                  ylabel="JCT of the last job (µs)")
     return rf
 
