@@ -29,6 +29,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--rate-gbps", type=float, default=SimScale.host_gbps, help="host link rate (40 or 100)")
     p.add_argument("--senders", type=int, default=None,
                    help="all-to-all / incast: this many hosts send a job (default: every host)")
+    p.add_argument("--buffer-packets", type=int, default=SimScale.buffer_packets,
+                   help=f"buffer of every switch port, packets (default {SimScale.buffer_packets})")
     p.add_argument("--fbkv-n", type=int, default=SimScale.fbkv_n)
     p.add_argument("--fbhd-n", type=int, default=SimScale.fbhd_n)
     p.add_argument("--workers", type=int, default=1, help="trials in parallel, one process each (default 1)")
@@ -44,9 +46,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     results.COMMAND[:] = ["python", "-m", "netapprox.experiments", "sim", *(sys.argv[2:] if argv is None else argv)]
     scale = dataclasses.replace(SimScale(), kind=args.topology, k=args.k, host_gbps=args.rate_gbps,
-                                senders=args.senders, fbkv_n=args.fbkv_n, fbhd_n=args.fbhd_n)
+                                senders=args.senders, fbkv_n=args.fbkv_n, fbhd_n=args.fbhd_n,
+                                buffer_packets=args.buffer_packets)
     try:
         scale.topology()
+        if scale.buffer_packets < 29:
+            raise ValueError(f"--buffer-packets {scale.buffer_packets}: queues 1..7 take 28 packets, queue 0 needs one")
     except ValueError as e:
         print(f"sim: {e}", file=sys.stderr)
         return 2
