@@ -51,8 +51,9 @@ class SimScale:
     """Messages per FBKV job (mean item ~365 B: ~365 KB per job)."""
     fbhd_n: int = 40
     """Messages per FBHD job."""
-    fbhd_max: int = 1_000_000
-    """Cap on one FBHD message, bytes (the trace's tail reaches 10 MB; each simulated byte costs Python time)."""
+    fbhd_max: int = 200_000
+    """Cap on one FBHD message, bytes, as in the emulated experiments (the trace's tail reaches 10 MB; every
+    simulated ATP packet costs Python time)."""
     buffer_packets: int = SimSettings.buffer_packets
     ecn_threshold_pkts: int = SimSettings.ecn_threshold_pkts
     min_rto_us: float = SimSettings.min_rto_us
@@ -457,7 +458,7 @@ def exp_ablation(seeds: Sequence[int], out: Path, scale: SimScale, *, msrs=(0.5,
 
 
 def exp_coexist(seeds: Sequence[int], out: Path, scale: SimScale, *, msrs=(0.5, 0.9), loads=(0.1, 0.3, 0.5),
-                protocols=("atp", "dctcp-es"), approx_load: float = 0.2, window_ms: float = 2.0,
+                protocols=("atp", "dctcp-es"), approx_load: float = 0.2, window_ms: float = 3.0,
                 workers: int = 1, progress: Progress = print) -> R.ResultFile:
     """Every host starts FBKV approximate jobs (Poisson, ``approx_load`` of its link) to random hosts and
     web-search DCTCP flows (Poisson, ``load`` of its link, the DCTCP CDF at full size) to random hosts for
@@ -477,7 +478,8 @@ def exp_coexist(seeds: Sequence[int], out: Path, scale: SimScale, *, msrs=(0.5, 
         for msr in msrs:
             ms_jobs = tuple(dataclasses.replace(j, msr=msr) for j in jobs)
             for load in loads:
-                flows = tuple(web_search_flows(seed * 31 + int(load * 100), load=load, link_bps=rate,
+                # ``load`` of every host's link: the generator's rate is for one link, so offer n links' worth
+                flows = tuple(web_search_flows(seed * 31 + int(load * 100), load=load, link_bps=rate * len(hosts),
                                                duration_s=window, senders=hosts, receivers=hosts))
                 for proto in protocols:
                     specs.append(TrialSpec({"msr": msr, "flow_load": load, "protocol": proto}, seed,
