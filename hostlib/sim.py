@@ -206,24 +206,56 @@ _loaded: list[Any] = []
 _endpoints: dict[int, "SimEndpoint"] = {}
 _calls: dict[int, Callable[[], None]] = {}
 _next_id = [1]
+_errors: list[BaseException] = []
+
+
+class SimulationError(RuntimeError):
+    """Python code called from the simulator raised; the simulation was stopped at that instant."""
+
+
+def _failed(err: BaseException) -> None:
+    # An exception cannot cross ns-3's C++ event loop: keep the first one, stop the simulation, and let the
+    # owner re-raise it after Simulator::Run returns (raise_pending).
+    if not _errors:
+        _errors.append(err)
+        from ns import ns  # noqa: PLC0415
+
+        ns.Simulator.Stop()
 
 
 def _dispatch_receive(eid: int, now_ns: int, length: int, ip: int, port: int, ce: bool) -> None:
     ep = _endpoints.get(eid)
     if ep is not None:
-        ep._on_receive(now_ns, length, ip, port, ce)
+        try:
+            ep._on_receive(now_ns, length, ip, port, ce)
+        except BaseException as e:  # noqa: BLE001 - re-raised by raise_pending
+            _failed(e)
 
 
 def _dispatch_timer(eid: int, now_ns: int) -> None:
     ep = _endpoints.get(eid)
     if ep is not None:
-        ep._on_timer(now_ns)
+        try:
+            ep._on_timer(now_ns)
+        except BaseException as e:  # noqa: BLE001
+            _failed(e)
 
 
 def _dispatch_call(token: int, now_ns: int) -> None:
     fn = _calls.pop(token, None)
     if fn is not None:
-        fn()
+        try:
+            fn()
+        except BaseException as e:  # noqa: BLE001
+            _failed(e)
+
+
+def raise_pending() -> None:
+    """Re-raise (as ``SimulationError``, chained) the first exception a simulator callback raised, if any."""
+    if _errors:
+        err = _errors.pop(0)
+        _errors.clear()
+        raise SimulationError(f"simulation stopped: {type(err).__name__}: {err}") from err
 
 
 def load() -> Any:
@@ -256,9 +288,10 @@ def call_later(delay_s: float, fn: Callable[[], None]) -> None:
 
 
 def reset() -> None:
-    """Forget every endpoint and pending call (after ``Simulator::Destroy``, before the next simulation)."""
+    """Forget every endpoint, pending call and error (after ``Simulator::Destroy``, before the next simulation)."""
     _endpoints.clear()
     _calls.clear()
+    _errors.clear()
 
 
 def ip_int(address: str) -> int:

@@ -259,16 +259,24 @@ class Trial:
     def run(self) -> dict:
         ns, g = native.load()
         self.ns, self.g = ns, g
+        host_sim.reset()
+        try:
+            return self._run()
+        finally:
+            self._teardown()
+
+    def _run(self) -> dict:
+        ns, g = self.ns, self.g
         s = self.settings
         wall0 = time.perf_counter()
         ns.RngSeedManager.SetSeed(1)
         ns.RngSeedManager.SetRun(max(1, self.seed))
         _set_tcp_defaults(ns, s)
         mode = switch_mode(self.protocol)
+        self._keep: list[Any] = []  # ns-3 objects the trial must keep alive
         self.net = Network(ns, g, s.topology, switch_mode=mode, buffer_packets=s.buffer_packets,
                            host_queue_packets=s.host_queue_packets, seed=self.seed)
         self.clock = _Clock(ns)
-        self._keep: list[Any] = []  # ns-3 objects the trial must keep alive
         self._start_controller(mode)
         build_s = time.perf_counter() - wall0
         host_sim.ProfiledEndpoint.reset_profile()
@@ -290,13 +298,11 @@ class Trial:
         self._last_progress = self._wall_run
         self._stopped_at: float | None = None
         ns.Simulator.Run()
+        host_sim.raise_pending()
         run_s = time.perf_counter() - self._wall_run
         cpu_s = time.process_time() - cpu0
         sim_end = self.clock()
-        try:
-            result = self._collect(sim_end)
-        finally:
-            self._teardown()
+        result = self._collect(sim_end)
         result["perf"] = {**result.get("perf", {}), "build_wall_s": build_s, "run_wall_s": run_s,
                           "sim_time_s": sim_end, "run_cpu_s": cpu_s,
                           "controller_wall_s": self._controller_s}
@@ -694,11 +700,13 @@ class Trial:
             ep.close()
         for ep, _st in getattr(self, "_receivers", {}).values():
             ep.close()
-        self.runtime.close()
+        if getattr(self, "runtime", None) is not None:
+            self.runtime.close()
         self.ns.Simulator.Destroy()
         host_sim.reset()
-        self._keep.clear()
+        self._keep = []
         self._job_state = {}
+        self._endpoints, self._receivers = [], {}
         self.net = None
         self.runtime = None
 

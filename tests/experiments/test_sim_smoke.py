@@ -71,3 +71,20 @@ def test_fat_tree_dctcp_incast_marks_ecn(sim):
     assert r["queues"]["switch_ce_marks"] > 0  # 15 senders into one port: the queue passed K = 65
     assert r["queues"]["receiver_port_max_pkts"] > settings.ecn_threshold_pkts
     assert sum(j["ecn_reductions"] for j in r["jobs"]) > 0  # and DCTCP reacted
+
+
+def test_an_exception_in_a_simulator_callback_stops_the_trial_and_is_raised(sim):
+    world, TopologyConfig, make_job, _pick = sim
+    from netapprox.hostlib import sim as host_sim
+
+    class Broken(world.Trial):
+        def _on_check(self):
+            raise ValueError("boom")
+
+    settings = world.SimSettings(topology=TopologyConfig(kind="fattree", k=4), time_limit_ms=5)
+    trial = Broken(settings, "dctcp-es", [world.SimJob(1, 0, 5, make_job("fbkv", 1, 50), 0.5)], seed=1)
+    with pytest.raises(host_sim.SimulationError, match="ValueError: boom"):
+        trial.run()
+    # the next trial in the same process starts clean
+    r = world.run_trial(settings, "dctcp-es", [world.SimJob(1, 0, 5, make_job("fbkv", 1, 50), 0.5)], seed=1)
+    assert r["completed_all"]
