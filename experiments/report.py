@@ -205,7 +205,10 @@ def sim_table(result: dict, metrics: Sequence[str], keys: Sequence[str]) -> list
     names = [m.replace("_s", "_us") if _us(m) and m.endswith("_s") else m + (" (µs)" if _us(m) else "")
              for m in present]
     lines = ["| " + " | ".join(used + names) + " |", "|" + "---|" * (len(used) + len(present))]
-    for _, g in sorted(groups.items(), key=lambda it: [str(it[1]["params"].get(k)) for k in used]):
+    def order(item):  # per-seed ratio rows ("atp/dctcp-es") after the protocols themselves
+        return [("/" in str(item[1]["params"].get(k)), str(item[1]["params"].get(k))) for k in used]
+
+    for _, g in sorted(groups.items(), key=order):
         if not any(m in g["rows"] and g["rows"][m].get("n", 0) for m in present):
             continue
         lines.append("| " + " | ".join([fmt(g["params"].get(k)) for k in used] +
