@@ -113,3 +113,53 @@ def test_sim_switch_agrees_with_the_logical_tables(cpp, state, job, tlr, flags, 
                    proto=proto)
     sim, ref = both(cpp, state, pkt)
     assert sim == ref
+
+
+def test_sim_driver_diffs_and_writes_incrementally(cpp):
+    from netapprox.controller.model import TableUpdates
+    from netapprox.controller.sim.driver import SimDriver
+    from netapprox.controller.sim.switch import SimSwitch
+    sw = SimSwitch("s1", buffer_packets=100)
+    drv = SimDriver("s1", sw)
+    drv.connect()
+    state = SwitchState(tlr_rules=default_tlr_rules(), ecn_rules=frozenset({EcnRule(0, 20)}),
+                        job_rules=frozenset({JobRule(7, 2), JobRule(9, 5)}))
+    first = drv.apply(state)
+    assert (first.inserted, first.modified, first.deleted) == (8 + 1 + 2, 0, 0)
+    assert drv.apply(state).writes == 0  # re-applying an unchanged state writes nothing
+    pkt = atp_data(job=9, tlr=0)
+    assert sw.tables.ClassifyBytes(pkt, len(pkt)) == 5
+    moved = drv.apply_updates(lambda: state, TableUpdates(static=False, jobs={9: 3, 7: None, 11: 1}))
+    assert (moved.inserted, moved.modified, moved.deleted) == (1, 1, 1)
+    assert sw.tables.ClassifyBytes(pkt, len(pkt)) == 3
+    assert sw.tables.NumJobs() == 2
+    # a switch that lost its tables (a new simulation) gets everything back on connect
+    sw.tables.ClearStatic()
+    for job in (9, 11):
+        sw.tables.DeleteJob(job)
+    drv.connect()
+    assert sw.tables.ClassifyBytes(pkt, len(pkt)) == 3
+    assert sw.tables.ClassifyBytes(atp_data(job=1, tlr=0x7000), len(pkt)) == 7
+    assert drv.read_counters().queues == ()  # no ports in this test
+
+
+def test_overlapping_entries_are_evaluated_in_reference_order(cpp):
+    """Where entries overlap, the first in the reference's order wins: TLR rules by (lo, hi, qid), tag and
+    class rules by rank (larger first)."""
+    state = SwitchState(
+        tlr_rules=frozenset({TlrRule(0, 0x8000, 5), TlrRule(0x1000, 0x2000, 2)}),
+        tag_rules=frozenset({TagRule(rank=1, priority_lo=0, priority_hi=255, deadline_lo_us=0,
+                                     deadline_hi_us=wire.NO_DEADLINE, qid=6),
+                             TagRule(rank=2, priority_lo=5, priority_hi=9, deadline_lo_us=0,
+                                     deadline_hi_us=wire.NO_DEADLINE, qid=3)}),
+        class_rules=frozenset({ClassRule(rank=1, ip_proto=17, ip_proto_mask=0xFF, l4_dport=0, l4_dport_mask=0,
+                                         qid=4),
+                               ClassRule(rank=3, ip_proto=17, ip_proto_mask=0xFF, l4_dport=5201,
+                                         l4_dport_mask=0xFFFF, qid=1)}),
+    )
+    tagged = wire.Flags.APPROX | wire.Flags.TAGGED
+    assert both(cpp, state, atp_data(tlr=0x1500)) == (5, 5)
+    assert both(cpp, state, atp_data(flags=tagged, priority=7, tlr=0x1500)) == (3, 3)
+    assert both(cpp, state, atp_data(flags=tagged, priority=20, tlr=0x1500)) == (6, 6)
+    assert both(cpp, state, ipv4_udp(bytes(40), 5201)) == (1, 1)
+    assert both(cpp, state, ipv4_udp(bytes(40), 80)) == (4, 4)
