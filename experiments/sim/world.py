@@ -153,7 +153,9 @@ def atp_config(settings: SimSettings, protocol: str) -> AtpConfig:
                   idle_timeout_s=settings.atp_idle_timeout_ms * 1e-3,
                   fin_timeout_s=max(20 * rtt, settings.min_rto_us * 1e-6 * 5),
                   finished_linger_s=settings.atp_idle_timeout_ms * 1e-3,
-                  queue_packets=tuple(queue_limits(settings.buffer_packets)))
+                  queue_packets=tuple(queue_limits(settings.buffer_packets)),
+                  # a receiver serves every job sent to its host at once (incast: all the other hosts')
+                  max_jobs=max(AtpConfig.max_jobs, topo.n_hosts))
     known = {f.name for f in dataclasses.fields(AtpConfig)}
     return AtpConfig(**{k: v for k, v in wanted.items() if k in known})
 
