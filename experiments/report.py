@@ -228,8 +228,9 @@ def _ratio_text(result: dict, metric: str, protocol: str, **params: Any) -> str 
 def sim_headline(results: dict[str, dict]) -> list[str]:
     """The headline ratios in words, read from the result files (whatever they are)."""
     lines = []
-    a2a = results.get("alltoall")
-    if a2a:
+    for run, a2a in results.items():
+        if run.split("-")[0] != "alltoall":
+            continue
         settings = a2a.get("config", {}).get("settings", {})
         topo = settings.get("topology", {}).get("description", "")
         for wl in a2a.get("config", {}).get("workloads", []):
@@ -246,7 +247,7 @@ def sim_headline(results: dict[str, dict]) -> list[str]:
                if r["metric"] == "msr_met_frac" and r["params"].get("protocol") == "atp" and r["n"] > 0]
         if met:
             worst = min(r["min"] for r in met)
-            lines.append(f"- ATP jobs that met their MSR (all-to-all): {min(r['mean'] for r in met):.3f} to "
+            lines.append(f"- ATP jobs that met their MSR ({topo}): {min(r['mean'] for r in met):.3f} to "
                          f"{max(r['mean'] for r in met):.3f} of the jobs per run (lowest single run {worst:.3f}).")
     co = results.get("coexist")
     if co:
@@ -263,8 +264,11 @@ def sim_headline(results: dict[str, dict]) -> list[str]:
 
 def sim_section(res_dir: Path, img_dir: Path) -> list[str]:
     """The "At data-center scale (ns-3)" section of docs/results.md, from ``res_dir/sim``."""
-    found = {name: json.loads((res_dir / "sim" / name / "result.json").read_text())
-             for name in SIM_TABLES if (res_dir / "sim" / name / "result.json").exists()}
+    found: dict[str, dict] = {}
+    for name in SIM_TABLES:  # results/sim/<name>, then tagged runs results/sim/<name>-<tag>
+        for path in sorted((res_dir / "sim").glob(f"{name}*/result.json"), key=lambda p: (p.parent.name != name, p)):
+            if path.parent.name == name or path.parent.name.startswith(name + "-"):
+                found[path.parent.name] = json.loads(path.read_text())
     if not found:
         return []
     lines = ["## At data-center scale (ns-3)", "",
@@ -274,23 +278,25 @@ def sim_section(res_dir: Path, img_dir: Path) -> list[str]:
              "`python -m netapprox.experiments.report` from `results/sim/`; cells are mean [min, max] over seeds, "
              "times in µs; `atp/dctcp-es` rows are per-seed ratios (below 1: ATP faster).", ""]
     lines += sim_headline(found) + [""]
-    for name, result in found.items():
+    for run, result in found.items():
+        name = run.split("-")[0]
+        tag = run[len(name) + 1:]
         metrics, keys = SIM_TABLES[name]
         env = result.get("environment", {})
         settings = result.get("config", {}).get("settings", {})
-        lines += [f"### {SIM_TITLES[name]}", "",
-                  f"`sim {name}`: {settings.get('topology', {}).get('description', '?')}; seeds {result.get('seeds')}, "
+        lines += [f"### {SIM_TITLES[name]}" + (f" — {tag}" if tag else ""), "",
+                  f"`sim {run}`: {settings.get('topology', {}).get('description', '?')}; seeds {result.get('seeds')}, "
                   f"{len(result.get('runs', []))} runs, finished {result.get('finished_utc')}, commit "
                   f"`{(result.get('git_commit') or '?')[:10]}`, {result.get('config', {}).get('simulator', 'ns-3')}, "
                   f"{env.get('cpus')} CPUs. Command: `{' '.join(result.get('command') or [])}`.", ""]
         lines += sim_table(result, metrics, keys) + [""]
-        for png in sorted((res_dir / "sim" / name).glob("*.png")):
+        for png in sorted((res_dir / "sim" / run).glob("*.png")):
             if png.stat().st_size > MAX_PNG_BYTES:
                 continue
             img_dir.mkdir(parents=True, exist_ok=True)
-            dest = img_dir / f"sim_{name}_{png.name}"
+            dest = img_dir / f"sim_{run.replace('-', '_')}_{png.name}"
             shutil.copyfile(png, dest)
-            lines.append(f"![sim {name} {png.name}](img/{dest.name})")
+            lines.append(f"![sim {run} {png.name}](img/{dest.name})")
         lines.append("")
     return lines
 

@@ -24,6 +24,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="one run per seed (default 1 2 3)")
     p.add_argument("--quick", action="store_true", help="a reduced sweep that checks the pipeline end to end")
     p.add_argument("--out", default="results", help="results directory (default: results/; writes results/sim/<name>)")
+    p.add_argument("--tag", default="", help="write results/sim/<name>-<TAG> instead (a second run of an experiment)")
     p.add_argument("--topology", choices=("fattree", "clos"), default=SimScale.kind)
     p.add_argument("--k", type=int, default=SimScale.k, help=f"fat-tree arity (default {SimScale.k})")
     p.add_argument("--rate-gbps", type=float, default=SimScale.host_gbps, help="host link rate (40 or 100)")
@@ -47,9 +48,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     results.COMMAND[:] = ["python", "-m", "netapprox.experiments", "sim", *(sys.argv[2:] if argv is None else argv)]
     scale = dataclasses.replace(SimScale(), kind=args.topology, k=args.k, host_gbps=args.rate_gbps,
                                 senders=args.senders, fbkv_n=args.fbkv_n, fbhd_n=args.fbhd_n,
-                                buffer_packets=args.buffer_packets)
+                                buffer_packets=args.buffer_packets, tag=args.tag)
     try:
         scale.topology()
+        if args.tag and not args.tag.replace("-", "").replace("_", "").isalnum():
+            raise ValueError(f"--tag {args.tag!r}: letters, digits, - and _ only")
         if scale.buffer_packets < 29:
             raise ValueError(f"--buffer-packets {scale.buffer_packets}: queues 1..7 take 28 packets, queue 0 needs one")
     except ValueError as e:

@@ -54,6 +54,8 @@ class SimScale:
     fbhd_max: int = 200_000
     """Cap on one FBHD message, bytes, as in the emulated experiments (the trace's tail reaches 10 MB; every
     simulated ATP packet costs Python time)."""
+    tag: str = ""
+    """Files the results under results/sim/<experiment>-<tag> (a second run of an experiment, e.g. k=8)."""
     buffer_packets: int = SimSettings.buffer_packets
     ecn_threshold_pkts: int = SimSettings.ecn_threshold_pkts
     min_rto_us: float = SimSettings.min_rto_us
@@ -252,6 +254,7 @@ def _result_file(name: str, out: Path, seeds: Sequence[int], scale: SimScale, co
     from netapprox.controller.sim.native import ns_version
     cfg = {"simulator": f"ns-3 {ns_version()} (PyPI wheel, cppyy)", "scale": dataclasses.asdict(scale),
            "settings": scale.settings().to_dict(), **config}
+    name = f"{name}-{scale.tag}" if scale.tag else name
     return R.ResultFile(f"sim-{name}", cfg, seeds, out / "sim" / name)
 
 
