@@ -5,10 +5,10 @@ from netapprox.experiments import report
 from netapprox.experiments import results as R
 
 
-def _alltoall(res):
-    rf = R.ResultFile("sim-alltoall", {"workloads": ["fbkv"], "msrs": [0.5],
-                                       "settings": {"topology": {"description": "k=4 fat-tree"}}},
-                      [1, 2], res / "sim" / "alltoall", command=["python", "-m", "netapprox.experiments", "sim", "alltoall"])
+def _alltoall(res, run="alltoall", topo="k=4 fat-tree"):
+    rf = R.ResultFile(f"sim-{run}", {"workloads": ["fbkv"], "msrs": [0.5],
+                                     "settings": {"topology": {"description": topo}}},
+                      [1, 2], res / "sim" / run, command=["python", "-m", "netapprox.experiments", "sim", "alltoall"])
     for seed, (atp, es, ss) in ((1, (100e-6, 200e-6, 150e-6)), (2, (120e-6, 200e-6, 100e-6))):
         for proto, jct in (("atp", atp), ("dctcp-es", es), ("dctcp-ss", ss)):
             rf.add(seed, {"workload": "fbkv", "msr": 0.5, "protocol": proto}, {"jct_mean_s": jct, "msr_met_frac": 1.0})
@@ -29,6 +29,17 @@ def test_sim_section_tables_headline_and_plots(tmp_path):
     # per-seed ratios: 0.5 and 0.6 against ES; 0.667 and 1.2 against SS
     assert "MSR 0.5: 0.55 [0.50, 0.60] / 0.93 [0.67, 1.20]" in text
     assert "(img/sim_alltoall_jct_fbkv.png)" in text and (tmp_path / "docs" / "img" / "sim_alltoall_jct_fbkv.png").exists()
+
+
+def test_tagged_runs_get_their_own_table_and_headline(tmp_path):
+    res = tmp_path / "results"
+    _alltoall(res)
+    _alltoall(res, "alltoall-k8", "k=8 fat-tree")
+    text = report.render(res, tmp_path / "docs" / "results.md", tmp_path / "docs" / "img")
+    assert text.index("### All-to-all JCT vs MSR and queue length (Fig. 5-8)\n") < text.index(
+        "### All-to-all JCT vs MSR and queue length (Fig. 5-8) — k8")
+    assert "All-to-all FBKV (k=4 fat-tree)" in text and "All-to-all FBKV (k=8 fat-tree)" in text
+    assert (tmp_path / "docs" / "img" / "sim_alltoall_k8_jct_fbkv.png").exists()
 
 
 def test_no_sim_results_no_section(tmp_path):
