@@ -541,7 +541,11 @@ static void window_on_ack(Sender *s, int64_t seq) {
     if (s->w_slow_start) {
         w += 1.0;
     } else {
-        w += 1.0 / w;
+        /* eq. 3's increase as a window: gain x the pipe per RTT, at least one packet (rate.py) */
+        double step = 1.0;
+        if (s->w_cap_known && s->gain * s->w_cap > 1.0)
+            step = s->gain * s->w_cap;
+        w += step / w;
         if (!s->w_cap_known && w > s->w_cap)
             s->w_cap += 1.0 / w;
     }

@@ -127,7 +127,7 @@ class WindowController:
     free) and paces them at ``pacing_gain`` x R_max, so a stall of the sender is caught up without bursts
     longer than ``burst_packets``. The window aims at one queue plus one bandwidth-delay product: when ACKs
     echo the queue the switch chose and ``queue_packets`` knows its size, the window grows (by one per ACK
-    at first, then by one per RTT) up to ``queue_packets[q]`` + ceil(R_max x min RTT / packet); otherwise
+    at first, then by ``gain`` x the ceiling per RTT, at least one packet: eq. 3's R + m R_max) up to ``queue_packets[q]`` + ceil(R_max x min RTT / packet); otherwise
     the ceiling is learned from loss (x0.8 on a loss event, +1 per RTT).
 
     Loss spends slack: while a group's measured loss (``LossEstimate``: packets whose fate is known) is at
@@ -138,8 +138,10 @@ class WindowController:
 
     def __init__(self, *, max_rate_bps: float, pacing_gain: float, packet_bits: float, initial_window: float,
                  max_window: float, queue_packets: tuple[int, ...], loss_memory: int, min_samples: int,
-                 min_window: float = 1.0, header_bytes: int = 74) -> None:
+                 min_window: float = 1.0, header_bytes: int = 74, gain: float = 0.0625) -> None:
         self.max_rate_bps = max_rate_bps
+        self.gain = gain
+        """m of eq. 3: after a cut the window grows by ``gain`` x its ceiling per RTT."""
         self.rate_bps = pacing_gain * max_rate_bps
         """Pacing rate of the token bucket."""
         self.packet_bits = packet_bits
@@ -232,7 +234,10 @@ class WindowController:
         if self.slow_start:
             w += 1.0
         else:
-            w += 1.0 / w
+            # eq. 3's increase, R <- R + m R_max per epoch, as a window: m x the pipe per RTT (at least one
+            # packet), so the window recovers from a cut in ~1/m RTTs at any bandwidth-delay product
+            step = max(1.0, self.gain * self.cap) if self.cap_known else 1.0
+            w += step / w
             if not self.cap_known and w > self.cap:
                 self.cap += 1.0 / w
         self.window = min(w, self.cap)

@@ -253,7 +253,8 @@ class AtpSender:
                 max_rate_bps=config.max_rate_bps, pacing_gain=config.pacing_gain, packet_bits=wire_max * 8,
                 initial_window=config.initial_window, max_window=config.max_window,
                 queue_packets=config.queue_packets, loss_memory=config.loss_memory,
-                min_samples=config.loss_min_samples, header_bytes=wire.HEADER_LEN + config.overhead_bytes)
+                min_samples=config.loss_min_samples, header_bytes=wire.HEADER_LEN + config.overhead_bytes,
+                gain=config.gain)
         else:
             self.rate = RateController(max_rate_bps=config.max_rate_bps, initial_rate_bps=initial,
                                        gain=config.gain, packet_bits=wire_max * 8, fixed=base)

@@ -44,6 +44,7 @@ def wire_macros() -> str:
         "NA_DATA_V1": (wire.VERSION << 4) | int(wire.PacketType.DATA),
         "NA_FLAG_APPROX": int(wire.Flags.APPROX),
         "NA_FLAG_TAGGED": int(wire.Flags.TAGGED),
+        "NA_TLR_ONE": wire.TLR_ONE,
     }
     for field in ("type", "flags", "queue", "priority", "job_id", "msg_id", "group_id", "tlr", "pkt_idx",
                   "pkt_cnt", "deadline_us"):

@@ -7,9 +7,10 @@
 // controller/sim/driver.py programs from SwitchState values.
 //
 // Per packet (all C++, no Python): Tables::Classify evaluates the tables on the packet's bytes from the
-// IPv4 header on, in the order of controller/reference.py (approximate ATP DATA: queue_by_job, queue_by_tag
-// for TAGGED packets, queue_by_tlr, then queue 7; everything else: queue_by_class, then queue 0); the
-// queue disc then
+// IPv4 header on, in the order of controller/reference.py (approximate ATP DATA: TLR 1.0 (surplus) to
+// queue 7, else queue_by_job, queue_by_tag for TAGGED packets, queue_by_tlr, then queue 7, and the guard
+// turns a result of queue 0 into queue 1; everything else: queue_by_class, then queue 0; a fifo switch puts
+// every packet in queue 0); the queue disc then
 //   - drops the packet when its logical queue already holds its limit (queue k >= 1: 8 - k packets,
 //     queue 0: the rest of the port buffer; the traffic manager's configuration, not a table),
 //   - sets CE on an ECN-capable packet when its queue held at least the ecn_thresholds depth before it
@@ -37,6 +38,7 @@ namespace netapprox
 
 constexpr int kQueues = 8;
 constexpr int kNonApproxQueue = 0;
+constexpr int kFirstApproxQueue = 1;
 constexpr int kLowestQueue = kQueues - 1;
 constexpr uint32_t kIpv4Header = 20;
 constexpr uint32_t kUdpHeader = 8;
@@ -93,6 +95,7 @@ class Tables
 
     void ClearStatic()
     {
+        fifo = false;
         classes.clear();
         tags.clear();
         tlrs.clear();
@@ -117,6 +120,12 @@ class Tables
     void SetEcn(uint8_t qid, int32_t depthPackets)
     {
         ecn[qid] = depthPackets;
+    }
+
+    // The network-oblivious switch (SwitchState.fifo): every packet in queue 0.
+    void SetFifo(bool on)
+    {
+        fifo = on;
     }
 
     void SetJob(uint32_t job, uint8_t qid)
@@ -159,40 +168,15 @@ class Tables
     // The logical queue of a packet given as bytes from its IPv4 header on (controller/reference.py).
     int Classify(const uint8_t* pkt, uint32_t len) const
     {
-        if (len < kIpv4Header || (pkt[0] >> 4) != 4)
+        if (len < kIpv4Header || (pkt[0] >> 4) != 4 || fifo)
         {
             return kNonApproxQueue;
         }
         if (IsAtpData(pkt, len) && (pkt[kAtpOffset + NA_OFF_FLAGS] & NA_FLAG_APPROX))
         {
-            const uint8_t* atp = pkt + kAtpOffset;
-            auto job = jobs.find(Be32(atp + NA_OFF_JOB_ID));
-            if (job != jobs.end())
-            {
-                return job->second;
-            }
-            if (atp[NA_OFF_FLAGS] & NA_FLAG_TAGGED)
-            {
-                uint8_t prio = atp[NA_OFF_PRIORITY];
-                uint32_t deadline = Be32(atp + NA_OFF_DEADLINE_US);
-                for (const auto& t : tags)
-                {
-                    if (t.prioLo <= prio && prio <= t.prioHi && t.deadlineLo <= deadline &&
-                        deadline <= t.deadlineHi)
-                    {
-                        return t.qid;
-                    }
-                }
-            }
-            uint16_t tlr = Be16(atp + NA_OFF_TLR);
-            for (const auto& t : tlrs)
-            {
-                if (t.lo <= tlr && tlr <= t.hi)
-                {
-                    return t.qid;
-                }
-            }
-            return kLowestQueue;
+            // The guard after classification: approximate traffic never enters queue 0.
+            int q = ApproxQueue(pkt + kAtpOffset);
+            return q == kNonApproxQueue ? kFirstApproxQueue : q;
         }
         uint8_t proto = pkt[9];
         int32_t d = L4Dport(pkt, len);
@@ -208,6 +192,42 @@ class Tables
         return kNonApproxQueue;
     }
 
+    // Surplus, queue_by_job, queue_by_tag, queue_by_tlr, lowest queue: the first that decides.
+    int ApproxQueue(const uint8_t* atp) const
+    {
+        uint16_t tlr = Be16(atp + NA_OFF_TLR);
+        if (tlr == NA_TLR_ONE)
+        {
+            return kLowestQueue; // surplus: the sender does not need this packet
+        }
+        auto job = jobs.find(Be32(atp + NA_OFF_JOB_ID));
+        if (job != jobs.end())
+        {
+            return job->second;
+        }
+        if (atp[NA_OFF_FLAGS] & NA_FLAG_TAGGED)
+        {
+            uint8_t prio = atp[NA_OFF_PRIORITY];
+            uint32_t deadline = Be32(atp + NA_OFF_DEADLINE_US);
+            for (const auto& t : tags)
+            {
+                if (t.prioLo <= prio && prio <= t.prioHi && t.deadlineLo <= deadline &&
+                    deadline <= t.deadlineHi)
+                {
+                    return t.qid;
+                }
+            }
+        }
+        for (const auto& t : tlrs)
+        {
+            if (t.lo <= tlr && tlr <= t.hi)
+            {
+                return t.qid;
+            }
+        }
+        return kLowestQueue;
+    }
+
     // For tests and tools: Classify on a byte string.
     int ClassifyBytes(const char* pkt, uint32_t len) const
     {
@@ -215,6 +235,7 @@ class Tables
     }
 
     uint16_t atpPort = NA_ATP_PORT;
+    bool fifo = false;
     std::unordered_map<uint32_t, uint8_t> jobs;
     std::vector<ClassEntry> classes;
     std::vector<TagEntry> tags;

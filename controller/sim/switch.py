@@ -31,6 +31,7 @@ def queue_limits(buffer_packets: int, *, fifo: bool = False) -> list[int]:
 def write_static(tables: Any, state: SwitchState) -> None:
     """Replace the ordered tables (queue_by_class, queue_by_tag, queue_by_tlr) and ecn_thresholds."""
     tables.ClearStatic()
+    tables.SetFifo(state.fifo)
     for r in sorted(state.class_rules, key=class_order):
         tables.AddClass(r.ip_proto, r.ip_proto_mask, r.l4_dport, r.l4_dport_mask, r.qid)
     for r in sorted(state.tag_rules, key=tag_order):

@@ -31,6 +31,7 @@ from typing import Any, Callable, Sequence
 
 from netapprox.controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig
 from netapprox.controller.model import queue_for_tlr
+from netapprox.controller.observe import DecisionLog
 from netapprox.controller.runtime import Runtime
 from netapprox.controller.sim.driver import SimDriver
 from netapprox.controller.sim.switch import queue_limits
@@ -339,7 +340,7 @@ class Trial:
         self.runtime = Runtime(cfg, drivers, clock=self.clock, background_connect=False)
         # the decision log is the runtime's record of what it decided, at epochs and between them
         self.decisions: list[dict] = []
-        self.runtime.decision_log.write = self._on_decision_log
+        self.runtime.decision_log = _DecisionSink(self._on_decision_log)
         self.runtime.connect(timeout_s=0)
         self.runtime.epoch(0.0)  # every switch gets its static tables before the first packet
 
@@ -726,6 +727,21 @@ def _messages_in_stream(wl: JobWorkload, received: int, protocol: str, seed: int
             break
         n += 1
     return n
+
+
+class _DecisionSink(DecisionLog):
+    """The runtime's decision log, handed to a callback instead of a file (enabled, so epochs log too)."""
+
+    def __init__(self, sink: Callable[..., None]) -> None:
+        super().__init__(None)
+        self._sink = sink
+
+    @property
+    def enabled(self) -> bool:
+        return True
+
+    def write(self, event: str, **fields: Any) -> None:
+        self._sink(event, **fields)
 
 
 def run_trial(settings: SimSettings, protocol: str, jobs: Sequence[SimJob], *, seed: int, **kw: Any) -> dict:

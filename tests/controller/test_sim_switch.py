@@ -98,6 +98,14 @@ def test_fifo_state_puts_everything_in_queue_0(cpp):
         assert both(cpp, state, pkt) == (0, 0)
 
 
+def test_surplus_goes_lowest_and_approximate_traffic_never_enters_queue_0(cpp):
+    state = SwitchState(job_rules=frozenset({JobRule(3, 0)}), tlr_rules=frozenset({TlrRule(0, 0x1000, 0)}))
+    assert both(cpp, state, atp_data(job=3, tlr=wire.TLR_ONE)) == (7, 7)  # surplus before queue_by_job
+    assert both(cpp, state, atp_data(job=3, tlr=0x100)) == (1, 1)  # the guard: a rule saying 0 gives 1
+    assert both(cpp, state, atp_data(job=4, tlr=0x100)) == (1, 1)
+    assert both(cpp, state, atp_data(job=4, tlr=0x100, flags=0)) == (0, 0)  # not approximate: queue 0
+
+
 @settings(max_examples=400, deadline=None)
 @given(state=_rules, job=st.integers(1, 7), tlr=st.integers(0, 0x8000), flags=st.integers(0, 0x1F),
        priority=st.integers(0, 255), deadline=st.sampled_from([0, 17, 999, 5000, 5001, wire.NO_DEADLINE]),

@@ -1,6 +1,8 @@
 """The "At data-center scale (ns-3)" section of docs/results.md comes from results/sim/<name>/result.json."""
 from __future__ import annotations
 
+import pytest
+
 from netapprox.experiments import report
 from netapprox.experiments import results as R
 
@@ -48,8 +50,26 @@ def test_no_sim_results_no_section(tmp_path):
 
 
 def test_sim_cli_overrides_follow_the_experiment_signature():
-    from netapprox.experiments.__main__ import parse_overrides
+    from netapprox.experiments.__main__ import UsageError, parse_overrides
+    from netapprox.experiments.sim.__main__ import set_checks
     from netapprox.experiments.sim.runner import exp_alltoall, exp_coexist
-    assert parse_overrides(["msrs=0.5,0.9", "protocols=atp,dctcp-es"], exp_alltoall) == {
+    checks = set_checks()
+    assert parse_overrides(["msrs=0.5,0.9", "protocols=atp,dctcp-es"], exp_alltoall, checks) == {
         "msrs": (0.5, 0.9), "protocols": ("atp", "dctcp-es")}
-    assert parse_overrides(["window_ms=1.5"], exp_coexist) == {"window_ms": 1.5}
+    assert parse_overrides(["window_ms=1.5"], exp_coexist, checks) == {"window_ms": 1.5}
+    with pytest.raises(UsageError, match="protocols: 'tcp-es' is not one of"):
+        parse_overrides(["protocols=tcp-es"], exp_alltoall, checks)
+    with pytest.raises(UsageError, match="msrs"):
+        parse_overrides(["msrs=1.5"], exp_alltoall, checks)
+
+
+def test_sim_cli_mistakes_are_one_line(capsys):
+    from netapprox.experiments.sim.__main__ import main
+    for argv, named in ((["alltoall", "--k", "three"], "--k"), (["alltoall", "--buffer-packets", "10"], "--buffer-packets"),
+                        (["alltoall", "--set", "protocols=quic"], "quic"), (["alltoall", "--set", "nope=1"], "nope")):
+        try:
+            status = main(argv)
+        except SystemExit as e:
+            status = e.code
+        err = capsys.readouterr().err.strip()
+        assert status == 2 and len(err.splitlines()) == 1 and named in err, (argv, err)

@@ -47,7 +47,7 @@ def test_fat_tree_atp_with_the_controller_in_the_loop(sim):
     settings = world.SimSettings(topology=TopologyConfig(kind="fattree", k=4), time_limit_ms=20)
     hosts = list(range(16))
     dst = pick_receivers(7, hosts, hosts)
-    jobs = [world.SimJob(100 + h, h, dst[h], make_job("fbkv", 700 + h, 150), 0.5 if h % 2 else 0.9) for h in hosts]
+    jobs = [world.SimJob(100 + h, h, dst[h], make_job("fbkv", 700 + h, 400), 0.5 if h % 2 else 0.9) for h in hosts]
     r = world.run_trial(settings, "atp", jobs, seed=7, timeline_job=100)
     assert r["completed_all"]
     assert all(j["msr_met"] and j["jct_s"] > 0 for j in r["jobs"]), [j for j in r["jobs"] if not j["msr_met"]]
