@@ -131,16 +131,25 @@ def _mmss(s: float) -> str:
     return f"{int(s) // 60}m{int(s) % 60:02d}s"
 
 
+def seconds(v: float) -> str:
+    """A duration with a unit that suits it: 1.234 s, 12.3 ms, 145.2 µs."""
+    if abs(v) >= 1.0:
+        return f"{v:.3f} s"
+    if abs(v) >= 1e-3:
+        return f"{v * 1e3:.2f} ms"
+    return f"{v * 1e6:.1f} µs"
+
+
 def brief(metrics: Mapping[str, Any]) -> str:
     """A few headline metrics of one run, for its progress line."""
     parts = []
-    for key, fmt in (("jct_mean_s", "JCT mean {:.3f} s"), ("fbkv_jct_s", "FBKV JCT {:.3f} s"),
-                     ("msr_met_frac", "MSR met {:.0%}"), ("fct_all_mean", "flow FCT mean {:.4f} s"),
-                     ("iteration_mean_s", "iteration {:.3f} s"), ("rel_l2_error", "error {:.3f}"),
+    for key, fmt in (("jct_mean_s", "JCT mean {}"), ("fbkv_jct_s", "FBKV JCT {}"),
+                     ("msr_met_frac", "MSR met {:.0%}"), ("fct_all_mean", "flow FCT mean {}"),
+                     ("iteration_mean_s", "iteration {}"), ("rel_l2_error", "error {:.3f}"),
                      ("tcp_over_atp_jct", "TCP/ATP {:.2f}")):
         v = metrics.get(key)
         if isinstance(v, (int, float)) and not isinstance(v, bool):
-            parts.append(fmt.format(v))
+            parts.append(fmt.format(seconds(v) if "{}" in fmt else v))
     return ", ".join(parts) or "done"
 
 

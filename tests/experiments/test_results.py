@@ -197,10 +197,16 @@ def test_a_result_file_prints_a_line_per_run_and_writes_csv_beside_the_json(tmp_
     rf.add(1, {"msr": 0.5, "protocol": "atp"}, {"jct_mean_s": 0.25})
     rf.add(2, {"msr": 0.5, "protocol": "atp"}, {"jct_mean_s": 0.5, "msr_met_frac": 1.0})
     rf.write()
-    assert lines[0].startswith("[  1/2 ") and "left] demo msr=0.5 protocol=atp seed=1: JCT mean 0.250 s" in lines[0]
+    assert lines[0].startswith("[  1/2 ") and "left] demo msr=0.5 protocol=atp seed=1: JCT mean 250.00 ms" in lines[0]
     assert lines[1].startswith("[  2/2 ") and "MSR met 100%" in lines[1]
     import csv
     rows = list(csv.DictReader((tmp_path / "demo" / "result.csv").open()))
     assert [row["seed"] for row in rows] == ["1", "2"] and rows[0]["protocol"] == "atp"
     assert rows[1]["msr_met_frac"] == "1.0" and rows[0]["msr_met_frac"] == ""
     assert json.loads((tmp_path / "demo" / "result.json").read_text())["runs"][1]["metrics"]["jct_mean_s"] == 0.5
+
+
+def test_progress_lines_give_durations_a_unit_that_fits():
+    assert r.brief({"jct_mean_s": 1.5, "msr_met_frac": 1.0}) == "JCT mean 1.500 s, MSR met 100%"
+    assert r.brief({"jct_mean_s": 0.0123}) == "JCT mean 12.30 ms"
+    assert r.brief({"jct_mean_s": 145.2e-6, "rel_l2_error": 0.25}) == "JCT mean 145.2 µs, error 0.250"
