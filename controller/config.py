@@ -120,8 +120,8 @@ class SwitchConfig:
     name: str
     """Unique switch name (logs, metrics, decision log)."""
     kind: str = "p4runtime"
-    """A key of ``controller.drivers.DRIVER_CLASSES``: ``p4runtime`` (BMv2, Tofino) or ``kernel`` (the Linux
-    kernel switch)."""
+    """A key of ``controller.drivers.DRIVER_CLASSES``: ``p4runtime`` (BMv2, Tofino), ``kernel`` (the Linux
+    kernel switch) or ``sim`` (an ns-3 switch: the simulation builds its driver; no file options)."""
     options: Mapping[str, Any] = dataclasses.field(default_factory=lambda: types.MappingProxyType({}))
     """Driver options, passed to ``<Driver>.from_options(name, options)``."""
     routes: tuple[Route, ...] = ()
@@ -377,6 +377,7 @@ SWITCH_OPTIONS: dict[str, dict[str, C.Check]] = {
         "atp_port": C.port(),
         "stamp_queue": C.boolean(),
     },
+    "sim": {},  # controller.sim: the simulation hands SimDriver its switch object, nothing comes from a file
 }
 
 

@@ -70,7 +70,7 @@ def test_unknown_driver_option_suggests_the_right_one():
 @pytest.mark.parametrize("data, message", [
     ({"controller": {"epoch_msec": 5}}, "unknown key 'epoch_msec'. Did you mean 'epoch_ms'"),
     ({"policy": {"hysterisis": 0.1}}, "Did you mean 'hysteresis'"),
-    ({"switch": [{"name": "a", "kind": "p4rt"}]}, "kind: 'p4rt' is not one of p4runtime, kernel. Did you mean 'p4runtime'"),
+    ({"switch": [{"name": "a", "kind": "p4rt"}]}, "kind: 'p4rt' is not one of p4runtime, kernel, sim. Did you mean 'p4runtime'"),
     ({"switch": [{"name": "a"}, {"name": "a"}]}, "unique"),
     ({"switch": [{"name": "a", "routes": [{"prefix": "10.0.0.1/24", "port": 1}]}]}, "host bits set"),
     ({"cadentflow": [{"name": "x", "objective": "deadlines"}]}, "Did you mean 'deadline'"),
