@@ -110,7 +110,9 @@ control NetApproxEgress(inout parsed_headers_t hdr,
         if (eg_intr_md.egress_port == CPU_PORT) {
             hdr.packet_in.setValid();
             hdr.packet_in.ingress_port = eg_md.bridged.ingress_port;
-            hdr.packet_in._pad = 0;
+            // _pad is not written: the port sits at another bit offset in the bridged header than in
+            // packet_in, and a Tofino action cannot combine a rotated copy with a constant. The controller
+            // reads only ingress_port.
         } else if (eg_md.bridged.from_cpu == 0) {
             transmitted_packets.count(eg_intr_md.egress_port ++ eg_md.bridged.qid);
             ecn.apply(hdr, eg_md.bridged.qid, eg_intr_md.enq_qdepth);

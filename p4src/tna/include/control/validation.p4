@@ -1,40 +1,86 @@
 // NetApprox TNA: ATP header sanity checks (NetApproxIngress.validation).
 //
 // Same checks, order and reasons as p4src/v1model/include/control/validation.p4. Tofino gateways
-// compare a field with a constant; the field-to-field comparisons (pkt_idx < pkt_cnt, UDP length
-// against 40 + atp.length) are computed as a wider subtraction whose top bit is the sign.
+// compare a few bytes of fields with constants (range comparisons on at most 12 bits); the
+// field-to-field comparisons (pkt_idx < pkt_cnt, UDP length against 40 + atp.length) are computed as
+// saturating subtractions tested against 0, and tlr > 1.0 as bit tests.
 #ifndef NETAPPROX_TNA_VALIDATION_P4
 #define NETAPPROX_TNA_VALIDATION_P4
 
 control AtpValidation(in parsed_headers_t hdr, out bool malformed, out drop_reason_t reason) {
-    bit<17> idx_minus_cnt;      // bit 16 set <=> pkt_idx < pkt_cnt
-    bit<18> need;               // 8 + 32 + atp.length
-    bit<18> len_minus_need;     // bit 17 set <=> udp.length < need
+    bit<16> idx_room;           // pkt_cnt - pkt_idx, saturated at 0: 0 <=> pkt_idx >= pkt_cnt
+    bit<16> need;               // 8 + 32 + atp.length, saturated (a UDP length is at most 65515)
+    bit<16> short_by;           // need - udp.length, saturated at 0: > 0 <=> udp.length < need
+
+    // The arithmetic runs in actions of keyless tables, ahead of the gateways that test its results: the
+    // compiler would otherwise fold it back into the conditions, which a gateway cannot evaluate. One
+    // operation per result: a Tofino ALU instruction has two operands.
+    @hidden action differences() {
+        idx_room = hdr.atp.pkt_cnt |-| hdr.atp.pkt_idx;
+        need = hdr.atp.length |+| (UDP_HEADER_BYTES + ATP_HEADER_BYTES);
+    }
+    @hidden action shortfall() {
+        short_by = need |-| hdr.udp.length;
+    }
+    @hidden table compute_differences {
+        actions = { differences; }
+        const default_action = differences();
+        size = 1;
+    }
+    @hidden table compute_shortfall {
+        actions = { shortfall; }
+        const default_action = shortfall();
+        size = 1;
+    }
 
     apply {
         malformed = false;
         reason = MALFORMED_TRUNCATED;
-        idx_minus_cnt = (bit<17>)hdr.atp.pkt_idx - (bit<17>)hdr.atp.pkt_cnt;
-        // One operation per assignment: a Tofino ALU instruction has two operands.
-        need = (bit<18>)hdr.atp.length + (bit<18>)(UDP_HEADER_BYTES + ATP_HEADER_BYTES);
-        len_minus_need = (bit<18>)hdr.udp.length - need;
+        compute_differences.apply();
+        compute_shortfall.apply();
         if (hdr.atp.isValid()) {
+            // Each check sets one bit first, then one chain over the bits picks the first reason: a Tofino
+            // gateway takes a few bytes of input, and an else-if chain accumulates its conditions' fields.
+            bit<1> bad_version = 0;
+            bit<1> bad_type = 0;
+            bit<1> bad_flags = 0;
+            bit<1> bad_tlr = 0;
+            bit<1> bad_index = 0;
+            bit<1> truncated = 0;
             if (hdr.atp.version != ATP_VERSION) {
+                bad_version = 1;
+            }
+            if (hdr.atp.type == 0 || hdr.atp.type > ATP_TYPE_RETRY) {
+                bad_type = 1;
+            }
+            if ((hdr.atp.flags & ATP_FLAGS_RESERVED) != 0) {
+                bad_flags = 1;
+            }
+            if (hdr.atp.tlr[15:15] == 1 && hdr.atp.tlr[14:0] != 0) {  // tlr > ATP_TLR_ONE (0x8000)
+                bad_tlr = 1;
+            }
+            if (idx_room == 0) {  // also pkt_cnt == 0
+                bad_index = 1;
+            }
+            if (short_by != 0) {
+                truncated = 1;
+            }
+            if (bad_version == 1) {
                 malformed = true;
                 reason = MALFORMED_BAD_VERSION;
-            } else if (hdr.atp.type == 0 || hdr.atp.type > ATP_TYPE_RETRY) {
+            } else if (bad_type == 1) {
                 malformed = true;
                 reason = MALFORMED_BAD_TYPE;
-            } else if ((hdr.atp.flags & ATP_FLAGS_RESERVED) != 0) {
+            } else if (bad_flags == 1) {
                 malformed = true;
                 reason = MALFORMED_BAD_FLAGS;
-            } else if (hdr.atp.tlr > ATP_TLR_ONE) {
+            } else if (bad_tlr == 1) {
                 malformed = true;
                 reason = MALFORMED_BAD_TLR;
-            } else if (hdr.atp.pkt_cnt == 0 || idx_minus_cnt[16:16] == 0) {
+            } else if (bad_index == 1) {
                 malformed = true;
                 reason = MALFORMED_BAD_INDEX;
-            } else if (len_minus_need[17:17] == 1) {
+            } else if (truncated == 1) {
                 malformed = true;
                 reason = MALFORMED_TRUNCATED;
             }

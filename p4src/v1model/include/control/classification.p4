@@ -90,13 +90,16 @@ control Classification(in parsed_headers_t hdr, inout local_metadata_t local_md)
             local_md.qid = QUEUE_LOWEST;
             // Surplus: TLR 1.0 marks a packet its sender does not need (a message beyond what the MSR
             // requires, or an MSR-0 group): the lowest queue, whatever the job's entry says.
-            if (hdr.atp.tlr != ATP_TLR_ONE && !queue_by_job.apply().hit) {
-                bool tag_hit = false;
-                if ((hdr.atp.flags & ATP_FLAG_TAGGED) != 0) {
-                    tag_hit = queue_by_tag.apply().hit;
-                }
-                if (!tag_hit) {
-                    queue_by_tlr.apply();
+            // (Two ifs: Tofino applies a table only in an 'if' of its own.)
+            if (hdr.atp.tlr != ATP_TLR_ONE) {
+                if (queue_by_job.apply().miss) {
+                    bool tag_hit = false;
+                    if ((hdr.atp.flags & ATP_FLAG_TAGGED) != 0) {
+                        tag_hit = queue_by_tag.apply().hit;
+                    }
+                    if (!tag_hit) {
+                        queue_by_tlr.apply();
+                    }
                 }
             }
             // Guard: approximate traffic never enters queue 0, whatever the tables say.
