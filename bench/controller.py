@@ -82,6 +82,18 @@ class AcceptingSession:
     def open(self) -> None:
         pass
 
+    def pipeline_cookie(self):
+        return None  # runs no pipeline yet: the driver pushes it (a new switch)
+
+    def read_table_entries(self):
+        return []
+
+    def read(self, entities, what: str):
+        return iter(())  # nothing installed yet (the report meter is then written)
+
+    def write(self, updates) -> None:
+        self.updates += len(updates)
+
     def set_pipeline(self, config) -> None:
         pass
 
@@ -145,7 +157,7 @@ def _pct(values: list[float], q: float) -> float:
 
 def _bench_config(**kw) -> ControllerConfig:
     return ControllerConfig(reports=ReportConfig(port=-1, rate_per_host=1e12, burst=10 ** 9),
-                            policy=PolicyConfig(hysteresis=0.0, job_timeout_s=1e9), counters_every=0, **kw)
+                            policy=PolicyConfig(hysteresis=0.0, job_timeout_s=86400.0), counters_every=0, **kw)
 
 
 def _accepting_driver(tmp: str) -> P4RuntimeDriver:
@@ -163,7 +175,8 @@ def bench_epochs(n_jobs: int, epochs: int, switches: int = 1) -> dict[str, Any]:
         names = [f"s{i}" for i in range(switches)]
         drivers = {name: _accepting_driver(tmp) for name in names}
         config = _bench_config(switches=tuple(SwitchConfig(name=name, job_sources=(f"10.{i}.0.0/16",))
-                                              for i, name in enumerate(names)) if switches > 1 else ())
+                                              for i, name in enumerate(names)) if switches > 1
+                               else (SwitchConfig(name=names[0]),))
         runtime = Runtime(config, drivers=drivers, background_connect=False)
         automatic_gc = gc.isenabled()
         gc.disable()  # as Runtime.run does: garbage is collected between epochs (timed as gc_ms)
@@ -272,7 +285,7 @@ def bench_ingest(rate: float, seconds: float, jobs: int = 10000, native: bool = 
 def _bench_ingest(rate: float, seconds: float, jobs: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         driver = _accepting_driver(tmp)
-        config = ControllerConfig(policy=PolicyConfig(hysteresis=0.0, job_timeout_s=1e9), counters_every=0,
+        config = ControllerConfig(policy=PolicyConfig(hysteresis=0.0, job_timeout_s=86400.0), counters_every=0,
                                   epoch_s=EPOCH_S, reports=ReportConfig(bind="127.0.0.1", port=0, rate_per_host=1e12,
                                                                         burst=10 ** 9, key=KEY))
         runtime = Runtime(config, drivers={"bench": driver})
@@ -397,7 +410,7 @@ def bench_latency(samples: int, jobs: int, churn: float, losing: bool = False) -
             options = {"address": address, "p4info": str(P4INFO), "bmv2_json": str(bmv2_json)}
             config = ControllerConfig(switches=(SwitchConfig(name="s1", options=options),),
                                       reports=ReportConfig(bind="127.0.0.1", port=0, rate_per_host=1e12, burst=10 ** 9),
-                                      epoch_s=EPOCH_S, policy=PolicyConfig(hysteresis=0.0, job_timeout_s=1e9),
+                                      epoch_s=EPOCH_S, policy=PolicyConfig(hysteresis=0.0, job_timeout_s=86400.0),
                                       counters_every=0)
             runtime = Runtime(config)
             if not runtime.connect(10):
