@@ -382,3 +382,19 @@ def plot_timeline(rows: Sequence[Mapping[str, Any]], *, fields: Sequence[str], p
     axes[0].set_title(title)
     axes[-1].set_xlabel("time since the job started (s)")
     return _save(plt, fig, path)
+
+
+def flow_fct_stats(flows: Sequence[dict]) -> dict:
+    """Mean and p99 FCT of all / small / large flows, and how many did not finish."""
+    from netapprox.experiments.workloads import LARGE_FLOW_BYTES, SMALL_FLOW_BYTES
+    out: dict[str, Any] = {}
+    classes = {"all": lambda f: True, "small": lambda f: f["trace_size"] < SMALL_FLOW_BYTES,
+               "large": lambda f: f["trace_size"] > LARGE_FLOW_BYTES}
+    for cls, pred in classes.items():
+        sel = [f for f in flows if pred(f)]
+        done = [f["fct_s"] for f in sel if f.get("fct_s") is not None]
+        out[f"fct_{cls}_mean"] = sum(done) / len(done) if done else None
+        out[f"fct_{cls}_p99"] = percentile(done, 99) if done else None
+        out[f"flows_{cls}"] = len(sel)
+        out[f"flows_{cls}_unfinished"] = len(sel) - len(done)
+    return out

@@ -37,6 +37,7 @@ from typing import Any, Sequence
 from netapprox.experiments.baselines import TCP_DEFAULT_PORT, UDP_DEFAULT_PORT, msr_target
 from netapprox.experiments.harness import Proc, Testbed, read_json, read_json_lines
 from netapprox.experiments.jobs import Flow, JobWorkload
+from netapprox.experiments.results import flow_fct_stats  # noqa: F401 - where the runner and ddp take it from
 from netapprox.hostlib.wire import DEFAULT_ATP_PORT as ATP_PORT
 
 # ATP variants: protocol name -> hostlib AtpConfig knobs (ATP_FixPrio also needs a static switch,
@@ -330,18 +331,3 @@ def wire_bound_s(workload: JobWorkload, msr: float, rate_bps: float) -> float:
     return wire * 8 / rate_bps
 
 
-def flow_fct_stats(flows: Sequence[dict]) -> dict:
-    """Mean and p99 FCT of all / small / large flows, and how many did not finish."""
-    from netapprox.experiments.results import percentile
-    from netapprox.experiments.workloads import LARGE_FLOW_BYTES, SMALL_FLOW_BYTES
-    out: dict[str, Any] = {}
-    classes = {"all": lambda f: True, "small": lambda f: f["trace_size"] < SMALL_FLOW_BYTES,
-               "large": lambda f: f["trace_size"] > LARGE_FLOW_BYTES}
-    for cls, pred in classes.items():
-        sel = [f for f in flows if pred(f)]
-        done = [f["fct_s"] for f in sel if f.get("fct_s") is not None]
-        out[f"fct_{cls}_mean"] = sum(done) / len(done) if done else None
-        out[f"fct_{cls}_p99"] = percentile(done, 99) if done else None
-        out[f"flows_{cls}"] = len(sel)
-        out[f"flows_{cls}_unfinished"] = len(sel) - len(done)
-    return out

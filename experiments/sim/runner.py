@@ -194,21 +194,6 @@ def _mean(rows: Sequence[dict], key: str) -> float | None:
     return float(np.mean(vals)) if vals else None
 
 
-def flow_summary(flows: Sequence[dict]) -> dict:
-    from netapprox.experiments.workloads import LARGE_FLOW_BYTES, SMALL_FLOW_BYTES
-    out: dict[str, Any] = {}
-    classes = {"all": lambda f: True, "small": lambda f: f["trace_size"] < SMALL_FLOW_BYTES,
-               "large": lambda f: f["trace_size"] > LARGE_FLOW_BYTES}
-    for cls, pred in classes.items():
-        sel = [f for f in flows if pred(f)]
-        done = [f["fct_s"] for f in sel if f.get("fct_s") is not None]
-        out[f"fct_{cls}_mean"] = float(np.mean(done)) if done else None
-        out[f"fct_{cls}_p99"] = R.percentile(done, 99) if done else None
-        out[f"flows_{cls}"] = len(sel)
-        out[f"flows_{cls}_unfinished"] = len(sel) - len(done)
-    return out
-
-
 def _raw(trial: dict) -> dict:
     """What result.json keeps of a trial: per-job metrics, queues, controller and performance figures."""
     keep = ("protocol", "seed", "jobs", "queues", "sim_end_s", "completed_all", "controller", "perf",
@@ -489,7 +474,7 @@ def exp_coexist(seeds: Sequence[int], out: Path, scale: SimScale, *, msrs=(0.5, 
                                            scale.settings(), proto, ms_jobs, flows=flows))
 
     def metrics(spec: TrialSpec, trial: dict) -> dict:
-        return {**job_summary(trial), **flow_summary(trial.get("flows", []))}
+        return {**job_summary(trial), **R.flow_fct_stats(trial.get("flows", []))}
 
     _sweep(rf, specs, workers, progress, metrics)
     add_ratios(rf, ("msr", "flow_load"), metric="fct_all_mean", pairs=(("atp", "dctcp-es"),))
