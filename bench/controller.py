@@ -54,6 +54,24 @@ from netapprox.hostlib.wire import Report
 REPO = Path(__file__).resolve().parents[1]
 P4INFO = REPO / "tests" / "controller" / "fixtures" / "p4info.txtpb"
 QUEUE_BY_JOB_ID = 33554435  # the fixture's queue_by_job table id
+JOB_TABLE_SIZE = 16384
+"""queue_by_job's size in the benchmark's P4Info: room for every job (the fixture's 1024 is the BMv2 build's
+QUEUE_BY_JOB_TABLE_SIZE; a Tofino build raises it, and the controller caps jobs at whatever the P4Info says)."""
+
+
+def bench_p4info(tmp: str) -> str:
+    """The fixture P4Info with queue_by_job holding ``JOB_TABLE_SIZE`` entries, written into ``tmp``."""
+    import google.protobuf.text_format
+    from netapprox.controller.p4runtime.protos import p4info_pb2
+
+    info = p4info_pb2.P4Info()
+    google.protobuf.text_format.Merge(P4INFO.read_text(), info)
+    for table in info.tables:
+        if table.preamble.id == QUEUE_BY_JOB_ID:
+            table.size = JOB_TABLE_SIZE
+    path = Path(tmp) / "p4info.txtpb"
+    path.write_text(google.protobuf.text_format.MessageToString(info))
+    return str(path)
 KEY = b"netapprox-bench-key"
 EPOCH_S = 0.02
 
@@ -163,7 +181,7 @@ def _bench_config(**kw) -> ControllerConfig:
 def _accepting_driver(tmp: str) -> P4RuntimeDriver:
     bmv2_json = Path(tmp) / "bmv2.json"
     bmv2_json.write_bytes(b"{}")
-    driver = P4RuntimeDriver("bench", P4RuntimeOptions(p4info=str(P4INFO), bmv2_json=str(bmv2_json)))
+    driver = P4RuntimeDriver("bench", P4RuntimeOptions(p4info=bench_p4info(tmp), bmv2_json=str(bmv2_json)))
     driver.session = AcceptingSession()
     return driver
 
@@ -407,7 +425,7 @@ def bench_latency(samples: int, jobs: int, churn: float, losing: bool = False) -
                 raise RuntimeError("the fake P4Runtime server did not start")
             bmv2_json = Path(tmp) / "bmv2.json"
             bmv2_json.write_bytes(b"{}")
-            options = {"address": address, "p4info": str(P4INFO), "bmv2_json": str(bmv2_json)}
+            options = {"address": address, "p4info": bench_p4info(tmp), "bmv2_json": str(bmv2_json)}
             config = ControllerConfig(switches=(SwitchConfig(name="s1", options=options),),
                                       reports=ReportConfig(bind="127.0.0.1", port=0, rate_per_host=1e12, burst=10 ** 9),
                                       epoch_s=EPOCH_S, policy=PolicyConfig(hysteresis=0.0, job_timeout_s=86400.0),
