@@ -28,7 +28,7 @@ demo: setup
 bench: setup
 	$(PY) -m netapprox.bench
 
-# Every experiment with 3 seeds (~15 min on 2 cores), then docs/results.md and docs/img/ from results/.
+# Every experiment with 3 seeds (~17 min on 2 cores), then docs/results.md and docs/img/ from results/.
 experiments: setup
 	$(PY) -m netapprox.experiments all
 	$(PY) -m netapprox.experiments.report --notes experiments/results_notes.md
