@@ -124,15 +124,15 @@ Py_ssize_t batch_flush(SendBatch *b, int fd);
 /* A received datagram handed to a core: data, source, CE mark. */
 typedef int (*DatagramSink)(void *core, const uint8_t *data, size_t len, const NetAddr *src, int ce, double now);
 
+/* Zeroed (as a new Python object's memory is), a ring is empty: ring_receive allocates its buffers on first use. */
 typedef struct {
-    uint8_t *buf; /* nbufs x bufsize */
+    uint8_t *buf; /* nbufs x bufsize, NULL until the first ring_receive */
     size_t bufsize;
     unsigned nbufs;
     int gro;
 } RecvRing;
 
-int ring_init(RecvRing *r, unsigned nbufs, size_t bufsize);
-void ring_free(RecvRing *r);
+void ring_free(RecvRing *r); /* safe on an empty ring */
 /* Read what the socket holds (at most ``max_calls`` recvmmsg calls), splitting GRO super-datagrams, feeding
  * each datagram to ``sink``. Returns datagrams fed, or -1 with a Python error set. */
 Py_ssize_t ring_receive(RecvRing *r, int fd, void *core, DatagramSink sink, double now, int max_calls);

@@ -206,12 +206,19 @@ Py_ssize_t batch_flush(SendBatch *b, int fd) {
 
 #define CTL_SPACE (CMSG_SPACE(sizeof(int)) * 4)
 
-int ring_init(RecvRing *r, unsigned nbufs, size_t bufsize) {
-    r->buf = malloc((size_t)nbufs * bufsize);
-    r->nbufs = nbufs;
-    r->bufsize = bufsize;
+#define RING_BUFS 16
+#define RING_BUFSIZE 65536 /* a GRO super-datagram */
+
+static int ring_init(RecvRing *r) {
+    r->buf = malloc((size_t)RING_BUFS * RING_BUFSIZE);
+    r->nbufs = RING_BUFS;
+    r->bufsize = RING_BUFSIZE;
     r->gro = 0;
-    return r->buf == NULL ? -1 : 0;
+    if (r->buf == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
 }
 
 void ring_free(RecvRing *r) {
@@ -227,6 +234,8 @@ Py_ssize_t ring_receive(RecvRing *r, int fd, void *core, DatagramSink sink, doub
         char buf[CTL_SPACE];
         struct cmsghdr align;
     } ctl[64];
+    if (r->buf == NULL && ring_init(r) != 0)
+        return -1;
     unsigned nb = r->nbufs < 64 ? r->nbufs : 64;
     Py_ssize_t fed = 0;
     for (int call = 0; call < max_calls; call++) {

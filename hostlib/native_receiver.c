@@ -204,7 +204,6 @@ typedef struct {
     /* socket I/O */
     SendBatch batch;
     RecvRing ring;
-    int ring_ready;
 } Receiver;
 
 /* ============================== small helpers ============================== */
@@ -1640,8 +1639,7 @@ static void Receiver_dealloc(Receiver *r) {
     }
     free(r->ev);
     batch_free(&r->batch);
-    if (r->ring_ready)
-        ring_free(&r->ring);
+    ring_free(&r->ring);
     Py_TYPE(r)->tp_free((PyObject *)r);
 }
 
@@ -1881,13 +1879,6 @@ static int receiver_sink(void *core, const uint8_t *data, size_t len, const NetA
 }
 
 static Py_ssize_t rreceive_from(Receiver *r, int fd, double now) {
-    if (!r->ring_ready) {
-        if (ring_init(&r->ring, 16, 65536) != 0) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        r->ring_ready = 1;
-    }
     return ring_receive(&r->ring, fd, r, receiver_sink, now, 16);
 }
 

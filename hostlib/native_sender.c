@@ -360,7 +360,7 @@ typedef struct {
     /* socket I/O */
     SendBatch batch;
     RecvRing ring;
-    int ring_ready, peer_ok;
+    int peer_ok;
     NetAddr peer_addr;
 } Sender;
 
@@ -1863,8 +1863,7 @@ static void Sender_dealloc(Sender *s) {
     free(s->lost_buf);
     free(s->lost2_buf);
     batch_free(&s->batch);
-    if (s->ring_ready)
-        ring_free(&s->ring);
+    ring_free(&s->ring);
     Py_TYPE(s)->tp_free((PyObject *)s);
 }
 
@@ -2479,13 +2478,6 @@ static int sender_sink(void *core, const uint8_t *data, size_t len, const NetAdd
 }
 
 static Py_ssize_t receive_from(Sender *s, int fd, double now) {
-    if (!s->ring_ready) {
-        if (ring_init(&s->ring, 16, 65536) != 0) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        s->ring_ready = 1;
-    }
     return ring_receive(&s->ring, fd, s, sender_sink, now, 16);
 }
 
