@@ -23,6 +23,17 @@ from netapprox.hostlib.config import AtpConfig, JobSpec
 from netapprox.hostlib.sender import SendSummary
 
 
+def rearm(loop: asyncio.AbstractEventLoop, timer: asyncio.TimerHandle | None, timer_at: float | None,
+          at: float | None, callback: Callable[[], None]) -> tuple[asyncio.TimerHandle | None, float | None]:
+    """The loop timer for a core's next deadline ``at``: ``(timer, timer_at)`` kept when the deadline did not
+    move, else the old one cancelled and a new one set (or none when the core has no deadline)."""
+    if at == timer_at:
+        return timer, timer_at
+    if timer is not None:
+        timer.cancel()
+    return (None if at is None else loop.call_at(at, callback)), at
+
+
 class AtpProtocol(asyncio.DatagramProtocol):
     """Feeds datagrams and timer expiries to ``core``; sends what it returns; hands events to ``on_event``."""
 
@@ -67,12 +78,8 @@ class AtpProtocol(asyncio.DatagramProtocol):
             self.on_event(ev)
         if self.transport.is_closing():
             return
-        at = self.core.get_timer()
-        if at != self._timer_at:
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer = None if at is None else self.loop.call_at(at, self._on_timer)
-            self._timer_at = at
+        self._timer, self._timer_at = rearm(self.loop, self._timer, self._timer_at, self.core.get_timer(),
+                                            self._on_timer)
 
 
 class AtpSocket:
@@ -121,12 +128,8 @@ class AtpSocket:
             self.on_event(ev)
             if self.closed.done():
                 return
-        at = self.core.get_timer()
-        if at != self._timer_at:
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer = None if at is None else self.loop.call_at(at, self._on_timer)
-            self._timer_at = at
+        self._timer, self._timer_at = rearm(self.loop, self._timer, self._timer_at, self.core.get_timer(),
+                                            self._on_timer)
 
     def sendto(self, data: bytes, addr: Any) -> None:
         """Send one datagram of the owner's (a REPORT) on the same socket; a full buffer drops it."""
