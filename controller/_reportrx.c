@@ -31,7 +31,7 @@
 #define PAYLOAD_LEN 24 /* "!HHIIIII" */
 #define MAC_LEN 16
 #define TLR_ONE 0x8000
-#define REPORT_BYTE0 ((1 << 4) | 3) /* version 1, type REPORT */
+#define REPORT_BYTE0 ((2 << 4) | 3) /* version 2 (hostlib.wire.VERSION), type REPORT */
 #define VALID_FLAGS 0x1F
 
 static PyThread_type_lock buffer_lock;

@@ -9,7 +9,7 @@ prefix expansion) so that it is easy to check by reading, and it reads every ATP
     qid = reference_queue(state, packet)      # packet: bytes from the IPv4 header on
 
 Order (docs/architecture.md): approximate ATP DATA (IPv4 without options, UDP to the ATP port, a complete
-ATP header of version 1 and type DATA, flag APPROX) with TLR 1.0 (surplus) goes to the lowest queue; other
+ATP header of the current version (hostlib.wire.VERSION) and type DATA, flag APPROX) with TLR 1.0 (surplus) goes to the lowest queue; other
 approximate ATP DATA goes through queue_by_job, then queue_by_tag (TAGGED packets only), then queue_by_tlr,
 then the lowest queue, and a result of queue 0 becomes queue 1 (the guard: approximate traffic never uses
 queue 0); everything else through queue_by_class, then queue 0.

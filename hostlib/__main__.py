@@ -310,7 +310,12 @@ def format_receive_result(r: api.ReceiveResult) -> str:
 def format_receiver_stats(malformed: dict[str, int], dropped: dict[str, int], admission: dict[str, int],
                           memory: dict[str, int]) -> str:
     """One line: what the receiver refused, by reason, and its memory against the budget."""
-    parts = [f"admitted {admission.get('admitted', 0)} job(s), {admission.get('retries', 0)} RETRY(s)"]
+    at_once = admission.get("admitted_without_token", 0)
+    parts = [f"admitted {admission.get('admitted', 0)} job(s)" + (f" ({at_once} without a token)" if at_once else "")
+             + f", {admission.get('retries', 0)} RETRY(s)"]
+    switches = {k[3:]: v for k, v in admission.items() if k in ("to_tokens", "to_open")}
+    if switches:
+        parts.append("switched to " + ", ".join(f"{k} {v}x" for k, v in switches.items()))
     evicted = {k[8:]: v for k, v in admission.items() if k.startswith("evicted_")}
     if evicted:
         parts.append(f"evicted {sum(evicted.values())} ({_counts(evicted)})")

@@ -145,7 +145,17 @@ class AtpConfig:
     slot is taken; jobs that never took any data go first."""
 
     token_lifetime_s: float = 10.0
-    """Receiver: how long an admission token (RETRY) stays valid."""
+    """Receiver: how long an admission token (RETRY) stays valid, and how long a source that echoed a valid one
+    counts as validated (admitted without a round trip even under pressure)."""
+
+    open_admission_share: float = 0.5
+    """Receiver: admit a job announced without a token at once (no round trip; its first window of data is
+    kept) while fewer than this share of the job slots and of the memory budget are in use and its source holds
+    fewer than this share of ``max_jobs_per_source``; otherwise, *under pressure*, answer with a RETRY and keep
+    nothing, like TCP's SYN cookies (a recently validated source is still admitted at once). A job admitted
+    without a token is *unvalidated* until the sender echoes the token its ACKs carry: it may hold at most its
+    slot's guarantee of memory and is sent at most as many bytes as it sent. 0: always RETRY (one round trip per
+    job). A receiver serving a fixed number of jobs (``accept_jobs``) always asks for a token."""
 
     finished_linger_s: float = 5.0
     """Receiver: how long a finished job's DONE is kept to answer repeated FINs."""
@@ -202,6 +212,8 @@ class AtpConfig:
         if self.memory_budget_bytes < self.max_jobs * _MIN_BUDGET_PER_SLOT:
             raise ConfigError(f"memory_budget_bytes {self.memory_budget_bytes}: at least "
                               f"{_MIN_BUDGET_PER_SLOT // 1024} KiB per job slot (max_jobs {self.max_jobs})")
+        if not 0.0 <= self.open_admission_share <= 1.0:
+            raise ConfigError(f"open_admission_share must be in [0, 1], got {self.open_admission_share}")
         if self.admission_key is not None and not self.admission_key:
             raise ConfigError("admission_key is empty; use None for no key")
 

@@ -163,7 +163,7 @@ class _Job:
         "job_id", "peer", "source", "first_at", "last_at", "progress_at", "progressed", "manifest", "index",
         "ordered", "delivered_per_group", "cursor", "announce_parts", "announce_cnt", "partial", "delivered",
         "held", "seq_firsts", "seq_lasts", "packets", "duplicates", "charged", "done_datagrams", "finished_at",
-        "rejected", "pending_ack", "pending_count")
+        "rejected", "pending_ack", "pending_count", "validated", "token", "rx_bytes", "tx_bytes")
 
     def __init__(self, job_id: int, peer: Address, now: float) -> None:
         self.job_id = job_id
@@ -193,6 +193,12 @@ class _Job:
         self.rejected: str | None = None
         self.pending_ack: tuple[wire.Header, bool] | None = None  # newest packet not yet acknowledged, CE mark
         self.pending_count = 0
+        self.validated = True
+        """False while a job admitted without a token waits for its sender to echo ``token``: it may hold at most
+        its slot's guarantee, and is sent at most ``rx_bytes`` (what came from its address) in all."""
+        self.token: bytes | None = None
+        self.rx_bytes = 0
+        self.tx_bytes = 0
 
     @property
     def holds_slot(self) -> bool:
@@ -253,8 +259,16 @@ class AtpReceiver:
         self.malformed: collections.Counter[str] = collections.Counter()
         self.dropped: collections.Counter[str] = collections.Counter()
         self.admission: collections.Counter[str] = collections.Counter()
-        """``retries`` (RETRYs sent), ``admitted``, ``evicted_stalled``, ``evicted_share`` (jobs that lost
-        their slot to a newcomer), ``linger_dropped`` (finished jobs forgotten early for memory)."""
+        """``retries`` (RETRYs sent), ``admitted`` (of which ``admitted_without_token``), ``validated`` (jobs whose
+        sender echoed a token), ``to_tokens`` / ``to_open`` (switches of ``admission_mode``), ``evicted_stalled``,
+        ``evicted_share`` (jobs that lost their slot to a newcomer), ``linger_dropped`` (finished jobs forgotten
+        early for memory), ``replies_withheld`` (ACKs and DONEs an unvalidated job had not paid for)."""
+        self.admission_mode = "open" if accept_jobs is None and config.open_admission_share > 0 else "tokens"
+        """``open``: token-less announces are admitted at once; ``tokens``: they get a RETRY (under pressure, or
+        always with ``accept_jobs`` or ``open_admission_share`` 0)."""
+        self._validated: collections.OrderedDict[Any, float] = collections.OrderedDict()
+        """Sources (hosts) that echoed a valid token, and when: admitted at once for ``token_lifetime_s`` even under
+        pressure. At most ``max_jobs`` entries, the oldest forgotten first (a fixed bound, like the slot table)."""
 
     # -- public sans-I/O interface -----------------------------------------------------------------
 
@@ -284,13 +298,15 @@ class AtpReceiver:
         if job.peer != addr:
             self.dropped["wrong_source"] += 1
             return
+        job.rx_bytes += len(data)
         if job.finished_at is not None:
             if job.rejected is not None:
                 self.dropped["job_rejected"] += 1
             elif header.msg_id != control.FIN_MSG_ID:
                 self.dropped["job_finished"] += 1
             elif job.done_datagrams is not None:
-                self._out.extend((d, addr) for d in job.done_datagrams)
+                for d in job.done_datagrams:
+                    self._reply(job, d)
             else:
                 self.dropped["done_not_kept"] += 1
             return
@@ -300,7 +316,10 @@ class AtpReceiver:
         elif header.msg_id == control.ANNOUNCE_MSG_ID:
             chunk = self._announce_chunk(header, payload)
             if chunk is not None:
-                self._on_announce(job, header, chunk, now)
+                echo = not job.validated and payload[:wire.TOKEN_LEN] != wire.NO_TOKEN
+                if echo:
+                    self._validate(job, payload[:wire.TOKEN_LEN], now)
+                self._on_announce(job, header, chunk, now, echo=echo)
         else:
             self._on_data(job, header, payload, now, ce)
 
@@ -346,14 +365,14 @@ class AtpReceiver:
     def stats(self) -> dict[str, Any]:
         """Counters for summaries and metrics: every datagram not acknowledged is in one of them."""
         return {"datagrams": self.datagrams, "malformed": dict(self.malformed), "dropped": dict(self.dropped),
-                "admission": dict(self.admission), "jobs": len(self.slots), "finished": len(self._finished),
-                "memory": self.memory.as_dict()}
+                "admission": dict(self.admission), "admission_mode": self.admission_mode, "jobs": len(self.slots),
+                "finished": len(self._finished), "memory": self.memory.as_dict()}
 
     # -- admission -----------------------------------------------------------------------------------
 
     def _on_new_announce(self, h: wire.Header, payload: bytes, addr: Address, now: float) -> None:
-        """An announce for a job this receiver does not hold: RETRY, admit, or drop. Holds nothing unless
-        it admits."""
+        """An announce for a job this receiver does not hold: admit it (at once while not under pressure, else
+        with a valid token), answer with a RETRY, or drop it. Holds nothing unless it admits."""
         if self.accept_jobs is not None and self.jobs_seen >= self.accept_jobs:
             self.dropped["not_accepting_jobs"] += 1
             return
@@ -361,19 +380,26 @@ class AtpReceiver:
         if chunk is None:
             return
         token = payload[:wire.TOKEN_LEN]
-        refusal, victim, why = self.slots.choose(admission.source_of(addr), now)
+        source = admission.source_of(addr)
+        refusal, victim, why = self.slots.choose(source, now)
         if refusal is not None:
             self.dropped[refusal] += 1
             return
         if token == wire.NO_TOKEN:
-            self._retry(h, addr, now)
-            return
-        bad = self.tokens.check(token, h.job_id, addr, now)
-        if bad is not None:
-            self.dropped[bad] += 1
-            self._retry(h, addr, now)
-            return
+            if not self._admits_without_token(h, source, now):
+                self._retry(h, addr, now)
+                return
+            validated = False
+        else:
+            bad = self.tokens.check(token, h.job_id, addr, now)
+            if bad is not None:
+                self.dropped[bad] += 1
+                self._retry(h, addr, now)
+                return
+            validated = True
         job = _Job(h.job_id, addr, now)
+        job.validated = validated
+        job.rx_bytes = wire.HEADER_LEN + len(payload)
         if not self._make_room(job, JOB_BYTES):
             self.dropped["memory_budget"] += 1
             return
@@ -385,12 +411,66 @@ class AtpReceiver:
         self.slots.add(job)
         self.jobs_seen += 1
         self.admission["admitted"] += 1
+        if validated:
+            self._validated_source(source, now)
+        else:
+            self.admission["admitted_without_token"] += 1
+            job.token = self.tokens.mint(h.job_id, addr, now)
         self._on_announce(job, h, chunk, now)
+
+    def _admits_without_token(self, h: wire.Header, source: Any, now: float) -> bool:
+        """Whether a token-less announce is admitted at once (``open_admission_share``): not under pressure (fewer
+        than that share of the slots and of the budget in use) and its source below that share of its own limit;
+        under pressure, a source validated in the last ``token_lifetime_s``. A multi-part announce (a manifest
+        larger than one datagram) always asks for a token. Notes every switch of ``admission_mode``."""
+        cfg = self.config
+        share = cfg.open_admission_share
+        if self.accept_jobs is not None or share <= 0:
+            return False
+        pressure = (len(self.slots) >= share * cfg.max_jobs
+                    or self.memory.used >= share * self.memory.limit)
+        mode = "tokens" if pressure else "open"
+        if mode != self.admission_mode:
+            self.admission_mode = mode
+            self.admission[f"to_{mode}"] += 1
+        if h.pkt_cnt > 1:
+            return False
+        if pressure:
+            at = self._validated.get(source)
+            return at is not None and now - at <= cfg.token_lifetime_s
+        return self.slots.per_source.get(source, 0) < max(1.0, share * cfg.max_jobs_per_source)
+
+    def _validate(self, job: _Job, token: bytes, now: float) -> None:
+        """An unvalidated job's sender echoed a token: if it is the one minted for this job and address, the
+        address is the sender's (an off-path forger never saw the ACK that carried it)."""
+        bad = self.tokens.check(token, job.job_id, job.peer, now)
+        if bad is not None:
+            self.dropped[bad] += 1
+            return
+        job.validated = True
+        job.token = None
+        self.admission["validated"] += 1
+        self._validated_source(job.source, now)
+
+    def _validated_source(self, source: Any, now: float) -> None:
+        self._validated[source] = now
+        self._validated.move_to_end(source)
+        while len(self._validated) > self.config.max_jobs:
+            self._validated.popitem(last=False)
 
     def _retry(self, h: wire.Header, addr: Address, now: float) -> None:
         """Answer with a fresh token. A RETRY is 48 bytes, an announce at least 64: no amplification."""
         self.admission["retries"] += 1
         self._out.append((wire.encode_retry(h, self.tokens.mint(h.job_id, addr, now)), addr))
+
+    def _reply(self, job: _Job, data: bytes) -> None:
+        """Send ``data`` (an ACK or a DONE part) to the job's sender: an unvalidated job only as far as the bytes
+        that came from its address pay for (no amplification towards a forged address)."""
+        if not job.validated and job.tx_bytes + len(data) > job.rx_bytes:
+            self.admission["replies_withheld"] += 1
+            return
+        job.tx_bytes += len(data)
+        self._out.append((data, job.peer))
 
     def _make_room(self, job: _Job, n: int) -> bool:
         """Whether ``job`` may be charged ``n`` more bytes, forgetting the oldest finished jobs (never
@@ -408,6 +488,8 @@ class AtpReceiver:
         return False
 
     def _fits(self, job: _Job, n: int) -> bool:
+        if not job.validated and job.charged + n > self.memory.guarantee:
+            return False  # an unvalidated job: its slot's guarantee at most, never the pool
         return self.memory.fits(job.charged, job.holds_slot, n)
 
     def _charge(self, job: _Job, n: int) -> None:
@@ -436,9 +518,9 @@ class AtpReceiver:
         job.pending_ack = None
         job.pending_count = 0
         self._pending.remove(job)
-        self._out.append((wire.encode_ack(flags=wire.Flags.ECE if ce else 0, queue=h.queue, job_id=h.job_id,
-                                          msg_id=h.msg_id, group_id=h.group_id, pkt_idx=h.pkt_idx,
-                                          pkt_cnt=h.pkt_cnt, seq=h.seq, blocks=job.sack_blocks()), job.peer))
+        self._reply(job, wire.encode_ack(flags=wire.Flags.ECE if ce else 0, queue=h.queue, job_id=h.job_id,
+                                         msg_id=h.msg_id, group_id=h.group_id, pkt_idx=h.pkt_idx,
+                                         pkt_cnt=h.pkt_cnt, seq=h.seq, blocks=job.sack_blocks(), token=job.token))
 
     def _on_data(self, job: _Job, h: wire.Header, payload: bytes, now: float, ce: bool = False) -> None:
         m = job.manifest
@@ -549,12 +631,17 @@ class AtpReceiver:
             return None
         return chunk
 
-    def _on_announce(self, job: _Job, h: wire.Header, chunk: bytes, now: float) -> None:
+    def _on_announce(self, job: _Job, h: wire.Header, chunk: bytes, now: float, echo: bool = False) -> None:
+        """An announce part; ``echo``: the one that carried the token back (acknowledged, not a duplicate)."""
         if job.announce_cnt is not None and h.pkt_cnt != job.announce_cnt:
             self.malformed["inconsistent_announce"] += 1
             return
         if job.manifest is not None or h.pkt_idx in job.announce_parts:
-            self._duplicate(job, h, False)
+            if echo:
+                job.note_seq(h.seq)
+                self._ack(job, h)
+            else:
+                self._duplicate(job, h, False)
             return
         cost = len(chunk) + PACKET_BYTES
         if not self._fits(job, cost):
@@ -627,7 +714,8 @@ class AtpReceiver:
             self.admission["done_not_kept"] += 1
         if job.pending_ack is not None:
             self._flush_ack(job)  # the data's ACKs before the DONE
-        self._out.extend((d, job.peer) for d in done)
+        for d in done:
+            self._reply(job, d)
         self._events.append(events.JobFinished(result))
 
     # -- freeing -----------------------------------------------------------------------------------

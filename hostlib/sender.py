@@ -14,9 +14,11 @@ Life of a job: SENDING (admission, announce, data, repairs, one epoch per smooth
 completion policy is met; FIN sent until the receiver's DONE arrives or ``fin_timeout_s`` passes) -> DONE,
 or FAILED when nothing is acknowledged for ``idle_timeout_s``.
 
-Admission (hostlib/admission.py): the first announce part goes out alone, without a token, and is repeated
-like the FIN until the receiver's RETRY hands out a token; every announce part then carries it, and data
-follows at once. That costs one round trip per job.
+Admission (hostlib/admission.py): the announce goes out first, without a token, and the first window of data
+right behind it. A receiver that is not under pressure admits the job at once and keeps the data; its ACKs then
+carry a token, which the sender echoes once (announce part 0 again) so the receiver knows the address is really
+the sender's. A receiver under pressure answers with a RETRY carrying a token and keeps nothing: the sender
+starts over at once with the token on every announce part (one round trip, as TCP with SYN cookies).
 
 Only datagrams from ``peer`` for this job that answer something this sender sent move it: an ACK must echo
 a sequence number it used (they start at a random value below 2^31) with the message and packet index that
@@ -54,6 +56,7 @@ UNSENT, IN_FLIGHT, ACKED, LOST = range(4)
 
 _MAX_SLACK_US = wire.NO_DEADLINE - 1
 _FIN_RETRY_MIN_S = 0.02
+_ECHO = -1  # control queue entry: announce part 0 once more, carrying the token an ACK brought (validation)
 
 
 class SenderState(enum.Enum):
@@ -231,35 +234,11 @@ class AtpSender:
                     raise ConfigError(f"vector message {i} has {len(m.data)} bytes but one packet carries "
                                       f"{mp}: build the job with floats_per_message <= "
                                       f"{wire.floats_per_packet(mp)}")
-        sizes = job.group_sizes()
-        fixed = config.mode in ("fixtlr", "base")
-        self.adaptive = config.mode == "adaptive"
-        self.groups: dict[int, _Group] = {g: _Group(g, job.msr_of(g), n, fixed) for g, n in sorted(sizes.items())}
-        self.messages: list[_Message] = []
         for i, m in enumerate(job.messages):
             if len(m.data) > 0xFFFF * mp:
                 raise ConfigError(f"message {i} of {len(m.data)} bytes needs more than 65535 packets")
-            self.messages.append(_Message(i, self.groups[m.group_id], m.data, mp, m.tags or job.tags))
-        base = config.mode == "base"
-        self.scheduler = Scheduler(mrdf=config.mrdf, repairs_last=base)
-        for msg in self.messages:
-            self.scheduler.update(msg.msg_id, remaining=msg.remaining, repair=False)
-        self._unsent_open = len(self.messages)  # ACTIVE/REPAIRING messages with never-sent packets
-        wire_max = config.packet_size + config.overhead_bytes
-        initial = config.initial_rate_bps or config.max_rate_bps
-        self.window: WindowController | None = None
-        if self.adaptive:
-            self.window = self.rate = WindowController(
-                max_rate_bps=config.max_rate_bps, pacing_gain=config.pacing_gain, packet_bits=wire_max * 8,
-                initial_window=config.initial_window, max_window=config.max_window,
-                queue_packets=config.queue_packets, loss_memory=config.loss_memory,
-                min_samples=config.loss_min_samples, header_bytes=wire.HEADER_LEN + config.overhead_bytes,
-                gain=config.gain)
-        else:
-            self.rate = RateController(max_rate_bps=config.max_rate_bps, initial_rate_bps=initial,
-                                       gain=config.gain, packet_bits=wire_max * 8, fixed=base)
-        self.recovery = LossRecovery(initial_rtt_s=config.initial_rtt_s, reorder_threshold=config.reorder_threshold,
-                                     min_loss_timeout_s=config.min_loss_timeout_s, listeners=[self.rate])
+        self.adaptive = config.mode == "adaptive"
+        self._reset_transfer()
         self._path_queue: int | None = None  # queue byte of the last data ACK
         self.bucket = TokenBucket(burst_bytes=self._burst_bytes(self.rate.rate_bps), now=now)
         self._isn = secrets.randbelow(1 << 31) if isn is None else isn
@@ -297,9 +276,45 @@ class AtpSender:
         self.rejected: collections.Counter[str] = collections.Counter()
         # admission and what answers may echo
         self._token: bytes | None = None
-        self._hello_next = now
+        self._admitted = False  # an ACK came: the receiver holds the job
+        self.retries_received = 0  # RETRYs that made the job start over
+        self._echo_next = 0.0  # earliest time the token may be echoed again (validation of a job admitted at once)
         self._sent_msg = array.array("I")  # per sequence number used (seq - ISN): the msg_id and pkt_idx it
         self._sent_idx = array.array("H")  # carried, so answers can be checked (6 bytes per packet sent)
+
+    def _reset_transfer(self) -> None:
+        """Message, group, scheduler, loss-recovery and rate state as at the start of the job. Called again when a
+        RETRY says the receiver did not admit the job: nothing sent so far reached it, and nothing was acknowledged,
+        so the job starts over (sequence numbers and the packet counters go on)."""
+        job, config, mp = self.job, self.config, self.config.max_payload
+        old = getattr(self, "groups", {})
+        fixed = config.mode in ("fixtlr", "base")
+        self.groups: dict[int, _Group] = {g: _Group(g, job.msr_of(g), n, fixed)
+                                          for g, n in sorted(job.group_sizes().items())}
+        for gid, g in old.items():  # what left stays counted
+            self.groups[gid].packets_sent, self.groups[gid].retransmissions = g.packets_sent, g.retransmissions
+        self.messages: list[_Message] = [_Message(i, self.groups[m.group_id], m.data, mp, m.tags or job.tags)
+                                         for i, m in enumerate(job.messages)]
+        base = config.mode == "base"
+        self.scheduler = Scheduler(mrdf=config.mrdf, repairs_last=base)
+        for msg in self.messages:
+            self.scheduler.update(msg.msg_id, remaining=msg.remaining, repair=False)
+        self._unsent_open = len(self.messages)  # ACTIVE/REPAIRING messages with never-sent packets
+        wire_max = config.packet_size + config.overhead_bytes
+        initial = config.initial_rate_bps or config.max_rate_bps
+        self.window: WindowController | None = None
+        if self.adaptive:
+            self.window = self.rate = WindowController(
+                max_rate_bps=config.max_rate_bps, pacing_gain=config.pacing_gain, packet_bits=wire_max * 8,
+                initial_window=config.initial_window, max_window=config.max_window,
+                queue_packets=config.queue_packets, loss_memory=config.loss_memory,
+                min_samples=config.loss_min_samples, header_bytes=wire.HEADER_LEN + config.overhead_bytes,
+                gain=config.gain)
+        else:
+            self.rate = RateController(max_rate_bps=config.max_rate_bps, initial_rate_bps=initial,
+                                       gain=config.gain, packet_bits=wire_max * 8, fixed=base)
+        self.recovery = LossRecovery(initial_rtt_s=config.initial_rtt_s, reorder_threshold=config.reorder_threshold,
+                                     min_loss_timeout_s=config.min_loss_timeout_s, listeners=[self.rate])
 
     @property
     def datagrams_ignored(self) -> int:
@@ -313,8 +328,6 @@ class AtpSender:
             return []
         if not self._started:
             self._start(now)
-        if self._token is None:
-            return self._hello(now)
         out: list[tuple[bytes, Address]] = []
         rate = self.rate.rate_bps
         self.bucket.burst_bytes = self._burst_bytes(rate)
@@ -338,8 +351,6 @@ class AtpSender:
         """The next time :meth:`handle_timer` must run (pacing, loss detection, epoch end, timeouts)."""
         if not self._started:
             return self.start_time
-        if self._token is None and self.state == SenderState.SENDING:
-            return min(self._hello_next, self._last_progress + self.config.idle_timeout_s)
         if self.state == SenderState.SENDING:
             times = [self._epoch_end, self._last_progress + self.config.idle_timeout_s]
             loss = self.recovery.loss_deadline()
@@ -363,19 +374,18 @@ class AtpSender:
     def handle_timer(self, now: float) -> None:
         if not self._started:
             return
-        if self._token is None and self.state == SenderState.SENDING:
-            if now >= self._last_progress + self.config.idle_timeout_s:
-                self._fail(f"no acknowledgement from {self.peer} for {self.config.idle_timeout_s:g} s: no "
-                           f"admission token for job {self.job.job_id} (receiver down, unreachable, out of job "
-                           f"slots, or expecting an admission key?)")
-            return
         if self.state == SenderState.SENDING:
             self._on_lost(self.recovery.detect_lost(now), now)
             if now >= self._epoch_end:
                 self._end_epoch(now)
             if now >= self._last_progress + self.config.idle_timeout_s:
-                self._fail(f"no acknowledgement from {self.peer} for {self.config.idle_timeout_s:g} s "
-                           f"(receiver down, unreachable, or rejecting job {self.job.job_id}?)")
+                if not self._admitted:
+                    self._fail(f"no acknowledgement from {self.peer} for {self.config.idle_timeout_s:g} s: job "
+                               f"{self.job.job_id} was not admitted (receiver down, unreachable, out of job slots, "
+                               f"or expecting an admission key?)")
+                else:
+                    self._fail(f"no acknowledgement from {self.peer} for {self.config.idle_timeout_s:g} s "
+                               f"(receiver down, unreachable, or rejecting job {self.job.job_id}?)")
                 return
             self._check_complete(now)
         elif self.state == SenderState.CLOSING:
@@ -404,7 +414,7 @@ class AtpSender:
             return
         if header.type == wire.PacketType.ACK:
             try:
-                blocks = wire.decode_ack_payload(payload)
+                blocks, _grant, token = wire.decode_ack(payload, header.flags)
             except wire.MalformedPacket:
                 self.rejected["malformed"] += 1
                 return
@@ -412,6 +422,9 @@ class AtpSender:
             if reason is not None:
                 self.rejected[reason] += 1
                 return
+            self._admitted = True
+            if token is not None:
+                self._on_token(token, now)
             self._on_ack(header, blocks, now)
         elif header.type == wire.PacketType.DONE:
             self._on_done(header, payload, now)
@@ -461,11 +474,11 @@ class AtpSender:
 
     def _window_open(self, msg_id: int) -> bool:
         """``adaptive``: whether a data packet may leave now (control packets always may)."""
-        return (self.window is None or msg_id in control.CONTROL_MSG_IDS
+        return (self.window is None or msg_id in control.CONTROL_MSG_IDS or msg_id == _ECHO
                 or len(self.recovery.in_flight) < self.window.window)
 
     def _payload_len(self, msg_id: int, idx: int) -> int:
-        if msg_id == control.ANNOUNCE_MSG_ID:
+        if msg_id == control.ANNOUNCE_MSG_ID or msg_id == _ECHO:
             return control.ANNOUNCE_PREFIX_LEN + len(self._announce[idx])
         if msg_id == control.FIN_MSG_ID:
             return 0
@@ -500,6 +513,13 @@ class AtpSender:
             self.scheduler.remove(msg_id)
 
     def _emit(self, msg_id: int, idx: int, now: float) -> bytes:
+        if msg_id == _ECHO:  # announce part 0 again, with the token (its ACK validates like any announce's)
+            self._control.popleft()
+            msg_id = control.ANNOUNCE_MSG_ID
+            seq = self._next_seq(msg_id, 0)
+            self.packets_sent += 1
+            self.recovery.on_packet_sent(SentPacket(seq, msg_id, 0, None, self._payload_len(msg_id, 0), now))
+            return self._announce_datagram(0, seq)
         seq = self._next_seq(msg_id, idx)
         self.packets_sent += 1
         if msg_id in control.CONTROL_MSG_IDS:
@@ -573,19 +593,11 @@ class AtpSender:
                              seq=seq)
         return wire.encode(header, payload)
 
-    def _hello(self, now: float) -> list[tuple[bytes, Address]]:
-        """Before admission: announce part 0 without a token, repeated every max(20 ms, tail timeout) until a
-        RETRY comes (like the FIN; a tiny datagram)."""
-        if now < self._hello_next:
-            return []
-        seq = self._next_seq(control.ANNOUNCE_MSG_ID, 0)
-        self.packets_sent += 1
-        self._hello_next = now + max(_FIN_RETRY_MIN_S, self.recovery.tail_timeout)  # paced like the FIN
-        return [(self._announce_datagram(0, seq), self.peer)]
-
     def _on_retry(self, header: wire.Header, payload: bytes, now: float) -> None:
-        """A token from the receiver: admitted, or a fresh token because the one held expired."""
-        if self.state != SenderState.SENDING or all(self._announce_acked):
+        """The receiver did not admit the job (it was under pressure, or the token held expired) and sent a
+        token: nothing sent so far reached it, so the job starts over at once, the announce with the token first
+        and the data right behind it (no timer: the data it dropped is sent again as new, not as losses)."""
+        if self.state != SenderState.SENDING or self._admitted:
             self.rejected["retry_unexpected"] += 1
             return
         if self._carried(header.seq) != (control.ANNOUNCE_MSG_ID, header.pkt_idx):
@@ -596,11 +608,23 @@ class AtpSender:
         except wire.MalformedPacket:
             self.rejected["malformed"] += 1
             return
-        first = self._token is None
         self._token = token
-        if first:  # the job starts now: data follows the announce
-            self._epoch_end = now + self._epoch_length()
-            self._last_progress = now
+        self.retries_received += 1
+        self._reset_transfer()
+        self._control = collections.deque((control.ANNOUNCE_MSG_ID, i) for i in range(len(self._announce)))
+        self._epoch_end = now + self._epoch_length()
+        self._last_progress = now
+
+    def _on_token(self, token: bytes, now: float) -> None:
+        """An ACK carried an admission token: the receiver admitted the job without one and waits for this sender
+        to prove its address. Echo it (announce part 0 again, with the token; at most once per smoothed RTT) without
+        waiting for anything."""
+        if token != self._token:
+            self._token = token
+            self._echo_next = 0.0
+        if now >= self._echo_next and self.state in (SenderState.SENDING, SenderState.CLOSING):
+            self._echo_next = now + self.recovery.srtt
+            self._control.append((_ECHO, 0))
 
     def _from_peer(self, addr: Address) -> bool:
         peer = self.peer

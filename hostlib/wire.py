@@ -13,7 +13,10 @@ import struct
 import sys
 from typing import Sequence
 
-VERSION = 1
+VERSION = 2
+"""Version 2 (docs/wire-format.md): DATA packets carry ``count`` whole messages (packing), ACKs optional grant and
+token fields, the GRANT type and the TRIM/GRANT/TOKEN flags. Datagrams of any other version are malformed
+(``bad_version``): both ends of a job must speak version 2."""
 HEADER_LEN = 32
 DEFAULT_ATP_PORT = 7600
 DEFAULT_REPORT_PORT = 7601
@@ -37,7 +40,7 @@ HEADER_FIELDS: tuple[tuple[str, int], ...] = (
     ("seq", 32),
     ("deadline_us", 32),
     ("weight", 8),
-    ("reserved", 8),
+    ("count", 8),
     ("length", 16),
 )
 _HEADER = struct.Struct("!BBBBIIHHHHIIBBH")
@@ -63,6 +66,7 @@ class PacketType(enum.IntEnum):
     REPORT = 3
     DONE = 4
     RETRY = 5
+    GRANT = 6
 
 
 class Flags(enum.IntFlag):
@@ -71,9 +75,16 @@ class Flags(enum.IntFlag):
     ECE = 0x04
     TAGGED = 0x08
     CE = 0x10
+    TRIM = 0x20
+    GRANT = 0x40
+    TOKEN = 0x80
 
 
-_VALID_FLAGS = 0x1F
+_VALID_FLAGS = 0xFF
+MAX_PACKED = 0xFF
+"""Most whole messages one DATA packet carries (the 8-bit ``count`` field)."""
+RECORD_HEADER_LEN = 6
+"""A packed message's record header: ``msg_id:u32 | len:u16``."""
 
 
 class MalformedPacket(ValueError):
@@ -112,8 +123,15 @@ class Header:
     seq: int = 0
     deadline_us: int = NO_DEADLINE
     weight: int = 0
+    count: int = -1
+    """DATA: whole messages in the payload (1: one message, or one part of one; >= 2: packed records). Other
+    types: 0 on send, ignored on receive. Left out (-1): 1 for DATA, 0 otherwise."""
     length: int = 0
     version: int = VERSION
+
+    def __post_init__(self) -> None:
+        if self.count < 0:
+            object.__setattr__(self, "count", 1 if self.type == PacketType.DATA else 0)
 
     @property
     def approx(self) -> bool:
@@ -138,7 +156,7 @@ class Header:
             self.seq,
             self.deadline_us,
             self.weight,
-            0,
+            self.count,
             self.length,
         )
 
@@ -154,7 +172,7 @@ def decode(data: bytes) -> tuple[Header, bytes]:
     """Parse one datagram into (header, payload). Raises MalformedPacket for anything off-spec."""
     if len(data) < HEADER_LEN:
         raise MalformedPacket("truncated", f"{len(data)} bytes, header needs {HEADER_LEN}")
-    (vt, flags, queue, prio, job, msg, group, tlr, idx, cnt, seq, deadline, weight, _res,
+    (vt, flags, queue, prio, job, msg, group, tlr, idx, cnt, seq, deadline, weight, count,
      length) = _HEADER.unpack_from(data)
     version, ptype = vt >> 4, vt & 0x0F
     if version != VERSION:
@@ -169,11 +187,13 @@ def decode(data: bytes) -> tuple[Header, bytes]:
         raise MalformedPacket("bad_tlr", f"tlr 0x{tlr:04x} above 1.0")
     if cnt == 0 or idx >= cnt:
         raise MalformedPacket("bad_index", f"packet index {idx} of {cnt}")
+    if ptype == PacketType.DATA and (count == 0 or (count > 1 and (idx, cnt) != (0, 1))):
+        raise MalformedPacket("bad_count", f"DATA packet of {count} messages, packet {idx} of {cnt}")
     if len(data) < HEADER_LEN + length:
         raise MalformedPacket("truncated", f"payload {len(data) - HEADER_LEN} bytes, header says {length}")
     header = Header(type=ptype, flags=flags, queue=queue, priority=prio, job_id=job, msg_id=msg,
                     group_id=group, tlr=tlr, pkt_idx=idx, pkt_cnt=cnt, seq=seq, deadline_us=deadline,
-                    weight=weight, length=length, version=version)
+                    weight=weight, count=count, length=length, version=version)
     return header, bytes(data[HEADER_LEN:HEADER_LEN + length])
 
 
@@ -222,7 +242,7 @@ class Report:
             import hmac
 
             mac = payload[REPORT_PAYLOAD_LEN:]
-            want = _report_mac(key, dataclasses.replace(header, length=0).encode()[4:], body)
+            want = _report_mac(key, dataclasses.replace(header, length=0, count=0).encode()[4:], body)
             if not mac or not hmac.compare_digest(mac, want):
                 raise MalformedPacket("bad_mac", "report HMAC missing or wrong")
         loss, msr, rate, total, delivered, lost, epoch = _REPORT.unpack(body)
@@ -263,12 +283,42 @@ def encode_ack_payload(blocks: "list[tuple[int, int]] | tuple[tuple[int, int], .
 
 
 def encode_ack(*, flags: int, queue: int, job_id: int, msg_id: int, group_id: int, pkt_idx: int, pkt_cnt: int,
-               seq: int, blocks: "list[tuple[int, int]]") -> bytes:
-    """An ACK: same bytes as ``encode(Header(type=ACK, ...), encode_ack_payload(blocks))`` without building a
-    Header (the receiver's per-packet path)."""
+               seq: int, blocks: "list[tuple[int, int]]", grant: int | None = None, token: bytes | None = None,
+               ptype: int = PacketType.ACK) -> bytes:
+    """An ACK: same bytes as ``encode(Header(type=ACK, ...), payload)`` without building a Header (the receiver's
+    per-packet path). ``grant`` (a sequence number: the sender may send data below it) adds the ``GRANT`` flag and
+    field, ``token`` (an admission token, to an unvalidated job) the ``TOKEN`` flag and field. ``ptype`` GRANT:
+    the same layout as a GRANT packet (no blocks needed, ``grant`` required)."""
     payload = encode_ack_payload(blocks)
-    return _HEADER.pack((VERSION << 4) | PacketType.ACK, flags, queue, 0, job_id, msg_id, group_id, 0, pkt_idx,
+    if grant is not None:
+        flags |= Flags.GRANT
+        payload += _U32.pack(grant & 0xFFFFFFFF)
+    if token is not None:
+        if len(token) != TOKEN_LEN:
+            raise ValueError(f"an admission token is {TOKEN_LEN} bytes, got {len(token)}")
+        flags |= Flags.TOKEN
+        payload += token
+    return _HEADER.pack((VERSION << 4) | ptype, flags, queue, 0, job_id, msg_id, group_id, 0, pkt_idx,
                         pkt_cnt, seq, NO_DEADLINE, 0, 0, len(payload)) + payload
+
+
+def decode_ack(payload: bytes, flags: int) -> "tuple[list[tuple[int, int]], int | None, bytes | None]":
+    """An ACK's or GRANT's payload: ``(blocks, grant, token)``; ``grant``/``token`` are ``None`` unless the
+    ``GRANT``/``TOKEN`` flag says the field is there. Raises MalformedPacket ``bad_ack``."""
+    tail = (4 if flags & Flags.GRANT else 0) + (TOKEN_LEN if flags & Flags.TOKEN else 0)
+    if len(payload) < tail:
+        raise MalformedPacket("bad_ack", f"ACK payload of {len(payload)} bytes, its flags need {tail}")
+    end = len(payload) - tail
+    blocks = decode_ack_payload(payload[:end])
+    grant = token = None
+    if flags & Flags.GRANT:
+        (grant,) = _U32.unpack_from(payload, end)
+        end += 4
+    if flags & Flags.TOKEN:
+        token = bytes(payload[end:end + TOKEN_LEN])
+        if token == NO_TOKEN:
+            raise MalformedPacket("bad_ack", "an all-zero admission token")
+    return blocks, grant, token
 
 
 def decode_ack_payload(payload: bytes) -> list[tuple[int, int]]:
@@ -378,8 +428,40 @@ def decode_float_range(payload: bytes) -> tuple[int, tuple[float, ...]]:
 
 def encode_data(*, flags: int, priority: int, job_id: int, msg_id: int, group_id: int, tlr: int, pkt_idx: int,
                 pkt_cnt: int, seq: int, deadline_us: int, weight: int, payload: bytes,
-                queue: int = QUEUE_UNSET) -> bytes:
+                queue: int = QUEUE_UNSET, count: int = 1) -> bytes:
     """A DATA packet, same bytes as ``encode(Header(type=DATA, ...), payload)`` without building a Header
     (the sender's per-packet fast path)."""
     return _HEADER.pack((VERSION << 4) | PacketType.DATA, flags, queue, priority, job_id, msg_id, group_id, tlr,
-                        pkt_idx, pkt_cnt, seq, deadline_us, weight, 0, len(payload)) + payload
+                        pkt_idx, pkt_cnt, seq, deadline_us, weight, count, len(payload)) + payload
+
+
+# --- DATA payload of a packed packet: several whole messages -----------------------------------------
+
+_RECORD = struct.Struct("!IH")
+
+
+def encode_records(messages: "Sequence[tuple[int, bytes]]") -> bytes:
+    """The payload of a packed DATA packet: ``msg_id:u32 | len:u16 | data`` per message, in order."""
+    return b"".join(_RECORD.pack(msg_id, len(data)) + bytes(data) for msg_id, data in messages)
+
+
+def decode_records(payload: bytes, header: Header) -> list[tuple[int, bytes]]:
+    """``[(msg_id, data)]`` of a packed DATA packet (``header.count >= 2``): exactly ``count`` records filling the
+    payload, the first one the header's ``msg_id``, no id twice. Raises MalformedPacket ``bad_pack``."""
+    out: list[tuple[int, bytes]] = []
+    off, n, end = 0, header.count, len(payload)
+    while off < end:
+        if off + RECORD_HEADER_LEN > end:
+            raise MalformedPacket("bad_pack", f"record header cut at byte {off} of {end}")
+        msg_id, size = _RECORD.unpack_from(payload, off)
+        off += RECORD_HEADER_LEN
+        if off + size > end:
+            raise MalformedPacket("bad_pack", f"record of message {msg_id} ({size} bytes) past the payload")
+        out.append((msg_id, bytes(payload[off:off + size])))
+        off += size
+    if len(out) != n or out[0][0] != header.msg_id:
+        raise MalformedPacket("bad_pack", f"{len(out)} records, count says {n}; first {out[0][0] if out else None}, "
+                                          f"header msg_id {header.msg_id}")
+    if len({m for m, _ in out}) != n:
+        raise MalformedPacket("bad_pack", "a message twice in one packet")
+    return out

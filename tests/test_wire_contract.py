@@ -80,7 +80,7 @@ def test_p4_constants_match_hostlib_wire():
         lambda s: s.replace("bit<16> tlr;", "bit<8> tlr;"),  # width
         lambda s: s.replace("bit<32> msg_id;\n    bit<16> group_id;", "bit<16> group_id;\n    bit<32> msg_id;"),  # order
         lambda s: s.replace("bit<8> weight;", "bit<8> wieght;"),  # name
-        lambda s: s.replace("    bit<8> reserved;\n", ""),  # missing field
+        lambda s: s.replace("    bit<8> count;\n", ""),  # missing field
     ],
 )
 def test_contract_check_detects_drift(mutation):

@@ -17,7 +17,7 @@ Approximate rules (job, tag, TLR) that name queue 0 are compiled to queue 1: the
 (``controller.reference.approx_guard``; approximate traffic never uses queue 0), applied here at compile time,
 so the kernel switch has no per-packet count of it.
 "Approximate ATP DATA" is the conjunction: IPv4 without options (ihl 5), not a non-first fragment, UDP,
-destination port = the ATP port, ATP byte 0 = 0x11 (version 1, DATA), flag APPROX set. Ranges (TLR,
+destination port = the ATP port, ATP byte 0 = 0x21 (version 2, DATA), flag APPROX set. Ranges (TLR,
 CadentFlow priority and deadline) are decomposed into prefix (value/mask) matches, one u32 entry each.
 ``u32_queue`` evaluates compiled entries on a packet the way the kernel does; the tests compare it with
 ``controller.reference.reference_queue`` for every rule kind. ``controller.kernel.tc`` writes the entries.

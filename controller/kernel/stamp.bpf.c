@@ -2,11 +2,11 @@
 //
 // One tc BPF classifier per logical queue q (ELF section "q<q>"), attached (non direct-action) to the
 // inner HTB class 1:2q that the u32 tables classify into; it returns -1, so the filter's classid (the leaf
-// 1:1q) is the result. For IPv4 without options, first fragments, UDP to ATP_PORT with ATP byte 0 = 0x11
-// (version 1, DATA) it writes q into the ATP queue byte (IPv4 + 28 + 2) and sets the UDP checksum to 0
-// ("no checksum", RFC 768), as the P4 program does. Other packets are untouched. skb->data is the
-// Ethernet header on egress. Build: clang -O2 -target bpf -DATP_PORT=<port> -DATP_QUEUE_OFFSET=<n> -c stamp.c (controller/kernel/stamp.py,
-// which takes the queue byte's offset from hostlib.wire.OFFSETS).
+// 1:1q) is the result. For IPv4 without options, first fragments, UDP to ATP_PORT with ATP byte 0 =
+// ATP_DATA_BYTE0 (the wire version, DATA: 0x21) it writes q into the ATP queue byte (IPv4 + 28 + 2) and sets the
+// UDP checksum to 0 ("no checksum", RFC 768), as the P4 program does. Other packets are untouched. skb->data is
+// the Ethernet header on egress. Build: clang -O2 -target bpf -DATP_PORT=<port> -DATP_QUEUE_OFFSET=<n>
+// -DATP_DATA_BYTE0=<b> -c stamp.c (controller/kernel/stamp.py, which takes both from hostlib.wire).
 //
 // ECN on queue 0 (built with -DECN_THRESHOLD_BYTES=<b> -DRATE_KBPS=<r> -DQUEUE0_BYTES=<c>): queue 0 is the
 // highest priority, so it drains at the line rate r whatever the other queues hold. Section q0 then keeps a
@@ -79,7 +79,7 @@ static __always_inline int stamp(struct __sk_buff *skb, __u8 qid)
         return -1;
     if (bpf_skb_load_bytes(skb, ETH_HLEN + 22, &dport, 2) < 0 || dport != bpf_htons(ATP_PORT))
         return -1;
-    if (bpf_skb_load_bytes(skb, ETH_HLEN + 28, &atp0, 1) < 0 || atp0 != 0x11)
+    if (bpf_skb_load_bytes(skb, ETH_HLEN + 28, &atp0, 1) < 0 || atp0 != ATP_DATA_BYTE0)
         return -1;
     __u16 zero = 0;
     bpf_skb_store_bytes(skb, ETH_HLEN + 28 + ATP_QUEUE_OFFSET, &qid, 1, 0);

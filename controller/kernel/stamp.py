@@ -20,6 +20,7 @@ from typing import Mapping, Sequence
 from netapprox.controller.errors import KernelSwitchError
 from netapprox.controller.kernel.tc import STAMP_PRIO, PortShape, netns_prefix
 from netapprox.controller.model import NUM_QUEUES
+from netapprox.controller.reference import DATA_V1
 from netapprox.hostlib.wire import DEFAULT_ATP_PORT, OFFSETS
 
 
@@ -33,7 +34,7 @@ def stamp_object(atp_port: int = DEFAULT_ATP_PORT, ecn: tuple[int, int, int] | N
 
     ``ecn``: (threshold bytes, line rate kbit/s, queue 0 buffer bytes) builds section q0 with CE marking."""
     out_dir = BUILD_DIR
-    defines = [f"-DATP_PORT={atp_port}", f"-DATP_QUEUE_OFFSET={OFFSETS['queue']}"]
+    defines = [f"-DATP_PORT={atp_port}", f"-DATP_QUEUE_OFFSET={OFFSETS['queue']}", f"-DATP_DATA_BYTE0={DATA_V1}"]
     name = f"stamp-{atp_port}"
     if ecn is not None:
         threshold, rate_kbps, cap = ecn

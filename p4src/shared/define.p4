@@ -26,19 +26,24 @@
 @noWarn("unused") const bit<16> ATP_PORT = ATP_UDP_PORT;
 @noWarn("unused") const bit<16> ATP_REPORT_DST_PORT = ATP_REPORT_PORT;
 
-@noWarn("unused") const bit<4> ATP_VERSION = 1;
+@noWarn("unused") const bit<4> ATP_VERSION = 2;
 @noWarn("unused") const bit<4> ATP_TYPE_DATA = 1;
 @noWarn("unused") const bit<4> ATP_TYPE_ACK = 2;
 @noWarn("unused") const bit<4> ATP_TYPE_REPORT = 3;
 @noWarn("unused") const bit<4> ATP_TYPE_DONE = 4;
 @noWarn("unused") const bit<4> ATP_TYPE_RETRY = 5;  // admission token, receiver -> sender (never approximate)
+@noWarn("unused") const bit<4> ATP_TYPE_GRANT = 6;  // receiver -> sender: how far it may send (never approximate)
+@noWarn("unused") const bit<4> ATP_TYPE_MAX = ATP_TYPE_GRANT;
 
 @noWarn("unused") const bit<8> ATP_FLAG_APPROX = 0x01;
 @noWarn("unused") const bit<8> ATP_FLAG_RETX = 0x02;
 @noWarn("unused") const bit<8> ATP_FLAG_ECE = 0x04;
 @noWarn("unused") const bit<8> ATP_FLAG_TAGGED = 0x08;
 @noWarn("unused") const bit<8> ATP_FLAG_CE = 0x10;
-@noWarn("unused") const bit<8> ATP_FLAGS_RESERVED = 0xE0;  // bits 5..7 must be zero
+@noWarn("unused") const bit<8> ATP_FLAG_TRIM = 0x20;   // DATA: a switch cut the payload; ACK: that packet came trimmed
+@noWarn("unused") const bit<8> ATP_FLAG_GRANT = 0x40;  // ACK: carries a grant
+@noWarn("unused") const bit<8> ATP_FLAG_TOKEN = 0x80;  // ACK: carries an admission token
+@noWarn("unused") const bit<8> ATP_FLAGS_RESERVED = 0x00;  // version 2 defines every flag bit
 
 @noWarn("unused") const bit<16> ATP_TLR_ONE = 0x8000;  // Q1.15: 1.0; larger values are malformed
 @noWarn("unused") const bit<16> ATP_HEADER_BYTES = 32;

@@ -70,7 +70,7 @@ header tcp_t {
     bit<16> urgent_ptr;
 }
 
-// ATP header, docs/wire-format.md (version 1). 32 bytes.
+// ATP header, docs/wire-format.md (version 2). 32 bytes.
 header atp_t {
     bit<4> version;
     bit<4> type;
@@ -86,7 +86,7 @@ header atp_t {
     bit<32> seq;
     bit<32> deadline_us;
     bit<8> weight;
-    bit<8> reserved;
+    bit<8> count;
     bit<16> length;
 }
 

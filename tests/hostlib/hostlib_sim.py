@@ -118,10 +118,12 @@ class Run:
 
 # --- driving one endpoint by hand ------------------------------------------------------------------
 
-def admit_sender(sender: AtpSender, now: float = 0.0, token: bytes = b"T" * wire.TOKEN_LEN) -> wire.Header:
-    """Answer the sender's first (token-less) announce with a RETRY, as a receiver does; returns its header."""
-    ((data, addr),) = sender.datagrams_to_send(now)
+def retry_sender(sender: AtpSender, now: float = 0.0, token: bytes = b"T" * wire.TOKEN_LEN) -> wire.Header:
+    """Answer the sender's first datagram (its token-less announce, sent with the first window behind it) with a
+    RETRY, as a receiver under pressure does; returns the announce's header."""
+    data, addr = sender.datagrams_to_send(now)[0]
     hello, _ = wire.decode(data)
+    assert hello.msg_id == control.ANNOUNCE_MSG_ID
     sender.receive_datagram(wire.encode_retry(hello, token), addr, now)
     return hello
 
@@ -140,7 +142,8 @@ def announce(job_id: int, groups, total: int, *, seq: int = 1000, token: bytes =
 
 
 def token_for(receiver: AtpReceiver, hello: bytes, peer=SENDER_ADDR, now: float = 0.0) -> bytes:
-    """Send a token-less announce part; return the token of the RETRY that answers it."""
+    """Send a token-less announce part to a receiver that asks for tokens (under pressure, or configured so);
+    return the token of the RETRY that answers it."""
     receiver.receive_datagram(hello, peer, now)
     out = receiver.datagrams_to_send(now)
     retries = [wire.decode(d)[1] for d, _ in out if wire.decode(d)[0].type == wire.PacketType.RETRY]
@@ -148,14 +151,29 @@ def token_for(receiver: AtpReceiver, hello: bytes, peer=SENDER_ADDR, now: float 
     return retries[0]
 
 
+def token_of(answers: list[tuple[wire.Header, bytes]]) -> bytes | None:
+    """The admission token in a receiver's answers: a RETRY's, or the one an ACK to an unvalidated job carries."""
+    for h, payload in answers:
+        if h.type == wire.PacketType.RETRY:
+            return payload
+        if h.type == wire.PacketType.ACK and h.flags & wire.Flags.TOKEN:
+            return wire.decode_ack(payload, h.flags)[2]
+    return None
+
+
 def admit(receiver: AtpReceiver, job_id: int, groups, total: int, *, peer=SENDER_ADDR, now: float = 0.0,
           **kw) -> list[tuple[wire.Header, bytes]]:
-    """Admit a job the way a sender does (announce, RETRY, announce with the token); returns the datagrams
-    that answered the second announce (its ACK)."""
-    token = token_for(receiver, announce(job_id, groups, total, **kw), peer, now)
+    """Admit and validate a job the way a sender does: a token-less announce, admitted at once (its ACK carries a
+    token, which the sender echoes on announce part 0) or answered with a RETRY (the announce again, with the
+    token); returns the datagrams that answered the second announce (its ACK)."""
+    receiver.receive_datagram(announce(job_id, groups, total, **kw), peer, now)
+    token = token_of([wire.decode(d) for d, _ in receiver.datagrams_to_send(now)])
+    assert token is not None, f"job {job_id}: neither admitted nor answered with a RETRY: {receiver.stats()}"
     receiver.receive_datagram(announce(job_id, groups, total, token=token, **kw), peer, now)
     assert job_id in receiver.jobs, f"job {job_id} not admitted: {receiver.stats()}"
-    return [wire.decode(d) for d, _ in receiver.datagrams_to_send(now)]
+    answers = [wire.decode(d) for d, _ in receiver.datagrams_to_send(now)]
+    assert token_of(answers) is None, f"job {job_id} not validated: {receiver.stats()}"
+    return answers
 
 
 def run_job(job: JobSpec, config: AtpConfig = AtpConfig(), *, forward: Path | None = None,

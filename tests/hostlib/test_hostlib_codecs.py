@@ -14,12 +14,15 @@ u32 = st.integers(0, 0xFFFFFFFF)
 
 @st.composite
 def headers(draw):
-    cnt = draw(st.integers(1, 0xFFFF))
+    ptype = draw(st.sampled_from(list(wire.PacketType)))
+    packed = ptype == wire.PacketType.DATA and draw(st.booleans())
+    cnt = 1 if packed else draw(st.integers(1, 0xFFFF))
+    count = draw(st.integers(2, wire.MAX_PACKED)) if packed else 1 if ptype == wire.PacketType.DATA else draw(u8)
     return wire.Header(
-        type=draw(st.sampled_from(list(wire.PacketType))), flags=draw(st.integers(0, 0x1F)), queue=draw(u8),
+        type=ptype, flags=draw(u8), queue=draw(u8),
         priority=draw(u8), job_id=draw(u32), msg_id=draw(u32), group_id=draw(u16),
         tlr=draw(st.integers(0, wire.TLR_ONE)), pkt_idx=draw(st.integers(0, cnt - 1)), pkt_cnt=cnt,
-        seq=draw(u32), deadline_us=draw(u32), weight=draw(u8))
+        seq=draw(u32), deadline_us=draw(u32), weight=draw(u8), count=count)
 
 
 @settings(max_examples=300, deadline=None)
@@ -36,9 +39,10 @@ def test_header_round_trips(header, payload):
 def test_fast_data_encoder_matches_header_encoder(header, payload):
     fields = {k: getattr(header, k) for k in ("flags", "priority", "job_id", "msg_id", "group_id", "tlr",
                                               "pkt_idx", "pkt_cnt", "seq", "deadline_us", "weight", "queue")}
-    data = wire.encode_data(payload=payload, **fields)
+    count = header.count if header.type == wire.PacketType.DATA else 1
+    data = wire.encode_data(payload=payload, count=count, **fields)
     import dataclasses
-    assert data == wire.encode(dataclasses.replace(header, type=wire.PacketType.DATA), payload)
+    assert data == wire.encode(dataclasses.replace(header, type=wire.PacketType.DATA, count=count), payload)
 
 
 @settings(max_examples=300, deadline=None)
@@ -47,9 +51,25 @@ def test_fast_data_encoder_matches_header_encoder(header, payload):
 def test_fast_ack_encoder_matches_header_encoder(header, blocks):
     fields = {k: getattr(header, k) for k in ("flags", "queue", "job_id", "msg_id", "group_id", "pkt_idx", "pkt_cnt",
                                               "seq")}
+    fields["flags"] &= ~(wire.Flags.GRANT | wire.Flags.TOKEN)  # those flags announce fields the payload then has
     data = wire.encode_ack(blocks=blocks, **fields)
     ack = wire.Header(type=wire.PacketType.ACK, **fields)
     assert data == wire.encode(ack, wire.encode_ack_payload(blocks))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2**31), st.integers(0, 2**31)).map(sorted).map(tuple),
+                max_size=wire.MAX_SACK_BLOCKS), st.one_of(st.none(), u32),
+       st.one_of(st.none(), st.binary(min_size=16, max_size=16).filter(lambda t: t != wire.NO_TOKEN)))
+def test_ack_grant_and_token_fields_round_trip(blocks, grant, token):
+    data = wire.encode_ack(flags=wire.Flags.ECE, queue=3, job_id=1, msg_id=2, group_id=0, pkt_idx=0, pkt_cnt=1, seq=9,
+                           blocks=blocks, grant=grant, token=token)
+    h, payload = wire.decode(data)
+    assert bool(h.flags & wire.Flags.GRANT) == (grant is not None) and bool(h.flags & wire.Flags.TOKEN) == (token
+                                                                                                             is not None)
+    assert wire.decode_ack(payload, h.flags) == ([tuple(b) for b in blocks], grant, token)
+    with pytest.raises(wire.MalformedPacket, match="bad_ack"):  # a flag whose field is missing
+        wire.decode_ack(payload[:len(payload) - 1], h.flags | wire.Flags.GRANT | wire.Flags.TOKEN)
 
 
 @settings(max_examples=500, deadline=None)
@@ -58,7 +78,7 @@ def test_decode_of_random_bytes_raises_only_malformed(data):
     try:
         wire.decode(data)
     except wire.MalformedPacket as err:
-        assert err.reason in {"truncated", "bad_version", "bad_type", "bad_flags", "bad_tlr", "bad_index"}
+        assert err.reason in {"truncated", "bad_version", "bad_type", "bad_tlr", "bad_index", "bad_count"}
 
 
 @given(st.lists(st.tuples(u32, u32).map(lambda t: (min(t), max(t))), max_size=16))

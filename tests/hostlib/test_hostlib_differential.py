@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from netapprox.hostlib import control, wire
 from netapprox.hostlib.config import AtpConfig, JobSpec, Message, Tags, pattern_bytes
-from hostlib_sim import Path, admit_sender, run_job
+from hostlib_sim import Path, retry_sender, run_job
 from twin import TwinReceiver, TwinSender
 
 pytestmark = pytest.mark.usefixtures("native")
@@ -139,7 +139,7 @@ def test_sender_event_sequences(seed, mode, mrdf, steps, sizes):
     now = 0.0
     sent: list[wire.Header] = []
     if rng.random() < 0.8:
-        sent.append(admit_sender(s, token=bytes(rng.randrange(256) for _ in range(wire.TOKEN_LEN))))
+        sent.append(retry_sender(s, token=bytes(rng.randrange(256) for _ in range(wire.TOKEN_LEN))))
     for _ in range(steps):
         op = rng.random()
         if op < 0.05 and sent:  # a RETRY: echoing something sent, or not; a token, or none

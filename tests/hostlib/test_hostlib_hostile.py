@@ -16,7 +16,8 @@ from netapprox.hostlib import control, events, wire
 from netapprox.hostlib.config import AtpConfig, ConfigError, JobSpec
 from netapprox.hostlib.receiver import AtpReceiver
 from netapprox.hostlib.sender import AtpSender
-from hostlib_sim import RECEIVER_ADDR, SENDER_ADDR, Path, admit, admit_sender, announce, run_job, token_for
+from hostlib_sim import (RECEIVER_ADDR, SENDER_ADDR, Path, admit, announce, retry_sender, run_job, token_for,
+                         token_of)
 
 pytestmark = pytest.mark.usefixtures("cores")
 
@@ -28,10 +29,13 @@ def out(r, now=0.0):
     return [(wire.decode(d), addr) for d, addr in r.datagrams_to_send(now)]
 
 
-# --- admission tokens -------------------------------------------------------------------------------
+# --- admission: at once while not under pressure, tokens under pressure ------------------------------
 
-def test_an_announce_without_token_gets_a_retry_and_no_state():
-    r = AtpReceiver()
+TOKENS = AtpConfig(open_admission_share=0.0)  # a receiver that always asks for a token (always "under pressure")
+
+
+def test_an_announce_without_token_under_pressure_gets_a_retry_and_no_state():
+    r = AtpReceiver(config=TOKENS)
     hello = announce(7, G10, 10, seq=42)
     r.receive_datagram(hello, SENDER_ADDR, 0.0)
     ((d, addr),) = r.datagrams_to_send(0.0)
@@ -40,10 +44,34 @@ def test_an_announce_without_token_gets_a_retry_and_no_state():
     assert (h.job_id, h.msg_id, h.seq, h.pkt_idx, h.pkt_cnt) == (7, control.ANNOUNCE_MSG_ID, 42, 0, 1)
     assert len(token) == wire.TOKEN_LEN and len(d) == 48 < len(hello)  # never amplifies
     assert r.jobs == {} and r.memory.used == 0 and r.admission == {"retries": 1}
+    assert r.stats()["admission_mode"] == "tokens"
+    data = wire.encode(wire.Header(flags=1, job_id=7, msg_id=3, seq=43), b"x" * 100)  # the first window behind it
+    r.receive_datagram(data, SENDER_ADDR, 0.0)
+    assert r.datagrams_to_send(0.0) == [] and r.dropped == {"unknown_job": 1} and r.memory.used == 0
+
+
+def test_an_announce_without_token_is_admitted_at_once_while_not_under_pressure():
+    r = AtpReceiver()
+    hello = announce(7, G10, 10, seq=42)
+    r.receive_datagram(hello, SENDER_ADDR, 0.0)
+    r.receive_datagram(wire.encode(wire.Header(flags=1, job_id=7, msg_id=3, seq=43), b"x" * 100), SENDER_ADDR, 0.0)
+    answers = out(r)
+    assert [h.type for (h, _), _ in answers] == [wire.PacketType.ACK]  # one coalesced ACK: announce and data
+    (h, payload), addr = answers[0]
+    blocks, grant, token = wire.decode_ack(payload, h.flags)
+    assert addr == SENDER_ADDR and h.seq == 43 and blocks == [(42, 43)] and grant is None
+    assert token is not None and h.flags & wire.Flags.TOKEN  # the sender is asked to prove its address
+    assert 7 in r.jobs and not r.jobs[7].validated
+    assert [e.msg_id for e in iter(r.next_event, None)] == [3]  # the first window's data was kept
+    assert r.admission == {"admitted": 1, "admitted_without_token": 1} and r.stats()["admission_mode"] == "open"
+    r.receive_datagram(announce(7, G10, 10, seq=44, token=token), SENDER_ADDR, 0.001)  # the echo
+    ((h, payload), _), = out(r)
+    assert h.type == wire.PacketType.ACK and not h.flags & wire.Flags.TOKEN and r.jobs[7].validated
+    assert r.admission["validated"] == 1
 
 
 def test_a_token_admits_one_job_from_one_address_for_a_limited_time():
-    r = AtpReceiver(config=AtpConfig(token_lifetime_s=2.0))
+    r = AtpReceiver(config=dataclasses.replace(TOKENS, token_lifetime_s=2.0))
     token = token_for(r, announce(7, G10, 10), SENDER_ADDR, 0.0)
     forged = bytes(16 - len(b"forged")) + b"forged"
     for job, src, tok, now, reason in [
@@ -57,10 +85,103 @@ def test_a_token_admits_one_job_from_one_address_for_a_limited_time():
         assert h.type == wire.PacketType.RETRY and addr == src, reason  # a fresh token, nothing kept
         assert r.dropped[reason] >= 1 and r.jobs == {} and r.memory.used == 0
     r.receive_datagram(announce(7, G10, 10, token=token), SENDER_ADDR, 1.0)
-    assert [h.type for (h, _), _ in out(r)] == [wire.PacketType.ACK] and 7 in r.jobs
+    assert [h.type for (h, _), _ in out(r)] == [wire.PacketType.ACK] and 7 in r.jobs and r.jobs[7].validated
     assert r.admission["admitted"] == 1 and r.memory.used > 0
     r.receive_datagram(wire.encode(wire.Header(flags=1, job_id=7, msg_id=3, seq=5), b"x"), ("10.0.0.9", 4), 1.0)
     assert r.dropped["wrong_source"] == 1 and out(r) == []  # the job is bound to the admitted address
+
+
+def test_pressure_switches_the_receiver_to_tokens_and_back():
+    """Slots: at most half (``open_admission_share``) are given without a token; then token-less announces get a
+    RETRY until jobs finish. A source validated recently is admitted at once even under pressure. Every switch is
+    counted."""
+    cfg = AtpConfig(max_jobs=4, max_jobs_per_source=4, memory_budget_bytes=1 << 20)
+    r = AtpReceiver(config=cfg)
+    peers = [(f"10.0.0.{i}", 9) for i in range(1, 6)]
+    for j in (1, 2):
+        r.receive_datagram(announce(j, G10, 10), peers[j], 0.0)
+    assert [h.type for (h, _), _ in out(r)] == [wire.PacketType.ACK] * 2 and set(r.jobs) == {1, 2}
+    r.receive_datagram(announce(3, G10, 10), peers[3], 0.0)  # 2 of 4 slots held: under pressure
+    assert [h.type for (h, _), _ in out(r)] == [wire.PacketType.RETRY] and 3 not in r.jobs
+    assert r.stats()["admission_mode"] == "tokens" and r.admission["to_tokens"] == 1
+    admit(r, 4, G10, 10, peer=peers[4], now=0.1)  # with the token of its RETRY: validated
+    r.receive_datagram(wire.encode(wire.Header(job_id=4, msg_id=control.FIN_MSG_ID, seq=2000)), peers[4], 0.2)
+    r.receive_datagram(announce(5, G10, 10), peers[4], 0.3)  # its source was validated 0.2 s ago: no RETRY
+    assert [h.type for (h, _), _ in out(r)][-1] == wire.PacketType.ACK and 5 in r.jobs
+    for j, p in ((1, peers[1]), (2, peers[2]), (5, peers[4])):
+        r.receive_datagram(wire.encode(wire.Header(job_id=j, msg_id=control.FIN_MSG_ID, seq=2000)), p, 0.4)
+    out(r)
+    r.receive_datagram(announce(6, G10, 10), peers[3], 0.5)
+    assert [h.type for (h, _), _ in out(r)] == [wire.PacketType.ACK] and 6 in r.jobs
+    assert r.admission["to_open"] == 1 and r.stats()["admission_mode"] == "open"
+
+
+def test_an_unvalidated_job_holds_at_most_its_guarantee_and_is_sent_no_more_than_it_sent():
+    """Admitted at once and never echoing the token (a forged source address, say): its buffer stops at its slot's
+    guarantee (the pool is for validated jobs), and what it is sent (ACKs, DONE) never exceeds what came from its
+    address. The echo lifts both limits."""
+    cfg = AtpConfig(max_jobs=4, memory_budget_bytes=256 << 10, max_jobs_per_source=4)  # 32 KiB guaranteed each
+    r = AtpReceiver(config=cfg)
+    n = 1000
+    r.receive_datagram(announce(1, [(0, 0.5, range(n))], n), SENDER_ADDR, 0.0)
+    for m in range(100):  # incomplete messages: buffer the receiver must keep
+        r.receive_datagram(wire.encode(wire.Header(flags=1, job_id=1, msg_id=m, pkt_cnt=9, seq=m + 1), b"h" * 1300),
+                           SENDER_ADDR, 0.0)
+    job = r.jobs[1]
+    assert not job.validated and job.charged <= r.memory.guarantee and r.dropped["memory_budget"] > 70
+    sent = sum(len(d) for d, _ in r.datagrams_to_send(0.0))
+    assert sent <= job.rx_bytes
+    # a FIN makes the receiver list 1000 - 0 lost ids (4 KB): more than a 32-byte FIN after little data pays for
+    r2 = AtpReceiver(config=cfg)
+    r2.receive_datagram(announce(2, [(0, 0.5, range(n))], n), SENDER_ADDR, 0.0)
+    r2.receive_datagram(wire.encode(wire.Header(job_id=2, msg_id=control.FIN_MSG_ID, seq=5)), SENDER_ADDR, 0.0)
+    answers = [wire.decode(d)[0].type for d, _ in r2.datagrams_to_send(0.0)]
+    assert wire.PacketType.DONE not in answers and r2.admission["replies_withheld"] >= 1
+    assert r2.jobs[2].tx_bytes <= r2.jobs[2].rx_bytes
+    # validated, the same job may use the pool
+    token = token_of([wire.decode(d) for d, _ in [(wire.encode_ack(flags=0, queue=0, job_id=1, msg_id=0, group_id=0,
+                                                                   pkt_idx=0, pkt_cnt=1, seq=0, blocks=[],
+                                                                   token=job.token), None)]])
+    r.receive_datagram(announce(1, [(0, 0.5, range(n))], n, token=token, seq=500), SENDER_ADDR, 0.1)
+    assert job.validated
+    before = r.dropped["memory_budget"]
+    for m in range(100, 130):
+        r.receive_datagram(wire.encode(wire.Header(flags=1, job_id=1, msg_id=m, pkt_cnt=9, seq=m + 1), b"h" * 1300),
+                           SENDER_ADDR, 0.1)
+    assert r.dropped["memory_budget"] == before and job.charged > r.memory.guarantee
+
+
+def test_a_one_packet_job_takes_one_rtt_plus_its_serialization_on_an_idle_path():
+    """Zero round trips of admission: the announce and the data leave at once, and the job is complete when their
+    ACK returns: one RTT (2 x 5 ms) plus the two datagrams' serialization at 100 Mbit/s (virtual clock)."""
+    job = JobSpec.uniform(4, messages=1, size=1000, msr=1.0)
+    rate = 100e6
+    record: list = []
+    run = run_job(job, AtpConfig(max_rate_bps=rate), forward=Path(delay=0.005, rate_bps=rate, record=record),
+                  reverse=Path(delay=0.005, seed=2))
+    (t0, hello), (t1, data) = record[:2]
+    assert (t0, hello.msg_id, t1, data.msg_id) == (0.0, control.ANNOUNCE_MSG_ID, 0.0, 0)
+    serialization = sum(h.length + wire.HEADER_LEN + 42 for _, h in record[:2]) * 8 / rate
+    assert run.summary.jct_s == pytest.approx(0.010 + serialization, abs=1e-9)
+    assert run.receiver.admission == {"admitted": 1, "admitted_without_token": 1, "validated": 1}
+
+
+def test_under_pressure_the_retry_costs_one_rtt_and_the_first_window_goes_again():
+    """A receiver under pressure drops the first window (counted) and answers the announce with a RETRY; the
+    sender starts over at once with the token: the announce and the data again, no loss declared, no timer."""
+    job = JobSpec.uniform(4, messages=100, size=1368, msr=1.0)
+    record: list = []
+    run = run_job(job, FAST, receiver_config=TOKENS, forward=Path(delay=0.005, record=record),
+                  reverse=Path(delay=0.005, seed=2))
+    first = [(round(t, 6), h.msg_id) for t, h in record if t == 0.0]
+    assert first == [(0.0, control.ANNOUNCE_MSG_ID), (0.0, 0)]  # the first window rides behind it, paced
+    again = [(round(t, 6), h.msg_id) for t, h in record if t >= 0.01]
+    assert again[0] == (0.01, control.ANNOUNCE_MSG_ID) and again[1] == (0.01, 0)  # one RTT later, from the start
+    assert run.receiver.admission == {"retries": 1, "admitted": 1}
+    assert run.receiver.dropped["unknown_job"] == sum(1 for t, h in record if t < 0.01) - 1  # all but the announce
+    s = run.summary
+    assert s.packets_lost == 0 and s.retransmissions == 0 and s.msr_met() and s.receiver_confirmed
+    assert sum(1 for t, h in record if h.msg_id == 0) == 2  # message 0: in the dropped window, then once more
 
 
 def test_with_an_admission_key_unsigned_announces_get_nothing():
@@ -83,28 +204,17 @@ def test_senders_sign_with_the_admission_key_transparently():
     assert run.receiver.dropped["bad_auth"] >= 10 and run.receiver.jobs == {}
 
 
-def test_the_admission_round_trip_costs_one_rtt_once_per_job():
-    job = JobSpec.uniform(4, messages=100, size=1368, msr=1.0)
-    record: list = []
-    run = run_job(job, FAST, forward=Path(delay=0.005, record=record), reverse=Path(delay=0.005, seed=2))
-    kinds = [(round(t, 6), h.msg_id) for t, h in record]
-    assert kinds[0] == (0.0, control.ANNOUNCE_MSG_ID)  # the token-less announce goes alone
-    assert kinds[1] == (0.01, control.ANNOUNCE_MSG_ID)  # one RTT later the announce with the token ...
-    assert kinds[2][1] == 0  # ... and data at once
-    assert sum(1 for t, h in record if h.msg_id == control.ANNOUNCE_MSG_ID) == 2
-    assert run.receiver.admission == {"retries": 1, "admitted": 1}
-
-
 # --- floods of forged announces --------------------------------------------------------------------
 
 class AnnounceFlood:
     """Forged job announces, ``rate`` per second from ``start`` to ``stop``, each for a new job id and
     declaring ``n_declared`` messages (every tenth one more than any receiver accepts).
 
-    Off path (``hosts=None``): from random spoofed addresses; the RETRYs go to hosts that never asked.
+    Off path (``hosts=None``): from random spoofed addresses; the RETRYs and ACKs go to hosts that never asked.
     With ``hosts``: a hostile host that owns those addresses, echoes every token it gets (its jobs are
-    admitted), then sends each admitted job ``hold`` packets of ``hold``-packet messages (buffer the
-    receiver must keep) and never another one."""
+    admitted and validated: the token of a RETRY, or of the first ACK of a job admitted at once), then sends
+    each admitted job ``hold`` packets of ``hold``-packet messages (buffer the receiver must keep) and never
+    another one."""
 
     def __init__(self, *, rate: float, start: float = 0.0, stop: float = 1e9, n_declared: int = 1 << 20,
                  hosts: list | None = None, hold: int = 0, seed: int = 7) -> None:
@@ -142,9 +252,16 @@ class AnnounceFlood:
 
     def on_datagram(self, data, addr, now):
         h, payload = wire.decode(data)
-        if self.hosts is None or h.type != wire.PacketType.RETRY:
+        if self.hosts is None or h.job_id in self.admitted:
             return
-        self.replies.append(("r", self._announce(h.job_id, token=payload), addr))
+        if h.type == wire.PacketType.RETRY:
+            token = payload
+        elif h.type == wire.PacketType.ACK and h.flags & wire.Flags.TOKEN:
+            token = wire.decode_ack(payload, h.flags)[2]
+        else:
+            return
+        self.admitted.add(h.job_id)
+        self.replies.append(("r", self._announce(h.job_id, token=token), addr))
         for m in range(self.hold):  # one packet of each of `hold` messages: never complete
             d = wire.Header(flags=wire.Flags.APPROX, job_id=h.job_id, msg_id=m, pkt_cnt=4096, seq=h.job_id + m + 1)
             self.replies.append(("r", wire.encode(d, b"\xee" * 1300), addr))
@@ -166,15 +283,26 @@ RCFG = AtpConfig(max_rate_bps=50e6, memory_budget_bytes=4 << 20)  # 64 slots, 32
 LEGIT = JobSpec.uniform(9, messages=2000, size=1368, msr=0.9)
 
 
-def test_off_path_announce_flood_holds_nothing_and_the_job_runs_as_if_alone():
+def test_off_path_announce_flood_switches_to_tokens_and_the_job_runs_within_2x():
+    """Forged token-less announces from random addresses: the receiver admits them at once only while not under
+    pressure (a share of its slots, each job unvalidated: no pool memory, replies no larger than what came), then
+    switches to tokens and holds nothing more; the real job, admitted with a token, finishes within 2x alone."""
     alone, _ = flood_run(LEGIT, None, RCFG)
     flood = AnnounceFlood(rate=20_000)  # forged announces per (virtual) second, each a new job, N = 2^20
     run, peak = flood_run(LEGIT, flood, RCFG)
+    r = run.receiver
     assert flood.sent > 5000 and run.summary.receiver_confirmed and run.summary.msr_met()
-    assert run.receiver.admission["admitted"] == 1 and run.receiver.admission["retries"] == flood.sent + 1
+    assert r.stats()["admission_mode"] == "tokens" and r.admission["to_tokens"] >= 1
+    at_once = r.admission["admitted_without_token"]
+    rejected = r.malformed["bad_announce"]  # absurd N: admitted, then rejected (no slot held)
+    real = run.sender.retries_received == 0  # the real job came early enough to be admitted at once too
+    assert 0 < at_once - rejected - real <= RCFG.open_admission_share * RCFG.max_jobs  # then tokens: no more state
+    assert r.admission["admitted"] == at_once + (not real)
+    assert r.admission["retries"] >= flood.sent - at_once
+    assert r.admission.get("validated", 0) == 1  # only the real job proved its address
     assert peak <= RCFG.memory_budget_bytes
+    assert all(j.charged <= r.memory.guarantee for j in r.jobs.values() if not j.validated)
     assert run.summary.jct_s <= 2 * alone.summary.jct_s
-    assert run.summary.jct_s == pytest.approx(alone.summary.jct_s)  # stateless: the flood costs it nothing
 
 
 def test_a_hostile_host_that_echoes_tokens_cannot_crowd_out_a_job():
@@ -191,6 +319,7 @@ def test_a_hostile_host_that_echoes_tokens_cannot_crowd_out_a_job():
     assert r.dropped["memory_budget"] > 0 and r.dropped["source_share"] > 0  # the attack did hit the limits
     assert r.admission["evicted_share"] + r.admission["evicted_stalled"] > 0
     assert max(r.slots.per_source.values()) <= RCFG.max_jobs_per_source
+    assert r.stats()["admission_mode"] == "tokens"
 
 
 def test_jobs_that_never_progress_lose_their_slot_first():
@@ -323,6 +452,7 @@ class SenderForger:
     def fire(self, now):
         self.t = now + self.every
         ack, _ = wire.decode(self.ack)
+        ack = dataclasses.replace(ack, flags=ack.flags & ~(wire.Flags.TOKEN | wire.Flags.GRANT))  # blocks only
         d = self.data
         sack_all = wire.encode_ack_payload([(0, 0xFFFFFFFF)])
         forged = [
@@ -369,15 +499,24 @@ def test_forged_acks_dones_and_retries_do_not_change_the_senders_outcome(loss):
 
 def test_a_retry_must_echo_an_announce_the_sender_sent():
     s = AtpSender(JobSpec.uniform(5, messages=3, size=10), config=FAST, peer=RECEIVER_ADDR, now=0.0)
-    ((data, _),) = s.datagrams_to_send(0.0)
-    hello, _ = wire.decode(data)
-    s.receive_datagram(wire.encode_retry(dataclasses.replace(hello, seq=hello.seq + 1), b"T" * 16), RECEIVER_ADDR, 0)
+    first = [wire.decode(d)[0] for d, _ in s.datagrams_to_send(0.0)]
+    hello = first[0]
+    assert [h.msg_id for h in first] == [control.ANNOUNCE_MSG_ID, 0, 1, 2]  # zero-RTT: the data right behind it
+    s.receive_datagram(wire.encode_retry(first[1], b"T" * 16), RECEIVER_ADDR, 0.0)  # echoes data, not the announce
+    s.receive_datagram(wire.encode_retry(dataclasses.replace(hello, seq=hello.seq + 9), b"T" * 16), RECEIVER_ADDR, 0)
     s.receive_datagram(wire.encode_retry(hello, b"T" * 16), ("10.6.6.6", 7600), 0.0)
-    assert s.datagrams_to_send(0.001) == [] and s.rejected == {"retry_unsent_seq": 1, "wrong_source": 1}
+    assert s.datagrams_to_send(0.001) == [] and s.rejected == {"retry_unsent_seq": 2, "wrong_source": 1}
     s.receive_datagram(wire.encode_retry(hello, b"T" * 16), RECEIVER_ADDR, 0.0)
     sent = [wire.decode(d) for d, _ in s.datagrams_to_send(0.001)]
     assert sent[0][0].msg_id == control.ANNOUNCE_MSG_ID and sent[0][1][:16] == b"T" * 16  # echoed
-    assert [h.msg_id for h, _ in sent[1:]] == [0, 1, 2]  # and the data right behind it
+    assert [h.msg_id for h, _ in sent[1:]] == [0, 1, 2]  # and the data again, from the start
+    assert not any(h.flags & wire.Flags.RETX for h, _ in sent)
+    # once an ACK came, the job is admitted: a RETRY is stale
+    ack = wire.encode_ack(flags=0, queue=0, job_id=5, msg_id=0, group_id=0, pkt_idx=0, pkt_cnt=1, seq=sent[1][0].seq,
+                          blocks=[])
+    s.receive_datagram(ack, RECEIVER_ADDR, 0.002)
+    s.receive_datagram(wire.encode_retry(sent[0][0], b"U" * 16), RECEIVER_ADDR, 0.002)
+    assert s.rejected["retry_unexpected"] == 1
 
 
 @settings(max_examples=300, deadline=None,
@@ -385,7 +524,7 @@ def test_a_retry_must_echo_an_announce_the_sender_sent():
 @given(st.lists(st.tuples(st.binary(max_size=80), st.booleans()), max_size=30))
 def test_garbage_at_the_sender_never_crashes_and_is_counted(blobs):
     s = AtpSender(JobSpec.uniform(5, messages=3, size=10), config=FAST, peer=RECEIVER_ADDR, now=0.0)
-    admit_sender(s)
+    retry_sender(s)
     s.datagrams_to_send(0.0)
     for b, from_peer in blobs:
         s.receive_datagram(b, RECEIVER_ADDR if from_peer else ("10.6.6.6", 1), 0.001)
@@ -410,6 +549,7 @@ def test_headers_with_any_field_any_value_and_any_length_are_counted(mutations):
     r = AtpReceiver(config=cfg)
     admit(r, 3, [(0, 0.5, range(100)), (1, 1.0, range(100, 200))], 200)
     r.datagrams_to_send(0.0)
+    retries = r.admission["retries"]
     offsets = wire.OFFSETS
     for i, (name, value, cut) in enumerate(mutations):
         good = bytearray(wire.encode(wire.Header(flags=1, job_id=3, msg_id=i % 100, pkt_idx=1, pkt_cnt=3, seq=i),
@@ -424,7 +564,7 @@ def test_headers_with_any_field_any_value_and_any_length_are_counted(mutations):
     answers = [wire.decode(d)[0] for d, _ in r.datagrams_to_send(1.0)]
     acked = sum(1 for h in answers if h.type == wire.PacketType.ACK)
     fins = sum(1 for h in answers if h.type == wire.PacketType.DONE and h.pkt_idx == 0)
-    counted = sum(r.malformed.values()) + sum(r.dropped.values()) + r.admission["retries"] - 1
+    counted = sum(r.malformed.values()) + sum(r.dropped.values()) + r.admission["retries"] - retries
     assert acked + fins + counted == len(mutations)
     assert r.memory.used <= r.memory.limit
     r.handle_timer(1e6)

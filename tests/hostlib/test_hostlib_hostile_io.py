@@ -39,14 +39,14 @@ def memory_kb(pid: int) -> dict[str, int]:
 
 
 def wait_until_serving(port: int, timeout: float = 10.0) -> None:
-    """The receiver answers a token-less announce with a RETRY once it is up."""
+    """The receiver answers a token-less announce (an ACK: admitted at once, or a RETRY) once it is up."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.settimeout(0.2)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             s.sendto(announce(1, [(0, 0.5, [0])], 1), ("127.0.0.1", port))
             try:
-                if wire.decode(s.recv(2048))[0].type == wire.PacketType.RETRY:
+                if wire.decode(s.recv(2048))[0].type in (wire.PacketType.RETRY, wire.PacketType.ACK):
                     return
             except (socket.timeout, ConnectionRefusedError):
                 pass

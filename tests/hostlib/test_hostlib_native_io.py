@@ -11,7 +11,7 @@ import pytest
 
 from netapprox.hostlib import core, wire
 from netapprox.hostlib.config import AtpConfig, JobSpec, Message, pattern_bytes
-from hostlib_sim import admit, admit_sender, announce
+from hostlib_sim import admit, retry_sender, announce
 
 pytestmark = pytest.mark.usefixtures("native")
 
@@ -101,8 +101,8 @@ def test_transmit_sends_what_datagrams_to_send_returns():
         cfg = AtpConfig(mode="base", max_rate_bps=10e9, burst_packets=8)  # no window, 8-packet bursts (no ACK)
         a = core.NativeAtpSender(job, config=cfg, peer=peer, now=0.0, isn=1000)
         b = core.NativeAtpSender(job, config=cfg, peer=peer, now=0.0, isn=1000)
-        admit_sender(a)
-        admit_sender(b)
+        retry_sender(a)
+        retry_sender(b)
         want = []
         for t in (0.0, 0.001, 0.002, 0.003):
             want += [d for d, _ in a.datagrams_to_send(t)]

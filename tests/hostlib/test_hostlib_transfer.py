@@ -13,7 +13,7 @@ from netapprox.hostlib import events, wire
 from netapprox.hostlib.config import AtpConfig, JobSpec, Message, Tags, pattern_bytes
 from netapprox.hostlib.receiver import AtpReceiver
 from netapprox.hostlib.sender import AtpSender
-from hostlib_sim import Path, admit, admit_sender, run_job
+from hostlib_sim import Path, admit, run_job
 
 pytestmark = pytest.mark.usefixtures("cores")
 
@@ -145,7 +145,6 @@ def test_tlr_after_scripted_losses_is_exact():
     TLR_1 = (0.5 * 20 - 3) / (20 - 7) = 7/13, and rho_0 = 3 / (3 + 7): the packets in flight do not count."""
     job = JobSpec.uniform(11, messages=20, size=100, msr=0.5)
     s = AtpSender(job, config=AtpConfig(mode="paper", max_rate_bps=1e9, epoch_s=0.05), peer=("r", 1), now=0.0)
-    admit_sender(s)
     sent = []
     t = 0.0
     while len(sent) < 21:
@@ -397,7 +396,7 @@ def test_exact_timer_deadlines():
     pace = cfg.pacing_gain * 1e6  # the adaptive sender paces at pacing_gain x R_max
     job = JobSpec.uniform(21, messages=3, size=1368)
     s = AtpSender(job, config=cfg, peer=("r", 1), now=0.0)
-    admit_sender(s, 0.0)  # the RETRY arrives at once: the job's clock and epochs start at 0
+    # no admission round trip: the job's clock and epochs start at 0, with the announce and data
     first = s.datagrams_to_send(0.0)
     assert len(first) == 2  # announce + one full packet: the burst limit
     left = 2 * 1442 - (len(first[0][0]) + 42) - (len(first[1][0]) + 42)
@@ -436,7 +435,6 @@ def test_receiver_timers_abandon_silent_jobs_exactly():
 
 def test_ece_on_acks_is_counted_in_the_timeline():
     s = AtpSender(JobSpec.uniform(22, messages=2, size=10), config=AtpConfig(epoch_s=0.05), peer=("r", 1), now=0.0)
-    admit_sender(s)
     sent = [wire.decode(d)[0] for d, _ in s.datagrams_to_send(0.0)]
     assert [h.msg_id for h in sent] == [0xFFFFFFFF, 0, 1]  # small packets: three fit two full-size ones
     for h, flags in ((sent[0], 0), (sent[1], wire.Flags.ECE)):
@@ -478,7 +476,6 @@ def test_pacing_trains_follow_the_rate_and_the_stamped_queue(queue, train):
     queue holds (queue 4: 4 packets; queue 7: 1, so ``burst_packets`` rules)."""
     job = JobSpec.uniform(30, messages=200, size=1368, msr=1.0)
     s = AtpSender(job, config=AtpConfig(mode="base", max_rate_bps=100e6), peer=("r", 1), now=0.0)
-    admit_sender(s)
     first = [wire.decode(d)[0] for d, _ in s.datagrams_to_send(0.0)]
     assert len(first) == 2  # the announce and one data packet (two full packets' worth)
     s.receive_datagram(_ack_of(first[1], queue), ("r", 1), 0.001)

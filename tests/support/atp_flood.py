@@ -9,8 +9,9 @@ before it, the line ``parked`` once every echoing address has parked data in its
   2^32 - 16, over any limit), from ``K`` sockets on 127.0.1.1, 127.0.1.2, ... (stand-ins for spoofed
   addresses: nobody reads the RETRYs they get);
 - a hostile host with ``E`` addresses (127.0.2.1, ...) that opens new jobs at ``--echo-rate`` per second
-  and address and echoes every token it gets, so its jobs are admitted; in the first ``--echo-jobs`` jobs
-  of each address it parks ``H`` packets of never-completed 4096-packet messages (1300 bytes each).
+  and address and echoes every token it gets (a RETRY's, or the one the ACKs of a job admitted at once carry),
+  so its jobs are admitted and validated; in the first ``--echo-jobs`` jobs of each address it parks ``H``
+  packets of never-completed 4096-packet messages (1300 bytes each).
 
 Loopback only (every address is 127/8), so nothing leaves the machine.
 """
@@ -64,6 +65,7 @@ def run(target: tuple[str, int], *, seconds: float, rate: float, spoof: int, ech
     start = time.monotonic()
     sent_at = echo_at = start
     parked_in: dict[socket.socket, int] = {sock: 0 for sock in echoers}
+    echoed: set[int] = set()
 
     def send(sock: socket.socket, data: bytes) -> bool:
         try:
@@ -97,9 +99,14 @@ def run(target: tuple[str, int], *, seconds: float, rate: float, spoof: int, ech
                     except (BlockingIOError, ConnectionRefusedError):
                         break
                     h, payload = wire.decode(data)
-                    if h.type != wire.PacketType.RETRY:
+                    if h.type == wire.PacketType.RETRY:
+                        token = payload
+                    elif h.type == wire.PacketType.ACK and h.flags & wire.Flags.TOKEN and h.job_id not in echoed:
+                        token = wire.decode_ack(payload, h.flags)[2]
+                    else:
                         continue
-                    counts["echo_admissions"] += send(sock, forged_announce(h.job_id, token=payload))
+                    echoed.add(h.job_id)
+                    counts["echo_admissions"] += send(sock, forged_announce(h.job_id, token=token))
                     if parked_in[sock] >= echo_jobs:
                         continue
                     parked_in[sock] += 1

@@ -50,7 +50,7 @@ control AtpValidation(in parsed_headers_t hdr, out bool malformed, out drop_reas
             if (hdr.atp.version != ATP_VERSION) {
                 bad_version = 1;
             }
-            if (hdr.atp.type == 0 || hdr.atp.type > ATP_TYPE_RETRY) {
+            if (hdr.atp.type == 0 || hdr.atp.type > ATP_TYPE_MAX) {
                 bad_type = 1;
             }
             if ((hdr.atp.flags & ATP_FLAGS_RESERVED) != 0) {

@@ -3,9 +3,9 @@
 // Runs first in ingress, on every packet not from the CPU. Sets `malformed` and the drop reason
 // (MALFORMED_* in shared/define.p4) of the FIRST failed check, in hostlib.wire.decode's order:
 //   truncated    UDP on an ATP port without a complete ATP header (parser: PacketTooShort)
-//   bad_version  version != 1
-//   bad_type     type not in 1..5
-//   bad_flags    flag bits 5..7 set
+//   bad_version  version != 2 (ATP_VERSION)
+//   bad_type     type not in 1..6
+//   bad_flags    a flag bit ATP_FLAGS_RESERVED names (none in version 2)
 //   bad_tlr      tlr > 0x8000
 //   bad_index    pkt_cnt == 0 or pkt_idx >= pkt_cnt
 //   truncated    UDP length shorter than 8 + 32 + atp.length (the payload the header announces)
@@ -21,7 +21,7 @@ control AtpValidation(in parsed_headers_t hdr, out bool malformed, out drop_reas
             if (hdr.atp.version != ATP_VERSION) {
                 malformed = true;
                 reason = MALFORMED_BAD_VERSION;
-            } else if (hdr.atp.type == 0 || hdr.atp.type > ATP_TYPE_RETRY) {
+            } else if (hdr.atp.type == 0 || hdr.atp.type > ATP_TYPE_MAX) {
                 malformed = true;
                 reason = MALFORMED_BAD_TYPE;
             } else if ((hdr.atp.flags & ATP_FLAGS_RESERVED) != 0) {
