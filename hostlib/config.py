@@ -49,6 +49,12 @@ class AtpConfig:
     packet_size: int = 1400
     """Largest ATP datagram (32-byte header + payload) the sender builds."""
 
+    pack_messages: bool = True
+    """Message packing: a DATA packet carries several whole one-packet messages of one group (same tags), as many
+    as fit ``packet_size`` with a 6-byte record header each, taken in the scheduler's order when the pacer
+    releases the packet (never waiting for more). Loss, MRDF, the MSR guarantee and acknowledgements stay per
+    message. Off: one message (or one part of one) per packet."""
+
     overhead_bytes: int = 42
     """Per-packet bytes outside the ATP datagram counted by pacing (IPv4 20 + UDP 8 + Ethernet 14)."""
 

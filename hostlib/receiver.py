@@ -527,6 +527,9 @@ class AtpReceiver:
         if m is None:
             self.dropped["before_announce"] += 1
             return
+        if h.count > 1:
+            self._on_packed(job, h, payload, now, ce)
+            return
         msg_id = h.msg_id
         if msg_id >= m.total:
             self.dropped["msg_id_out_of_range"] += 1
@@ -577,6 +580,55 @@ class AtpReceiver:
             data = b"".join(part.parts[i] for i in range(part.cnt))
             self._charge(job, -(PARTIAL_BYTES + (part.cnt - 1) * PACKET_BYTES))
             self._complete(job, msg_id, k, data, part.nbytes)
+
+    def _on_packed(self, job: _Job, h: wire.Header, payload: bytes, now: float, ce: bool) -> None:
+        """A packed DATA packet: ``count`` whole one-packet messages of the header's group, kept all or none (its
+        one ACK tells the sender that every one of them arrived)."""
+        try:
+            records = wire.decode_records(payload, h)
+        except wire.MalformedPacket as err:
+            self.malformed[err.reason] += 1
+            return
+        m, index = job.manifest, job.index
+        groups = []
+        for msg_id, _ in records:
+            if msg_id >= m.total:  # type: ignore[union-attr]
+                self.dropped["msg_id_out_of_range"] += 1
+                return
+            k = index.find(msg_id)  # type: ignore[union-attr]
+            if k < 0 or m.groups[k].group_id != h.group_id or msg_id in job.partial:  # type: ignore[union-attr]
+                self.malformed["inconsistent_message"] += 1
+                return
+            groups.append(k)
+        job.packets += 1
+        delivered = job.delivered
+        fresh = []
+        cost = nbytes = 0
+        chunks: set[int] = set()
+        for (msg_id, data), k in zip(records, groups):
+            if delivered.has(msg_id):
+                continue  # this record came before
+            fresh.append((msg_id, data, k))
+            cost += len(data) + PACKET_BYTES
+            nbytes += len(data)
+            if delivered.needs_chunk(msg_id) and msg_id >> _CHUNK_SHIFT not in chunks:
+                chunks.add(msg_id >> _CHUNK_SHIFT)
+                cost += CHUNK_BYTES
+        if not fresh:
+            self._duplicate(job, h, ce)
+            return
+        if not self._fits(job, cost):
+            self.dropped["memory_budget"] += 1
+            return
+        self._charge(job, cost)
+        self.buffered += nbytes
+        job.progressed = True
+        job.progress_at = now
+        job.note_seq(h.seq)
+        self._ack(job, h, ce)
+        for msg_id, data, k in fresh:
+            delivered.reserve(msg_id)
+            self._complete(job, msg_id, k, data, len(data))
 
     def _duplicate(self, job: _Job, h: wire.Header, ce: bool) -> None:
         job.duplicates += 1

@@ -31,6 +31,8 @@ class SentPacket:
     size: int
     sent_time: float
     retransmission: bool = False
+    more: tuple[int, ...] = ()
+    """A packed packet: the other whole one-packet messages it carried behind ``msg_id`` (packet index 0 each)."""
 
 
 class PacketListener(Protocol):

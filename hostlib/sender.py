@@ -531,27 +531,11 @@ class AtpSender:
             return wire.encode(wire.Header(job_id=self.job.job_id, msg_id=msg_id, seq=seq))
         m = self.messages[msg_id]
         g = m.group
-        mp = self.config.max_payload
-        payload = m.data[idx * mp:(idx + 1) * mp]
-        retx = m.pkt_state[idx] != UNSENT
-        surplus = False
-        if retx:
-            m.lost_pkts.popleft()  # type: ignore[union-attr]
-            self.retransmissions += 1
-            g.retransmissions += 1
-        else:
-            if m.state == ACTIVE and (m.next_new == 0 or m.surplus):
-                surplus = self.adaptive and g.approx and self._surplus(g)
-                if not surplus:
-                    g.started += 1  # the message is needed from now on
-                m.surplus = surplus
-            m.next_new += 1
-            if m.next_new == m.cnt:
-                self._unsent_open -= 1
-        m.pkt_state[idx] = IN_FLIGHT
-        g.packets_sent += 1
-        if surplus:
-            self.packets_surplus += 1
+        payload, retx, surplus = self._take(m, idx)
+        count = 1
+        more: tuple[int, ...] = ()
+        if self.config.pack_messages and m.cnt == 1:
+            payload, count, more, retx = self._pack(m, payload, retx, surplus, now)
         flags = (wire.Flags.APPROX if g.approx else 0) | (wire.Flags.RETX if retx else 0)
         priority = weight = 0
         deadline = wire.NO_DEADLINE
@@ -564,11 +548,70 @@ class AtpSender:
                 deadline = min(_MAX_SLACK_US, max(0, int(slack * 1e6)))
         # surplus packets are not counted by rate control (group None): their loss in the lowest queue is expected
         self.recovery.on_packet_sent(SentPacket(seq, msg_id, idx, None if surplus else g.group_id, len(payload),
-                                                now, retx))
+                                                now, retx, more))
         return wire.encode_data(flags=int(flags), priority=priority, job_id=self.job.job_id, msg_id=msg_id,
                                 group_id=g.group_id, tlr=wire.TLR_ONE if surplus else wire.tlr_to_q15(g.tlr),
-                                pkt_idx=idx, pkt_cnt=m.cnt,
-                                seq=seq, deadline_us=deadline, weight=weight, payload=payload)
+                                pkt_idx=idx, pkt_cnt=m.cnt, seq=seq, deadline_us=deadline, weight=weight,
+                                payload=payload, count=count)
+
+    def _take(self, m: _Message, idx: int) -> tuple[bytes, bool, bool]:
+        """Packet ``idx`` of ``m`` leaves now: its payload, whether it is a retransmission, whether it is surplus
+        (decided when a message starts)."""
+        g = m.group
+        mp = self.config.max_payload
+        payload = m.data[idx * mp:(idx + 1) * mp]
+        retx = m.pkt_state[idx] != UNSENT
+        surplus = False
+        if retx:
+            m.lost_pkts.popleft()  # type: ignore[union-attr]
+            self.retransmissions += 1
+            g.retransmissions += 1
+        else:
+            if m.state == ACTIVE and (m.next_new == 0 or m.surplus):
+                surplus = self._starts_surplus(m)
+                if not surplus:
+                    g.started += 1  # the message is needed from now on
+                m.surplus = surplus
+            m.next_new += 1
+            if m.next_new == m.cnt:
+                self._unsent_open -= 1
+        m.pkt_state[idx] = IN_FLIGHT
+        g.packets_sent += 1
+        if surplus:
+            self.packets_surplus += 1
+        return payload, retx, surplus
+
+    def _starts_surplus(self, m: _Message) -> bool:
+        """Whether the next new packet of ``m`` would be surplus (only a message not yet started, or started
+        as surplus, can be)."""
+        if not (m.state == ACTIVE and (m.next_new == 0 or m.surplus)):
+            return False
+        return self.adaptive and m.group.approx and self._surplus(m.group)
+
+    def _pack(self, first: _Message, payload: bytes, retx: bool, surplus: bool, now: float
+              ) -> tuple[bytes, int, tuple[int, ...], bool]:
+        """Message packing: behind ``first`` (a one-packet message), the messages the scheduler serves next, as
+        long as each is a whole one-packet message of the same group with the same tags, new or repaired, as
+        surplus as ``first``, and fits in ``packet_size`` with its record header. Only what is ready now; the
+        first that does not fit ends the packet (so the scheduler's order is kept exactly). Returns the payload
+        (``first``'s data alone, or the records), the count, the other message ids and the RETX flag."""
+        records = [(first.msg_id, payload)]
+        room = self.config.max_payload - wire.RECORD_HEADER_LEN - len(payload)
+        while room >= wire.RECORD_HEADER_LEN and len(records) < wire.MAX_PACKED:
+            nxt = self._peek(now)
+            if nxt is None or nxt[0] >= len(self.messages):
+                break  # nothing, or a control message (announce, FIN, echo) is due first
+            m = self.messages[nxt[0]]
+            if (m.cnt != 1 or m.group is not first.group or m.tags != first.tags
+                    or len(m.data) + wire.RECORD_HEADER_LEN > room or self._starts_surplus(m) != surplus):
+                break
+            data, r, _ = self._take(m, 0)
+            retx |= r
+            records.append((m.msg_id, data))
+            room -= wire.RECORD_HEADER_LEN + len(data)
+        if len(records) == 1:
+            return payload, 1, (), retx
+        return wire.encode_records(records), len(records), tuple(mid for mid, _ in records[1:]), retx
 
     def _surplus(self, g: _Group) -> bool:
         """``adaptive``: whether the next new packet of a message not yet needed is surplus, that is whether the
@@ -693,12 +736,19 @@ class AtpSender:
         if p.msg_id == control.ANNOUNCE_MSG_ID:
             self._announce_acked[p.pkt_idx] = 1
             return
-        m = self.messages[p.msg_id]
-        if m.pkt_state[p.pkt_idx] == ACKED:
+        if not p.more:
+            self._message_packet_acked(self.messages[p.msg_id], p.pkt_idx, p.size)
             return
-        m.pkt_state[p.pkt_idx] = ACKED
+        for mid in (p.msg_id, *p.more):  # a packed packet: each message whole, in its one packet
+            m = self.messages[mid]
+            self._message_packet_acked(m, 0, len(m.data))
+
+    def _message_packet_acked(self, m: _Message, idx: int, size: int) -> None:
+        if m.pkt_state[idx] == ACKED:
+            return
+        m.pkt_state[idx] = ACKED
         m.acked += 1
-        m.remaining -= p.size
+        m.remaining -= size
         if m.acked < m.cnt:
             if self.scheduler.mrdf and m.state in (ACTIVE, REPAIRING):
                 self.scheduler.update(m.msg_id, remaining=m.remaining, repair=m.state == REPAIRING,
@@ -730,31 +780,34 @@ class AtpSender:
                 if not self._announce_acked[p.pkt_idx]:
                     self._control.append((p.msg_id, p.pkt_idx))
                 continue
-            m = self.messages[p.msg_id]
-            if m.pkt_state[p.pkt_idx] != IN_FLIGHT:
-                continue  # acknowledged meanwhile, or a newer copy is the one in flight
-            m.pkt_state[p.pkt_idx] = LOST
-            if m.lost_pkts is None:
-                m.lost_pkts = collections.deque()
-            m.lost_pkts.append(p.pkt_idx)
-            g = m.group
-            if m.state == ACTIVE:
-                m.state = DAMAGED
-                g.active -= 1
-                g.started -= not m.surplus
-                g.damaged += 1
-                if m.next_new < m.cnt:
-                    self._unsent_open -= 1
-                self.scheduler.remove(m.msg_id)
-                key = (m.remaining, m.msg_id) if self.config.mrdf else (m.msg_id,)
-                heapq.heappush(g.idle, key)
-                touched.add(g.group_id)
-            elif m.state == REPAIRING:
-                if p.retransmission:
-                    m.retries += 1
-                self.scheduler.update(m.msg_id, remaining=m.remaining, repair=True, retries=m.retries)
+            for mid in (p.msg_id, *p.more):
+                self._message_packet_lost(self.messages[mid], p.pkt_idx, p.retransmission, touched)
         for gid in touched:
             self._plan_repairs(self.groups[gid])
+
+    def _message_packet_lost(self, m: _Message, idx: int, retransmission: bool, touched: set[int]) -> None:
+        if m.pkt_state[idx] != IN_FLIGHT:
+            return  # acknowledged meanwhile, or a newer copy is the one in flight
+        m.pkt_state[idx] = LOST
+        if m.lost_pkts is None:
+            m.lost_pkts = collections.deque()
+        m.lost_pkts.append(idx)
+        g = m.group
+        if m.state == ACTIVE:
+            m.state = DAMAGED
+            g.active -= 1
+            g.started -= not m.surplus
+            g.damaged += 1
+            if m.next_new < m.cnt:
+                self._unsent_open -= 1
+            self.scheduler.remove(m.msg_id)
+            key = (m.remaining, m.msg_id) if self.config.mrdf else (m.msg_id,)
+            heapq.heappush(g.idle, key)
+            touched.add(g.group_id)
+        elif m.state == REPAIRING:
+            if retransmission:
+                m.retries += 1
+            self.scheduler.update(m.msg_id, remaining=m.remaining, repair=True, retries=m.retries)
 
     def _plan_repairs(self, g: _Group) -> None:
         """Repair damaged messages while the group has given up more than it can afford. ``adaptive`` with MRDF

@@ -118,6 +118,13 @@ class Run:
 
 # --- driving one endpoint by hand ------------------------------------------------------------------
 
+def messages_in(header: wire.Header, payload: bytes) -> list[int]:
+    """The message ids a DATA packet carries: its own, or those of its records when it is packed."""
+    if header.count > 1:
+        return [mid for mid, _ in wire.decode_records(payload, header)]
+    return [header.msg_id]
+
+
 def retry_sender(sender: AtpSender, now: float = 0.0, token: bytes = b"T" * wire.TOKEN_LEN) -> wire.Header:
     """Answer the sender's first datagram (its token-less announce, sent with the first window behind it) with a
     RETRY, as a receiver under pressure does; returns the announce's header."""

@@ -16,8 +16,8 @@ from netapprox.hostlib import control, events, wire
 from netapprox.hostlib.config import AtpConfig, ConfigError, JobSpec
 from netapprox.hostlib.receiver import AtpReceiver
 from netapprox.hostlib.sender import AtpSender
-from hostlib_sim import (RECEIVER_ADDR, SENDER_ADDR, Path, admit, announce, retry_sender, run_job, token_for,
-                         token_of)
+from hostlib_sim import (RECEIVER_ADDR, SENDER_ADDR, Path, admit, announce, messages_in, retry_sender, run_job,
+                         token_for, token_of)
 
 pytestmark = pytest.mark.usefixtures("cores")
 
@@ -501,7 +501,7 @@ def test_a_retry_must_echo_an_announce_the_sender_sent():
     s = AtpSender(JobSpec.uniform(5, messages=3, size=10), config=FAST, peer=RECEIVER_ADDR, now=0.0)
     first = [wire.decode(d)[0] for d, _ in s.datagrams_to_send(0.0)]
     hello = first[0]
-    assert [h.msg_id for h in first] == [control.ANNOUNCE_MSG_ID, 0, 1, 2]  # zero-RTT: the data right behind it
+    assert [(h.msg_id, h.count) for h in first] == [(control.ANNOUNCE_MSG_ID, 1), (0, 3)]  # zero-RTT: data behind it
     s.receive_datagram(wire.encode_retry(first[1], b"T" * 16), RECEIVER_ADDR, 0.0)  # echoes data, not the announce
     s.receive_datagram(wire.encode_retry(dataclasses.replace(hello, seq=hello.seq + 9), b"T" * 16), RECEIVER_ADDR, 0)
     s.receive_datagram(wire.encode_retry(hello, b"T" * 16), ("10.6.6.6", 7600), 0.0)
@@ -509,7 +509,7 @@ def test_a_retry_must_echo_an_announce_the_sender_sent():
     s.receive_datagram(wire.encode_retry(hello, b"T" * 16), RECEIVER_ADDR, 0.0)
     sent = [wire.decode(d) for d, _ in s.datagrams_to_send(0.001)]
     assert sent[0][0].msg_id == control.ANNOUNCE_MSG_ID and sent[0][1][:16] == b"T" * 16  # echoed
-    assert [h.msg_id for h, _ in sent[1:]] == [0, 1, 2]  # and the data again, from the start
+    assert [m for h, p in sent[1:] for m in messages_in(h, p)] == [0, 1, 2]  # and the data again, from the start
     assert not any(h.flags & wire.Flags.RETX for h, _ in sent)
     # once an ACK came, the job is admitted: a RETRY is stale
     ack = wire.encode_ack(flags=0, queue=0, job_id=5, msg_id=0, group_id=0, pkt_idx=0, pkt_cnt=1, seq=sent[1][0].seq,

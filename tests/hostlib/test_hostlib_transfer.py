@@ -144,7 +144,8 @@ def test_tlr_after_scripted_losses_is_exact():
     """N = 20, MSR = 0.5: messages 0-2 lost, 3-9 delivered, 10-19 in flight ->
     TLR_1 = (0.5 * 20 - 3) / (20 - 7) = 7/13, and rho_0 = 3 / (3 + 7): the packets in flight do not count."""
     job = JobSpec.uniform(11, messages=20, size=100, msr=0.5)
-    s = AtpSender(job, config=AtpConfig(mode="paper", max_rate_bps=1e9, epoch_s=0.05), peer=("r", 1), now=0.0)
+    s = AtpSender(job, config=AtpConfig(mode="paper", max_rate_bps=1e9, epoch_s=0.05, pack_messages=False),
+                  peer=("r", 1), now=0.0)  # one message per packet: each loss below is one message's
     sent = []
     t = 0.0
     while len(sent) < 21:
@@ -383,11 +384,19 @@ def test_float_vector_comes_back_with_lost_ranges_zero_filled():
     from netapprox.hostlib.vector import assemble
     values = [float(i) for i in range(1000)]
     job = JobSpec.from_vector(20, values, msr=0.7, floats_per_message=100)
-    run = run_job(job, FAST, forward=Path(drop=lambda h, i: h.msg_id == 4))  # indices 400..499 never arrive
+    dropped: set[int] = set()
+
+    def drop(h, i):  # every packet carrying message 4 (indices 400..499), and the messages packed with it
+        if h.type != wire.PacketType.DATA or h.msg_id >= 10 or not 4 in range(h.msg_id, h.msg_id + h.count):
+            return False
+        dropped.update(range(h.msg_id, h.msg_id + h.count))  # equal sizes: packed in id order
+        return True
+    run = run_job(job, FAST, forward=Path(drop=drop))
     assert_guarantee(run, job)
     vec, missing = assemble(1000, run.received().values())
-    assert missing == [(400, 500)]
-    assert list(vec[:400]) == values[:400] and list(vec[400:500]) == [0.0] * 100 and list(vec[500:]) == values[500:]
+    lo, hi = 100 * min(dropped), 100 * (max(dropped) + 1)
+    assert 4 in dropped and missing == [(lo, hi)]
+    assert list(vec[:lo]) == values[:lo] and list(vec[lo:hi]) == [0.0] * (hi - lo) and list(vec[hi:]) == values[hi:]
     assert run.receiver_result().vector_len == 1000
 
 
@@ -434,9 +443,9 @@ def test_receiver_timers_abandon_silent_jobs_exactly():
 
 
 def test_ece_on_acks_is_counted_in_the_timeline():
-    s = AtpSender(JobSpec.uniform(22, messages=2, size=10), config=AtpConfig(epoch_s=0.05), peer=("r", 1), now=0.0)
+    s = AtpSender(JobSpec.uniform(22, messages=2, size=1000), config=AtpConfig(epoch_s=0.05), peer=("r", 1), now=0.0)
     sent = [wire.decode(d)[0] for d, _ in s.datagrams_to_send(0.0)]
-    assert [h.msg_id for h in sent] == [0xFFFFFFFF, 0, 1]  # small packets: three fit two full-size ones
+    assert [(h.msg_id, h.count) for h in sent] == [(0xFFFFFFFF, 1), (0, 1), (1, 1)]  # too large to share a packet
     for h, flags in ((sent[0], 0), (sent[1], wire.Flags.ECE)):
         ack = wire.Header(type=wire.PacketType.ACK, flags=flags, job_id=22, msg_id=h.msg_id, seq=h.seq)
         s.receive_datagram(wire.encode(ack, b""), ("r", 1), 0.01)
