@@ -83,9 +83,22 @@ class AtpConfig:
     epoch_s: float | None = None
     """Fixed epoch length; ``None`` means one smoothed RTT (floored by ``min_epoch_s``)."""
 
-    initial_window: int = 16
-    """``adaptive``: packets in flight at the start (the window opens by one per acknowledgement until the
-    first loss above the TLR, then by one per window)."""
+    initial_window: int | None = None
+    """The first window, packets: what a job sends before anything comes back, at the pacing rate. ``None``: one
+    bandwidth-delay product, ``max_rate_bps`` x ``initial_rtt_s`` in full packets (at least 2), so a job starts
+    at line rate. Losses of first-window packets (first windows of jobs that start together collide at their
+    receiver) do not cut the ``adaptive`` window nor end its ramp (it opens by one per acknowledgement until
+    the first loss above the TLR, then by ``gain`` x its ceiling per window)."""
+
+    first_window_low: bool = False
+    """Send the first window as the lowest priority (TLR 1.0, the surplus queue of every NetApprox switch), so
+    that it uses only capacity that scheduled packets (those a receiver granted) leave free (Aeolus). Off by
+    default (docs/simulation.md has the measurement)."""
+
+    surplus: bool = True
+    """``adaptive``: once the messages on their way cover a group's MSR, send further messages as surplus (TLR 1.0:
+    the lowest queue of every NetApprox switch, so they use only spare capacity). Off: send nothing the MSR does
+    not need until losses make it need more (a receiver that grants never gets surplus beyond the first window)."""
 
     max_window: int = 1024
     """``adaptive``: most packets in flight."""
@@ -166,6 +179,17 @@ class AtpConfig:
     finished_linger_s: float = 5.0
     """Receiver: how long a finished job's DONE is kept to answer repeated FINs."""
 
+    receiver_grants: bool = False
+    """Receiver: schedule what its jobs send beyond their first window (Homa, pHost). It grants each job how far
+    it may send (a sequence number, on its ACKs or in a GRANT), in order of the least data left to reach the MSR,
+    keeping ``grant_window_packets`` in flight towards itself in all, and stops granting a job once what it has
+    in flight covers its MSR. A sender follows grants once its receiver sends them. The grants are a few numbers
+    in each job's record."""
+
+    grant_window_packets: int | None = None
+    """Receiver: packets in flight towards it, over all the jobs it grants; ``None``: one bandwidth-delay product
+    (``max_rate_bps`` x ``initial_rtt_s`` in full packets, at least 2)."""
+
     ack_every: int = 16
     """Receiver: ACK coalescing. Packets of a job that arrive in one batch (between two ``datagrams_to_send``
     calls) share one ACK, at most this many per ACK; it echoes the newest of them and its SACK blocks cover the
@@ -201,8 +225,10 @@ class AtpConfig:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.epoch_s is not None and not self.epoch_s > 0:
             raise ConfigError(f"epoch_s must be > 0 or None, got {self.epoch_s}")
-        if not 1 <= self.initial_window <= self.max_window:
+        if self.initial_window is not None and not 1 <= self.initial_window <= self.max_window:
             raise ConfigError(f"need 1 <= initial_window <= max_window, got {self.initial_window}, {self.max_window}")
+        if self.grant_window_packets is not None and self.grant_window_packets < 1:
+            raise ConfigError(f"grant_window_packets must be >= 1 or None, got {self.grant_window_packets}")
         if len(self.queue_packets) != 8 or any(q < 0 for q in self.queue_packets):
             raise ConfigError(f"queue_packets needs 8 sizes >= 0, got {self.queue_packets}")
         if self.loss_memory < 1 or not 1 <= self.loss_min_samples <= 2 * self.loss_memory:
@@ -226,6 +252,16 @@ class AtpConfig:
     @property
     def max_payload(self) -> int:
         return self.packet_size - wire.HEADER_LEN
+
+    @property
+    def bdp_packets(self) -> int:
+        """One bandwidth-delay product, ``max_rate_bps`` x ``initial_rtt_s``, in full packets (at least 2)."""
+        return max(2, math.ceil(self.max_rate_bps * self.initial_rtt_s / ((self.packet_size + self.overhead_bytes) * 8)))
+
+    @property
+    def first_window(self) -> int:
+        """``initial_window``, or one bandwidth-delay product (at most ``max_window``)."""
+        return self.initial_window if self.initial_window is not None else min(self.max_window, self.bdp_packets)
 
 
 @dataclasses.dataclass(frozen=True)

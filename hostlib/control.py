@@ -8,8 +8,11 @@ reserved ``msg_id``; the receiver acknowledges them like any other packet.
   zero until the sender has one), an HMAC tag under the shared admission key (all zero without one),
   and the part's chunk of the manifest. The chunks concatenated::
 
-      magic "ATPJ" | total:u32 | vector_len:u32 (0xFFFFFFFF = not a vector) | n_groups:u16 |
+      magic "ATPJ" | total:u32 | vector_len:u32 (0xFFFFFFFF = not a vector) | need_bytes:u32 | n_groups:u16 |
       n_groups x ( group_id:u16 | msr:u16 Q1.15 | count:u32 | n_ranges:u32 | n_ranges x (first:u32, last:u32) )
+
+  ``need_bytes``: the payload bytes the sender needs delivered at least to meet every MSR (the smallest messages
+  of each group; capped at 2^32 - 1), a hint for a receiver that schedules its jobs (receiver grants).
 
   The ranges (inclusive, ascending) list the group's message ids. The decoded manifest keeps them as
   ranges: its size follows the announce's bytes, never the N it declares.
@@ -36,7 +39,9 @@ FIN_MSG_ID = 0xFFFFFFFE
 CONTROL_MSG_IDS = (ANNOUNCE_MSG_ID, FIN_MSG_ID)
 NO_VECTOR = 0xFFFFFFFF
 _MAGIC = b"ATPJ"
-_HEAD = struct.Struct("!4sIIH")
+_HEAD = struct.Struct("!4sIIIH")
+MANIFEST_HEAD_LEN = _HEAD.size
+"""Bytes of a manifest before its groups (the group count is its last field)."""
 _GROUP = struct.Struct("!HHII")
 _RANGE = struct.Struct("!II")
 
@@ -108,6 +113,8 @@ class Manifest:
     total: int
     vector_len: int | None
     groups: tuple[GroupShape, ...]
+    need_bytes: int = 0
+    """Payload bytes the sender must have delivered at least to meet every MSR (a scheduling hint)."""
 
     def group_index(self) -> GroupIndex:
         index = self.__dict__.get("_index")
@@ -118,7 +125,7 @@ class Manifest:
 
     def encode(self) -> bytes:
         out = [_HEAD.pack(_MAGIC, self.total, NO_VECTOR if self.vector_len is None else self.vector_len,
-                          len(self.groups))]
+                          min(self.need_bytes, 0xFFFFFFFF), len(self.groups))]
         for g in self.groups:
             out.append(_GROUP.pack(g.group_id, wire.tlr_to_q15(g.msr), g.count, len(g.firsts)))
             out.extend(_RANGE.pack(a, b) for a, b in g.ranges)
@@ -133,7 +140,7 @@ class Manifest:
 
         if len(data) < _HEAD.size:
             raise bad(f"{len(data)} bytes")
-        magic, total, vlen, n_groups = _HEAD.unpack_from(data)
+        magic, total, vlen, need_bytes, n_groups = _HEAD.unpack_from(data)
         if magic != _MAGIC:
             raise bad("wrong magic")
         if total > max_messages:
@@ -167,7 +174,8 @@ class Manifest:
             groups.append(shape)
         if off != len(data):
             raise bad("trailing bytes after the group list")
-        manifest = cls(total=total, vector_len=None if vlen == NO_VECTOR else vlen, groups=tuple(groups))
+        manifest = cls(total=total, vector_len=None if vlen == NO_VECTOR else vlen, groups=tuple(groups),
+                       need_bytes=need_bytes)
         if manifest.group_index().overlapping():
             raise bad("groups overlap")
         if sum(g.count for g in groups) != total:  # disjoint ranges below total covering total ids: exact

@@ -242,9 +242,12 @@ class WindowController:
                 self.cap += 1.0 / w
         self.window = min(w, self.cap)
 
-    def on_loss(self, *, groups: "set[int] | list[int]", tlr: "dict[int, float]", next_seq: int) -> bool:
+    def on_loss(self, *, groups: "set[int] | list[int]", tlr: "dict[int, float]", next_seq: int,
+                first: bool = False) -> bool:
         """Needed packets of ``groups`` were declared lost; ``next_seq`` is the next sequence number the
-        sender will use. Returns True when the window was cut."""
+        sender will use; ``first``: every one of them was in the first window (sent before anything came back:
+        first windows of jobs that start together collide at their receiver), so the window is cut but keeps
+        ramping up (one packet per acknowledgement). Returns True when the window was cut."""
         if self.largest_acked < self.recover_until:
             return False
         worst = None
@@ -259,7 +262,7 @@ class WindowController:
             self.window = max(self.min_window, min(self.window, self.cap))
         else:
             return False
-        self.slow_start = False
+        self.slow_start = self.slow_start and first
         self.recover_until = next_seq
         self.cuts += 1
         return True

@@ -31,10 +31,11 @@ import array
 import bisect
 import collections
 import dataclasses
+import math
 from typing import Any
 
 from netapprox.hostlib import admission, control, events, wire
-from netapprox.hostlib.config import AtpConfig
+from netapprox.hostlib.config import AtpConfig, required_messages
 
 Address = Any
 _MAX_SACK_RANGES = 64
@@ -144,7 +145,8 @@ _UNSET_BITS = tuple(tuple(b for b in range(8) if not v >> b & 1) for v in range(
 
 
 def _manifest_cost(blob: bytes) -> int:
-    n_groups = int.from_bytes(blob[12:14], "big") if len(blob) >= 14 else 0
+    head = control.MANIFEST_HEAD_LEN
+    n_groups = int.from_bytes(blob[head - 2:head], "big") if len(blob) >= head else 0
     n_groups = min(n_groups, len(blob) // 12)  # a group takes at least 12 bytes of announce
     return MANIFEST_BYTES + MANIFEST_BYTES_PER_BYTE * len(blob) + MANIFEST_BYTES_PER_GROUP * n_groups
 
@@ -163,7 +165,8 @@ class _Job:
         "job_id", "peer", "source", "first_at", "last_at", "progress_at", "progressed", "manifest", "index",
         "ordered", "delivered_per_group", "cursor", "announce_parts", "announce_cnt", "partial", "delivered",
         "held", "seq_firsts", "seq_lasts", "packets", "duplicates", "charged", "done_datagrams", "finished_at",
-        "rejected", "pending_ack", "pending_count", "validated", "token", "rx_bytes", "tx_bytes")
+        "rejected", "pending_ack", "pending_count", "validated", "token", "rx_bytes", "tx_bytes", "required", "top",
+        "grant", "alloc", "data_packets", "records", "trimmed", "echo", "need_bytes", "payload")
 
     def __init__(self, job_id: int, peer: Address, now: float) -> None:
         self.job_id = job_id
@@ -199,6 +202,18 @@ class _Job:
         self.token: bytes | None = None
         self.rx_bytes = 0
         self.tx_bytes = 0
+        self.required: list[int] = []  # per group index: messages the MSR needs
+        # receiver grants (AtpConfig.receiver_grants): the newest sequence number that arrived (data, announce or a
+        # trimmed header), the grant given (the sender may send below it), the packets it may have in flight
+        self.top: int | None = None
+        self.grant: int | None = None
+        self.alloc = 0
+        self.data_packets = 0  # DATA packets that arrived (trimmed included), and the messages they carried:
+        self.records = 0  # messages per packet, for the packets the MSR still needs
+        self.trimmed = 0
+        self.echo: wire.Header | None = None  # the newest packet that arrived, echoed by a GRANT
+        self.need_bytes = 0  # the announce's hint: payload bytes the MSR needs at least
+        self.payload = 0  # payload bytes taken (not duplicates)
 
     @property
     def holds_slot(self) -> bool:
@@ -222,6 +237,21 @@ class _Job:
             lasts.insert(i + 1, seq)
             if len(firsts) > _MAX_SACK_RANGES:
                 del firsts[0], lasts[0]
+
+    def received_seq(self, seq: int) -> bool:
+        i = bisect.bisect_right(self.seq_firsts, seq) - 1
+        return i >= 0 and self.seq_lasts[i] >= seq
+
+    def need_packets(self, max_payload: int) -> int:
+        """Packets still needed to meet every group's MSR: the bytes the announce said the MSR needs, less what
+        came, in full packets, or (once that is spent, losses having made the sender send larger messages) the
+        messages still needed at the messages per packet seen so far, whichever is more."""
+        need = sum(max(0, r - d) for r, d in zip(self.required, self.delivered_per_group))
+        if need <= 0:
+            return 0
+        by_count = math.ceil(need * self.data_packets / self.records) if self.records > self.data_packets > 0 \
+            else need
+        return max(by_count, math.ceil(max(0, self.need_bytes - self.payload) / max_payload))
 
     def sack_blocks(self) -> list[tuple[int, int]]:
         n = min(wire.MAX_SACK_BLOCKS, len(self.seq_firsts))
@@ -266,6 +296,12 @@ class AtpReceiver:
         self.admission_mode = "open" if accept_jobs is None and config.open_admission_share > 0 else "tokens"
         """``open``: token-less announces are admitted at once; ``tokens``: they get a RETRY (under pressure, or
         always with ``accept_jobs`` or ``open_admission_share`` 0)."""
+        self.granting = config.receiver_grants
+        self.grant_budget = config.grant_window_packets or config.bdp_packets
+        """Receiver grants: packets in flight towards this receiver over all its jobs (a bandwidth-delay product)."""
+        self._grant_dirty = False
+        self.trimmed = 0
+        """DATA packets that arrived trimmed (a switch cut their payload): answered at once with a TRIM ACK."""
         self._validated: collections.OrderedDict[Any, float] = collections.OrderedDict()
         """Sources (hosts) that echoed a valid token, and when: admitted at once for ``token_lifetime_s`` even under
         pressure. At most ``max_jobs`` entries, the oldest forgotten first (a fixed bound, like the slot table)."""
@@ -285,6 +321,10 @@ class AtpReceiver:
             return
         if header.job_id == 0:
             self.malformed["job_zero"] += 1
+            return
+        trimmed = header.flags & wire.Flags.TRIM
+        if trimmed and (not header.flags & wire.Flags.APPROX or header.length or header.msg_id >= control.FIN_MSG_ID):
+            self.malformed["bad_trim"] += 1  # switches trim approximate data only, and leave just the header
             return
         job = self.jobs.get(header.job_id)
         if job is None:
@@ -311,7 +351,9 @@ class AtpReceiver:
                 self.dropped["done_not_kept"] += 1
             return
         job.last_at = now
-        if header.msg_id == control.FIN_MSG_ID:
+        if trimmed:
+            self._on_trimmed(job, header, now)
+        elif header.msg_id == control.FIN_MSG_ID:
             self._on_fin(job, header, now)
         elif header.msg_id == control.ANNOUNCE_MSG_ID:
             chunk = self._announce_chunk(header, payload)
@@ -324,7 +366,9 @@ class AtpReceiver:
             self._on_data(job, header, payload, now, ce)
 
     def datagrams_to_send(self, now: float) -> list[tuple[bytes, Address]]:
-        """ACKs (the waiting ones now, one per job), RETRYs and DONEs."""
+        """ACKs (the waiting ones now, one per job), RETRYs, DONEs and GRANTs."""
+        if self._grant_dirty:
+            self._schedule()
         for job in list(self._pending):
             self._flush_ack(job)
         out, self._out = self._out, []
@@ -366,7 +410,7 @@ class AtpReceiver:
         """Counters for summaries and metrics: every datagram not acknowledged is in one of them."""
         return {"datagrams": self.datagrams, "malformed": dict(self.malformed), "dropped": dict(self.dropped),
                 "admission": dict(self.admission), "admission_mode": self.admission_mode, "jobs": len(self.slots),
-                "finished": len(self._finished), "memory": self.memory.as_dict()}
+                "finished": len(self._finished), "trimmed": self.trimmed, "memory": self.memory.as_dict()}
 
     # -- admission -----------------------------------------------------------------------------------
 
@@ -502,6 +546,7 @@ class AtpReceiver:
     def _ack(self, job: _Job, h: wire.Header, ce: bool = False) -> None:
         """Acknowledge ``h``: together with the job's other packets of this batch (ACK coalescing), at once when
         ``ack_every`` packets are waiting; a packet with another queue byte or CE mark sends the waiting ACK first."""
+        self._arrived(job, h)
         waiting = job.pending_ack
         if waiting is not None and (waiting[0].queue != h.queue or waiting[1] != ce):
             self._flush_ack(job)
@@ -520,7 +565,8 @@ class AtpReceiver:
         self._pending.remove(job)
         self._reply(job, wire.encode_ack(flags=wire.Flags.ECE if ce else 0, queue=h.queue, job_id=h.job_id,
                                          msg_id=h.msg_id, group_id=h.group_id, pkt_idx=h.pkt_idx,
-                                         pkt_cnt=h.pkt_cnt, seq=h.seq, blocks=job.sack_blocks(), token=job.token))
+                                         pkt_cnt=h.pkt_cnt, seq=h.seq, blocks=job.sack_blocks(), token=job.token,
+                                         grant=self._grant_of(job)))
 
     def _on_data(self, job: _Job, h: wire.Header, payload: bytes, now: float, ce: bool = False) -> None:
         m = job.manifest
@@ -542,6 +588,8 @@ class AtpReceiver:
             self.malformed["inconsistent_message"] += 1
             return
         job.packets += 1
+        job.data_packets += 1
+        job.records += 1
         if job.delivered.has(msg_id):
             self._duplicate(job, h, ce)
             return
@@ -563,6 +611,7 @@ class AtpReceiver:
             return
         self._charge(job, cost)
         self.buffered += n
+        job.payload += n
         job.progressed = True
         job.progress_at = now
         job.note_seq(h.seq)
@@ -601,6 +650,8 @@ class AtpReceiver:
                 return
             groups.append(k)
         job.packets += 1
+        job.data_packets += 1
+        job.records += len(records)
         delivered = job.delivered
         fresh = []
         cost = nbytes = 0
@@ -622,6 +673,7 @@ class AtpReceiver:
             return
         self._charge(job, cost)
         self.buffered += nbytes
+        job.payload += nbytes
         job.progressed = True
         job.progress_at = now
         job.note_seq(h.seq)
@@ -629,6 +681,84 @@ class AtpReceiver:
         for msg_id, data, k in fresh:
             delivered.reserve(msg_id)
             self._complete(job, msg_id, k, data, len(data))
+
+    def _on_trimmed(self, job: _Job, h: wire.Header, now: float) -> None:
+        """A DATA packet a switch trimmed on the way (its queue was full): only the header came. The sender learns
+        at once, with an ACK flagged TRIM that echoes it (no timer); nothing is kept."""
+        m = job.manifest
+        if m is None:
+            self.dropped["before_announce"] += 1
+            return
+        if h.msg_id >= m.total:
+            self.dropped["msg_id_out_of_range"] += 1
+            return
+        if job.received_seq(h.seq):
+            self.dropped["trim_of_received"] += 1  # that packet came whole: the header is forged or stale
+            return
+        self.trimmed += 1
+        job.trimmed += 1
+        job.data_packets += 1
+        job.records += h.count
+        self._arrived(job, h)
+        if job.pending_ack is not None:
+            self._flush_ack(job)
+        self._reply(job, wire.encode_ack(flags=wire.Flags.TRIM, queue=h.queue, job_id=h.job_id, msg_id=h.msg_id,
+                                         group_id=h.group_id, pkt_idx=h.pkt_idx, pkt_cnt=h.pkt_cnt, seq=h.seq,
+                                         blocks=job.sack_blocks(), token=job.token, grant=self._grant_of(job)))
+
+    # -- receiver grants ------------------------------------------------------------------------------
+
+    def _arrived(self, job: _Job, h: wire.Header) -> None:
+        """Packet ``h`` of ``job`` arrived (whole or trimmed): the newest sequence number moves, and a job that
+        needs less than it may have in flight (or was not granted) changes the schedule."""
+        if job.top is None or (h.seq - job.top) & 0xFFFFFFFF < 1 << 31:
+            job.top = h.seq
+            job.echo = h
+        if self.granting and (job.alloc == 0 or job.need_packets(self.config.max_payload) < job.alloc):
+            self._grant_dirty = True
+
+    def _grant_of(self, job: _Job) -> int | None:
+        """The grant an answer to ``job`` carries: the newest sequence number plus what the job may have in
+        flight (never less than given before); ``None`` when this receiver does not schedule."""
+        if not self.granting or job.top is None:
+            return None
+        g = (job.top + 1 + job.alloc) & 0xFFFFFFFF
+        if job.grant is None or (g - job.grant) & 0xFFFFFFFF < 1 << 31:
+            job.grant = g
+        return job.grant
+
+    def _schedule(self) -> None:
+        """Share ``grant_budget`` packets in flight over the jobs, least data left to their MSR first (SRPT). The
+        first job may have the whole budget in flight (what it needs is an estimate, and a job granted less than
+        it needs crawls to its end); each next one what the jobs before it are not expected to need, at most what
+        it needs itself, so its data arrives as theirs ends. A job whose MSR is met is not granted. Jobs given
+        more than before that have no ACK waiting get a GRANT now."""
+        self._grant_dirty = False
+        active = [j for j in self.jobs.values() if j.finished_at is None and j.manifest is not None]
+        mp = self.config.max_payload
+        need = {j: j.need_packets(mp) for j in active}
+        active.sort(key=lambda j: (need[j], j.first_at, j.job_id))
+        left = budget = self.grant_budget
+        first = True
+        for j in active:
+            n = need[j]
+            a = 0 if n == 0 else budget if first else min(left, n)
+            first = first and n == 0
+            left = max(0, left - n)
+            if a > j.alloc and j.pending_ack is None and j.echo is not None:
+                j.alloc = a
+                self._send_grant(j)
+            j.alloc = a
+
+    def _send_grant(self, job: _Job) -> None:
+        before = job.grant
+        grant = self._grant_of(job)
+        if grant is None or grant == before:
+            return
+        e = job.echo
+        self._reply(job, wire.encode_ack(ptype=wire.PacketType.GRANT, flags=0, queue=e.queue, job_id=e.job_id,
+                                         msg_id=e.msg_id, group_id=e.group_id, pkt_idx=e.pkt_idx, pkt_cnt=e.pkt_cnt,
+                                         seq=e.seq, blocks=[], grant=grant))
 
     def _duplicate(self, job: _Job, h: wire.Header, ce: bool) -> None:
         job.duplicates += 1
@@ -726,6 +856,9 @@ class AtpReceiver:
         job.index = manifest.group_index()
         job.ordered = [g.msr >= 1.0 for g in manifest.groups]
         job.delivered_per_group = [0] * len(manifest.groups)
+        job.required = [required_messages(g.msr, g.count) for g in manifest.groups]
+        job.need_bytes = manifest.need_bytes
+        self._grant_dirty = self.granting
         for k, g in enumerate(manifest.groups):
             if job.ordered[k]:
                 job.cursor[k] = (0, g.firsts[0] if g.firsts else 0)
@@ -788,6 +921,8 @@ class AtpReceiver:
         within the pool; the oldest are forgotten first, this one too if nothing else makes room)."""
         self.memory.leave_slot(job.charged)
         job.finished_at = now
+        job.alloc = 0
+        self._grant_dirty = self.granting
         self.slots.remove(job)
         self._finished[job.job_id] = None
         while len(self._finished) > self.config.max_jobs or self.memory.pool_overdrawn:
@@ -805,6 +940,8 @@ class AtpReceiver:
         self.slots.remove(job)
         self._finished.pop(job.job_id, None)
         del self.jobs[job.job_id]
+        job.alloc = 0
+        self._grant_dirty = self.granting
 
     def _abandon(self, job: _Job, reason: str) -> None:
         delivered = sum(job.delivered_per_group)

@@ -7,16 +7,18 @@ Keys are compared as tuples, smallest first:
 =========  ==========  ===================================================================
 mrdf       ``base``    key
 =========  ==========  ===================================================================
-on         no          (retries, remaining bytes, msg_id): new and repair traffic compete
+on         no          (remaining bytes, retries, msg_id): new and repair traffic compete
 on         yes         (is repair, retries, remaining bytes, msg_id): new data first
 off        no          (not repair, retries, msg_id): repairs first, then new data in id order
 off        yes         (is repair, retries, msg_id): everything new in id order, then repairs
 =========  ==========  ===================================================================
 
 "remaining" is the message's size minus the bytes the receiver has acknowledged. "retries" counts the
-message's retransmissions that were lost again: a repair that fails goes behind the messages not yet retried,
-so repairs rotate over the damaged messages instead of hammering one into a queue that drops it (new
-messages and first repairs have 0).
+message's retransmissions that were lost again: a repair that fails goes behind the messages of its size not
+yet retried, so repairs of equal messages rotate instead of hammering one into a queue that drops it (new
+messages and first repairs have 0). With MRDF a smaller message still goes first, lost again or not: resending
+a small message the group lost costs fewer bytes than the larger new ones its loss budget would otherwise need
+(with loss, packing and a retries-first order, a job at MSR 0.9 ended up sending its largest messages).
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ import heapq
 def scheduling_key(*, mrdf: bool, repairs_last: bool, remaining: int, msg_id: int, repair: bool,
                    retries: int = 0) -> tuple:
     if mrdf:
-        return (int(repair), retries, remaining, msg_id) if repairs_last else (retries, remaining, msg_id)
+        return (int(repair), retries, remaining, msg_id) if repairs_last else (remaining, retries, msg_id)
     return (int(repair), retries, msg_id) if repairs_last else (int(not repair), retries, msg_id)
 
 

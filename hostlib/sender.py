@@ -243,23 +243,21 @@ class AtpSender:
         self.bucket = TokenBucket(burst_bytes=self._burst_bytes(self.rate.rate_bps), now=now)
         self._isn = secrets.randbelow(1 << 31) if isn is None else isn
         self._seq = self._isn
+        self._announce = self._announce_parts_for(job, config)
+        if len(self._announce) > 0xFFFF:
+            raise ConfigError("job announce too large: split the job or give groups contiguous message ids")
+        self._free_until = len(self._announce) + config.first_window
+        """Sequence numbers (offsets from the ISN) below this are the first window: sent without a grant."""
+        self._grant: int | None = None
+        """Offset from the ISN below which the receiver lets this sender send (its latest grant); ``None`` while the
+        receiver sends none (it does not schedule): the window alone decides."""
+        self._probe = False  # scheduled and out of grant, the tail timed out: one packet may probe
         self.epoch = 0
         self._started = False
         self._epoch_end = now + self._epoch_length()
         self._last_progress = now
         self._events: collections.deque[events.Event] = collections.deque()
         # control messages: the job announce first, then (when closing) the FIN
-        ids_of: dict[int, list[int]] = {gid: [] for gid in self.groups}
-        for m in self.messages:
-            ids_of[m.group.group_id].append(m.msg_id)
-        manifest = control.Manifest(
-            total=len(self.messages), vector_len=job.vector_len,
-            groups=tuple(control.GroupShape.from_ids(g.group_id, g.msr, ids_of[g.group_id])
-                         for g in self.groups.values()))
-        blob = manifest.encode()
-        self._announce = [blob[i:i + mp] for i in range(0, len(blob), mp)] or [b""]
-        if len(self._announce) > 0xFFFF:
-            raise ConfigError("job announce too large: split the job or give groups contiguous message ids")
         self._announce_acked = bytearray(len(self._announce))
         self._control: collections.deque[tuple[int, int]] = collections.deque(
             (control.ANNOUNCE_MSG_ID, i) for i in range(len(self._announce)))
@@ -306,7 +304,7 @@ class AtpSender:
         if self.adaptive:
             self.window = self.rate = WindowController(
                 max_rate_bps=config.max_rate_bps, pacing_gain=config.pacing_gain, packet_bits=wire_max * 8,
-                initial_window=config.initial_window, max_window=config.max_window,
+                initial_window=config.first_window, max_window=config.max_window,
                 queue_packets=config.queue_packets, loss_memory=config.loss_memory,
                 min_samples=config.loss_min_samples, header_bytes=wire.HEADER_LEN + config.overhead_bytes,
                 gain=config.gain)
@@ -315,6 +313,24 @@ class AtpSender:
                                        gain=config.gain, packet_bits=wire_max * 8, fixed=base)
         self.recovery = LossRecovery(initial_rtt_s=config.initial_rtt_s, reorder_threshold=config.reorder_threshold,
                                      min_loss_timeout_s=config.min_loss_timeout_s, listeners=[self.rate])
+
+    @staticmethod
+    def _announce_parts_for(job: JobSpec, config: AtpConfig) -> list[bytes]:
+        """The job announce's chunks, one per part (docs/wire-format.md)."""
+        sizes = job.group_sizes()
+        ids_of: dict[int, list[int]] = {gid: [] for gid in sizes}
+        for i, m in enumerate(job.messages):
+            ids_of[m.group_id].append(i)
+        need = 0  # the smallest messages of each group that meet its MSR: what a receiver must let through at least
+        for gid, ids in ids_of.items():
+            need += sum(sorted(len(job.messages[i].data) for i in ids)[:required_messages(job.msr_of(gid), len(ids))])
+        manifest = control.Manifest(
+            total=len(job.messages), vector_len=job.vector_len,
+            groups=tuple(control.GroupShape.from_ids(gid, job.msr_of(gid), ids_of[gid]) for gid in sorted(sizes)),
+            need_bytes=need)
+        blob = manifest.encode()
+        mp = config.max_payload
+        return [blob[i:i + mp] for i in range(0, len(blob), mp)] or [b""]
 
     @property
     def datagrams_ignored(self) -> int:
@@ -338,7 +354,7 @@ class AtpSender:
             if nxt is None:
                 break
             msg_id, idx = nxt
-            if not self._window_open(msg_id):
+            if not self._may_send(msg_id):
                 break
             size = wire.HEADER_LEN + self._payload_len(msg_id, idx) + overhead
             if not self.bucket.can_send(size):
@@ -357,7 +373,7 @@ class AtpSender:
             if loss is not None:
                 times.append(loss)
             nxt = self._peek(None)
-            if nxt is not None and self._window_open(nxt[0]):
+            if nxt is not None and self._may_send(nxt[0]):
                 size = wire.HEADER_LEN + self._payload_len(*nxt) + self.config.overhead_bytes
                 times.append(self.bucket.ready_at(size, self.rate.rate_bps))
             return min(times)
@@ -375,7 +391,10 @@ class AtpSender:
         if not self._started:
             return
         if self.state == SenderState.SENDING:
-            self._on_lost(self.recovery.detect_lost(now), now)
+            lost = self.recovery.detect_lost(now)
+            if lost and self._grant is not None and not self._granted():
+                self._probe = True  # the tail timed out and the grant is spent: one packet may go to ask for more
+            self._on_lost(lost, now)
             if now >= self._epoch_end:
                 self._end_epoch(now)
             if now >= self._last_progress + self.config.idle_timeout_s:
@@ -414,7 +433,7 @@ class AtpSender:
             return
         if header.type == wire.PacketType.ACK:
             try:
-                blocks, _grant, token = wire.decode_ack(payload, header.flags)
+                blocks, grant, token = wire.decode_ack(payload, header.flags)
             except wire.MalformedPacket:
                 self.rejected["malformed"] += 1
                 return
@@ -425,7 +444,24 @@ class AtpSender:
             self._admitted = True
             if token is not None:
                 self._on_token(token, now)
+            if grant is not None:
+                self._on_grant(grant)
             self._on_ack(header, blocks, now)
+        elif header.type == wire.PacketType.GRANT:
+            try:
+                blocks, grant, _token = wire.decode_ack(payload, header.flags)
+            except wire.MalformedPacket:
+                self.rejected["malformed"] += 1
+                return
+            reason = self._ack_rejection(header, blocks)
+            if grant is None:
+                reason = "malformed"
+            if reason is not None:
+                self.rejected[reason] += 1
+                return
+            self._admitted = True
+            self._last_progress = now
+            self._on_grant(grant)
         elif header.type == wire.PacketType.DONE:
             self._on_done(header, payload, now)
         elif header.type == wire.PacketType.RETRY:
@@ -473,9 +509,40 @@ class AtpSender:
         return max(cfg.burst_packets * wire_max, train)
 
     def _window_open(self, msg_id: int) -> bool:
-        """``adaptive``: whether a data packet may leave now (control packets always may)."""
-        return (self.window is None or msg_id in control.CONTROL_MSG_IDS or msg_id == _ECHO
-                or len(self.recovery.in_flight) < self.window.window)
+        """Whether a data packet may leave now (control packets always may): within the ``adaptive`` window, and
+        below the receiver's grant when it sends grants (or within the first window, or as a probe after a tail
+        timeout): the receiver schedules its downlink, the window the rest of the path."""
+        if msg_id in control.CONTROL_MSG_IDS or msg_id == _ECHO:
+            return True
+        if self._grant is not None and not (self._granted() or self._probe):
+            return False
+        return self.window is None or len(self.recovery.in_flight) < self.window.window
+
+    def _may_send(self, msg_id: int) -> bool:
+        """Whether the packet the scheduler offers may leave now (pacing aside): the window or the grant allows it,
+        and, once the receiver schedules, it is not surplus (the receiver's downlink is for what some job needs)."""
+        if not self._window_open(msg_id):
+            return False
+        holds = not self.config.surplus or (self._grant is not None and not self._granted_first())
+        return not (holds and msg_id < len(self.messages) and self._starts_surplus(self.messages[msg_id]))
+
+    def _granted_first(self) -> bool:
+        """The next sequence number is in the first window."""
+        return (self._seq - self._isn) & 0xFFFFFFFF < self._free_until
+
+    def _granted(self) -> bool:
+        off = (self._seq - self._isn) & 0xFFFFFFFF
+        return off < self._free_until or off < self._grant  # type: ignore[operator]
+
+    def _on_grant(self, grant: int) -> None:
+        """The receiver schedules this job: data may go up to (not including) sequence number ``grant``. Grants
+        only grow (a smaller one is a reordered old one)."""
+        off = (grant - self._isn) & 0xFFFFFFFF
+        if off >= 1 << 31:
+            self.rejected["grant_out_of_range"] += 1
+            return
+        if self._grant is None or off > self._grant:
+            self._grant = off
 
     def _payload_len(self, msg_id: int, idx: int) -> int:
         if msg_id == control.ANNOUNCE_MSG_ID or msg_id == _ECHO:
@@ -509,6 +576,13 @@ class AtpSender:
                 if lost:
                     return msg_id, lost[0]
             if m.state in (ACTIVE, REPAIRING) and m.next_new < m.cnt:
+                g = m.group
+                if (now is not None and m.state == ACTIVE and m.next_new == 0 and g.idle and self.adaptive
+                        and self.config.mrdf):
+                    before = g.repairing
+                    self._plan_repairs(g)  # a damaged message smaller than this new one goes first
+                    if g.repairing != before:
+                        continue
                 return msg_id, m.next_new
             self.scheduler.remove(msg_id)
 
@@ -529,6 +603,9 @@ class AtpSender:
                 return self._announce_datagram(idx, seq)
             self._fin_next = now + max(_FIN_RETRY_MIN_S, self.recovery.tail_timeout)
             return wire.encode(wire.Header(job_id=self.job.job_id, msg_id=msg_id, seq=seq))
+        first = (seq - self._isn) & 0xFFFFFFFF < self._free_until  # in the first window (unscheduled)
+        if self._grant is not None and not first and (seq - self._isn) & 0xFFFFFFFF >= self._grant:
+            self._probe = False  # beyond the grant: the one probe a tail timeout allows
         m = self.messages[msg_id]
         g = m.group
         payload, retx, surplus = self._take(m, idx)
@@ -536,6 +613,9 @@ class AtpSender:
         more: tuple[int, ...] = ()
         if self.config.pack_messages and m.cnt == 1:
             payload, count, more, retx = self._pack(m, payload, retx, surplus, now)
+        if retx:  # a packet that carries a retransmitted message (packed with new ones, perhaps)
+            self.retransmissions += 1
+            g.retransmissions += 1
         flags = (wire.Flags.APPROX if g.approx else 0) | (wire.Flags.RETX if retx else 0)
         priority = weight = 0
         deadline = wire.NO_DEADLINE
@@ -548,9 +628,10 @@ class AtpSender:
                 deadline = min(_MAX_SLACK_US, max(0, int(slack * 1e6)))
         # surplus packets are not counted by rate control (group None): their loss in the lowest queue is expected
         self.recovery.on_packet_sent(SentPacket(seq, msg_id, idx, None if surplus else g.group_id, len(payload),
-                                                now, retx, more))
+                                                now, retx, more, first))
+        low = surplus or (first and self.config.first_window_low and g.approx)  # the lowest queue (TLR 1.0)
         return wire.encode_data(flags=int(flags), priority=priority, job_id=self.job.job_id, msg_id=msg_id,
-                                group_id=g.group_id, tlr=wire.TLR_ONE if surplus else wire.tlr_to_q15(g.tlr),
+                                group_id=g.group_id, tlr=wire.TLR_ONE if low else wire.tlr_to_q15(g.tlr),
                                 pkt_idx=idx, pkt_cnt=m.cnt, seq=seq, deadline_us=deadline, weight=weight,
                                 payload=payload, count=count)
 
@@ -564,8 +645,6 @@ class AtpSender:
         surplus = False
         if retx:
             m.lost_pkts.popleft()  # type: ignore[union-attr]
-            self.retransmissions += 1
-            g.retransmissions += 1
         else:
             if m.state == ACTIVE and (m.next_new == 0 or m.surplus):
                 surplus = self._starts_surplus(m)
@@ -621,7 +700,10 @@ class AtpSender:
         they only use spare capacity; completion never waits for them, and a surplus message becomes needed
         (its next packets carry the group's TLR) once the group falls short."""
         loss = self.window.loss_rate(g.group_id) if self.window is not None else None  # adaptive: a window
-        on_the_way = (g.started + g.repairing) * (1.0 - (loss or 0.0))
+        # a scheduled sender (its receiver grants) sends no surplus, so repairs not yet in flight cannot count as on
+        # their way: the scheduler may offer a new message before them, and holding it back would wait for nothing
+        repairing = g.repairing if self._grant is None and self.config.surplus else 0
+        on_the_way = (g.started + repairing) * (1.0 - (loss or 0.0))
         return g.delivered + on_the_way >= g.required
 
     # -- admission and validation of what arrives ------------------------------------------------
@@ -654,6 +736,8 @@ class AtpSender:
         self._token = token
         self.retries_received += 1
         self._reset_transfer()
+        self._free_until = ((self._seq - self._isn) & 0xFFFFFFFF) + len(self._announce) + self.config.first_window
+        self._grant = None
         self._control = collections.deque((control.ANNOUNCE_MSG_ID, i) for i in range(len(self._announce)))
         self._epoch_end = now + self._epoch_length()
         self._last_progress = now
@@ -709,21 +793,22 @@ class AtpSender:
         if header.msg_id == control.FIN_MSG_ID:
             return
         group = self.groups.get(header.group_id)
-        if header.msg_id not in control.CONTROL_MSG_IDS:
+        trimmed = bool(header.flags & wire.Flags.TRIM)
+        if header.msg_id not in control.CONTROL_MSG_IDS and not trimmed:
             self._path_queue = header.queue
-        if group is not None and header.msg_id not in control.CONTROL_MSG_IDS:
-            group.queues[header.queue] += 1
-            if header.flags & wire.Flags.ECE:
-                group.ece += 1
+            if group is not None:
+                group.queues[header.queue] += 1
+                if header.flags & wire.Flags.ECE:
+                    group.ece += 1
         if self.state != SenderState.SENDING:
             # keep counting deliveries while closing; losses no longer matter
-            acked, _lost = self.recovery.on_ack_received(seq=header.seq, blocks=blocks, now=now)
+            acked, _lost = self.recovery.on_ack_received(seq=header.seq, blocks=blocks, now=now, trimmed=trimmed)
             for p in acked:
                 self._on_packet_acked(p, now)
             return
-        acked, lost = self.recovery.on_ack_received(seq=header.seq, blocks=blocks, now=now)
+        acked, lost = self.recovery.on_ack_received(seq=header.seq, blocks=blocks, now=now, trimmed=trimmed)
         window = self.window
-        if window is not None:
+        if window is not None and not trimmed:
             window.on_path(queue=header.queue, rtt=self.recovery.min_rtt + self.config.pacing_train_s)
         for p in acked:
             self._on_packet_acked(p, now)
@@ -771,9 +856,9 @@ class AtpSender:
     def _on_lost(self, lost: list[SentPacket], now: float) -> None:
         if self.window is not None and lost:
             groups = {p.group_id for p in lost if p.group_id is not None}
-            if groups:
+            if groups:  # losses of first windows that collided do not end the ramp (rate.py)
                 self.window.on_loss(groups=groups, tlr={gid: g.tlr for gid, g in self.groups.items()},
-                                    next_seq=self._seq)
+                                    next_seq=self._seq, first=all(p.first for p in lost if p.group_id is not None))
         touched: set[int] = set()
         for p in lost:
             if p.msg_id == control.ANNOUNCE_MSG_ID:

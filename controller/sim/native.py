@@ -44,10 +44,11 @@ def wire_macros() -> str:
         "NA_DATA_V1": (wire.VERSION << 4) | int(wire.PacketType.DATA),
         "NA_FLAG_APPROX": int(wire.Flags.APPROX),
         "NA_FLAG_TAGGED": int(wire.Flags.TAGGED),
+        "NA_FLAG_TRIM": int(wire.Flags.TRIM),
         "NA_TLR_ONE": wire.TLR_ONE,
     }
     for field in ("type", "flags", "queue", "priority", "job_id", "msg_id", "group_id", "tlr", "pkt_idx",
-                  "pkt_cnt", "deadline_us"):
+                  "pkt_cnt", "deadline_us", "length"):
         lines[f"NA_OFF_{field.upper()}"] = off[field]
     return "".join(f"#ifndef {k}\n#define {k} {v}\n#endif\n" for k, v in lines.items())
 

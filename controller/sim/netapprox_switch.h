@@ -16,7 +16,11 @@
 //   - sets CE on an ECN-capable packet when its queue held at least the ecn_thresholds depth before it
 //     (the P4 program's "enq_qdepth >= threshold"; not-ECT packets are never changed or dropped early),
 //   - stamps the logical queue into the ATP queue byte of ATP DATA packets (as the P4 egress does),
-// and serves the 8 queues in strict priority, queue 0 first.
+// and serves the 8 queues in strict priority, queue 0 first. With trimming on (Tables::trim, the traffic
+// manager's configuration like the buffers), an approximate ATP DATA packet that finds its queue full is not
+// dropped whole: its payload is cut and its header goes on as a non-approximate DATA packet flagged TRIM with
+// length 0 (so every switch after this one classifies it as non-approximate traffic: queue 0 by default), and
+// its receiver tells the sender at once (NDP's packet trimming; docs/wire-format.md).
 #ifndef NETAPPROX_SIM_SWITCH_H
 #define NETAPPROX_SIM_SWITCH_H
 
@@ -236,6 +240,7 @@ class Tables
 
     uint16_t atpPort = NA_ATP_PORT;
     bool fifo = false;
+    bool trim = false; // traffic manager: trim approximate DATA that finds its queue full instead of dropping it
     std::unordered_map<uint32_t, uint8_t> jobs;
     std::vector<ClassEntry> classes;
     std::vector<TagEntry> tags;
@@ -291,6 +296,7 @@ struct QueueCounters
     uint64_t transmitted = 0; // left the queue
     uint64_t transmittedBytes = 0;
     uint64_t dropped = 0;     // tail drops
+    uint64_t trimmed = 0;     // trimmed instead of dropped (their headers are enqueued in the queue they classify to)
     uint64_t marked = 0;      // CE marks
     uint32_t maxBacklog = 0;  // packets
     double backlogIntegral = 0; // packet-seconds, for the time-average backlog
@@ -405,8 +411,16 @@ class NetApproxQueueDisc : public ns3::QueueDisc
         c.enqueued++;
         if (m_len[q] >= m_limits[q])
         {
-            c.dropped++;
+            bool trim = ip && m_tables && m_tables->trim && q != kNonApproxQueue && n == kIpv4Header + kPeek &&
+                        m_tables->IsAtpData(buf, n) && (buf[kAtpOffset + NA_OFF_FLAGS] & NA_FLAG_APPROX);
+            (trim ? c.trimmed : c.dropped)++;
+            // the original is dropped first, so that the queue disc's counts (received = dropped + enqueued) hold
+            // when its trimmed header is enqueued through Enqueue
             DropBeforeEnqueue(item, "logical queue full");
+            if (trim)
+            {
+                Trim(ip, buf);
+            }
             return false;
         }
         if (m_tables && m_tables->ecn[q] >= 0 && m_len[q] >= uint32_t(m_tables->ecn[q]))
@@ -437,6 +451,27 @@ class NetApproxQueueDisc : public ns3::QueueDisc
             m_len[q]--; // cannot happen: the internal queue is as large as the limit
         }
         return ok;
+    }
+
+    // The trimmed copy of an approximate ATP DATA packet whose first bytes (IPv4, UDP, ATP headers) are `buf`:
+    // the headers alone, the ATP header flagged TRIM, not APPROX, length 0 (UDP length and IPv4 payload size to
+    // match, UDP checksum 0). Enqueued through this queue disc's own Enqueue, so it is classified like any packet
+    // and counted as received and enqueued (the original is counted as dropped).
+    void Trim(ns3::Ptr<ns3::Ipv4QueueDiscItem> ip, uint8_t* buf)
+    {
+        uint8_t* udp = buf + kIpv4Header;
+        uint8_t* atp = udp + kUdpHeader;
+        udp[4] = uint8_t(kPeek >> 8);
+        udp[5] = uint8_t(kPeek & 0xFF);
+        udp[6] = udp[7] = 0;
+        atp[NA_OFF_FLAGS] = uint8_t((atp[NA_OFF_FLAGS] | NA_FLAG_TRIM) & ~NA_FLAG_APPROX);
+        atp[NA_OFF_LENGTH] = atp[NA_OFF_LENGTH + 1] = 0;
+        ns3::Ipv4Header h = ip->GetHeader();
+        h.SetPayloadSize(kPeek);
+        auto header = ns3::Create<ns3::Ipv4QueueDiscItem>(ns3::Create<ns3::Packet>(udp, kPeek), ip->GetAddress(),
+                                                           ip->GetProtocol(), h);
+        header->SetTxQueueIndex(ip->GetTxQueueIndex());
+        Enqueue(header);
     }
 
     ns3::Ptr<ns3::QueueDiscItem> DoDequeue() override

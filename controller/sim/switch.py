@@ -64,9 +64,11 @@ def _installed_jobs(tables: Any) -> Iterable[int]:
 
 
 class SimSwitch:
-    """A switch node's NetApprox data plane in ns-3. ``fifo``: the network-oblivious variant (one queue)."""
+    """A switch node's NetApprox data plane in ns-3. ``fifo``: the network-oblivious variant (one queue). ``trim``:
+    approximate ATP DATA that finds its queue full is trimmed (its header goes on, flagged TRIM) instead of
+    dropped, a traffic-manager setting like the buffers (netapprox_switch.h)."""
 
-    def __init__(self, name: str, *, buffer_packets: int, fifo: bool = False) -> None:
+    def __init__(self, name: str, *, buffer_packets: int, fifo: bool = False, trim: bool = False) -> None:
         self.name = name
         self.buffer_packets = buffer_packets
         self.fifo = fifo
@@ -74,6 +76,7 @@ class SimSwitch:
         g = native.cpp()
         self._g = g
         self.tables = g.netapprox.Tables.Create()
+        self.tables.trim = trim
         self._ports: dict[int, Any] = {}
 
     def add_port(self, device: Any, port: int) -> Any:

@@ -63,6 +63,13 @@ class EcmpRouting : public ns3::Ipv4RoutingProtocol
         m_seed = seed;
     }
 
+    // Approximate ATP DATA (APPROX) is sprayed: each packet takes the next of the equal-cost next hops in turn,
+    // whatever its flow (per-packet load balancing, as NDP assumes); everything else keeps flow hashing.
+    void SetSprayApproximate(bool on)
+    {
+        m_spray = on;
+    }
+
     // One equal-cost next hop towards host address dst: leave through interface iface to gateway gw.
     void AddRoute(uint32_t dst, uint32_t iface, uint32_t gw)
     {
@@ -161,7 +168,11 @@ class EcmpRouting : public ns3::Ipv4RoutingProtocol
         }
         auto& hops = it->second;
         std::size_t i = 0;
-        if (hops.size() > 1)
+        if (hops.size() > 1 && m_spray && IsApproximateAtp(header, p))
+        {
+            i = m_next++ % hops.size();
+        }
+        else if (hops.size() > 1)
         {
             uint32_t h = Mix32(m_seed ^ header.GetSource().Get());
             h = Mix32(h ^ header.GetDestination().Get());
@@ -188,8 +199,23 @@ class EcmpRouting : public ns3::Ipv4RoutingProtocol
         return hop.route;
     }
 
+    static bool IsApproximateAtp(const ns3::Ipv4Header& header, ns3::Ptr<const ns3::Packet> p)
+    {
+        uint8_t b[8 + NA_HEADER_LEN];
+        if (!p || header.GetProtocol() != 17 || header.GetFragmentOffset() != 0 ||
+            p->CopyData(b, sizeof(b)) < sizeof(b))
+        {
+            return false;
+        }
+        uint8_t* atp = b + 8;
+        return ((uint16_t(b[2]) << 8) | b[3]) == NA_ATP_PORT && atp[NA_OFF_TYPE] == NA_DATA_V1 &&
+               (atp[NA_OFF_FLAGS] & NA_FLAG_APPROX);
+    }
+
     std::unordered_map<uint32_t, std::vector<NextHop>> m_routes;
     ns3::Ptr<ns3::Ipv4> m_ipv4;
+    bool m_spray = false;
+    uint64_t m_next = 0;
     uint32_t m_seed = 0;
     uint64_t m_unroutable = 0;
 };

@@ -179,6 +179,9 @@ def job_summary(trial: dict) -> dict:
         "approx_queue_mean_pkts": q["receiver_port_approx_mean_pkts"],
         "queue_max_pkts": q["receiver_port_max_pkts"],
         "switch_drops": q["switch_drops"],
+        "switch_trims": q.get("switch_trims", 0),
+        "network_loss_frac": network_loss_frac(trial),
+        "lost_at_receivers_frac": _lost_share(q, "host_facing"),
         "wall_s": trial["perf"]["run_wall_s"],
         "cpu_s": trial["perf"].get("run_cpu_s"),
         "sim_packets_per_wall_s": trial["perf"]["switch_packets_per_wall_s"],
@@ -187,6 +190,23 @@ def job_summary(trial: dict) -> dict:
         out["tcp_timeouts_per_job"] = _mean(jobs, "timeouts")
         out["tcp_retx_frac"] = out.pop("pkt_loss")
     return out
+
+
+def network_loss_frac(trial: dict) -> float | None:
+    """ATP: payloads lost in the network (dropped or trimmed by a switch) over the DATA packets the senders sent;
+    ``None`` for the baselines (their packets are counted by ns-3's TCP, not here)."""
+    sent = sum(j.get("packets_sent") or 0 for j in trial["jobs"])
+    if not sent:
+        return None
+    q = trial["queues"]
+    return (q["switch_drops"] + q.get("switch_trims", 0)) / sent
+
+
+def _lost_share(q: dict, where: str) -> float | None:
+    """The share of the drops and trims that happened on switch ports facing a host (a receiver's downlink)."""
+    lost = q.get("lost_at")
+    total = sum(lost.values()) if lost else 0
+    return lost[where] / total if total else None
 
 
 def _mean(rows: Sequence[dict], key: str) -> float | None:

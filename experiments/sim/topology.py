@@ -160,18 +160,20 @@ class Network:
     """Builds the topology into the current ns-3 simulation (call once per simulation run)."""
 
     def __init__(self, ns: Any, g: Any, topo: TopologyConfig, *, switch_mode: str, buffer_packets: int,
-                 host_queue_packets: int = 1000, seed: int = 1) -> None:
+                 host_queue_packets: int = 1000, seed: int = 1, trim: bool = False, spray: bool = False) -> None:
         if switch_mode not in ("netapprox", "fifo"):
             raise ValueError(f"switch mode {switch_mode!r}: netapprox or fifo")
         self.topo = topo
         self.switch_mode = switch_mode
+        self.spray = spray
         if topo.kind == "fattree":
             names, host_at, links = _fattree(topo.k)
         else:
             names, host_at, links = _clos(topo.leaves, topo.spines, topo.hosts_per_leaf)
         rng = random.Random(seed)
         self.switches: dict[str, SimSwitch] = {
-            n: SimSwitch(n, buffer_packets=buffer_packets, fifo=switch_mode == "fifo") for n in names}
+            n: SimSwitch(n, buffer_packets=buffer_packets, fifo=switch_mode == "fifo",
+                         trim=trim and switch_mode == "netapprox") for n in names}
         stack = ns.InternetStackHelper()
         stack.SetRoutingHelper(ns.Ipv4StaticRoutingHelper())
         self._nodes: dict[str, Any] = {}
@@ -266,6 +268,7 @@ class Network:
         for s, node in self._nodes.items():
             routing = ns.CreateObject[g.netapprox.EcmpRouting]()
             routing.SetSeed(rng.getrandbits(32))
+            routing.SetSprayApproximate(self.spray)
             ipv4 = node.GetObject["ns3::Ipv4"]()
             for target, hs in hosts_of.items():
                 if target == s:

@@ -51,6 +51,24 @@ ATP_VARIANTS: dict[str, dict[str, Any]] = {
     "atp-base": {"mode": "base", "mrdf": False},
     "atp-rc": {"mode": "fixtlr", "mrdf": False},
     "atp-mrdf": {"mode": "fixtlr", "mrdf": True},
+    # issue 23's ablation (docs/simulation.md): ATP's start without each of its parts, each receiver-side mechanism
+    # alone and together, and a fabric that sprays approximate packets. Keys that are not AtpConfig fields are the
+    # network's: "trim" (switches trim instead of dropping), "spray" (per-packet load balancing of approximate
+    # ATP DATA; every other packet keeps flow hashing).
+    "atp-before": {"mode": "adaptive", "mrdf": True, "pack_messages": False, "initial_window": 16,
+                   "open_admission_share": 0.0, "receiver_grants": False},
+    "atp-rtt": {"mode": "adaptive", "mrdf": True, "open_admission_share": 0.0},
+    "atp-nopack": {"mode": "adaptive", "mrdf": True, "pack_messages": False},
+    "atp-iw16": {"mode": "adaptive", "mrdf": True, "initial_window": 16},
+    "atp-none": {"mode": "adaptive", "mrdf": True, "receiver_grants": False},
+    "atp-grants": {"mode": "adaptive", "mrdf": True, "receiver_grants": True},
+    "atp-trim": {"mode": "adaptive", "mrdf": True, "receiver_grants": False, "trim": True},
+    "atp-low": {"mode": "adaptive", "mrdf": True, "receiver_grants": False, "first_window_low": True},
+    "atp-grants-trim": {"mode": "adaptive", "mrdf": True, "receiver_grants": True, "trim": True},
+    "atp-grants-low": {"mode": "adaptive", "mrdf": True, "receiver_grants": True, "first_window_low": True},
+    "atp-all": {"mode": "adaptive", "mrdf": True, "receiver_grants": True, "trim": True, "first_window_low": True},
+    "atp-spray": {"mode": "adaptive", "mrdf": True, "spray": True},
+    "atp-spray-grants": {"mode": "adaptive", "mrdf": True, "receiver_grants": True, "spray": True},
 }
 """The emulated experiments' ATP variants (experiments/trial.py), as hostlib AtpConfig knobs."""
 TCP_PROTOCOLS = ("dctcp-es", "dctcp-ss")
@@ -66,6 +84,8 @@ FLOW_PORT = 5800
 UDP_JOB_PORT = 7700
 IP_UDP = 28
 UDP_DRAIN_US = 200.0
+MTU = 1500
+"""IP MTU of every simulated link: ATP datagrams are at most MTU - IP - UDP bytes, as TCP's segments fill it."""
 """UDP baseline: a job's trial waits this long after its last datagram left before counting arrivals."""
 
 
@@ -148,8 +168,8 @@ def atp_config(settings: SimSettings, protocol: str) -> AtpConfig:
     to the topology, everything else hostlib's default."""
     topo = settings.topology
     rtt = topo.base_rtt_s()
-    wanted = dict(ATP_VARIANTS[protocol],
-                  max_rate_bps=topo.host_gbps * 1e9, overhead_bytes=IP_UDP + PPP_HEADER,
+    wanted = dict(max_rate_bps=topo.host_gbps * 1e9, overhead_bytes=IP_UDP + PPP_HEADER,
+                  packet_size=MTU - IP_UDP,
                   initial_rtt_s=rtt, min_epoch_s=rtt, min_loss_timeout_s=settings.min_rto_us * 1e-6,
                   idle_timeout_s=settings.atp_idle_timeout_ms * 1e-3,
                   fin_timeout_s=max(20 * rtt, settings.min_rto_us * 1e-6 * 5),
@@ -157,12 +177,18 @@ def atp_config(settings: SimSettings, protocol: str) -> AtpConfig:
                   queue_packets=tuple(queue_limits(settings.buffer_packets)),
                   # a receiver serves every job sent to its host at once (incast: all the other hosts')
                   max_jobs=max(AtpConfig.max_jobs, topo.n_hosts))
+    wanted.update(ATP_VARIANTS[protocol])
     known = {f.name for f in dataclasses.fields(AtpConfig)}
     return AtpConfig(**{k: v for k, v in wanted.items() if k in known})
 
 
 def switch_mode(protocol: str) -> str:
     return "netapprox" if protocol in ATP_VARIANTS else "fifo"
+
+
+def switch_trims(protocol: str) -> bool:
+    """Whether the NetApprox switches of this trial trim approximate packets instead of dropping them."""
+    return bool(ATP_VARIANTS.get(protocol, {}).get("trim", False))
 
 
 def _set_tcp_defaults(ns: Any, s: SimSettings) -> None:
@@ -278,7 +304,9 @@ class Trial:
         mode = switch_mode(self.protocol)
         self._keep: list[Any] = []  # ns-3 objects the trial must keep alive
         self.net = Network(ns, g, s.topology, switch_mode=mode, buffer_packets=s.buffer_packets,
-                           host_queue_packets=s.host_queue_packets, seed=self.seed)
+                           host_queue_packets=s.host_queue_packets, seed=self.seed,
+                           trim=switch_trims(self.protocol),
+                           spray=bool(ATP_VARIANTS.get(self.protocol, {}).get("spray", False)))
         self.clock = _Clock(ns)
         self._start_controller(mode)
         build_s = time.perf_counter() - wall0
@@ -622,6 +650,7 @@ class Trial:
                          msg_loss=len(lost_ids) / n if n else None,
                          pkt_loss=summ.packets_lost / summ.packets_sent if summ.packets_sent else None,
                          packets_sent=summ.packets_sent, retransmissions=summ.retransmissions,
+                         losses_found_by=dict(summ.losses_found_by),
                          receiver_confirmed=summ.receiver_confirmed, final_tlr=[gs.final_tlr for gs in summ.groups],
                          delivered_bytes_frac=1 - sum(wl.sizes[i] for i in lost_ids if i < n) / max(1, wl.total_bytes))
             elif st.get("failed"):
@@ -667,15 +696,20 @@ class Trial:
             means.append(sum(c.backlogIntegral for c in per_q) / span)
             approx_means.append(sum(c.backlogIntegral for c in per_q[1:]) / span)
             peaks.append(max(int(c.maxBacklog) for c in per_q))
-        per_queue = [{"enqueued": 0, "dropped": 0, "marked": 0, "max_backlog": 0} for _ in range(8)]
+        per_queue = [{"enqueued": 0, "dropped": 0, "trimmed": 0, "marked": 0, "max_backlog": 0} for _ in range(8)]
         tx = 0
-        for sw in self.net.switches.values():
-            for qd in sw.ports.values():
+        host_facing = {self.net.host_port(h.index) for h in self.net.hosts} if self.net.hosts else set()
+        lost_at = {"host_facing": 0, "fabric": 0}  # drops + trims on ports facing a host / between switches
+        for name, sw in self.net.switches.items():
+            for port, qd in sw.ports.items():
+                where = "host_facing" if (name, port) in host_facing else "fabric"
                 for q in range(8):
                     c = qd.Counters(q)
+                    lost_at[where] += int(c.dropped) + int(c.trimmed)
                     pq = per_queue[q]
                     pq["enqueued"] += int(c.enqueued)
                     pq["dropped"] += int(c.dropped)
+                    pq["trimmed"] += int(c.trimmed)
                     pq["marked"] += int(c.marked)
                     pq["max_backlog"] = max(pq["max_backlog"], int(c.maxBacklog))
                     tx += int(c.transmitted)
@@ -683,6 +717,8 @@ class Trial:
                 "receiver_port_approx_mean_pkts": sum(approx_means) / len(approx_means) if approx_means else None,
                 "receiver_port_max_pkts": max(peaks) if peaks else None,
                 "switch_drops": sum(p["dropped"] for p in per_queue),
+                "switch_trims": sum(p["trimmed"] for p in per_queue),
+                "lost_at": lost_at,
                 "switch_ce_marks": sum(p["marked"] for p in per_queue), "per_queue": per_queue,
                 "_switch_packets": tx}
 

@@ -7,6 +7,7 @@ fixture chooses the implementation), or what ``run_job`` is given.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import heapq
 import random
@@ -41,6 +42,7 @@ class Path:
         self.rng = random.Random(self.seed)
         self.index = 0
         self.busy_until = 0.0
+        self.backlog: collections.deque[float] = collections.deque()  # when each queued packet starts service
         self.sent = 0
         self.dropped = 0
 
@@ -63,10 +65,13 @@ class Path:
         if self.rate_bps is not None:
             service = (len(data) + 42) * 8 / self.rate_bps
             start = max(now, self.busy_until)
-            if start - now > self.queue_packets * service:
+            while self.backlog and self.backlog[0] <= now:  # packets that started service by now
+                self.backlog.popleft()
+            if len(self.backlog) >= self.queue_packets:  # tail drop: the queue holds queue_packets packets
                 self.dropped += 1
                 return []
             self.busy_until = start + service
+            self.backlog.append(start)
             depart = self.busy_until
         t = depart + self.delay + (self.rng.random() * self.jitter if self.jitter else 0.0)
         out = [(t, data)]

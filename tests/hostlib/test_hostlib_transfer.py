@@ -232,9 +232,9 @@ def test_mrdf_repairs_nearly_complete_message_before_new_data():
 
 
 def test_a_small_damaged_message_is_repaired_before_larger_new_ones():
-    """MSR 0.5 of two 100-byte and four 4-packet messages, the first copy of message 0 dropped: the group can
-    afford the loss, but the adaptive sender with MRDF repairs it (100 bytes) rather than deliver a 4-packet
-    message in its place; the paper's sender leaves it given up."""
+    """MSR 0.5 of two 100-byte and four 4-packet messages, the first copy of message 0 dropped (with message 1,
+    packed with it): the group can afford the loss, but the adaptive sender with MRDF repairs them (100 bytes each)
+    rather than deliver 4-packet messages in their place; the paper's sender leaves them given up."""
     job = JobSpec(job_id=24, messages=tuple(Message(bytes(s)) for s in [100, 100] + [4 * 1368] * 4), msr=0.5)
 
     def run(mode):
@@ -252,7 +252,7 @@ def test_a_small_damaged_message_is_repaired_before_larger_new_ones():
         return r, [h.msg_id for _, h in record if h.type == wire.PacketType.DATA and h.flags & wire.Flags.RETX]
 
     adaptive, retx = run("adaptive")
-    assert retx == [0] and 0 in adaptive.received()
+    assert retx and set(retx) <= {0, 1} and {0, 1} <= set(adaptive.received())
     paper, retx = run("paper")
     assert retx == [] and 0 not in paper.received()
 
@@ -459,11 +459,13 @@ def test_adaptive_window_spends_slack_instead_of_repairing_into_a_small_queue():
     NetApprox switch): the adaptive sender keeps its loss near the TLR and repairs far less than the paper's
     per-epoch rate control, for the same completion time (virtual time: deterministic). (R_max overstates this
     path five times, so the window's growth after a cut, gain x its R_max-based ceiling per RTT, probes harder
-    than the path needs: about a fifth of the paper mode's repairs, not none.)"""
+    than the path needs: about a fifth of the paper mode's repairs, not none. The first window is pinned to 16
+    packets: one bandwidth-delay product at this overstated R_max and the default 10 ms initial RTT, the default,
+    is 87 packets, some 25 times what this path holds; what is compared here is the steady state.)"""
     job = JobSpec.uniform(21, messages=600, size=1368, msr=0.8)
     runs = {}
     for mode in ("adaptive", "paper"):
-        runs[mode] = run = run_job(job, AtpConfig(mode=mode, max_rate_bps=100e6),
+        runs[mode] = run = run_job(job, AtpConfig(mode=mode, max_rate_bps=100e6, initial_window=16),
                                    forward=Path(rate_bps=20e6, queue_packets=3, delay=0.0005, seed=13, queue_byte=6))
         assert_guarantee(run, job)
     adaptive, paper = runs["adaptive"].summary, runs["paper"].summary
