@@ -147,6 +147,13 @@ class AtpConfig:
     token_lifetime_s: float = 10.0
     """Receiver: how long an admission token (RETRY) stays valid."""
 
+    manifest_bytes_per_s: float = 2 << 20
+    """Receiver: manifest bytes one source host may have decoded per second (a token bucket one second deep
+    that may go into debt: a manifest of any size is decoded once the source's debt is repaid). A complete
+    announce over it is dropped unacknowledged (``dropped["manifest_rate"]``) and decoded when the sender
+    retransmits it later. Decoding costs ~30 ms of CPU per MiB here, so the default bounds a source to ~6% of
+    a core."""
+
     finished_linger_s: float = 5.0
     """Receiver: how long a finished job's DONE is kept to answer repeated FINs."""
 
@@ -180,7 +187,7 @@ class AtpConfig:
         if not 1 <= self.ack_every <= wire.MAX_SACK_BLOCKS:
             raise ConfigError(f"ack_every must be in 1..{wire.MAX_SACK_BLOCKS}, got {self.ack_every}")
         for name in ("initial_rtt_s", "min_epoch_s", "min_loss_timeout_s", "idle_timeout_s", "fin_timeout_s",
-                     "finished_linger_s", "stall_timeout_s", "token_lifetime_s"):
+                     "finished_linger_s", "stall_timeout_s", "token_lifetime_s", "manifest_bytes_per_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.epoch_s is not None and not self.epoch_s > 0:

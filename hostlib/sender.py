@@ -287,7 +287,7 @@ class AtpSender:
         self._completed_at: float | None = None
         self._fin_next: float | None = None
         self._fin_deadline: float | None = None
-        self._done_parts: dict[int, list[int]] = {}
+        self._done_parts: dict[int, list[tuple[int, int]]] = {}
         self._done_cnt: int | None = None
         self.summary: SendSummary | None = None
         self.failure: str | None = None
@@ -824,16 +824,19 @@ class AtpSender:
             self.rejected["done_unsent_seq"] += 1
             return
         try:
-            ids = wire.decode_done_payload(payload)
+            ranges = wire.decode_done_payload(payload)
         except wire.MalformedPacket:
             self.rejected["malformed"] += 1
             return
         if self._done_cnt is not None and header.pkt_cnt != self._done_cnt:
             self._done_parts.clear()
         self._done_cnt = header.pkt_cnt
-        self._done_parts[header.pkt_idx] = ids
+        self._done_parts[header.pkt_idx] = ranges
         if len(self._done_parts) == self._done_cnt:
-            lost = sorted({i for part in self._done_parts.values() for i in part if i < len(self.messages)})
+            n = len(self.messages)  # ids past the job's own are ignored: a DONE costs at most O(n + ranges) here
+            lost: list[int] = []
+            for first, end in sorted(r for part in self._done_parts.values() for r in part):
+                lost.extend(range(max(first, lost[-1] + 1 if lost else 0), min(end, n)))
             self._finish(now, confirmed=True, lost_ids=lost)
 
     def _finish(self, now: float, *, confirmed: bool, lost_ids: list[int] | None = None) -> None:
