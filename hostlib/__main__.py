@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any, Sequence
 
-from netapprox.hostlib import api, events, wire
+from netapprox.hostlib import api, events, link, wire
 from netapprox.hostlib import checks as C
 from netapprox.hostlib.config import (
     COMPLETION_POLICIES,
@@ -124,7 +124,9 @@ def send_parser() -> argparse.ArgumentParser:
                    help="an extra group, e.g. 1:0.9:200 (repeatable)")
     p.add_argument("--vector", type=C.arg(C.integer(ge=1, le=MAX_MESSAGES)), default=None, metavar="N",
                    help="send a float32 vector of N random values instead (bounded-loss mode)")
-    p.add_argument("--rate", type=_rate, default=100e6, help="R_max, e.g. 100M (bit/s, default 100M)")
+    p.add_argument("--rate", type=_rate, default=None,
+                   help="R_max, e.g. 10G (bit/s; default: the speed of the interface the route to DEST leaves by, "
+                        "10G to this host, 1G when the interface reports none; the summary says which)")
     p.add_argument("--initial-rate", type=_rate, default=None, help="starting rate (default R_max)")
     p.add_argument("--gain", type=C.arg(C.number(gt=0.0, le=1.0)), default=AtpConfig.gain,
                    help="m of eq. 2 (default %(default)s)")
@@ -236,6 +238,7 @@ def send_main(argv: Sequence[str] | None = None) -> int:
         dest = _address("DEST", args.dest, args.port)
         report_to = None if args.report_to is None else _address("--report-to", args.report_to,
                                                                  wire.DEFAULT_REPORT_PORT)
+        config, rmax = link.resolve_rate(config, dest)
     except (ConfigError, ValueError) as err:
         parser.error(str(err))
     _install_signal_handlers()
@@ -256,8 +259,10 @@ def send_main(argv: Sequence[str] | None = None) -> int:
         print(f"atp-send: {err}", file=sys.stderr)
         return 1
     print(format_send_summary(summary))
+    print(f"  R_max {rmax.describe()}")
     if args.json is not None:
-        return _save("atp-send", args.json, summary.as_dict())
+        return _save("atp-send", args.json, {**summary.as_dict(), "max_rate_bps": rmax.rate_bps,
+                                             "max_rate_source": rmax.source})
     return 0
 
 

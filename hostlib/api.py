@@ -20,7 +20,7 @@ import sys
 import time
 from typing import Any, Callable, Iterable
 
-from netapprox.hostlib import core, events, wire
+from netapprox.hostlib import core, events, link, wire
 from netapprox.hostlib.config import AtpConfig, JobSpec
 from netapprox.hostlib.receiver import AtpReceiver, GroupResult, JobResult
 from netapprox.hostlib.sender import SendSummary
@@ -350,6 +350,7 @@ def send_job(dest: "str | Address", job: JobSpec, *, config: AtpConfig = AtpConf
             report_sock, report_addr = _udp_socket(parse_address(report_to, wire.DEFAULT_REPORT_PORT), bind=False)
         start = clock()
         deadline = None if timeout is None else start + timeout
+        config, _ = link.resolve_rate(config, peer)
         sender = core.AtpSender(job, config=config, peer=peer, now=start, message_events=on_event is not None)
         io = _SocketIO(sock, sender)
         in_c = io.native and clock is time.monotonic  # the native core runs this loop itself (sender.run)

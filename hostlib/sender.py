@@ -40,7 +40,7 @@ import secrets
 from typing import Any
 
 from netapprox.hostlib import control, events, wire
-from netapprox.hostlib.config import AtpConfig, ConfigError, JobSpec, Tags, required_messages
+from netapprox.hostlib.config import DEFAULT_MAX_RATE_BPS, AtpConfig, ConfigError, JobSpec, Tags, required_messages
 from netapprox.hostlib.rate import RateController, TokenBucket, WindowController
 from netapprox.hostlib.recovery import LossRecovery, SentPacket
 from netapprox.hostlib.scheduler import Scheduler
@@ -218,6 +218,8 @@ class AtpSender:
         random below 2^31; simulations and tests pass one to be reproducible)."""
         if isn is not None and not 0 <= isn <= 0xFFFFFFFF:
             raise ConfigError(f"isn {isn}: must be 0..4294967295")
+        if config.max_rate_bps is None:  # no socket here to ask the link: the documented default
+            config = dataclasses.replace(config, max_rate_bps=DEFAULT_MAX_RATE_BPS)
         self.job = job
         self.message_events = message_events
         self.config = config
