@@ -10,8 +10,10 @@ from setuptools import Extension, setup
 
 NATIVE_DIR = "hostlib/native"
 NATIVE = [
-    # controller/reports.py: the report socket drained with recvmmsg, REPORTs decoded and HMAC-checked in C.
-    Extension("netapprox.controller._reportrx", ["controller/_reportrx.c"], optional=True,
+    # controller/reports.py: the report socket drained with recvmmsg, REPORTs decoded (hostlib/native/wire.c, the
+    # cores' codec) and HMAC-checked in C.
+    Extension("netapprox.controller._reportrx", ["controller/_reportrx.c", f"{NATIVE_DIR}/wire.c"],
+              include_dirs=[NATIVE_DIR], depends=[f"{NATIVE_DIR}/wire.h"], optional=True,
               extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"]),
     # hostlib/core.py: the native ATP cores (hostlib/native/, one file per concern as in hostlib/; module.c lists
     # them). -ffp-contract=off keeps their floating point identical to the reference's
