@@ -1,5 +1,5 @@
 """Many ATP jobs at once over one UDP socket: a multi-job adapter beside the blocking API (api.py, one job per
-socket) and asyncio (aio.py). It carries the DistributedDataParallel hook of netapprox.ml.
+socket) and asyncio (aio.py). PyTorch's DistributedDataParallel hook (docs/ml.md) runs on it.
 
 A training worker sends a few jobs per bucket per iteration (one to every peer) and receives as many, all at
 the same time. ``AtpExchange`` drives hostlib's sans-I/O cores (``hostlib.core``: the native ones when built)
