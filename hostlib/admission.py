@@ -77,22 +77,32 @@ class TokenMinter:
 
 
 class SourceRate:
-    """Bytes per second per source host: a token bucket ``rate`` deep that may go into debt (one request of any
-    size passes while the source has tokens, and the next waits until the debt is repaid). Entries are kept for
+    """Bytes per second per source host, and in all: token buckets one second deep that may go into debt (a
+    request of any size passes while its buckets hold tokens, and the next waits until the debt is repaid). The
+    receiver-wide bucket fills at ``total_rate`` and takes only requests above ``small`` bytes, so a flood of
+    large ones from many sources cannot hold back the small ones every ordinary job makes. Entries are kept for
     at most ``max_sources`` sources: beyond that, sources whose bucket is full again are forgotten (they are
     the same as new), then the least recently charged."""
 
-    def __init__(self, rate: float, max_sources: int) -> None:
+    def __init__(self, rate: float, max_sources: int, total_rate: float | None = None, small: int = 0) -> None:
         self.rate = rate
         self.max_sources = max_sources
+        self.total_rate = total_rate
+        self.small = small
         self.buckets: dict[Any, list[float]] = {}  # source -> [tokens, time], least recently charged first
+        self.total: list[float] = [total_rate or 0.0, 0.0]
 
     def take(self, source: Any, n: int, now: float) -> bool:
         b = self.buckets.pop(source, None)
         tokens = self.rate if b is None else min(self.rate, b[0] + (now - b[1]) * self.rate)
-        ok = tokens > 0
+        total = self.total_rate is not None and n > self.small
+        if total:
+            self.total = [min(self.total_rate, self.total[0] + (now - self.total[1]) * self.total_rate), now]
+        ok = tokens > 0 and (not total or self.total[0] > 0)
         if ok:
             tokens -= n
+            if total:
+                self.total[0] -= n
         self.buckets[source] = [tokens, now]
         if len(self.buckets) > self.max_sources:
             self._forget(now)

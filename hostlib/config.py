@@ -152,12 +152,13 @@ class AtpConfig:
     token_lifetime_s: float = 10.0
     """Receiver: how long an admission token (RETRY) stays valid."""
 
-    manifest_bytes_per_s: float = 2 << 20
-    """Receiver: manifest bytes one source host may have decoded per second (a token bucket one second deep
-    that may go into debt: a manifest of any size is decoded once the source's debt is repaid). A complete
-    announce over it is dropped unacknowledged (``dropped["manifest_rate"]``) and decoded when the sender
-    retransmits it later. Decoding costs ~30 ms of CPU per MiB here, so the default bounds a source to ~6% of
-    a core."""
+    manifest_bytes_per_s: float = 1 << 20
+    """Receiver: manifest bytes one source host may have decoded per second, and twice that from all sources
+    together for manifests above 1 KiB (token buckets one second deep that may go into debt: a manifest of any
+    size is decoded once the debt is repaid; hostlib/admission.py). A complete announce over it is dropped
+    unacknowledged (``dropped["manifest_rate"]``) and decoded when the sender retransmits it later. Decoding
+    costs 30-100 ms of CPU per MiB here, so the default bounds manifest decoding to about 20% of a core
+    whatever any number of senders do; ordinary jobs' manifests are a few dozen bytes."""
 
     finished_linger_s: float = 5.0
     """Receiver: how long a finished job's DONE is kept to answer repeated FINs."""

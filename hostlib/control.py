@@ -99,10 +99,19 @@ class GroupIndex:
                 self.lasts.extend(groups[k].lasts)
                 self.group.extend(itertools.repeat(k, len(groups[k].firsts)))
             return
-        for a, b, k in heapq.merge(*(zip(g.firsts, g.lasts, itertools.repeat(k)) for k, g in enumerate(groups))):
-            self.firsts.append(a)
-            self.lasts.append(b)
-            self.group.append(k)
+        try:  # here, not at the top: the extension imports this module when it loads
+            from netapprox.hostlib._native import merge_ranges
+        except ImportError:  # not built: the same merge in Python (~4x slower)
+            for a, b, k in heapq.merge(*(zip(g.firsts, g.lasts, itertools.repeat(k))
+                                         for k, g in enumerate(groups))):
+                self.firsts.append(a)
+                self.lasts.append(b)
+                self.group.append(k)
+            return
+        firsts, lasts, group = merge_ranges([(g.firsts, g.lasts) for g in groups])
+        self.firsts.frombytes(firsts)
+        self.lasts.frombytes(lasts)
+        self.group.frombytes(group)
 
     def find(self, msg_id: int) -> int:
         """Position of the group listing ``msg_id``, -1 if none does."""

@@ -62,6 +62,18 @@ MANIFEST_BYTES_PER_GROUP = 640
 DONE_BYTES_PER_PART = 96
 """A kept DONE datagram, on top of its length."""
 
+SMALL_MANIFEST = 1024
+"""Manifests up to this many bytes (a few dozen ranges: nearly every job's) are not held back by the other
+sources' manifests (``AtpConfig.manifest_bytes_per_s``), only by their own source's."""
+
+OUT_BYTES = 128
+"""A datagram waiting to be sent, on top of its length."""
+
+OUT_QUEUE_SHARE = 64
+"""The outgoing queue (replies not yet handed to the socket) holds at most 1/64 of ``memory_budget_bytes`` (at
+least 64 KiB) on top of the budget, so it can never take what the budget guarantees to jobs; a reply that does
+not fit is dropped and counted (``replies["dropped_queue_full"]``), as the network could drop it."""
+
 REPLY_FACTOR = 3
 """A job's replies (ACKs, DONE) total at most this many times the bytes its sender sent it (QUIC's limit for an
 unvalidated address, RFC 9000 §8.1, here for every job): a reply that would pass it waits for more request
@@ -289,8 +301,11 @@ class AtpReceiver:
         self.slots = admission.SlotTable(max_jobs=config.max_jobs, max_per_source=config.max_jobs_per_source,
                                          stall_s=config.stall_timeout_s)
         self.memory = admission.MemoryBudget(config.memory_budget_bytes, config.max_jobs)
-        self.manifest_rate = admission.SourceRate(config.manifest_bytes_per_s, 4 * config.max_jobs)
+        self.manifest_rate = admission.SourceRate(config.manifest_bytes_per_s, 4 * config.max_jobs,
+                                                  total_rate=2 * config.manifest_bytes_per_s, small=SMALL_MANIFEST)
         self._out: list[tuple[bytes, Address]] = []
+        self._out_charged = 0  # what the outgoing queue holds (OUT_BYTES per datagram on top of its length)
+        self.out_limit = max(64 << 10, config.memory_budget_bytes // OUT_QUEUE_SHARE)
         self._events: collections.deque[events.Event] = collections.deque()
         self.buffered = 0
         """Payload bytes held for incomplete or not-yet-in-order messages (part of ``memory.used``)."""
@@ -361,6 +376,7 @@ class AtpReceiver:
         for job in list(self._pending):
             self._flush_ack(job)
         out, self._out = self._out, []
+        self._out_charged = 0
         return out
 
     def get_timer(self) -> float | None:
@@ -407,10 +423,20 @@ class AtpReceiver:
         """Bytes ``job`` may still be sent within ``REPLY_FACTOR`` x what its sender sent."""
         return REPLY_FACTOR * job.rx_bytes - job.tx_bytes
 
+    def _queue(self, datagram: bytes, addr: Address) -> bool:
+        """Queue a datagram to send, within ``out_limit`` until ``datagrams_to_send`` hands it over."""
+        n = len(datagram) + OUT_BYTES
+        if self._out_charged + n > self.out_limit:
+            self.replies["dropped_queue_full"] += 1
+            return False
+        self._out_charged += n
+        self._out.append((datagram, addr))
+        return True
+
     def _reply(self, job: _Job, datagram: bytes) -> None:
-        job.tx_bytes += len(datagram)
-        self.replies["reply_bytes"] += len(datagram)
-        self._out.append((datagram, job.peer))
+        if self._queue(datagram, job.peer):
+            job.tx_bytes += len(datagram)
+            self.replies["reply_bytes"] += len(datagram)
 
     def _send_done(self, job: _Job, done: list[bytes]) -> None:
         """Send the DONE parts the job's reply room allows, from the first one not yet sent (then round again):
@@ -468,9 +494,9 @@ class AtpReceiver:
         """Answer with a fresh token. A RETRY is 48 bytes, an announce at least 64: no amplification."""
         self.admission["retries"] += 1
         retry = wire.encode_retry(h, self.tokens.mint(h.job_id, addr, now))
-        self.replies["retry_bytes"] += len(retry)
-        self.replies["announce_bytes"] += wire.HEADER_LEN + h.length
-        self._out.append((retry, addr))
+        if self._queue(retry, addr):
+            self.replies["retry_bytes"] += len(retry)
+            self.replies["announce_bytes"] += wire.HEADER_LEN + h.length
 
     def _make_room(self, job: _Job, n: int) -> bool:
         """Whether ``job`` may be charged ``n`` more bytes, forgetting the oldest finished jobs (never
@@ -517,10 +543,10 @@ class AtpReceiver:
         job.pending_count = 0
         self._pending.remove(job)
         blocks = job.sack_blocks()
-        room = (self._reply_room(job) - wire.ACK_BASE_LEN) // wire.SACK_BLOCK_LEN
-        if room < len(blocks):  # tiny DATA packets: fewer blocks, never an ACK larger than REPLY_FACTOR allows
+        room = max(0, (self._reply_room(job) - wire.ACK_BASE_LEN) // wire.SACK_BLOCK_LEN)
+        if len(blocks) > room:  # tiny DATA packets: fewer blocks, never an ACK larger than REPLY_FACTOR allows
             self.replies["sack_trimmed"] += 1
-            blocks = blocks[:max(0, room)]
+            blocks = blocks[:room]
         self._reply(job, wire.encode_ack(flags=wire.Flags.ECE if ce else 0, queue=h.queue, job_id=h.job_id,
                                          msg_id=h.msg_id, group_id=h.group_id, pkt_idx=h.pkt_idx,
                                          pkt_cnt=h.pkt_cnt, seq=h.seq, blocks=blocks))

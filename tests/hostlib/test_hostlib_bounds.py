@@ -159,3 +159,27 @@ def test_manifest_decoding_is_rate_limited_per_source():
     # the first host's debt (at most one manifest) is repaid half a second later: it is decoded again
     announce_in_parts(r, 50, chunk, PEER, 1.0 + len(chunk) / rate)
     assert r.jobs[50].manifest is not None
+
+
+def test_manifest_decoding_is_bounded_in_all_but_small_manifests_pass():
+    """Eight hosts announcing 1 MiB manifests are decoded at twice one host's rate in all; a job with an ordinary
+    (small) manifest from a ninth host is decoded at once meanwhile."""
+    n = 1 << 16
+    cfg = AtpConfig(manifest_bytes_per_s=1 << 20, max_messages=2 * n, max_jobs=128, max_jobs_per_source=64,
+                    memory_budget_bytes=1 << 30)
+    r = AtpReceiver(config=cfg)
+    chunk = control.Manifest(total=2 * n, vector_len=None,
+                             groups=(control.GroupShape.from_ids(0, 0.5, range(0, 2 * n, 2)),
+                                     control.GroupShape.from_ids(1, 0.5, range(1, 2 * n, 2)))).encode()
+    decoded = 0
+    job = 0
+    for step in range(10):  # one second: every host announces one manifest every 0.1 s
+        for host in range(8):
+            job += 1
+            announce_in_parts(r, job, chunk, (f"10.0.1.{host}", 40000), step * 0.1)
+            decoded += r.jobs[job].manifest is not None
+    total_rate = 2 * cfg.manifest_bytes_per_s
+    assert decoded * len(chunk) <= total_rate + total_rate * 0.9 + len(chunk)
+    assert r.dropped["manifest_rate"] == 80 - decoded > 0
+    admit(r, 9999, [(0, 0.5, range(100))], 100, peer=("10.0.2.1", 40000), now=0.95)
+    assert r.jobs[9999].manifest is not None
