@@ -181,10 +181,11 @@ def test_cli_send_and_receive(tmp_path):
 
 def test_cli_receiver_serves_until_sigterm_and_exits_cleanly():
     port = free_port()
-    rx = subprocess.Popen([PY, "-m", "netapprox.hostlib", "recv", "--serve", "--bind", "127.0.0.1", "--port", str(port)],
-                          cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    rx = subprocess.Popen([PY, "-m", "netapprox.hostlib", "recv", "--serve", "--bind", "127.0.0.1", "--port", str(port),
+                           "-v"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(0.6)
+        first = rx.stderr.readline()  # -v: "serving ATP on ...", logged once the signal handlers are in place
+        assert "serving ATP on 127.0.0.1" in first, first
         assert rx.poll() is None
         rx.send_signal(signal.SIGTERM)
         out, err = rx.communicate(timeout=10)
