@@ -79,6 +79,7 @@ class P4RuntimeDriver(Driver):
         self.counters = CounterReader(self.p4info, self.session, options.ports, self.classification,
                                       self.validation, self.tm.drops)
         self._armed_term: int | None = None  # the arbitration term in which this driver armed the switch
+        self._tm_pending = False  # a takeover configures the traffic manager after its first write
 
     @classmethod
     def from_options(cls, name: str, options: Mapping[str, Any]) -> "P4RuntimeDriver":
@@ -107,15 +108,17 @@ class P4RuntimeDriver(Driver):
                      "primary" if self._armed_term is not None else "a backup", self.session.election)
 
     def _arm(self, rewrite: bool) -> None:
-        """As primary: the pipeline, the tables reconciled with what the switch holds, the traffic manager, and
-        (``rewrite``) the last asked state written again."""
+        """As primary: the pipeline, the tables reconciled with what the switch holds, and (``rewrite``, on a
+        connect) the traffic manager and the last asked state written again; without, the caller writes the
+        desired state next and the traffic manager is configured after it (a takeover writes first)."""
         term = self.session.arbitration.terms
         pushed = self.connection.arm_pipeline()
         self.writes.new_session()
         jobs = self.connection.reconcile(pushed, self._tables(), self.classification.queue_by_job)
         self.writes.adopt_jobs(jobs)
-        self.tm.configure()
+        self._tm_pending = not rewrite
         if rewrite:
+            self.tm.configure()
             try:
                 self.writes.rewrite()
             except P4RuntimeWriteError as e:
@@ -149,6 +152,7 @@ class P4RuntimeDriver(Driver):
                  rank_of(self.session.arbitration.primary_id))
         self._armed_term = None
         self.writes.forget()
+        self.tm.close()  # the BfRt session too: the new primary opens its own
 
     # --- writes ---
 
@@ -158,18 +162,29 @@ class P4RuntimeDriver(Driver):
                               "program always classifies approximate traffic (run the baselines on kernel switches)")
         self.writes.set_desired(state)
 
-    def apply(self, desired: SwitchState) -> WriteSummary:
+    def _as_primary(self, write: Callable[[], WriteSummary]) -> WriteSummary:
+        """``write()`` while this controller is the switch's primary (after arming it, the first time in a
+        term); nothing as a backup. A Write refused because another controller took over is the step-down."""
         with self._lock:
             self.session.check_up()
             try:
                 if not self._writable():
                     return WriteSummary()
-                self.writes.release_adopted()
-                self._set_desired(desired)
-                return self.writes.write(full=True)
+                summary = write()
+                if self._tm_pending:
+                    self._tm_pending = False
+                    self.tm.configure()
+                return summary
             except NotPrimaryError:
                 self._step_down()
                 return WriteSummary()
+
+    def apply(self, desired: SwitchState) -> WriteSummary:
+        def write() -> WriteSummary:
+            self.writes.release_adopted()
+            self._set_desired(desired)
+            return self.writes.write(full=True)
+        return self._as_primary(write)
 
     def apply_updates(self, desired: Callable[[], SwitchState], updates: TableUpdates) -> WriteSummary:
         """The epoch's changes. A static change (or the first call) diffs every table against ``desired()`` and
@@ -178,20 +193,14 @@ class P4RuntimeDriver(Driver):
         ``max_inflight_writes`` Writes are outstanding; entries that do not fit wait, and are sent at their
         newest value once the switch has taken the earlier ones (so a slow switch never delays an epoch and is
         never sent stale values). Results of earlier Writes are recorded here; their errors are raised here."""
-        with self._lock:
-            self.session.check_up()
-            try:
-                if not self._writable():
-                    return WriteSummary()
-                self.writes.release_adopted()
-                if updates.static or self.writes.static is None:
-                    self._set_desired(desired())
-                    self.writes.urge(updates.urgent)
-                    return self.writes.write(full=True)
-                return self.writes.apply_jobs(updates)
-            except NotPrimaryError:
-                self._step_down()
-                return WriteSummary()
+        def write() -> WriteSummary:
+            self.writes.release_adopted()
+            if updates.static or self.writes.static is None:
+                self._set_desired(desired())
+                self.writes.urge(updates.urgent)
+                return self.writes.write(full=True)
+            return self.writes.apply_jobs(updates)
+        return self._as_primary(write)
 
     def pending_writes(self) -> bool:
         """Updates wait for room in the in-flight window (``send_pending`` sends them once Writes complete)."""
@@ -203,13 +212,7 @@ class P4RuntimeDriver(Driver):
         with self._lock:
             if self.writes.static is None or not self.session.connected or self._armed_term is None:
                 return WriteSummary()
-            try:
-                if not self._writable():
-                    return WriteSummary()
-                return self.writes.send()
-            except NotPrimaryError:
-                self._step_down()
-                return WriteSummary()
+            return self._as_primary(self.writes.send)
 
     def flush(self) -> None:
         """Wait for every Write in flight and record its result (raises its errors)."""

@@ -2,6 +2,7 @@
 other conftest.py files the test run has loaded)."""
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import socket
@@ -125,3 +126,13 @@ def stop_process(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+
+
+def scenario_args() -> argparse.Namespace:
+    """The command line of a BMv2 scenario script (run by test_ctl_bmv2.run_scenario): the compiled program and
+    a work folder."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--p4info", required=True)
+    ap.add_argument("--bmv2-json", required=True)
+    ap.add_argument("--workdir", required=True, type=Path)
+    return ap.parse_args()

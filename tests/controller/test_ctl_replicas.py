@@ -28,17 +28,8 @@ from netapprox.controller.p4runtime.options import P4RuntimeOptions
 from netapprox.controller.runtime import Runtime
 from support.fake_p4runtime import FakeP4RuntimeServer
 
-from ctl_fixtures import (
-    P4INFO,
-    Hosts,
-    controller_toml,
-    free_udp_port,
-    job_entries,
-    report,
-    start_controller,
-    stop_process,
-    wait_until,
-)
+from ctl_fixtures import P4INFO, Hosts, controller_toml, free_udp_port, job_entries, report, start_controller
+from ctl_fixtures import stop_process, wait_until
 
 OK, ALREADY_EXISTS, NOT_FOUND = code_pb2.OK, code_pb2.ALREADY_EXISTS, code_pb2.NOT_FOUND
 ROUTE = Route("10.0.0.1", 32, 1, "02:00:00:00:01:00", "02:00:00:00:00:01")
