@@ -18,7 +18,7 @@ import select
 import socket
 import sys
 import time
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from netapprox.hostlib import core, events, wire
 from netapprox.hostlib.config import AtpConfig, JobSpec
@@ -141,6 +141,15 @@ def parse_address(text: "str | Address | int", default_port: int = wire.DEFAULT_
     if not (0 if any_port else 1) <= p < 65536:
         raise ValueError(f"address {text!r}: port {p} out of range")
     return (host, p)
+
+
+def report_addresses(report_to: "str | Address | Sequence[str | Address] | None") -> list[Address]:
+    """The controllers a sender reports to: none, one address, or a list of them (every replica of a set of
+    controllers takes the same reports: docs/controller.md, "Running two controllers"); port 7601 if omitted."""
+    if report_to is None:
+        return []
+    targets = [report_to] if isinstance(report_to, (str, tuple, int)) else list(report_to)
+    return [parse_address(t, wire.DEFAULT_REPORT_PORT) for t in targets]
 
 
 def _udp_socket(addr: Address, *, bind: bool) -> tuple[socket.socket, Address]:
@@ -299,20 +308,22 @@ class _TimelineWriter:
 
 
 def send_job(dest: "str | Address", job: JobSpec, *, config: AtpConfig = AtpConfig(),
-             report_to: "str | Address | None" = None, timeline: Any = None, bind: "str | Address | None" = None,
+             report_to: "str | Address | Sequence[str | Address] | None" = None, timeline: Any = None,
+             bind: "str | Address | None" = None,
              timeout: float | None = None, on_event: Callable[[events.Event], None] | None = None,
              clock: Callable[[], float] = time.monotonic) -> SendSummary:
     """Send ``job`` to the ATP receiver at ``dest`` and return the summary once the job is closed.
 
-    ``report_to``: controller address for per-epoch REPORTs (port 7601 if omitted; signed with
-    ``config.report_key``). ``timeline``: a path, a text file or a callable; gets one JSON object per
-    epoch per group (:meth:`hostlib.events.EpochEnded.as_dict`). ``bind``: local address for the data
-    socket. ``timeout``: overall limit in seconds. Raises :class:`JobFailedError` when the sender gives up.
+    ``report_to``: controller address for per-epoch REPORTs, or a list of them, all of one address family
+    (each gets every REPORT; port 7601 if omitted; signed with ``config.report_key``). ``timeline``: a path, a
+    text file or a callable; gets one JSON object per epoch per group (:meth:`hostlib.events.EpochEnded.as_dict`).
+    ``bind``: local address for the data socket. ``timeout``: overall limit in seconds. Raises
+    :class:`JobFailedError` when the sender gives up.
     """
     dest_addr = parse_address(dest)
     sock, peer = _udp_socket(dest_addr, bind=False)
     report_sock = None
-    report_addr = None
+    report_addrs: list[Address] = []
     writer = _TimelineWriter(timeline)
     try:
         if bind is not None:
@@ -320,8 +331,10 @@ def send_job(dest: "str | Address", job: JobSpec, *, config: AtpConfig = AtpConf
                 sock.bind(parse_address(bind, 0, any_port=True))
             except OSError as err:
                 raise AtpError(f"cannot bind sender socket to {bind}: {err.strerror}") from None
-        if report_to is not None:
-            report_sock, report_addr = _udp_socket(parse_address(report_to, wire.DEFAULT_REPORT_PORT), bind=False)
+        targets = report_addresses(report_to)
+        if targets:
+            report_sock, first = _udp_socket(targets[0], bind=False)
+            report_addrs = [first, *targets[1:]]
         start = clock()
         deadline = None if timeout is None else start + timeout
         sender = core.AtpSender(job, config=config, peer=peer, now=start, message_events=on_event is not None)
@@ -337,7 +350,8 @@ def send_job(dest: "str | Address", job: JobSpec, *, config: AtpConfig = AtpConf
                     io.send(now)
                 while (ev := sender.next_event()) is not None:
                     if isinstance(ev, events.ReportReady) and report_sock is not None:
-                        _send_all(report_sock, [(ev.report.encode(config.report_key), report_addr)])
+                        data = ev.report.encode(config.report_key)
+                        _send_all(report_sock, [(data, addr) for addr in report_addrs])
                     elif isinstance(ev, events.EpochEnded):
                         writer(ev.as_dict())
                     elif isinstance(ev, events.JobFailed):

@@ -104,8 +104,8 @@ def options_from_mapping(name: str, options: Mapping[str, Any]) -> P4RuntimeOpti
             value = (0, int(value)) if isinstance(value, int) else tuple(int(v) for v in value)
         elif key == "ports":
             value = tuple(int(v) for v in value)
-        elif key in ("device_id", "replica", "buffer_packets", "cells_per_packet", "max_batch_updates", "max_write_bytes",
-                     "max_inflight_writes") or (key == "thrift_port" and value is not None):
+        elif key in ("device_id", "replica", "buffer_packets", "cells_per_packet", "max_batch_updates",
+                     "max_write_bytes", "max_inflight_writes") or (key == "thrift_port" and value is not None):
             value = int(value)
         elif key in ("connect_timeout_s", "rpc_timeout_s", "max_updates_per_s", "adopt_jobs_s"):
             value = float(value)

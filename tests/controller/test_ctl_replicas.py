@@ -6,9 +6,14 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import queue
 import signal
+import socket
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import grpc
@@ -26,10 +31,12 @@ from netapprox.controller.p4runtime.driver import P4RuntimeDriver
 from netapprox.controller.p4runtime.mirror import action_value, entry_identity
 from netapprox.controller.p4runtime.options import P4RuntimeOptions
 from netapprox.controller.runtime import Runtime
+from netapprox.hostlib import api
+from netapprox.hostlib.wire import Report
 from support.fake_p4runtime import FakeP4RuntimeServer
 
-from ctl_fixtures import P4INFO, Hosts, controller_toml, free_udp_port, job_entries, report, start_controller
-from ctl_fixtures import stop_process, wait_until
+from ctl_fixtures import REPO, P4INFO, Hosts, controller_toml, free_udp_port, job_entries, report
+from ctl_fixtures import start_controller, stop_process, wait_until
 
 OK, ALREADY_EXISTS, NOT_FOUND = code_pb2.OK, code_pb2.ALREADY_EXISTS, code_pb2.NOT_FOUND
 ROUTE = Route("10.0.0.1", 32, 1, "02:00:00:00:01:00", "02:00:00:00:00:01")
@@ -298,7 +305,8 @@ def test_replica_primaries_are_per_switch(bmv2_json, tmp_path):
             r2.epoch(now=0.06)
             assert not r2.switch_up("b")  # its connection to b broke
             one, two = r1.metrics_text(), r2.metrics_text()
-            assert 'netapprox_switch_primary{switch="a"} 0.0' in one and 'netapprox_switch_primary{switch="b"} 1.0' in one
+            assert 'netapprox_switch_primary{switch="a"} 0.0' in one
+            assert 'netapprox_switch_primary{switch="b"} 1.0' in one
             assert 'netapprox_switch_primary{switch="a"} 1.0' in two
             assert 'netapprox_switch_primary_replica{switch="a"} 2.0' in one + two
             assert 'netapprox_switch_primary_replica{switch="b"} 1.0' in one
@@ -369,3 +377,42 @@ def test_replica_processes_failover_after_sigkill_of_the_primary(fake_server, bm
             stop_process(proc)
     text = logs[0].read_text()
     assert "taking over as primary" in text and "entries read back to reconcile" in text, text[-2000:]
+
+
+# --- the same inputs: hosts report to every replica -----------------------------------------------------------
+
+
+def test_a_sender_reports_to_every_replica(tmp_path):
+    """hostlib's ``report_to`` takes a list, and ``atp-send`` takes ``--report-to`` once per replica: every
+    replica gets every REPORT."""
+    ctls = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(2)]
+    port = free_udp_port()
+    try:
+        for ctl in ctls:
+            ctl.bind(("127.0.0.1", 0))
+        receiver = threading.Thread(target=lambda: api.receive_job(("127.0.0.1", port), timeout=20), daemon=True)
+        receiver.start()
+        time.sleep(0.2)  # the receiver binds its socket
+        res = subprocess.run([sys.executable, "-m", "netapprox.hostlib", "send", "127.0.0.1", "--port", str(port),
+                              "--job-id", "41", "--messages", "300", "--size", "1000", "--msr", "0.9",
+                              *[a for ctl in ctls for a in ("--report-to", f"127.0.0.1:{ctl.getsockname()[1]}")]],
+                             capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO)))
+        receiver.join(20)
+        assert res.returncode == 0, res.stderr[-2000:]
+        got = []
+        for ctl in ctls:
+            ctl.setblocking(False)
+            reports = []
+            while True:
+                try:
+                    reports.append(Report.decode(ctl.recv(2048)))
+                except BlockingIOError:
+                    break
+            got.append([(r.job_id, r.group_id, r.seq, r.tlr) for r in reports])
+        assert got[0] and got[0] == got[1] and {job for job, *_ in got[0]} == {41}
+        assert api.report_addresses([("10.0.0.1", 7601), "10.0.0.2", "ctl3:7700"]) == [
+            ("10.0.0.1", 7601), ("10.0.0.2", 7601), ("ctl3", 7700)]
+        assert api.report_addresses("10.0.0.1") == [("10.0.0.1", 7601)] and api.report_addresses(None) == []
+    finally:
+        for ctl in ctls:
+            ctl.close()

@@ -209,8 +209,9 @@ class _Servicer(p4runtime_pb2_grpc.P4RuntimeServicer):
 class FakeP4RuntimeServer:
     """See the module docstring. Attributes tests read: ``pipelines``, ``writes`` (accepted), ``reads``, ``tables``,
     ``meters``, ``packets_out``, ``arbitrations`` (received), ``advisories`` (sent: (to, status code, primary id)),
-    ``denied`` (election id -> Writes refused with PERMISSION_DENIED), ``primary()``; tests set ``counters[(counter_id, index)] = (packets, bytes)``,
-    ``direct_counts[table_entry_key] = packets``, ``capacity[table_id] = entries`` and ``refuse``."""
+    ``denied`` (election id -> Writes refused with PERMISSION_DENIED), ``primary()``; tests set
+    ``counters[(counter_id, index)] = (packets, bytes)``, ``direct_counts[table_entry_key] = packets``,
+    ``capacity[table_id] = entries`` and ``refuse``."""
 
     def __init__(self, address: str = "127.0.0.1:0", device_id: int = 1) -> None:
         self.device_id = device_id
