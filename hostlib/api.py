@@ -11,50 +11,26 @@ from __future__ import annotations
 
 import array
 import dataclasses
-import errno
 import json
 import os
-import select
-import socket
-import sys
 import time
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 from netapprox.hostlib import core, events, wire
 from netapprox.hostlib.config import AtpConfig, JobSpec
+from netapprox.hostlib.errors import (  # noqa: F401 - hostlib's errors, importable from here too
+    AtpError,
+    JobAbandonedError,
+    JobFailedError,
+    JobRejectedError,
+    ReceiveTimeout,
+)
 from netapprox.hostlib.receiver import AtpReceiver, GroupResult, JobResult
 from netapprox.hostlib.sender import SendSummary
+from netapprox.hostlib.udp import Address, SocketIO, open_socket, send_all, wait
 from netapprox.hostlib.vector import assemble
 
-Address = tuple[str, int]
-_RECV_BATCH = 256
-_SHORT_WAIT_S = 0.001
 _RUN_SLICE_S = 0.5  # longest a native core's run() keeps the loop in C without an event
-
-
-class AtpError(RuntimeError):
-    """Base class of hostlib's runtime errors. Errors raised while serving several jobs carry the jobs
-    that did finish in ``partial``."""
-
-    def __init__(self, *args: object) -> None:
-        super().__init__(*args)
-        self.partial: list[ReceiveResult] = []
-
-
-class JobFailedError(AtpError):
-    """The sender gave up on the job; the message says why."""
-
-
-class ReceiveTimeout(AtpError, TimeoutError):
-    """No job finished within the timeout."""
-
-
-class JobAbandonedError(AtpError):
-    """The job being received went silent before its FIN."""
-
-
-class JobRejectedError(AtpError):
-    """The receiver refused a job (malformed announce, or over ``max_messages``)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,138 +128,10 @@ def report_addresses(report_to: "str | Address | Sequence[str | Address] | None"
     return [parse_address(t, wire.DEFAULT_REPORT_PORT) for t in targets]
 
 
-def _udp_socket(addr: Address, *, bind: bool) -> tuple[socket.socket, Address]:
-    try:
-        infos = socket.getaddrinfo(addr[0], addr[1], type=socket.SOCK_DGRAM)
-    except socket.gaierror as err:
-        raise AtpError(f"cannot resolve {addr[0]!r}: {err}") from None
-    family, _, _, _, sockaddr = infos[0]
-    sock = socket.socket(family, socket.SOCK_DGRAM)
-    try:
-        sock.setblocking(False)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
-        if bind:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            _enable_ecn_reception(sock, family)
-            try:
-                sock.bind(sockaddr)
-            except OSError as err:
-                raise AtpError(f"cannot bind UDP {addr[0]}:{addr[1]}: {err.strerror}") from None
-    except BaseException:
-        sock.close()
-        raise
-    return sock, sockaddr[:2]
+class TimelineWriter:
+    """The sender's timeline: each ``EpochEnded.as_dict()`` as a JSON line to a path, a text file or a callable
+    (``timeline`` of ``send_job``; ``None``: nowhere)."""
 
-
-_CMSG_LEN = socket.CMSG_SPACE(4)
-
-
-def _enable_ecn_reception(sock: socket.socket, family: int) -> None:
-    """Ask the kernel for each datagram's TOS / traffic class, to see ECN CE marks."""
-    try:
-        if family == socket.AF_INET:
-            sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
-        elif family == socket.AF_INET6:
-            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RECVTCLASS, 1)
-    except (AttributeError, OSError):
-        pass  # no ECN information on this platform: ACKs never carry ECE
-
-
-def _ce_marked(ancdata: list) -> bool:
-    for level, kind, data in ancdata:
-        if (level, kind) == (socket.IPPROTO_IP, socket.IP_TOS) and data:
-            return data[0] & 0x03 == 0x03
-        if (level, kind) == (socket.IPPROTO_IPV6, getattr(socket, "IPV6_TCLASS", -1)) and len(data) >= 4:
-            return int.from_bytes(data[:4], "little" if sys.byteorder == "little" else "big") & 0x03 == 0x03
-    return False
-
-
-def _recv_all_ecn(sock: socket.socket, feed: Callable[[bytes, Any, bool], None]) -> int:
-    """Like :func:`_recv_all`, also passing whether the datagram was CE-marked."""
-    n = 0
-    while n < _RECV_BATCH:
-        try:
-            data, anc, _flags, addr = sock.recvmsg(65535, _CMSG_LEN)
-        except (BlockingIOError, InterruptedError):
-            break
-        except ConnectionRefusedError:
-            continue
-        feed(data, addr, _ce_marked(anc))
-        n += 1
-    return n
-
-
-def _send_all(sock: socket.socket, datagrams: Iterable[tuple[bytes, Any]]) -> int:
-    """Send; a full socket buffer or an ICMP error drops the datagram (ATP sees it as loss)."""
-    n = 0
-    for data, addr in datagrams:
-        try:
-            sock.sendto(data, addr)
-            n += 1
-        except (BlockingIOError, ConnectionRefusedError):
-            pass
-        except OSError as err:
-            if err.errno not in (errno.ENOBUFS, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EPERM):
-                raise
-    return n
-
-
-def _recv_all(sock: socket.socket, feed: Callable[[bytes, Any], None]) -> int:
-    n = 0
-    while n < _RECV_BATCH:
-        try:
-            data, addr = sock.recvfrom(65535)
-        except (BlockingIOError, InterruptedError):
-            break
-        except ConnectionRefusedError:
-            continue
-        feed(data, addr)
-        n += 1
-    return n
-
-
-class _SocketIO:
-    """Moves datagrams between a UDP socket and a core: in C, batched, when the core is native (``transmit``,
-    ``receive_from``); through the socket module otherwise. ``ecn``: pass each datagram's CE mark (receivers)."""
-
-    def __init__(self, sock: socket.socket, core_obj: Any, *, ecn: bool = False) -> None:
-        self.sock = sock
-        self.core = core_obj
-        self.fd = sock.fileno()
-        self.ecn = ecn
-        self.native = core.is_native(core_obj)
-        if self.native:
-            core.enable_gro(sock)
-
-    def send(self, now: float) -> int:
-        if self.native:
-            return self.core.transmit(self.fd, now)
-        return _send_all(self.sock, self.core.datagrams_to_send(now))
-
-    def receive(self, now: float) -> int:
-        if self.native:
-            return self.core.receive_from(self.fd, now)
-        receive = self.core.receive_datagram
-        if self.ecn:
-            return _recv_all_ecn(self.sock, lambda d, a, ce: receive(d, a, now, ce=ce))
-        return _recv_all(self.sock, lambda d, a: receive(d, a, now))
-
-
-def _wait(sock: socket.socket, until: float | None, clock: Callable[[], float], cap: float) -> None:
-    """Sleep until ``until`` (at most ``cap`` seconds) or until the socket is readable."""
-    timeout = cap if until is None else min(cap, until - clock())
-    if timeout <= 0:
-        return
-    if timeout <= _SHORT_WAIT_S:
-        # The next packet is due soon: sleep through arriving ACKs and read them in one batch afterwards.
-        # Waking once per ACK would double the loop iterations per packet and cap the rate.
-        time.sleep(timeout)
-        return
-    select.select([sock], [], [], timeout)
-
-
-class _TimelineWriter:
     def __init__(self, timeline: Any) -> None:
         self._own = None
         self._write: Callable[[dict], None] | None = None
@@ -321,10 +169,10 @@ def send_job(dest: "str | Address", job: JobSpec, *, config: AtpConfig = AtpConf
     :class:`JobFailedError` when the sender gives up.
     """
     dest_addr = parse_address(dest)
-    sock, peer = _udp_socket(dest_addr, bind=False)
+    sock, peer = open_socket(dest_addr, bind=False)
     report_sock = None
     report_addrs: list[Address] = []
-    writer = _TimelineWriter(timeline)
+    writer = TimelineWriter(timeline)
     try:
         if bind is not None:
             try:
@@ -333,12 +181,12 @@ def send_job(dest: "str | Address", job: JobSpec, *, config: AtpConfig = AtpConf
                 raise AtpError(f"cannot bind sender socket to {bind}: {err.strerror}") from None
         targets = report_addresses(report_to)
         if targets:
-            report_sock, first = _udp_socket(targets[0], bind=False)
+            report_sock, first = open_socket(targets[0], bind=False)
             report_addrs = [first, *targets[1:]]
         start = clock()
         deadline = None if timeout is None else start + timeout
         sender = core.AtpSender(job, config=config, peer=peer, now=start, message_events=on_event is not None)
-        io = _SocketIO(sock, sender)
+        io = SocketIO(sock, sender)
         in_c = io.native and clock is time.monotonic  # the native core runs this loop itself (sender.run)
         with core.precise_timers(io.native):
             while True:
@@ -351,7 +199,7 @@ def send_job(dest: "str | Address", job: JobSpec, *, config: AtpConfig = AtpConf
                 while (ev := sender.next_event()) is not None:
                     if isinstance(ev, events.ReportReady) and report_sock is not None:
                         data = ev.report.encode(config.report_key)
-                        _send_all(report_sock, [(data, addr) for addr in report_addrs])
+                        send_all(report_sock, [(data, addr) for addr in report_addrs])
                     elif isinstance(ev, events.EpochEnded):
                         writer(ev.as_dict())
                     elif isinstance(ev, events.JobFailed):
@@ -367,7 +215,7 @@ def send_job(dest: "str | Address", job: JobSpec, *, config: AtpConfig = AtpConf
                 timer = sender.get_timer()
                 if deadline is not None:
                     timer = deadline if timer is None else min(timer, deadline)
-                _wait(sock, timer, clock, cap=0.5)
+                wait([sock], timer, clock, cap=0.5)
                 now = clock()
                 if io.receive(now):
                     timer = sender.get_timer()
@@ -386,7 +234,7 @@ class ReceiverEndpoint:
     def __init__(self, bind: "str | Address | int", *, config: AtpConfig = AtpConfig(),
                  accept_jobs: int | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.address = parse_address(bind)
-        self.sock, self.bound = _udp_socket(self.address, bind=True)
+        self.sock, self.bound = open_socket(self.address, bind=True)
         self.bound = self.sock.getsockname()[:2]
         self.clock = clock
         self.config = config
@@ -418,7 +266,7 @@ class ReceiverEndpoint:
         and not kept (a long-running server would otherwise hold every job it ever received)."""
         rx = self.core
         rx.collect_messages = on_message is None  # whole messages without an event each
-        io = _SocketIO(self.sock, rx, ecn=True)
+        io = SocketIO(self.sock, rx, ecn=True)
         in_c = io.native and self.clock is time.monotonic  # the native core runs the socket loop (rx.run)
         results: list[ReceiveResult] = []
         start = self.clock()
@@ -481,7 +329,7 @@ class ReceiverEndpoint:
             for t in (deadline, linger_until):
                 if t is not None:
                     timer = t if timer is None else min(timer, t)
-            _wait(self.sock, timer, self.clock, cap=0.5)
+            wait([self.sock], timer, self.clock, cap=0.5)
             now = self.clock()
             io.receive(now)
             t = rx.get_timer()

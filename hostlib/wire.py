@@ -9,9 +9,10 @@ from __future__ import annotations
 import array
 import dataclasses
 import enum
+import hmac
 import struct
 import sys
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 VERSION = 1
 HEADER_LEN = 32
@@ -177,16 +178,22 @@ def decode(data: bytes) -> tuple[Header, bytes]:
     return header, bytes(data[HEADER_LEN:HEADER_LEN + length])
 
 
-# --- REPORT payload -------------------------------------------------------------------------------
+# --- REPORT ---------------------------------------------------------------------------------------
 
 _REPORT = struct.Struct("!HHIIIII")
 REPORT_PAYLOAD_LEN = _REPORT.size  # 24
 REPORT_MAC_LEN = 16
+_HEADER_AND_REPORT = struct.Struct(_HEADER.format + _REPORT.format[1:])
+_REPORT_BYTE0 = (VERSION << 4) | PacketType.REPORT
+_REPORT_PLAIN, _REPORT_SIGNED = REPORT_PAYLOAD_LEN, REPORT_PAYLOAD_LEN + REPORT_MAC_LEN
+_MAC_HEADER_END = OFFSETS["reserved"]
+"""The MAC covers the header from ``job_id`` up to here (``weight``), then a zero byte for ``reserved``."""
 
 
-@dataclasses.dataclass(frozen=True)
-class Report:
-    """One per-epoch sender report (job, group) for the controller."""
+class Report(NamedTuple):
+    """One per-epoch sender report (job, group) for the controller: the one record of a REPORT, from the
+    sender's core (``events.ReportReady``) to the controller's policy. A tuple, so that the controller makes one
+    per datagram at line rate (and its C receive helper, controller/_reportrx.c, builds them directly)."""
 
     job_id: int
     group_id: int
@@ -206,40 +213,55 @@ class Report:
         header = Header(type=PacketType.REPORT, job_id=self.job_id, group_id=self.group_id,
                         tlr=tlr_to_q15(self.tlr), seq=self.seq)
         if key is not None:
-            body += _report_mac(key, header.encode()[4:], body)
+            body += _report_mac(key, header.encode(), body)
         return encode(header, body)
 
     @classmethod
     def decode(cls, data: bytes, key: bytes | None = None) -> "Report":
-        """Parse a REPORT datagram. With ``key``, the HMAC must be present and correct."""
+        """Parse a REPORT datagram. With ``key``, the HMAC must be present and correct. Raises MalformedPacket
+        (``decode``'s reasons, then ``not_report``, ``bad_report``, ``bad_mac``).
+
+        A well-formed report takes one ``struct`` unpack and, with a key, one HMAC (the controller's line rate);
+        anything else is classified field by field (``_report_error``) so that the reason is exact."""
+        if len(data) >= HEADER_LEN + REPORT_PAYLOAD_LEN:
+            (byte0, flags, _queue, _prio, job, _msg, group, tlr, idx, cnt, seq, _deadline, _weight, _reserved,
+             length, loss, msr, rate, total, delivered, lost, epoch) = _HEADER_AND_REPORT.unpack_from(data)
+            if (byte0 == _REPORT_BYTE0 and not flags & ~_VALID_FLAGS and tlr <= TLR_ONE and idx < cnt
+                    and loss <= TLR_ONE and msr <= TLR_ONE and len(data) >= HEADER_LEN + length
+                    and (length == _REPORT_SIGNED or (key is None and length == _REPORT_PLAIN))
+                    and (key is None or hmac.compare_digest(data[HEADER_LEN + REPORT_PAYLOAD_LEN:HEADER_LEN + length],
+                                                            _report_mac(key, data, data[HEADER_LEN:])))):
+                return cls(job, group, seq, tlr / TLR_ONE, loss / TLR_ONE, msr / TLR_ONE, rate, total, delivered,
+                           lost, epoch)
+        raise _report_error(data, key)
+
+
+def _report_mac(key: bytes, header: bytes, body: bytes) -> bytes:
+    """HMAC-SHA256 (first 16 bytes) over the header from job_id to weight, a zero byte for ``reserved``, and the
+    24-byte body: neither the queue byte a switch rewrites nor the length (which differs with and without the
+    MAC) is covered. ``header`` and ``body`` may run on (a whole datagram and its payload)."""
+    return hmac.digest(key, header[OFFSETS["job_id"]:_MAC_HEADER_END] + b"\x00" + body[:REPORT_PAYLOAD_LEN],
+                       "sha256")[:REPORT_MAC_LEN]
+
+
+def _report_error(data: bytes, key: bytes | None) -> MalformedPacket:
+    """Why ``Report.decode`` refused ``data``, checked in the order of docs/wire-format.md: the header
+    (``decode``), the type, the payload length, the MAC, the values."""
+    try:
         header, payload = decode(data)
-        if header.type != PacketType.REPORT:
-            raise MalformedPacket("not_report", f"packet type {header.type.name}")
-        if len(payload) not in (REPORT_PAYLOAD_LEN, REPORT_PAYLOAD_LEN + REPORT_MAC_LEN):
-            raise MalformedPacket("bad_report", f"report payload of {len(payload)} bytes")
-        body = payload[:REPORT_PAYLOAD_LEN]
-        if key is not None:
-            import hmac
-
-            mac = payload[REPORT_PAYLOAD_LEN:]
-            want = _report_mac(key, dataclasses.replace(header, length=0).encode()[4:], body)
-            if not mac or not hmac.compare_digest(mac, want):
-                raise MalformedPacket("bad_mac", "report HMAC missing or wrong")
-        loss, msr, rate, total, delivered, lost, epoch = _REPORT.unpack(body)
-        if loss > TLR_ONE or msr > TLR_ONE:
-            raise MalformedPacket("bad_report", "loss or MSR above 1.0")
-        return cls(job_id=header.job_id, group_id=header.group_id, seq=header.seq,
-                   tlr=q15_to_tlr(header.tlr), loss=q15_to_tlr(loss), msr=q15_to_tlr(msr),
-                   rate_kbps=rate, total=total, delivered=delivered, lost=lost, epoch=epoch)
-
-
-def _report_mac(key: bytes, header_tail: bytes, body: bytes) -> bytes:
-    """HMAC-SHA256 over the header from job_id on (length zeroed, queue byte excluded) and the body."""
-    import hashlib
-    import hmac
-
-    # header_tail starts at job_id; drop the trailing length field, which differs with/without the MAC.
-    return hmac.new(key, header_tail[:-2] + body, hashlib.sha256).digest()[:REPORT_MAC_LEN]
+    except MalformedPacket as err:
+        return err
+    if header.type != PacketType.REPORT:
+        return MalformedPacket("not_report", f"packet type {header.type.name}")
+    if len(payload) not in (_REPORT_PLAIN, _REPORT_SIGNED):
+        return MalformedPacket("bad_report", f"report payload of {len(payload)} bytes")
+    if key is not None and (len(payload) != _REPORT_SIGNED or not hmac.compare_digest(
+            payload[REPORT_PAYLOAD_LEN:], _report_mac(key, data, payload))):
+        return MalformedPacket("bad_mac", "report HMAC missing or wrong")
+    loss, msr = struct.unpack_from("!HH", payload)
+    if loss > TLR_ONE or msr > TLR_ONE:
+        return MalformedPacket("bad_report", "loss or MSR above 1.0")
+    return MalformedPacket("bad_report", "not a report")  # not reached: Report.decode accepts the rest
 
 
 # --- ACK payload: selective-ack blocks ------------------------------------------------------------

@@ -215,7 +215,7 @@ def _payload_fields(header: wire.Header, payload: bytes, data: bytes, vector_job
                    "natp.announce.vector_len": [control.NO_VECTOR if m.vector_len is None else m.vector_len],
                    "natp.announce.n_groups": [len(m.groups)]}
             for g in m.groups:
-                ranges = _ranges(g.msg_ids)
+                ranges = control.ranges_of(g.msg_ids)
                 for key, value in (("group_id", g.group_id), ("msr", wire.tlr_to_q15(g.msr)), ("msr_fraction", g.msr),
                                    ("count", g.count), ("n_ranges", len(ranges))):
                     exp.setdefault(f"natp.announce.{key}", []).append(value)
@@ -253,16 +253,6 @@ def _payload_fields(header: wire.Header, payload: bytes, data: bytes, vector_job
     if header.type == T.RETRY:
         return {"natp.retry.token": [wire.decode_retry_payload(payload)]}
     raise AssertionError(f"no expectation for packet type {header.type!r}: describe its payload here")
-
-
-def _ranges(ids) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    for i in sorted(ids):
-        if out and out[-1][1] + 1 == i:
-            out[-1] = (out[-1][0], i)
-        else:
-            out.append((i, i))
-    return out
 
 
 def _same(shown: str, want) -> bool:
