@@ -4,7 +4,8 @@ configuration (``--replica 2``, then ``--replica 1``, each with its own report p
 to both, and UDP packets streaming h1 -> h2 through the switch (non-approximate ones, and job 42's ATP DATA every
 4th). Then ``kill -9`` of the primary, with a job move reported at that moment:
 
-- takeover: from the kill to replica 1's ``primary`` decision-log event, and to the move read back from the switch;
+- takeover: from the kill to replica 1's ``primary`` decision-log event (its first epoch as primary), and to the
+  move read back from the switch (which also waits for the next report);
 - no non-approximate packet lost (the routes and queue_by_class never go away);
 - the tables read back afterwards equal those before the kill, but for the moved job entry;
 - the job moves resume (another move is written by the new primary).
@@ -30,6 +31,7 @@ from bmv2_restart_scenario import GRPC_PORT, H1_IP, H2_IP, JOB, THRIFT_PORT, Str
 from ctl_fixtures import controller_toml, scenario_args, start_controller, stop_process, wait_until
 
 EPOCH_MS = 20.0
+REPORT_INTERVAL_MS = 20.0
 REPORT_PORTS = {1: 7611, 2: 7612}
 
 
@@ -44,7 +46,7 @@ class Reports:
     def _run(self) -> None:
         seq = 0
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            while not self.stop.wait(0.02):
+            while not self.stop.wait(REPORT_INTERVAL_MS / 1000):
                 seq += 1
                 data = Report(job_id=JOB, group_id=0, seq=seq, tlr=self.tlr, loss=0.0, msr=0.9, rate_kbps=1000,
                               total=100, delivered=0, lost=0, epoch=seq).encode()
@@ -70,7 +72,7 @@ def main() -> int:
         routes=[(f"{H1_IP}/32", 1, mac("h1")), (f"{H2_IP}/32", 2, mac("h2"))],
         policy="job_timeout_s = 5.0\nhysteresis = 0.0",
         options=f"ports = [1, 2]\nthrift_port = {THRIFT_PORT}\nconnect_timeout_s = 5.0"))
-    out: dict = {"epoch_ms": EPOCH_MS}
+    out: dict = {"epoch_ms": EPOCH_MS, "report_interval_ms": REPORT_INTERVAL_MS}
     switch = Bmv2Process(Bmv2Options(ports={1: "swp1", 2: "swp2"}, device_id=1, grpc_port=GRPC_PORT,
                                      thrift_port=THRIFT_PORT, log_level=None), work / "bmv2.log")
     procs: dict[int, object] = {}
