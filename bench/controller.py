@@ -49,6 +49,7 @@ from typing import Any, Callable
 
 from netapprox.controller import reports as reports_module
 from netapprox.controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig
+from netapprox.controller.p4runtime.arbitration import Arbitration
 from netapprox.controller.p4runtime.driver import P4RuntimeDriver
 from netapprox.controller.p4runtime.options import P4RuntimeOptions
 from netapprox.controller.runtime import Runtime
@@ -96,9 +97,11 @@ class AcceptingSession:
     """Stands in for the gRPC session: a switch that accepts every Write at once (counts the updates)."""
 
     connected = True
+    election = (0, 1)
 
     def __init__(self) -> None:
         self.updates = 0
+        self.arbitration = Arbitration(primary=True, primary_id=self.election)
 
     def open(self) -> None:
         pass

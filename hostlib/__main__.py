@@ -144,7 +144,8 @@ def send_parser() -> argparse.ArgumentParser:
     p.add_argument("--weight", type=C.arg(C.integer(ge=1, le=255)), default=None, help="CadentFlow weight 1..255")
     p.add_argument("--deadline-ms", type=C.arg(C.number(ge=0.0)), default=None,
                    help="CadentFlow deadline after job start")
-    p.add_argument("--report-to", default=None, metavar="HOST[:PORT]", help="controller (port 7601 default)")
+    p.add_argument("--report-to", action="append", default=None, metavar="HOST[:PORT]",
+                   help="controller (port 7601 default); repeat it for each controller of a replica set")
     p.add_argument("--report-key-file", type=Path, default=None, help="file holding the report HMAC key")
     p.add_argument("--admission-key-file", type=Path, default=None,
                    help="file holding the receiver's shared admission key (signs the job announce)")
@@ -236,8 +237,8 @@ def send_main(argv: Sequence[str] | None = None) -> int:
         job = _build_job(args)
         config = _send_config(args)
         dest = _address("DEST", args.dest, args.port)
-        report_to = None if args.report_to is None else _address("--report-to", args.report_to,
-                                                                 wire.DEFAULT_REPORT_PORT)
+        report_to = None if args.report_to is None else [_address("--report-to", a, wire.DEFAULT_REPORT_PORT)
+                                                         for a in args.report_to]
         config, rmax = link.resolve_rate(config, dest)
     except (ConfigError, ValueError) as err:
         parser.error(str(err))

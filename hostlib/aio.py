@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
-from netapprox.hostlib import api, core, events, link, wire
+from netapprox.hostlib import api, core, events, link
 from netapprox.hostlib.config import AtpConfig, JobSpec
 from netapprox.hostlib.errors import JobAbandonedError, JobFailedError, JobRejectedError, ReceiveTimeout
 from netapprox.hostlib.sender import SendSummary
@@ -151,8 +151,8 @@ class AtpSocket:
 
 
 async def send_job_async(dest: "str | api.Address", job: JobSpec, *, config: AtpConfig = AtpConfig(),
-                         report_to: "str | api.Address | None" = None, timeline: Any = None,
-                         precise: bool = True) -> SendSummary:
+                         report_to: "str | api.Address | Sequence[str | api.Address] | None" = None,
+                         timeline: Any = None, precise: bool = True) -> SendSummary:
     """Async :func:`hostlib.api.send_job`. ``precise=False`` paces on the event loop (~1 ms resolution)."""
     if precise:
         return await asyncio.to_thread(api.send_job, dest, job, config=config, report_to=report_to,
@@ -161,7 +161,7 @@ async def send_job_async(dest: "str | api.Address", job: JobSpec, *, config: Atp
     addr = api.parse_address(dest)
     family, _, _, _, sockaddr = socket.getaddrinfo(addr[0], addr[1], type=socket.SOCK_DGRAM)[0]
     addr = sockaddr[:2]  # the numeric address answers come from: the sender accepts nothing else
-    report_addr = None if report_to is None else api.parse_address(report_to, wire.DEFAULT_REPORT_PORT)
+    report_addrs = api.report_addresses(report_to)
     writer = api.TimelineWriter(timeline)
     result: asyncio.Future[SendSummary] = loop.create_future()
     native = core.is_native(core.AtpSender)
@@ -172,8 +172,10 @@ async def send_job_async(dest: "str | api.Address", job: JobSpec, *, config: Atp
     transport: Any = None
 
     def on_event(ev: events.Event) -> None:
-        if isinstance(ev, events.ReportReady) and report_addr is not None and transport is not None:
-            transport.sendto(ev.report.encode(config.report_key), report_addr)
+        if isinstance(ev, events.ReportReady) and report_addrs and transport is not None:
+            data = ev.report.encode(config.report_key)
+            for addr in report_addrs:
+                transport.sendto(data, addr)
         elif isinstance(ev, events.EpochEnded):
             writer(ev.as_dict())
         elif isinstance(ev, events.JobCompleted) and not result.done():

@@ -14,7 +14,7 @@ import dataclasses
 import json
 import os
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from netapprox.hostlib import core, events, link, wire
 from netapprox.hostlib.config import AtpConfig, JobSpec
@@ -145,6 +145,15 @@ def parse_address(text: "str | Address | int", default_port: int = wire.DEFAULT_
     return (host, p)
 
 
+def report_addresses(report_to: "str | Address | Sequence[str | Address] | None") -> list[Address]:
+    """The controllers a sender reports to: none, one address, or a list of them (every replica of a set of
+    controllers takes the same reports: docs/controller.md, "Running two controllers"); port 7601 if omitted."""
+    if report_to is None:
+        return []
+    targets = [report_to] if isinstance(report_to, (str, tuple, int)) else list(report_to)
+    return [parse_address(t, wire.DEFAULT_REPORT_PORT) for t in targets]
+
+
 class TimelineWriter:
     """The sender's timeline: each ``EpochEnded.as_dict()`` as a JSON line to a path, a text file or a callable
     (``timeline`` of ``send_job``; ``None``: nowhere)."""
@@ -173,20 +182,22 @@ class TimelineWriter:
 
 
 def send_job(dest: "str | Address", job: JobSpec, *, config: AtpConfig = AtpConfig(),
-             report_to: "str | Address | None" = None, timeline: Any = None, bind: "str | Address | None" = None,
+             report_to: "str | Address | Sequence[str | Address] | None" = None, timeline: Any = None,
+             bind: "str | Address | None" = None,
              timeout: float | None = None, on_event: Callable[[events.Event], None] | None = None,
              clock: Callable[[], float] = time.monotonic) -> SendSummary:
     """Send ``job`` to the ATP receiver at ``dest`` and return the summary once the job is closed.
 
-    ``report_to``: controller address for per-epoch REPORTs (port 7601 if omitted; signed with
-    ``config.report_key``). ``timeline``: a path, a text file or a callable; gets one JSON object per
-    epoch per group (:meth:`hostlib.events.EpochEnded.as_dict`). ``bind``: local address for the data
-    socket. ``timeout``: overall limit in seconds. Raises :class:`JobFailedError` when the sender gives up.
+    ``report_to``: controller address for per-epoch REPORTs, or a list of them, all of one address family
+    (each gets every REPORT; port 7601 if omitted; signed with ``config.report_key``). ``timeline``: a path, a
+    text file or a callable; gets one JSON object per epoch per group (:meth:`hostlib.events.EpochEnded.as_dict`).
+    ``bind``: local address for the data socket. ``timeout``: overall limit in seconds. Raises
+    :class:`JobFailedError` when the sender gives up.
     """
     dest_addr = parse_address(dest)
     sock, peer = open_socket(dest_addr, bind=False)
     report_sock = None
-    report_addr = None
+    report_addrs: list[Address] = []
     writer = TimelineWriter(timeline)
     try:
         if bind is not None:
@@ -194,8 +205,10 @@ def send_job(dest: "str | Address", job: JobSpec, *, config: AtpConfig = AtpConf
                 sock.bind(parse_address(bind, 0, any_port=True))
             except OSError as err:
                 raise AtpError(f"cannot bind sender socket to {bind}: {err.strerror}") from None
-        if report_to is not None:
-            report_sock, report_addr = open_socket(parse_address(report_to, wire.DEFAULT_REPORT_PORT), bind=False)
+        targets = report_addresses(report_to)
+        if targets:
+            report_sock, first = open_socket(targets[0], bind=False)
+            report_addrs = [first, *targets[1:]]
         start = clock()
         deadline = None if timeout is None else start + timeout
         config, _ = link.resolve_rate(config, peer)
@@ -212,7 +225,8 @@ def send_job(dest: "str | Address", job: JobSpec, *, config: AtpConfig = AtpConf
                     io.send(now)
                 while (ev := sender.next_event()) is not None:
                     if isinstance(ev, events.ReportReady) and report_sock is not None:
-                        send_all(report_sock, [(ev.report.encode(config.report_key), report_addr)])
+                        data = ev.report.encode(config.report_key)
+                        send_all(report_sock, [(data, addr) for addr in report_addrs])
                     elif isinstance(ev, events.EpochEnded):
                         writer(ev.as_dict())
                     elif isinstance(ev, events.JobFailed):
