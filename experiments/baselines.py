@@ -439,7 +439,8 @@ def _job_from_args(args: argparse.Namespace) -> JobWorkload:
         return JobWorkload.from_dict(json.loads(Path(args.job).read_text()))
     if args.fixed_size is not None:
         return JobWorkload(kind="fixed", seed=0, sizes=(args.fixed_size,) * args.n, ready_s=(0.0,) * args.n)
-    from netapprox.experiments.workloads import make_job
+    from netapprox.experiments.workloads import make_job  # noqa: PLC0415 - numpy; a host program given a job file starts without it
+
     return make_job(args.workload, args.workload_seed, args.n, offered_bps=args.offered_bps,
                     max_size=args.max_size)
 
