@@ -132,7 +132,7 @@ what was sent before (BMv2's ingress is one thread)."""
 def routes(draw) -> frozenset[Route]:
     """routes_v4: overlapping prefixes (the longest wins) towards ports 2 and 3, plus the marker's route."""
     candidates = [("10.0.0.0", 8), ("10.0.2.0", 24), ("10.0.2.128", 25), ("10.0.3.7", 32), ("10.1.0.0", 16)]
-    chosen = draw(st.lists(st.sampled_from(candidates), unique=True, max_size=len(candidates)))
+    chosen = draw(st.lists(st.sampled_from(candidates), unique=True, min_size=2, max_size=len(candidates)))
     out = {MARKER_ROUTE}
     for prefix, length in chosen:
         port = draw(st.sampled_from(EGRESS_PORTS))
@@ -388,11 +388,12 @@ def _csum16_update(hc: int, old_a: int, new_a: int, old_b: int, new_b: int) -> i
     return ~s & 0xFFFF
 
 
-def p4_outcome(state: SwitchState, packet: bytes, *, ingress_port: int = 1, enq_qdepth: int = 0) -> P4Outcome:
-    """What the P4 program (v1model, docs/dataplane.md) does with ``packet`` (bytes from the IPv4 header on, in an
-    Ethernet frame with type IPv4) arriving on ``ingress_port``, its queue found with ``reference_queue``. The
+def p4_outcome(state: SwitchState, packet: bytes, *, ingress_port: int = 1, ethertype: int = 0x0800,
+               enq_qdepth: int = 0) -> P4Outcome:
+    """What the P4 program (v1model, docs/dataplane.md) does with ``packet`` (bytes after the Ethernet header)
+    arriving in a frame of ``ethertype`` on ``ingress_port``, its queue found with ``reference_queue``. The
     queue it enters held ``enq_qdepth`` packets (0 on an idle switch)."""
-    if len(packet) < 20:
+    if ethertype != 0x0800 or len(packet) < 20:
         return P4Outcome("discard")  # the parser cannot extract IPv4: parser error, not IPv4
     version, ihl = packet[0] >> 4, packet[0] & 0x0F
     proto = packet[9]
