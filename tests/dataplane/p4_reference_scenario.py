@@ -98,7 +98,7 @@ def snapshot(driver: P4RuntimeDriver) -> collections.Counter:
         out[("job", job)] = n
     for reason, n in c.malformed.items():
         out[("malformed", reason)] = n
-    out[("guard",)] = driver.queue0_guard_packets
+    out[("guard",)] = int(driver.stats()["queue0_guard_packets"])
     return out
 
 
