@@ -36,6 +36,9 @@ import sys
 import time
 from typing import Any, Callable
 
+from netapprox.hostlib import api, core, wire
+from netapprox.hostlib.config import AtpConfig, JobSpec, Message
+
 DATAGRAM = 1400
 WIRE_OVERHEAD = 42
 UNPACED_ATP_RATE = 100e9
@@ -118,7 +121,7 @@ def _raw_sender(port: int, out_q: Any, count: int, rate_bps: float | None) -> No
 # -- raw UDP, the native batching primitives -----------------------------------------------------------------------
 
 def _batched_receiver(port_q: Any, out_q: Any, count: int, idle_s: float) -> None:
-    from netapprox.hostlib import _native
+    from netapprox.hostlib import _native  # noqa: PLC0415 - the optional C extension; its rows say when it is missing
     sock = _udp(True)
     _native.enable_gro(sock)
     port_q.put(sock.getsockname()[1])
@@ -140,7 +143,7 @@ def _batched_receiver(port_q: Any, out_q: Any, count: int, idle_s: float) -> Non
 
 
 def _batched_sender(port: int, out_q: Any, count: int, rate_bps: float | None) -> None:
-    from netapprox.hostlib import _native
+    from netapprox.hostlib import _native  # noqa: PLC0415 - the optional C extension
     sock = _udp(False)
     addr = ("127.0.0.1", port)
     datagrams = [((i % 256).to_bytes(1, "big") * DATAGRAM, addr) for i in range(_BATCH)]
@@ -160,7 +163,6 @@ def _batched_sender(port: int, out_q: Any, count: int, rate_bps: float | None) -
 
 def _use(impl: str) -> None:
     """Run the ``impl`` cores in this process (the ``cores`` test fixture does the same)."""
-    from netapprox.hostlib import core
     if impl == "python":
         core.AtpSender, core.AtpReceiver = core.PyAtpSender, core.PyAtpReceiver
     elif core.NativeAtpSender is None:
@@ -170,9 +172,6 @@ def _use(impl: str) -> None:
 
 
 def _atp_receiver(port_q: Any, out_q: Any, impl: str, timeout: float) -> None:
-    from netapprox.hostlib import api
-    from netapprox.hostlib.config import AtpConfig
-
     try:
         _use(impl)
         ep = api.ReceiverEndpoint(("127.0.0.1", 0), config=AtpConfig(), accept_jobs=1)
@@ -192,9 +191,6 @@ def _atp_receiver(port_q: Any, out_q: Any, impl: str, timeout: float) -> None:
 
 
 def _atp_sender(port: int, out_q: Any, impl: str, count: int, rate_bps: float | None) -> None:
-    from netapprox.hostlib import api, wire
-    from netapprox.hostlib.config import AtpConfig, JobSpec, Message
-
     payload = b"\xa5" * (DATAGRAM - wire.HEADER_LEN)
     job = JobSpec(job_id=4242, messages=tuple(Message(payload) for _ in range(count)), msr=1.0)
     cfg = AtpConfig(max_rate_bps=UNPACED_ATP_RATE if rate_bps is None else rate_bps, packet_size=DATAGRAM)
@@ -275,6 +271,67 @@ def measure_atp(rate_mbit: float | None, count: int, impl: str = "native") -> di
                 losses_found_by=t.get("losses_found_by"), srtt_s=t.get("srtt_s"))
 
 
+def measure_job_under_flood(messages: int = 2500) -> dict:
+    """How much longer a job takes while its receiver is flooded with forged announces: the setup of
+    tests/hostlib/test_hostlib_hostile_io.py (an ``atp-recv --serve`` process with a 32 MiB budget, the flooder
+    tests/support/atp_flood.py at 1,500 off-path announces/s plus a host parking data in admitted jobs), one job
+    of ``messages`` 1368-byte messages (MSR 0.9, 20 Mbit/s) alone, twice under the flood, alone again.
+    ``ratio``: mean JCT under the flood / mean JCT alone (the unit test asserts only counts and bounds)."""
+    import pathlib
+    import subprocess
+
+    from netapprox.hostlib import api
+    from netapprox.hostlib.config import AtpConfig, JobSpec
+
+    repo = pathlib.Path(__file__).resolve().parents[1]
+    if not (repo / "tests" / "support" / "atp_flood.py").exists():
+        return {"error": "needs a source checkout (tests/support/atp_flood.py)"}
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    rx = subprocess.Popen([sys.executable, "-m", "netapprox.hostlib", "recv", "--serve", "--bind", "127.0.0.1",
+                           "--port", str(port), "--memory-budget-mb", "32"], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+    flood = None
+    try:
+        def job(job_id: int) -> float:
+            return api.send_job(("127.0.0.1", port), JobSpec.uniform(job_id, messages=messages, size=1368, msr=0.9),
+                                config=AtpConfig(max_rate_bps=20e6), timeout=60).jct_s
+
+        deadline = time.monotonic() + 10
+        while True:  # the receiver is up once a job goes through
+            try:
+                alone = [job(77)]
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        env = dict(os.environ, PYTHONPATH=str(repo / "tests") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        flood = subprocess.Popen([sys.executable, "-m", "support.atp_flood", "127.0.0.1", str(port), "--seconds", "120",
+                                  "--rate", "1500", "--echo", "4", "--echo-rate", "50", "--hold", "600"],
+                                 cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        if flood.stdout.readline().strip() != "parked":
+            return {"error": "the flooder stopped before parking its data"}
+        flooded = [job(78), job(79)]
+        flood.terminate()
+        flood.communicate(timeout=30)
+        alone.append(job(80))
+    except Exception as exc:  # reported in the result, never silently
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        for p in (flood, rx):
+            if p is not None and p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+    mean_alone, mean_flooded = sum(alone) / len(alone), sum(flooded) / len(flooded)
+    return {"jct_alone_s": alone, "jct_flooded_s": flooded, "ratio": mean_flooded / mean_alone}
+
+
 def _count(rate_mbit: float | None, seconds: float, unpaced_pps: float) -> int:
     pps = unpaced_pps if rate_mbit is None else rate_mbit * 1e6 / ((DATAGRAM + WIRE_OVERHEAD) * 8)
     return max(500, int(pps * seconds))
@@ -327,6 +384,10 @@ def run(quick: bool = False, progress: Callable[[str], None] = print) -> dict:
     for label, fn in plan:
         t0 = time.monotonic()
         note(label, fn(), t0)
+    t0 = time.monotonic()
+    flood = measure_job_under_flood(1000 if quick else 2500)
+    progress("hostlib: job under an announce flood: " + (f"error {flood['error']}" if "error" in flood else
+             f"JCT {flood['ratio']:.2f}x alone ({time.monotonic() - t0:.1f} s)"))
 
     ratio = _median([p[0] for p in pairs])
     gbps = _median([p[1] for p in pairs])
@@ -339,7 +400,7 @@ def run(quick: bool = False, progress: Callable[[str], None] = print) -> dict:
             "hostlib_pps_over_raw_udp": ratio,
             "atp_unpaced_cores_max": max(busiest) if busiest else None,
             "native_over_python_pps": atp_pps / py["pps"] if atp_pps and py.get("pps") else None,
-            "load_average": os.getloadavg(),
+            "load_average": os.getloadavg(), "job_under_flood": flood,
             "headline": {"hostlib_pps_over_raw_udp": ratio, "hostlib_loopback_gbps": gbps}}
 
 
@@ -369,6 +430,13 @@ def format_table(result: dict) -> str:
                  f"{f(result.get('atp_unpaced_cores_max'), 2)} core; native / pure-Python packets/s "
                  f"{f(result.get('native_over_python_pps'), 1)}; load average "
                  f"{', '.join(f(x, 1) for x in result['load_average'])}")
+    flood = result.get("job_under_flood") or {}
+    if "ratio" in flood:
+        lines.append(f"A job's JCT while its receiver is flooded with forged announces / alone: {f(flood['ratio'], 2)} "
+                     f"({', '.join(f(x, 2) for x in flood['jct_flooded_s'])} s under the flood, "
+                     f"{', '.join(f(x, 2) for x in flood['jct_alone_s'])} s alone)")
+    elif flood:
+        lines.append(f"A job under an announce flood: error: {flood['error']}")
     return "\n".join(lines)
 
 

@@ -12,7 +12,11 @@ MODES = ("adaptive", "paper", "fixtlr", "base")
 MODE_ALIASES = {"full": "paper"}  # the name the paper's algorithm had before ``adaptive`` existed
 COMPLETION_POLICIES = ("all_sent", "early")
 MAX_MESSAGES = 0xFFFFFFF0  # msg ids above this are control messages (hostlib/control.py)
-_MIN_BUDGET_PER_SLOT = 32 << 10  # half of it is the slot's guarantee: a job record and some data
+_MIN_BUDGET_PER_SLOT = 32 << 10
+DEFAULT_MAX_RATE_BPS = 1e9
+DEFAULT_FIRST_WINDOW_MAX = 64
+"""Packets: the most a first window computed from the guessed ``initial_rtt_s`` may be."""
+"""R_max when none is configured and the egress interface reports no speed (hostlib/link.py)."""  # half of it is the slot's guarantee: a job record and some data
 
 
 class ConfigError(ValueError):
@@ -37,8 +41,11 @@ class AtpConfig:
     """``early`` (default): done as soon as every group meets its MSR. ``all_sent``: done when every group
     meets its MSR and every message was sent at least once (messages the MSR does not need delay it)."""
 
-    max_rate_bps: float = 100e6
-    """R_max, bit/s on the wire (datagram + ``overhead_bytes``): the host's link rate."""
+    max_rate_bps: float | None = None
+    """R_max, bit/s on the wire (datagram + ``overhead_bytes``): the host's link rate. ``None``: the adapters
+    that own a socket (``hostlib.api``, ``hostlib.aio``, the CLI) use the speed of the interface the route to
+    the receiver leaves by, 10 Gbit/s to a receiver on this host, else ``DEFAULT_MAX_RATE_BPS``
+    (hostlib/link.py); a sans-I/O core given ``None`` uses ``DEFAULT_MAX_RATE_BPS``."""
 
     initial_rate_bps: float | None = None
     """Starting rate; ``None`` means ``max_rate_bps``."""
@@ -85,8 +92,10 @@ class AtpConfig:
 
     initial_window: int | None = None
     """The first window, packets: what a job sends before anything comes back, at the pacing rate. ``None``: one
-    bandwidth-delay product, ``max_rate_bps`` x ``initial_rtt_s`` in full packets (at least 2), so a job starts
-    at line rate. Losses of first-window packets (first windows of jobs that start together collide at their
+    bandwidth-delay product, ``max_rate_bps`` x ``initial_rtt_s`` in full packets (at least 2, at most
+    ``DEFAULT_FIRST_WINDOW_MAX``: ``initial_rtt_s`` is a guess until the first sample, 10 ms by default, so the
+    default does not trust it further; give the window to go further, as the simulations do with their base
+    RTT), so a job starts at line rate. Losses of first-window packets (first windows of jobs that start together collide at their
     receiver) do not cut the ``adaptive`` window nor end its ramp (it opens by one per acknowledgement until
     the first loss above the TLR, then by ``gain`` x its ceiling per window)."""
 
@@ -176,6 +185,14 @@ class AtpConfig:
     slot's guarantee of memory and is sent at most as many bytes as it sent. 0: always RETRY (one round trip per
     job). A receiver serving a fixed number of jobs (``accept_jobs``) always asks for a token."""
 
+    manifest_bytes_per_s: float = 1 << 20
+    """Receiver: manifest bytes one source host may have decoded per second, and twice that from all sources
+    together for manifests above 1 KiB (token buckets one second deep that may go into debt: a manifest of any
+    size is decoded once the debt is repaid; hostlib/admission.py). A complete announce over it is dropped
+    unacknowledged (``dropped["manifest_rate"]``) and decoded when the sender retransmits it later. Decoding
+    costs 30-100 ms of CPU per MiB here, so the default bounds manifest decoding to about 20% of a core
+    whatever any number of senders do; ordinary jobs' manifests are a few dozen bytes."""
+
     finished_linger_s: float = 5.0
     """Receiver: how long a finished job's DONE is kept to answer repeated FINs."""
 
@@ -203,10 +220,11 @@ class AtpConfig:
             raise ConfigError(f"mode {self.mode!r}: choose one of {', '.join(MODES)}")
         if self.completion not in COMPLETION_POLICIES:
             raise ConfigError(f"completion {self.completion!r}: choose one of {', '.join(COMPLETION_POLICIES)}")
-        if not self.max_rate_bps > 0 or math.isinf(self.max_rate_bps):
-            raise ConfigError(f"max_rate_bps must be a positive finite rate, got {self.max_rate_bps}")
-        if self.initial_rate_bps is not None and not 0 < self.initial_rate_bps <= self.max_rate_bps:
-            raise ConfigError(f"initial_rate_bps must be in (0, max_rate_bps={self.max_rate_bps:g}]")
+        if self.max_rate_bps is not None and (not self.max_rate_bps > 0 or math.isinf(self.max_rate_bps)):
+            raise ConfigError(f"max_rate_bps must be a positive finite rate (or None), got {self.max_rate_bps}")
+        if self.initial_rate_bps is not None and not (
+                0 < self.initial_rate_bps <= (self.max_rate_bps or math.inf) and not math.isinf(self.initial_rate_bps)):
+            raise ConfigError(f"initial_rate_bps must be in (0, max_rate_bps={self.max_rate_bps or 'R_max'}]")
         if not 0 < self.gain <= 1:
             raise ConfigError(f"gain (m) must be in (0, 1], got {self.gain}")
         if not wire.HEADER_LEN + 16 <= self.packet_size <= 65507:
@@ -220,7 +238,7 @@ class AtpConfig:
         if not 1 <= self.ack_every <= wire.MAX_SACK_BLOCKS:
             raise ConfigError(f"ack_every must be in 1..{wire.MAX_SACK_BLOCKS}, got {self.ack_every}")
         for name in ("initial_rtt_s", "min_epoch_s", "min_loss_timeout_s", "idle_timeout_s", "fin_timeout_s",
-                     "finished_linger_s", "stall_timeout_s", "token_lifetime_s"):
+                     "finished_linger_s", "stall_timeout_s", "token_lifetime_s", "manifest_bytes_per_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.epoch_s is not None and not self.epoch_s > 0:
@@ -255,13 +273,17 @@ class AtpConfig:
 
     @property
     def bdp_packets(self) -> int:
-        """One bandwidth-delay product, ``max_rate_bps`` x ``initial_rtt_s``, in full packets (at least 2)."""
-        return max(2, math.ceil(self.max_rate_bps * self.initial_rtt_s / ((self.packet_size + self.overhead_bytes) * 8)))
+        """One bandwidth-delay product, ``max_rate_bps`` (``DEFAULT_MAX_RATE_BPS`` when None) x ``initial_rtt_s``,
+        in full packets (at least 2)."""
+        rate = self.max_rate_bps or DEFAULT_MAX_RATE_BPS
+        return max(2, math.ceil(rate * self.initial_rtt_s / ((self.packet_size + self.overhead_bytes) * 8)))
 
     @property
     def first_window(self) -> int:
-        """``initial_window``, or one bandwidth-delay product (at most ``max_window``)."""
-        return self.initial_window if self.initial_window is not None else min(self.max_window, self.bdp_packets)
+        """``initial_window``, or one bandwidth-delay product (at most ``DEFAULT_FIRST_WINDOW_MAX``)."""
+        if self.initial_window is not None:
+            return self.initial_window
+        return min(self.max_window, DEFAULT_FIRST_WINDOW_MAX, self.bdp_packets)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,11 +1,12 @@
-"""One simulated trial in ns-3: a data-center topology, a set of jobs under one protocol, optional background
-traffic and non-approximate flows; the controller's runtime in the loop; unified per-job metrics.
+"""One simulated trial in ns-3, the ns-3 back end's trial (experiments/sim/backend.py): a data-center topology,
+a set of jobs under one protocol, optional background traffic and non-approximate flows; the controller's
+runtime in the loop; the per-job metrics of experiments/metrics.py.
 
     settings = SimSettings(topology=TopologyConfig(kind="fattree", k=4))
-    trial = run_trial(settings, "atp", jobs, seed=1)          # jobs: [SimJob(job_id, src, dst, workload, msr)]
+    trial = run_trial(settings, "atp", jobs, seed=1)      # jobs: [plans.JobPlan(job_id, src, dst, workload, msr)]
     trial["jobs"][0]["jct_s"], trial["queues"], trial["perf"]
 
-Protocols (``PROTOCOLS``):
+Protocols (``PROTOCOLS``; the ATP variants are experiments.plans.ATP_VARIANTS):
 
 | protocol | hosts | switches | controller policy |
 |---|---|---|---|
@@ -14,6 +15,7 @@ Protocols (``PROTOCOLS``):
 | ``atp-fixtlr`` | ATP ``fixtlr`` (static TLR = 1 - MSR) | NetApprox | ``netapprox`` |
 | ``atp-fixprio`` | ATP ``paper`` | NetApprox | ``static``, the job pinned to queue_for_tlr(1 - MSR) |
 | ``atp-base``, ``atp-rc``, ``atp-mrdf`` | Fig. 12's ablation chain (``base``; ``fixtlr`` without / with MRDF) | NetApprox | ``netapprox`` |
+| ``atp-early``, ``atp-all-sent`` | ATP with the completion policy ``early`` / ``all_sent`` | NetApprox | ``netapprox`` |
 | ``dctcp-es``, ``dctcp-ss`` | EarlySend / SampleSend over ns-3 ``TcpDctcp`` | network-oblivious (one queue, ECN) | ``fifo`` |
 | ``udp`` | every message once as ATP-format DATA at line rate | network-oblivious | ``fifo`` |
 
@@ -35,48 +37,20 @@ from netapprox.controller.observe import DecisionLog
 from netapprox.controller.runtime import Runtime
 from netapprox.controller.sim.driver import SimDriver
 from netapprox.controller.sim.switch import queue_limits
+from netapprox.experiments import metrics as M
+from netapprox.experiments.baselines import TCP_JOB_HEADER, TCP_MSG_HEADER, msr_target, sample_messages
+from netapprox.experiments.plans import ATP_ABLATION, ATP_VARIANTS, Background, JobPlan, atp_variant, is_atp, switch_for
 from netapprox.experiments.sim import native
 from netapprox.experiments.sim.topology import PPP_HEADER, Network, TopologyConfig
 from netapprox.experiments.workloads import Flow, JobWorkload
 from netapprox.hostlib import events, wire
 from netapprox.hostlib import sim as host_sim
 from netapprox.hostlib.config import AtpConfig, JobSpec, Message, required_messages
+from netapprox.hostlib.receiver import AtpReceiver
+from netapprox.hostlib.sender import AtpSender
 
-ATP_VARIANTS: dict[str, dict[str, Any]] = {
-    "atp": {"mode": "adaptive", "mrdf": True},
-    "atp-full": {"mode": "paper", "mrdf": True},
-    "atp-paper": {"mode": "paper", "mrdf": True},
-    "atp-fixtlr": {"mode": "fixtlr", "mrdf": True},
-    "atp-fixprio": {"mode": "paper", "mrdf": True},
-    "atp-base": {"mode": "base", "mrdf": False},
-    "atp-rc": {"mode": "fixtlr", "mrdf": False},
-    "atp-mrdf": {"mode": "fixtlr", "mrdf": True},
-    # issue 23's ablation (docs/simulation.md): ATP's start without each of its parts, each receiver-side mechanism
-    # alone and together, and a fabric that sprays approximate packets. Keys that are not AtpConfig fields are the
-    # network's: "trim" (switches trim instead of dropping), "spray" (per-packet load balancing of approximate
-    # ATP DATA; every other packet keeps flow hashing).
-    "atp-before": {"mode": "adaptive", "mrdf": True, "pack_messages": False, "initial_window": 16,
-                   "open_admission_share": 0.0, "receiver_grants": False},
-    "atp-rtt": {"mode": "adaptive", "mrdf": True, "open_admission_share": 0.0},
-    "atp-nopack": {"mode": "adaptive", "mrdf": True, "pack_messages": False},
-    "atp-iw16": {"mode": "adaptive", "mrdf": True, "initial_window": 16},
-    "atp-none": {"mode": "adaptive", "mrdf": True, "receiver_grants": False},
-    "atp-grants": {"mode": "adaptive", "mrdf": True, "receiver_grants": True},
-    "atp-trim": {"mode": "adaptive", "mrdf": True, "receiver_grants": False, "trim": True},
-    "atp-low": {"mode": "adaptive", "mrdf": True, "receiver_grants": False, "first_window_low": True},
-    "atp-grants-trim": {"mode": "adaptive", "mrdf": True, "receiver_grants": True, "trim": True},
-    "atp-grants-low": {"mode": "adaptive", "mrdf": True, "receiver_grants": True, "first_window_low": True},
-    "atp-all": {"mode": "adaptive", "mrdf": True, "receiver_grants": True, "trim": True, "first_window_low": True},
-    "atp-spray": {"mode": "adaptive", "mrdf": True, "spray": True},
-    "atp-spray-grants": {"mode": "adaptive", "mrdf": True, "receiver_grants": True, "spray": True},
-}
-"""The emulated experiments' ATP variants (experiments/trial.py), as hostlib AtpConfig knobs."""
 TCP_PROTOCOLS = ("dctcp-es", "dctcp-ss")
-PROTOCOLS = tuple(ATP_VARIANTS) + TCP_PROTOCOLS + ("udp",)
-
-TCP_JOB_HEADER = 17
-TCP_MSG_HEADER = 8
-"""The emulated TCP baselines' framing (experiments/baselines.py): a 17-byte job header, 8 bytes per message."""
+PROTOCOLS = tuple(ATP_VARIANTS) + tuple(ATP_ABLATION) + TCP_PROTOCOLS + ("udp",)
 ATP_PORT = wire.DEFAULT_ATP_PORT
 BG_PORT = ATP_PORT
 TCP_JOB_PORT0 = 20000
@@ -84,9 +58,9 @@ FLOW_PORT = 5800
 UDP_JOB_PORT = 7700
 IP_UDP = 28
 UDP_DRAIN_US = 200.0
+"""UDP baseline: a job's trial waits this long after its last datagram left before counting arrivals."""
 MTU = 1500
 """IP MTU of every simulated link: ATP datagrams are at most MTU - IP - UDP bytes, as TCP's segments fill it."""
-"""UDP baseline: a job's trial waits this long after its last datagram left before counting arrivals."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,30 +113,6 @@ class SimSettings:
         return d
 
 
-@dataclasses.dataclass(frozen=True)
-class SimJob:
-    """One approximate job: ``src`` sends ``workload`` to ``dst`` from ``start_s`` (simulated) with ``msr``."""
-
-    job_id: int
-    src: int
-    dst: int
-    workload: JobWorkload
-    msr: float
-    start_s: float = 0.0
-
-
-@dataclasses.dataclass(frozen=True)
-class SimBackground:
-    """Paced UDP from ``src`` to ``dst``'s background address: APPROX with ``tlr``, or non-approximate."""
-
-    src: int
-    dst: int
-    rate_bps: float
-    start_s: float
-    duration_s: float
-    tlr: float | None = None
-
-
 def atp_config(settings: SimSettings, protocol: str) -> AtpConfig:
     """hostlib's AtpConfig for ``protocol`` at data-center scale: every knob that is a rate or a time scaled
     to the topology, everything else hostlib's default."""
@@ -170,6 +120,9 @@ def atp_config(settings: SimSettings, protocol: str) -> AtpConfig:
     rtt = topo.base_rtt_s()
     wanted = dict(max_rate_bps=topo.host_gbps * 1e9, overhead_bytes=IP_UDP + PPP_HEADER,
                   packet_size=MTU - IP_UDP,
+                  # the first window: one bandwidth-delay product of this network (hostlib's default trusts its
+                  # RTT guess only up to 64 packets; here the RTT is known)
+                  initial_window=math.ceil(topo.host_gbps * 1e9 * rtt / (MTU + PPP_HEADER) / 8),
                   initial_rtt_s=rtt, min_epoch_s=rtt, min_loss_timeout_s=settings.min_rto_us * 1e-6,
                   idle_timeout_s=settings.atp_idle_timeout_ms * 1e-3,
                   fin_timeout_s=max(20 * rtt, settings.min_rto_us * 1e-6 * 5),
@@ -177,18 +130,16 @@ def atp_config(settings: SimSettings, protocol: str) -> AtpConfig:
                   queue_packets=tuple(queue_limits(settings.buffer_packets)),
                   # a receiver serves every job sent to its host at once (incast: all the other hosts')
                   max_jobs=max(AtpConfig.max_jobs, topo.n_hosts))
-    wanted.update(ATP_VARIANTS[protocol])
+    wanted.update(atp_variant(protocol))
     known = {f.name for f in dataclasses.fields(AtpConfig)}
     return AtpConfig(**{k: v for k, v in wanted.items() if k in known})
 
 
-def switch_mode(protocol: str) -> str:
-    return "netapprox" if protocol in ATP_VARIANTS else "fifo"
-
-
-def switch_trims(protocol: str) -> bool:
-    """Whether the NetApprox switches of this trial trim approximate packets instead of dropping them."""
-    return bool(ATP_VARIANTS.get(protocol, {}).get("trim", False))
+def network_knobs(protocol: str) -> dict[str, bool]:
+    """What an ATP variant asks of the simulated network: ``trim`` (NetApprox switches trim approximate packets
+    instead of dropping them), ``spray`` (per-packet load balancing of approximate ATP DATA)."""
+    v = atp_variant(protocol) if is_atp(protocol) else {}
+    return {"trim": bool(v.get("trim", False)), "spray": bool(v.get("spray", False))}
 
 
 def _set_tcp_defaults(ns: Any, s: SimSettings) -> None:
@@ -233,9 +184,8 @@ def tcp_attributes(ns: Any) -> dict[str, str]:
 
 
 def tcp_stream(workload: JobWorkload, msr: float, protocol: str, seed: int) -> tuple[int, int]:
-    """(bytes the sender writes, bytes after which the receiver answers) of a TCP baseline job."""
-    from netapprox.experiments.baselines import msr_target, sample_messages
-
+    """(bytes the sender writes, bytes after which the receiver answers) of a TCP baseline job: the stream of
+    the emulated baselines (experiments/baselines.py)."""
     n = workload.n
     if protocol == "dctcp-ss":
         chosen = sample_messages(n, msr, seed)
@@ -245,12 +195,6 @@ def tcp_stream(workload: JobWorkload, msr: float, protocol: str, seed: int) -> t
     total = TCP_JOB_HEADER + sum(TCP_MSG_HEADER + s for s in workload.sizes)
     target = TCP_JOB_HEADER + sum(TCP_MSG_HEADER + s for s in workload.sizes[:k])
     return total, target
-
-
-def lower_bound_s(workload: JobWorkload, msr: float, rate_bps: float) -> float:
-    """The ceil(MSR*N) smallest messages' payload at line rate (experiments.trial.lower_bound_s)."""
-    k = required_messages(msr, workload.n)
-    return sum(sorted(workload.sizes)[:k]) * 8 / rate_bps
 
 
 class _Clock:
@@ -264,14 +208,19 @@ class _Clock:
 class Trial:
     """One simulation run. ``run()`` returns the result dict; everything ns-3 is destroyed afterwards."""
 
-    def __init__(self, settings: SimSettings, protocol: str, jobs: Sequence[SimJob], *, seed: int,
-                 background: Sequence[SimBackground] = (), flows: Sequence[Flow] = (),
-                 timeline_job: int | None = None, progress: Callable[[str], None] | None = None,
-                 label: str = "", profile: bool = False) -> None:
-        """``profile``: time every step of the ATP endpoints' loops (``hostlib.sim.ProfiledEndpoint``); the
-        result then has ``perf["profile"]``, seconds per step and the rest of the run (ns-3 itself)."""
+    def __init__(self, settings: SimSettings, protocol: str, jobs: Sequence[JobPlan], *, seed: int,
+                 background: Sequence[Background] = (), flows: Sequence[Flow] = (),
+                 timeline_job: int | None = None, switch: str | None = None,
+                 progress: Callable[[str], None] | None = None, label: str = "", profile: bool = False) -> None:
+        """``switch``: the switch every port runs (experiments.plans.SWITCHES; None: the protocol's,
+        ``switch_for``). ``profile``: time every step of the ATP endpoints' loops
+        (``hostlib.sim.ProfiledEndpoint``); the result then has ``perf["profile"]``, seconds per step and the
+        rest of the run (ns-3 itself)."""
         if protocol not in PROTOCOLS:
             raise ValueError(f"protocol {protocol!r}: choose one of {', '.join(PROTOCOLS)}")
+        self.switch = switch or switch_for(protocol)
+        if self.switch not in ("netapprox", "static", "fifo"):
+            raise ValueError(f"switch {self.switch!r}: choose netapprox, static or fifo")
         self.settings = settings
         self.protocol = protocol
         self.jobs = list(jobs)
@@ -301,19 +250,18 @@ class Trial:
         ns.RngSeedManager.SetSeed(1)
         ns.RngSeedManager.SetRun(max(1, self.seed))
         _set_tcp_defaults(ns, s)
-        mode = switch_mode(self.protocol)
+        mode = "fifo" if self.switch == "fifo" else "netapprox"
         self._keep: list[Any] = []  # ns-3 objects the trial must keep alive
         self.net = Network(ns, g, s.topology, switch_mode=mode, buffer_packets=s.buffer_packets,
                            host_queue_packets=s.host_queue_packets, seed=self.seed,
-                           trim=switch_trims(self.protocol),
-                           spray=bool(ATP_VARIANTS.get(self.protocol, {}).get("spray", False)))
+                           **network_knobs(self.protocol))
         self.clock = _Clock(ns)
-        self._start_controller(mode)
+        self._start_controller()
         build_s = time.perf_counter() - wall0
         host_sim.ProfiledEndpoint.reset_profile()
         self._controller_s = 0.0
         self._job_state: dict[int, dict] = {}
-        if self.protocol in ATP_VARIANTS:
+        if is_atp(self.protocol):
             self._start_atp()
         elif self.protocol in TCP_PROTOCOLS:
             self._start_tcp()
@@ -341,7 +289,7 @@ class Trial:
         host_pkts = result["perf"].get("host_packets", 0)
         result["perf"]["switch_packets_per_wall_s"] = hops / run_s if run_s > 0 else None
         result["perf"]["host_packets_per_wall_s"] = host_pkts / run_s if run_s > 0 else None
-        if self.profile and self.protocol in ATP_VARIANTS:
+        if self.profile and is_atp(self.protocol):
             sec = dict(host_sim.ProfiledEndpoint.seconds)
             sec["controller"] = self._controller_s
             sec["rest"] = max(0.0, run_s - sum(sec.values()))
@@ -351,14 +299,13 @@ class Trial:
     def _schedule(self, delay_s: float, fn: Callable[[], None]) -> None:
         host_sim.call_later(delay_s, fn)
 
-    def _start_controller(self, mode: str) -> None:
+    def _start_controller(self) -> None:
         s = self.settings
-        if self.protocol == "atp-fixprio":
+        if self.switch == "static":  # ATP_FixPrio: every job stays in the queue of 1 - MSR
             pinned = tuple(sorted((j.job_id, queue_for_tlr(1 - j.msr)) for j in self.jobs))
             policy = PolicyConfig(mode="static", pinned=pinned, ecn_threshold_pkts=s.ecn_threshold_pkts)
         else:
-            policy = PolicyConfig(mode="netapprox" if mode == "netapprox" else "fifo",
-                                  ecn_threshold_pkts=s.ecn_threshold_pkts)
+            policy = PolicyConfig(mode=self.switch, ecn_threshold_pkts=s.ecn_threshold_pkts)
         self.policy = policy
         cfg = ControllerConfig(
             switches=tuple(SwitchConfig(name=n, kind="sim") for n in self.net.switches), policy=policy,
@@ -391,8 +338,6 @@ class Trial:
         return host_sim.ProfiledEndpoint if self.profile else host_sim.SimEndpoint
 
     def _start_atp(self) -> None:
-        from netapprox.hostlib.receiver import AtpReceiver
-
         SimEndpoint = self._endpoint_class()
 
         cfg = atp_config(self.settings, self.protocol)
@@ -413,9 +358,7 @@ class Trial:
         if isinstance(ev, events.JobFinished):
             state["results"][ev.result.job_id] = ev.result
 
-    def _start_atp_job(self, job: SimJob, cfg: AtpConfig) -> None:
-        from netapprox.hostlib.sender import AtpSender
-
+    def _start_atp_job(self, job: JobPlan, cfg: AtpConfig) -> None:
         SimEndpoint = self._endpoint_class()
         src, dst = self.net.hosts[job.src], self.net.hosts[job.dst]
         spec = JobSpec(job_id=job.job_id, msr=job.msr,
@@ -557,7 +500,7 @@ class Trial:
     def _done_count(self) -> int:
         n = 0
         for st in self._job_state.values():
-            if self.protocol in ATP_VARIANTS:
+            if is_atp(self.protocol):
                 n += st.get("summary") is not None or st.get("failed") is not None
             elif self.protocol in TCP_PROTOCOLS:
                 n += st["tx"].DoneNs() >= 0
@@ -605,7 +548,7 @@ class Trial:
                 for dst, sink in self._bg_sinks.items()}
         if self.protocol in TCP_PROTOCOLS or self.flows:
             out["tcp_attributes"] = tcp_attributes(self.ns)
-        if self.protocol in ATP_VARIANTS:
+        if is_atp(self.protocol):
             out["atp_config"] = dataclasses.asdict(self.atp_config)
             reasons: dict[str, int] = {}
             for d in self.decisions:
@@ -620,6 +563,11 @@ class Trial:
                 st = self._job_state.get(self.timeline_job)
                 out["timeline"] = st["timeline"] if st else []
                 out["decisions"] = [d for d in self.decisions if d["job"] == self.timeline_job]
+                # the experiment layer's timeline fields, in simulated seconds
+                out["timeline_start"] = st["job"].start_s if st else 0.0
+                out["queue_changes"] = [{"wall": d["time"], "assignments": {str(d["job"]): d["new"]}}
+                                        for d in out["decisions"] if d["new"] is not None]
+                out["background_starts"] = [b.start_s for b in self.background]
         out["perf"] = {"switch_packets": queues.pop("_switch_packets"), "host_packets": self._host_packets()}
         return out
 
@@ -633,15 +581,11 @@ class Trial:
         return n
 
     def _job_metrics(self, st: dict, rate: float) -> dict:
-        job: SimJob = st["job"]
+        job: JobPlan = st["job"]
         wl = job.workload
         n = wl.n
-        bound = job.msr * wl.total_bytes * 8 / rate
-        m: dict[str, Any] = {"job_id": job.job_id, "src": job.src, "dst": job.dst, "msr": job.msr, "n": n,
-                             "bytes": wl.total_bytes, "start_s": job.start_s, "bound_s": bound,
-                             "strict_bound_s": lower_bound_s(wl, job.msr, rate), "jct_s": None, "msr_met": False,
-                             "delivered": None, "msg_loss": None, "pkt_loss": None}
-        if self.protocol in ATP_VARIANTS:
+        m = M.job_record(job, rate, IP_UDP + PPP_HEADER)
+        if is_atp(self.protocol):
             summ = st.get("summary")
             if summ is not None:
                 delivered = sum(gs.delivered for gs in summ.groups)
@@ -650,9 +594,9 @@ class Trial:
                          msg_loss=len(lost_ids) / n if n else None,
                          pkt_loss=summ.packets_lost / summ.packets_sent if summ.packets_sent else None,
                          packets_sent=summ.packets_sent, retransmissions=summ.retransmissions,
-                         losses_found_by=dict(summ.losses_found_by),
-                         receiver_confirmed=summ.receiver_confirmed, final_tlr=[gs.final_tlr for gs in summ.groups],
-                         delivered_bytes_frac=1 - sum(wl.sizes[i] for i in lost_ids if i < n) / max(1, wl.total_bytes))
+                         losses_found_by=dict(summ.losses_found_by), receiver_confirmed=summ.receiver_confirmed,
+                         final_tlr=[gs.final_tlr for gs in summ.groups],
+                         delivered_bytes_frac=M.atp_delivered_bytes_frac(wl, lost_ids))
             elif st.get("failed"):
                 m["failed"] = st["failed"]
             ep = st.get("endpoint")
@@ -669,9 +613,7 @@ class Trial:
                      pkt_loss=int(stats.retransmissions) / int(stats.segments) if int(stats.segments) else None,
                      segments=int(stats.segments), retransmissions=int(stats.retransmissions),
                      timeouts=int(stats.timeouts), ecn_reductions=int(stats.cwr), stream_bytes=st["total"],
-                     bytes_received=received,
-                     delivered_bytes_frac=min(1.0, max(0, received - TCP_JOB_HEADER - TCP_MSG_HEADER * delivered)
-                                              / max(1, wl.total_bytes)))
+                     bytes_received=received, delivered_bytes_frac=M.tcp_delivered_bytes_frac(wl, received, delivered))
         else:
             tx, rx = st["tx"], st["rx"]
             t = rx.TargetNs(job.job_id)
@@ -679,9 +621,7 @@ class Trial:
             sent = int(tx.Sent())
             m.update(jct_s=(t - tx.StartNs()) * 1e-9 if t >= 0 else None, msr_met=t >= 0, delivered=complete,
                      msg_loss=1 - complete / n, pkt_loss=1 - int(rx.Packets(job.job_id)) / sent if sent else None)
-        if m["jct_s"] is not None and bound > 0:
-            m["jct_over_bound"] = m["jct_s"] / bound
-        return m
+        return M.finish_record(m)
 
     def _queue_stats(self, sim_end: float) -> dict:
         """Time-average and peak backlog of the switch ports facing the jobs' receivers (NetApprox Fig. 7/8),
@@ -698,18 +638,18 @@ class Trial:
             peaks.append(max(int(c.maxBacklog) for c in per_q))
         per_queue = [{"enqueued": 0, "dropped": 0, "trimmed": 0, "marked": 0, "max_backlog": 0} for _ in range(8)]
         tx = 0
-        host_facing = {self.net.host_port(h.index) for h in self.net.hosts} if self.net.hosts else set()
+        host_facing = {self.net.host_port(h.index) for h in self.net.hosts}
         lost_at = {"host_facing": 0, "fabric": 0}  # drops + trims on ports facing a host / between switches
         for name, sw in self.net.switches.items():
             for port, qd in sw.ports.items():
                 where = "host_facing" if (name, port) in host_facing else "fabric"
                 for q in range(8):
                     c = qd.Counters(q)
-                    lost_at[where] += int(c.dropped) + int(c.trimmed)
                     pq = per_queue[q]
                     pq["enqueued"] += int(c.enqueued)
                     pq["dropped"] += int(c.dropped)
                     pq["trimmed"] += int(c.trimmed)
+                    lost_at[where] += int(c.dropped) + int(c.trimmed)
                     pq["marked"] += int(c.marked)
                     pq["max_backlog"] = max(pq["max_backlog"], int(c.maxBacklog))
                     tx += int(c.transmitted)
@@ -717,8 +657,7 @@ class Trial:
                 "receiver_port_approx_mean_pkts": sum(approx_means) / len(approx_means) if approx_means else None,
                 "receiver_port_max_pkts": max(peaks) if peaks else None,
                 "switch_drops": sum(p["dropped"] for p in per_queue),
-                "switch_trims": sum(p["trimmed"] for p in per_queue),
-                "lost_at": lost_at,
+                "switch_trims": sum(p["trimmed"] for p in per_queue), "lost_at": lost_at,
                 "switch_ce_marks": sum(p["marked"] for p in per_queue), "per_queue": per_queue,
                 "_switch_packets": tx}
 
@@ -752,8 +691,6 @@ class Trial:
 
 def _messages_in_stream(wl: JobWorkload, received: int, protocol: str, seed: int, msr: float) -> int:
     """Complete messages in the first ``received`` bytes of a TCP baseline's stream."""
-    from netapprox.experiments.baselines import sample_messages
-
     order = sample_messages(wl.n, msr, seed) if protocol == "dctcp-ss" else range(wl.n)
     left = received - TCP_JOB_HEADER
     n = 0
@@ -780,6 +717,6 @@ class _DecisionSink(DecisionLog):
         self._sink(event, **fields)
 
 
-def run_trial(settings: SimSettings, protocol: str, jobs: Sequence[SimJob], *, seed: int, **kw: Any) -> dict:
+def run_trial(settings: SimSettings, protocol: str, jobs: Sequence[JobPlan], *, seed: int, **kw: Any) -> dict:
     """Build, run and tear down one trial (see ``Trial``)."""
     return Trial(settings, protocol, jobs, seed=seed, **kw).run()
