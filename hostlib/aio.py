@@ -18,7 +18,7 @@ import asyncio
 import socket
 from typing import Any, Callable, Sequence
 
-from netapprox.hostlib import api, core, events
+from netapprox.hostlib import api, core, events, link
 from netapprox.hostlib.config import AtpConfig, JobSpec
 from netapprox.hostlib.errors import JobAbandonedError, JobFailedError, JobRejectedError, ReceiveTimeout
 from netapprox.hostlib.sender import SendSummary
@@ -167,6 +167,7 @@ async def send_job_async(dest: "str | api.Address", job: JobSpec, *, config: Atp
     native = core.is_native(core.AtpSender)
     if native:
         sock, _peer = open_socket(addr, bind=False)
+    config, _ = link.resolve_rate(config, addr)
     sender = core.AtpSender(job, config=config, peer=addr, now=loop.time(), message_events=False)
     transport: Any = None
 

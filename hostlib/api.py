@@ -16,7 +16,7 @@ import os
 import time
 from typing import Any, Callable, Sequence
 
-from netapprox.hostlib import core, events, wire
+from netapprox.hostlib import core, events, link, wire
 from netapprox.hostlib.config import AtpConfig, JobSpec
 from netapprox.hostlib.errors import (  # noqa: F401 - hostlib's errors, importable from here too
     AtpError,
@@ -33,6 +33,10 @@ from netapprox.hostlib.vector import assemble
 _RUN_SLICE_S = 0.5  # longest a native core's run() keeps the loop in C without an event
 
 
+SUMMARY_LIST_MAX = 4096
+"""Id lists and ranges a summary (``ReceiveResult.as_dict``, ``atp-recv --json``) writes out at most."""
+
+
 @dataclasses.dataclass(frozen=True)
 class ReceiveResult:
     """One job as the receiver saw it: every delivered message, and the ids of the lost ones."""
@@ -40,7 +44,9 @@ class ReceiveResult:
     job_id: int
     peer: Any
     total: int
-    lost_ids: tuple[int, ...]
+    lost_id_ranges: tuple[tuple[int, int], ...]
+    """The message ids not delivered, as ascending ranges ``(first, end)`` (at most one more range than
+    messages delivered, whatever N the job declared)."""
     groups: tuple[GroupResult, ...]
     messages: dict[int, bytes]
     vector_len: int | None
@@ -62,6 +68,15 @@ class ReceiveResult:
         return len(self.messages)
 
     @property
+    def lost(self) -> int:
+        return sum(end - first for first, end in self.lost_id_ranges)
+
+    @property
+    def lost_ids(self) -> tuple[int, ...]:
+        """Every lost id (``lost`` of them: prefer ``lost_id_ranges`` when N may be large)."""
+        return tuple(wire.range_ids(self.lost_id_ranges))
+
+    @property
     def vector(self) -> array.array | None:
         """Float-vector jobs: the vector with lost ranges zero-filled (``None`` for other jobs)."""
         if self.vector_len is None:
@@ -75,20 +90,31 @@ class ReceiveResult:
             return []
         return assemble(self.vector_len, self.messages.values())[1]
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, max_list: int = SUMMARY_LIST_MAX) -> dict[str, Any]:
+        """A summary of bounded size: ``lost_ids`` only when at most ``max_list`` messages were lost,
+        ``lost_id_ranges`` (the first ``max_list`` ranges; ``lost_id_ranges_truncated`` says when there are more)."""
+        lost = self.lost
         d: dict[str, Any] = {
             "job_id": self.job_id, "peer": list(self.peer) if isinstance(self.peer, tuple) else self.peer,
-            "total": self.total, "delivered": self.delivered, "lost": len(self.lost_ids),
-            "lost_ids": list(self.lost_ids), "elapsed_s": round(self.elapsed_s, 6), "packets": self.packets,
+            "total": self.total, "delivered": self.delivered, "lost": lost,
+            "lost_id_ranges": [list(r) for r in self.lost_id_ranges[:max_list]],
+            "elapsed_s": round(self.elapsed_s, 6), "packets": self.packets,
             "duplicates": self.duplicates, "malformed": dict(self.malformed), "dropped": dict(self.dropped),
             "admission": dict(self.admission), "memory": dict(self.memory),
             "groups": [{"group_id": g.group_id, "msr": g.msr, "total": g.total, "delivered": g.delivered,
                         "lost": g.lost, "measured_loss": round(g.lost / g.total, 6) if g.total else 0.0}
                        for g in self.groups],
         }
+        if len(self.lost_id_ranges) > max_list:
+            d["lost_id_ranges_truncated"] = True
+        if lost <= max_list:
+            d["lost_ids"] = list(self.lost_ids)
         if self.vector_len is not None:
+            ranges = self.lost_ranges
             d["vector_len"] = self.vector_len
-            d["lost_ranges"] = [list(r) for r in self.lost_ranges]
+            d["lost_ranges"] = [list(r) for r in ranges[:max_list]]
+            if len(ranges) > max_list:
+                d["lost_ranges_truncated"] = True
         return d
 
 
@@ -185,6 +211,7 @@ def send_job(dest: "str | Address", job: JobSpec, *, config: AtpConfig = AtpConf
             report_addrs = [first, *targets[1:]]
         start = clock()
         deadline = None if timeout is None else start + timeout
+        config, _ = link.resolve_rate(config, peer)
         sender = core.AtpSender(job, config=config, peer=peer, now=start, message_events=on_event is not None)
         io = SocketIO(sock, sender)
         in_c = io.native and clock is time.monotonic  # the native core runs this loop itself (sender.run)
@@ -340,7 +367,7 @@ class ReceiverEndpoint:
 def receive_result(r: JobResult, messages: dict[int, bytes], core: AtpReceiver) -> ReceiveResult:
     """A finished job's :class:`ReceiveResult`, with the receiver's counters as they stand."""
     return ReceiveResult(
-        job_id=r.job_id, peer=r.peer, total=r.total, lost_ids=r.lost_ids, groups=r.groups, messages=messages,
+        job_id=r.job_id, peer=r.peer, total=r.total, lost_id_ranges=r.lost_ranges, groups=r.groups, messages=messages,
         vector_len=r.vector_len, elapsed_s=r.finished_at - r.first_packet_at, packets=r.packets,
         duplicates=r.duplicates, malformed=dict(core.malformed), dropped=dict(core.dropped),
         admission=dict(core.admission), memory=core.memory.as_dict())

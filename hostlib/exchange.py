@@ -25,7 +25,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from netapprox.hostlib import core, events, wire
+from netapprox.hostlib import core, events, link, wire
 from netapprox.hostlib.config import AtpConfig, ConfigError, JobSpec
 from netapprox.hostlib.errors import ExchangeError
 from netapprox.hostlib.receiver import GroupResult
@@ -120,7 +120,8 @@ class AtpExchange:
                 fut.set_exception(ExchangeError(f"job {job.job_id} to {dest[0]}:{dest[1]} is already being sent"))
                 return
             try:
-                sender = core.AtpSender(job, config=self.config, peer=dest, now=now)
+                config, _ = link.resolve_rate(self.config, dest)  # R_max None: the link's rate towards dest
+                sender = core.AtpSender(job, config=config, peer=dest, now=now)
             except ConfigError as err:
                 fut.set_exception(err)
                 return

@@ -270,6 +270,9 @@ MAX_SACK_BLOCKS = 16
 _U16 = struct.Struct("!H")
 _U32 = struct.Struct("!I")
 _SACK_BLOCK = struct.Struct("!II")
+SACK_BLOCK_LEN = _SACK_BLOCK.size
+ACK_BASE_LEN = HEADER_LEN + 2
+"""An ACK without SACK blocks; each block adds ``SACK_BLOCK_LEN``."""
 
 
 def encode_ack_payload(blocks: "list[tuple[int, int]] | tuple[tuple[int, int], ...]") -> bytes:
@@ -331,27 +334,37 @@ def decode_retry_payload(payload: bytes) -> bytes:
     return bytes(payload)
 
 
-# --- DONE payload: lost message ids ----------------------------------------------------------------
+# --- DONE payload: lost message ids, as ranges ---------------------------------------------------
+# A DONE part is ``n:u32`` then ``n`` ranges ``first:u32, end:u32`` (ids ``first .. end-1``), ascending and
+# disjoint within the part and across parts in ``pkt_idx`` order. Ranges, not ids: a DONE costs O(gaps), and
+# a job has at most one gap more than the messages it delivered, so a DONE is never larger than what its sender
+# sent, whatever N the job declared.
 
-def done_ids_per_part(max_payload: int) -> int:
-    """How many lost message ids one DONE part carries within ``max_payload`` bytes."""
-    n = (max_payload - 4) // 4
+_RANGE = struct.Struct("!II")
+
+
+def done_ranges_per_part(max_payload: int) -> int:
+    """How many lost-id ranges one DONE part carries within ``max_payload`` bytes."""
+    n = (max_payload - 4) // 8
     if n < 1:
         raise ValueError(f"max_payload {max_payload} cannot carry a DONE part")
     return n
 
 
-def encode_done_payloads(lost_ids: "Sequence[int]", max_payload: int) -> list[bytes]:
-    """Split ``lost_ids`` into DONE payloads (``n_lost:u32`` + ids), at least one part, at most 65535.
-    Linear in the number of ids, at C speed (an ``array('I')`` is taken as is)."""
-    per = done_ids_per_part(max_payload)
-    ids = array.array("I", lost_ids)
-    if len(ids) > per * 0xFFFF:
-        raise ValueError(f"{len(ids)} lost ids need more than 65535 DONE parts")
+def encode_done_payloads(lost_ranges: "Sequence[int]", max_payload: int) -> list[bytes]:
+    """Split lost-id ranges, given flat as ``first0, end0, first1, end1, ...`` (an ``array('I')`` is taken as
+    is), into DONE payloads; at least one part, at most 65535. Linear, at C speed."""
+    per = done_ranges_per_part(max_payload)
+    flat = array.array("I", lost_ranges)
+    n = len(flat) // 2
+    if len(flat) % 2:
+        raise ValueError("lost ranges must be given as first, end pairs")
+    if n > per * 0xFFFF:
+        raise ValueError(f"{n} lost ranges need more than 65535 DONE parts")
     if sys.byteorder == "little":
-        ids.byteswap()
-    raw = ids.tobytes()
-    return [_U32.pack(min(per, len(ids) - i)) + raw[4 * i:4 * (i + per)] for i in range(0, max(1, len(ids)), per)]
+        flat.byteswap()
+    raw = flat.tobytes()
+    return [_U32.pack(min(per, n - i)) + raw[8 * i:8 * (i + per)] for i in range(0, max(1, n), per)]
 
 
 def encode_done(*, job_id: int, seq: int, pkt_idx: int, pkt_cnt: int, payload: bytes) -> bytes:
@@ -360,14 +373,36 @@ def encode_done(*, job_id: int, seq: int, pkt_idx: int, pkt_cnt: int, payload: b
                         NO_DEADLINE, 0, 0, len(payload)) + payload
 
 
-def decode_done_payload(payload: bytes) -> list[int]:
-    """Lost message ids of one DONE part."""
+def id_ranges(ids: "Sequence[int]") -> array.array:
+    """Ascending, distinct ids as flat ``first, end`` ranges (what ``encode_done_payloads`` takes)."""
+    out = array.array("I")
+    for i in ids:
+        if out and out[-1] == i:
+            out[-1] = i + 1
+        else:
+            out.extend((i, i + 1))
+    return out
+
+
+def range_ids(ranges: "Sequence[tuple[int, int]]") -> list[int]:
+    """The ids of ``(first, end)`` ranges, ascending (as long as the ranges are: mind a range's size)."""
+    return [i for first, end in ranges for i in range(first, end)]
+
+
+def decode_done_payload(payload: bytes) -> list[tuple[int, int]]:
+    """Lost-id ranges ``(first, end)`` of one DONE part: non-empty, ascending, disjoint."""
     if len(payload) < 4:
         raise MalformedPacket("bad_done", f"DONE payload of {len(payload)} bytes")
     (n,) = _U32.unpack_from(payload)
-    if len(payload) != 4 + 4 * n:
-        raise MalformedPacket("bad_done", f"DONE says {n} ids in {len(payload)} payload bytes")
-    return list(struct.unpack_from(f"!{n}I", payload, 4))
+    if len(payload) != 4 + 8 * n:
+        raise MalformedPacket("bad_done", f"DONE says {n} ranges in {len(payload)} payload bytes")
+    ranges = list(_RANGE.iter_unpack(memoryview(payload)[4:]))
+    prev_end = 0
+    for first, end in ranges:
+        if not prev_end <= first < end:
+            raise MalformedPacket("bad_done", f"DONE range [{first}, {end}) is empty or out of order")
+        prev_end = end
+    return ranges
 
 
 # --- DATA payload for float vectors (bounded-loss mode) -------------------------------------------

@@ -128,6 +128,11 @@ int load_refs(void) {
     if (cfg == NULL)
         return -1;
     Py_SETREF(R.default_config, cfg);
+    PyObject *config_module = PyImport_ImportModule("netapprox.hostlib.config");
+    int bad = config_module == NULL || cfg_double(config_module, "DEFAULT_MAX_RATE_BPS", &R.default_max_rate_bps);
+    Py_XDECREF(config_module);
+    if (bad)
+        return -1;
     PyObject *manifest = import_attr("netapprox.hostlib.control", "Manifest");
     if (manifest == NULL)
         return -1;
@@ -140,6 +145,7 @@ int load_refs(void) {
         (R.TokenMinter = import_attr("netapprox.hostlib.admission", "TokenMinter")) == NULL ||
         (R.MemoryBudget = import_attr("netapprox.hostlib.admission", "MemoryBudget")) == NULL ||
         (R.SlotTable = import_attr("netapprox.hostlib.admission", "SlotTable")) == NULL ||
+        (R.SourceRate = import_attr("netapprox.hostlib.admission", "SourceRate")) == NULL ||
         (R.randbelow = import_attr("secrets", "randbelow")) == NULL ||
         (R.OrderedDict = import_attr("collections", "OrderedDict")) == NULL)
         return -1;

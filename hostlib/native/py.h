@@ -16,6 +16,8 @@ typedef struct {
     PyObject *MessageReceived, *JobFinished, *JobAbandoned, *JobRejected;
     PyObject *Counter, *SimpleNamespace, *required_messages, *Manifest_decode, *default_config;
     PyObject *encode_announce_part, *announce_auth, *randbelow, *TokenMinter, *MemoryBudget, *SlotTable, *OrderedDict;
+    PyObject *SourceRate;
+    double default_max_rate_bps;
     PyObject *empty_tuple;
 } NativeRefs;
 

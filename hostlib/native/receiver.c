@@ -6,13 +6,16 @@
 #include "receiver.h"
 
 long long JOB_BYTES, CHUNK_BYTES, PARTIAL_BYTES, PACKET_BYTES, MANIFEST_BYTES, MANIFEST_BYTES_PER_BYTE,
-    MANIFEST_BYTES_PER_GROUP, DONE_BYTES_PER_PART;
+    MANIFEST_BYTES_PER_GROUP, DONE_BYTES_PER_PART, OUT_BYTES, OUT_QUEUE_SHARE, REPLY_FACTOR;
 
 /* ============================== small helpers ============================== */
 
 static int drop(Receiver *r, const char *reason) { return counter_add(r->dropped, reason, 1); }
 static int malformed(Receiver *r, const char *reason) { return counter_add(r->malformed, reason, 1); }
 static int count_admission(Receiver *r, const char *what) { return counter_add(r->admission, what, 1); }
+static int count_replies(Receiver *r, const char *what, long long n) {
+    return counter_add(r->replies, what, (Py_ssize_t)n);
+}
 
 /* --- the memory budget, per job ---------------------------------------------------------------------- */
 
@@ -27,6 +30,16 @@ static inline void charge(Receiver *r, Job *job, long long n) {
 }
 
 /* --- outgoing datagrams -------------------------------------------------------------------------------- */
+
+/* _queue's check: 1 and ``len`` + OUT_BYTES counted in out_charged, 0 when the outgoing queue is full (the datagram
+ * is dropped and counted), -1 on error. */
+static int out_room(Receiver *r, uint32_t len) {
+    long long n = (long long)len + OUT_BYTES;
+    if (r->out_charged + n > r->out_limit)
+        return count_replies(r, "dropped_queue_full", 1) != 0 ? -1 : 0;
+    r->out_charged += n;
+    return 1;
+}
 
 static uint8_t *out_add_to(Receiver *r, PyObject *peer, const NetAddr *na, uint32_t len) {
     OutItem it = {.off = r->obuf.n, .len = len, .peer = peer, .has_na = na != NULL};
@@ -44,19 +57,65 @@ static inline uint8_t *out_add(Receiver *r, Job *job, uint32_t len) {
     return out_add_to(r, job->peer, job->peer_has_na ? &job->peer_na : NULL, len);
 }
 
-static int out_add_bytes_to(Receiver *r, PyObject *peer, const NetAddr *na, PyObject *b) {
-    uint8_t *p = out_add_to(r, peer, na, (uint32_t)PyBytes_GET_SIZE(b));
-    if (p == NULL)
-        return -1;
-    memcpy(p, PyBytes_AS_STRING(b), (size_t)PyBytes_GET_SIZE(b));
-    return 0;
-}
+#define OBUF_KEEP (64u << 10)
+#define OUT_KEEP 1024u
 
 void receiver_out_clear(Receiver *r) {
     for (size_t i = 0; i < r->out.n; i++)
         Py_DECREF(r->out.v[i].peer);
     r->out.n = 0;
     r->obuf.n = 0;
+    r->out_charged = 0;
+    /* give back what a burst of replies grew (the next burst grows it again, from a small first size) */
+    if (r->obuf.cap > OBUF_KEEP)
+        ARRAY_FREE(&r->obuf);
+    if (r->out.cap > OUT_KEEP)
+        ARRAY_FREE(&r->out);
+}
+
+/* _reply: a datagram of ``len`` bytes to a job's sender ``peer``, counted in the job's ``*tx``. 1 with *p where to
+ * write it, 0 when the budget dropped it, -1 on error. */
+static int reply_to(Receiver *r, PyObject *peer, const NetAddr *na, int64_t *tx, uint32_t len, uint8_t **p) {
+    int ok = out_room(r, len);
+    if (ok <= 0)
+        return ok;
+    if ((*p = out_add_to(r, peer, na, len)) == NULL)
+        return -1;
+    *tx += len;
+    return count_replies(r, "reply_bytes", len) != 0 ? -1 : 1;
+}
+
+static inline int reply(Receiver *r, Job *job, uint32_t len, uint8_t **p) {
+    return reply_to(r, job->peer, job->peer_has_na ? &job->peer_na : NULL, &job->tx_bytes, len, p);
+}
+
+/* _send_done: the DONE parts a job's reply room (REPLY_FACTOR x ``rx`` - ``*tx``) allows, from part ``*next`` on
+ * (then round again). The job's fields are passed, not the job: it may be forgotten by then. */
+static int send_done_to(Receiver *r, PyObject *peer, const NetAddr *na, int64_t rx, int64_t *tx, size_t *next,
+                        PyObject *done) {
+    Py_ssize_t n = PyList_GET_SIZE(done);
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Py_ssize_t i = ((Py_ssize_t)*next + k) % n;
+        PyObject *d = PyList_GET_ITEM(done, i);
+        uint32_t len = (uint32_t)PyBytes_GET_SIZE(d);
+        if ((int64_t)len > REPLY_FACTOR * rx - *tx) {
+            *next = (size_t)i;
+            return count_replies(r, "done_deferred", n - k);
+        }
+        uint8_t *p;
+        int ok = reply_to(r, peer, na, tx, len, &p);
+        if (ok < 0)
+            return -1;
+        if (ok)
+            memcpy(p, PyBytes_AS_STRING(d), len);
+    }
+    *next = 0;
+    return 0;
+}
+
+static inline int send_done(Receiver *r, Job *job, PyObject *done) {
+    return send_done_to(r, job->peer, job->peer_has_na ? &job->peer_na : NULL, job->rx_bytes, &job->tx_bytes,
+                        &job->done_next, done);
 }
 
 /* ============================== jobs ============================== */
@@ -243,9 +302,17 @@ static int flush_ack(Receiver *r, Job *job) {
     job->pending_count = 0;
     ARRAY_REMOVE(&r->pending, job);
     int nb = job->nseq < ATP_MAX_SACK_BLOCKS ? job->nseq : ATP_MAX_SACK_BLOCKS;
-    uint8_t *p = out_add(r, job, ATP_HEADER_LEN + 2 + 8 * (uint32_t)nb);
-    if (p == NULL)
-        return -1;
+    int64_t spare = REPLY_FACTOR * job->rx_bytes - job->tx_bytes - (ATP_HEADER_LEN + 2);
+    int64_t room = spare > 0 ? spare / 8 : 0;
+    if (nb > room) { /* tiny DATA packets: fewer blocks, never an ACK larger than REPLY_FACTOR allows */
+        if (count_replies(r, "sack_trimmed", 1) != 0)
+            return -1;
+        nb = (int)room;
+    }
+    uint8_t *p;
+    int ok = reply(r, job, ATP_HEADER_LEN + 2 + 8 * (uint32_t)nb, &p);
+    if (ok <= 0)
+        return ok;
     AtpHeader a = {.version = ATP_VERSION, .type = PT_ACK, .flags = ce ? F_ECE : 0, .queue = h->queue,
                    .job_id = h->job_id, .msg_id = h->msg_id, .group_id = h->group_id, .pkt_idx = h->pkt_idx,
                    .pkt_cnt = h->pkt_cnt, .seq = h->seq, .deadline_us = ATP_NO_DEADLINE,
@@ -778,6 +845,24 @@ static int on_announce(Receiver *r, Job *job, const AtpHeader *h, const uint8_t 
         Py_DECREF(key);
         return drop(r, "memory_budget");
     }
+    if (PyDict_GET_SIZE(job->announce_parts) + 1 == h->pkt_cnt) { /* completes the manifest: decode it now? */
+        long long size = clen;
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        while (PyDict_Next(job->announce_parts, &pos, &k, &v))
+            size += PyBytes_GET_SIZE(v);
+        PyObject *ok = PyObject_CallMethod(r->manifest_rate, "take", "OLd", job->slot.source, size, now);
+        if (ok == NULL) {
+            Py_DECREF(key);
+            return -1;
+        }
+        int allowed = PyObject_IsTrue(ok);
+        Py_DECREF(ok);
+        if (allowed <= 0) {
+            Py_DECREF(key);
+            return allowed < 0 ? -1 : drop(r, "manifest_rate");
+        }
+    }
     charge(r, job, cost);
     note_seq(job, h->seq);
     job->announce_cnt = h->pkt_cnt;
@@ -869,8 +954,14 @@ static int retry(Receiver *r, const AtpHeader *h, PyObject *addr, const NetAddr 
         PyErr_SetString(PyExc_RuntimeError, "TokenMinter.mint returned an unexpected token");
         return -1;
     }
+    int ok = out_room(r, ATP_HEADER_LEN + ATP_TOKEN_LEN);
+    if (ok <= 0) {
+        Py_DECREF(token);
+        return ok;
+    }
     uint8_t *p = out_add_to(r, addr, na, ATP_HEADER_LEN + ATP_TOKEN_LEN);
-    if (p == NULL) {
+    if (p == NULL || count_replies(r, "retry_bytes", ATP_HEADER_LEN + ATP_TOKEN_LEN) != 0 ||
+        count_replies(r, "announce_bytes", ATP_HEADER_LEN + h->length) != 0) {
         Py_DECREF(token);
         return -1;
     }
@@ -946,6 +1037,9 @@ static int on_new_announce(Receiver *r, const AtpHeader *h, const uint8_t *paylo
         return -1;
     }
     r->last_job = job;
+    job->rx_bytes = ATP_HEADER_LEN + h->length; /* the announce that admitted it */
+    if (count_replies(r, "request_bytes", job->rx_bytes) != 0)
+        return -1;
     charge(r, job, JOB_BYTES);
     if (slots_add(&r->slots, &job->slot) != 0)
         return -1;
@@ -982,32 +1076,42 @@ static int on_fin(Receiver *r, Job *job, const AtpHeader *h, double now) {
         }
     }
     Py_DECREF(keys);
-    /* lost = delivered.missing(total) */
-    ARRAY(uint32_t) missing = {0};
+    /* lost = delivered.missing_ranges(total): flat first, end pairs, adjacent runs merged */
+    ARRAY(uint32_t) lost = {0};
+#define GAP(a, b)                                                                                        \
+    do {                                                                                                 \
+        uint32_t _a = (uint32_t)(a), _b = (uint32_t)(b);                                                 \
+        if (_a < _b) {                                                                                   \
+            if (lost.n && lost.v[lost.n - 1] == _a)                                                      \
+                lost.v[lost.n - 1] = _b;                                                                 \
+            else if (ARRAY_PUSH(&lost, _a, 64) != 0 || ARRAY_PUSH(&lost, _b, 64) != 0)                   \
+                goto out;                                                                                \
+        }                                                                                                \
+    } while (0)
+    PyObject *lost_ranges = NULL, *groups = NULL, *result = NULL, *done = NULL;
+    int rc = -1;
     for (uint64_t base = 0; base < job->total; base += CHUNK_BITS) {
         const uint8_t *c = (const uint8_t *)map_get(&job->chunks, (uint32_t)(base >> CHUNK_SHIFT));
         uint64_t end = base + CHUNK_BITS < job->total ? base + CHUNK_BITS : job->total;
-        for (uint64_t i = base; i < end; i++) {
-            if (c != NULL && (c[(i >> 3) & (CHUNK_RAW - 1)] >> (i & 7) & 1))
-                continue;
-            if (ARRAY_PUSH(&missing, (uint32_t)i, 1024) != 0) {
-                ARRAY_FREE(&missing);
-                return -1;
-            }
+        if (c == NULL) {
+            GAP(base, end);
+            continue;
         }
+        for (uint64_t i = base; i < end; i++)
+            if (!(c[(i >> 3) & (CHUNK_RAW - 1)] >> (i & 7) & 1))
+                GAP(i, i + 1);
     }
-    const uint32_t *lost = missing.v;
-    size_t nlost = missing.n;
-    PyObject *lost_ids = PyTuple_New((Py_ssize_t)nlost), *groups = PyTuple_New((Py_ssize_t)job->ngroups);
-    PyObject *result = NULL, *done = NULL;
-    int rc = -1;
-    if (lost_ids == NULL || groups == NULL)
+#undef GAP
+    size_t nranges = lost.n / 2;
+    lost_ranges = PyTuple_New((Py_ssize_t)nranges);
+    groups = PyTuple_New((Py_ssize_t)job->ngroups);
+    if (lost_ranges == NULL || groups == NULL)
         goto out;
-    for (size_t i = 0; i < nlost; i++) {
-        PyObject *v = PyLong_FromUnsignedLong(lost[i]);
+    for (size_t i = 0; i < nranges; i++) {
+        PyObject *v = Py_BuildValue("(kk)", (unsigned long)lost.v[2 * i], (unsigned long)lost.v[2 * i + 1]);
         if (v == NULL)
             goto out;
-        PyTuple_SET_ITEM(lost_ids, (Py_ssize_t)i, v);
+        PyTuple_SET_ITEM(lost_ranges, (Py_ssize_t)i, v);
     }
     for (size_t g = 0; g < job->ngroups; g++) {
         PyObject *gr = PyObject_CallFunction(R.GroupResult, "idIL", (int)job->groups[g].group_id, job->groups[g].msr,
@@ -1018,7 +1122,7 @@ static int on_fin(Receiver *r, Job *job, const AtpHeader *h, double now) {
     }
     PyObject *kw = Py_BuildValue("{s:k,s:O,s:k,s:O,s:O,s:O,s:L,s:L,s:d,s:d}", "job_id", (unsigned long)job->job_id,
                                  "peer", job->peer, "total", (unsigned long)job->total, "vector_len", job->vector_len,
-                                 "lost_ids", lost_ids, "groups", groups, "packets", (long long)job->packets,
+                                 "lost_ranges", lost_ranges, "groups", groups, "packets", (long long)job->packets,
                                  "duplicates", (long long)job->duplicates, "first_packet_at", job->first_at,
                                  "finished_at", now);
     if (kw == NULL)
@@ -1027,24 +1131,24 @@ static int on_fin(Receiver *r, Job *job, const AtpHeader *h, double now) {
     Py_DECREF(kw);
     if (result == NULL)
         goto out;
-    /* wire.encode_done_payloads + encode_done */
-    long long per = (r->max_payload - 4) / 4;
+    /* wire.encode_done_payloads + encode_done: n:u32, then n ranges (first, end) */
+    long long per = (r->max_payload - 4) / 8;
     if (per < 1) {
         PyErr_Format(PyExc_ValueError, "max_payload %lld cannot carry a DONE part", r->max_payload);
         goto out;
     }
-    if ((long long)nlost > per * 0xFFFF) {
-        PyErr_Format(PyExc_ValueError, "%zu lost ids need more than 65535 DONE parts", nlost);
+    if ((long long)nranges > per * 0xFFFF) {
+        PyErr_Format(PyExc_ValueError, "%zu lost ranges need more than 65535 DONE parts", nranges);
         goto out;
     }
-    size_t nparts = nlost ? (nlost + (size_t)per - 1) / (size_t)per : 1;
+    size_t nparts = nranges ? (nranges + (size_t)per - 1) / (size_t)per : 1;
     done = PyList_New((Py_ssize_t)nparts);
     if (done == NULL)
         goto out;
     long long kept = 0;
     for (size_t p = 0; p < nparts; p++) {
-        size_t a = p * (size_t)per, b = a + (size_t)per < nlost ? a + (size_t)per : nlost;
-        size_t plen = 4 + 4 * (b - a);
+        size_t a = p * (size_t)per, b = a + (size_t)per < nranges ? a + (size_t)per : nranges;
+        size_t plen = 4 + 8 * (b - a);
         PyObject *d = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(ATP_HEADER_LEN + plen));
         if (d == NULL)
             goto out;
@@ -1054,8 +1158,10 @@ static int on_fin(Receiver *r, Job *job, const AtpHeader *h, double now) {
                         .deadline_us = ATP_NO_DEADLINE, .length = (uint16_t)plen};
         atp_encode(o, &dh);
         put32(o + ATP_HEADER_LEN, (uint32_t)(b - a));
-        for (size_t i = a; i < b; i++)
-            put32(o + ATP_HEADER_LEN + 4 + 4 * (i - a), lost[i]);
+        for (size_t i = a; i < b; i++) {
+            put32(o + ATP_HEADER_LEN + 4 + 8 * (i - a), lost.v[2 * i]);
+            put32(o + ATP_HEADER_LEN + 8 + 8 * (i - a), lost.v[2 * i + 1]);
+        }
         PyList_SET_ITEM(done, (Py_ssize_t)p, d);
         kept += (long long)(ATP_HEADER_LEN + plen) + DONE_BYTES_PER_PART;
     }
@@ -1064,6 +1170,8 @@ static int on_fin(Receiver *r, Job *job, const AtpHeader *h, double now) {
     Py_INCREF(peer);
     NetAddr na = job->peer_na;
     int has_na = job->peer_has_na;
+    int64_t rx = job->rx_bytes, tx = job->tx_bytes;
+    size_t next = job->done_next;
     release(r, job);
     if (finish_record(r, job, now) != 0) {
         Py_DECREF(peer);
@@ -1088,9 +1196,10 @@ static int on_fin(Receiver *r, Job *job, const AtpHeader *h, double now) {
         Py_DECREF(peer);
         goto out;
     }
-    rc = 0;
-    for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(done); i++)
-        rc = out_add_bytes_to(r, peer, has_na ? &na : NULL, PyList_GET_ITEM(done, i));
+    if (still != NULL)
+        rc = send_done(r, job, done);
+    else
+        rc = send_done_to(r, peer, has_na ? &na : NULL, rx, &tx, &next, done);
     Py_DECREF(peer);
     if (rc == 0) {
         Py_INCREF(result);
@@ -1100,9 +1209,9 @@ static int on_fin(Receiver *r, Job *job, const AtpHeader *h, double now) {
 out:
     Py_XDECREF(result);
     Py_XDECREF(done);
-    Py_XDECREF(lost_ids);
+    Py_XDECREF(lost_ranges);
     Py_XDECREF(groups);
-    ARRAY_FREE(&missing);
+    ARRAY_FREE(&lost);
     return rc;
 }
 
@@ -1152,6 +1261,9 @@ int receiver_receive(Receiver *r, const uint8_t *data, size_t len, PyObject *add
     }
     if (!same)
         return drop(r, "wrong_source");
+    job->rx_bytes += (int64_t)len;
+    if (count_replies(r, "request_bytes", (long long)len) != 0)
+        return -1;
     if (job->finished) {
         if (job->rejected != NULL)
             return drop(r, "job_rejected");
@@ -1159,11 +1271,7 @@ int receiver_receive(Receiver *r, const uint8_t *data, size_t len, PyObject *add
             return drop(r, "job_finished");
         if (job->done_datagrams == NULL)
             return drop(r, "done_not_kept");
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(job->done_datagrams); i++)
-            if (out_add_bytes_to(r, job->peer, job->peer_has_na ? &job->peer_na : NULL,
-                                 PyList_GET_ITEM(job->done_datagrams, i)) != 0)
-                return -1;
-        return 0;
+        return send_done(r, job, job->done_datagrams);
     }
     job->last_at = now;
     if (h.msg_id == FIN_MSG_ID)

@@ -22,7 +22,7 @@
 
 /* the budget's charges, read from hostlib/receiver.py when the first receiver is made (receiver.JOB_BYTES, ...) */
 extern long long JOB_BYTES, CHUNK_BYTES, PARTIAL_BYTES, PACKET_BYTES, MANIFEST_BYTES, MANIFEST_BYTES_PER_BYTE,
-    MANIFEST_BYTES_PER_GROUP, DONE_BYTES_PER_PART;
+    MANIFEST_BYTES_PER_GROUP, DONE_BYTES_PER_PART, OUT_BYTES, OUT_QUEUE_SHARE, REPLY_FACTOR;
 
 /* one packet of an incomplete message, in arrival order */
 typedef struct {
@@ -83,6 +83,8 @@ typedef struct Job {
     AtpHeader pending_h;
     int pending_ce;
     long pending_count;
+    int64_t rx_bytes, tx_bytes; /* bytes its sender sent us, reply bytes sent for it (REPLY_FACTOR) */
+    size_t done_next;           /* the DONE part a repeated FIN resends first */
 } Job;
 
 typedef ARRAY(Job *) JobList;
@@ -99,6 +101,10 @@ typedef struct {
 typedef struct {
     PyObject_HEAD
     PyObject *config, *accept_jobs, *malformed, *dropped, *admission, *tokens, *collected;
+    PyObject *replies;       /* collections.Counter: amplification (receiver.py's ``replies``) */
+    PyObject *manifest_rate; /* admission.SourceRate: manifest bytes decoded per source and second */
+    long long out_charged;   /* what the outgoing datagrams hold (OUT_BYTES each on top of their length) */
+    long long out_limit;     /* receiver.py's out_limit */
     long long max_messages, max_packets, max_payload, ack_every;
     double linger_s, idle_timeout_s;
     PyObject *admission_key; /* bytes or None */

@@ -13,6 +13,8 @@ static void Receiver_dealloc(Receiver *r) {
     Py_CLEAR(r->admission);
     Py_CLEAR(r->tokens);
     Py_CLEAR(r->collected);
+    Py_CLEAR(r->replies);
+    Py_CLEAR(r->manifest_rate);
     Py_CLEAR(r->admission_key);
     for (size_t i = 0; i < r->jobs.n; i++)
         job_free(r->jobs.v[i]);
@@ -36,6 +38,8 @@ static int Receiver_traverse(Receiver *r, visitproc visit, void *arg) {
     Py_VISIT(r->dropped);
     Py_VISIT(r->admission);
     Py_VISIT(r->tokens);
+    Py_VISIT(r->replies);
+    Py_VISIT(r->manifest_rate);
     Py_VISIT(r->slots.per_source);
     Py_VISIT(r->collected);
     return events_traverse(&r->ev, visit, arg);
@@ -55,7 +59,9 @@ static int load_costs(void) {
                  {"PACKET_BYTES", &PACKET_BYTES}, {"MANIFEST_BYTES", &MANIFEST_BYTES},
                  {"MANIFEST_BYTES_PER_BYTE", &MANIFEST_BYTES_PER_BYTE},
                  {"MANIFEST_BYTES_PER_GROUP", &MANIFEST_BYTES_PER_GROUP},
-                 {"DONE_BYTES_PER_PART", &DONE_BYTES_PER_PART}};
+                 {"DONE_BYTES_PER_PART", &DONE_BYTES_PER_PART}, {"OUT_BYTES", &OUT_BYTES},
+                 {"OUT_QUEUE_SHARE", &OUT_QUEUE_SHARE},
+                 {"REPLY_FACTOR", &REPLY_FACTOR}};
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < sizeof costs / sizeof costs[0]; i++)
         rc = cfg_int(m, costs[i].name, costs[i].dst);
@@ -93,9 +99,11 @@ static int Receiver_init(Receiver *r, PyObject *args, PyObject *kwds) {
     r->dropped = PyObject_CallNoArgs(R.Counter);
     r->admission = PyObject_CallNoArgs(R.Counter);
     r->collected = PyDict_New();
-    if (r->malformed == NULL || r->dropped == NULL || r->admission == NULL || r->collected == NULL)
+    r->replies = PyObject_CallNoArgs(R.Counter);
+    if (r->malformed == NULL || r->dropped == NULL || r->admission == NULL || r->collected == NULL ||
+        r->replies == NULL)
         return -1;
-    double lifetime, stall_s;
+    double lifetime, stall_s, manifest_rate;
     long long max_jobs, max_per_source, budget;
     if (cfg_int(config, "max_messages", &r->max_messages) || cfg_int(config, "max_packets_per_message", &r->max_packets) ||
         cfg_int(config, "max_jobs", &max_jobs) || cfg_int(config, "max_jobs_per_source", &max_per_source) ||
@@ -103,7 +111,19 @@ static int Receiver_init(Receiver *r, PyObject *args, PyObject *kwds) {
         cfg_int(config, "memory_budget_bytes", &budget) ||
         cfg_double(config, "finished_linger_s", &r->linger_s) ||
         cfg_double(config, "idle_timeout_s", &r->idle_timeout_s) ||
-        cfg_double(config, "stall_timeout_s", &stall_s) || cfg_double(config, "token_lifetime_s", &lifetime))
+        cfg_double(config, "stall_timeout_s", &stall_s) || cfg_double(config, "token_lifetime_s", &lifetime) ||
+        cfg_double(config, "manifest_bytes_per_s", &manifest_rate))
+        return -1;
+    PyObject *rx_module = PyImport_ImportModule("netapprox.hostlib.receiver");
+    long long small = 0;
+    int bad = rx_module == NULL || cfg_int(rx_module, "SMALL_MANIFEST", &small);
+    Py_XDECREF(rx_module);
+    if (bad)
+        return -1;
+    /* admission.SourceRate(manifest_bytes_per_s, 4 * max_jobs, total_rate=2 * ..., small=SMALL_MANIFEST) */
+    r->manifest_rate = PyObject_CallFunction(R.SourceRate, "dLdL", manifest_rate, 4 * max_jobs, 2 * manifest_rate,
+                                             small);
+    if (r->manifest_rate == NULL)
         return -1;
     if (slots_init(&r->slots, max_jobs, max_per_source, stall_s) != 0)
         return -1;
@@ -116,6 +136,7 @@ static int Receiver_init(Receiver *r, PyObject *args, PyObject *kwds) {
     if (r->tokens == NULL)
         return -1;
     budget_init(&r->memory, budget, max_jobs); /* admission.MemoryBudget(memory_budget_bytes, max_jobs) */
+    r->out_limit = budget / OUT_QUEUE_SHARE > (64 << 10) ? budget / OUT_QUEUE_SHARE : (64 << 10);
     return 0;
 }
 
@@ -279,10 +300,10 @@ static PyObject *Receiver_stats(Receiver *r, PyObject *unused) {
     Py_XDECREF(mem);
     if (md == NULL)
         return NULL;
-    return Py_BuildValue("{s:L,s:N,s:N,s:N,s:n,s:n,s:N}", "datagrams", r->datagrams, "malformed",
+    return Py_BuildValue("{s:L,s:N,s:N,s:N,s:n,s:n,s:N,s:N}", "datagrams", r->datagrams, "malformed",
                          PyDict_Copy(r->malformed), "dropped", PyDict_Copy(r->dropped), "admission",
                          PyDict_Copy(r->admission), "jobs", (Py_ssize_t)r->slots.holders.n, "finished",
-                         (Py_ssize_t)r->finished.n, "memory", md);
+                         (Py_ssize_t)r->finished.n, "memory", md, "replies", PyDict_Copy(r->replies));
 }
 
 static PyMethodDef Receiver_methods[] = {
@@ -409,6 +430,8 @@ static int set_collect(Receiver *r, PyObject *v, void *c) {
 static PyObject *get_config(Receiver *r, void *c) { return Py_NewRef(r->config); }
 static PyObject *get_malformed(Receiver *r, void *c) { return Py_NewRef(r->malformed); }
 static PyObject *get_dropped(Receiver *r, void *c) { return Py_NewRef(r->dropped); }
+static PyObject *get_replies(Receiver *r, void *c) { return Py_NewRef(r->replies); }
+static PyObject *get_manifest_rate(Receiver *r, void *c) { return Py_NewRef(r->manifest_rate); }
 static PyObject *get_admission(Receiver *r, void *c) { return Py_NewRef(r->admission); }
 static PyObject *get_tokens(Receiver *r, void *c) { return Py_NewRef(r->tokens); }
 static PyObject *get_jobs_seen(Receiver *r, void *c) { return PyLong_FromLongLong(r->jobs_seen); }
@@ -431,6 +454,8 @@ static PyGetSetDef Receiver_getset[] = {
     {"datagrams", (getter)get_datagrams, NULL, "Datagrams received.", NULL},
     {"malformed", (getter)get_malformed, NULL, "collections.Counter of malformed datagrams by reason.", NULL},
     {"dropped", (getter)get_dropped, NULL, "collections.Counter of dropped datagrams by reason.", NULL},
+    {"replies", (getter)get_replies, NULL, "collections.Counter of request and reply bytes (REPLY_FACTOR).", NULL},
+    {"manifest_rate", (getter)get_manifest_rate, NULL, "The admission.SourceRate of manifest decoding.", NULL},
     {"admission", (getter)get_admission, NULL, "collections.Counter: retries, admitted, evictions, ...", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };

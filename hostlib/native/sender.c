@@ -614,8 +614,8 @@ static int check_complete(Sender *s, double now) {
     return 0;
 }
 
-static int cmp_u32(const void *a, const void *b) {
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? -1 : x > y;
 }
 
@@ -752,56 +752,67 @@ static int on_done(Sender *s, const AtpHeader *h, const uint8_t *payload, size_t
     uint32_t cm, ci;
     if (!carried(s, h->seq, &cm, &ci) || cm != FIN_MSG_ID || ci != 0)
         return reject(s, "done_unsent_seq");
+    /* wire.decode_done_payload: n ranges (first, end), non-empty, ascending, disjoint */
     if (len < 4)
         return reject(s, "malformed");
     uint32_t n = get32(payload);
-    if (len != 4 + 4 * (size_t)n)
+    if (len != 4 + 8 * (size_t)n)
         return reject(s, "malformed");
+    uint32_t prev_end = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t first = get32(payload + 4 + 8 * i), end = get32(payload + 8 + 8 * i);
+        if (!(prev_end <= first && first < end))
+            return reject(s, "malformed");
+        prev_end = end;
+    }
     if (s->done_cnt >= 0 && h->pkt_cnt != s->done_cnt)
         PyDict_Clear(s->done_parts);
     s->done_cnt = h->pkt_cnt;
-    PyObject *ids = PyList_New(n);
-    if (ids == NULL)
-        return -1;
-    for (uint32_t i = 0; i < n; i++) {
-        PyObject *v = PyLong_FromUnsignedLong(get32(payload + 4 + 4 * i));
-        if (v == NULL) {
-            Py_DECREF(ids);
-            return -1;
-        }
-        PyList_SET_ITEM(ids, i, v);
-    }
-    PyObject *key = PyLong_FromLong(h->pkt_idx);
-    int rc = key == NULL ? -1 : PyDict_SetItem(s->done_parts, key, ids);
+    PyObject *ranges = PyBytes_FromStringAndSize((const char *)payload + 4, (Py_ssize_t)(8 * (size_t)n));
+    PyObject *key = ranges == NULL ? NULL : PyLong_FromLong(h->pkt_idx);
+    int rc = key == NULL ? -1 : PyDict_SetItem(s->done_parts, key, ranges);
     Py_XDECREF(key);
-    Py_DECREF(ids);
+    Py_XDECREF(ranges);
     if (rc != 0)
         return -1;
     if (PyDict_GET_SIZE(s->done_parts) != s->done_cnt)
         return 0;
-    size_t total = 0;
+    /* every part's ranges, sorted, merged and clipped to the job's own ids: O(n + ranges) */
+    size_t nr = 0;
     Py_ssize_t pos = 0;
     PyObject *k, *v;
     while (PyDict_Next(s->done_parts, &pos, &k, &v))
-        total += (size_t)PyList_GET_SIZE(v);
-    uint32_t *all = malloc((total ? total : 1) * sizeof(uint32_t));
-    if (all == NULL) {
+        nr += (size_t)PyBytes_GET_SIZE(v) / 8;
+    uint64_t *rs = malloc((nr ? nr : 1) * sizeof(uint64_t)); /* first << 32 | end, sorted as (first, end) */
+    if (rs == NULL) {
         PyErr_NoMemory();
         return -1;
     }
     size_t m = 0;
     pos = 0;
-    while (PyDict_Next(s->done_parts, &pos, &k, &v))
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(v); i++) {
-            unsigned long id = PyLong_AsUnsignedLong(PyList_GET_ITEM(v, i));
-            if (id < s->nmsgs)
-                all[m++] = (uint32_t)id;
-        }
-    qsort(all, m, sizeof(uint32_t), cmp_u32);
+    while (PyDict_Next(s->done_parts, &pos, &k, &v)) {
+        const uint8_t *b = (const uint8_t *)PyBytes_AS_STRING(v);
+        for (Py_ssize_t i = 0; i < PyBytes_GET_SIZE(v) / 8; i++)
+            rs[m++] = (uint64_t)get32(b + 8 * i) << 32 | get32(b + 8 * i + 4);
+    }
+    qsort(rs, m, sizeof(uint64_t), cmp_u64);
+    uint32_t *all = malloc((s->nmsgs ? s->nmsgs : 1) * sizeof(uint32_t));
+    if (all == NULL) {
+        free(rs);
+        PyErr_NoMemory();
+        return -1;
+    }
     size_t u = 0;
-    for (size_t i = 0; i < m; i++)
-        if (u == 0 || all[u - 1] != all[i])
-            all[u++] = all[i];
+    for (size_t i = 0; i < m; i++) {
+        uint64_t first = rs[i] >> 32, end = rs[i] & 0xFFFFFFFFu;
+        if (u > 0 && first < (uint64_t)all[u - 1] + 1)
+            first = (uint64_t)all[u - 1] + 1;
+        if (end > s->nmsgs)
+            end = s->nmsgs;
+        for (uint64_t id = first; id < end; id++)
+            all[u++] = (uint32_t)id;
+    }
+    free(rs);
     rc = finish(s, now, 1, all, u);
     free(all);
     return rc;

@@ -229,8 +229,9 @@ static int setup_rate(Sender *s, PyObject *config) {
     RateCtl *rc = &s->rate;
     long long initial_window, max_window, reorder_threshold;
     double initial_rate, pacing_gain, initial_rtt_s, min_loss_timeout_s;
-    int has_initial_rate;
-    if (cfg_double(config, "max_rate_bps", &rc->max_rate_bps) || cfg_double(config, "gain", &rc->gain) ||
+    int has_initial_rate, has_max_rate;
+    if (cfg_opt_double(config, "max_rate_bps", &rc->max_rate_bps, &has_max_rate) ||
+        cfg_double(config, "gain", &rc->gain) ||
         cfg_opt_double(config, "initial_rate_bps", &initial_rate, &has_initial_rate) ||
         cfg_int(config, "loss_memory", &rc->loss_memory) || cfg_int(config, "loss_min_samples", &rc->min_samples) ||
         cfg_int(config, "initial_window", &initial_window) || cfg_int(config, "max_window", &max_window) ||
@@ -238,6 +239,8 @@ static int setup_rate(Sender *s, PyObject *config) {
         cfg_int(config, "reorder_threshold", &reorder_threshold) ||
         cfg_double(config, "min_loss_timeout_s", &min_loss_timeout_s))
         return -1;
+    if (!has_max_rate) /* no socket here to ask the link: the documented default (hostlib/link.py) */
+        rc->max_rate_bps = R.default_max_rate_bps;
     long long wire_max = s->packet_size + s->overhead;
     rc->packet_bits = (double)(wire_max * 8);
     rc->adaptive = s->adaptive;
