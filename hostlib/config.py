@@ -106,8 +106,9 @@ class AtpConfig:
 
     surplus: bool = True
     """``adaptive``: once the messages on their way cover a group's MSR, send further messages as surplus (TLR 1.0:
-    the lowest queue of every NetApprox switch, so they use only spare capacity). Off: send nothing the MSR does
-    not need until losses make it need more (a receiver that grants never gets surplus beyond the first window)."""
+    the lowest queue of every NetApprox switch, so they use only spare capacity). Off (with the ``early``
+    completion): send nothing the MSR does not need until losses make it need more; a receiver that grants never
+    gets surplus beyond the first window either."""
 
     max_window: int = 1024
     """``adaptive``: most packets in flight."""

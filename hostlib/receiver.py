@@ -31,7 +31,6 @@ import array
 import bisect
 import collections
 import dataclasses
-import math
 from typing import Any
 
 from netapprox.hostlib import admission, control, events, wire
@@ -304,9 +303,8 @@ class _Job:
         need = sum(max(0, r - d) for r, d in zip(self.required, self.delivered_per_group))
         if need <= 0:
             return 0
-        by_count = math.ceil(need * self.data_packets / self.records) if self.records > self.data_packets > 0 \
-            else need
-        return max(by_count, math.ceil(max(0, self.need_bytes - self.payload) / max_payload))
+        by_count = -(-need * self.data_packets // self.records) if self.records > self.data_packets > 0 else need
+        return max(by_count, -(-max(0, self.need_bytes - self.payload) // max_payload))
 
     def sack_blocks(self) -> list[tuple[int, int]]:
         n = min(wire.MAX_SACK_BLOCKS, len(self.seq_firsts))
@@ -612,7 +610,8 @@ class AtpReceiver:
             self.replies["announce_bytes"] += wire.HEADER_LEN + h.length
 
     def _reply_within(self, job: _Job, datagram: bytes, what: str) -> None:
-        """Send a GRANT or a TRIM ACK if the job's reply room allows it, else count it in ``replies``."""
+        """Send an ACK, a GRANT or a TRIM ACK if the job's reply room allows it, else count it in ``replies``
+        (``ack_withheld``, ...: only tiny packets from an unvalidated address run out of room)."""
         if len(datagram) > self._reply_room(job):
             self.replies[f"{what}_withheld"] += 1
             return
@@ -676,9 +675,10 @@ class AtpReceiver:
         self._pending.remove(job)
         grant = self._grant_of(job)
         blocks = self._ack_blocks(job, (4 if grant is not None else 0) + (wire.TOKEN_LEN if job.token else 0))
-        self._reply(job, wire.encode_ack(flags=wire.Flags.ECE if ce else 0, queue=h.queue, job_id=h.job_id,
-                                         msg_id=h.msg_id, group_id=h.group_id, pkt_idx=h.pkt_idx,
-                                         pkt_cnt=h.pkt_cnt, seq=h.seq, blocks=blocks, token=job.token, grant=grant))
+        self._reply_within(job, wire.encode_ack(flags=wire.Flags.ECE if ce else 0, queue=h.queue, job_id=h.job_id,
+                                                msg_id=h.msg_id, group_id=h.group_id, pkt_idx=h.pkt_idx,
+                                                pkt_cnt=h.pkt_cnt, seq=h.seq, blocks=blocks, token=job.token,
+                                                grant=grant), "ack")
 
     def _on_data(self, job: _Job, h: wire.Header, payload: bytes, now: float, ce: bool = False) -> None:
         m = job.manifest

@@ -189,6 +189,7 @@ class _Group:
         self.damaged = 0
         self.repairing = 0
         self.idle: list[tuple] = []  # heap of damaged messages that may be picked for repair
+        self.parked: list[int] = []  # messages held back as surplus (AtpSender._holds_surplus), until a loss
         self.packets_sent = 0
         self.retransmissions = 0
         self.report_seq = 0
@@ -248,8 +249,9 @@ class AtpSender:
         self._announce = self._announce_parts_for(job, config)
         if len(self._announce) > 0xFFFF:
             raise ConfigError("job announce too large: split the job or give groups contiguous message ids")
-        self._free_until = len(self._announce) + config.first_window
-        """Sequence numbers (offsets from the ISN) below this are the first window: sent without a grant."""
+        self._free_until = max(config.first_window, len(self._announce))
+        """Sequence numbers (offsets from the ISN) below this are the first window (the announce included): sent
+        before anything comes back, without a grant."""
         self._grant: int | None = None
         """Offset from the ISN below which the receiver lets this sender send (its latest grant); ``None`` while the
         receiver sends none (it does not schedule): the window alone decides."""
@@ -291,8 +293,9 @@ class AtpSender:
         fixed = config.mode in ("fixtlr", "base")
         self.groups: dict[int, _Group] = {g: _Group(g, job.msr_of(g), n, fixed)
                                           for g, n in sorted(job.group_sizes().items())}
-        for gid, g in old.items():  # what left stays counted
-            self.groups[gid].packets_sent, self.groups[gid].retransmissions = g.packets_sent, g.retransmissions
+        for gid, g in old.items():  # what left stays counted, and REPORT sequence numbers go on
+            new = self.groups[gid]
+            new.packets_sent, new.retransmissions, new.report_seq = g.packets_sent, g.retransmissions, g.report_seq
         self.messages: list[_Message] = [_Message(i, self.groups[m.group_id], m.data, mp, m.tags or job.tags)
                                          for i, m in enumerate(job.messages)]
         base = config.mode == "base"
@@ -356,13 +359,14 @@ class AtpSender:
             if nxt is None:
                 break
             msg_id, idx = nxt
-            if not self._may_send(msg_id):
+            if not self._window_open(msg_id):
                 break
             size = wire.HEADER_LEN + self._payload_len(msg_id, idx) + overhead
             if not self.bucket.can_send(size):
                 break
-            self.bucket.consume(size)
-            out.append((self._emit(msg_id, idx, now), self.peer))
+            datagram = self._emit(msg_id, idx, now)
+            self.bucket.consume(len(datagram) + overhead)  # a packed packet: all its bytes (the tokens may go below 0)
+            out.append((datagram, self.peer))
         return out
 
     def get_timer(self) -> float | None:
@@ -375,7 +379,7 @@ class AtpSender:
             if loss is not None:
                 times.append(loss)
             nxt = self._peek(None)
-            if nxt is not None and self._may_send(nxt[0]):
+            if nxt is not None and self._window_open(nxt[0]):
                 size = wire.HEADER_LEN + self._payload_len(*nxt) + self.config.overhead_bytes
                 times.append(self.bucket.ready_at(size, self.rate.rate_bps))
             return min(times)
@@ -383,9 +387,10 @@ class AtpSender:
             times = [self._fin_deadline]
             if self._fin_next is not None:
                 times.append(self._fin_next)
-            if self._control:
-                times.append(self.bucket.ready_at(wire.HEADER_LEN + self.config.overhead_bytes,
-                                                  self.rate.rate_bps))
+            nxt = self._peek(None)  # the FIN, or an echo of the token
+            if nxt is not None:
+                size = wire.HEADER_LEN + self._payload_len(*nxt) + self.config.overhead_bytes
+                times.append(self.bucket.ready_at(size, self.rate.rate_bps))
             return min(times)
         return None
 
@@ -520,13 +525,12 @@ class AtpSender:
             return False
         return self.window is None or len(self.recovery.in_flight) < self.window.window
 
-    def _may_send(self, msg_id: int) -> bool:
-        """Whether the packet the scheduler offers may leave now (pacing aside): the window or the grant allows it,
-        and, once the receiver schedules, it is not surplus (the receiver's downlink is for what some job needs)."""
-        if not self._window_open(msg_id):
-            return False
-        holds = not self.config.surplus or (self._grant is not None and not self._granted_first())
-        return not (holds and msg_id < len(self.messages) and self._starts_surplus(self.messages[msg_id]))
+    def _holds_surplus(self) -> bool:
+        """Whether surplus is held back rather than sent at TLR 1.0: with ``surplus`` off, and once the receiver
+        schedules this job beyond its first window (the receiver's downlink is for what some job needs); never with
+        the ``all_sent`` completion (every message goes)."""
+        return self.config.completion == "early" and (
+            not self.config.surplus or (self._grant is not None and not self._granted_first()))
 
     def _granted_first(self) -> bool:
         """The next sequence number is in the first window."""
@@ -585,6 +589,10 @@ class AtpSender:
                     self._plan_repairs(g)  # a damaged message smaller than this new one goes first
                     if g.repairing != before:
                         continue
+                if self._starts_surplus(m) and self._holds_surplus():
+                    self.scheduler.remove(msg_id)  # parked until a loss makes its group short again
+                    g.parked.append(msg_id)
+                    continue
                 return msg_id, m.next_new
             self.scheduler.remove(msg_id)
 
@@ -738,7 +746,7 @@ class AtpSender:
         self._token = token
         self.retries_received += 1
         self._reset_transfer()
-        self._free_until = ((self._seq - self._isn) & 0xFFFFFFFF) + len(self._announce) + self.config.first_window
+        self._free_until = ((self._seq - self._isn) & 0xFFFFFFFF) + max(self.config.first_window, len(self._announce))
         self._grant = None
         self._control = collections.deque((control.ANNOUNCE_MSG_ID, i) for i in range(len(self._announce)))
         self._epoch_end = now + self._epoch_length()
@@ -880,6 +888,11 @@ class AtpSender:
             m.lost_pkts = collections.deque()
         m.lost_pkts.append(idx)
         g = m.group
+        for mid in g.parked:  # the group may fall short: what was held back as surplus is offered again
+            p = self.messages[mid]
+            if p.state == ACTIVE and p.next_new < p.cnt:
+                self.scheduler.update(mid, remaining=p.remaining, repair=False, retries=p.retries)
+        g.parked.clear()
         if m.state == ACTIVE:
             m.state = DAMAGED
             g.active -= 1

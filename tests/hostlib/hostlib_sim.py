@@ -80,6 +80,23 @@ class Path:
         return out
 
 
+class TrimmingPath(Path):
+    """A path whose full queue trims approximate DATA packets instead of dropping them (NDP, CP): the header goes
+    on alone, TRIM set, payload cut (docs/wire-format.md); what it drops otherwise is dropped."""
+
+    def transit(self, data: bytes, now: float) -> list[tuple[float, bytes]]:
+        h, _ = wire.decode(data)
+        out = super().transit(data, now)
+        if out or h.type != wire.PacketType.DATA or not h.flags & wire.Flags.APPROX or h.msg_id >= control.FIN_MSG_ID:
+            return out
+        return [(now + self.delay, trim(h))]
+
+
+def trim(h: wire.Header) -> bytes:
+    """What a switch forwards of a DATA packet it trimmed."""
+    return wire.encode(dataclasses.replace(h, flags=h.flags | wire.Flags.TRIM, length=0))
+
+
 class Attacker(Protocol):
     """A third host on the network: it injects datagrams (from any source address it likes) straight into
     either endpoint, sees what the receiver sends to addresses other than the sender's, and may watch the

@@ -137,8 +137,11 @@ def test_an_unvalidated_job_holds_at_most_its_guarantee_and_is_sent_no_more_than
     for validate in (False, True):
         r2 = AtpReceiver(config=cfg)
         r2.receive_datagram(announce(2, [(0, 0.5, range(n))], n), SENDER_ADDR, 0.0)
-        if validate:
-            r2.jobs[2].validated, r2.jobs[2].token = True, None
+        token = token_of([wire.decode(d) for d, _ in r2.datagrams_to_send(0.0)])
+        if validate:  # the sender echoes the token its ACK carried
+            r2.receive_datagram(announce(2, [(0, 0.5, range(n))], n, token=token, seq=2000), SENDER_ADDR, 0.0)
+            r2.datagrams_to_send(0.0)
+        assert r2.jobs[2].validated == validate
         records = [(m, b"") for m in range(0, 200, 2)]
         h = wire.Header(flags=1, job_id=2, msg_id=0, seq=1, count=len(records))
         r2.receive_datagram(wire.encode(h, wire.encode_records(records)), SENDER_ADDR, 0.0)
@@ -152,12 +155,12 @@ def test_an_unvalidated_job_holds_at_most_its_guarantee_and_is_sent_no_more_than
                                                                    pkt_idx=0, pkt_cnt=1, seq=0, blocks=[],
                                                                    token=job.token), None)]])
     r.receive_datagram(announce(1, [(0, 0.5, range(n))], n, token=token, seq=500), SENDER_ADDR, 0.1)
-    assert job.validated
+    assert r.jobs[1].validated
     before = r.dropped["memory_budget"]
     for m in range(100, 130):
         r.receive_datagram(wire.encode(wire.Header(flags=1, job_id=1, msg_id=m, pkt_cnt=9, seq=m + 1), b"h" * 1300),
                            SENDER_ADDR, 0.1)
-    assert r.dropped["memory_budget"] == before and job.charged > r.memory.guarantee
+    assert r.dropped["memory_budget"] == before and r.jobs[1].charged > r.memory.guarantee
 
 
 def test_a_one_packet_job_takes_one_rtt_plus_its_serialization_on_an_idle_path():

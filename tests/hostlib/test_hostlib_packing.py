@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from netapprox.hostlib import control, wire
+from netapprox.hostlib import control, events, wire
 from netapprox.hostlib.config import AtpConfig, JobSpec, Message, Tags, pattern_bytes
 from netapprox.hostlib.receiver import AtpReceiver
 from hostlib_sim import SENDER_ADDR, Path, admit, messages_in, run_job
@@ -157,4 +157,6 @@ def test_a_packed_packet_that_does_not_fit_the_budget_is_dropped_whole():
     records = [(50 + i, b"h" * 1000) for i in range(50)] + [(i, b"h") for i in range(1, 11)]
     r.receive_datagram(wire.encode(h, wire.encode_records(records)), SENDER_ADDR, 0.0)  # 50 KB held (MSR 1)
     assert r.dropped["memory_budget"] == 1 and r.datagrams_to_send(0.0) == [] and r.memory.used == used
-    assert r.jobs[1].delivered.missing_ranges(100).tolist() == [0, 100]  # nothing taken from it
+    r.receive_datagram(wire.encode(wire.Header(job_id=1, msg_id=control.FIN_MSG_ID, seq=2)), SENDER_ADDR, 0.0)
+    (done,) = [e for e in iter(r.next_event, None) if isinstance(e, events.JobFinished)]
+    assert done.result.lost_ranges == ((0, 100),)  # nothing taken from it

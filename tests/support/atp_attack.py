@@ -2,8 +2,9 @@
 
     python -m support.atp_attack HOST PORT --seconds S [--sources K] [--fins R] [--huge R] [--manifests R]
 
-From ``K`` addresses (127.0.3.1, ...), each of which gets its jobs admitted the way a sender does (announce,
-RETRY, announce echoing the token), for ``S`` seconds or until SIGTERM:
+From ``K`` addresses (127.0.3.1, ...), each of which gets its jobs admitted and its address validated the way a
+sender does (announce; then the RETRY's token, or the token of the ACK that admitted it at once, echoed in an
+announce), for ``S`` seconds or until SIGTERM:
 
 - ``--fins R``: per address, one admitted job declaring the receiver's largest N that sends nothing but its
   FIN, then repeats that FIN ``R`` times per second (each repeat asks for the whole DONE again);
@@ -51,7 +52,7 @@ def failing_manifest(n: int = 1 << 16) -> bytes:
     even = array.array("I", range(0, 2 * n, 2))
     odd = array.array("I", range(1, 2 * n, 2))
     odd[-1] = even[-1]  # the overlap, at the end
-    head = struct.pack("!4sIIH", b"ATPJ", 2 * n, control.NO_VECTOR, 2)
+    head = struct.pack("!4sIIIH", b"ATPJ", 2 * n, control.NO_VECTOR, 0, 2)
     body = b""
     for gid, ids in ((0, even), (1, odd)):
         flat = array.array("I")
@@ -75,7 +76,7 @@ class Source:
         self.target = target
         self.sent = 0
         self.received = 0
-        self.pending: dict[int, bytes] = {}  # job id -> manifest chunk, waiting for a RETRY
+        self.pending: dict[int, bytes] = {}  # job id -> manifest chunk, waiting for a RETRY or a first ACK
         self.admitted: list[int] = []
 
     def send(self, data: bytes) -> None:
@@ -90,7 +91,8 @@ class Source:
         self.send(announce_parts(job_id, chunk, wire.NO_TOKEN)[0])
 
     def drain(self) -> list[tuple[int, bytes]]:
-        """Read replies; returns ``(job_id, token)`` of every RETRY."""
+        """Read replies; returns ``(job_id, token)`` of every RETRY, and of every ACK that admitted a pending
+        job without a token (echoing its token validates the address, as a sender does)."""
         retries = []
         while True:
             try:
@@ -102,8 +104,16 @@ class Source:
                 h, payload = wire.decode(data)
             except wire.MalformedPacket:
                 continue
-            if h.type == wire.PacketType.RETRY and h.job_id in self.pending:
+            if h.job_id not in self.pending:
+                continue
+            if h.type == wire.PacketType.RETRY:
                 retries.append((h.job_id, payload))
+            elif h.type == wire.PacketType.ACK and h.flags & wire.Flags.TOKEN:
+                try:
+                    token = wire.decode_ack(payload, h.flags)[2]
+                except wire.MalformedPacket:
+                    continue
+                retries.append((h.job_id, token))
 
 
 def run(target: tuple[str, int], *, seconds: float, sources: int, fins: float, huge: float,
@@ -139,7 +149,9 @@ def run(target: tuple[str, int], *, seconds: float, sources: int, fins: float, h
                     job_id += 1
                     s.open_job(job_id, failing)
                 for jid, token in s.drain():
-                    chunk = s.pending.pop(jid)
+                    chunk = s.pending.pop(jid, None)
+                    if chunk is None:  # a second ACK of the same drain
+                        continue
                     for part in announce_parts(jid, chunk, token):
                         s.send(part)
                     if chunk is failing:

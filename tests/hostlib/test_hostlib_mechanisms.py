@@ -1,0 +1,236 @@
+"""How a job starts and what the receiver does about its downlink (docs/hostlib.md, "How a job starts"): the first
+window of one bandwidth-delay product, receiver grants, trimmed packets, the first window below scheduled
+traffic. Endpoints in memory with a virtual clock, both cores."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from netapprox.hostlib import control, wire
+from netapprox.hostlib.config import DEFAULT_FIRST_WINDOW_MAX, AtpConfig, JobSpec
+from netapprox.hostlib.receiver import AtpReceiver
+from netapprox.hostlib.sender import AtpSender
+from hostlib_sim import RECEIVER_ADDR, SENDER_ADDR, Path, TrimmingPath, announce, run_job, trim
+from test_hostlib_transfer import assert_guarantee
+
+pytestmark = pytest.mark.usefixtures("cores")
+
+
+def data_headers(datagrams) -> list[wire.Header]:
+    return [h for h in (wire.decode(d)[0] for d, _ in datagrams) if h.msg_id not in control.CONTROL_MSG_IDS]
+
+
+def ack_for(h: wire.Header, *, blocks=(), grant=None, token=None, flags=0, ptype=wire.PacketType.ACK) -> bytes:
+    """The ACK (or GRANT) a receiver sends for ``h``, over a path no switch stamped (queue byte 0xFF)."""
+    return wire.encode_ack(flags=flags, queue=wire.QUEUE_UNSET, job_id=h.job_id, msg_id=h.msg_id, group_id=h.group_id,
+                           pkt_idx=h.pkt_idx, pkt_cnt=h.pkt_cnt, seq=h.seq, blocks=list(blocks), grant=grant,
+                           token=token, ptype=ptype)
+
+
+def drain(s, t0: float, t1: float) -> list[wire.Header]:
+    """Everything ``s`` sends from ``t0`` to ``t1`` with nothing arriving (following its timer)."""
+    out, now = [], t0
+    while now <= t1:
+        out += [wire.decode(d)[0] for d, _ in s.datagrams_to_send(now)]
+        t = s.get_timer()
+        now = max(now + 1e-7, t if t is not None else t1 + 1)
+    return out
+
+
+trimmed = trim  # what a switch forwards of a DATA packet it trimmed: the header alone, TRIM set
+
+
+# --- the first window --------------------------------------------------------------------------------------
+
+def test_the_first_window_is_one_bdp_sent_at_line_rate_before_anything_comes_back():
+    cfg = AtpConfig(max_rate_bps=10e9, initial_rtt_s=40e-6)
+    assert cfg.first_window == cfg.bdp_packets == 35  # 10 Gbit/s x 40 us in 1,442-byte packets
+    assert AtpConfig(max_rate_bps=10e9).first_window == DEFAULT_FIRST_WINDOW_MAX  # the 10 ms guess is not trusted
+    assert AtpConfig(initial_window=5).first_window == 5
+    job = JobSpec.uniform(1, messages=200, size=1368, msr=1.0)
+    s = AtpSender(job, config=cfg, peer=RECEIVER_ADDR, now=0.0)
+    now, sent = 0.0, []
+    while now < 1e-3:  # no answer ever comes (the loss timers wait 5 ms)
+        sent += [(now, wire.decode(d)[0]) for d, _ in s.datagrams_to_send(now)]
+        now = max(now + 1e-9, s.get_timer())
+    assert len(sent) == cfg.first_window and sent[0][1].msg_id == control.ANNOUNCE_MSG_ID  # the announce included
+    assert sent[-1][0] <= cfg.first_window * (wire.HEADER_LEN + 1368 + cfg.overhead_bytes) * 8 / 10e9  # line rate
+
+
+def test_losses_in_the_first_window_do_not_end_the_ramp():
+    """First windows of jobs that start together collide at their receiver: losing part of one cuts the window but
+    leaves it opening by one per acknowledgement; a loss of later packets ends the ramp."""
+    job = JobSpec.uniform(1, messages=400, size=1368, msr=1.0)
+    cfg = AtpConfig(max_rate_bps=100e6, initial_window=9, reorder_threshold=3)
+    s = AtpSender(job, config=cfg, peer=RECEIVER_ADDR, now=0.0)
+    sent = drain(s, 0.0, 0.004)
+    hello, first = sent[0], sent[1:]
+    assert len(first) == 8
+    s.receive_datagram(ack_for(hello), RECEIVER_ADDR, 0.005)
+    for h in first[2:]:  # the first two are lost, the rest arrive: reorder losses of first-window packets
+        s.receive_datagram(ack_for(h), RECEIVER_ADDR, 0.005)
+    assert s.recovery.packets_lost == 2 and s.window.cuts == 1 and s.window.slow_start
+    new = [h for h in drain(s, 0.005, 0.0058) if not h.flags & wire.Flags.RETX]
+    assert len(new) >= 6 and new[0].seq > first[-1].seq
+    for h in new[3:]:  # now packets past the first window are lost
+        s.receive_datagram(ack_for(h), RECEIVER_ADDR, 0.006)
+    assert s.recovery.packets_lost > 2 and s.window.cuts == 2 and not s.window.slow_start
+
+
+def test_the_first_window_may_go_below_scheduled_traffic():
+    """``first_window_low``: the first window's packets of an approximate group carry TLR 1.0 (the lowest queue of
+    every NetApprox switch, Aeolus); the later ones the group's TLR."""
+    job = JobSpec.uniform(1, messages=40, size=1368, msr=0.5)
+    record: list = []
+    run = run_job(job, AtpConfig(max_rate_bps=50e6, initial_window=4, first_window_low=True),
+                  forward=Path(record=record))
+    tlrs = [h.tlr for _, h in record if h.msg_id not in control.CONTROL_MSG_IDS]
+    assert tlrs[:3] == [wire.TLR_ONE] * 3 and wire.TLR_ONE not in tlrs[3:8]  # the announce and 3 packets
+    assert_guarantee(run, job)
+
+
+# --- receiver grants -------------------------------------------------------------------------------------------
+
+GRANTS = AtpConfig(receiver_grants=True, grant_window_packets=10, max_rate_bps=50e6)
+
+
+def data(job_id: int, msg_id: int, seq: int, size: int = 100, cnt: int = 1, idx: int = 0) -> bytes:
+    return wire.encode(wire.Header(flags=wire.Flags.APPROX, job_id=job_id, msg_id=msg_id, pkt_idx=idx, pkt_cnt=cnt,
+                                   seq=seq), b"d" * size)
+
+
+def answers(r) -> list[tuple[wire.Header, list, int | None, bytes | None]]:
+    out = []
+    for d, _ in r.datagrams_to_send(0.0):
+        h, payload = wire.decode(d)
+        if h.type in (wire.PacketType.ACK, wire.PacketType.GRANT):
+            out.append((h, *wire.decode_ack(payload, h.flags)))
+    return out
+
+
+def test_the_receiver_grants_its_window_to_the_job_with_least_left_to_its_msr():
+    """Two jobs: B needs 9 more messages, A 49; B, first, may have the whole window (10) in flight beyond what
+    arrived, A what B is not expected to need (1). Once B's MSR is met, A gets the window, in a GRANT."""
+    r = AtpReceiver(config=GRANTS)
+    r.receive_datagram(announce(1, [(0, 0.5, range(100))], 100, seq=100), SENDER_ADDR, 0.0)
+    peer_b = ("10.0.0.5", 4000)
+    r.receive_datagram(announce(2, [(0, 1.0, range(10))], 10, seq=500), peer_b, 0.0)
+    r.receive_datagram(data(1, 0, 101), SENDER_ADDR, 0.0)
+    r.receive_datagram(data(2, 0, 501), peer_b, 0.0)
+    grants = {h.job_id: grant for h, _, grant, _ in answers(r)}
+    assert grants == {1: 101 + 1 + 1, 2: 501 + 1 + 10}
+    for m in range(1, 10):
+        r.receive_datagram(data(2, m, 501 + m), peer_b, 0.0)
+    out = answers(r)
+    acks_b = [grant for h, _, grant, _ in out if h.job_id == 2]
+    assert acks_b and acks_b[-1] == 512  # B's MSR is met: no more than it already had
+    (grant_a,) = [(h, grant) for h, _, grant, _ in out if h.job_id == 1]
+    assert grant_a[0].type == wire.PacketType.GRANT and grant_a[0].seq == 101 and grant_a[1] == 101 + 1 + 10
+
+
+def test_a_granted_sender_sends_no_further_than_its_grant():
+    job = JobSpec.uniform(1, messages=100, size=1368, msr=1.0)
+    s = AtpSender(job, config=AtpConfig(max_rate_bps=1e9, initial_window=4), peer=RECEIVER_ADDR, now=0.0, isn=1000)
+    out = drain(s, 0.0, 0.0009)
+    assert [h.seq for h in out] == [1000, 1001, 1002, 1003]  # the first window: the announce and 3 packets
+    s.receive_datagram(ack_for(out[0], grant=1004), RECEIVER_ADDR, 0.001)
+    s.receive_datagram(ack_for(out[1], grant=1004), RECEIVER_ADDR, 0.001)
+    assert drain(s, 0.001, 0.0019) == []  # the window has room, the grant does not
+    s.receive_datagram(ack_for(out[2], grant=1007, ptype=wire.PacketType.GRANT), RECEIVER_ADDR, 0.002)
+    assert [h.seq for h in drain(s, 0.002, 0.0029)] == [1004, 1005, 1006]
+    s.receive_datagram(ack_for(out[2], grant=1005), RECEIVER_ADDR, 0.003)  # an older grant, reordered: ignored
+    s.receive_datagram(ack_for(out[3], grant=1009), RECEIVER_ADDR, 0.003)
+    assert [h.seq for h in drain(s, 0.003, 0.0039)] == [1007, 1008]
+
+
+def test_forged_or_broken_grants_are_rejected_and_counted():
+    job = JobSpec.uniform(1, messages=10, size=100, msr=1.0)
+    s = AtpSender(job, config=AtpConfig(max_rate_bps=1e9), peer=RECEIVER_ADDR, now=0.0, isn=1000)
+    out = [wire.decode(d)[0] for d, _ in s.datagrams_to_send(0.0)]
+    h = out[1]
+    s.receive_datagram(ack_for(h, grant=1000 + (1 << 31)), RECEIVER_ADDR, 0.0)  # far beyond anything sent
+    s.receive_datagram(ack_for(h, grant=999), RECEIVER_ADDR, 0.0)  # behind the first sequence number
+    broken = ack_for(h, ptype=wire.PacketType.GRANT)  # a GRANT without its grant field
+    s.receive_datagram(broken, RECEIVER_ADDR, 0.0)
+    s.receive_datagram(ack_for(h, grant=1003, ptype=wire.PacketType.GRANT)[:-1], RECEIVER_ADDR, 0.0)  # cut short
+    s.receive_datagram(ack_for(dataclasses.replace(h, seq=5000), grant=1003, ptype=wire.PacketType.GRANT),
+                       RECEIVER_ADDR, 0.0)  # echoes a sequence number never sent
+    assert s.rejected == {"grant_out_of_range": 2, "malformed": 2, "ack_unsent_seq": 1}
+
+
+@pytest.mark.parametrize("loss", [0.0, 0.1, 0.3])
+def test_with_receiver_grants_every_msr_is_met(loss):
+    job = JobSpec.uniform(7, messages=300, size=700, msr=0.8, groups=[(1, 1.0, 50)])
+    run = run_job(job, GRANTS, forward=Path(loss=loss, seed=3), reverse=Path(loss=loss / 2, seed=4))
+    assert_guarantee(run, job)
+
+
+def test_grants_are_replies_within_the_jobs_reply_room():
+    """A job that never validates its address gets GRANTs only within what came from its address."""
+    r = AtpReceiver(config=dataclasses.replace(GRANTS, grant_window_packets=50))
+    r.receive_datagram(announce(1, [(0, 1.0, range(5000))], 5000, seq=100), SENDER_ADDR, 0.0)
+    sent = 0
+    for k in range(200):
+        r.receive_datagram(data(1, k, 101 + k, size=1), SENDER_ADDR, 0.0)
+        sent += sum(len(d) for d, _ in r.datagrams_to_send(0.0))
+    job = r.jobs[1]
+    assert not job.validated and sent == job.tx_bytes <= job.rx_bytes
+
+
+# --- trimmed packets -------------------------------------------------------------------------------------------
+
+def test_a_trimmed_packet_is_answered_at_once_and_the_sender_resends_without_a_timer():
+    r = AtpReceiver(config=AtpConfig())
+    r.receive_datagram(announce(1, [(0, 0.5, range(10))], 10, seq=100), SENDER_ADDR, 0.0)
+    h = wire.decode(data(1, 3, 104))[0]
+    before = r.buffered
+    r.receive_datagram(trimmed(h), SENDER_ADDR, 0.0)
+    (ack,) = [a for a in answers(r) if a[0].seq == 104]
+    assert ack[0].flags & wire.Flags.TRIM and ack[0].msg_id == 3
+    assert r.stats()["trimmed"] == 1 and r.buffered == before and r.jobs[1].packets == 0
+    # at the sender: the trimmed packet is lost at once (found by "trim"), and goes again
+    job = JobSpec.uniform(1, messages=3, size=100, msr=1.0)
+    s = AtpSender(job, config=AtpConfig(max_rate_bps=1e9, pack_messages=False), peer=RECEIVER_ADDR, now=0.0)
+    out = drain(s, 0.0, 9e-5)
+    assert [h.msg_id for h in out] == [control.ANNOUNCE_MSG_ID, 0, 1, 2]
+    s.receive_datagram(ack_for(out[1], flags=wire.Flags.TRIM), RECEIVER_ADDR, 1e-4)
+    assert s.recovery.lost_by["trim"] == 1 and s.recovery.packets_lost == 1
+    again = drain(s, 1e-4, 2e-4)
+    assert [(h.msg_id, bool(h.flags & wire.Flags.RETX)) for h in again] == [(0, True)]
+
+
+def test_trimmed_headers_a_switch_cannot_have_made_are_rejected_and_counted():
+    r = AtpReceiver(config=AtpConfig())
+    r.receive_datagram(announce(1, [(0, 0.5, range(10))], 10, seq=100), SENDER_ADDR, 0.0)
+    h = wire.decode(data(1, 3, 104))[0]
+    r.receive_datagram(trimmed(dataclasses.replace(h, flags=0)), SENDER_ADDR, 0.0)  # exact data is never trimmed
+    r.receive_datagram(wire.encode(dataclasses.replace(h, flags=h.flags | wire.Flags.TRIM), b"x"), SENDER_ADDR, 0.0)
+    r.receive_datagram(trimmed(dataclasses.replace(h, msg_id=control.FIN_MSG_ID)), SENDER_ADDR, 0.0)
+    assert r.malformed == {"bad_trim": 3}
+    r.receive_datagram(data(1, 4, 105), SENDER_ADDR, 0.0)
+    r.receive_datagram(trimmed(wire.decode(data(1, 4, 105))[0]), SENDER_ADDR, 0.0)  # that packet came whole
+    r.receive_datagram(trimmed(dataclasses.replace(h, msg_id=50)), SENDER_ADDR, 0.0)  # not one of the job's ids
+    assert r.dropped == {"trim_of_received": 1, "msg_id_out_of_range": 1} and r.stats()["trimmed"] == 0
+
+
+def test_trim_acks_never_send_more_than_came_from_an_unvalidated_address():
+    r = AtpReceiver(config=AtpConfig())
+    r.receive_datagram(announce(1, [(0, 0.5, range(1000))], 1000, seq=100), SENDER_ADDR, 0.0)
+    r.datagrams_to_send(0.0)
+    for k in range(300):
+        r.receive_datagram(trimmed(wire.decode(data(1, k, 101 + k))[0]), SENDER_ADDR, 0.0)
+    r.datagrams_to_send(0.0)
+    job = r.jobs[1]
+    assert job.tx_bytes <= job.rx_bytes and r.replies["trim_ack_withheld"] > 0
+
+
+@pytest.mark.parametrize("msr", [0.5, 0.9])
+def test_over_a_trimming_queue_losses_are_found_by_trimming_and_the_msr_is_met(msr):
+    job = JobSpec.uniform(3, messages=400, size=1000, msr=msr)
+    run = run_job(job, AtpConfig(max_rate_bps=100e6, initial_window=64),
+                  forward=TrimmingPath(rate_bps=20e6, queue_packets=4, delay=0.0005),
+                  reverse=Path(delay=0.0005, seed=2))
+    assert_guarantee(run, job)
+    found = run.summary.losses_found_by
+    assert found["trim"] > 0 and found["tail"] == 0
