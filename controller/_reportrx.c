@@ -30,7 +30,7 @@
 #define MAX_BATCH 256
 #define DGRAM_MAX 2048
 #define SIGNED_LEN (ATP_REPORT_PAYLOAD_LEN + ATP_REPORT_MAC_LEN)
-#define MAC_INPUT_HEADER (ATP_OFF_RESERVED - ATP_OFF_JOB_ID) /* job_id .. weight */
+#define MAC_INPUT_HEADER (ATP_OFF_COUNT - ATP_OFF_JOB_ID) /* job_id .. weight */
 
 static PyThread_type_lock buffer_lock;
 
@@ -170,7 +170,7 @@ static PyObject *decode(const uint8_t *d, size_t n, const hmac_key *key, PyTypeO
         return reason_str("bad_report");
     const uint8_t *body = d + ATP_HEADER_LEN;
     if (key != NULL) {
-        /* the header from job_id to weight, the reserved byte as zero, then the body (wire._report_mac) */
+        /* the header from job_id to weight, the count byte as zero, then the body (wire._report_mac) */
         uint8_t input[MAC_INPUT_HEADER + 1 + ATP_REPORT_PAYLOAD_LEN], mac[32];
         if (h.length != SIGNED_LEN)
             return reason_str("bad_mac");

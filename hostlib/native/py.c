@@ -81,6 +81,15 @@ int cfg_int(PyObject *cfg, const char *name, long long *out) {
     return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
 }
 
+int cfg_bool(PyObject *cfg, const char *name, int *out) {
+    PyObject *v = PyObject_GetAttrString(cfg, name);
+    if (v == NULL)
+        return -1;
+    *out = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return *out < 0 ? -1 : 0;
+}
+
 int cfg_opt_double(PyObject *cfg, const char *name, double *out, int *present) {
     PyObject *v = PyObject_GetAttrString(cfg, name);
     if (v == NULL)

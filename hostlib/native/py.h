@@ -34,6 +34,8 @@ int counter_add(PyObject *counter, const char *key, Py_ssize_t n);
 /* Attribute readers (AtpConfig, JobSpec, ...): 0, or -1 with a Python error set. */
 int cfg_double(PyObject *cfg, const char *name, double *out);
 int cfg_int(PyObject *cfg, const char *name, long long *out);
+/* The attribute's truth value (0 or 1). */
+int cfg_bool(PyObject *cfg, const char *name, int *out);
 /* ``*present`` = the attribute is not None; ``*out`` its value then, 0.0 otherwise. */
 int cfg_opt_double(PyObject *cfg, const char *name, double *out, int *present);
 /* hostlib.config.ConfigError(printf-style message); returns -1. */

@@ -184,7 +184,7 @@ void window_on_ack(RateCtl *rc, int64_t seq) {
     rc->window = w < rc->cap ? w : rc->cap;
 }
 
-void window_on_loss(RateCtl *rc, const uint8_t *touched, const double *tlr, int64_t next_seq) {
+void window_on_loss(RateCtl *rc, const uint8_t *touched, const double *tlr, int64_t next_seq, int first) {
     if (rc->largest_acked < rc->recover_until)
         return;
     int have_worst = 0;
@@ -209,7 +209,7 @@ void window_on_loss(RateCtl *rc, const uint8_t *touched, const double *tlr, int6
     } else {
         return;
     }
-    rc->slow_start = 0;
+    rc->slow_start = rc->slow_start && first; /* first windows that collided do not end the ramp */
     rc->recover_until = next_seq;
     rc->cuts++;
 }

@@ -60,10 +60,11 @@ void rate_reset_epoch(RateCtl *rc);
 
 /* RateController.end_epoch with ``tlr`` by group index (the counts are read before rate_reset_epoch). */
 void ratectl_end_epoch(RateCtl *rc, const double *tlr, double rtt_s);
-/* WindowController.on_path, on_ack, on_loss (``touched``: group indexes with needed packets lost), end_epoch */
+/* WindowController.on_path, on_ack, on_loss (``touched``: group indexes with needed packets lost; ``first``: all
+ * of them in the first window), end_epoch */
 void window_on_path(RateCtl *rc, int queue, double rtt);
 void window_on_ack(RateCtl *rc, int64_t seq);
-void window_on_loss(RateCtl *rc, const uint8_t *touched, const double *tlr, int64_t next_seq);
+void window_on_loss(RateCtl *rc, const uint8_t *touched, const double *tlr, int64_t next_seq, int first);
 void window_end_epoch(RateCtl *rc, double duration_s);
 
 /* TokenBucket */

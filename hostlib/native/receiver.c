@@ -21,6 +21,8 @@ static int count_replies(Receiver *r, const char *what, long long n) {
 
 static inline int holds_slot(Job *job) { return !job->finished; }
 static inline int fits(Receiver *r, Job *job, long long n) {
+    if (!job->validated && job->charged + n > r->memory.guarantee)
+        return 0; /* an unvalidated job: its slot's guarantee at most, never the pool */
     return budget_fits(&r->memory, job->charged, holds_slot(job), n);
 }
 
@@ -89,16 +91,22 @@ static inline int reply(Receiver *r, Job *job, uint32_t len, uint8_t **p) {
     return reply_to(r, job->peer, job->peer_has_na ? &job->peer_na : NULL, &job->tx_bytes, len, p);
 }
 
-/* _send_done: the DONE parts a job's reply room (REPLY_FACTOR x ``rx`` - ``*tx``) allows, from part ``*next`` on
+/* _reply_room: bytes a job may still be sent, ``factor`` (REPLY_FACTOR, 1 while not validated) x what its sender
+ * sent */
+static inline int64_t room_of(long long factor, int64_t rx, int64_t tx) { return factor * rx - tx; }
+static inline long long factor_of(const Job *job) { return job->validated ? REPLY_FACTOR : 1; }
+static inline int64_t reply_room(const Job *job) { return room_of(factor_of(job), job->rx_bytes, job->tx_bytes); }
+
+/* _send_done: the DONE parts a job's reply room (``factor`` x ``rx`` - ``*tx``) allows, from part ``*next`` on
  * (then round again). The job's fields are passed, not the job: it may be forgotten by then. */
-static int send_done_to(Receiver *r, PyObject *peer, const NetAddr *na, int64_t rx, int64_t *tx, size_t *next,
-                        PyObject *done) {
+static int send_done_to(Receiver *r, PyObject *peer, const NetAddr *na, long long factor, int64_t rx, int64_t *tx,
+                        size_t *next, PyObject *done) {
     Py_ssize_t n = PyList_GET_SIZE(done);
     for (Py_ssize_t k = 0; k < n; k++) {
         Py_ssize_t i = ((Py_ssize_t)*next + k) % n;
         PyObject *d = PyList_GET_ITEM(done, i);
         uint32_t len = (uint32_t)PyBytes_GET_SIZE(d);
-        if ((int64_t)len > REPLY_FACTOR * rx - *tx) {
+        if ((int64_t)len > room_of(factor, rx, *tx)) {
             *next = (size_t)i;
             return count_replies(r, "done_deferred", n - k);
         }
@@ -114,8 +122,8 @@ static int send_done_to(Receiver *r, PyObject *peer, const NetAddr *na, int64_t 
 }
 
 static inline int send_done(Receiver *r, Job *job, PyObject *done) {
-    return send_done_to(r, job->peer, job->peer_has_na ? &job->peer_na : NULL, job->rx_bytes, &job->tx_bytes,
-                        &job->done_next, done);
+    return send_done_to(r, job->peer, job->peer_has_na ? &job->peer_na : NULL, factor_of(job), job->rx_bytes,
+                        &job->tx_bytes, &job->done_next, done);
 }
 
 /* ============================== jobs ============================== */
@@ -177,6 +185,7 @@ void job_free(Job *job) {
     Py_XDECREF(job->done_datagrams);
     Py_XDECREF(job->rejected);
     Py_XDECREF(job->coll);
+    Py_XDECREF(job->token);
     clear_partials(job, 0);
     clear_chunks(job, 0);
     free_manifest_arrays(job);
@@ -204,6 +213,7 @@ static Job *job_new(uint32_t job_id, PyObject *peer, const NetAddr *na, double n
     }
     job->first_at = job->last_at = job->slot.progress_at = now;
     job->announce_cnt = -1;
+    job->validated = 1;
     job->announce_parts = PyDict_New();
     job->held = PyDict_New();
     if (job->announce_parts == NULL || job->held == NULL || map_init(&job->partial) != 0 ||
@@ -293,6 +303,115 @@ static inline void bm_add(Job *job, uint32_t i) {
     c[(i >> 3) & (CHUNK_RAW - 1)] |= (uint8_t)(1 << (i & 7));
 }
 
+/* _Job.received_seq */
+static int received_seq(const Job *job, uint32_t seq) {
+    int lo = 0, hi = job->nseq;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (seq < job->seq_first[mid])
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo > 0 && job->seq_last[lo - 1] >= seq;
+}
+
+/* --- receiver grants --- */
+
+/* _Job.need_packets: packets still needed to meet every group's MSR */
+static long long need_packets(const Job *job, long long max_payload) {
+    long long need = 0;
+    for (size_t k = 0; k < job->ngroups; k++) {
+        long long d = job->groups[k].required - job->groups[k].delivered;
+        need += d > 0 ? d : 0;
+    }
+    if (need <= 0)
+        return 0;
+    long long by_count = need;
+    if (job->records > job->data_packets && job->data_packets > 0)
+        by_count = (need * job->data_packets + job->records - 1) / job->records;
+    long long bytes = job->need_bytes - job->payload;
+    long long by_bytes = bytes > 0 ? (bytes + max_payload - 1) / max_payload : 0;
+    return by_count > by_bytes ? by_count : by_bytes;
+}
+
+/* _arrived: packet ``h`` of ``job`` arrived (whole or trimmed) */
+static void arrived(Receiver *r, Job *job, const AtpHeader *h) {
+    if (!job->has_top || (uint32_t)(h->seq - job->top) < (1u << 31)) {
+        job->has_top = 1;
+        job->top = h->seq;
+        job->echo = *h;
+    }
+    if (r->granting && (job->alloc == 0 || need_packets(job, r->max_payload) < job->alloc))
+        r->grant_dirty = 1;
+}
+
+/* _grant_of: the grant an answer to ``job`` carries (1 and *out), or 0 when this receiver does not schedule */
+static int grant_of(Receiver *r, Job *job, uint32_t *out) {
+    if (!r->granting || !job->has_top)
+        return 0;
+    uint32_t g = job->top + 1 + (uint32_t)job->alloc;
+    if (!job->has_grant || (uint32_t)(g - job->grant) < (1u << 31)) {
+        job->grant = g;
+        job->has_grant = 1;
+    }
+    *out = job->grant;
+    return 1;
+}
+
+/* _ack_blocks: how many of the job's SACK blocks its reply room allows in an ACK with ``extra`` bytes of fields */
+static int ack_blocks(Receiver *r, Job *job, long long extra, int *nb) {
+    *nb = job->nseq < ATP_MAX_SACK_BLOCKS ? job->nseq : ATP_MAX_SACK_BLOCKS;
+    int64_t spare = reply_room(job) - ATP_ACK_BASE_LEN - extra;
+    int64_t room = spare > 0 ? spare / 8 : 0;
+    if (*nb > room) { /* tiny DATA packets: fewer blocks, never an ACK larger than REPLY_FACTOR allows */
+        *nb = (int)room;
+        return count_replies(r, "sack_trimmed", 1);
+    }
+    return 0;
+}
+
+/* An ACK (``type`` PT_ACK) or GRANT echoing ``h`` into ``p``: ``nb`` SACK blocks of the job, then the grant and
+ * the token when given. */
+static void write_ack(uint8_t *p, uint8_t type, uint8_t flags, const AtpHeader *h, const Job *job, int nb,
+                      int has_grant, uint32_t grant, PyObject *token) {
+    uint16_t plen = (uint16_t)(2 + 8 * nb + (has_grant ? 4 : 0) + (token != NULL ? ATP_TOKEN_LEN : 0));
+    AtpHeader a = {.version = ATP_VERSION, .type = type,
+                   .flags = (uint8_t)(flags | (has_grant ? F_GRANT : 0) | (token != NULL ? F_TOKEN : 0)),
+                   .queue = h->queue, .job_id = h->job_id, .msg_id = h->msg_id, .group_id = h->group_id,
+                   .pkt_idx = h->pkt_idx, .pkt_cnt = h->pkt_cnt, .seq = h->seq, .deadline_us = ATP_NO_DEADLINE,
+                   .length = plen};
+    atp_encode(p, &a);
+    uint8_t *q = p + ATP_HEADER_LEN;
+    put16(q, (uint16_t)nb);
+    q += 2;
+    for (int k = 0; k < nb; k++, q += 8) {
+        put32(q, job->seq_first[job->nseq - 1 - k]);
+        put32(q + 4, job->seq_last[job->nseq - 1 - k]);
+    }
+    if (has_grant) {
+        put32(q, grant);
+        q += 4;
+    }
+    if (token != NULL)
+        memcpy(q, PyBytes_AS_STRING(token), ATP_TOKEN_LEN);
+}
+
+static inline uint32_t ack_len(int nb, int has_grant, PyObject *token) {
+    return ATP_HEADER_LEN + 2 + 8 * (uint32_t)nb + (has_grant ? 4 : 0) + (token != NULL ? ATP_TOKEN_LEN : 0);
+}
+
+/* _reply_within: a GRANT or a TRIM ACK of ``len`` bytes, if the job's reply room allows it (1 with *p), else
+ * counted as ``what``_withheld (0); -1 on error */
+static int reply_within(Receiver *r, Job *job, uint32_t len, const char *what, uint8_t **p) {
+    if ((int64_t)len > reply_room(job)) {
+        char key[32];
+        snprintf(key, sizeof key, "%s_withheld", what);
+        return count_replies(r, key, 1) != 0 ? -1 : 0;
+    }
+    return reply(r, job, len, p);
+}
+
 /* --- ACKs (coalesced) --- */
 
 static int flush_ack(Receiver *r, Job *job) {
@@ -301,32 +420,20 @@ static int flush_ack(Receiver *r, Job *job) {
     job->pending = 0;
     job->pending_count = 0;
     ARRAY_REMOVE(&r->pending, job);
-    int nb = job->nseq < ATP_MAX_SACK_BLOCKS ? job->nseq : ATP_MAX_SACK_BLOCKS;
-    int64_t spare = REPLY_FACTOR * job->rx_bytes - job->tx_bytes - (ATP_HEADER_LEN + 2);
-    int64_t room = spare > 0 ? spare / 8 : 0;
-    if (nb > room) { /* tiny DATA packets: fewer blocks, never an ACK larger than REPLY_FACTOR allows */
-        if (count_replies(r, "sack_trimmed", 1) != 0)
-            return -1;
-        nb = (int)room;
-    }
+    uint32_t grant = 0;
+    int has_grant = grant_of(r, job, &grant), nb;
+    if (ack_blocks(r, job, (has_grant ? 4 : 0) + (job->token != NULL ? ATP_TOKEN_LEN : 0), &nb) != 0)
+        return -1;
     uint8_t *p;
-    int ok = reply(r, job, ATP_HEADER_LEN + 2 + 8 * (uint32_t)nb, &p);
+    int ok = reply_within(r, job, ack_len(nb, has_grant, job->token), "ack", &p);
     if (ok <= 0)
         return ok;
-    AtpHeader a = {.version = ATP_VERSION, .type = PT_ACK, .flags = ce ? F_ECE : 0, .queue = h->queue,
-                   .job_id = h->job_id, .msg_id = h->msg_id, .group_id = h->group_id, .pkt_idx = h->pkt_idx,
-                   .pkt_cnt = h->pkt_cnt, .seq = h->seq, .deadline_us = ATP_NO_DEADLINE,
-                   .length = (uint16_t)(2 + 8 * nb)};
-    atp_encode(p, &a);
-    put16(p + ATP_HEADER_LEN, (uint16_t)nb);
-    for (int k = 0; k < nb; k++) {
-        put32(p + ATP_HEADER_LEN + 2 + 8 * k, job->seq_first[job->nseq - 1 - k]);
-        put32(p + ATP_HEADER_LEN + 6 + 8 * k, job->seq_last[job->nseq - 1 - k]);
-    }
+    write_ack(p, PT_ACK, ce ? F_ECE : 0, h, job, nb, has_grant, grant, job->token);
     return 0;
 }
 
 static int send_ack(Receiver *r, Job *job, const AtpHeader *h, int ce) {
+    arrived(r, job, h);
     if (job->pending && (job->pending_h.queue != h->queue || job->pending_ce != ce) && flush_ack(r, job) != 0)
         return -1;
     if (!job->pending) {
@@ -342,7 +449,70 @@ static int send_ack(Receiver *r, Job *job, const AtpHeader *h, int ce) {
     return 0;
 }
 
+/* _send_grant: a GRANT to a job given more than before that has no ACK waiting */
+static int send_grant(Receiver *r, Job *job) {
+    int had = job->has_grant;
+    uint32_t before = job->grant, grant;
+    if (!grant_of(r, job, &grant) || (had && grant == before))
+        return 0;
+    uint8_t *p;
+    int ok = reply_within(r, job, ack_len(0, 1, NULL), "grant", &p);
+    if (ok <= 0)
+        return ok;
+    write_ack(p, PT_GRANT, 0, &job->echo, job, 0, 1, grant, NULL);
+    return 0;
+}
+
+typedef struct {
+    Job *job;
+    long long need;
+} Planned;
+
+static int planned_cmp(const void *a, const void *b) {
+    const Planned *x = a, *y = b;
+    if (x->need != y->need)
+        return x->need < y->need ? -1 : 1;
+    if (x->job->first_at != y->job->first_at)
+        return x->job->first_at < y->job->first_at ? -1 : 1;
+    return x->job->job_id < y->job->job_id ? -1 : x->job->job_id > y->job->job_id;
+}
+
+/* _schedule: share grant_budget packets in flight over the jobs, least data left to their MSR first */
+static int schedule(Receiver *r) {
+    r->grant_dirty = 0;
+    Planned *plan = malloc((r->jobs.n ? r->jobs.n : 1) * sizeof(Planned));
+    if (plan == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < r->jobs.n; i++) {
+        Job *j = r->jobs.v[i];
+        if (!j->finished && j->manifest != NULL)
+            plan[n++] = (Planned){j, need_packets(j, r->max_payload)};
+    }
+    qsort(plan, n, sizeof(Planned), planned_cmp);
+    long long budget = r->grant_budget, left = budget;
+    int first = 1, rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        Job *j = plan[i].job;
+        long long need = plan[i].need;
+        long long a = need == 0 ? 0 : first ? budget : (left < need ? left : need);
+        first = first && need == 0;
+        left = left - need > 0 ? left - need : 0;
+        if (a > j->alloc && !j->pending && j->has_top) {
+            j->alloc = a;
+            rc = send_grant(r, j);
+        }
+        j->alloc = a;
+    }
+    free(plan);
+    return rc;
+}
+
 int receiver_flush_acks(Receiver *r) {
+    if (r->grant_dirty && schedule(r) != 0)
+        return -1;
     while (r->pending.n)
         if (flush_ack(r, r->pending.v[0]) != 0)
             return -1;
@@ -472,9 +642,13 @@ static int duplicate(Receiver *r, Job *job, const AtpHeader *h, int ce) {
     return send_ack(r, job, h, ce);
 }
 
+static int on_packed(Receiver *r, Job *job, const AtpHeader *h, const uint8_t *payload, double now, int ce);
+
 static int on_data(Receiver *r, Job *job, const AtpHeader *h, const uint8_t *payload, double now, int ce) {
     if (job->manifest == NULL)
         return drop(r, "before_announce");
+    if (h->count > 1)
+        return on_packed(r, job, h, payload, now, ce);
     uint32_t msg_id = h->msg_id;
     if (msg_id >= job->total)
         return drop(r, "msg_id_out_of_range");
@@ -484,6 +658,8 @@ static int on_data(Receiver *r, Job *job, const AtpHeader *h, const uint8_t *pay
     if (k < 0 || job->groups[k].group_id != h->group_id)
         return malformed(r, "inconsistent_message");
     job->packets++;
+    job->data_packets++;
+    job->records++;
     if (bm_has(job, msg_id))
         return duplicate(r, job, h, ce);
     Partial *part = (Partial *)map_get(&job->partial, msg_id);
@@ -503,6 +679,7 @@ static int on_data(Receiver *r, Job *job, const AtpHeader *h, const uint8_t *pay
         return drop(r, "memory_budget");
     charge(r, job, cost);
     r->buffered += n;
+    job->payload += n;
     job->slot.progressed = 1;
     job->slot.progress_at = now;
     note_seq(job, h->seq);
@@ -567,6 +744,132 @@ static int on_data(Receiver *r, Job *job, const AtpHeader *h, const uint8_t *pay
     int rc = complete(r, job, msg_id, k, data, nbytes);
     Py_DECREF(data);
     return rc;
+}
+
+/* A packed message: its record in the payload. */
+typedef struct {
+    uint32_t msg_id;
+    uint16_t len;
+    int k; /* its group's index */
+    const uint8_t *data;
+} Record;
+
+/* wire.decode_records: the ``count`` records filling the payload, the first one the header's msg_id, no id twice;
+ * the number of records, or -1 (bad_pack). */
+static int decode_records(const AtpHeader *h, const uint8_t *p, Record *out) {
+    size_t off = 0, end = h->length;
+    int n = 0;
+    while (off < end) {
+        if (off + ATP_RECORD_HEADER_LEN > end || n == h->count)
+            return -1;
+        out[n].msg_id = get32(p + off);
+        out[n].len = get16(p + off + 4);
+        off += ATP_RECORD_HEADER_LEN;
+        if (off + out[n].len > end)
+            return -1;
+        out[n].data = p + off;
+        off += out[n].len;
+        n++;
+    }
+    if (n == 0 || n != h->count || out[0].msg_id != h->msg_id)
+        return -1;
+    for (int i = 1; i < n; i++)
+        for (int j = 0; j < i; j++)
+            if (out[i].msg_id == out[j].msg_id)
+                return -1;
+    return n;
+}
+
+/* _on_packed: ``count`` whole one-packet messages of the header's group, kept all or none */
+static int on_packed(Receiver *r, Job *job, const AtpHeader *h, const uint8_t *payload, double now, int ce) {
+    Record rec[ATP_MAX_PACKED];
+    int n = decode_records(h, payload, rec);
+    if (n < 0)
+        return malformed(r, "bad_pack");
+    for (int i = 0; i < n; i++) {
+        if (rec[i].msg_id >= job->total)
+            return drop(r, "msg_id_out_of_range");
+        int k = index_find(job, rec[i].msg_id);
+        if (k < 0 || job->groups[k].group_id != h->group_id || map_get(&job->partial, rec[i].msg_id) != 0)
+            return malformed(r, "inconsistent_message");
+        rec[i].k = k;
+    }
+    job->packets++;
+    job->data_packets++;
+    job->records += n;
+    int fresh[ATP_MAX_PACKED], nf = 0;
+    uint32_t chunks[ATP_MAX_PACKED];
+    int nchunks = 0;
+    long long cost = 0, nbytes = 0;
+    for (int i = 0; i < n; i++) {
+        uint32_t id = rec[i].msg_id;
+        if (bm_has(job, id))
+            continue; /* this record came before */
+        fresh[nf++] = i;
+        cost += rec[i].len + PACKET_BYTES;
+        nbytes += rec[i].len;
+        if (bm_needs_chunk(job, id)) {
+            int seen = 0;
+            for (int c = 0; c < nchunks && !seen; c++)
+                seen = chunks[c] == id >> CHUNK_SHIFT;
+            if (!seen) {
+                chunks[nchunks++] = id >> CHUNK_SHIFT;
+                cost += CHUNK_BYTES;
+            }
+        }
+    }
+    if (nf == 0)
+        return duplicate(r, job, h, ce);
+    if (!fits(r, job, cost))
+        return drop(r, "memory_budget");
+    charge(r, job, cost);
+    r->buffered += nbytes;
+    job->payload += nbytes;
+    job->slot.progressed = 1;
+    job->slot.progress_at = now;
+    note_seq(job, h->seq);
+    if (send_ack(r, job, h, ce) != 0)
+        return -1;
+    for (int f = 0; f < nf; f++) {
+        const Record *x = &rec[fresh[f]];
+        if (bm_reserve(job, x->msg_id) != 0)
+            return -1;
+        PyObject *data = PyBytes_FromStringAndSize((const char *)x->data, x->len);
+        if (data == NULL)
+            return -1;
+        int rc = complete(r, job, x->msg_id, x->k, data, x->len);
+        Py_DECREF(data);
+        if (rc != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* _on_trimmed: a DATA packet a switch trimmed on the way: the sender learns at once (a TRIM ACK echoing it) */
+static int on_trimmed(Receiver *r, Job *job, const AtpHeader *h) {
+    if (job->manifest == NULL)
+        return drop(r, "before_announce");
+    if (h->msg_id >= job->total)
+        return drop(r, "msg_id_out_of_range");
+    if (received_seq(job, h->seq))
+        return drop(r, "trim_of_received"); /* that packet came whole: the header is forged or stale */
+    r->trimmed++;
+    job->trimmed++;
+    job->data_packets++;
+    job->records += h->count;
+    arrived(r, job, h);
+    if (job->pending && flush_ack(r, job) != 0)
+        return -1;
+    uint32_t grant = 0;
+    int has_grant = grant_of(r, job, &grant), nb;
+    if (ack_blocks(r, job, (has_grant ? 4 : 0) + (job->token != NULL ? ATP_TOKEN_LEN : 0), &nb) != 0)
+        return -1;
+    uint8_t *p;
+    int ok = reply_within(r, job, ack_len(nb, has_grant, job->token), "trim_ack", &p);
+    if (ok <= 0)
+        return ok;
+    write_ack(p, PT_ACK, F_TRIM, h, job, nb, has_grant, grant, job->token);
+    return 0;
 }
 
 /* ============================== freeing, finishing ============================== */
@@ -634,6 +937,7 @@ static int forget(Receiver *r, Job *job) {
     if (r->last_job == job)
         r->last_job = NULL;
     job_free(job);
+    r->grant_dirty = r->grant_dirty || r->granting;
     return 0;
 }
 
@@ -653,6 +957,8 @@ static int finish_record(Receiver *r, Job *job, double now) {
     budget_leave_slot(&r->memory, job->charged);
     job->finished = 1;
     job->finished_at = now;
+    job->alloc = 0;
+    r->grant_dirty = r->grant_dirty || r->granting;
     if (slots_remove(&r->slots, &job->slot) != 0)
         return -1;
     if (ARRAY_PUSH(&r->finished, job, 8) != 0)
@@ -684,8 +990,10 @@ static int reject_job(Receiver *r, Job *job, PyObject *reason, double now) {
 
 /* ============================== announce, admission ============================== */
 
+#define MANIFEST_HEAD_LEN 18 /* control.MANIFEST_HEAD_LEN: magic, total, vector_len, need_bytes, n_groups */
+
 static long long manifest_cost(const uint8_t *blob, Py_ssize_t len) {
-    long long n_groups = len >= 14 ? get16(blob + 12) : 0;
+    long long n_groups = len >= MANIFEST_HEAD_LEN ? get16(blob + MANIFEST_HEAD_LEN - 2) : 0;
     if (n_groups > len / 12)
         n_groups = len / 12;
     return MANIFEST_BYTES + MANIFEST_BYTES_PER_BYTE * len + MANIFEST_BYTES_PER_GROUP * n_groups;
@@ -748,6 +1056,11 @@ static int adopt_manifest(Job *job, PyObject *manifest) {
         mg->group_id = (uint16_t)gid;
         mg->msr = msr;
         mg->count = (uint32_t)count;
+        PyObject *req = PyObject_CallFunction(R.required_messages, "dL", msr, count);
+        if (req == NULL)
+            goto out;
+        mg->required = PyLong_AsLongLong(req);
+        Py_DECREF(req);
         mg->ordered = msr >= 1.0;
         PyObject *fa = PyObject_GetAttrString(g, "firsts"), *la = fa == NULL ? NULL : PyObject_GetAttrString(g, "lasts");
         Py_buffer f1 = {0}, l1 = {0};
@@ -803,6 +1116,10 @@ static int adopt_manifest(Job *job, PyObject *manifest) {
     memcpy(job->ix_first, bf.buf, job->nix * sizeof(uint32_t));
     memcpy(job->ix_last, bl.buf, job->nix * sizeof(uint32_t));
     memcpy(job->ix_group, bg.buf, job->nix * sizeof(uint16_t));
+    long long need_bytes;
+    if (cfg_int(manifest, "need_bytes", &need_bytes) != 0)
+        goto out;
+    job->need_bytes = need_bytes;
     Py_INCREF(manifest);
     job->manifest = manifest;
     Py_INCREF(vlen);
@@ -824,8 +1141,9 @@ out:
     return rc;
 }
 
+/* _on_announce; ``echo``: the part that carried the token back (acknowledged, not a duplicate) */
 static int on_announce(Receiver *r, Job *job, const AtpHeader *h, const uint8_t *chunk, Py_ssize_t clen,
-                       double now) {
+                       double now, int echo) {
     if (job->announce_cnt >= 0 && h->pkt_cnt != job->announce_cnt)
         return malformed(r, "inconsistent_announce");
     PyObject *key = PyLong_FromLong(h->pkt_idx);
@@ -838,6 +1156,10 @@ static int on_announce(Receiver *r, Job *job, const AtpHeader *h, const uint8_t 
     }
     if (job->manifest != NULL || have) {
         Py_DECREF(key);
+        if (echo) {
+            note_seq(job, h->seq);
+            return send_ack(r, job, h, 0);
+        }
         return duplicate(r, job, h, 0);
     }
     long long cost = clen + PACKET_BYTES;
@@ -940,6 +1262,7 @@ static int on_announce(Receiver *r, Job *job, const AtpHeader *h, const uint8_t 
     }
     rc = adopt_manifest(job, manifest);
     Py_DECREF(manifest);
+    r->grant_dirty = r->granting;
     return rc;
 }
 
@@ -974,7 +1297,83 @@ static int retry(Receiver *r, const AtpHeader *h, PyObject *addr, const NetAddr 
     return 0;
 }
 
-/* _on_new_announce: RETRY, admit, or drop; ``addr`` is the Python address (built by the caller) */
+/* _validated_source: ``source`` echoed a valid token now (at most max_jobs sources kept, the oldest dropped) */
+static int validated_source(Receiver *r, PyObject *source, double now) {
+    PyObject *t = PyFloat_FromDouble(now);
+    if (t == NULL)
+        return -1;
+    int have = PyDict_Contains(r->validated, source);
+    if (have < 0 || (have && PyDict_DelItem(r->validated, source) != 0) ||
+        PyDict_SetItem(r->validated, source, t) != 0) {
+        Py_DECREF(t);
+        return -1;
+    }
+    Py_DECREF(t);
+    while (PyDict_GET_SIZE(r->validated) > r->slots.max_jobs) {
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        PyDict_Next(r->validated, &pos, &k, &v);
+        if (PyDict_DelItem(r->validated, k) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* _validate: an unvalidated job's sender echoed ``token`` (16 bytes) */
+static int validate(Receiver *r, Job *job, const uint8_t *token, double now) {
+    PyObject *t = PyBytes_FromStringAndSize((const char *)token, ATP_TOKEN_LEN);
+    PyObject *bad = t == NULL ? NULL
+                  : PyObject_CallMethod(r->tokens, "check", "OkOd", t, (unsigned long)job->job_id, job->peer, now);
+    Py_XDECREF(t);
+    if (bad == NULL)
+        return -1;
+    if (bad != Py_None) {
+        const char *reason = PyUnicode_AsUTF8(bad);
+        int rc = reason == NULL ? -1 : drop(r, reason);
+        Py_DECREF(bad);
+        return rc;
+    }
+    Py_DECREF(bad);
+    job->validated = 1;
+    Py_CLEAR(job->token);
+    if (count_admission(r, "validated") != 0)
+        return -1;
+    return validated_source(r, job->slot.source, now);
+}
+
+/* _admits_without_token: 1 when a token-less announce is admitted at once, 0 when it gets a RETRY, -1 on error;
+ * notes every switch of admission_mode */
+static int admits_without_token(Receiver *r, const AtpHeader *h, PyObject *source, double now) {
+    double share = r->open_share;
+    if (r->accept_jobs != Py_None || share <= 0)
+        return 0;
+    int pressure = (double)r->slots.holders.n >= share * (double)r->slots.max_jobs ||
+                   (double)r->memory.used >= share * (double)r->memory.limit;
+    if (pressure != r->tokens_mode) {
+        r->tokens_mode = pressure;
+        if (count_admission(r, pressure ? "to_tokens" : "to_open") != 0)
+            return -1;
+    }
+    if (h->pkt_cnt > 1)
+        return 0;
+    if (pressure) {
+        PyObject *at = PyDict_GetItemWithError(r->validated, source);
+        if (at == NULL)
+            return PyErr_Occurred() ? -1 : 0;
+        return now - PyFloat_AS_DOUBLE(at) <= r->token_lifetime_s;
+    }
+    PyObject *held = PyDict_GetItemWithError(r->slots.per_source, source);
+    if (held == NULL && PyErr_Occurred())
+        return -1;
+    long long n = held == NULL ? 0 : PyLong_AsLongLong(held);
+    if (n == -1 && PyErr_Occurred())
+        return -1;
+    double fair = share * (double)r->slots.max_per_source;
+    return (double)n < (fair > 1.0 ? fair : 1.0);
+}
+
+/* _on_new_announce: admit (at once while not under pressure, else with a valid token), RETRY, or drop; ``addr`` is
+ * the Python address (built by the caller) */
 static int on_new_announce(Receiver *r, const AtpHeader *h, const uint8_t *payload, PyObject *addr,
                            const NetAddr *na, double now) {
     if (r->accept_jobs != Py_None) {
@@ -992,36 +1391,51 @@ static int on_new_announce(Receiver *r, const AtpHeader *h, const uint8_t *paylo
     SlotHolder *holder;
     int rc = slots_choose(&r->slots, source, now, &refusal, &holder, &why);
     Job *victim = (Job *)holder; /* a Job starts with its SlotHolder */
-    Py_DECREF(source);
-    if (rc != 0)
-        return -1;
-    if (refusal != NULL)
-        return drop(r, refusal);
+    if (rc != 0 || refusal != NULL) {
+        Py_DECREF(source);
+        return rc != 0 ? -1 : drop(r, refusal);
+    }
     int zero = 1;
     for (int i = 0; i < ATP_TOKEN_LEN; i++)
         if (payload[i])
             zero = 0;
-    if (zero)
-        return retry(r, h, addr, na, now);
-    PyObject *token = PyBytes_FromStringAndSize((const char *)payload, ATP_TOKEN_LEN);
-    PyObject *bad = token == NULL ? NULL
-                  : PyObject_CallMethod(r->tokens, "check", "OkOd", token, (unsigned long)h->job_id, addr, now);
-    Py_XDECREF(token);
-    if (bad == NULL)
-        return -1;
-    if (bad != Py_None) {
-        const char *reason = PyUnicode_AsUTF8(bad);
-        rc = reason == NULL || drop(r, reason) != 0 ? -1 : retry(r, h, addr, na, now);
+    int validated;
+    if (zero) {
+        int at_once = admits_without_token(r, h, source, now);
+        if (at_once <= 0) {
+            Py_DECREF(source);
+            return at_once < 0 ? -1 : retry(r, h, addr, na, now);
+        }
+        validated = 0;
+    } else {
+        PyObject *token = PyBytes_FromStringAndSize((const char *)payload, ATP_TOKEN_LEN);
+        PyObject *bad = token == NULL ? NULL
+                      : PyObject_CallMethod(r->tokens, "check", "OkOd", token, (unsigned long)h->job_id, addr, now);
+        Py_XDECREF(token);
+        if (bad == NULL) {
+            Py_DECREF(source);
+            return -1;
+        }
+        if (bad != Py_None) {
+            const char *reason = PyUnicode_AsUTF8(bad);
+            rc = reason == NULL || drop(r, reason) != 0 ? -1 : retry(r, h, addr, na, now);
+            Py_DECREF(bad);
+            Py_DECREF(source);
+            return rc;
+        }
         Py_DECREF(bad);
-        return rc;
+        validated = 1;
     }
-    Py_DECREF(bad);
     Job *job = job_new(h->job_id, addr, na, now);
-    if (job == NULL)
+    if (job == NULL) {
+        Py_DECREF(source);
         return -1;
+    }
+    job->validated = validated;
     int room = make_room(r, job, JOB_BYTES);
     if (room <= 0) {
         job_free(job);
+        Py_DECREF(source);
         return room < 0 ? -1 : drop(r, "memory_budget");
     }
     if (victim != NULL) {
@@ -1029,24 +1443,46 @@ static int on_new_announce(Receiver *r, const AtpHeader *h, const uint8_t *paylo
         snprintf(what, sizeof what, "evicted_%s", why);
         if (count_admission(r, what) != 0 || abandon(r, victim, why) != 0) {
             job_free(job);
+            Py_DECREF(source);
             return -1;
         }
     }
     if (ARRAY_PUSH(&r->jobs, job, 8) != 0) {
         job_free(job);
+        Py_DECREF(source);
         return -1;
     }
     r->last_job = job;
     job->rx_bytes = ATP_HEADER_LEN + h->length; /* the announce that admitted it */
-    if (count_replies(r, "request_bytes", job->rx_bytes) != 0)
+    if (count_replies(r, "request_bytes", job->rx_bytes) != 0) {
+        Py_DECREF(source);
         return -1;
+    }
     charge(r, job, JOB_BYTES);
-    if (slots_add(&r->slots, &job->slot) != 0)
+    if (slots_add(&r->slots, &job->slot) != 0) {
+        Py_DECREF(source);
         return -1;
+    }
     r->jobs_seen++;
-    if (count_admission(r, "admitted") != 0)
+    rc = count_admission(r, "admitted");
+    if (rc == 0 && validated) {
+        rc = validated_source(r, source, now);
+    } else if (rc == 0) {
+        rc = count_admission(r, "admitted_without_token");
+        if (rc == 0) {
+            job->token = PyObject_CallMethod(r->tokens, "mint", "kOd", (unsigned long)h->job_id, addr, now);
+            if (job->token == NULL)
+                rc = -1;
+            else if (!PyBytes_Check(job->token) || PyBytes_GET_SIZE(job->token) != ATP_TOKEN_LEN) {
+                PyErr_SetString(PyExc_RuntimeError, "TokenMinter.mint returned an unexpected token");
+                rc = -1;
+            }
+        }
+    }
+    Py_DECREF(source);
+    if (rc != 0)
         return -1;
-    return on_announce(r, job, h, payload + ANNOUNCE_PREFIX_LEN, h->length - ANNOUNCE_PREFIX_LEN, now);
+    return on_announce(r, job, h, payload + ANNOUNCE_PREFIX_LEN, h->length - ANNOUNCE_PREFIX_LEN, now, 0);
 }
 
 /* ============================== FIN, DONE ============================== */
@@ -1171,6 +1607,7 @@ static int on_fin(Receiver *r, Job *job, const AtpHeader *h, double now) {
     NetAddr na = job->peer_na;
     int has_na = job->peer_has_na;
     int64_t rx = job->rx_bytes, tx = job->tx_bytes;
+    long long factor = factor_of(job);
     size_t next = job->done_next;
     release(r, job);
     if (finish_record(r, job, now) != 0) {
@@ -1199,7 +1636,7 @@ static int on_fin(Receiver *r, Job *job, const AtpHeader *h, double now) {
     if (still != NULL)
         rc = send_done(r, job, done);
     else
-        rc = send_done_to(r, peer, has_na ? &na : NULL, rx, &tx, &next, done);
+        rc = send_done_to(r, peer, has_na ? &na : NULL, factor, rx, &tx, &next, done);
     Py_DECREF(peer);
     if (rc == 0) {
         Py_INCREF(result);
@@ -1229,6 +1666,9 @@ int receiver_receive(Receiver *r, const uint8_t *data, size_t len, PyObject *add
         return malformed(r, "not_data");
     if (h.job_id == 0)
         return malformed(r, "job_zero");
+    int trimmed = (h.flags & F_TRIM) != 0;
+    if (trimmed && (!(h.flags & F_APPROX) || h.length || h.msg_id >= FIN_MSG_ID))
+        return malformed(r, "bad_trim"); /* switches trim approximate data only, and leave just the header */
     Job *job = receiver_find_job(r, h.job_id);
     const uint8_t *payload = data + ATP_HEADER_LEN;
     if (job == NULL) {
@@ -1274,13 +1714,22 @@ int receiver_receive(Receiver *r, const uint8_t *data, size_t len, PyObject *add
         return send_done(r, job, job->done_datagrams);
     }
     job->last_at = now;
+    if (trimmed)
+        return on_trimmed(r, job, &h);
     if (h.msg_id == FIN_MSG_ID)
         return on_fin(r, job, &h, now);
     if (h.msg_id == ANNOUNCE_MSG_ID) {
         int ok = announce_chunk(r, &h, payload);
         if (ok <= 0)
             return ok;
-        return on_announce(r, job, &h, payload + ANNOUNCE_PREFIX_LEN, h.length - ANNOUNCE_PREFIX_LEN, now);
+        int zero = 1;
+        for (int i = 0; i < ATP_TOKEN_LEN; i++)
+            if (payload[i])
+                zero = 0;
+        int echo = !job->validated && !zero;
+        if (echo && validate(r, job, payload, now) != 0)
+            return -1;
+        return on_announce(r, job, &h, payload + ANNOUNCE_PREFIX_LEN, h.length - ANNOUNCE_PREFIX_LEN, now, echo);
     }
     return on_data(r, job, &h, payload, now, ce);
 }

@@ -48,6 +48,7 @@ typedef struct {
     int ordered;
     uint32_t ri, nxt; /* cursor (ordered groups) */
     int64_t delivered;
+    int64_t required; /* messages the MSR needs */
 } MGroup;
 
 /* _Job; starts with what the slot table reads (source, progressed, progress_at) */
@@ -85,6 +86,15 @@ typedef struct Job {
     long pending_count;
     int64_t rx_bytes, tx_bytes; /* bytes its sender sent us, reply bytes sent for it (REPLY_FACTOR) */
     size_t done_next;           /* the DONE part a repeated FIN resends first */
+    int validated;              /* 0 while a job admitted without a token waits for its sender to echo ``token`` */
+    PyObject *token;            /* that token (bytes), carried by every answer until then; NULL otherwise */
+    /* receiver grants: the newest sequence number that arrived (and its packet, which a GRANT echoes), the grant
+     * given, the packets the job may have in flight */
+    int has_top, has_grant;
+    uint32_t top, grant;
+    AtpHeader echo;
+    long long alloc;
+    int64_t data_packets, records, trimmed, need_bytes, payload; /* need_packets' inputs */
 } Job;
 
 typedef ARRAY(Job *) JobList;
@@ -106,7 +116,12 @@ typedef struct {
     long long out_charged;   /* what the outgoing datagrams hold (OUT_BYTES each on top of their length) */
     long long out_limit;     /* receiver.py's out_limit */
     long long max_messages, max_packets, max_payload, ack_every;
-    double linger_s, idle_timeout_s;
+    double linger_s, idle_timeout_s, token_lifetime_s, open_share;
+    int tokens_mode;          /* admission_mode: 0 "open", 1 "tokens" */
+    PyObject *validated;      /* dict: source -> when it echoed a valid token (insertion order = age) */
+    int granting, grant_dirty; /* AtpConfig.receiver_grants; the schedule must be recomputed */
+    long long grant_budget;   /* packets in flight towards this receiver over all the jobs it grants */
+    long long trimmed;        /* DATA packets that arrived trimmed */
     PyObject *admission_key; /* bytes or None */
     long long jobs_seen, buffered, datagrams;
     int collect;

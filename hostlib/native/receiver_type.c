@@ -16,6 +16,7 @@ static void Receiver_dealloc(Receiver *r) {
     Py_CLEAR(r->replies);
     Py_CLEAR(r->manifest_rate);
     Py_CLEAR(r->admission_key);
+    Py_CLEAR(r->validated);
     for (size_t i = 0; i < r->jobs.n; i++)
         job_free(r->jobs.v[i]);
     ARRAY_FREE(&r->jobs);
@@ -42,6 +43,7 @@ static int Receiver_traverse(Receiver *r, visitproc visit, void *arg) {
     Py_VISIT(r->manifest_rate);
     Py_VISIT(r->slots.per_source);
     Py_VISIT(r->collected);
+    Py_VISIT(r->validated);
     return events_traverse(&r->ev, visit, arg);
 }
 
@@ -112,7 +114,21 @@ static int Receiver_init(Receiver *r, PyObject *args, PyObject *kwds) {
         cfg_double(config, "finished_linger_s", &r->linger_s) ||
         cfg_double(config, "idle_timeout_s", &r->idle_timeout_s) ||
         cfg_double(config, "stall_timeout_s", &stall_s) || cfg_double(config, "token_lifetime_s", &lifetime) ||
-        cfg_double(config, "manifest_bytes_per_s", &manifest_rate))
+        cfg_double(config, "manifest_bytes_per_s", &manifest_rate) ||
+        cfg_double(config, "open_admission_share", &r->open_share) ||
+        cfg_bool(config, "receiver_grants", &r->granting))
+        return -1;
+    r->token_lifetime_s = lifetime;
+    r->tokens_mode = !(accept == Py_None && r->open_share > 0);
+    PyObject *gw = PyObject_GetAttrString(config, "grant_window_packets");
+    if (gw == NULL)
+        return -1;
+    int gw_none = gw == Py_None || PyObject_Not(gw) == 1; /* ``grant_window_packets or bdp_packets`` */
+    Py_DECREF(gw);
+    if (cfg_int(config, gw_none ? "bdp_packets" : "grant_window_packets", &r->grant_budget) != 0)
+        return -1;
+    r->validated = PyDict_New();
+    if (r->validated == NULL)
         return -1;
     PyObject *rx_module = PyImport_ImportModule("netapprox.hostlib.receiver");
     long long small = 0;
@@ -300,10 +316,11 @@ static PyObject *Receiver_stats(Receiver *r, PyObject *unused) {
     Py_XDECREF(mem);
     if (md == NULL)
         return NULL;
-    return Py_BuildValue("{s:L,s:N,s:N,s:N,s:n,s:n,s:N,s:N}", "datagrams", r->datagrams, "malformed",
+    return Py_BuildValue("{s:L,s:N,s:N,s:N,s:s,s:n,s:n,s:L,s:N,s:N}", "datagrams", r->datagrams, "malformed",
                          PyDict_Copy(r->malformed), "dropped", PyDict_Copy(r->dropped), "admission",
-                         PyDict_Copy(r->admission), "jobs", (Py_ssize_t)r->slots.holders.n, "finished",
-                         (Py_ssize_t)r->finished.n, "memory", md, "replies", PyDict_Copy(r->replies));
+                         PyDict_Copy(r->admission), "admission_mode", r->tokens_mode ? "tokens" : "open", "jobs",
+                         (Py_ssize_t)r->slots.holders.n, "finished", (Py_ssize_t)r->finished.n, "trimmed",
+                         r->trimmed, "memory", md, "replies", PyDict_Copy(r->replies));
 }
 
 static PyMethodDef Receiver_methods[] = {
@@ -338,12 +355,16 @@ static PyObject *job_view(Receiver *r, Job *job) {
         return NULL;
     }
     PyObject *kw = Py_BuildValue(
-        "{s:k,s:O,s:O,s:d,s:d,s:d,s:O,s:O,s:O,s:N,s:L,s:L,s:L,s:N,s:n}", "job_id", (unsigned long)job->job_id, "peer",
+        "{s:k,s:O,s:O,s:d,s:d,s:d,s:O,s:O,s:O,s:N,s:L,s:L,s:L,s:N,s:n,s:O,s:L,s:L,s:L,s:O}", "job_id",
+        (unsigned long)job->job_id,
+        "peer",
         job->peer, "source", job->slot.source, "first_at", job->first_at, "last_at", job->last_at, "progress_at",
         job->slot.progress_at, "progressed", job->slot.progressed ? Py_True : Py_False, "manifest",
         job->manifest ? job->manifest : Py_None, "rejected", job->rejected ? job->rejected : Py_None,
         "announce_parts", ann, "packets", (long long)job->packets, "duplicates", (long long)job->duplicates,
-        "charged", (long long)job->charged, "finished_at", finished_at, "partials", (Py_ssize_t)job->partial.len);
+        "charged", (long long)job->charged, "finished_at", finished_at, "partials", (Py_ssize_t)job->partial.len,
+        "validated", job->validated ? Py_True : Py_False, "alloc", job->alloc, "rx_bytes", (long long)job->rx_bytes,
+        "tx_bytes", (long long)job->tx_bytes, "token", job->token ? job->token : Py_None);
     if (kw == NULL)
         return NULL;
     PyObject *ns = PyObject_Call(R.SimpleNamespace, R.empty_tuple, kw);
@@ -437,6 +458,10 @@ static PyObject *get_tokens(Receiver *r, void *c) { return Py_NewRef(r->tokens);
 static PyObject *get_jobs_seen(Receiver *r, void *c) { return PyLong_FromLongLong(r->jobs_seen); }
 static PyObject *get_buffered(Receiver *r, void *c) { return PyLong_FromLongLong(r->buffered); }
 static PyObject *get_datagrams(Receiver *r, void *c) { return PyLong_FromLongLong(r->datagrams); }
+static PyObject *get_trimmed(Receiver *r, void *c) { return PyLong_FromLongLong(r->trimmed); }
+static PyObject *get_admission_mode(Receiver *r, void *c) {
+    return PyUnicode_FromString(r->tokens_mode ? "tokens" : "open");
+}
 
 static PyGetSetDef Receiver_getset[] = {
     {"config", (getter)get_config, NULL, "The AtpConfig.", NULL},
@@ -452,6 +477,9 @@ static PyGetSetDef Receiver_getset[] = {
     {"tokens", (getter)get_tokens, NULL, "The admission.TokenMinter.", NULL},
     {"buffered", (getter)get_buffered, NULL, "Payload bytes held for incomplete or not-yet-in-order messages.", NULL},
     {"datagrams", (getter)get_datagrams, NULL, "Datagrams received.", NULL},
+    {"trimmed", (getter)get_trimmed, NULL, "DATA packets that arrived trimmed.", NULL},
+    {"admission_mode", (getter)get_admission_mode, NULL,
+     "'open' (token-less announces admitted at once) or 'tokens' (they get a RETRY).", NULL},
     {"malformed", (getter)get_malformed, NULL, "collections.Counter of malformed datagrams by reason.", NULL},
     {"dropped", (getter)get_dropped, NULL, "collections.Counter of dropped datagrams by reason.", NULL},
     {"replies", (getter)get_replies, NULL, "collections.Counter of request and reply bytes (REPLY_FACTOR).", NULL},

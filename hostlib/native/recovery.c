@@ -114,8 +114,8 @@ static inline double time_threshold(const Recovery *r) {
     double x = r->srtt;
     if (r->latest_rtt > x)
         x = r->latest_rtt;
-    double t = K_TIME_THRESHOLD * x;
-    return t > 1e-3 ? t : 1e-3;
+    double t = K_TIME_THRESHOLD * x, floor = r->min_loss_timeout_s / 5;
+    return t > floor ? t : floor;
 }
 
 static void update_rtt(Recovery *r, double sample) {
@@ -180,10 +180,16 @@ static int account(Recovery *r) {
     return 0;
 }
 
-int recovery_on_ack(Recovery *r, uint32_t seq, const SackBlock *blocks, int nblocks, double now) {
+int recovery_on_ack(Recovery *r, uint32_t seq, const SackBlock *blocks, int nblocks, double now, int trimmed) {
     r->acked.n = r->late.n = r->lost.n = 0;
     int32_t k = pmap_find(&r->in_flight, seq);
-    if (k >= 0) {
+    if (trimmed) {
+        if (k >= 0) {
+            r->lost_trim++;
+            if (take(&r->in_flight, k, &r->lost) != 0)
+                return -1;
+        }
+    } else if (k >= 0) {
         update_rtt(r, now - r->in_flight.nodes.v[k].p.sent_time);
         if (take(&r->in_flight, k, &r->acked) != 0)
             return -1;

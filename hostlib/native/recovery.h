@@ -18,6 +18,9 @@ typedef struct {
     uint32_t seq, msg_id, pkt_idx, size;
     int32_t group_id; /* -1: None (a control packet, or one rate control does not count) */
     uint8_t retx;
+    uint8_t first;    /* sent in the job's first window (recovery.SentPacket.first) */
+    uint16_t more_n;  /* a packed packet: the other messages it carried (SentPacket.more), ... */
+    uint32_t more_off; /* ... at Sender.more_ids[more_off .. more_off + more_n) */
     double sent_time;
 } SentPkt;
 
@@ -38,7 +41,7 @@ typedef struct {
     long long reorder_threshold;
     PacketMap in_flight, declared_lost;
     int64_t packets_acked, packets_lost, late_acks;
-    int64_t lost_reorder, lost_time, lost_tail; /* LossRecovery.lost_by */
+    int64_t lost_reorder, lost_time, lost_tail, lost_trim; /* LossRecovery.lost_by */
     SentPkts acked, late, lost;                 /* what the last on_ack / detect_lost found */
     RateCtl *rate;                              /* the listener */
 } Recovery;
@@ -53,9 +56,9 @@ double recovery_tail_timeout(const Recovery *r);
 int recovery_loss_deadline(const Recovery *r, double *out);
 /* on_packet_sent: 0, or -1 with MemoryError set. */
 int recovery_on_sent(Recovery *r, const SentPkt *p);
-/* on_ack_received: r->acked holds the newly acknowledged packets, then the late ones; r->lost the newly lost.
- * 0, or -1 with MemoryError set. */
-int recovery_on_ack(Recovery *r, uint32_t seq, const SackBlock *blocks, int nblocks, double now);
+/* on_ack_received: r->acked holds the newly acknowledged packets, then the late ones; r->lost the newly lost
+ * (``trimmed``: packet ``seq`` first, lost). 0, or -1 with MemoryError set. */
+int recovery_on_ack(Recovery *r, uint32_t seq, const SackBlock *blocks, int nblocks, double now, int trimmed);
 /* detect_lost: r->lost. 0, or -1 with MemoryError set. */
 int recovery_detect_lost(Recovery *r, double now);
 

@@ -6,10 +6,10 @@
 static inline int sched_less(const SchedEntry *x, const SchedEntry *y) {
     if (x->a != y->a)
         return x->a < y->a;
-    if (x->r != y->r)
-        return x->r < y->r;
-    if (x->b != y->b)
-        return x->b < y->b;
+    if (x->x != y->x)
+        return x->x < y->x;
+    if (x->y != y->y)
+        return x->y < y->y;
     return x->msg_id < y->msg_id;
 }
 
@@ -33,21 +33,27 @@ void sched_free(Scheduler *s) {
 
 int sched_update(Scheduler *s, uint32_t msg_id, int64_t remaining, int repair, uint32_t retries) {
     uint8_t a;
-    int64_t b;
-    if (s->mrdf) {
-        a = s->repairs_last ? (uint8_t)repair : 0;
-        b = remaining;
+    int64_t x, y;
+    if (s->mrdf && !s->repairs_last) {
+        a = 0;
+        x = remaining;
+        y = retries;
+    } else if (s->mrdf) {
+        a = (uint8_t)repair;
+        x = retries;
+        y = remaining;
     } else {
         a = s->repairs_last ? (uint8_t)repair : (uint8_t)!repair;
-        b = 0;
+        x = retries;
+        y = 0;
     }
     SchedKey *k = &s->key[msg_id];
-    if (k->valid && k->a == a && k->r == retries && k->b == b)
+    if (k->valid && k->a == a && k->x == x && k->y == y)
         return 0;
     if (ARRAY_RESERVE(&s->heap, s->heap.n + 1, 16) != 0)
         return -1;
-    *k = (SchedKey){1, a, retries, b};
-    SchedEntry e = {a, retries, b, msg_id};
+    *k = (SchedKey){1, a, x, y};
+    SchedEntry e = {a, x, y, msg_id};
     HEAP_PUSH(s->heap.v, s->heap.n, e, sched_less);
     return 0;
 }
@@ -56,7 +62,7 @@ int64_t sched_peek(Scheduler *s) {
     while (s->heap.n) {
         SchedEntry *e = &s->heap.v[0];
         SchedKey *k = &s->key[e->msg_id];
-        if (k->valid && k->a == e->a && k->r == e->r && k->b == e->b)
+        if (k->valid && k->a == e->a && k->x == e->x && k->y == e->y)
             return e->msg_id;
         HEAP_POP(s->heap.v, s->heap.n, sched_less);
     }

@@ -8,18 +8,17 @@
 
 #include "buf.h"
 
-/* scheduling_key as (a, retries, b, msg_id): the four key shapes of scheduler.py in one order */
+/* scheduling_key as (a, x, y, msg_id): the four key shapes of scheduler.py in one order (MRDF: (0, remaining,
+ * retries) or, ``base``, (repair, retries, remaining); else (a, retries, 0)) */
 typedef struct {
     uint8_t a;
-    uint32_t r;
-    int64_t b;
+    int64_t x, y;
     uint32_t msg_id;
 } SchedEntry;
 
 typedef struct {
     uint8_t valid, a;
-    uint32_t r;
-    int64_t b;
+    int64_t x, y;
 } SchedKey;
 
 typedef struct {

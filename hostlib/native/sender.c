@@ -33,20 +33,66 @@ static int carried(Sender *s, uint32_t seq, uint32_t *msg_id, uint32_t *idx) {
 
 /* --- what to send next ----------------------------------------------------------------------------------- */
 
+static int plan_repairs(Sender *s, Group *g);
+
 double sender_epoch_length(const Sender *s) {
     if (s->has_epoch_s)
         return s->epoch_s;
     return s->min_epoch_s < s->recovery.srtt ? s->recovery.srtt : s->min_epoch_s;
 }
 
-/* _window_open: ``adaptive``: whether a data packet may leave now (control packets always may) */
+static inline int is_control(uint32_t msg_id) {
+    return msg_id == ANNOUNCE_MSG_ID || msg_id == FIN_MSG_ID || msg_id == ECHO_MSG_ID;
+}
+
+/* the offset of the next sequence number from the ISN */
+static inline uint32_t next_off(const Sender *s) { return s->seq - s->isn; }
+
+/* _granted_first: the next sequence number is in the first window */
+static inline int granted_first(const Sender *s) { return next_off(s) < s->free_until; }
+
+/* _granted: in the first window, or below the receiver's grant */
+static inline int granted(const Sender *s) {
+    uint32_t off = next_off(s);
+    return off < s->free_until || (int64_t)off < s->grant;
+}
+
+/* _window_open: whether a data packet may leave now (control packets always may): within the ``adaptive`` window,
+ * and below the receiver's grant when it sends grants (or in the first window, or as a probe) */
 static inline int window_open(Sender *s, uint32_t msg_id) {
-    return !s->adaptive || msg_id == ANNOUNCE_MSG_ID || msg_id == FIN_MSG_ID ||
-           (double)s->recovery.in_flight.len < s->rate.window;
+    if (is_control(msg_id))
+        return 1;
+    if (s->grant >= 0 && !(granted(s) || s->probe))
+        return 0;
+    return !s->adaptive || (double)s->recovery.in_flight.len < s->rate.window;
+}
+
+/* _surplus: ``adaptive``: the group (index gi) reaches its required count without the next new message (what is
+ * on its way discounted by the group's measured loss; repairs count only while nothing holds them back) */
+static int surplus_group(Sender *s, size_t gi) {
+    Group *g = &s->groups[gi];
+    double est = 0.0;
+    if (!rate_loss_estimate(&s->rate, gi, &est))
+        est = 0.0;
+    int64_t repairing = s->grant < 0 && s->surplus_on ? g->repairing : 0;
+    double on_the_way = (double)(g->started + repairing) * (1.0 - est);
+    return (double)g->delivered + on_the_way >= (double)g->required;
+}
+
+/* _starts_surplus: the next new packet of ``m`` would be surplus */
+static int starts_surplus(Sender *s, const Msg *m) {
+    if (!(m->state == M_ACTIVE && (m->next_new == 0 || m->surplus)))
+        return 0;
+    return s->adaptive && s->groups[m->group].approx && surplus_group(s, m->group);
+}
+
+/* _holds_surplus: surplus is held back (``surplus`` off, or scheduled beyond the first window; ``early`` only) */
+static inline int holds_surplus(const Sender *s) {
+    return s->completion_early && (!s->surplus_on || (s->grant >= 0 && !granted_first(s)));
 }
 
 static inline Py_ssize_t payload_len(Sender *s, uint32_t msg_id, uint32_t idx) {
-    if (msg_id == ANNOUNCE_MSG_ID)
+    if (msg_id == ANNOUNCE_MSG_ID || msg_id == ECHO_MSG_ID)
         return ANNOUNCE_PREFIX_LEN + PyBytes_GET_SIZE(s->announce[idx]);
     if (msg_id == FIN_MSG_ID)
         return 0;
@@ -62,8 +108,9 @@ static int ctl_append(Sender *s, uint32_t msg_id, uint32_t idx) {
     return RING_PUSH(&s->ctl, ((CtlItem){msg_id, idx}), 8);
 }
 
-/* _peek: the next (msg_id, idx) to send; 0 when there is none. */
-static int peek(Sender *s, uint32_t *msg_id, uint32_t *idx) {
+/* _peek: the next (msg_id, idx) to send: 1, or 0 when there is none, -1 on error. ``plan`` (_peek(now) rather than
+ * _peek(None)): a damaged message smaller than the next new one is repaired first (adaptive, MRDF). */
+static int peek(Sender *s, int plan, uint32_t *msg_id, uint32_t *idx) {
     while (!RING_EMPTY(&s->ctl)) {
         CtlItem c = RING_FRONT(&s->ctl);
         if (c.msg_id == ANNOUNCE_MSG_ID && s->announce_acked[c.idx]) {
@@ -91,6 +138,20 @@ static int peek(Sender *s, uint32_t *msg_id, uint32_t *idx) {
             }
         }
         if ((m->state == M_ACTIVE || m->state == M_REPAIRING) && m->next_new < m->cnt) {
+            Group *g = &s->groups[m->group];
+            if (plan && m->state == M_ACTIVE && m->next_new == 0 && g->idle.n && s->adaptive && s->sched.mrdf) {
+                int64_t before = g->repairing;
+                if (plan_repairs(s, g) != 0)
+                    return -1;
+                if (g->repairing != before)
+                    continue;
+            }
+            if (starts_surplus(s, m) && holds_surplus(s)) { /* parked until a loss makes its group short again */
+                sched_remove(&s->sched, (uint32_t)id);
+                if (ARRAY_PUSH(&g->parked, (uint32_t)id, 16) != 0)
+                    return -1;
+                continue;
+            }
             *msg_id = (uint32_t)id;
             *idx = m->next_new;
             return 1;
@@ -105,7 +166,7 @@ static int announce_datagram(Sender *s, uint32_t idx, uint32_t seq, uint8_t *out
     Py_ssize_t clen = PyBytes_GET_SIZE(chunk);
     AtpHeader h = {.version = ATP_VERSION, .type = PT_DATA, .queue = ATP_QUEUE_UNSET, .job_id = (uint32_t)s->job_id,
                    .msg_id = ANNOUNCE_MSG_ID, .pkt_idx = (uint16_t)idx, .pkt_cnt = (uint16_t)s->nannounce, .seq = seq,
-                   .deadline_us = ATP_NO_DEADLINE, .length = (uint16_t)(ANNOUNCE_PREFIX_LEN + clen)};
+                   .deadline_us = ATP_NO_DEADLINE, .count = 1, .length = (uint16_t)(ANNOUNCE_PREFIX_LEN + clen)};
     atp_encode(out, &h);
     uint8_t *p = out + ATP_HEADER_LEN;
     if (s->admission_key == Py_None) {
@@ -142,31 +203,73 @@ static int announce_datagram(Sender *s, uint32_t idx, uint32_t seq, uint8_t *out
     return rc;
 }
 
-/* _surplus: ``adaptive``: the group (index gi) reaches its required count without the next new message (what is
- * on its way discounted by the group's measured loss) */
-static int surplus_message(Sender *s, size_t gi) {
-    Group *g = &s->groups[gi];
-    double est = 0.0;
-    if (!rate_loss_estimate(&s->rate, gi, &est))
-        est = 0.0;
-    double on_the_way = (double)(g->started + g->repairing) * (1.0 - est);
-    return (double)g->delivered + on_the_way >= (double)g->required;
+/* _take: packet ``idx`` of message ``id`` leaves now: whether it is a retransmission, whether it is surplus
+ * (decided when a message starts) */
+static void take(Sender *s, uint32_t id, uint32_t idx, int *retx, int *surplus) {
+    Msg *m = &s->msgs[id];
+    Group *g = &s->groups[m->group];
+    uint8_t *ps = &s->pkt_state[m->pkt_base + idx];
+    *retx = *ps != P_UNSENT;
+    *surplus = 0;
+    if (*retx) {
+        RING_POP(&m->lost);
+    } else {
+        if (m->state == M_ACTIVE && (m->next_new == 0 || m->surplus)) {
+            *surplus = starts_surplus(s, m);
+            if (!*surplus)
+                g->started++; /* the message is needed from now on */
+            m->surplus = (uint8_t)*surplus;
+        }
+        m->next_new++;
+        if (m->next_new == m->cnt)
+            s->unsent_open--;
+    }
+    *ps = P_IN_FLIGHT;
+    g->packets_sent++;
+    if (*surplus)
+        s->packets_surplus++;
 }
 
-/* _emit: writes the datagram of (msg_id, idx) into ``out`` (HEADER_LEN + payload_len bytes). */
-static int emit(Sender *s, uint32_t msg_id, uint32_t idx, double now, uint8_t *out) {
+static inline int same_tags(const Msg *a, const Msg *b) {
+    if (a->tagged != b->tagged)
+        return 0;
+    if (!a->tagged)
+        return 1;
+    return a->priority == b->priority && a->weight == b->weight && a->has_deadline == b->has_deadline &&
+           (!a->has_deadline || a->deadline_s == b->deadline_s);
+}
+
+/* _emit: writes the datagram of (msg_id, idx) into s->scratch; its length in *len. With packing, the messages the
+ * scheduler serves next go into the same packet as records (_pack). */
+static int emit(Sender *s, uint32_t msg_id, uint32_t idx, double now, size_t *len) {
+    uint8_t *out = s->scratch;
     uint32_t seq;
+    if (msg_id == ECHO_MSG_ID) { /* announce part 0 again, with the token (its ACK validates like any announce's) */
+        RING_POP(&s->ctl);
+        if (next_seq(s, ANNOUNCE_MSG_ID, 0, &seq) != 0)
+            return -1;
+        s->packets_sent++;
+        SentPkt p = {.seq = seq, .msg_id = ANNOUNCE_MSG_ID, .pkt_idx = 0,
+                     .size = (uint32_t)payload_len(s, ANNOUNCE_MSG_ID, 0), .group_id = -1, .sent_time = now};
+        if (recovery_on_sent(&s->recovery, &p) != 0)
+            return -1;
+        *len = (size_t)(ATP_HEADER_LEN + p.size);
+        return announce_datagram(s, 0, seq, out);
+    }
     if (next_seq(s, msg_id, idx, &seq) != 0)
         return -1;
     s->packets_sent++;
     AtpHeader h = {.version = ATP_VERSION, .type = PT_DATA, .queue = ATP_QUEUE_UNSET, .job_id = (uint32_t)s->job_id,
-                   .msg_id = msg_id, .pkt_idx = (uint16_t)idx, .seq = seq, .deadline_us = ATP_NO_DEADLINE};
+                   .msg_id = msg_id, .pkt_idx = (uint16_t)idx, .seq = seq, .deadline_us = ATP_NO_DEADLINE,
+                   .count = 1};
     if (msg_id == ANNOUNCE_MSG_ID || msg_id == FIN_MSG_ID) {
         RING_POP(&s->ctl);
         if (msg_id == ANNOUNCE_MSG_ID) {
-            SentPkt p = {seq, msg_id, idx, (uint32_t)payload_len(s, msg_id, idx), -1, 0, now};
+            SentPkt p = {.seq = seq, .msg_id = msg_id, .pkt_idx = idx, .size = (uint32_t)payload_len(s, msg_id, idx),
+                         .group_id = -1, .sent_time = now};
             if (recovery_on_sent(&s->recovery, &p) != 0)
                 return -1;
+            *len = (size_t)(ATP_HEADER_LEN + p.size);
             return announce_datagram(s, idx, seq, out);
         }
         double tt = recovery_tail_timeout(&s->recovery);
@@ -175,33 +278,62 @@ static int emit(Sender *s, uint32_t msg_id, uint32_t idx, double now, uint8_t *o
         h.pkt_cnt = 1;
         h.length = 0;
         atp_encode(out, &h);
+        *len = ATP_HEADER_LEN;
         return 0;
     }
+    uint32_t off = seq - s->isn;
+    int first = off < s->free_until; /* in the first window (unscheduled) */
+    if (s->grant >= 0 && !first && (int64_t)off >= s->grant)
+        s->probe = 0; /* beyond the grant: the one probe a tail timeout allows */
     Msg *m = &s->msgs[msg_id];
     Group *g = &s->groups[m->group];
+    int retx, surplus;
+    take(s, msg_id, idx, &retx, &surplus);
     Py_ssize_t plen = payload_len(s, msg_id, idx);
-    uint8_t *ps = &s->pkt_state[m->pkt_base + idx];
-    int retx = *ps != P_UNSENT;
-    int surplus = 0;
-    if (retx) {
-        RING_POP(&m->lost);
+    uint8_t *body = out + ATP_HEADER_LEN;
+    uint32_t more_off = (uint32_t)s->more_ids.n;
+    unsigned count = 1;
+    if (s->pack && m->cnt == 1) { /* _pack */
+        long long room = s->max_payload - ATP_RECORD_HEADER_LEN - plen;
+        uint8_t *rec = body + ATP_RECORD_HEADER_LEN + plen; /* records behind the first one's */
+        while (room >= ATP_RECORD_HEADER_LEN && count < ATP_MAX_PACKED) {
+            uint32_t nid, nidx;
+            int got = peek(s, 1, &nid, &nidx);
+            if (got < 0)
+                return -1;
+            if (!got || nid >= s->nmsgs)
+                break; /* nothing, or a control message (announce, FIN, echo) is due first */
+            Msg *n = &s->msgs[nid];
+            Py_ssize_t nlen = PyBytes_GET_SIZE(n->data);
+            if (n->cnt != 1 || n->group != m->group || !same_tags(n, m) || nlen + ATP_RECORD_HEADER_LEN > room ||
+                starts_surplus(s, n) != surplus)
+                break;
+            int r, unused;
+            take(s, nid, 0, &r, &unused);
+            retx |= r;
+            if (ARRAY_PUSH(&s->more_ids, nid, 64) != 0)
+                return -1;
+            put32(rec, nid);
+            put16(rec + 4, (uint16_t)nlen);
+            memcpy(rec + ATP_RECORD_HEADER_LEN, PyBytes_AS_STRING(n->data), (size_t)nlen);
+            rec += ATP_RECORD_HEADER_LEN + nlen;
+            room -= ATP_RECORD_HEADER_LEN + nlen;
+            count++;
+        }
+        if (count > 1) {
+            put32(body, msg_id);
+            put16(body + 4, (uint16_t)plen);
+            if (plen)
+                memcpy(body + ATP_RECORD_HEADER_LEN, PyBytes_AS_STRING(m->data), (size_t)plen);
+            plen = rec - body;
+        }
+    }
+    if (count == 1 && plen)
+        memcpy(body, PyBytes_AS_STRING(m->data) + (Py_ssize_t)idx * s->max_payload, (size_t)plen);
+    if (retx) { /* a packet that carries a retransmitted message (packed with new ones, perhaps) */
         s->retransmissions++;
         g->retransmissions++;
-    } else {
-        if (m->state == M_ACTIVE && (m->next_new == 0 || m->surplus)) {
-            surplus = s->adaptive && g->approx && surplus_message(s, m->group);
-            if (!surplus)
-                g->started++; /* the message is needed from now on */
-            m->surplus = (uint8_t)surplus;
-        }
-        m->next_new++;
-        if (m->next_new == m->cnt)
-            s->unsent_open--;
     }
-    *ps = P_IN_FLIGHT;
-    g->packets_sent++;
-    if (surplus)
-        s->packets_surplus++;
     uint8_t flags = (g->approx ? F_APPROX : 0) | (retx ? F_RETX : 0);
     if (m->tagged) {
         flags |= F_TAGGED;
@@ -221,17 +353,20 @@ static int emit(Sender *s, uint32_t msg_id, uint32_t idx, double now, uint8_t *o
         }
     }
     /* surplus packets are not counted by rate control (group None): their loss in the lowest queue is expected */
-    SentPkt p = {seq, msg_id, idx, (uint32_t)plen, surplus ? -1 : (int32_t)g->group_id, (uint8_t)retx, now};
+    SentPkt p = {.seq = seq, .msg_id = msg_id, .pkt_idx = idx, .size = (uint32_t)plen,
+                 .group_id = surplus ? -1 : (int32_t)g->group_id, .retx = (uint8_t)retx, .first = (uint8_t)first,
+                 .more_n = (uint16_t)(count - 1), .more_off = count > 1 ? more_off : 0, .sent_time = now};
     if (recovery_on_sent(&s->recovery, &p) != 0)
         return -1;
+    int low = surplus || (first && s->first_low && g->approx); /* the lowest queue (TLR 1.0) */
     h.flags = flags;
     h.group_id = (uint16_t)g->group_id;
-    h.tlr = surplus ? ATP_TLR_ONE : atp_q15(s->tlr[m->group]);
+    h.tlr = low ? ATP_TLR_ONE : atp_q15(s->tlr[m->group]);
     h.pkt_cnt = (uint16_t)m->cnt;
+    h.count = (uint8_t)count;
     h.length = (uint16_t)plen;
     atp_encode(out, &h);
-    if (plen)
-        memcpy(out + ATP_HEADER_LEN, PyBytes_AS_STRING(m->data) + (Py_ssize_t)idx * s->max_payload, (size_t)plen);
+    *len = (size_t)(ATP_HEADER_LEN + plen);
     return 0;
 }
 
@@ -262,19 +397,16 @@ double sender_burst_bytes(const Sender *s, double rate_bps) {
     return train > base ? train : base;
 }
 
-/* The next datagram datagrams_to_send would produce, its tokens taken: its (msg_id, idx, length), or 0. */
-static int next_datagram(Sender *s, uint32_t *msg_id, uint32_t *idx, size_t *len) {
-    if (!peek(s, msg_id, idx))
-        return 0;
+/* The next datagram datagrams_to_send would produce: 1 with its (msg_id, idx) when the pacer allows it (its first
+ * message's bytes; emit's length is charged), 0 when there is none, -1 on error. */
+static int next_datagram(Sender *s, uint32_t *msg_id, uint32_t *idx) {
+    int got = peek(s, 1, msg_id, idx);
+    if (got <= 0)
+        return got;
     if (!window_open(s, *msg_id))
         return 0;
     Py_ssize_t plen = payload_len(s, *msg_id, *idx);
-    double size = (double)(ATP_HEADER_LEN + plen + s->overhead);
-    if (!bucket_can_send(&s->bucket, size))
-        return 0;
-    s->bucket.tokens -= size;
-    *len = (size_t)(ATP_HEADER_LEN + plen);
-    return 1;
+    return bucket_can_send(&s->bucket, (double)(ATP_HEADER_LEN + plen + s->overhead));
 }
 
 int sender_produce(Sender *s, double now, Room room, void *ctx) {
@@ -282,40 +414,27 @@ int sender_produce(Sender *s, double now, Room room, void *ctx) {
         return 0;
     if (!s->started)
         start(s, now);
-    if (s->token == NULL) {
-        /* _hello: before admission, announce part 0 without a token, repeated like the FIN until a RETRY */
-        if (now < s->hello_next)
-            return 0;
-        uint32_t seq;
-        if (next_seq(s, ANNOUNCE_MSG_ID, 0, &seq) != 0)
-            return -1;
-        s->packets_sent++;
-        double tt = recovery_tail_timeout(&s->recovery);
-        s->hello_next = now + (FIN_RETRY_MIN_S < tt ? tt : FIN_RETRY_MIN_S);
-        uint8_t *buf = room(ctx, (size_t)(ATP_HEADER_LEN + payload_len(s, ANNOUNCE_MSG_ID, 0)));
-        return buf == NULL ? -1 : announce_datagram(s, 0, seq, buf);
-    }
     double rate = s->rate.rate_bps;
     s->bucket.burst = sender_burst_bytes(s, rate);
     bucket_refill(&s->bucket, rate, now);
     uint32_t msg_id, idx;
-    size_t len;
-    while (next_datagram(s, &msg_id, &idx, &len)) {
-        uint8_t *buf = room(ctx, len);
-        if (buf == NULL || emit(s, msg_id, idx, now, buf) != 0)
+    int got;
+    while ((got = next_datagram(s, &msg_id, &idx)) > 0) {
+        size_t len;
+        if (emit(s, msg_id, idx, now, &len) != 0)
             return -1;
+        s->bucket.tokens -= (double)(len + (size_t)s->overhead); /* a packed packet: all its bytes */
+        uint8_t *buf = room(ctx, len);
+        if (buf == NULL)
+            return -1;
+        memcpy(buf, s->scratch, len);
     }
-    return 0;
+    return got;
 }
 
 int sender_timer_at(Sender *s, double *out) {
     if (!s->started) {
         *out = s->start_time;
-        return 0;
-    }
-    if (s->token == NULL && s->state == S_SENDING) {
-        double x = s->last_progress + s->idle_timeout_s;
-        *out = s->hello_next < x ? s->hello_next : x;
         return 0;
     }
     if (s->state == S_SENDING) {
@@ -325,7 +444,7 @@ int sender_timer_at(Sender *s, double *out) {
         if (recovery_loss_deadline(&s->recovery, &x) && x < t)
             t = x;
         uint32_t msg_id, idx;
-        if (peek(s, &msg_id, &idx) && window_open(s, msg_id)) {
+        if (peek(s, 0, &msg_id, &idx) > 0 && window_open(s, msg_id)) {
             double size = (double)(ATP_HEADER_LEN + payload_len(s, msg_id, idx) + s->overhead);
             x = bucket_ready_at(&s->bucket, size, s->rate.rate_bps);
             if (x < t)
@@ -338,8 +457,10 @@ int sender_timer_at(Sender *s, double *out) {
         double t = s->fin_deadline;
         if (s->has_fin_next && s->fin_next < t)
             t = s->fin_next;
-        if (!RING_EMPTY(&s->ctl)) {
-            double x = bucket_ready_at(&s->bucket, (double)(ATP_HEADER_LEN + s->overhead), s->rate.rate_bps);
+        uint32_t msg_id, idx;
+        if (peek(s, 0, &msg_id, &idx) > 0) { /* the FIN, or an echo of the token */
+            double size = (double)(ATP_HEADER_LEN + payload_len(s, msg_id, idx) + s->overhead);
+            double x = bucket_ready_at(&s->bucket, size, s->rate.rate_bps);
             if (x < t)
                 t = x;
         }
@@ -351,21 +472,18 @@ int sender_timer_at(Sender *s, double *out) {
 
 /* --- acknowledgements and loss ----------------------------------------------------------------------------- */
 
-static int on_packet_acked(Sender *s, const SentPkt *p) {
-    if (p->msg_id == ANNOUNCE_MSG_ID) {
-        s->announce_acked[p->pkt_idx] = 1;
-        return 0;
-    }
-    Msg *m = &s->msgs[p->msg_id];
-    uint8_t *ps = &s->pkt_state[m->pkt_base + p->pkt_idx];
+/* _message_packet_acked: packet ``idx`` (``size`` payload bytes) of message ``id`` arrived */
+static int message_packet_acked(Sender *s, uint32_t id, uint32_t idx, int64_t size) {
+    Msg *m = &s->msgs[id];
+    uint8_t *ps = &s->pkt_state[m->pkt_base + idx];
     if (*ps == P_ACKED)
         return 0;
     *ps = P_ACKED;
     m->acked++;
-    m->remaining -= p->size;
+    m->remaining -= size;
     if (m->acked < m->cnt) {
         if (s->sched.mrdf && (m->state == M_ACTIVE || m->state == M_REPAIRING))
-            return sched_update(&s->sched, p->msg_id, m->remaining, m->state == M_REPAIRING, m->retries);
+            return sched_update(&s->sched, id, m->remaining, m->state == M_REPAIRING, m->retries);
         return 0;
     }
     Group *g = &s->groups[m->group];
@@ -378,11 +496,29 @@ static int on_packet_acked(Sender *s, const SentPkt *p) {
         g->repairing--;
     m->state = M_DELIVERED;
     g->delivered++;
-    sched_remove(&s->sched, p->msg_id);
+    sched_remove(&s->sched, id);
     if (s->message_events) {
         static const char *const names[] = {"msg_id", "group_id", NULL};
-        PyObject *vals[] = {PyLong_FromUnsignedLong(p->msg_id), PyLong_FromLongLong(g->group_id)};
+        PyObject *vals[] = {PyLong_FromUnsignedLong(id), PyLong_FromLongLong(g->group_id)};
         return events_push(&s->ev, make_frozen(R.MessageAcked, names, vals));
+    }
+    return 0;
+}
+
+static int on_packet_acked(Sender *s, const SentPkt *p) {
+    if (p->msg_id == ANNOUNCE_MSG_ID) {
+        s->announce_acked[p->pkt_idx] = 1;
+        return 0;
+    }
+    if (p->more_n == 0)
+        return message_packet_acked(s, p->msg_id, p->pkt_idx, p->size);
+    /* a packed packet: each message whole, in its one packet */
+    if (message_packet_acked(s, p->msg_id, 0, PyBytes_GET_SIZE(s->msgs[p->msg_id].data)) != 0)
+        return -1;
+    for (uint32_t k = 0; k < p->more_n; k++) {
+        uint32_t id = s->more_ids.v[p->more_off + k];
+        if (message_packet_acked(s, id, 0, PyBytes_GET_SIZE(s->msgs[id].data)) != 0)
+            return -1;
     }
     return 0;
 }
@@ -440,6 +576,44 @@ static inline uint32_t lost_ring_size(uint32_t cnt) {
     return n;
 }
 
+/* _message_packet_lost: packet ``idx`` of message ``id`` was lost (``retx``: a retransmission) */
+static int message_packet_lost(Sender *s, uint32_t id, uint32_t idx, int retx, uint8_t *touched) {
+    Msg *m = &s->msgs[id];
+    uint8_t *ps = &s->pkt_state[m->pkt_base + idx];
+    if (*ps != P_IN_FLIGHT)
+        return 0; /* acknowledged meanwhile, or a newer copy is the one in flight */
+    *ps = P_LOST;
+    if (RING_PUSH(&m->lost, (uint16_t)idx, lost_ring_size(m->cnt)) != 0)
+        return -1;
+    Group *g = &s->groups[m->group];
+    for (size_t k = 0; k < g->parked.n; k++) { /* the group may fall short: what was held back is offered again */
+        uint32_t pid = g->parked.v[k];
+        Msg *p = &s->msgs[pid];
+        if (p->state == M_ACTIVE && p->next_new < p->cnt && sched_update(&s->sched, pid, p->remaining, 0, p->retries))
+            return -1;
+    }
+    g->parked.n = 0;
+    if (m->state == M_ACTIVE) {
+        m->state = M_DAMAGED;
+        g->active--;
+        g->started -= !m->surplus;
+        g->damaged++;
+        if (m->next_new < m->cnt)
+            s->unsent_open--;
+        sched_remove(&s->sched, id);
+        IdleEntry e = {s->sched.mrdf ? m->remaining : 0, id};
+        if (ARRAY_RESERVE(&g->idle, g->idle.n + 1, 16) != 0)
+            return -1;
+        HEAP_PUSH(g->idle.v, g->idle.n, e, idle_less);
+        touched[m->group] = 1;
+    } else if (m->state == M_REPAIRING) {
+        if (retx)
+            m->retries++;
+        return sched_update(&s->sched, id, m->remaining, 1, m->retries);
+    }
+    return 0;
+}
+
 /* _on_lost over ``lost`` */
 static int on_lost(Sender *s, const SentPkt *lost, size_t n) {
     uint8_t touched_stack[64];
@@ -450,14 +624,15 @@ static int on_lost(Sender *s, const SentPkt *lost, size_t n) {
     }
     memset(touched, 0, s->ngroups);
     if (s->adaptive && n) {
-        int any = 0;
+        int any = 0, first = 1;
         for (size_t i = 0; i < n; i++)
             if (lost[i].group_id >= 0) {
                 touched[rate_group_index(&s->rate, lost[i].group_id)] = 1;
                 any = 1;
+                first = first && lost[i].first;
             }
-        if (any)
-            window_on_loss(&s->rate, touched, s->tlr, s->seq);
+        if (any) /* losses of first windows that collided do not end the ramp (rate.h) */
+            window_on_loss(&s->rate, touched, s->tlr, s->seq, first);
         memset(touched, 0, s->ngroups);
     }
     int rc = 0;
@@ -468,36 +643,9 @@ static int on_lost(Sender *s, const SentPkt *lost, size_t n) {
                 rc = ctl_append(s, p->msg_id, p->pkt_idx);
             continue;
         }
-        Msg *m = &s->msgs[p->msg_id];
-        uint8_t *ps = &s->pkt_state[m->pkt_base + p->pkt_idx];
-        if (*ps != P_IN_FLIGHT)
-            continue; /* acknowledged meanwhile, or a newer copy is the one in flight */
-        *ps = P_LOST;
-        if (RING_PUSH(&m->lost, (uint16_t)p->pkt_idx, lost_ring_size(m->cnt)) != 0) {
-            rc = -1;
-            break;
-        }
-        Group *g = &s->groups[m->group];
-        if (m->state == M_ACTIVE) {
-            m->state = M_DAMAGED;
-            g->active--;
-            g->started -= !m->surplus;
-            g->damaged++;
-            if (m->next_new < m->cnt)
-                s->unsent_open--;
-            sched_remove(&s->sched, p->msg_id);
-            IdleEntry e = {s->sched.mrdf ? m->remaining : 0, p->msg_id};
-            if (ARRAY_RESERVE(&g->idle, g->idle.n + 1, 16) != 0) {
-                rc = -1;
-                break;
-            }
-            HEAP_PUSH(g->idle.v, g->idle.n, e, idle_less);
-            touched[m->group] = 1;
-        } else if (m->state == M_REPAIRING) {
-            if (p->retx)
-                m->retries++;
-            rc = sched_update(&s->sched, p->msg_id, m->remaining, 1, m->retries);
-        }
+        rc = message_packet_lost(s, p->msg_id, p->pkt_idx, p->retx, touched);
+        for (uint32_t k = 0; k < p->more_n && rc == 0; k++)
+            rc = message_packet_lost(s, s->more_ids.v[p->more_off + k], 0, p->retx, touched);
     }
     for (size_t i = 0; i < s->ngroups && rc == 0; i++)
         if (touched[i])
@@ -672,8 +820,9 @@ static int finish(Sender *s, double now, int confirmed, uint32_t *lost, size_t n
         goto out;
     }
     const Recovery *r = &s->recovery;
-    PyObject *lost_by = Py_BuildValue("{s:L,s:L,s:L}", "reorder", (long long)r->lost_reorder, "time",
-                                      (long long)r->lost_time, "tail", (long long)r->lost_tail);
+    PyObject *lost_by = Py_BuildValue("{s:L,s:L,s:L,s:L}", "reorder", (long long)r->lost_reorder, "time",
+                                      (long long)r->lost_time, "tail", (long long)r->lost_tail, "trim",
+                                      (long long)r->lost_trim);
     PyObject *kw = lost_by == NULL ? NULL : Py_BuildValue(
         "{s:L,s:N,s:O,s:N,s:d,s:d,s:O,s:O,s:O,s:L,s:L,s:L,s:L,s:L,s:d,s:d,s:N,s:L,s:N}", "job_id", s->job_id, "mode", mode,
         "mrdf", s->sched.mrdf ? Py_True : Py_False, "completion", completion, "jct_s", completed - s->start_time,
@@ -714,18 +863,20 @@ static int on_ack(Sender *s, const AtpHeader *h, const SackBlock *blocks, int nb
     s->last_progress = now;
     if (h->msg_id == FIN_MSG_ID)
         return 0;
-    int gi = rate_group_index(&s->rate, h->group_id);
-    if (h->msg_id != ANNOUNCE_MSG_ID)
+    int trimmed = (h->flags & F_TRIM) != 0; /* the packet arrived without its payload: lost, no timer */
+    if (h->msg_id != ANNOUNCE_MSG_ID && !trimmed) {
         s->path_queue = h->queue;
-    if (gi >= 0 && h->msg_id != ANNOUNCE_MSG_ID) {
-        Group *g = &s->groups[gi];
-        if (g->qcount[h->queue]++ == 0)
-            g->qorder[g->nq++] = h->queue;
-        if (h->flags & F_ECE)
-            g->ece++;
+        int gi = rate_group_index(&s->rate, h->group_id);
+        if (gi >= 0) {
+            Group *g = &s->groups[gi];
+            if (g->qcount[h->queue]++ == 0)
+                g->qorder[g->nq++] = h->queue;
+            if (h->flags & F_ECE)
+                g->ece++;
+        }
     }
     Recovery *r = &s->recovery;
-    if (recovery_on_ack(r, h->seq, blocks, nblocks, now) != 0)
+    if (recovery_on_ack(r, h->seq, blocks, nblocks, now, trimmed) != 0)
         return -1;
     if (s->state != S_SENDING) { /* keep counting deliveries while closing; losses no longer matter */
         for (size_t i = 0; i < r->acked.n; i++)
@@ -733,7 +884,7 @@ static int on_ack(Sender *s, const AtpHeader *h, const SackBlock *blocks, int nb
                 return -1;
         return 0;
     }
-    if (s->adaptive)
+    if (s->adaptive && !trimmed)
         window_on_path(&s->rate, h->queue, r->min_rtt + s->pacing_train_s);
     for (size_t i = 0; i < r->acked.n; i++) {
         if (on_packet_acked(s, &r->acked.v[i]) != 0)
@@ -833,13 +984,13 @@ static const char *ack_rejection(Sender *s, const AtpHeader *h, const SackBlock 
     return NULL;
 }
 
-/* _on_retry: a token from the receiver (admitted, or a fresh token because the one held expired) */
+int sender_reset_transfer(Sender *s);
+
+/* _on_retry: the receiver did not admit the job (under pressure, or the token held expired) and sent a token:
+ * nothing sent so far reached it, so the job starts over at once, the announce with the token first and the data
+ * right behind it */
 static int on_retry(Sender *s, const AtpHeader *h, const uint8_t *payload, size_t len, double now) {
-    int all_acked = 1;
-    for (size_t i = 0; i < s->nannounce; i++)
-        if (!s->announce_acked[i])
-            all_acked = 0;
-    if (s->state != S_SENDING || all_acked)
+    if (s->state != S_SENDING || s->admitted)
         return reject(s, "retry_unexpected");
     uint32_t cm, ci;
     if (!carried(s, h->seq, &cm, &ci) || cm != ANNOUNCE_MSG_ID || ci != h->pkt_idx)
@@ -853,12 +1004,47 @@ static int on_retry(Sender *s, const AtpHeader *h, const uint8_t *payload, size_
     PyObject *token = PyBytes_FromStringAndSize((const char *)payload, ATP_TOKEN_LEN);
     if (token == NULL)
         return -1;
-    int first = s->token == NULL;
     Py_XSETREF(s->token, token);
-    if (first) { /* the job starts now: data follows the announce */
-        s->epoch_end = now + sender_epoch_length(s);
-        s->last_progress = now;
+    s->retries_received++;
+    if (sender_reset_transfer(s) != 0)
+        return -1;
+    s->free_until = next_off(s) + (uint32_t)((long long)s->nannounce > s->first_window ? (long long)s->nannounce
+                                                                                          : s->first_window);
+    s->grant = -1;
+    while (!RING_EMPTY(&s->ctl))
+        RING_POP(&s->ctl);
+    for (size_t i = 0; i < s->nannounce; i++)
+        if (ctl_append(s, ANNOUNCE_MSG_ID, (uint32_t)i) != 0)
+            return -1;
+    s->epoch_end = now + sender_epoch_length(s);
+    s->last_progress = now;
+    return 0;
+}
+
+/* _on_token: an ACK carried an admission token (the job was admitted without one): echo it, announce part 0 again
+ * with the token, at most once per smoothed RTT */
+static int on_token(Sender *s, const uint8_t *token, double now) {
+    if (s->token == NULL || memcmp(PyBytes_AS_STRING(s->token), token, ATP_TOKEN_LEN) != 0) {
+        PyObject *t = PyBytes_FromStringAndSize((const char *)token, ATP_TOKEN_LEN);
+        if (t == NULL)
+            return -1;
+        Py_XSETREF(s->token, t);
+        s->echo_next = 0.0;
     }
+    if (now >= s->echo_next && (s->state == S_SENDING || s->state == S_CLOSING)) {
+        s->echo_next = now + s->recovery.srtt;
+        return ctl_append(s, ECHO_MSG_ID, 0);
+    }
+    return 0;
+}
+
+/* _on_grant: data may go up to (not including) sequence number ``grant``; grants only grow */
+static int on_grant(Sender *s, uint32_t grant) {
+    uint32_t off = grant - s->isn;
+    if (off >= 1u << 31)
+        return reject(s, "grant_out_of_range");
+    if (s->grant < 0 || (int64_t)off > s->grant)
+        s->grant = off;
     return 0;
 }
 
@@ -876,14 +1062,28 @@ int sender_receive(Sender *s, const uint8_t *data, size_t len, int from_peer, do
     if (s->state == S_DONE || s->state == S_FAILED)
         return reject(s, "after_close");
     const uint8_t *payload = data + ATP_HEADER_LEN;
-    if (h.type == PT_ACK) {
+    if (h.type == PT_ACK || h.type == PT_GRANT) {
         SackBlock blocks[ATP_MAX_SACK_BLOCKS];
-        int nb = atp_decode_ack(payload, h.length, blocks);
+        int has_grant;
+        uint32_t grant = 0;
+        const uint8_t *token;
+        int nb = atp_decode_ack_fields(payload, h.length, h.flags, blocks, &has_grant, &grant, &token);
         if (nb < 0)
             return reject(s, "malformed");
         const char *why = ack_rejection(s, &h, blocks, nb);
+        if (h.type == PT_GRANT && !has_grant)
+            why = "malformed";
         if (why != NULL)
             return reject(s, why);
+        s->admitted = 1;
+        if (h.type == PT_GRANT) {
+            s->last_progress = now;
+            return on_grant(s, grant);
+        }
+        if (token != NULL && on_token(s, token, now) != 0)
+            return -1;
+        if (has_grant && on_grant(s, grant) != 0)
+            return -1;
         return on_ack(s, &h, blocks, nb, now);
     }
     if (h.type == PT_DONE)
@@ -925,7 +1125,7 @@ int sender_from_peer_na(Sender *s, const NetAddr *na) {
 
 /* --- timers ----------------------------------------------------------------------------------------------------- */
 
-/* the failure when nothing is acknowledged for idle_timeout_s (``admission``: not even a RETRY came) */
+/* the failure when nothing is acknowledged for idle_timeout_s (``admission``: the job was never admitted) */
 static int fail_no_ack(Sender *s, int admission) {
     PyObject *peer = PyObject_Format(s->peer, NULL);
     PyObject *idle = PyObject_GetAttrString(s->config, "idle_timeout_s");
@@ -934,9 +1134,9 @@ static int fail_no_ack(Sender *s, int admission) {
     PyObject *reason = NULL;
     if (peer != NULL && idle_s != NULL) {
         if (admission)
-            reason = PyUnicode_FromFormat("no acknowledgement from %U for %U s: no admission token for job %lld "
-                                          "(receiver down, unreachable, out of job slots, or expecting an admission "
-                                          "key?)", peer, idle_s, s->job_id);
+            reason = PyUnicode_FromFormat("no acknowledgement from %U for %U s: job %lld was not admitted (receiver "
+                                          "down, unreachable, out of job slots, or expecting an admission key?)",
+                                          peer, idle_s, s->job_id);
         else
             reason = PyUnicode_FromFormat("no acknowledgement from %U for %U s (receiver down, unreachable, or "
                                           "rejecting job %lld?)", peer, idle_s, s->job_id);
@@ -955,20 +1155,17 @@ static int fail_no_ack(Sender *s, int admission) {
 int sender_handle_timer(Sender *s, double now) {
     if (!s->started)
         return 0;
-    if (s->token == NULL && s->state == S_SENDING) {
-        if (now >= s->last_progress + s->idle_timeout_s)
-            return fail_no_ack(s, 1);
-        return 0;
-    }
     if (s->state == S_SENDING) {
         if (recovery_detect_lost(&s->recovery, now) != 0)
             return -1;
+        if (s->recovery.lost.n && s->grant >= 0 && !granted(s))
+            s->probe = 1; /* the tail timed out and the grant is spent: one packet may go to ask for more */
         if (on_lost(s, s->recovery.lost.v, s->recovery.lost.n) != 0)
             return -1;
         if (now >= s->epoch_end && end_epoch(s, now) != 0)
             return -1;
         if (now >= s->last_progress + s->idle_timeout_s)
-            return fail_no_ack(s, 0);
+            return fail_no_ack(s, !s->admitted);
         return check_complete(s, now);
     }
     if (s->state == S_CLOSING) {
@@ -1003,6 +1200,11 @@ static size_t ranges(const uint32_t *ids, size_t a, size_t b, uint8_t *out) {
     return n;
 }
 
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
 int sender_build_announce(Sender *s, PyObject *vector_len) {
     /* message ids per group, ascending: count per group, then fill */
     size_t ng = s->ngroups, n = s->nmsgs;
@@ -1023,8 +1225,25 @@ int sender_build_announce(Sender *s, PyObject *vector_len) {
         uint32_t g = s->msgs[i].group;
         ids[start_at[g] + count[g]++] = (uint32_t)i;
     }
-    /* magic "ATPJ" | total:u32 | vector_len:u32 | n_groups:u16, then per group 12 bytes and 8 per range */
-    size_t size = 14;
+    /* need_bytes: the smallest messages of each group that meet its MSR (what a receiver must let through) */
+    uint64_t need = 0;
+    int64_t *sizes = malloc((n ? n : 1) * sizeof(int64_t));
+    if (sizes == NULL) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    for (size_t g = 0; g < ng; g++) {
+        size_t k = 0;
+        for (size_t i = start_at[g]; i < start_at[g + 1]; i++)
+            sizes[k++] = PyBytes_GET_SIZE(s->msgs[ids[i]].data);
+        qsort(sizes, k, sizeof(int64_t), cmp_i64);
+        for (int64_t i = 0; i < s->groups[g].required && (size_t)i < k; i++)
+            need += (uint64_t)sizes[i];
+    }
+    free(sizes);
+    /* magic "ATPJ" | total:u32 | vector_len:u32 | need_bytes:u32 | n_groups:u16, then per group 12 bytes and 8
+     * per range */
+    size_t size = 18;
     for (size_t g = 0; g < ng; g++)
         size += 12 + 8 * ranges(ids, start_at[g], start_at[g + 1], NULL);
     blob = malloc(size);
@@ -1042,8 +1261,9 @@ int sender_build_announce(Sender *s, PyObject *vector_len) {
         vlen = (uint32_t)v;
     }
     put32(blob + 8, vlen);
-    put16(blob + 12, (uint16_t)ng);
-    size_t off = 14;
+    put32(blob + 12, need > 0xFFFFFFFFu ? 0xFFFFFFFFu : (uint32_t)need);
+    put16(blob + 16, (uint16_t)ng);
+    size_t off = 18;
     for (size_t g = 0; g < ng; g++) {
         size_t nr = ranges(ids, start_at[g], start_at[g + 1], blob + off + 12);
         put16(blob + off, (uint16_t)s->groups[g].group_id);

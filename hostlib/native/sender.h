@@ -18,6 +18,9 @@ enum { P_UNSENT, P_IN_FLIGHT, P_ACKED, P_LOST };          /* packet states */
 enum { S_SENDING, S_CLOSING, S_DONE, S_FAILED };          /* SenderState */
 enum { MODE_ADAPTIVE, MODE_PAPER, MODE_FIXTLR, MODE_BASE }; /* AtpConfig.mode */
 
+/* control queue entry: announce part 0 once more, carrying the token an ACK brought (sender._ECHO) */
+#define ECHO_MSG_ID 0xFFFFFFFDu
+
 typedef struct {
     PyObject *data; /* bytes */
     int64_t remaining;
@@ -45,6 +48,7 @@ typedef struct {
     int approx, fixed_tlr;
     int64_t delivered, active, started, damaged, repairing;
     ARRAY(IdleEntry) idle; /* heap */
+    ARRAY(uint32_t) parked; /* messages held back as surplus, until a loss (sender._Group.parked) */
     int64_t packets_sent, retransmissions, report_seq, ece;
     uint32_t qcount[256]; /* this epoch's ACKs by queue byte, in the order the bytes first came (qorder) */
     uint8_t qorder[256];
@@ -64,6 +68,8 @@ typedef struct {
     double min_epoch_s, epoch_s, idle_timeout_s, fin_timeout_s, pacing_train_s;
     int has_epoch_s;
     long long max_payload, overhead, packet_size, burst_packets;
+    long long first_window; /* AtpConfig.first_window */
+    int pack, surplus_on, first_low; /* AtpConfig.pack_messages, surplus, first_window_low */
     int queue_packets[8];
     /* messages and groups (by index, ascending group id) */
     Msg *msgs;
@@ -96,10 +102,17 @@ typedef struct {
     /* counters */
     long long packets_sent, packets_surplus, retransmissions;
     PyObject *rejected; /* collections.Counter by reason */
-    /* admission and what answers may echo */
-    PyObject *token;         /* bytes, or NULL before the first RETRY */
+    /* admission, grants, and what answers may echo */
+    PyObject *token;         /* bytes: the admission token held (from a RETRY or an ACK), or NULL */
     PyObject *admission_key; /* bytes or None */
-    double hello_next;
+    int admitted;            /* an ACK came: the receiver holds the job */
+    long long retries_received;
+    double echo_next;        /* earliest time the token may be echoed again */
+    uint32_t free_until;     /* sequence numbers (offsets from the ISN) below this are the first window */
+    int64_t grant;           /* offset from the ISN below which the receiver lets this sender send; -1: None */
+    int probe;               /* scheduled and out of grant, the tail timed out: one packet may probe */
+    ARRAY(uint32_t) more_ids; /* the messages packed behind the first of each packed packet (SentPkt.more_off) */
+    uint8_t *scratch;        /* one datagram being built (packing decides its length) */
     uint32_t isn;
     ARRAY(uint32_t) sent_msg; /* per sequence number used (seq - isn): the msg_id and pkt_idx it carried */
     ARRAY(uint16_t) sent_idx;

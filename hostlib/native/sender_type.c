@@ -18,6 +18,8 @@ static void Sender_dealloc(Sender *s) {
     Py_CLEAR(s->admission_key);
     ARRAY_FREE(&s->sent_msg);
     ARRAY_FREE(&s->sent_idx);
+    ARRAY_FREE(&s->more_ids);
+    free(s->scratch);
     if (s->msgs) {
         for (size_t i = 0; i < s->nmsgs; i++) {
             Py_XDECREF(s->msgs[i].data);
@@ -26,8 +28,10 @@ static void Sender_dealloc(Sender *s) {
         free(s->msgs);
     }
     if (s->groups) {
-        for (size_t i = 0; i < s->ngroups; i++)
+        for (size_t i = 0; i < s->ngroups; i++) {
             ARRAY_FREE(&s->groups[i].idle);
+            ARRAY_FREE(&s->groups[i].parked);
+        }
         free(s->groups);
     }
     free(s->tlr);
@@ -234,7 +238,7 @@ static int setup_rate(Sender *s, PyObject *config) {
         cfg_double(config, "gain", &rc->gain) ||
         cfg_opt_double(config, "initial_rate_bps", &initial_rate, &has_initial_rate) ||
         cfg_int(config, "loss_memory", &rc->loss_memory) || cfg_int(config, "loss_min_samples", &rc->min_samples) ||
-        cfg_int(config, "initial_window", &initial_window) || cfg_int(config, "max_window", &max_window) ||
+        cfg_int(config, "first_window", &initial_window) || cfg_int(config, "max_window", &max_window) ||
         cfg_double(config, "pacing_gain", &pacing_gain) || cfg_double(config, "initial_rtt_s", &initial_rtt_s) ||
         cfg_int(config, "reorder_threshold", &reorder_threshold) ||
         cfg_double(config, "min_loss_timeout_s", &min_loss_timeout_s))
@@ -268,6 +272,55 @@ static int setup_rate(Sender *s, PyObject *config) {
         return -1;
     }
     return 0;
+}
+
+/* _reset_transfer: message, group, scheduler, loss-recovery and rate state as at the start of the job (a RETRY:
+ * nothing sent reached the receiver); the packet counters and REPORT sequence numbers go on. */
+int sender_reset_transfer(Sender *s) {
+    long long *ids = calloc(s->ngroups ? s->ngroups : 1, sizeof(long long));
+    if (ids == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (size_t i = 0; i < s->ngroups; i++) {
+        Group *g = &s->groups[i];
+        ids[i] = g->group_id;
+        g->delivered = g->started = g->damaged = g->repairing = 0;
+        g->active = g->total;
+        g->idle.n = 0;
+        g->parked.n = 0;
+        memset(g->qcount, 0, sizeof g->qcount);
+        g->nq = 0;
+        g->ece = 0;
+        s->tlr[i] = 1.0 - g->msr;
+    }
+    uint64_t total_pkts = 0;
+    for (size_t i = 0; i < s->nmsgs; i++) {
+        Msg *m = &s->msgs[i];
+        m->next_new = m->acked = 0;
+        m->remaining = PyBytes_GET_SIZE(m->data);
+        RING_FREE(&m->lost);
+        m->state = M_ACTIVE;
+        m->retries = 0;
+        m->surplus = 0;
+        total_pkts = m->pkt_base + m->cnt;
+    }
+    memset(s->pkt_state, 0, total_pkts ? total_pkts : 1);
+    int mrdf = s->sched.mrdf, base = s->sched.repairs_last;
+    sched_free(&s->sched);
+    int rc = sched_init(&s->sched, s->nmsgs, mrdf, base);
+    for (size_t i = 0; rc == 0 && i < s->nmsgs; i++)
+        rc = sched_update(&s->sched, (uint32_t)i, s->msgs[i].remaining, 0, 0);
+    s->unsent_open = (int64_t)s->nmsgs;
+    s->more_ids.n = 0;
+    recovery_free(&s->recovery);
+    rate_free(&s->rate);
+    memset(&s->recovery, 0, sizeof s->recovery);
+    memset(&s->rate, 0, sizeof s->rate);
+    if (rc == 0)
+        rc = rate_init(&s->rate, ids, s->ngroups);
+    free(ids);
+    return rc == 0 ? setup_rate(s, s->config) : -1;
 }
 
 /* The first sequence number: random below 2^31 (secrets.randbelow, as the reference), or the caller's. */
@@ -311,7 +364,7 @@ static int Sender_init(Sender *s, PyObject *args, PyObject *kwds) {
     s->start_time = now;
     s->done_cnt = -1;
     s->path_queue = -1;
-    s->hello_next = now;
+    s->grant = -1;
     s->done_parts = PyDict_New();
     s->rejected = PyObject_CallNoArgs(R.Counter);
     if (s->done_parts == NULL || s->rejected == NULL)
@@ -329,8 +382,15 @@ static int Sender_init(Sender *s, PyObject *args, PyObject *kwds) {
         cfg_double(config, "fin_timeout_s", &s->fin_timeout_s) || cfg_int(config, "max_payload", &s->max_payload) ||
         cfg_int(config, "overhead_bytes", &s->overhead) || cfg_int(config, "packet_size", &s->packet_size) ||
         cfg_int(config, "burst_packets", &s->burst_packets) ||
-        cfg_double(config, "pacing_train_s", &s->pacing_train_s))
+        cfg_double(config, "pacing_train_s", &s->pacing_train_s) ||
+        cfg_int(config, "first_window", &s->first_window) || cfg_bool(config, "pack_messages", &s->pack) ||
+        cfg_bool(config, "surplus", &s->surplus_on) || cfg_bool(config, "first_window_low", &s->first_low))
         return -1;
+    s->scratch = malloc((size_t)(ATP_HEADER_LEN + ANNOUNCE_PREFIX_LEN + s->max_payload));
+    if (s->scratch == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
     PyObject *job_id = PyObject_GetAttrString(job, "job_id");
     if (job_id == NULL)
         return -1;
@@ -356,6 +416,7 @@ static int Sender_init(Sender *s, PyObject *args, PyObject *kwds) {
     s->last_progress = now;
     if (sender_build_announce(s, vector_len) != 0 || read_isn(s, isn) != 0)
         goto out;
+    s->free_until = (uint32_t)((long long)s->nannounce > s->first_window ? (long long)s->nannounce : s->first_window);
     s->admission_key = PyObject_GetAttrString(config, "admission_key");
     if (s->admission_key == NULL)
         goto out;
@@ -608,22 +669,24 @@ static PyObject *get_rate_ns(Sender *s, void *c) {
 
 static PyObject *get_recovery(Sender *s, void *c) {
     const Recovery *r = &s->recovery;
-    return ns(Py_BuildValue("{s:d,s:d,s:d,s:d,s:O,s:L,s:L,s:L,s:L,s:n,s:{s:L,s:L,s:L}}", "srtt", r->srtt, "rttvar",
+    return ns(Py_BuildValue("{s:d,s:d,s:d,s:d,s:O,s:L,s:L,s:L,s:L,s:n,s:{s:L,s:L,s:L,s:L}}", "srtt", r->srtt, "rttvar",
                             r->rttvar, "latest_rtt", r->latest_rtt, "min_rtt", r->min_rtt, "has_rtt_sample",
                             r->has_rtt_sample ? Py_True : Py_False, "largest_acked", (long long)r->largest_acked,
                             "packets_acked", (long long)r->packets_acked, "packets_lost", (long long)r->packets_lost,
                             "late_acks", (long long)r->late_acks, "packets_in_flight", (Py_ssize_t)r->in_flight.len,
                             "lost_by", "reorder", (long long)r->lost_reorder, "time", (long long)r->lost_time, "tail",
-                            (long long)r->lost_tail));
+                            (long long)r->lost_tail, "trim", (long long)r->lost_trim));
 }
 
 static PyObject *get_surplus(Sender *s, void *c) { return PyLong_FromLongLong(s->packets_surplus); }
+static PyObject *get_retries_received(Sender *s, void *c) { return PyLong_FromLongLong(s->retries_received); }
 
 static PyGetSetDef Sender_getset[] = {
     {"window", (getter)get_window, NULL, "adaptive: a snapshot of the window controller's state, else None.", NULL},
     {"rate", (getter)get_rate_ns, NULL, "A snapshot of the pacing rate (rate_bps).", NULL},
     {"recovery", (getter)get_recovery, NULL, "A snapshot of the loss recovery's state (RTT, counts).", NULL},
     {"packets_surplus", (getter)get_surplus, NULL, "Packets sent as surplus.", NULL},
+    {"retries_received", (getter)get_retries_received, NULL, "RETRYs that made the job start over.", NULL},
     {"job", (getter)get_job, NULL, "The JobSpec.", NULL},
     {"config", (getter)get_config, NULL, "The AtpConfig.", NULL},
     {"peer", (getter)get_peer, NULL, "The receiver address returned with every datagram.", NULL},

@@ -22,12 +22,13 @@ int atp_decode(const uint8_t *d, size_t len, AtpHeader *h, const char **reason) 
     h->seq = get32(d + 20);
     h->deadline_us = get32(d + 24);
     h->weight = d[28];
+    h->count = d[29];
     h->length = get16(d + 30);
     if (h->version != ATP_VERSION) {
         *reason = "bad_version";
         return -1;
     }
-    if (h->type < PT_DATA || h->type > PT_RETRY) {
+    if (h->type < PT_DATA || h->type > PT_GRANT) {
         *reason = "bad_type";
         return -1;
     }
@@ -41,6 +42,10 @@ int atp_decode(const uint8_t *d, size_t len, AtpHeader *h, const char **reason) 
     }
     if (h->pkt_cnt == 0 || h->pkt_idx >= h->pkt_cnt) {
         *reason = "bad_index";
+        return -1;
+    }
+    if (h->type == PT_DATA && (h->count == 0 || (h->count > 1 && (h->pkt_idx != 0 || h->pkt_cnt != 1)))) {
+        *reason = "bad_count";
         return -1;
     }
     if (len < (size_t)ATP_HEADER_LEN + h->length) {
@@ -64,7 +69,7 @@ void atp_encode(uint8_t *o, const AtpHeader *h) {
     put32(o + 20, h->seq);
     put32(o + 24, h->deadline_us);
     o[28] = h->weight;
-    o[29] = 0;
+    o[29] = h->count;
     put16(o + 30, h->length);
 }
 
@@ -83,6 +88,34 @@ int atp_decode_ack(const uint8_t *p, size_t len, SackBlock *blocks) {
             return -1;
     }
     return (int)n;
+}
+
+int atp_decode_ack_fields(const uint8_t *p, size_t len, uint8_t flags, SackBlock *blocks, int *has_grant,
+                          uint32_t *grant, const uint8_t **token) {
+    size_t tail = (flags & F_GRANT ? 4 : 0) + (flags & F_TOKEN ? ATP_TOKEN_LEN : 0);
+    if (len < tail)
+        return -1;
+    size_t end = len - tail;
+    int n = atp_decode_ack(p, end, blocks);
+    if (n < 0)
+        return -1;
+    *has_grant = 0;
+    *token = NULL;
+    if (flags & F_GRANT) {
+        *has_grant = 1;
+        *grant = get32(p + end);
+        end += 4;
+    }
+    if (flags & F_TOKEN) {
+        int zero = 1;
+        for (size_t i = 0; i < ATP_TOKEN_LEN; i++)
+            if (p[end + i])
+                zero = 0;
+        if (zero)
+            return -1; /* an all-zero admission token */
+        *token = p + end;
+    }
+    return n;
 }
 
 uint16_t atp_q15(double x) {

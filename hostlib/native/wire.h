@@ -7,12 +7,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define ATP_VERSION 1
+#define ATP_VERSION 2 /* wire.VERSION: any other version is malformed (bad_version) */
 #define ATP_HEADER_LEN 32
 #define ATP_QUEUE_UNSET 0xFF
 #define ATP_NO_DEADLINE 0xFFFFFFFFu
 #define ATP_TLR_ONE 0x8000 /* Q1.15: 1.0 */
-#define ATP_VALID_FLAGS 0x1F
+#define ATP_VALID_FLAGS 0xFF
+#define ATP_MAX_PACKED 255     /* whole messages in one DATA packet (the 8-bit count) */
+#define ATP_RECORD_HEADER_LEN 6 /* a packed message: msg_id:u32 | len:u16 */
+#define ATP_ACK_BASE_LEN (ATP_HEADER_LEN + 2)
 #define ATP_MAX_SACK_BLOCKS 16
 #define ATP_TOKEN_LEN 16
 #define ATP_AUTH_LEN 16
@@ -20,10 +23,11 @@
 #define ATP_REPORT_MAC_LEN 16
 /* byte offsets of the header fields (wire.OFFSETS) */
 #define ATP_OFF_JOB_ID 4
-#define ATP_OFF_RESERVED 29
+#define ATP_OFF_COUNT 29
 
-enum { PT_DATA = 1, PT_ACK = 2, PT_REPORT = 3, PT_DONE = 4, PT_RETRY = 5 };
-enum { F_APPROX = 0x01, F_RETX = 0x02, F_ECE = 0x04, F_TAGGED = 0x08, F_CE = 0x10 };
+enum { PT_DATA = 1, PT_ACK = 2, PT_REPORT = 3, PT_DONE = 4, PT_RETRY = 5, PT_GRANT = 6 };
+enum { F_APPROX = 0x01, F_RETX = 0x02, F_ECE = 0x04, F_TAGGED = 0x08, F_CE = 0x10, F_TRIM = 0x20, F_GRANT = 0x40,
+       F_TOKEN = 0x80 };
 
 /* hostlib/control.py: the reserved message ids and the announce part's prefix (token | auth) */
 #define ANNOUNCE_MSG_ID 0xFFFFFFFFu
@@ -31,7 +35,7 @@ enum { F_APPROX = 0x01, F_RETX = 0x02, F_ECE = 0x04, F_TAGGED = 0x08, F_CE = 0x1
 #define ANNOUNCE_PREFIX_LEN (ATP_TOKEN_LEN + ATP_AUTH_LEN)
 
 typedef struct {
-    uint8_t version, type, flags, queue, priority, weight;
+    uint8_t version, type, flags, queue, priority, weight, count;
     uint32_t job_id, msg_id;
     uint16_t group_id, tlr, pkt_idx, pkt_cnt, length;
     uint32_t seq, deadline_us;
@@ -48,6 +52,10 @@ int atp_decode(const uint8_t *data, size_t len, AtpHeader *h, const char **reaso
 void atp_encode(uint8_t *out, const AtpHeader *h);
 /* wire.decode_ack_payload: number of blocks (0..16), or -1 (bad_ack). */
 int atp_decode_ack(const uint8_t *p, size_t len, SackBlock *blocks);
+/* wire.decode_ack: an ACK's or GRANT's payload with the fields ``flags`` announce: the number of blocks, *grant
+ * (when F_GRANT; *has_grant) and *token (16 bytes in the payload, when F_TOKEN; NULL otherwise); -1 (bad_ack). */
+int atp_decode_ack_fields(const uint8_t *p, size_t len, uint8_t flags, SackBlock *blocks, int *has_grant,
+                          uint32_t *grant, const uint8_t **token);
 /* wire.tlr_to_q15 for a number that is not NaN. */
 uint16_t atp_q15(double x);
 

@@ -4,8 +4,9 @@ Each call (datagrams, timers, events, summaries, exceptions) runs on ``hostlib/s
 ``hostlib/receiver.py`` and on the C port, and the first difference fails the test with both values. Inputs:
 the in-memory network of hostlib_sim (lossy, reordering, duplicating, ACK-losing, bottlenecked paths) over a
 grid of modes and job shapes, hypothesis-generated jobs and paths, and hypothesis-generated event sequences
-fed to one core directly (forged ACKs, DONEs and RETRYs, garbage, announces with and without admission
-tokens or signatures, FINs, jobs from several hosts competing for slots and memory, timers at arbitrary times).
+fed to one core directly (forged ACKs, GRANTs, DONEs and RETRYs, ACKs carrying grants, tokens or the TRIM flag,
+garbage, announces with and without admission tokens or signatures, echoes of tokens, packed and trimmed DATA,
+FINs, jobs from several hosts competing for slots and memory, timers at arbitrary times).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 
 from netapprox.hostlib import control, wire
 from netapprox.hostlib.config import AtpConfig, JobSpec, Message, Tags, pattern_bytes
-from hostlib_sim import Path, retry_sender, run_job
+from hostlib_sim import Path, TrimmingPath, retry_sender, run_job, trim
 from twin import TwinReceiver, TwinSender
 
 pytestmark = pytest.mark.usefixtures("native")
@@ -48,6 +49,8 @@ JOBS = {
         for i in range(40)), msr=0.6, group_msr={1: 0.8, 2: 1.0}, tags=Tags(priority=2, weight=3, deadline_s=0.01)),
     "vector": JobSpec.from_vector(6, [i / 3 for i in range(3000)], msr=0.8, floats_per_message=200),
     "msr0": JobSpec.uniform(8, messages=30, size=500, msr=0.0),
+    "mixed-sizes": JobSpec(job_id=10, messages=tuple(Message(pattern_bytes(i, (0, 40, 300, 900, 1300, 2500)[i % 6]),
+                                                             i % 2) for i in range(90)), msr=0.7, group_msr={1: 1.0}),
 }
 
 PATHS = {
@@ -58,6 +61,7 @@ PATHS = {
     "ack-loss": {"forward": Path(seed=15), "reverse": Path(loss=0.5, seed=16)},
     "bottleneck": {"forward": Path(rate_bps=25e6, queue_packets=4, delay=0.0005, queue_byte=6, seed=17)},
     "burst-drop": {"forward": Path(drop=lambda h, i: i % 40 < 12, seed=18)},
+    "trimming": {"forward": TrimmingPath(rate_bps=25e6, queue_packets=3, delay=0.0005, seed=19)},
 }
 
 
@@ -76,11 +80,15 @@ def test_every_mode_on_every_path(mode, path):
     {"initial_window": 2, "max_window": 8, "queue_packets": (0, 7, 6, 5, 4, 3, 2, 1)},
     {"reorder_threshold": 1, "min_loss_timeout_s": 0.001, "loss_memory": 8, "loss_min_samples": 2},
     {"admission_key": b"shared secret", "ack_every": 3},
+    {"receiver_grants": True, "grant_window_packets": 6}, {"receiver_grants": True, "surplus": False},
+    {"receiver_grants": True, "completion": "all_sent", "initial_window": 2}, {"surplus": False},
+    {"pack_messages": False}, {"first_window_low": True, "initial_window": 3}, {"open_admission_share": 0.0},
 ])
 def test_knobs(knobs):
     cfg = AtpConfig(**{"max_rate_bps": 40e6, **knobs})
-    for path in ("lossy", "reorder-dup", "bottleneck"):
-        twin_run(JOBS["groups"], cfg, **PATHS[path])
+    for path in ("lossy", "reorder-dup", "bottleneck", "trimming"):
+        for job in ("groups", "mixed-sizes"):
+            twin_run(JOBS[job], cfg, **PATHS[path])
 
 
 def test_receiver_limits_and_rejection():
@@ -116,14 +124,20 @@ def test_random_jobs_and_paths(loss, ack_loss, msr, group_msr, jitter, dup, seed
 # --- event sequences fed to one core -------------------------------------------------------------------
 
 def _forge_ack(rng: random.Random, h: wire.Header, sent_seqs: list[int]) -> bytes:
+    """An ACK (or GRANT) of ``h``: SACK blocks over what was sent, perhaps a grant (near what was sent, or anywhere), a
+    token, the TRIM flag."""
     blocks = []
     for _ in range(rng.randint(0, 4)):
         a = rng.choice(sent_seqs)
         blocks.append((a, a + rng.randint(0, 80)))
-    flags = rng.choice([0, 0, wire.Flags.ECE])
-    ack = wire.Header(type=wire.PacketType.ACK, flags=flags, queue=rng.choice([0xFF, 0, 2, 6, 9]), job_id=h.job_id,
-                      msg_id=h.msg_id, group_id=h.group_id, pkt_idx=h.pkt_idx, pkt_cnt=h.pkt_cnt, seq=h.seq)
-    return wire.encode(ack, wire.encode_ack_payload(blocks))
+    flags = rng.choice([0, 0, wire.Flags.ECE, wire.Flags.TRIM])
+    grant = rng.choice([None, None, rng.choice(sent_seqs) + rng.randint(-3, 40), rng.randrange(1 << 32)])
+    token = rng.choice([None, None, None, b"K" * wire.TOKEN_LEN, b"L" * wire.TOKEN_LEN])
+    ptype = rng.choice([wire.PacketType.ACK] * 4 + [wire.PacketType.GRANT])
+    ack = wire.encode_ack(flags=flags, queue=rng.choice([0xFF, 0, 2, 6, 9]), job_id=h.job_id, msg_id=h.msg_id,
+                          group_id=h.group_id, pkt_idx=h.pkt_idx, pkt_cnt=h.pkt_cnt, seq=h.seq, blocks=blocks,
+                          grant=grant, token=token, ptype=ptype)
+    return ack[:rng.choice([None] * 9 + [len(ack) - 1])]
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -134,7 +148,9 @@ def test_sender_event_sequences(seed, mode, mrdf, steps, sizes):
     job = JobSpec(job_id=21, messages=tuple(Message(pattern_bytes(i, s), i % 2) for i, s in enumerate(sizes)),
                   msr=rng.choice([0.0, 0.5, 0.9, 1.0]), group_msr={1: rng.choice([0.3, 1.0])})
     cfg = AtpConfig(mode=mode, mrdf=mrdf, max_rate_bps=rng.choice([1e6, 20e6, 1e9]), idle_timeout_s=0.5,
-                    fin_timeout_s=0.2, completion=rng.choice(["early", "all_sent"]))
+                    fin_timeout_s=0.2, completion=rng.choice(["early", "all_sent"]),
+                    pack_messages=rng.random() < 0.8, surplus=rng.random() < 0.8,
+                    first_window_low=rng.random() < 0.2, initial_window=rng.choice([None, 1, 3, 16]))
     s = TwinSender(job, config=cfg, peer=RECEIVER, now=0.0)
     now = 0.0
     sent: list[wire.Header] = []
@@ -176,10 +192,23 @@ def test_sender_event_sequences(seed, mode, mrdf, steps, sizes):
 
 
 def _data(rng: random.Random, job: int, total: int) -> bytes:
+    """A DATA packet: one message or part of one, packed records (some of them broken), or a trimmed header."""
     cnt = rng.choice([1, 1, 2, 3])
     h = wire.Header(flags=rng.choice([0, wire.Flags.APPROX]), queue=rng.choice([0xFF, 1, 5]), job_id=job,
                     msg_id=rng.randrange(total + 2), group_id=rng.choice([0, 1, 4]), pkt_idx=rng.randrange(cnt),
                     pkt_cnt=cnt, seq=rng.randrange(400))
+    op = rng.random()
+    if op < 0.2:  # packed: records of (mostly) distinct ids, the first the header's
+        ids = [h.msg_id] + [rng.randrange(total + 2) for _ in range(rng.randint(1, 6))]
+        if rng.random() < 0.8:
+            ids = list(dict.fromkeys(ids))
+        records = [(i, bytes([i % 256]) * rng.randint(0, 30)) for i in ids]
+        n = len(records) if rng.random() < 0.9 else len(records) + rng.choice([-1, 1])
+        payload = wire.encode_records(records)[:rng.choice([None] * 9 + [-1])]
+        return wire.encode(dataclasses.replace(h, pkt_idx=0, pkt_cnt=1, count=max(2, n)), payload)
+    if op < 0.3:  # trimmed on the way (or a forged header claiming so)
+        return trim(dataclasses.replace(h, flags=rng.choice([wire.Flags.APPROX] * 4 + [0]),
+                                        count=rng.choice([1, 1, 3])) if h.pkt_cnt == 1 else h)
     size = rng.randint(0, 40) if rng.random() < 0.8 else rng.randint(500, 1300)  # big ones fill the budget
     return wire.encode(h, bytes([rng.randrange(256)]) * size)
 
@@ -215,7 +244,9 @@ def test_receiver_event_sequences(seed, steps, ack_every):
     cfg = AtpConfig(ack_every=ack_every, max_jobs=max_jobs, max_jobs_per_source=rng.choice([1, 2, 16]),
                     memory_budget_bytes=max_jobs * (32 << 10) * rng.choice([1, 2, 8]), max_messages=rng.choice([8, 1000]),
                     idle_timeout_s=0.05, finished_linger_s=0.05, stall_timeout_s=rng.choice([0.01, 1.0]),
-                    packet_size=rng.choice([60, 1400]), admission_key=key, token_lifetime_s=rng.choice([0.02, 10.0]))
+                    packet_size=rng.choice([60, 1400]), admission_key=key, token_lifetime_s=rng.choice([0.02, 10.0]),
+                    open_admission_share=rng.choice([0.0, 0.5, 0.5, 1.0]), receiver_grants=rng.random() < 0.5,
+                    grant_window_packets=rng.choice([None, 1, 5]))
     r = TwinReceiver(config=cfg, now=0.0, accept_jobs=rng.choice([None, 1, 2, 5]), collect_messages=rng.random() < 0.3)
     now = 0.0
     totals = {j: rng.choice([rng.randint(1, 12), 80]) for j in (1, 2, 3, 4, 5)}
@@ -228,7 +259,7 @@ def test_receiver_event_sequences(seed, steps, ack_every):
         if op < 0.45:
             r.receive_datagram(_data(rng, job, totals[job]), peer, now, ce=rng.random() < 0.1)
         elif op < 0.62:
-            token = rng.choice([wire.NO_TOKEN, r.tokens.mint(job, peer, now), r.tokens.mint(job, peer, now),
+            token = rng.choice([wire.NO_TOKEN, wire.NO_TOKEN, r.tokens.mint(job, peer, now), r.tokens.mint(job, peer, now),
                                 r.tokens.mint(job, peer, max(0.0, now - 0.05)),  # expired with a short lifetime
                                 r.tokens.mint(job + 1, peer, now), b"x" * wire.TOKEN_LEN])
             for part in _announce(rng, job, totals[job], token, key):

@@ -121,8 +121,8 @@ def _native_gro(sock):
 
 def test_receive_from_feeds_what_receive_datagram_would():
     """The same datagrams to a native receiver through the socket and to the reference by hand: the job admitted
-    (announce, RETRY, announce with the token), then the same ACKs (sent back with transmit), events and
-    counters; a CE-marked packet's ACK has ECE."""
+    (announce, its ACK carrying a token, the announce echoing it), then the same ACKs (sent back with transmit),
+    events and counters; a CE-marked packet's ACK has ECE."""
     from netapprox.hostlib import _native
     rx, tx = udp_pair()
     try:
@@ -134,16 +134,17 @@ def test_receive_from_feeds_what_receive_datagram_would():
         src, dst = tx.getsockname(), rx.getsockname()
         groups = [(0, 0.5, range(50))]
         admit(ref, 3, groups, 50, peer=src, now=1.0)
-        # the native receiver admits the job over the socket
+        # the native receiver admits the job over the socket at once; the echo of its ACK's token validates it
         tx.sendto(announce(3, groups, 50), dst)
         assert select.select([rx], [], [], 1.0)[0] and native.receive_from(rx.fileno(), 1.0) == 1
         assert native.transmit(rx.fileno(), 1.0) == 1
-        retry, token = wire.decode(tx.recv(2048))
-        assert retry.type == wire.PacketType.RETRY and native.admission["retries"] == 1
+        ack, payload = wire.decode(tx.recv(2048))
+        token = wire.decode_ack(payload, ack.flags)[2]
+        assert ack.type == wire.PacketType.ACK and token is not None and native.admission["admitted_without_token"] == 1
         tx.sendto(announce(3, groups, 50, token=token), dst)
         assert select.select([rx], [], [], 1.0)[0] and native.receive_from(rx.fileno(), 1.0) == 1
         assert native.transmit(rx.fileno(), 1.0) == 1 and wire.decode(tx.recv(2048))[0].type == wire.PacketType.ACK
-        assert native.admission["admitted"] == 1 and native.jobs[3].peer == src
+        assert native.admission["validated"] == 1 and native.jobs[3].peer == src
         datagrams = []
         for seq in range(40):
             h = wire.Header(flags=wire.Flags.APPROX, job_id=3, msg_id=seq // 2, pkt_idx=seq % 2, pkt_cnt=2, seq=seq)
