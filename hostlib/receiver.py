@@ -385,8 +385,8 @@ class AtpReceiver:
             self.malformed["job_zero"] += 1
             return
         trimmed = header.flags & wire.Flags.TRIM
-        if trimmed and (not header.flags & wire.Flags.APPROX or header.length or header.msg_id >= control.FIN_MSG_ID):
-            self.malformed["bad_trim"] += 1  # switches trim approximate data only, and leave just the header
+        if trimmed and (header.flags & wire.Flags.APPROX or header.length or header.msg_id >= control.FIN_MSG_ID):
+            self.malformed["bad_trim"] += 1  # a switch leaves just the header of approximate data, APPROX cleared
             return
         job = self.jobs.get(header.job_id)
         if job is None:

@@ -47,7 +47,7 @@ def stamp_object(atp_port: int = DEFAULT_ATP_PORT, ecn: tuple[int, int, int] | N
     ``ecn``: (threshold bytes, line rate kbit/s, queue 0 buffer bytes) builds section q0 with CE marking."""
     out_dir = BUILD_DIR
     defines = [f"-DATP_PORT={atp_port}", f"-DATP_QUEUE_OFFSET={OFFSETS['queue']}", f"-DATP_DATA_BYTE0={DATA_V1}"]
-    name = f"stamp-{atp_port}"
+    name = f"stamp-{atp_port}-d{DATA_V1:02x}"  # the wire version is compiled in: a cached object of another is stale
     if ecn is not None:
         threshold, rate_kbps, cap = ecn
         defines += [f"-DECN_THRESHOLD_BYTES={threshold}", f"-DRATE_KBPS={rate_kbps}", f"-DQUEUE0_BYTES={cap}"]

@@ -43,11 +43,10 @@ from netapprox.experiments.plans import ATP_ABLATION, ATP_VARIANTS, Background, 
 from netapprox.experiments.sim import native
 from netapprox.experiments.sim.topology import PPP_HEADER, Network, TopologyConfig
 from netapprox.experiments.workloads import Flow, JobWorkload
+from netapprox.hostlib import core as hostlib_core
 from netapprox.hostlib import events, wire
 from netapprox.hostlib import sim as host_sim
 from netapprox.hostlib.config import AtpConfig, JobSpec, Message, required_messages
-from netapprox.hostlib.receiver import AtpReceiver
-from netapprox.hostlib.sender import AtpSender
 
 TCP_PROTOCOLS = ("dctcp-es", "dctcp-ss")
 PROTOCOLS = tuple(ATP_VARIANTS) + tuple(ATP_ABLATION) + TCP_PROTOCOLS + ("udp",)
@@ -105,6 +104,15 @@ class SimSettings:
     """Simulated time after which a trial stops with whatever has not completed counted as failed."""
     check_us: float = 20.0
     """How often (simulated) the trial checks whether everything completed."""
+    atp_core: str = "native"
+    """Which implementation of hostlib's cores the ATP hosts run: ``native`` (the C cores, when the extension is
+    built; else, and under NETAPPROX_PURE_PYTHON=1, the reference) or ``python`` (the reference). Both produce
+    the same datagrams for the same inputs (tests/hostlib/test_hostlib_differential.py), so results are the same;
+    only the CPU a trial takes differs."""
+
+    def __post_init__(self) -> None:
+        if self.atp_core not in ("native", "python"):
+            raise ValueError(f"atp_core {self.atp_core!r}: choose native or python")
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -289,6 +297,10 @@ class Trial:
         host_pkts = result["perf"].get("host_packets", 0)
         result["perf"]["switch_packets_per_wall_s"] = hops / run_s if run_s > 0 else None
         result["perf"]["host_packets_per_wall_s"] = host_pkts / run_s if run_s > 0 else None
+        result["perf"]["host_packets_per_cpu_s"] = host_pkts / cpu_s if cpu_s > 0 else None
+        if is_atp(self.protocol):
+            sender_cls = self._cores()[0]
+            result["perf"]["atp_core"] = "native" if hostlib_core.is_native(sender_cls) else "python"
         if self.profile and is_atp(self.protocol):
             sec = dict(host_sim.ProfiledEndpoint.seconds)
             sec["controller"] = self._controller_s
@@ -337,8 +349,15 @@ class Trial:
     def _endpoint_class(self) -> Any:
         return host_sim.ProfiledEndpoint if self.profile else host_sim.SimEndpoint
 
+    def _cores(self) -> tuple[Any, Any]:
+        """(sender class, receiver class) of ``settings.atp_core``."""
+        if self.settings.atp_core == "python":
+            return hostlib_core.PyAtpSender, hostlib_core.PyAtpReceiver
+        return hostlib_core.AtpSender, hostlib_core.AtpReceiver
+
     def _start_atp(self) -> None:
         SimEndpoint = self._endpoint_class()
+        AtpReceiver = self._cores()[1]
 
         cfg = atp_config(self.settings, self.protocol)
         self.atp_config = cfg
@@ -365,7 +384,7 @@ class Trial:
                        messages=tuple(Message(bytes(size)) for size in job.workload.sizes))
         st = self._job_state[job.job_id]
         st["start"] = self.clock()
-        sender = AtpSender(spec, config=cfg, peer=(dst.ip, ATP_PORT), now=st["start"])
+        sender = self._cores()[0](spec, config=cfg, peer=(dst.ip, ATP_PORT), now=st["start"])
         timeline = st["timeline"] if job.job_id == self.timeline_job else None
         report_key = cfg.report_key
         source = src.ip_str

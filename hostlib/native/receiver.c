@@ -1667,8 +1667,8 @@ int receiver_receive(Receiver *r, const uint8_t *data, size_t len, PyObject *add
     if (h.job_id == 0)
         return malformed(r, "job_zero");
     int trimmed = (h.flags & F_TRIM) != 0;
-    if (trimmed && (!(h.flags & F_APPROX) || h.length || h.msg_id >= FIN_MSG_ID))
-        return malformed(r, "bad_trim"); /* switches trim approximate data only, and leave just the header */
+    if (trimmed && ((h.flags & F_APPROX) || h.length || h.msg_id >= FIN_MSG_ID))
+        return malformed(r, "bad_trim"); /* a switch leaves just the header of approximate data, APPROX cleared */
     Job *job = receiver_find_job(r, h.job_id);
     const uint8_t *payload = data + ATP_HEADER_LEN;
     if (job == NULL) {

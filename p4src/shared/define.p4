@@ -76,7 +76,7 @@ typedef bit<19> queue_depth_t;
 typedef bit<4> drop_reason_t;
 @noWarn("unused") const drop_reason_t MALFORMED_TRUNCATED = 0;      // UDP on an ATP port too short for the 32-byte header,
                                                   // or UDP length < 32 + ATP length
-@noWarn("unused") const drop_reason_t MALFORMED_BAD_VERSION = 1;    // version != 1
+@noWarn("unused") const drop_reason_t MALFORMED_BAD_VERSION = 1;    // version != ATP_VERSION
 @noWarn("unused") const drop_reason_t MALFORMED_BAD_TYPE = 2;       // type 0 or 6..15
 @noWarn("unused") const drop_reason_t MALFORMED_BAD_FLAGS = 3;      // flag bits 5..7 set
 @noWarn("unused") const drop_reason_t MALFORMED_BAD_TLR = 4;        // tlr > 0x8000

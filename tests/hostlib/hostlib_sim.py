@@ -93,8 +93,8 @@ class TrimmingPath(Path):
 
 
 def trim(h: wire.Header) -> bytes:
-    """What a switch forwards of a DATA packet it trimmed."""
-    return wire.encode(dataclasses.replace(h, flags=h.flags | wire.Flags.TRIM, length=0))
+    """What a switch forwards of an approximate DATA packet it trimmed: the header alone, TRIM set, APPROX cleared."""
+    return wire.encode(dataclasses.replace(h, flags=(h.flags | wire.Flags.TRIM) & ~wire.Flags.APPROX, length=0))
 
 
 class Attacker(Protocol):

@@ -206,9 +206,11 @@ def _data(rng: random.Random, job: int, total: int) -> bytes:
         n = len(records) if rng.random() < 0.9 else len(records) + rng.choice([-1, 1])
         payload = wire.encode_records(records)[:rng.choice([None] * 9 + [-1])]
         return wire.encode(dataclasses.replace(h, pkt_idx=0, pkt_cnt=1, count=max(2, n)), payload)
-    if op < 0.3:  # trimmed on the way (or a forged header claiming so)
-        return trim(dataclasses.replace(h, flags=rng.choice([wire.Flags.APPROX] * 4 + [0]),
-                                        count=rng.choice([1, 1, 3])) if h.pkt_cnt == 1 else h)
+    if op < 0.3:  # trimmed on the way (or a forged header claiming so: APPROX left set, a payload)
+        t = trim(dataclasses.replace(h, count=rng.choice([1, 1, 3])) if h.pkt_cnt == 1 else h)
+        if rng.random() < 0.2:
+            t = t[:1] + bytes([t[1] | rng.choice([wire.Flags.APPROX, 0])]) + t[2:30] + b"\x00\x01x"
+        return t
     size = rng.randint(0, 40) if rng.random() < 0.8 else rng.randint(500, 1300)  # big ones fill the budget
     return wire.encode(h, bytes([rng.randrange(256)]) * size)
 

@@ -204,9 +204,11 @@ def test_trimmed_headers_a_switch_cannot_have_made_are_rejected_and_counted():
     r = AtpReceiver(config=AtpConfig())
     r.receive_datagram(announce(1, [(0, 0.5, range(10))], 10, seq=100), SENDER_ADDR, 0.0)
     h = wire.decode(data(1, 3, 104))[0]
-    r.receive_datagram(trimmed(dataclasses.replace(h, flags=0)), SENDER_ADDR, 0.0)  # exact data is never trimmed
-    r.receive_datagram(wire.encode(dataclasses.replace(h, flags=h.flags | wire.Flags.TRIM), b"x"), SENDER_ADDR, 0.0)
-    r.receive_datagram(trimmed(dataclasses.replace(h, msg_id=control.FIN_MSG_ID)), SENDER_ADDR, 0.0)
+    cut = dataclasses.replace(h, flags=wire.Flags.TRIM)
+    r.receive_datagram(wire.encode(dataclasses.replace(cut, flags=wire.Flags.TRIM | wire.Flags.APPROX)), SENDER_ADDR,
+                       0.0)  # a switch clears APPROX (the header goes on as exact traffic)
+    r.receive_datagram(wire.encode(cut, b"x"), SENDER_ADDR, 0.0)  # and cuts the whole payload
+    r.receive_datagram(wire.encode(dataclasses.replace(cut, msg_id=control.FIN_MSG_ID)), SENDER_ADDR, 0.0)
     assert r.malformed == {"bad_trim": 3}
     r.receive_datagram(data(1, 4, 105), SENDER_ADDR, 0.0)
     r.receive_datagram(trimmed(wire.decode(data(1, 4, 105))[0]), SENDER_ADDR, 0.0)  # that packet came whole
