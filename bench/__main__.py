@@ -40,6 +40,7 @@ HEADLINE_KEYS = (
     "atp_over_tcp_es_fifo", "atp_over_tcp_ss_fifo", "atp_over_tcp_es_background", "atp_over_bound_idle",
     "msr_met_fraction", "nonapprox_fct_netapprox_over_fifo", "hostlib_pps_over_raw_udp", "hostlib_loopback_gbps",
     "controller_epoch_ms_10k", "controller_reports_per_s", "sim_atp_over_dctcp_es", "sim_atp_over_dctcp_ss",
+    "sim_atp_p99_over_dctcp_es", "sim_atp_network_drop_frac",
     "hostlib_jct_under_flood_over_alone", "hostlib_jct_under_receiver_attacks_over_alone",
 )
 

@@ -8,9 +8,12 @@ DCTCP-ES/SS (ns-3 ``TcpDctcp`` on network-oblivious switches with ECN at K = 65)
 
 ``run(progress=print) -> dict``; the headline is
 
-    {"sim_atp_over_dctcp_es": {"0.5": x, "0.9": y}, "sim_atp_over_dctcp_ss": {"0.5": .., "0.9": ..}}
+    {"sim_atp_over_dctcp_es": {"0.5": x, "0.9": y}, "sim_atp_over_dctcp_ss": {"0.5": .., "0.9": ..},
+     "sim_atp_p99_over_dctcp_es": {"0.5": .., "0.9": ..}, "sim_atp_network_drop_frac": {"0.5": .., "0.9": ..}}
 
-each the ratio of mean JCTs over the seeds (ATP / baseline; below 1 = ATP faster), with per-seed ratios, the
+the first two the ratio of mean JCTs over the seeds (ATP / baseline; below 1 = ATP faster), the third the ratio
+of the 99th-percentile JCTs (each trial's p99, averaged over the seeds), the last the share of ATP's DATA
+packets whose payload the network lost (dropped or trimmed by a switch), over the seeds; with per-seed ratios, the
 fraction of ATP jobs that met their MSR, the simulator's speed (simulated packets per wall-clock second:
 packets leaving switch queues, i.e. packet-hops, and packets leaving hosts, over all the trials), and where
 the ATP trials' wall-clock time went (``atp_wall_share``: hostlib's cores, ns-3's send path, the adapter, the
@@ -66,16 +69,21 @@ def run(progress: Callable[[str], None] = print, seeds: tuple[int, ...] = (1, 2,
                 for key, n in perf.get("profile", {}).get("calls", {}).items():
                     profile_calls[key] = profile_calls.get(key, 0) + n
                 rows.append({"seed": seed, "msr": msr, "protocol": proto, "jct_mean_s": m["jct_mean_s"],
+                             "jct_p99_s": m["jct_p99_s"], "network_loss_frac": m.get("network_loss_frac"),
                              "msr_met_frac": m["msr_met_frac"], "queue_mean_pkts": m["queue_mean_pkts"],
                              "wall_s": perf["run_wall_s"]})
                 progress(f"bench sim: seed {seed} MSR {msr} {proto}: mean JCT {m['jct_mean_s'] * 1e6:.1f} µs, "
                          f"MSR met {m['msr_met_frac']:.2f} ({perf['run_wall_s']:.1f} s)")
 
-    def mean_jct(proto: str, msr: float) -> float | None:
-        vals = [r["jct_mean_s"] for r in rows if r["protocol"] == proto and r["msr"] == msr and r["jct_mean_s"]]
+    def mean_of(proto: str, msr: float, key: str) -> float | None:
+        vals = [r[key] for r in rows if r["protocol"] == proto and r["msr"] == msr and r[key] is not None]
         return statistics.fmean(vals) if len(vals) == len(seeds) else None
 
-    headline: dict[str, dict[str, float | None]] = {"sim_atp_over_dctcp_es": {}, "sim_atp_over_dctcp_ss": {}}
+    def mean_jct(proto: str, msr: float) -> float | None:
+        return mean_of(proto, msr, "jct_mean_s")
+
+    headline: dict[str, dict[str, float | None]] = {"sim_atp_over_dctcp_es": {}, "sim_atp_over_dctcp_ss": {},
+                                                     "sim_atp_p99_over_dctcp_es": {}, "sim_atp_network_drop_frac": {}}
     per_seed: dict[str, dict[str, list]] = {"sim_atp_over_dctcp_es": {}, "sim_atp_over_dctcp_ss": {}}
     for msr in MSRS:
         atp = mean_jct("atp", msr)
@@ -86,6 +94,9 @@ def run(progress: Callable[[str], None] = print, seeds: tuple[int, ...] = (1, 2,
                 next(r["jct_mean_s"] for r in rows if r["seed"] == s and r["msr"] == msr and r["protocol"] == "atp")
                 / next(r["jct_mean_s"] for r in rows if r["seed"] == s and r["msr"] == msr and r["protocol"] == base)
                 for s in seeds]
+        p99, p99_es = mean_of("atp", msr, "jct_p99_s"), mean_of("dctcp-es", msr, "jct_p99_s")
+        headline["sim_atp_p99_over_dctcp_es"][str(msr)] = p99 / p99_es if p99 is not None and p99_es else None
+        headline["sim_atp_network_drop_frac"][str(msr)] = mean_of("atp", msr, "network_loss_frac")
     atp_met = [r["msr_met_frac"] for r in rows if r["protocol"] == "atp" and r["msr_met_frac"] is not None]
     return {
         "name": "sim", "headline": headline, "per_seed": per_seed,
@@ -106,8 +117,9 @@ def format_table(result: dict) -> str:
     if "error" in result:
         return f"sim: {result['error']}"
     lines = [f"Setup: {result['setup']}.", "",
-             "| MSR | ATP / DCTCP-ES JCT | ATP / DCTCP-SS JCT | ATP | DCTCP-ES | DCTCP-SS |",
-             "|---|---:|---:|---:|---:|---:|"]
+             "| MSR | ATP / DCTCP-ES JCT | ATP / DCTCP-SS JCT | p99 ATP / DCTCP-ES | ATP payloads lost in the network "
+             "| ATP | DCTCP-ES | DCTCP-SS |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     h, mj = result["headline"], result["mean_jct_s"]
 
     def us(v: float | None) -> str:
@@ -118,7 +130,8 @@ def format_table(result: dict) -> str:
 
     for msr in MSRS:
         es, ss = h["sim_atp_over_dctcp_es"][str(msr)], h["sim_atp_over_dctcp_ss"][str(msr)]
-        lines.append(f"| {msr} | {r(es)} | {r(ss)} | {us(mj[f'atp@{msr}'])} | {us(mj[f'dctcp-es@{msr}'])} | "
+        p99, drop = h["sim_atp_p99_over_dctcp_es"][str(msr)], h["sim_atp_network_drop_frac"][str(msr)]
+        lines.append(f"| {msr} | {r(es)} | {r(ss)} | {r(p99)} | {r(drop)} | {us(mj[f'atp@{msr}'])} | {us(mj[f'dctcp-es@{msr}'])} | "
                      f"{us(mj[f'dctcp-ss@{msr}'])} |")
     lines += ["", f"ATP jobs that met their MSR: {r(result['atp_msr_met_frac'])}. Simulator speed: "
               f"{result['sim_switch_packets_per_wall_s']:.0f} packet-hops and "
