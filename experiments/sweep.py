@@ -82,7 +82,7 @@ class Sweep:
         todo = [i for i in ordered(plans, self.backend) if not tracker.from_cache(i)]
         if not todo:
             return
-        if self.on_cluster and len(todo) > 1:
+        if self.on_cluster:
             cluster = self.cluster()
             tracker.note(f"{len(todo)} trials on {cluster.describe()}")
             tracker.running = cluster.running
