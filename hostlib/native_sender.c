@@ -1294,7 +1294,7 @@ static int end_epoch(Sender *s, double now) {
         if (duration > 0)
             s->w_delivery_rate_bps = s->w_epoch_acked_bits / duration;
         s->w_epoch_acked_bits = 0.0;
-        double r = s->w_window * s->packet_bits / (srtt > 1e-6 ? srtt : 1e-6);
+        double r = s->w_window * s->w_mean_packet_bits / (srtt > 1e-6 ? srtt : 1e-6);
         rate = s->max_rate_bps < r ? s->max_rate_bps : r;
     } else {
         ratectl_end_epoch(s, srtt);
