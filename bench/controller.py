@@ -181,9 +181,8 @@ def _bench_config(**kw) -> ControllerConfig:
 def _accepting_driver(tmp: str) -> P4RuntimeDriver:
     bmv2_json = Path(tmp) / "bmv2.json"
     bmv2_json.write_bytes(b"{}")
-    driver = P4RuntimeDriver("bench", P4RuntimeOptions(p4info=bench_p4info(tmp), bmv2_json=str(bmv2_json)))
-    driver.session = AcceptingSession()
-    return driver
+    return P4RuntimeDriver("bench", P4RuntimeOptions(p4info=bench_p4info(tmp), bmv2_json=str(bmv2_json)),
+                           session=AcceptingSession())
 
 
 def bench_epochs(n_jobs: int, epochs: int, switches: int = 1) -> dict[str, Any]:

@@ -28,8 +28,12 @@ DRIVER_CLASSES: Mapping[str, str] = {
 
 
 class Driver(abc.ABC):
-    """One switch, one data plane. Errors: ``controller.errors.SwitchUnavailable`` when the switch cannot be
-    reached (the runtime reconnects), other ``ControllerError`` subclasses for everything else."""
+    """One switch, one data plane: everything the runtime may ask of a driver is declared here (the abstract
+    methods, and the others with the defaults of a driver that writes synchronously and has no packet-in).
+
+    Errors: ``controller.errors.SwitchUnavailable`` when the switch cannot be reached (the runtime reconnects),
+    ``controller.errors.WriteError`` when the switch refused some updates (the runtime counts them and carries
+    on), other ``ControllerError`` subclasses for everything else."""
 
     name: str
 
@@ -48,6 +52,30 @@ class Driver(abc.ABC):
         if updates.empty:
             return WriteSummary()
         return self.apply(desired())
+
+    def pending_writes(self) -> bool:
+        """True while updates wait for the switch to answer earlier writes (``send_pending`` sends them); a
+        driver that writes synchronously never holds any back."""
+        return False
+
+    def send_pending(self) -> WriteSummary:
+        """Between epochs: send what waits, into the room the switch's answers left (``pending_writes``)."""
+        return WriteSummary()
+
+    @property
+    def deferred_updates(self) -> int:
+        """Table updates waiting for the switch (write budget, or writes in flight)."""
+        return 0
+
+    @property
+    def deferred_urgent(self) -> int:
+        """Of ``deferred_updates``, those of jobs whose loss exceeds their TLR."""
+        return 0
+
+    @property
+    def write_stats(self) -> Mapping[str, int]:
+        """Cumulative write-queue figures for the metrics (``prioritised``, ``coalesced``); {} when none."""
+        return {}
 
     @abc.abstractmethod
     def read_counters(self) -> Counters:

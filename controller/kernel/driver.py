@@ -30,6 +30,8 @@ import dataclasses
 import logging
 from typing import Any, Mapping
 
+from pyroute2 import IPRoute
+
 from netapprox.controller.drivers import Driver
 from netapprox.controller.errors import KernelSwitchError, SwitchUnavailable
 from netapprox.controller.kernel import compiler, stamp, tc
@@ -108,8 +110,6 @@ class KernelDriver(Driver):
 
     # -- Driver --------------------------------------------------------------------------------------------
     def connect(self) -> None:
-        from pyroute2 import IPRoute
-
         self.close()
         try:
             # flags=0: never create the namespace (pyroute2 defaults to O_CREAT).

@@ -1,6 +1,7 @@
 """One P4Runtime session with one device: channel, StreamChannel arbitration, pipeline, Write, Read, packet-in.
 
-The session knows nothing of NetApprox's tables; ``controller.p4runtime.driver`` builds the updates. Every
+The session knows nothing of NetApprox's tables: ``connection.SwitchConnection`` owns it and arms the pipeline
+through it, ``write_queue.WriteQueue`` builds the updates. Every
 RPC failure that means "the switch is not (or no longer) reachable as primary" raises
 ``SwitchUnavailable`` (the runtime reconnects); a refused Write raises ``P4RuntimeWriteError`` with the
 per-update errors unpacked from the ``grpc-status-details-bin`` trailer ("At index N: CODE, message").

@@ -17,7 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from netapprox.controller.p4runtime.p4info import P4Info
+from netapprox.topo.bmv2 import Bmv2Options, Bmv2Process
 from support.skips import requires_p4, requires_root
+
+from ctl_fixtures import P4INFO
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIO = Path(__file__).with_name("bmv2_scenario.py")
@@ -47,12 +51,19 @@ def compiled(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def bmv2(tmp_path):
-    from netapprox.topo.bmv2 import Bmv2Options, Bmv2Process
+def bmv2(netns_with_veths, tmp_path):
+    ns, log = netns_with_veths, tmp_path / "bmv2.log"
+    options = Bmv2Options(ports={1: "swp1", 2: "swp2"}, device_id=1, grpc_port=GRPC_PORT, thrift_port=THRIFT_PORT,
+                          netns=ns, log_level=None)
+    with Bmv2Process(options, log):
+        yield ns, log
 
+
+@pytest.fixture
+def netns_with_veths():
+    """A fresh network namespace with two veth pairs, switch ports swp1/swp2 and host ends h1/h2."""
     ns = f"nactl{secrets.token_hex(3)}"
     sh("ip", "netns", "add", ns)
-    log = tmp_path / "bmv2.log"
     try:
         sh("ip", "link", "set", "lo", "up", netns=ns)
         for i in (1, 2):
@@ -60,17 +71,12 @@ def bmv2(tmp_path):
             for dev in (f"swp{i}", f"h{i}"):
                 sh("sysctl", "-qw", f"net.ipv6.conf.{dev}.disable_ipv6=1", netns=ns, check=False)
                 sh("ip", "link", "set", dev, "up", netns=ns)
-        options = Bmv2Options(ports={1: "swp1", 2: "swp2"}, device_id=1, grpc_port=GRPC_PORT,
-                              thrift_port=THRIFT_PORT, netns=ns, log_level=None)
-        with Bmv2Process(options, log):
-            yield ns, log
+        yield ns
     finally:
         sh("ip", "netns", "del", ns, check=False)
 
 
 def _contract(p4info_path: Path) -> dict:
-    from netapprox.controller.p4runtime.p4info import P4Info
-
     m = P4Info.load(p4info_path).message
     out: dict = {}
     for t in m.tables:
@@ -87,8 +93,6 @@ def _contract(p4info_path: Path) -> dict:
 
 def test_hand_written_p4info_fixture_matches_the_compiled_program(compiled):
     """The fake-server tests use fixtures/p4info.txtpb; it must keep matching what p4c makes of p4src/."""
-    from ctl_fixtures import P4INFO
-
     assert _contract(P4INFO) == _contract(compiled / "p4info.txtpb")
 
 
@@ -113,22 +117,6 @@ def test_queue_byte_follows_reported_tlr_within_one_epoch(compiled, bmv2):
         assert step["latency_s"] <= epoch_ms / 1000.0 + 0.1, step
     assert out["enqueued_port2"].get("7", 0) >= 1 and out["enqueued_port2"].get("2", 0) >= 1, out
     assert sum(out["job_packets"].values()) >= 1, out
-
-
-@pytest.fixture
-def netns_with_veths():
-    ns = f"narst{secrets.token_hex(3)}"
-    sh("ip", "netns", "add", ns)
-    try:
-        sh("ip", "link", "set", "lo", "up", netns=ns)
-        for i in (1, 2):
-            sh("ip", "link", "add", f"swp{i}", "type", "veth", "peer", "name", f"h{i}", netns=ns)
-            for dev in (f"swp{i}", f"h{i}"):
-                sh("sysctl", "-qw", f"net.ipv6.conf.{dev}.disable_ipv6=1", netns=ns, check=False)
-                sh("ip", "link", "set", dev, "up", netns=ns)
-        yield ns
-    finally:
-        sh("ip", "netns", "del", ns, check=False)
 
 
 @requires_root

@@ -29,6 +29,9 @@ from netapprox.controller.model import (
     TagRule,
     TlrRule,
 )
+from netapprox.controller.p4runtime import bmv2_thrift
+from netapprox.controller.p4runtime.bmv2_thrift import Bmv2VersionError
+from netapprox.controller.p4runtime.classification import TagEntry, tag_entries
 from netapprox.controller.p4runtime.driver import P4RuntimeDriver
 from netapprox.controller.p4runtime.options import P4RuntimeOptions
 from netapprox.controller.p4runtime.p4info import P4Info
@@ -36,7 +39,7 @@ from netapprox.controller.runtime import Runtime
 from netapprox.hostlib.wire import Report
 from support.fake_p4runtime import _entry_key
 
-from ctl_fixtures import P4INFO
+from ctl_fixtures import P4INFO, controller_toml, stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 ROUTES_V4, QUEUE_BY_JOB, QUEUE_BY_TAG = 33554433, 33554435, 33554436
@@ -85,38 +88,6 @@ def wait_until(predicate, timeout: float, step: float = 0.01) -> bool:
 # --- a controller killed and restarted ---------------------------------------------------------------------
 
 
-CONTROLLER_TOML = """
-[controller]
-epoch_ms = 20
-counters_every = 5
-decision_log = "{log}"
-reconnect_initial_s = 0.05
-reconnect_max_s = 0.5
-
-[reports]
-bind = "127.0.0.1"
-port = {report_port}
-
-[policy]
-job_timeout_s = 2.0
-
-[[switch]]
-name = "s1"
-kind = "p4runtime"
-routes = [
-  {{ prefix = "10.0.0.1/32", port = 1, src_mac = "02:00:00:00:01:00", dst_mac = "02:00:00:00:00:01" }},
-  {{ prefix = "10.0.0.2/32", port = 2, src_mac = "02:00:00:00:01:00", dst_mac = "02:00:00:00:00:02" }},
-]
-
-[switch.options]
-address = "{address}"
-p4info = "{p4info}"
-bmv2_json = "{bmv2_json}"
-connect_timeout_s = 3.0
-adopt_jobs_s = 3.0
-"""
-
-
 class Hosts:
     """Reporting hosts: jobs 5 and 6 report their TLR every 20 ms until stopped."""
 
@@ -155,8 +126,12 @@ def test_a_killed_controller_restarts_without_touching_the_switch(fake_server, b
     differs (same routes, same jobs reported)."""
     report_port = free_udp_port()
     config = tmp_path / "controller.toml"
-    config.write_text(CONTROLLER_TOML.format(log=tmp_path / "decisions.jsonl", report_port=report_port,
-                                             address=fake_server.address, p4info=P4INFO, bmv2_json=bmv2_json))
+    config.write_text(controller_toml(
+        address=fake_server.address, p4info=P4INFO, bmv2_json=bmv2_json, report_port=report_port,
+        decision_log=tmp_path / "decisions.jsonl",
+        routes=[("10.0.0.1/32", 1, "02:00:00:00:00:01"), ("10.0.0.2/32", 2, "02:00:00:00:00:02")],
+        controller="counters_every = 5", policy="job_timeout_s = 2.0",
+        options="connect_timeout_s = 3.0\nadopt_jobs_s = 3.0"))
     log = tmp_path / "controller.log"
     removed: list[str] = []
     route_counts: list[int] = []
@@ -199,13 +174,8 @@ def test_a_killed_controller_restarts_without_touching_the_switch(fake_server, b
             assert [updates_of(w) for w in new_writes if updates_of(w)] == [], "the restart rewrote entries"
     finally:
         for proc in (first, second):
-            if proc is not None and proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(5)
+            if proc is not None:
+                stop_process(proc)
     text = log.read_text()
     assert "runs our pipeline already" in text and "entries read back to reconcile" in text, text[-2000:]
 
@@ -279,7 +249,7 @@ def test_push_pipeline_false_reconnects_and_reconciles(fake_server, make_driver)
     with pytest.raises(PipelineError, match="runs no forwarding pipeline and push_pipeline is false"):
         without.connect()
     owner = make_driver()
-    fake_server.load_pipeline(owner._pipeline_config())
+    fake_server.load_pipeline(owner.connection.pipeline_config())
     driver = make_driver(push_pipeline=False)
     driver.connect()
     driver.apply(STATE)
@@ -317,8 +287,6 @@ def test_a_reconnect_writes_exactly_the_difference(fake_server, make_driver):
     assert updates_of(write) == [(p4runtime_pb2.Update.DELETE, QUEUE_BY_JOB), (p4runtime_pb2.Update.MODIFY, ROUTES_V4),
                                  (p4runtime_pb2.Update.INSERT, 33554437)]
     assert driver.apply(STATE).writes == 0
-    from netapprox.controller.p4runtime.classification import tag_entries
-
     tags = sum(len(tag_entries(r)) for r in STATE.tag_rules)  # [0, 999] is 6 prefixes
     assert tags == 6 and len(fake_server.entries()) == len(STATE.routes) + 1 + 2 + tags + 1 + 1
 
@@ -453,9 +421,6 @@ def fake_bmv2(tmp_path: Path, version: str) -> str:
 
 
 def test_an_old_bmv2_on_this_host_is_refused_at_start_up(tmp_path, monkeypatch):
-    from netapprox.controller.p4runtime import bmv2_thrift
-    from netapprox.controller.p4runtime.bmv2_thrift import Bmv2VersionError
-
     bmv2_thrift.bmv2_version.cache_clear()
     old, new = fake_bmv2(tmp_path, "1.14.0-0f5b6b6"), fake_bmv2(tmp_path, "1.15.1")
     with pytest.raises(Bmv2VersionError, match=r"switch 's1': .* is BMv2 1.14.0; NetApprox needs BMv2 >= 1.15.1"):
@@ -497,8 +462,6 @@ def test_the_fake_server_refuses_dont_cares_and_missing_priorities(fake_server, 
     driver = make_driver()
     driver.connect()
     tag = driver.classification._tag_entry
-    from netapprox.controller.p4runtime.classification import TagEntry
-
     good = tag(TagEntry(2, 0, 9, 0, 0xFFFFFC00, 1))
     cases = []
     e = p4runtime_pb2.TableEntry()
