@@ -306,3 +306,76 @@ def test_tuning_ignores_jobs_that_went_quiet_or_met_their_msr():
     first = core.tuned
     assert first.cutoffs[2] > 0.3  # only job 3 was read: it has queue 1, the cutoffs spread above it
     assert first.cutoffs[-1] == pytest.approx(CFG.max_threshold - (CFG.max_threshold - 0.3) / 7, abs=1e-4)
+
+
+# --- the incremental core against the pure policy ---------------------------------------------------------
+
+class AdaptiveReference:
+    """Mode adaptive the straightforward way: every job re-decided by ``policy.decide`` every epoch, the tuner
+    run over ``policy.tuning_samples`` every ``every_epochs``."""
+
+    def __init__(self, cfg: PolicyConfig, epoch_s: float) -> None:
+        self.cfg, self.epoch_s = cfg, epoch_s
+        self.jobs: dict[int, dict[int, policy.GroupReport]] = {}
+        self.assignments: dict[int, int] = {}
+        self.losing: dict[int, int] = {}
+        self.tuned = Tuned(cutoffs=cfg.thresholds, thresholds=cfg.thresholds)
+        self.epoch = 0
+
+    def ingest(self, fields, now: float) -> None:
+        old = self.jobs.get(fields.job_id, {}).get(fields.group_id)
+        self.jobs.setdefault(fields.job_id, {})[fields.group_id] = policy.next_group_report(
+            old, now, fields.tlr, fields.loss, fields.rate_kbps * 1000.0, fields.msr, fields.total,
+            fields.delivered, fields.lost)
+
+    def step(self, now: float) -> policy.Decision:
+        self.epoch += 1
+        live = {j: {g: r for g, r in gs.items() if now - r.last_seen < self.cfg.job_timeout_s}
+                for j, gs in self.jobs.items()}
+        live = {j: gs for j, gs in live.items() if gs}
+        retuned = False
+        if self.epoch % self.cfg.tuning.every_epochs == 0:
+            samples = policy.tuning_samples(live, [j for j, _ in self.cfg.pinned], now, self.epoch_s)
+            self.tuned, change = tune(samples, self.tuned, self.cfg.tuning)
+            retuned = change is not None
+        values = {j: policy.job_value(gs, policy.job_tlr(gs)[0], self.tuned.work_ref, self.cfg.tuning)
+                  for j, gs in live.items()}
+        d = policy.decide(self.jobs, self.assignments, now, self.cfg, self.losing, values=values,
+                          cutoffs=self.tuned.cutoffs, retuned=retuned)
+        self.jobs = {j: dict(g) for j, g in d.live.items()}
+        self.assignments, self.losing = dict(d.assignments), dict(d.losing)
+        return d
+
+
+# TLRs and losses that repeat, so that reports also move a job by its remaining work alone
+tuning_events = st.lists(st.lists(st.tuples(st.integers(1, 5), st.sampled_from([0.05, 0.3, 0.6]) | st.floats(0, 1),
+                                            st.sampled_from([0.0, 0.1]), st.integers(0, 40),
+                                            st.integers(1, 50_000)), max_size=5),
+                         min_size=1, max_size=30)
+
+
+@settings(max_examples=100, deadline=None)
+@given(epochs=tuning_events, gaps=st.lists(st.sampled_from([0.01, 0.01, 0.02, 0.3]), min_size=30, max_size=30),
+       pinned=st.sampled_from([(), ((2, 5),)]), every=st.sampled_from([1, 2, 3]))
+def test_incremental_core_tunes_and_places_exactly_as_the_pure_tuner_and_policy(epochs, gaps, pinned, every):
+    cfg = PolicyConfig(mode="adaptive", job_timeout_s=0.5, promote_after_epochs=2, pinned=pinned,
+                       tuning=TuningConfig(every_epochs=every))
+    core = ControllerCore(ControllerConfig(switches=(SwitchConfig("s1"),), policy=cfg, reports=REPORTS,
+                                           epoch_s=0.01))
+    ref = AdaptiveReference(cfg, 0.01)
+    now, seq = 0.0, 0
+    delivered: dict[int, int] = {}
+    for reports, gap in zip(epochs, gaps):
+        for job, tlr, loss, more, rate in reports:
+            seq += 1
+            delivered[job] = delivered.get(job, 0) + more
+            fields = core.ingest(report(job, seq, tlr, delivered=min(delivered[job], 1000), rate_kbps=rate,
+                                        loss=loss), "10.0.0.1", now)
+            assert fields is not None
+            ref.ingest(fields, now)
+        plan = core.step(now)
+        want = ref.step(now)
+        assert core.tuned == ref.tuned
+        assert dict(plan.assignments) == dict(want.assignments)
+        assert [c for c in plan.changes if c.reason != "held"] == [c for c in want.changes if c.reason != "held"]
+        now += gap
