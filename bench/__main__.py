@@ -27,8 +27,12 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from netapprox.bench import controller as bench_controller
+from netapprox.bench import hostlib as bench_hostlib
 from netapprox.bench import network as N
-from netapprox.experiments.results import Progress, write_csv
+from netapprox.bench import sim as bench_sim
+from netapprox.experiments.emulated import Scale
+from netapprox.experiments.results import Progress, environment, git_commit, now_utc, write_csv
 
 NETWORK_SECTIONS = N.SECTIONS
 OTHER_SECTIONS = ("hostlib", "controller", "sim")
@@ -195,22 +199,16 @@ def _part(name: str, fn: Callable[[], dict]) -> dict:
 
 
 def _hostlib(progress: Callable[[str], None]) -> dict:
-    from netapprox.bench import hostlib
-    return hostlib.run(quick=True, progress=progress)
+    return bench_hostlib.run(quick=True, progress=progress)
 
 
 def _controller(progress: Callable[[str], None]) -> dict:
-    from netapprox.bench import controller
-    res = controller.run(progress=progress)
+    res = bench_controller.run(progress=progress)
     return {**res, "headline": {k: res.get(k) for k in ("controller_epoch_ms_10k", "controller_reports_per_s")}}
 
 
 def _sim(progress: Callable[[str], None]) -> dict:
-    try:
-        from netapprox.bench import sim
-    except ImportError as exc:
-        return {"skipped": f"bench.sim not importable: {exc}"}
-    return sim.run(progress=progress)
+    return bench_sim.run(progress=progress)
 
 
 def _fmt(x: Any, nd: int = 3) -> str:
@@ -325,9 +323,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                    default=list(NETWORK_SECTIONS + OTHER_SECTIONS), help="run only these parts")
     p.add_argument("--skip-network", action="store_true", help="only hostlib, controller and sim (no root needed)")
     args = p.parse_args(argv)
-    from netapprox.experiments.results import environment, git_commit, now_utc
-    from netapprox.experiments.runner import Scale
-
     out = Path(args.out)
     try:
         out.mkdir(parents=True, exist_ok=True)

@@ -36,6 +36,9 @@ import sys
 import time
 from typing import Any, Callable
 
+from netapprox.hostlib import api, core, wire
+from netapprox.hostlib.config import AtpConfig, JobSpec, Message
+
 DATAGRAM = 1400
 WIRE_OVERHEAD = 42
 UNPACED_ATP_RATE = 100e9
@@ -118,7 +121,7 @@ def _raw_sender(port: int, out_q: Any, count: int, rate_bps: float | None) -> No
 # -- raw UDP, the native batching primitives -----------------------------------------------------------------------
 
 def _batched_receiver(port_q: Any, out_q: Any, count: int, idle_s: float) -> None:
-    from netapprox.hostlib import _native
+    from netapprox.hostlib import _native  # noqa: PLC0415 - the optional C extension; its rows say when it is missing
     sock = _udp(True)
     _native.enable_gro(sock)
     port_q.put(sock.getsockname()[1])
@@ -140,7 +143,7 @@ def _batched_receiver(port_q: Any, out_q: Any, count: int, idle_s: float) -> Non
 
 
 def _batched_sender(port: int, out_q: Any, count: int, rate_bps: float | None) -> None:
-    from netapprox.hostlib import _native
+    from netapprox.hostlib import _native  # noqa: PLC0415 - the optional C extension
     sock = _udp(False)
     addr = ("127.0.0.1", port)
     datagrams = [((i % 256).to_bytes(1, "big") * DATAGRAM, addr) for i in range(_BATCH)]
@@ -160,7 +163,6 @@ def _batched_sender(port: int, out_q: Any, count: int, rate_bps: float | None) -
 
 def _use(impl: str) -> None:
     """Run the ``impl`` cores in this process (the ``cores`` test fixture does the same)."""
-    from netapprox.hostlib import core
     if impl == "python":
         core.AtpSender, core.AtpReceiver = core.PyAtpSender, core.PyAtpReceiver
     elif core.NativeAtpSender is None:
@@ -170,9 +172,6 @@ def _use(impl: str) -> None:
 
 
 def _atp_receiver(port_q: Any, out_q: Any, impl: str, timeout: float) -> None:
-    from netapprox.hostlib import api
-    from netapprox.hostlib.config import AtpConfig
-
     try:
         _use(impl)
         ep = api.ReceiverEndpoint(("127.0.0.1", 0), config=AtpConfig(), accept_jobs=1)
@@ -192,9 +191,6 @@ def _atp_receiver(port_q: Any, out_q: Any, impl: str, timeout: float) -> None:
 
 
 def _atp_sender(port: int, out_q: Any, impl: str, count: int, rate_bps: float | None) -> None:
-    from netapprox.hostlib import api, wire
-    from netapprox.hostlib.config import AtpConfig, JobSpec, Message
-
     payload = b"\xa5" * (DATAGRAM - wire.HEADER_LEN)
     job = JobSpec(job_id=4242, messages=tuple(Message(payload) for _ in range(count)), msr=1.0)
     cfg = AtpConfig(max_rate_bps=UNPACED_ATP_RATE if rate_bps is None else rate_bps, packet_size=DATAGRAM)

@@ -25,6 +25,9 @@ DRIVER_CLASSES: Mapping[str, str] = {
     "sim": "netapprox.controller.sim.driver:SimDriver",
 }
 """kind -> "module:class" of its driver. ``controller.config`` accepts exactly these kinds."""
+ARBITRATED_KINDS = ("p4runtime",)
+"""Kinds whose switch arbitrates between controllers (P4Runtime): only they can have a replica set of
+controllers (``[controller] replica``); the driver takes the option ``replica``."""
 
 
 class Driver(abc.ABC):
@@ -40,6 +43,14 @@ class Driver(abc.ABC):
     @abc.abstractmethod
     def connect(self) -> None:
         """(Re)connect and re-arm the switch: pipeline, queues, the last applied state. Idempotent."""
+
+    def is_primary(self) -> bool:
+        """Whether this controller may write to the switch now. False while another controller is the switch's
+        primary (P4Runtime arbitration between replicas, docs/controller.md "Running two controllers"): the
+        runtime then writes nothing to it, and when this turns True it hands over the whole desired state (the
+        driver reconciles with what the switch holds first). A data plane without an arbiter is always True.
+        Raises ``SwitchUnavailable`` when the switch is gone."""
+        return True
 
     @abc.abstractmethod
     def apply(self, desired: SwitchState) -> WriteSummary:
@@ -110,8 +121,13 @@ def driver_class(kind: str) -> type[Driver]:
     return getattr(module, class_name)
 
 
-def build_driver(switch) -> Driver:
-    """``<DriverClass>.from_options(switch.name, switch.options)`` for a ``controller.config.SwitchConfig``."""
+def build_driver(switch, replica: int = 0) -> Driver:
+    """``<DriverClass>.from_options(switch.name, switch.options)`` for a ``controller.config.SwitchConfig``;
+    ``replica`` > 0 (this controller's rank in a replica set) is added as the option ``replica`` (the config
+    allows it only for ``ARBITRATED_KINDS``)."""
     cls = driver_class(switch.kind)
-    return cls.from_options(switch.name, dict(switch.options))
+    options = dict(switch.options)
+    if replica:
+        options["replica"] = replica
+    return cls.from_options(switch.name, options)
 

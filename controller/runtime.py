@@ -13,6 +13,11 @@ switch's desired state through its driver (switches that are down are skipped an
 exponential backoff in a background thread, so one dead switch never stalls the others), read counters
 every ``config.counters_every`` epochs, log decisions, then call ``on_epoch(EpochResult)``. Connection timing
 always runs on the wall clock, even when ``epoch(now)`` is given a virtual time.
+
+In a replica set (``config.replica``) every replica runs all of this on the same reports; a switch for which
+this replica is a backup (``Driver.is_primary`` False) gets no writes and no counter reads, and when the switch
+makes it primary its next epoch hands the driver the whole desired state (a takeover: the driver reconciles
+with what the switch holds). Each change is logged and in the decision log (``primary`` / ``backup``).
 """
 from __future__ import annotations
 
@@ -113,6 +118,7 @@ class _Switch:
         self.reconnects = 0
         self.last_error = ""
         self.needs_full = True  # a (re)connected switch missed the updates of the epochs before: whole state
+        self.primary: bool | None = None  # this controller may write to it (None: not looked at since connect)
         self.updates = {"insert": 0, "modify": 0, "delete": 0}
         self.write_errors = 0
         self.counters: Counters | None = None
@@ -158,7 +164,7 @@ class Runtime:
         self._last_full_gc = time.perf_counter()
         try:
             for name, sc in self.core.switches.items():
-                driver = drivers[name] if name in drivers else build_driver(sc)
+                driver = drivers[name] if name in drivers else build_driver(sc, replica=config.replica)
                 self._switches[name] = _Switch(name, driver, config.reconnect_initial_s)
             if self._sock is None and config.reports.port >= 0:
                 self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -280,6 +286,7 @@ class Runtime:
             self.decision_log.write("switch_up", switch=sw.name, reconnect=sw.ever_connected)
             sw.ever_connected = True
             sw.needs_full = True
+            sw.primary = None
             sw.backoff = self.config.reconnect_initial_s
             sw.last_error = ""
             sw.up = True
@@ -329,6 +336,11 @@ class Runtime:
             if not sw.up:
                 errors[name] = f"down: {sw.last_error}" if sw.last_error else "down"
                 continue
+            primary = self._follow_primary(sw)
+            if not primary:
+                if primary is None:
+                    errors[name] = sw.failure
+                continue  # a backup: another controller writes to this switch
             updates = plan.updates[name]
             if sw.needs_full:
                 updates = TableUpdates(static=True, jobs=updates.jobs, urgent=updates.urgent)
@@ -382,7 +394,7 @@ class Runtime:
         writes: dict[str, WriteSummary] = {}
         for name, update in updates.items():
             sw = self._switches[name]
-            if not sw.up or sw.needs_full:
+            if not sw.up or sw.needs_full or not sw.primary:
                 continue
             summary = self._write(sw, lambda d, name=name, update=update: d.apply_updates(
                 lambda: self.core.desired_state(name), update))
@@ -395,11 +407,25 @@ class Runtime:
         switch answers (``send_pending``), so a backlog drains at the switch's pace. True while any still wait."""
         waiting = False
         for sw in self._switches.values():
-            if not sw.up or sw.needs_full or not sw.driver.pending_writes():
+            if not sw.up or sw.needs_full or not sw.primary or not sw.driver.pending_writes():
                 continue
             self._write(sw, lambda d: d.send_pending())
             waiting = waiting or (sw.up and sw.driver.pending_writes())
         return waiting
+
+    def _follow_primary(self, sw: _Switch) -> bool | None:
+        """Whether this controller may write to the switch now (``Driver.is_primary``; None: the switch is gone).
+        A change is logged; to primary (a takeover), the next write is the whole desired state."""
+        primary = self._call(sw, lambda d: d.is_primary())
+        if primary is None or primary == sw.primary:
+            return primary
+        if sw.primary is not None or not primary:  # not the first look at a switch this controller just armed
+            log.warning("switch %r: this controller is %s now", sw.name, "primary" if primary else "a backup")
+            self.decision_log.write("primary" if primary else "backup", epoch=self.core.epoch, switch=sw.name)
+        sw.primary = primary
+        if primary:
+            sw.needs_full = True
+        return primary
 
     # --- calling drivers ----------------------------------------------------------------------------------
 
@@ -535,7 +561,7 @@ class Runtime:
                              "rate_bps": rep.rate_bps}
             snap = {"epochs": self.core.epoch, "reports_accepted": stats.accepted,
                     "reports_dropped": dict(stats.dropped), "jobs": jobs}
-        snap["switches"] = {n: {"up": sw.up, "reconnects": sw.reconnects, **sw.updates,
+        snap["switches"] = {n: {"up": sw.up, "primary": bool(sw.primary), "reconnects": sw.reconnects, **sw.updates,
                                 "write_errors": sw.write_errors, "counters": sw.counters,
                                 "backlog": sw.driver.deferred_updates,
                                 "backlog_urgent": sw.driver.deferred_urgent,

@@ -33,11 +33,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from netapprox.controller.model import ClassRule
 from netapprox.experiments import results as R
-from netapprox.experiments.harness import Testbed, read_json
-from netapprox.experiments.runner import Scale
-from netapprox.experiments.trial import flow_fct_stats
+from netapprox.experiments.emulated import Scale
+from netapprox.experiments.metrics import flow_fct_stats
+from netapprox.experiments.sweep import Sweep, as_sweep
 from netapprox.experiments.workloads import web_search_flows
+from netapprox.topo.testbed import Testbed, read_json
 
 VARIANTS = ("gloo", "gloo-low", "atp", "atp-low")
 RENDEZVOUS_PORT = 29500
@@ -48,7 +50,6 @@ LOW_QUEUE = 1
 
 def class_rules(variant: str) -> list:
     """queue_by_class rules that put the variant's training traffic in the low-priority queue."""
-    from netapprox.controller.model import ClassRule
     if variant == "gloo-low":
         return [ClassRule(rank=20, ip_proto=6, ip_proto_mask=0xFF, l4_dport=FLOW_PORT, l4_dport_mask=0xFFFF, qid=0),
                 ClassRule(rank=10, ip_proto=6, ip_proto_mask=0xFF, l4_dport=0, l4_dport_mask=0, qid=LOW_QUEUE)]
@@ -74,7 +75,7 @@ def ddp_trial(tb: Testbed, scale: Scale, seed: int, variant: str, *, iterations:
     wd.mkdir(parents=True)
     workers = 3
     src = workers
-    rate = scale.rate_mbit * 1e6
+    rate = scale.rate_bps
     hook = "atp" if variant.startswith("atp") else "gloo"
     servers = []
     for d in range(workers):
@@ -129,10 +130,14 @@ def ddp_trial(tb: Testbed, scale: Scale, seed: int, variant: str, *, iterations:
                "flows": flow_rows}
 
 
-def exp_ddp(seeds: Sequence[int], out: Path, scale: Scale, *, variants=VARIANTS, iterations: int = 150,
+def exp_ddp(seeds: Sequence[int], out: Path, sweep: Sweep, *, variants=VARIANTS, iterations: int = 150,
             hidden: int = 256, flow_load: float = 0.2, policy: str = "paper", target: float = 0.9,
             fills=("zero", "previous", "error_feedback"), fill_loss: float = 0.3, fill_policy: str = "msr:0.5",
             fill_iterations: int = 80, network: bool = True) -> R.ResultFile:
+    """Runs on the emulated testbed (``sweep``: its back end's scale); the ``fill`` part on loopback."""
+    from netapprox.ml import example  # noqa: PLC0415 - PyTorch (the [torch] extra), only for this experiment
+
+    scale: Scale = as_sweep(sweep).backend.scale
     rf = R.ResultFile("ddp", {"scale": dataclasses.asdict(scale), "variants": list(variants), "iterations": iterations,
                               "hidden": hidden, "flow_load": flow_load, "policy": policy, "target_test_acc": target,
                               "model": f"MLP 64-{hidden}-{hidden}-10 on scikit-learn digits, Adam 1e-3, batch 32/worker",
@@ -164,7 +169,6 @@ def exp_ddp(seeds: Sequence[int], out: Path, scale: Scale, *, variants=VARIANTS,
                 rf.add(seed, {"part": "vs-gloo", "variant": variant}, ch)
         rf.write()
         plot_accuracy(rf, path=rf.out_dir / "accuracy_vs_time.png")
-    from netapprox.ml import example
     for seed in seeds:
         for fill in fills:
             cfg = example.TrainConfig(hook="atp", policy=fill_policy, fill=fill, loss=fill_loss,
@@ -222,11 +226,10 @@ def plot_accuracy(rf: R.ResultFile, *, path: Path, key: str = "test_acc") -> Pat
 def tables(result: dict) -> str:
     """Markdown tables of a ddp result.json: per variant (mean [min, max] over seeds), the ratios against gloo,
     and the fill modes."""
-    from netapprox.experiments.results import lookup
     s = result["summary"]
 
     def cell(metric: str, fmt: str = "{:.3g}", **params: Any) -> str:
-        row = lookup(s, metric, **params)
+        row = R.lookup(s, metric, **params)
         if not row or not row["n"]:
             return "–"
         f = fmt.format

@@ -42,9 +42,10 @@ import torch.distributed as dist
 
 from netapprox.hostlib import wire
 from netapprox.hostlib.config import AtpConfig, ConfigError, Tags
-from netapprox.ml.exchange import _RANGE, AtpExchange, ExchangeError, vector_job
+from netapprox.hostlib.exchange import AtpExchange, ExchangeError
 from netapprox.ml.layout import chunk_bounds, reduction_order
 from netapprox.ml.policy import GroupPolicy, paper_policy
+from netapprox.ml.vectors import RANGE, received_vector, vector_job
 
 log = logging.getLogger(__name__)
 
@@ -291,7 +292,7 @@ class AtpHookState:
             contrib = {rank: values[lo:hi]}
             for p, fut in recv1.items():
                 got = fut.result(cfg.timeout_s)
-                vec, have = got.vector(mine)
+                vec, have = received_vector(got, mine)
                 if not have.all():
                     missing_floats += int((~have).sum())
                     if cfg.fill == "previous":
@@ -316,7 +317,7 @@ class AtpHookState:
         for j, fut in recv2.items():
             a, b = bounds[j]
             got = fut.result(cfg.timeout_s)
-            vec, have = got.vector(b - a)
+            vec, have = received_vector(got, b - a)
             if not have.all():
                 raise ExchangeError(f"bucket {index}: the reliable all-gather from rank {j} lost "
                                     f"{int((~have).sum())} values")
@@ -332,7 +333,7 @@ class AtpHookState:
             if cfg.fill == "error_feedback":
                 res = np.zeros(len(chunk), dtype=np.float32)
                 for msg_id in summary.lost_ids:
-                    first, count = _RANGE.unpack_from(job.messages[msg_id].data)
+                    first, count = RANGE.unpack_from(job.messages[msg_id].data)
                     res[first:first + count] = chunk[first:first + count]
                 self._residual[(index, j)] = res
         for fut in sent2:

@@ -1,8 +1,9 @@
 """``SwitchConnection``: one P4Runtime switch's connection, arbitration and pipeline, in one place.
 
-``open`` does what production P4Runtime controllers do on every (re)connect (ONOS, Stratum's tests, finsy): the
-session (channel, StreamChannel, arbitration as primary); the pipeline's cookie (GetForwardingPipelineConfig,
-COOKIE_ONLY); the pipeline pushed (VERIFY_AND_COMMIT) only when it differs from ours. ``reconcile`` then makes
+``open`` and ``arm_pipeline`` do what production P4Runtime controllers do on every (re)connect (ONOS, Stratum's
+tests, finsy): the session (channel, StreamChannel, arbitration); as primary, the pipeline's cookie
+(GetForwardingPipelineConfig, COOKIE_ONLY) and the pipeline pushed (VERIFY_AND_COMMIT) only when it differs from
+ours (a replica that is a backup does neither until the switch makes it primary). ``reconcile`` then makes
 what the switch holds the installed copy of every table (nothing after a push: the tables are empty), so a
 controller restart or a lost connection writes only the difference and keeps every route, entry and counter.
 What writes through the connection (``write_queue.WriteQueue``), the traffic manager and the counters are
@@ -48,22 +49,23 @@ class SwitchConnection:
         self.entries_read_back = 0
         """Entries found on the switch at the last connect without a pipeline push (0 after a push)."""
 
-    def open(self) -> bool:
-        """Connect as primary and arm the pipeline. True when it was pushed (the switch's tables and counters
-        are then empty). Raises SwitchUnavailable, NotPrimaryError or PipelineError."""
+    def open(self) -> None:
+        """Connect and arbitrate (``session.arbitration`` says whether this controller is primary). Raises
+        SwitchUnavailable, or NotPrimaryError for a single controller that is not primary."""
         self.session.open()
-        try:
-            return self._arm_pipeline()
-        except BaseException:
-            self.session.close()
-            raise
 
     def close(self) -> None:
         self.session.close()
 
-    def _arm_pipeline(self) -> bool:
-        """Push the pipeline unless the switch already runs it (same cookie). With ``push_pipeline`` off,
-        never push; a switch without any pipeline is then an error (retried by the runtime)."""
+    @property
+    def primary(self) -> bool:
+        """The switch accepts this controller's Writes (the last arbitration update said OK)."""
+        return self.session.arbitration.primary
+
+    def arm_pipeline(self) -> bool:
+        """As primary: push the pipeline unless the switch already runs it (same cookie). True when it was pushed
+        (the switch's tables and counters are then empty). With ``push_pipeline`` off, never push; a switch
+        without any pipeline is then an error (retried by the runtime). Raises PipelineError."""
         current = self.session.pipeline_cookie()
         if not self.options.push_pipeline:
             if current is None:

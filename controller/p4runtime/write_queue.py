@@ -116,6 +116,18 @@ class WriteQueue:
         self._inflight_inserts = 0
         self._refused.clear()
 
+    def forget(self) -> None:
+        """Forget what was asked and sent (another controller writes to the switch now): a later term as primary
+        starts from what the switch holds, as a controller that has just started does."""
+        self.new_session()
+        self.static = None
+        self._jobs.clear()
+        self._dirty.clear()
+        self._urgent.clear()
+        self._no_room.clear()
+        self._adopted.clear()
+        self.deferred_updates = self.deferred_urgent = 0
+
     def adopt_jobs(self, entries: list[p4runtime_pb2.TableEntry]) -> None:
         """queue_by_job entries read back (none after a pipeline push). A controller that has no state yet
         (just started) keeps the jobs it finds for ``adopt_jobs_s``, so their packets keep their queue and their

@@ -13,7 +13,6 @@ Prints one JSON object; the test asserts on it. Everything started here is stopp
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import select
@@ -35,7 +34,7 @@ from netapprox.controller.p4runtime.protos import p4runtime_pb2, p4runtime_pb2_g
 from netapprox.hostlib.wire import Flags, Header, Report, encode, tlr_to_q15
 from netapprox.topo.bmv2 import Bmv2Options, Bmv2Process
 
-from ctl_fixtures import controller_toml, stop_process
+from ctl_fixtures import controller_toml, scenario_args, stop_process
 
 H1_IP, H2_IP = "10.0.0.1", "10.0.0.2"
 JOB = 42
@@ -140,12 +139,8 @@ def reader(address: str):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--p4info", required=True)
-    ap.add_argument("--bmv2-json", required=True)
-    ap.add_argument("--workdir", required=True)
-    args = ap.parse_args()
-    work = Path(args.workdir)
+    args = scenario_args()
+    work = args.workdir
     p4info = P4Info.load(args.p4info)
     job_table = p4info.table("NetApproxIngress.classification.queue_by_job").id
     enqueued = p4info.counter_id("NetApproxIngress.enqueued_packets")

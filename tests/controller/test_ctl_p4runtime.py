@@ -499,6 +499,7 @@ def test_tofino_bfrt_errors_are_actionable(make_driver, fake_server, tmp_path, b
     driver = tofino_driver(make_driver, tmp_path, bfrt_server)
     driver.connect()
     assert driver.queue_config_error.startswith(f"BfRt server at {bfrt_server.address}: INVALID_ARGUMENT")
+    driver.close()  # one controller per election id on a device at a time (P4Runtime arbitration)
     bfrt_server.p4_name = "netapprox"
     driver = tofino_driver(make_driver, tmp_path, bfrt_server, ports=(7,))  # a port not added
     driver.connect()

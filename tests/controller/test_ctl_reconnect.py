@@ -6,10 +6,8 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -36,10 +34,19 @@ from netapprox.controller.p4runtime.driver import P4RuntimeDriver
 from netapprox.controller.p4runtime.options import P4RuntimeOptions
 from netapprox.controller.p4runtime.p4info import P4Info
 from netapprox.controller.runtime import Runtime
-from netapprox.hostlib.wire import Report
 from support.fake_p4runtime import _entry_key
 
-from ctl_fixtures import P4INFO, controller_toml, stop_process
+from ctl_fixtures import (
+    P4INFO,
+    Hosts,
+    controller_toml,
+    free_udp_port,
+    job_entries,
+    report,
+    start_controller,
+    stop_process,
+    wait_until,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 ROUTES_V4, QUEUE_BY_JOB, QUEUE_BY_TAG = 33554433, 33554435, 33554436
@@ -54,70 +61,13 @@ STATE = SwitchState(
 )
 
 
-def report(job: int, seq: int, tlr: float) -> bytes:
-    return Report(job_id=job, group_id=0, seq=seq, tlr=tlr, loss=0.0, msr=0.9, rate_kbps=1000, total=10,
-                  delivered=0, lost=0, epoch=seq).encode()
-
-
-def job_entries(fake) -> dict[int, int]:
-    return {int.from_bytes(e.match[0].exact.value, "big"): int.from_bytes(e.action.action.params[0].value, "big")
-            for e in fake.entries(QUEUE_BY_JOB)}
-
-
 def updates_of(write: p4runtime_pb2.WriteRequest, table_id: int | None = None) -> list[tuple[int, int]]:
     """(update type, table id) of a Write's table updates."""
     return [(u.type, u.entity.table_entry.table_id) for u in write.updates if u.entity.HasField("table_entry")
             and table_id in (None, u.entity.table_entry.table_id)]
 
 
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_until(predicate, timeout: float, step: float = 0.01) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(step)
-    return predicate()
-
-
 # --- a controller killed and restarted ---------------------------------------------------------------------
-
-
-class Hosts:
-    """Reporting hosts: jobs 5 and 6 report their TLR every 20 ms until stopped."""
-
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.stop = threading.Event()
-        self.seq = 0
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            while not self.stop.wait(0.02):
-                self.seq += 1
-                s.sendto(report(5, self.seq, 0.30), ("127.0.0.1", self.port))
-                s.sendto(report(6, self.seq, 0.80), ("127.0.0.1", self.port))
-
-    def __enter__(self) -> "Hosts":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(5)
-
-
-def start_controller(config: Path, log: Path) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    with open(log, "ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "netapprox.controller", "--config", str(config),
-                                 "--log-level", "INFO"], stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO)
 
 
 def test_a_killed_controller_restarts_without_touching_the_switch(fake_server, bmv2_json, tmp_path):

@@ -1,8 +1,9 @@
-"""Many ATP jobs at once over one UDP socket: the transport under the DistributedDataParallel hook.
+"""Many ATP jobs at once over one UDP socket: a multi-job adapter beside the blocking API (api.py, one job per
+socket) and asyncio (aio.py). PyTorch's DistributedDataParallel hook (docs/ml.md) runs on it.
 
 A training worker sends a few jobs per bucket per iteration (one to every peer) and receives as many, all at
-the same time. ``AtpExchange`` drives hostlib's sans-I/O cores for all of them from one thread and one socket
-(hostlib/api.py runs one job per socket): every ``AtpSender`` it was given plus one ``AtpReceiver`` that
+the same time. ``AtpExchange`` drives hostlib's sans-I/O cores (``hostlib.core``: the native ones when built)
+for all of them from one thread and one socket: every ``AtpSender`` it was given plus one ``AtpReceiver`` that
 serves every job arriving at the socket. Incoming DATA goes to the receiver; ACK, DONE and RETRY (the
 receiver's admission token) go to the sender of their job id. Callers get ``concurrent.futures.Future``s:
 :meth:`send` resolves to the job's ``SendSummary``, :meth:`receive` to the :class:`ReceivedJob` with that id
@@ -10,49 +11,37 @@ receiver's admission token) go to the sender of their job id. Callers get ``conc
 
 ``loss`` drops that fraction of every datagram this exchange sends (seeded), the injected loss of the tests
 and of the loopback experiments; on a real or emulated network it stays 0.
-
-No torch here: tests and tools use it on its own.
 """
 from __future__ import annotations
 
 import collections
 import concurrent.futures
 import dataclasses
-import errno
 import logging
 import random
-import select
 import socket
 import struct
 import threading
 import time
 from typing import Any, Callable
 
-import numpy as np
-
-from netapprox.hostlib import events, wire
-from netapprox.hostlib.config import AtpConfig, ConfigError, JobSpec, Message, Tags
-from netapprox.hostlib.core import AtpReceiver, AtpSender  # the native cores when built (hostlib/core.py)
+from netapprox.hostlib import core, events, link, wire
+from netapprox.hostlib.config import AtpConfig, ConfigError, JobSpec
+from netapprox.hostlib.errors import ExchangeError
 from netapprox.hostlib.receiver import GroupResult
-from netapprox.hostlib.sender import SendSummary
+from netapprox.hostlib.udp import recv_all, send_all, wait
 
 log = logging.getLogger(__name__)
 
 Address = tuple[str, int]
-_RECV_BATCH = 256
-_SHORT_WAIT_S = 0.001
+_JOB_ID = struct.Struct("!I")
 _JOB_ID_AT = wire.OFFSETS["job_id"]
-_RANGE = struct.Struct("!II")
 _KEEP_UNCLAIMED_S = 120.0
-
-
-class ExchangeError(RuntimeError):
-    """A job could not be sent or received; the message says which and why."""
 
 
 @dataclasses.dataclass(frozen=True)
 class ReceivedJob:
-    """One job as this worker's receiver saw it."""
+    """One job as this exchange's receiver saw it."""
 
     job_id: int
     peer: Any
@@ -61,48 +50,6 @@ class ReceivedJob:
     groups: tuple[GroupResult, ...]
     lost_ids: tuple[int, ...]
     messages: dict[int, bytes]
-
-    def vector(self, length: int) -> tuple[np.ndarray, np.ndarray]:
-        """The float32 vector of ``length`` values with lost ranges zero-filled, and a boolean mask of the
-        values that arrived. Ranges outside ``length`` are ignored."""
-        values = np.zeros(length, dtype=np.float32)
-        have = np.zeros(length, dtype=bool)
-        for payload in self.messages.values():
-            if len(payload) < _RANGE.size:
-                continue
-            first, count = _RANGE.unpack_from(payload)
-            if len(payload) != _RANGE.size + 4 * count or first >= length:
-                continue
-            stop = min(length, first + count)
-            values[first:stop] = np.frombuffer(payload, dtype=">f4", count=stop - first, offset=_RANGE.size)
-            have[first:stop] = True
-        return values, have
-
-
-def vector_job(job_id: int, values: np.ndarray, *, group_of_segment: np.ndarray | None, group_msr: dict[int, float],
-               floats_per_packet: int, tags: Tags | None = None, msr: float = 1.0) -> JobSpec:
-    """A float-vector job whose segment ``i`` (``floats_per_packet`` values, one packet) is in group
-    ``group_of_segment[i]``; payloads are hostlib's range-indexed float packets
-    (``wire.encode_float_range``). Messages are ordered by group, most demanding MSR first, so every group's
-    message ids are one contiguous range (a short job announce)."""
-    vals = np.ascontiguousarray(values, dtype=np.float32).ravel()
-    n = len(vals)
-    if n == 0:
-        raise ConfigError("a vector job needs at least one value")
-    segs = -(-n // floats_per_packet)
-    groups = np.zeros(segs, dtype=np.uint16) if group_of_segment is None else np.asarray(group_of_segment)
-    if len(groups) != segs:
-        raise ConfigError(f"{len(groups)} group ids for {segs} segments")
-    big = vals.astype(">f4")
-    order = sorted(range(segs), key=lambda s: (-group_msr.get(int(groups[s]), msr), int(groups[s]), s))
-    msgs = []
-    for s in order:
-        lo = s * floats_per_packet
-        hi = min(n, lo + floats_per_packet)
-        msgs.append(Message(_RANGE.pack(lo, hi - lo) + big[lo:hi].tobytes(), int(groups[s])))
-    present = {int(g) for g in np.unique(groups)}
-    return JobSpec(job_id=job_id, messages=tuple(msgs), msr=msr,
-                   group_msr={g: m for g, m in group_msr.items() if g in present}, tags=tags, vector_len=n)
 
 
 class _Waiter:
@@ -148,8 +95,8 @@ class AtpExchange:
         self._lock = threading.Lock()
         self._commands: collections.deque[tuple[Callable[[float], None], concurrent.futures.Future]] = \
             collections.deque()
-        self._receiver = AtpReceiver(config=rx_config, now=clock())
-        self._senders: dict[tuple[int, Address], tuple[AtpSender, concurrent.futures.Future, Address]] = {}
+        self._receiver = core.AtpReceiver(config=rx_config, now=clock())
+        self._senders: dict[tuple[int, Address], tuple[Any, concurrent.futures.Future, Address]] = {}
         self._waiters: dict[int, _Waiter] = {}
         self._finished: dict[int, tuple[float, ReceivedJob | Exception]] = {}
         self._closed = False
@@ -173,7 +120,8 @@ class AtpExchange:
                 fut.set_exception(ExchangeError(f"job {job.job_id} to {dest[0]}:{dest[1]} is already being sent"))
                 return
             try:
-                sender = AtpSender(job, config=self.config, peer=dest, now=now)
+                config, _ = link.resolve_rate(self.config, dest)  # R_max None: the link's rate towards dest
+                sender = core.AtpSender(job, config=config, peer=dest, now=now)
             except ConfigError as err:
                 fut.set_exception(err)
                 return
@@ -345,14 +293,7 @@ class AtpExchange:
         return min(times) if times else None
 
     def _wait(self, until: float | None) -> None:
-        timeout = 0.5 if until is None else min(0.5, until - self.clock())
-        if timeout <= 0:
-            return
-        if timeout <= _SHORT_WAIT_S:
-            time.sleep(timeout)
-            return
-        r, _w, _x = select.select([self.sock, self._wake_r], [], [], timeout)
-        if self._wake_r in r:
+        if self._wake_r in wait([self.sock, self._wake_r], until, self.clock, cap=0.5):
             try:
                 while self._wake_r.recv(4096):
                     pass
@@ -361,39 +302,33 @@ class AtpExchange:
 
     def _read(self, now: float) -> None:
         rx = self._receiver
-        for _ in range(_RECV_BATCH):
-            try:
-                data, addr = self.sock.recvfrom(65535)
-            except (BlockingIOError, InterruptedError):
-                return
-            except ConnectionRefusedError:
-                continue
+
+        def dispatch(data: bytes, addr: Any) -> None:
             self.datagrams_received += 1
             if len(data) < wire.HEADER_LEN:
                 rx.receive_datagram(data, addr, now)  # counted as malformed there
-                continue
+                return
             ptype = data[0] & 0x0F
             if ptype == wire.PacketType.DATA:
                 rx.receive_datagram(data, addr, now)
             elif ptype in (wire.PacketType.ACK, wire.PacketType.DONE, wire.PacketType.RETRY):
-                (job_id,) = struct.unpack_from("!I", data, _JOB_ID_AT)
+                (job_id,) = _JOB_ID.unpack_from(data, _JOB_ID_AT)
                 entry = self._senders.get((job_id, addr[:2]))
                 if entry is not None:
                     entry[0].receive_datagram(data, addr, now)
 
+        recv_all(self.sock, dispatch)
+
     def _transmit(self, datagrams) -> None:
-        for data, addr in datagrams:
-            if self.loss and self._rng.random() < self.loss:
-                self.datagrams_dropped += 1
-                continue
-            try:
-                self.sock.sendto(data, addr)
-                self.datagrams_sent += 1
-            except (BlockingIOError, ConnectionRefusedError):
-                pass
-            except OSError as err:
-                if err.errno not in (errno.ENOBUFS, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EPERM):
-                    raise
+        if self.loss:
+            kept = []
+            for d in datagrams:
+                if self._rng.random() < self.loss:
+                    self.datagrams_dropped += 1
+                else:
+                    kept.append(d)
+            datagrams = kept
+        self.datagrams_sent += send_all(self.sock, datagrams)
 
 
 def _resolve(fut: concurrent.futures.Future, outcome: "ReceivedJob | Exception") -> None:
@@ -403,9 +338,3 @@ def _resolve(fut: concurrent.futures.Future, outcome: "ReceivedJob | Exception")
         fut.set_exception(outcome)
     else:
         fut.set_result(outcome)
-
-
-def summary_group_loss(summary: SendSummary) -> dict[int, dict[str, float]]:
-    """Per group of a finished job: MSR, messages, lost, and whether the loss stayed within 1 - MSR."""
-    return {g.group_id: {"msr": g.msr, "total": g.total, "lost": g.lost, "within_bound": g.lost <= g.total - g.required}
-            for g in summary.groups}
