@@ -9,7 +9,7 @@ import ipaddress
 import tomllib
 import types
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from netapprox.controller.drivers import ARBITRATED_KINDS, DRIVER_CLASSES
 from netapprox.controller.errors import ConfigError, did_you_mean
@@ -84,13 +84,20 @@ class TuningConfig:
     hysteresis: float = 0.02
     """New cutoffs are written only when one of them moves by more than this (TLR units), so that tables do
     not flap while the reported TLRs wobble."""
-    remaining_weight: float = 0.125
-    """How much a job's remaining work (messages still needed for its MSR, times the bytes per message its
-    reports show) moves it: each doubling of remaining work over the live jobs' load-weighted median adds this
-    to the value the thresholds place (TLR units: 1/8 is one queue of the paper's k/8). 0: the TLR alone."""
+    remaining_weight: float = 0.0
+    """How far a job's remaining work (messages still needed for its MSR, times the bytes a message has lately
+    cost it) moves it up: each halving of its remaining work below the live jobs' load-weighted median (beyond
+    ``remaining_deadband``) takes this off the value the cutoffs place (TLR units: 1/8 is one queue of the
+    paper's k/8). A job with more work left than the median keeps its TLR. 0 (the default: in the measurements
+    of docs/results.md it cost more than it gave): the TLR alone places."""
+    remaining_deadband: float = 1.0
+    """Halvings below the median that move no job (jobs of about the same size keep the order of their TLRs)."""
+    split_gap: float = 0.0625
+    """Jobs whose placement values lie closer than this share a queue: the cutoffs go into the gaps between
+    values at least this wide (the widest first, at most six)."""
     buffers: bool = True
-    """Also share the approximate queues' buffer out by load, where the target allows it (the simulated
-    switch); false: the k-MTU buffers stay."""
+    """Also share the approximate queues' buffer out by load, where the target allows it (the simulated and
+    the kernel switch); false: the k-MTU buffers stay."""
     buffer_min: int = 1
     """Smallest buffer of an approximate queue (packets, MTUs on byte-counting targets)."""
     buffer_max: int = 16
@@ -384,6 +391,8 @@ TUNING_KEYS: dict[str, C.Check] = {
     "min_gap": C.number(ge=1 / 4096, lt=0.2),
     "hysteresis": C.number(ge=0.0, lt=1.0),
     "remaining_weight": C.number(ge=0.0, le=1.0),
+    "remaining_deadband": C.number(ge=0.0, le=32.0),
+    "split_gap": C.number(ge=0.0, le=1.0),
     "buffers": C.boolean(),
     "buffer_min": C.integer(ge=1, le=1 << 20),
     "buffer_max": C.integer(ge=1, le=1 << 20),
@@ -626,6 +635,23 @@ def _config_from_dict(data: Mapping[str, Any], source: str, base_dir: Path | Non
 
 def _is_path_option(key: str) -> bool:
     return key in ("p4info", "bmv2_json", "device_config") or key.endswith("_path") or key.startswith("tofino_")
+
+
+def with_policy(base: PolicyConfig, overrides: Mapping[str, Any] | Iterable[tuple[str, Any]],
+                source: str = "policy") -> PolicyConfig:
+    """``base`` with the ``[policy]`` keys in ``overrides`` (the TOML names and shapes: ``tuning`` a table or
+    (key, value) pairs), every value checked as ``load_config`` checks it: the experiments' way of running a
+    trial under another policy (mode ``adaptive``, fixed thresholds, tuning limits)."""
+    table = dict(overrides.items() if isinstance(overrides, Mapping) else overrides)
+    if "tuning" in table and not isinstance(table["tuning"], Mapping):
+        table["tuning"] = dict(table["tuning"])
+    try:
+        pol = _checked(table, POLICY_TOML_KEYS, "[policy]")
+        if "tuning" in pol:
+            pol["tuning"] = dataclasses.replace(base.tuning, **_checked(pol["tuning"], TUNING_KEYS, "[policy.tuning]"))
+        return dataclasses.replace(base, **pol)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
 
 
 def load_config(path: str | Path) -> ControllerConfig:

@@ -361,8 +361,8 @@ class ControllerCore:
         cfg = self.config.policy
         jobs = {j: job.groups for j, job in self._jobs.items() if j not in expired and job.groups}
         exclude = set(self._tag_only) | {j for j, _ in cfg.pinned}
-        samples = policy.tuning_samples(jobs, exclude, now, self.config.epoch_s)
-        new, change = tuning.tune(samples, self._tuned, cfg.tuning)
+        samples = policy.tuning_samples(jobs, exclude, now, self.config.epoch_s, self._assignments)
+        new, change = tuning.tune(samples, self._tuned, cfg.tuning, cfg.thresholds)
         work_moved = new.work_ref != self._tuned.work_ref
         self._tuned = new
         if change is not None:  # new thresholds or buffers: every switch's tables, every job placed afresh

@@ -177,8 +177,8 @@ class SwitchState:
     queue_buffers: tuple[int, ...] = ()
     """Buffers of the approximate queues 1..7 (packets where the target counts packets, MTUs of bytes where it
     counts bytes), as the online tuner (``controller.tuning``) shares them out; empty: the target's configured
-    k-MTU buffers. Written where the target allows it (the simulated switch); the other drivers keep the
-    buffers they configure at connect (docs/controller.md, Tuning)."""
+    k-MTU buffers. Written where the target allows it (the simulated and the kernel switch); the P4 drivers keep
+    the buffers they configure at connect (docs/controller.md, Tuning)."""
     fifo: bool = False
     """A network-oblivious switch (policy mode ``fifo``, where the papers run their baselines): every packet
     in queue 0, no approximate classification (surplus, job, tag and TLR tables, the queue-0 guard). The

@@ -168,12 +168,14 @@ def quiet(report: GroupReport, now: float, epoch_s: float) -> bool:
 
 
 def tuning_samples(jobs: Mapping[int, Mapping[int, GroupReport]], exclude: Iterable[int] = (),
-                   now: float = 0.0, epoch_s: float = float("inf")) -> list[JobSample]:
+                   now: float = 0.0, epoch_s: float = float("inf"),
+                   queues: Mapping[int, int] | None = None) -> list[JobSample]:
     """What the tuner reads of the live ``jobs`` (job id -> group id -> report), by job id: the groups that have
     not gone quiet (``quiet``: a finished sender stops reporting; it stays placed until ``job_timeout_s`` but no
     longer loads a queue), of the jobs that still need messages for their MSR, except ``exclude`` (pinned and
-    tag-only jobs, whose queue the cutoffs do not decide)."""
+    tag-only jobs, whose queue the cutoffs do not decide). ``queues``: job id -> the queue it is in now."""
     skip = set(exclude)
+    queues = queues or {}
     out = []
     for job_id in sorted(jobs):
         if job_id in skip:
@@ -183,7 +185,7 @@ def tuning_samples(jobs: Mapping[int, Mapping[int, GroupReport]], exclude: Itera
             continue
         tlr, group_id = job_tlr(groups)
         out.append(JobSample(job_id, tlr, remaining_work(groups), sum(r.rate_bps for r in groups.values()),
-                             groups[group_id].loss))
+                             groups[group_id].loss, queues.get(job_id)))
     return out
 
 

@@ -31,7 +31,13 @@ import math
 from typing import Iterable, NamedTuple, Sequence
 
 from netapprox.controller.config import TuningConfig
-from netapprox.controller.model import DEFAULT_APPROX_BUFFERS, FIRST_APPROX_QUEUE, NUM_QUEUES, check_thresholds
+from netapprox.controller.model import (
+    DEFAULT_APPROX_BUFFERS,
+    DEFAULT_THRESHOLDS,
+    FIRST_APPROX_QUEUE,
+    NUM_QUEUES,
+    check_thresholds,
+)
 
 APPROX_QUEUES = NUM_QUEUES - FIRST_APPROX_QUEUE
 CUTOFFS = APPROX_QUEUES - 1
@@ -52,6 +58,8 @@ class JobSample(NamedTuple):
     """Sum of its groups' reported sending rates."""
     loss: float
     """The deciding group's measured loss."""
+    qid: int | None = None
+    """The queue the job is in now (None: not placed yet)."""
 
 
 class _Placed(NamedTuple):
@@ -60,6 +68,7 @@ class _Placed(NamedTuple):
     load_bps: float
     tlr: float
     loss: float
+    qid: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,16 +127,20 @@ def value_range(config: TuningConfig) -> tuple[float, float]:
 
 
 def placement_value(tlr: float, work_bytes: float | None, work_ref: float | None, weight: float,
-                    limits: tuple[float, float] = (-4.0, 5.0)) -> float:
-    """What the cutoffs place for a job: its TLR, plus ``weight`` for every doubling of its remaining work over
-    ``work_ref`` (minus for every halving). A nearly done job moves up, a job with much left moves down, a job at
-    the reference keeps its TLR; the scale goes below 0 and above 1, so that jobs whose TLR has fallen to 0
-    (eq. 1 after heavy loss) are still ordered by their work. Unknown work, no reference, a zero weight, or
-    nothing left (a job past its MSR sends surplus at TLR 1.0): its TLR. Within ``limits`` (``value_range``)."""
+                    limits: tuple[float, float] = (-4.0, 5.0), deadband: float = 0.0) -> float:
+    """What the cutoffs place for a job: its TLR, minus ``weight`` for every halving of its remaining work below
+    ``work_ref`` beyond the first ``deadband`` halvings. A job with much less left than the others moves up (a
+    nearly done small job is not pushed below large ones: eq. 1 raises the TLR of a job that delivers without
+    loss, which by itself would move it down as it nears its end); a job with more left keeps its TLR (it is
+    never pushed into a lossier queue than its TLR asks for: a tight TLR in a lossy queue costs repairs). The
+    scale goes below 0, so that jobs whose TLR has fallen to 0 (eq. 1 after heavy loss) are still ordered by
+    their work. Unknown work, no reference, a zero weight, or nothing left (a job past its MSR sends surplus at
+    TLR 1.0): its TLR. Within ``limits`` (``value_range``)."""
     if weight <= 0.0 or work_bytes is None or work_ref is None or work_bytes <= 0.0 or work_ref <= 0.0:
         value = tlr
     else:
-        value = tlr + weight * math.log2(work_bytes / work_ref)
+        halvings = math.log2(work_ref / work_bytes) - deadband
+        value = tlr - weight * halvings if halvings > 0.0 else tlr
     lo, hi = limits
     return lo if value < lo else hi if value > hi else value
 
@@ -151,7 +164,8 @@ def value_of(tlr: float, work_bytes: float | None, work_ref: float | None, confi
     """``placement_value`` with ``config``'s weight and range, quantized to 1/1024 when the work moved it (so
     that a report moves a job's value only when it moves it a little, and the core re-decides the job only
     then)."""
-    value = placement_value(tlr, work_bytes, work_ref, config.remaining_weight, value_range(config))
+    value = placement_value(tlr, work_bytes, work_ref, config.remaining_weight, value_range(config),
+                            config.remaining_deadband)
     return value if value == tlr else round(value * 1024) / 1024
 
 
@@ -180,43 +194,61 @@ def work_reference(samples: Iterable[JobSample]) -> float | None:
     return known[-1][0]  # pragma: no cover - acc reaches the total
 
 
-def _clusters(samples: Sequence[_Placed]) -> list[tuple[float, float]]:
-    """(value, load) of each distinct placement value, ascending; values within ``VALUE_QUANTUM`` merge."""
+def _clusters(samples: Sequence[_Placed]) -> list[tuple[float, float, float]]:
+    """(low, high, load) of each distinct placement value, ascending; values within ``VALUE_QUANTUM`` merge."""
     out: list[list[float]] = []
     for s in sorted(samples, key=lambda s: (s.value, s.job_id)):
         load = max(1.0, s.load_bps)
-        if out and s.value - out[-1][0] < VALUE_QUANTUM:
-            out[-1][1] += load
+        if out and s.value - out[-1][1] < VALUE_QUANTUM:
+            out[-1][1] = s.value
+            out[-1][2] += load
         else:
-            out.append([s.value, load])
-    return [(v, w) for v, w in out]
+            out.append([s.value, s.value, load])
+    return [(lo, hi, w) for lo, hi, w in out]
 
 
-def cutoffs(samples: Sequence[_Placed], config: TuningConfig) -> tuple[float, ...]:
-    """T_0..T_7 for jobs placed at ``samples``' values (see the module docstring), within ``config``'s limits."""
-    clusters = _clusters(samples)
+def _groups(clusters: list[tuple[float, float, float]], gap: float) -> list[tuple[float, float, float]]:
+    """Clusters merged where they lie closer than ``gap``, then the closest neighbours merged until seven
+    remain."""
+    groups: list[list[float]] = []
+    for low, high, load in clusters:
+        if groups and low - groups[-1][1] < gap:
+            groups[-1][1] = high
+            groups[-1][2] += load
+        else:
+            groups.append([low, high, load])
+    while len(groups) > APPROX_QUEUES:
+        i = min(range(len(groups) - 1), key=lambda i: (groups[i + 1][0] - groups[i][1], i))
+        groups[i:i + 2] = [[groups[i][0], groups[i + 1][1], groups[i][2] + groups[i + 1][2]]]
+    return [(lo, hi, w) for lo, hi, w in groups]
+
+
+def cutoffs(samples: Sequence[_Placed], config: TuningConfig,
+            base: Sequence[float] = DEFAULT_THRESHOLDS) -> tuple[float, ...]:
+    """T_0..T_7 for jobs placed at ``samples``' values, anchored to the configured thresholds ``base`` (see the
+    module docstring), within ``config``'s limits."""
+    groups = _groups(_clusters(samples), config.split_gap)
+    if not groups:
+        return _within_limits(list(base[FIRST_APPROX_QUEUE + 1:]), config)
+    # each group in the queue the configured thresholds give its middle, groups that would share a queue
+    # pushed apart (the later one down), all within queues 1..7
+    queues: list[int] = []
+    for lo, hi, _ in groups:
+        q = queue_of((lo + hi) / 2, base)
+        queues.append(max(q, queues[-1] + 1) if queues else q)
+    m = len(groups)
+    queues = [min(q, NUM_QUEUES - (m - i)) for i, q in enumerate(queues)]
     cuts: list[float] = []
-    if len(clusters) <= APPROX_QUEUES:
-        cuts = [(a[0] + b[0]) / 2 for a, b in zip(clusters, clusters[1:])]
-    else:
-        total = sum(w for _, w in clusters)
-        acc = 0.0
-        for i, (value, load) in enumerate(clusters[:-1]):
-            acc += load
-            left = len(clusters) - 1 - i  # clusters after this one
-            need = CUTOFFS - len(cuts)  # cuts still to place
-            # cut after this cluster when its queue has its share of the load, or when every cluster left must
-            # start a queue of its own to fill the queues left
-            if acc >= total * (len(cuts) + 1) / APPROX_QUEUES or left <= need:
-                cuts.append((value + clusters[i + 1][0]) / 2)
-                if len(cuts) == CUTOFFS:
-                    break
-    if len(cuts) < CUTOFFS:  # queues left free below the highest value: their cutoffs spread evenly from it to
-        # the limit (a job drifting up a little stays in its queue; newcomers above it go below it)
-        top = max([config.min_threshold] + cuts + ([clusters[-1][0]] if clusters else []))
-        free = CUTOFFS - len(cuts)
-        step = max(0.0, config.max_threshold - top) / (free + 1)
-        cuts += [top + step * (i + 1) for i in range(free)]
+    for k in range(FIRST_APPROX_QUEUE + 1, NUM_QUEUES):  # the cutoff between queue k - 1 and queue k
+        below = [hi for (lo, hi, _), q in zip(groups, queues) if q < k]
+        above = [lo for (lo, hi, _), q in zip(groups, queues) if q >= k]
+        a = max(below) if below else -math.inf
+        b = min(above) if above else math.inf
+        t = base[k]
+        if a < b:
+            margin = min(VALUE_QUANTUM * 4, (b - a) / 4)
+            t = min(max(t, a + margin), b - margin)
+        cuts.append(t)
     return _within_limits(cuts, config)
 
 
@@ -241,16 +273,21 @@ def _moved(old: Sequence[float], new: Sequence[float]) -> float:
     return max(abs(a - b) for a, b in zip(old[FIRST_APPROX_QUEUE + 1:], new[FIRST_APPROX_QUEUE + 1:]))
 
 
-def share_buffers(samples: Sequence[_Placed], thresholds: Sequence[float],
-                  config: TuningConfig) -> tuple[tuple[int, ...], tuple[float, ...], tuple[int, ...]]:
-    """(buffers of queues 1..7, load per queue, jobs per queue) under ``thresholds``: ``buffer_total`` shared in
-    proportion to each queue's share of the load, of the jobs and of the loss beyond TLRs, each queue within
-    [``buffer_min``, ``buffer_max``], empty queues at ``buffer_min``."""
+def share_buffers(samples: Sequence[_Placed], thresholds: Sequence[float], config: TuningConfig,
+                  base: Sequence[int] = DEFAULT_APPROX_BUFFERS, *,
+                  current: bool = False) -> tuple[tuple[int, ...], tuple[float, ...], tuple[int, ...]]:
+    """(buffers of queues 1..7, load per queue, jobs per queue) under ``thresholds``: every queue with jobs keeps
+    at least its configured buffer (``base``: the k-MTU buffers), and what the empty queues do not need (all
+    but ``buffer_min`` each) goes to the queues with jobs in proportion to their share of the load, of the jobs
+    and of the loss beyond TLRs, each queue within [``buffer_min``, ``buffer_max``], ``buffer_total`` in all.
+    ``current``: count each job in the queue it is in (the thresholds did not change: jobs held by the
+    hysteresis band stay where they are) rather than where ``thresholds`` put it."""
     load = [0.0] * APPROX_QUEUES
     jobs = [0] * APPROX_QUEUES
     excess = [0.0] * APPROX_QUEUES
     for s in samples:
-        i = queue_of(s.value, thresholds) - FIRST_APPROX_QUEUE
+        q = s.qid if current and s.qid is not None else queue_of(s.value, thresholds)
+        i = min(max(q, FIRST_APPROX_QUEUE), NUM_QUEUES - 1) - FIRST_APPROX_QUEUE
         w = max(1.0, s.load_bps)
         load[i] += w
         jobs[i] += 1
@@ -261,19 +298,34 @@ def share_buffers(samples: Sequence[_Placed], thresholds: Sequence[float],
         if total > 0:
             for i in range(APPROX_QUEUES):
                 weights[i] += part[i] / total
-    return _apportion(weights, config), tuple(load), tuple(jobs)
+    floor = _scaled(base, config)
+    floor = [f if jobs[i] else config.buffer_min for i, f in enumerate(floor)]
+    return _apportion(weights, config, floor), tuple(load), tuple(jobs)
 
 
-def _apportion(weights: Sequence[float], config: TuningConfig) -> tuple[int, ...]:
-    """Integers within [buffer_min, buffer_max] summing to buffer_total, in proportion to ``weights`` (zero
-    weight: buffer_min), largest remainders first, lower queue ids first on ties."""
+def _scaled(base: Sequence[int], config: TuningConfig) -> list[int]:
+    """The configured buffers scaled to ``buffer_total`` and within the limits (the floors of ``share_buffers``),
+    never summing above ``buffer_total``."""
+    total = sum(base)
+    out = [min(config.buffer_max, max(config.buffer_min, b * config.buffer_total // total)) for b in base]
+    i = len(out) - 1
+    while sum(out) > config.buffer_total and i >= 0:  # rounding up to buffer_min: take it from the lowest
+        out[i] = max(config.buffer_min, out[i] - (sum(out) - config.buffer_total))
+        i -= 1
+    return out
+
+
+def _apportion(weights: Sequence[float], config: TuningConfig, floor: Sequence[int] | None = None) -> tuple[int, ...]:
+    """Integers within [buffer_min, buffer_max], at least ``floor`` each, summing to buffer_total: what is left
+    over the floors shared in proportion to ``weights`` (zero weight: nothing), largest remainders first, lower
+    queue ids first on ties."""
     n = len(weights)
     lo, hi, total = config.buffer_min, config.buffer_max, config.buffer_total
-    out = [lo] * n
-    left = total - lo * n
+    out = list(floor) if floor is not None else [lo] * n
+    left = total - sum(out)
     active = [i for i in range(n) if weights[i] > 0]
     if not active:
-        return tuple(out) if left == 0 else _apportion([1.0] * n, config)
+        return tuple(out) if left == 0 else _apportion([1.0] * n, config, floor)
     while left > 0:
         open_ = [i for i in active if out[i] < hi] or [i for i in range(n) if out[i] < hi]
         wsum = sum(weights[i] for i in open_) or float(len(open_))
@@ -294,19 +346,20 @@ def _apportion(weights: Sequence[float], config: TuningConfig) -> tuple[int, ...
     return tuple(out)
 
 
-def tune(samples: Sequence[JobSample], state: Tuned, config: TuningConfig) -> tuple[Tuned, TuningChange | None]:
+def tune(samples: Sequence[JobSample], state: Tuned, config: TuningConfig,
+         base: Sequence[float] = DEFAULT_THRESHOLDS) -> tuple[Tuned, TuningChange | None]:
     """One tuning step: the new state, and what changed (None when nothing is rewritten). No samples: nothing
     changes (the thresholds stay for the jobs to come)."""
     if not samples:
         return state, None
     ref = work_reference(samples)
     ref = state.work_ref if ref is None else ref
-    placed = [_Placed(s.job_id, value_of(s.tlr, s.work_bytes, ref, config), s.load_bps, s.tlr, s.loss)
+    placed = [_Placed(s.job_id, value_of(s.tlr, s.work_bytes, ref, config), s.load_bps, s.tlr, s.loss, s.qid)
               for s in samples]
-    cuts = cutoffs(placed, config)
+    cuts = cutoffs(placed, config, base)
     if _moved(state.cutoffs, cuts) <= config.hysteresis:
         cuts = state.cutoffs
-    buffers, load, jobs = share_buffers(placed, cuts, config)
+    buffers, load, jobs = share_buffers(placed, cuts, config, current=cuts == state.cutoffs)
     if not config.buffers:
         buffers = state.buffers
     elif cuts == state.cutoffs and state.buffers:

@@ -33,36 +33,43 @@ def placed(values_loads) -> list:
     return [tuning._Placed(i + 1, v, w, v, 0.0) for i, (v, w) in enumerate(values_loads)]
 
 
-def sample(job: int, tlr: float, load: float = 1e9, work: float | None = None, loss: float = 0.0) -> JobSample:
-    return JobSample(job, tlr, work, load, loss)
+def sample(job: int, tlr: float, load: float = 1e9, work: float | None = None, loss: float = 0.0,
+           qid: int | None = None) -> JobSample:
+    return JobSample(job, tlr, work, load, loss, qid)
 
 
 # --- cutoffs ----------------------------------------------------------------------------------------------
 
-def test_tuner_gives_each_of_a_few_distinct_jobs_its_own_queue_from_the_top():
+def test_tuner_keeps_the_configured_grid_while_the_jobs_fit_it():
     cuts = cutoffs(placed([(0.1, 40e9), (0.3, 1e9), (0.55, 20e9)]), CFG)
-    assert [queue_of(v, cuts) for v in (0.1, 0.3, 0.55)] == [1, 2, 3]
-    assert cuts[2] == pytest.approx(0.2) and cuts[3] == pytest.approx(0.425)  # midway between the values
-    # the free queues below: cutoffs spread evenly from the highest value to the limit
-    step = (CFG.max_threshold - 0.55) / 5
-    assert cuts[4:] == pytest.approx([0.55 + step * i for i in range(1, 5)])
+    assert [queue_of(v, cuts) for v in (0.1, 0.3, 0.55)] == [1, 2, 4]  # k/8 as the paper places them
+    assert cuts[2:] == pytest.approx(DEFAULT_THRESHOLDS[2:])
 
 
-def test_tuner_cutoffs_give_every_queue_an_equal_share_of_the_load():
-    values = [(i / 70, 1e9) for i in range(70)]
+def test_tuner_splits_jobs_that_share_a_queue_of_the_grid_and_moves_a_cutoff_out_of_a_group():
+    # 0.05 and 0.16 both lie in k/8's queue 1 but a gap of 1/16 and more apart: queue 1 and queue 2; the group
+    # at 0.3 then goes one down, to queue 3
+    cuts = cutoffs(placed([(0.05, 1e9), (0.16, 1e9), (0.3, 1e9)]), CFG)
+    assert [queue_of(v, cuts) for v in (0.05, 0.16, 0.3)] == [1, 2, 3]
+    # values closer than split_gap are one group, never split, even across a threshold of the grid (0.25)
+    group = [(0.22, 1e9), (0.24, 1e9), (0.26, 1e9), (0.28, 1e9)]
+    cuts = cutoffs(placed(group), CFG)
+    assert {queue_of(v, cuts) for v, _ in group} == {queue_of(0.25, DEFAULT_THRESHOLDS)}
+    assert not any(0.22 < t <= 0.28 for t in cuts)
+
+
+def test_tuner_merges_the_closest_groups_when_there_are_more_than_queues():
+    values = [(0.0 + 0.1 * i, 1e9) for i in range(10)]  # ten groups 0.1 apart
     cuts = cutoffs(placed(values), CFG)
-    per_queue = [sum(1 for v, _ in values if queue_of(v, cuts) == q) for q in range(1, 8)]
-    assert per_queue == [10] * 7
-    heavy = [(0.01, 60e9)] + [(0.1 + i / 100, 1e9) for i in range(60)]  # one job carries half the load
-    cuts = cutoffs(placed(heavy), CFG)
-    assert queue_of(0.01, cuts) == 1 and queue_of(0.1, cuts) == 2  # the heavy job has queue 1 to itself
+    qs = [queue_of(v, cuts) for v, _ in values]
+    assert qs == sorted(qs) and len(set(qs)) == 7 and qs[0] == 1 and qs[-1] == 7
 
 
 def test_tuner_never_splits_jobs_of_equal_value():
     values = [(0.2, 1e9)] * 30 + [(0.6, 1e9)] * 30 + [(0.2 + Q / 3, 1e9)]  # within the quantum: the same value
     cuts = cutoffs(placed(values), CFG)
-    assert {queue_of(v, cuts) for v, _ in values if v < 0.5} == {1}
-    assert {queue_of(v, cuts) for v, _ in values if v > 0.5} == {2}
+    assert len({queue_of(v, cuts) for v, _ in values if v < 0.5}) == 1
+    assert len({queue_of(v, cuts) for v, _ in values if v > 0.5}) == 1
 
 
 limits = st.tuples(st.floats(-2, 0.5), st.floats(0.1, 3.0), st.sampled_from([1 / 4096, 1 / 256, 1 / 128, 1 / 32]))
@@ -81,9 +88,8 @@ def test_tuner_cutoffs_stay_within_the_operators_limits(values, lim):
     assert all(b - a >= gap - 1e-12 for a, b in zip(inner, inner[1:]))
     assert cuts[0] <= cuts[1] < cuts[2]
     check_thresholds(tuning.table_thresholds(cuts))  # always a valid queue_by_tlr table
-    if len({round(v / Q) for v, _ in vals}) <= 7:  # few values: ordered, one queue each, from queue 1
-        qs = [queue_of(v, cuts) for v, _ in sorted(vals)]
-        assert qs == sorted(qs) and (not qs or qs[0] == 1)
+    qs = [queue_of(v, cuts) for v, _ in sorted(vals)]
+    assert qs == sorted(qs)  # a higher value never goes to a higher-priority queue
 
 
 def test_tuning_table_thresholds_place_a_tlr_as_the_cutoffs_do():
@@ -102,13 +108,18 @@ def test_tuning_table_thresholds_place_a_tlr_as_the_cutoffs_do():
 
 
 def test_tuning_hysteresis_keeps_the_cutoffs_while_the_values_wobble():
-    state, change = tune([sample(1, 0.1), sample(2, 0.4), sample(3, 0.7)], Tuned(DEFAULT_THRESHOLDS), CFG)
+    # two groups inside k/8's queue 1 (0.01 and 0.12): split, the cutoff as near k/8's T_2 (0.25) as the upper
+    # group lets it (just below it)
+    state, change = tune([sample(1, 0.01), sample(2, 0.12), sample(3, 0.7)], Tuned(DEFAULT_THRESHOLDS), CFG)
     assert change is not None and change.new_cutoffs == state.cutoffs
-    for wobble in (0.005, -0.01, 0.015, -0.015):
-        again, change = tune([sample(1, 0.1 + wobble), sample(2, 0.4 - wobble), sample(3, 0.7)], state, CFG)
+    assert 0.118 < state.cutoffs[2] < 0.12
+    for wobble in (0.005, -0.01, 0.015, -0.015):  # the cutoff would move by less than the hysteresis; the jobs
+        # stay in their queues (the policy's hysteresis band), so the buffers stay too
+        again, change = tune([sample(1, 0.01, qid=1), sample(2, 0.12 + wobble, qid=2), sample(3, 0.7, qid=5)],
+                             state, CFG)
         assert change is None and again.cutoffs == state.cutoffs
-    moved, change = tune([sample(1, 0.1), sample(2, 0.5), sample(3, 0.7)], state, CFG)  # 0.05 > hysteresis
-    assert change is not None and moved.cutoffs != state.cutoffs
+    moved, change = tune([sample(1, 0.01), sample(2, 0.2), sample(3, 0.7)], state, CFG)  # 0.08 > hysteresis
+    assert change is not None and 0.198 < moved.cutoffs[2] < 0.2
 
 
 def test_tuning_without_live_jobs_changes_nothing():
@@ -135,9 +146,12 @@ def test_tuner_buffers_add_up_and_stay_within_bounds(values, bounds):
 def test_tuner_buffers_go_where_the_load_and_the_loss_are():
     samples = [tuning._Placed(1, 0.1, 30e9, 0.1, 0.3), tuning._Placed(2, 0.5, 5e9, 0.5, 0.0)]
     cuts = cutoffs(samples, CFG)
-    buffers, _, _ = share_buffers(samples, cuts, CFG)
-    assert buffers[0] > buffers[1] > buffers[2] == CFG.buffer_min  # queue 1: more load, loss beyond its TLR
-    assert buffers[2:] == (CFG.buffer_min,) * 5
+    buffers, load, jobs = share_buffers(samples, cuts, CFG)
+    assert jobs == (1, 0, 0, 1, 0, 0, 0)
+    # the queues with jobs keep at least their k-MTU buffers (7 and 4); what the five empty queues do not need
+    # (all but one packet each: 6 + 5 + 3 + 2 + 1 - 5 = 12) goes to them, more to queue 1 (more load, loss)
+    assert buffers[1:3] == (1, 1) and buffers[4:] == (1, 1, 1) and buffers[0] + buffers[3] == 7 + 4 + 12
+    assert buffers[0] - 7 > buffers[3] - 4 > 0
 
 
 # --- remaining work and placement ---------------------------------------------------------------------------
@@ -164,14 +178,17 @@ def test_tuning_remaining_work_is_messages_left_times_what_one_costs():
     assert done.remaining == 0 and policy.remaining_work({0: done}) == 0.0
 
 
-def test_tuning_placement_moves_a_job_one_step_per_doubling_of_its_remaining_work():
-    w = CFG.remaining_weight
-    assert tuning.placement_value(0.3, 4000, 1000, w) == pytest.approx(0.3 + 2 * w)
-    assert tuning.placement_value(0.3, 250, 1000, w) == pytest.approx(0.3 - 2 * w)
+def test_tuning_placement_moves_a_job_up_one_step_per_halving_of_its_remaining_work():
+    w, band = 0.125, 1.0
+    assert tuning.placement_value(0.3, 250, 1000, w, deadband=band) == pytest.approx(0.3 - 1 * w)  # 2 halvings
+    assert tuning.placement_value(0.3, 125, 1000, w, deadband=band) == pytest.approx(0.3 - 2 * w)
+    assert tuning.placement_value(0.3, 600, 1000, w, deadband=band) == 0.3  # within the deadband
+    assert tuning.placement_value(0.3, 4000, 1000, w, deadband=band) == 0.3  # more work left: never down
     assert tuning.placement_value(0.3, None, 1000, w) == 0.3  # unknown work: the TLR
-    assert tuning.placement_value(0.3, 4000, None, w) == 0.3  # no reference yet
-    assert tuning.placement_value(0.3, 4000, 1000, 0.0) == 0.3  # weight 0: the paper's TLR alone
-    lo, hi = tuning.value_range(CFG)
+    assert tuning.placement_value(0.3, 250, None, w) == 0.3  # no reference yet
+    assert tuning.placement_value(0.3, 250, 1000, 0.0) == 0.3  # weight 0 (the default): the TLR alone
+    cfg = TuningConfig(remaining_weight=w)
+    lo, hi = tuning.value_range(cfg)
     assert tuning.placement_value(0.3, 1.0, 1e12, w, (lo, hi)) == lo
 
 
@@ -182,16 +199,18 @@ def test_tuning_reference_work_is_the_load_weighted_median():
     assert tuning.work_reference([sample(1, 0.1)]) is None
 
 
-def test_tuner_puts_a_small_job_above_large_jobs_whatever_their_tlr():
-    """Fig. 14's case: two large jobs whose TLR fell (eq. 1 after loss) and a small one at its MSR's TLR."""
-    samples = [sample(1, 0.0, 40e9, 2e6, loss=0.5), sample(2, 0.05, 40e9, 3e6, loss=0.3),
+def test_tuner_with_remaining_work_puts_a_small_job_above_large_jobs_whatever_their_tlr():
+    """Fig. 14's case: two large jobs whose TLR fell (eq. 1 after loss) and a small one at its MSR's TLR, with a
+    sixteenth of their work left."""
+    samples = [sample(1, 0.0, 40e9, 3.2e6, loss=0.5), sample(2, 0.05, 40e9, 4e6, loss=0.3),
                sample(3, 0.125, 40e9, 2e5)]
-    state, change = tune(samples, Tuned(DEFAULT_THRESHOLDS), CFG)
-    values = {s.job_id: tuning.value_of(s.tlr, s.work_bytes, state.work_ref, CFG) for s in samples}
+    cfg = TuningConfig(remaining_weight=0.125)
+    state, change = tune(samples, Tuned(DEFAULT_THRESHOLDS), cfg)
+    values = {s.job_id: tuning.value_of(s.tlr, s.work_bytes, state.work_ref, cfg) for s in samples}
     queues = {j: queue_of(v, state.cutoffs) for j, v in values.items()}
-    assert queues[3] == 1 and queues[1] == 2 and queues[2] == 3
-    flat, _ = tune(samples, Tuned(DEFAULT_THRESHOLDS), TuningConfig(remaining_weight=0.0))
-    assert queue_of(0.125, flat.cutoffs) == 3  # by TLR alone the small job is below both
+    assert queues[3] < queues[1] <= queues[2]
+    flat, _ = tune(samples, Tuned(DEFAULT_THRESHOLDS), CFG)  # the default: the TLR alone places
+    assert queue_of(0.125, flat.cutoffs) >= queue_of(0.0, flat.cutoffs)  # by TLR it is not above them
 
 
 # --- configuration ----------------------------------------------------------------------------------------
@@ -251,11 +270,22 @@ def test_tuning_core_writes_the_tuned_thresholds_and_buffers_to_every_switch():
             core.ingest(report(job, seq, 0.1, delivered=10 * i, rate_kbps=per_msg * 80), f"10.0.0.{job}", now)
         plan = core.step(now)
     tuned = core.tuned
-    assert tuned.cutoffs != DEFAULT_THRESHOLDS and tuned.buffers
+    assert tuned.buffers and tuned.buffers[0] > 7  # queue 1 carries all three: it gets the empty queues' buffer
     for name in ("s1", "s2"):
         assert plan.desired[name].tlr_rules == default_tlr_rules(tuned.thresholds)
         assert plan.desired[name].queue_buffers == tuned.buffers
-    assert dict(plan.assignments) == {1: 1, 2: 2, 3: 3}  # least work left on top, each its own queue
+    assert dict(plan.assignments) == {1: 1, 2: 1, 3: 1}  # one TLR, one group: the paper's queue 1
+    # with the remaining-work placement, the job with a tenth of the others' work left moves up on its own
+    cfg = ControllerConfig(switches=(SwitchConfig("s1"),), reports=REPORTS, epoch_s=0.01,
+                           policy=PolicyConfig(mode="adaptive", tuning=TuningConfig(every_epochs=2,
+                                                                                    remaining_weight=0.125)))
+    core = ControllerCore(cfg)
+    core.step(0.0)
+    for i in range(1, 7):
+        for job, per_msg in ((1, 100), (2, 1000), (3, 1000)):
+            core.ingest(report(job, i, 0.1, delivered=10 * i, rate_kbps=per_msg * 80), f"10.0.0.{job}", i * 0.01)
+        plan = core.step(i * 0.01)
+    assert plan.assignments[1] < plan.assignments[2] == plan.assignments[3]
 
 
 def test_tuning_rewrites_only_when_the_cutoffs_move_and_logs_each_change():
@@ -303,9 +333,9 @@ def test_tuning_ignores_jobs_that_went_quiet_or_met_their_msr():
         core.ingest(report(3, i, 0.3, delivered=i), "10.0.0.3", i * 0.01)
         plan = core.step(i * 0.01)
     assert len(core.assignments) == 3
-    first = core.tuned
-    assert first.cutoffs[2] > 0.3  # only job 3 was read: it has queue 1, the cutoffs spread above it
-    assert first.cutoffs[-1] == pytest.approx(CFG.max_threshold - (CFG.max_threshold - 0.3) / 7, abs=1e-4)
+    # only job 3 (TLR 0.3, k/8's queue 2) was read at the last step: queue 2 keeps its buffer and gets what the
+    # other queues do not need, up to buffer_max; job 1 (quiet) and job 2 (done) load nothing
+    assert core.tuned.buffers == (2, 16, 2, 2, 2, 2, 2)  # buffer_max 16: the rest back to the others
 
 
 # --- the incremental core against the pure policy ---------------------------------------------------------
@@ -335,8 +365,9 @@ class AdaptiveReference:
         live = {j: gs for j, gs in live.items() if gs}
         retuned = False
         if self.epoch % self.cfg.tuning.every_epochs == 0:
-            samples = policy.tuning_samples(live, [j for j, _ in self.cfg.pinned], now, self.epoch_s)
-            self.tuned, change = tune(samples, self.tuned, self.cfg.tuning)
+            samples = policy.tuning_samples(live, [j for j, _ in self.cfg.pinned], now, self.epoch_s,
+                                            self.assignments)
+            self.tuned, change = tune(samples, self.tuned, self.cfg.tuning, self.cfg.thresholds)
             retuned = change is not None
         values = {j: policy.job_value(gs, policy.job_tlr(gs)[0], self.tuned.work_ref, self.cfg.tuning)
                   for j, gs in live.items()}

@@ -63,23 +63,25 @@ def test_tuner_on_the_recorded_fairness_stream_writes_these_thresholds():
                 assert plan.updates[name].static
                 assert plan.desired[name].tlr_rules == default_tlr_rules(change.new_thresholds)
                 assert plan.desired[name].queue_buffers == change.new_buffers
+    # the default (the TLR alone places): the jobs fit k/8's queues, so the thresholds stay; the buffers follow
+    # the jobs (queue 1 takes what empty queues do not need once the FBKV job is there)
     assert written == [
-        (50, [0.0, 0.2562, 0.5124, 0.7253, 0.8802, 0.9993, 0.9995, 0.9998], (14, 9, 1, 1, 1, 1, 1),
-         (1, 1, 0, 0, 0, 0, 0)),
-        (150, [0.0, 0.0002, 0.0005, 0.3814, 0.7923, 0.9692, 0.9995, 0.9998], (6, 11, 7, 1, 1, 1, 1),
-         (1, 1, 1, 0, 0, 0, 0)),
-        (250, [0.0, 0.2671, 0.5343, 0.8849, 0.999, 0.9993, 0.9995, 0.9998], (13, 10, 1, 1, 1, 1, 1),
-         (1, 1, 0, 0, 0, 0, 0)),
-        (350, [0.0, 0.3008, 0.6017, 0.7514, 0.9011, 0.9993, 0.9995, 0.9998], (16, 2, 2, 2, 2, 2, 2),
-         (1, 0, 0, 0, 0, 0, 0)),
+        (50, [0.0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875], (1, 1, 14, 9, 1, 1, 1), (0, 0, 1, 1, 0, 0, 0)),
+        (150, [0.0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875], (12, 1, 7, 1, 5, 1, 1), (1, 0, 1, 0, 1, 0, 0)),
+        (250, [0.0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875], (14, 1, 1, 1, 9, 1, 1), (1, 0, 0, 0, 1, 0, 0)),
+        (350, [0.0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875], (16, 2, 2, 2, 2, 2, 2), (1, 0, 0, 0, 0, 0, 0)),
     ]
 
 
 def test_tuner_on_the_recorded_fairness_stream_keeps_the_small_job_above_the_large_ones():
-    """From the first tuning step that reads it, the FBKV job (3) is never below the FBHD job with work left
-    (2), while by their TLRs alone (the paper's k/8) job 2 starts in queue 2 and job 3 in queue 1 as well: the
-    difference is where the tuner puts job 2 (below job 3, in a queue of its own) and which buffer each gets."""
-    core = ControllerCore(adaptive())
+    """From the first tuning step that reads it, the FBKV job (3) is never below the FBHD job with work left (2),
+    by default (the TLR places: the adaptive sender's job 2 keeps a higher TLR) and with the remaining-work
+    placement; right after each retune every job is where the cutoffs put its value."""
+    for weight in (0.0, 0.125):
+        _small_job_above(ControllerCore(adaptive(remaining_weight=weight)))
+
+
+def _small_job_above(core: ControllerCore) -> None:
     seen_three = False
     for plan in replay(core, recorded(FAIRNESS)):
         a = plan.assignments
@@ -109,7 +111,7 @@ def test_tuning_off_on_the_recorded_stream_keeps_the_paper_thresholds():
 @pytest.mark.parametrize("limits", [
     {"min_threshold": 0.0, "max_threshold": 0.9, "min_gap": 0.05},
     {"min_threshold": 0.2, "max_threshold": 0.6, "min_gap": 0.01, "buffer_max": 8},
-    {"remaining_weight": 0.0, "buffers": False},
+    {"remaining_weight": 0.125, "buffers": False},
 ])
 def test_tuner_on_the_recorded_stream_stays_within_the_operators_limits(limits):
     cfg = adaptive(**limits)
