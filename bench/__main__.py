@@ -40,6 +40,7 @@ HEADLINE_KEYS = (
     "atp_over_tcp_es_fifo", "atp_over_tcp_ss_fifo", "atp_over_tcp_es_background", "atp_over_bound_idle",
     "msr_met_fraction", "nonapprox_fct_netapprox_over_fifo", "hostlib_pps_over_raw_udp", "hostlib_loopback_gbps",
     "controller_epoch_ms_10k", "controller_reports_per_s", "sim_atp_over_dctcp_es", "sim_atp_over_dctcp_ss",
+    "hostlib_jct_under_flood_over_alone", "hostlib_jct_under_receiver_attacks_over_alone",
 )
 
 
@@ -188,6 +189,8 @@ def bars(h: dict, summary: dict | None) -> dict:
                                                      1.10)
         out["msr_met_fraction_is_1"] = None if h["msr_met_fraction"] is None else h["msr_met_fraction"] == 1.0
         out["nonapprox_fct_le_0.3_of_tcp_es_fifo"] = all_le(h["nonapprox_fct_netapprox_over_fifo"], 0.3)
+    for key in ("hostlib_jct_under_flood_over_alone", "hostlib_jct_under_receiver_attacks_over_alone"):
+        out[f"{key}_le_2"] = None if h.get(key) is None else h[key] <= 2.0
     return out
 
 

@@ -561,7 +561,7 @@ class Runtime:
                              "rate_bps": rep.rate_bps}
             snap = {"epochs": self.core.epoch, "reports_accepted": stats.accepted,
                     "reports_dropped": dict(stats.dropped), "jobs": jobs}
-        snap["switches"] = {n: {"up": sw.up, "primary": bool(sw.primary), "reconnects": sw.reconnects, **sw.updates,
+        snap["switches"] = {n: {"up": sw.up, "reconnects": sw.reconnects, **sw.updates,
                                 "write_errors": sw.write_errors, "counters": sw.counters,
                                 "backlog": sw.driver.deferred_updates,
                                 "backlog_urgent": sw.driver.deferred_urgent,

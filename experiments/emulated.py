@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import socket
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -123,6 +124,8 @@ class EmulatedBackend:
     rate_unit = "mbps"
     cluster = False
     """Trials need root, namespaces and the whole machine's timing: they run here, one at a time."""
+    deterministic = False
+    """A trial is a measurement: a rerun measures again unless told to take finished trials from a cache."""
 
     def __init__(self, scale: Scale = Scale()) -> None:
         self.scale = scale
@@ -141,6 +144,14 @@ class EmulatedBackend:
     def far_hosts(self) -> tuple[int, int, int]:
         """(sender, background sender, receiver) of a job against background (on a rack: any three hosts)."""
         return 0, 1, self.scale.hosts - 1
+
+    def identity(self) -> dict:
+        """What, besides a plan and the code, decides a trial's result (the trial cache's key): the scale, and
+        the machine it is measured on."""
+        return {"name": self.name, "scale": dataclasses.asdict(self.scale), "host": socket.gethostname()}
+
+    def prepare(self) -> None:
+        """Nothing to load before a trial (the testbed starts with the first trial of its switch kind)."""
 
     def describe(self, protocols: Sequence[str] = ()) -> dict:
         """What a result file records about where its trials ran."""

@@ -99,6 +99,12 @@ class DemoConfig:
     """Write one pcap per switch interface into this directory (relative: from the caller's folder)."""
     metrics_port: int = -1
     """Serve the controller's Prometheus metrics on this port (-1: off)."""
+    p4_build: str | None = None
+    """BMv2 target: the folder holding the compiled program, ``bmv2.json`` and ``p4info.txtpb`` (``make p4`` writes
+    build/v1model); ``None``: the checkout's build/v1model."""
+
+    def bmv2_json(self) -> Path:
+        return Path(self.p4_build).resolve() / "bmv2.json" if self.p4_build else REPO / "build" / "v1model" / "bmv2.json"
 
 
 def _log(msg: str) -> None:
@@ -166,21 +172,30 @@ class Demo:
             ipr.close()
 
     # -- the run ----------------------------------------------------------------------------------------------
+    def plan(self) -> list[str]:
+        """What the demo runs and where it writes, as the lines it prints first (``--dry-run`` prints only them)."""
+        cfg = self.cfg
+        lines = [f"NetApprox demo on the {cfg.target} target: dumbbell h1-h3 | s1 ={cfg.bottleneck_mbit:g} Mbit/s=> "
+                 f"s2 | h4-h6, host links {cfg.host_mbit:g} Mbit/s, {cfg.buffer_packets}-packet port buffers"]
+        lines += [f"  job {j.name} (id {j.job_id}): h{j.src} -> h{j.dst}, {j.messages} messages, MSR {j.msr}"
+                  for j in cfg.jobs]
+        lines.append(f"  bulk TCP h1 -> h4: {cfg.bulk_bytes / 1e6:g} MB from t = {cfg.bulk_start_s:g} s; background "
+                     f"h3 -> h6: {cfg.background_mbit:g} Mbit/s approximate, TLR schedule {cfg.background_tlr}")
+        lines.append(f"  results in {self.out}" + (f", captures in {cfg.pcap}" if cfg.pcap else "")
+                     + (f", P4 program {cfg.bmv2_json()}" if cfg.target == "bmv2" else ""))
+        return lines
+
     def run(self) -> int:
         cfg = self.cfg
         self.out.mkdir(parents=True, exist_ok=True)
         for old in self.out.glob("demo-*"):
             old.unlink()
-        _log(f"NetApprox demo on the {cfg.target} target: dumbbell h1-h3 | s1 ={cfg.bottleneck_mbit:g} Mbit/s=> "
-             f"s2 | h4-h6, host links {cfg.host_mbit:g} Mbit/s, {cfg.buffer_packets}-packet port buffers")
-        for j in cfg.jobs:
-            _log(f"  job {j.name} (id {j.job_id}): h{j.src} -> h{j.dst}, {j.messages} messages, MSR {j.msr}")
-        _log(f"  bulk TCP h1 -> h4: {cfg.bulk_bytes / 1e6:g} MB from t = {cfg.bulk_start_s:g} s; background "
-             f"h3 -> h6: {cfg.background_mbit:g} Mbit/s approximate, TLR schedule {cfg.background_tlr}")
+        for line in self.plan():
+            _log(line)
         emu_cfg = EmulationConfig(topology="dumbbell", hosts=3, rate_mbit=cfg.host_mbit,
                                   bottleneck_mbit=cfg.bottleneck_mbit, buffer_packets=cfg.buffer_packets,
                                   target=cfg.target, log_dir=str(self.out), pcap=cfg.pcap,
-                                  bmv2_json=str(REPO / "build" / "v1model" / "bmv2.json"))
+                                  bmv2_json=str(cfg.bmv2_json()))
         t_setup = time.monotonic()
         with Emulation(emu_cfg) as emu:
             self.emu = emu
@@ -471,6 +486,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pcap", metavar="DIR", help="write one pcap per switch interface into DIR")
     ap.add_argument("--metrics-port", type=C.arg(C.port(allow=(-1, 0))), default=-1,
                     help="serve the controller's Prometheus metrics here (default -1: off)")
+    ap.add_argument("--p4-build", metavar="DIR",
+                    help="--target bmv2: folder with the compiled bmv2.json and p4info.txtpb (default: the "
+                         "checkout's build/v1model, which `make p4` writes)")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="print what would run and where it would write, check the options, start nothing (no root)")
     args = ap.parse_args(argv)
     for option, directory in (("--results", args.results), ("--pcap", args.pcap)):
         if directory is not None:
@@ -479,6 +499,18 @@ def main(argv: list[str] | None = None) -> int:
             except C.CheckError as e:
                 ap.error(str(e))
     logging.basicConfig(level=logging.WARNING, format="  [%(name)s] %(message)s")
+    cfg = DemoConfig(target=args.target, results=args.results, bottleneck_mbit=args.bottleneck_mbit, pcap=args.pcap,
+                     metrics_port=args.metrics_port, p4_build=args.p4_build)
+    messages = args.messages or (4000 if args.quick else None)
+    if messages:
+        cfg = dataclasses.replace(cfg, jobs=tuple(dataclasses.replace(j, messages=messages) for j in cfg.jobs))
+    if args.quick:
+        cfg = dataclasses.replace(cfg, bulk_bytes=1_000_000, bulk_start_s=2.0, background_tlr="0:0.5,3:0.375,6:0.25",
+                                  background_s=15.0, time_limit_s=40.0)
+    if args.dry_run:
+        for line in Demo(cfg).plan():
+            print(line)
+        return 0
     if os.geteuid() != 0:
         print("make demo needs root (network namespaces, qdiscs): run it with sudo.", file=sys.stderr)
         return 2
@@ -491,17 +523,10 @@ def main(argv: list[str] | None = None) -> int:
         if not bmv2_available():
             print(f"make demo TARGET=bmv2: {P4_TOOLS_HINT}", file=sys.stderr)
             return 2
-        if not (REPO / "build" / "v1model" / "bmv2.json").exists():
-            print("make demo TARGET=bmv2: build/v1model/bmv2.json is missing; run `make p4` first.", file=sys.stderr)
+        if not cfg.bmv2_json().exists():
+            print(f"make demo TARGET=bmv2: {cfg.bmv2_json()} is missing; run `make p4` in the checkout first, or give "
+                  "--p4-build DIR with the compiled bmv2.json and p4info.txtpb.", file=sys.stderr)
             return 2
-    cfg = DemoConfig(target=args.target, results=args.results, bottleneck_mbit=args.bottleneck_mbit, pcap=args.pcap,
-                     metrics_port=args.metrics_port)
-    messages = args.messages or (4000 if args.quick else None)
-    if messages:
-        cfg = dataclasses.replace(cfg, jobs=tuple(dataclasses.replace(j, messages=messages) for j in cfg.jobs))
-    if args.quick:
-        cfg = dataclasses.replace(cfg, bulk_bytes=1_000_000, bulk_start_s=2.0, background_tlr="0:0.5,3:0.375,6:0.25",
-                                  background_s=15.0, time_limit_s=40.0)
     demo = Demo(cfg)
     # SIGTERM/SIGHUP clean up like Ctrl-C: every process, namespace and link the demo made is removed.
     stop_on_signals()

@@ -395,6 +395,7 @@ def test_a_sender_reports_to_every_replica(tmp_path):
         time.sleep(0.2)  # the receiver binds its socket
         res = subprocess.run([sys.executable, "-m", "netapprox.hostlib", "send", "127.0.0.1", "--port", str(port),
                               "--job-id", "41", "--messages", "300", "--size", "1000", "--msr", "0.9",
+                              "--rate", "20M", "--epoch-ms", "10",  # ~0.12 s of sending, a REPORT every 10 ms
                               *[a for ctl in ctls for a in ("--report-to", f"127.0.0.1:{ctl.getsockname()[1]}")]],
                              capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO)))
         receiver.join(20)

@@ -12,7 +12,8 @@ RETRY, announce echoing the token), for ``S`` seconds or until SIGTERM:
 - ``--manifests R``: per address, ``R`` new jobs per second whose ~1 MiB manifest (two interleaved groups,
   in 1,300-byte announce parts) fails only its last check (the groups overlap in their last range).
 
-Loopback only. Prints one JSON line at the end: per address, the bytes it sent to the receiver's port and the
+Loopback only. Prints ``attacking`` once every address has its jobs admitted and at work, and one JSON line at
+the end: per address, the bytes it sent to the receiver's port and the
 bytes it got back, and the counts of what it did.
 """
 from __future__ import annotations
@@ -120,8 +121,13 @@ def run(target: tuple[str, int], *, seconds: float, sources: int, fins: float, h
             job_id += 1
             fin_jobs[s] = job_id
             s.open_job(job_id, HUGE)
+    announced = False
     try:
         while (now := time.monotonic()) < start + seconds and not stop:
+            if not announced and all(fin_jobs.get(s) in s.admitted for s in srcs if s in fin_jobs) and \
+                    (not (huge or manifests) or counts["huge_jobs"] + counts["manifests"] >= len(srcs)):
+                print("attacking", flush=True)  # every address is admitted and at work
+                announced = True
             dt, last = now - last, now
             n_huge, n_manifests, n_fins = (_due(k, r, dt) for k, r in (("huge", huge), ("manifests", manifests),
                                                                          ("fins", fins)))
