@@ -3,24 +3,26 @@ and the approximate queues' buffers out. No I/O, no clock; ``controller.core`` c
 ``TuningConfig.every_epochs`` epochs and writes what it returns to every data plane (the drivers only write).
 
 What it reads, per live job (``JobSample``, built by the core from the job's latest reports): its TLR, its
-remaining work (``policy.remaining_work``), its load (the sending rates its groups report) and its measured loss.
-The value the thresholds place is the TLR shifted by the remaining work (``placement_value``). What it decides
-(``Tuned``):
+remaining work (``policy.remaining_work``), its load (the sending rates its groups report), its measured loss
+and its queue. The value the cutoffs place is its TLR, moved up for a job with much less work left than the
+others when ``remaining_weight`` > 0 (``placement_value``). What it decides (``Tuned``):
 
-- **Cutoffs** T_2..T_7 (queue 1 takes everything below T_2) between the jobs' placement values such that every
-  approximate queue carries an equal share of the reported load (the way Homa's receivers recompute their
-  priority cutoffs), jobs with the same value never split, and with at most 7 distinct values every value its
-  own queue from queue 1 down (the lower queues stay free for newcomers, their cutoffs spread above). Then the
-  operator's limits: every cutoff within [``min_threshold``, ``max_threshold``], ``min_gap`` apart. New
-  cutoffs replace the old ones only when one moves by more than ``hysteresis``. The data planes'
+- **Cutoffs** T_2..T_7 (queue 1 takes everything below T_2), anchored to the configured thresholds (``base``,
+  the paper's k/8 by default): jobs whose values lie closer than ``split_gap`` form a group, never split; each
+  group goes to the queue ``base`` gives its middle, groups that would share a queue are pushed apart (the
+  later one a queue down), more than seven groups merge where they are closest; a cutoff keeps its ``base``
+  value unless a group straddles it or two groups must be parted, and then moves into the gap next to the
+  group. Then the operator's limits: every cutoff within [``min_threshold``, ``max_threshold``], ``min_gap``
+  apart. New cutoffs replace the old ones only when one moves by more than ``hysteresis``. The data planes'
   ``queue_by_tlr`` table gets them as TLR thresholds (``table_thresholds``: within [0, 1)), for the packets of
   jobs the controller has not placed yet.
-- **Buffers** of queues 1..7 (where the target can change them): ``buffer_total`` shared out in proportion to
-  each queue's share of the load, of the jobs (each sender's bursts need room) and of the loss beyond the jobs'
-  TLRs (drops where they hurt), each queue within [``buffer_min``, ``buffer_max``]; an empty queue keeps
-  ``buffer_min``. Rewritten with the thresholds, or when they would move a quarter of the buffer.
-- **The reference work** (``work_ref``): the load-weighted median remaining work of the live jobs, the point
-  around which remaining work moves a job up or down (``placement_value``).
+- **Buffers** of queues 1..7 (where the target can change them): every queue with jobs keeps at least its
+  configured k-MTU buffer; what the empty queues do not need goes to the queues with jobs in proportion to their
+  share of the load, of the jobs (each sender's bursts need room) and of the loss beyond the jobs' TLRs (drops
+  where they hurt), each queue within [``buffer_min``, ``buffer_max``], ``buffer_total`` in all. Rewritten
+  with the cutoffs, or when they would move a quarter of the buffer.
+- **The reference work** (``work_ref``): the load-weighted median remaining work of the live jobs, below which
+  remaining work moves a job up (``placement_value``).
 
 Deterministic: the same samples and state give the same result (samples are sorted, ties broken by job id).
 """
