@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from netapprox.experiments.cache import TrialCache
-from netapprox.experiments.figures import COEXIST_PATTERNS, Figure
+from netapprox.experiments.figures import COEXIST_PATTERNS, SHIFT_SETTINGS, Figure
 from netapprox.experiments.sweep import SCHEDULER_ENV, Sweep
 from netapprox.hostlib import checks as C
 
@@ -36,6 +36,10 @@ SET_CHECKS: dict[str, C.Check] = {
     "job_scale": C.integer(ge=1),
     "window_ms": C.number(gt=0.0),
     "fbkv_delay_us": C.number(ge=0.0),
+    "settings": C.choice(tuple(SHIFT_SETTINGS)),
+    "phase_s": C.number(gt=0.0),
+    "load": C.number(gt=0.0, le=1.0),
+    "receivers": C.integer(ge=1),
 }
 """Checks of the sweep arguments ``--set`` may override, by name (per value; a tuple argument takes a list).
 A name not listed here is checked against the type of the figure's default."""
@@ -44,7 +48,8 @@ A name not listed here is checked against the type of the figure's default."""
 def set_checks(protocols: Sequence[str]) -> dict[str, C.Check]:
     """``SET_CHECKS`` with the protocol names of a back end."""
     return {**SET_CHECKS, "protocols": C.choice(protocols), "variants": C.choice(protocols),
-            "schemes": C.choice(("alone", *protocols))}
+            "schemes": C.choice(("alone", *protocols, *(f"alone-{p}" for p in protocols if p.startswith("atp")),
+                                 *(f"{p}+adaptive" for p in protocols if p.startswith("atp"))))}
 
 
 class UsageError(ValueError):

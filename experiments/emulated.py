@@ -166,7 +166,7 @@ class EmulatedBackend:
 
     def group_of(self, plan: TrialPlan) -> tuple:
         """Trials of one group share a testbed; a sweep runs them in a row."""
-        return plan.switch_kind, plan.sample_queues
+        return plan.switch_kind, plan.sample_queues, plan.policy
 
     def check(self, plan: TrialPlan) -> None:
         if plan.protocol not in PROTOCOLS:
@@ -182,7 +182,8 @@ class EmulatedBackend:
         key = (*self.group_of(plan), Path(workdir).resolve())
         if self._tb is None or self._tb_key != key:
             self.close()
-            cfg = self.scale.testbed(**SWITCH_CONFIG[kind], sample_queues_s=QUEUE_SAMPLE_S if plan.sample_queues else None)
+            cfg = self.scale.testbed(**SWITCH_CONFIG[kind], sample_queues_s=QUEUE_SAMPLE_S if plan.sample_queues else None,
+                                     policy=tuple(plan.policy))
             tb = Testbed(cfg, Path(workdir) / f"work-{kind}")
             tb.__enter__()
             self._tb, self._tb_key = tb, key
@@ -366,6 +367,9 @@ def run_on_testbed(tb: Testbed, plan: TrialPlan, *, timeout: float = 60.0) -> di
         "start_wall": t_start, "end_wall": t_end, "receiver_exit_codes": rx_codes, "background_exit_codes": bg_codes}
     if plan.sample_queues:
         record["queues"] = queue_stats(tb, t_start, t_end, sorted(by_dst))
+    tuning = [t for t in tb.tuning if t_start - 1.0 <= t["wall"] <= t_end]
+    if tuning:  # policy mode adaptive: the tuner's changes during the trial
+        record["tuning"] = tuning
     if plan.timeline_job is not None:
         j = next(m for m in jobs if m["job_id"] == plan.timeline_job)
         wid = str(wire_id[plan.timeline_job])

@@ -268,6 +268,7 @@ AXES: dict[str, tuple[str, str]] = {
     "bg_load": ("background load", "fraction of link rate"),
     "loss": ("packet loss", "fraction of packets dropped"),
     "scheme": ("scheme", "ATP variant, or the job alone"),
+    "setting": ("policy", "tuned, or fixed thresholds"),
     # metrics (y axes)
     "jct_mean_s": ("mean JCT", "s"),
     "jct_max_s": ("JCT of the last job", "s"),
@@ -292,6 +293,7 @@ LEGEND_TITLES: dict[str, str] = {
     "bound": "loss bound (1 - MSR)",
     "part": "part",
     "scheme": "scheme",
+    "setting": "policy",
     "workload": "workload",
 }
 """Legend titles by the name of the parameter whose values the legend lists."""

@@ -154,7 +154,8 @@ class SimBackend:
         """Simulate ``plan`` (nothing is written to ``workdir``) and return its record."""
         self.check(plan)
         return Trial(self.settings, plan.protocol, plan.jobs, seed=plan.seed, background=plan.background,
-                     flows=plan.flows, timeline_job=plan.timeline_job, switch=plan.switch, label=plan.label,
+                     flows=plan.flows, timeline_job=plan.timeline_job, switch=plan.switch, policy=plan.policy,
+                     label=plan.label,
                      progress=self.progress).run()
 
     def close(self) -> None:
