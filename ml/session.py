@@ -1,0 +1,505 @@
+"""Persistent per-peer ATP sessions: the transport under the DistributedDataParallel hook, one iteration after
+another.
+
+A training worker sends a few jobs per bucket per iteration to every peer and receives as many, thousands of
+jobs to the same few peers. :class:`SessionExchange` carries them as :class:`~netapprox.ml.exchange.AtpExchange`
+does (hostlib's sans-I/O cores, one I/O thread, futures for callers), with three differences:
+
+- **A session per peer outlives its jobs** (QUIC's model: what a connection learned is kept for the next
+  one). :class:`PeerSession` keeps the peer's smoothed RTT and the window its last job ended with; every new
+  job to that peer starts from them (``initial_rtt_s``, ``initial_window`` shared among the jobs under way
+  to the peer) instead of the defaults, so an iteration's jobs send at once at the pace the path allows.
+  Admission stays hostlib's: a receiver admits a job once it echoes a token (``hostlib/admission.py``);
+  the session counts the jobs that needed the RETRY round trip (``retries``) and those that started without
+  one (``zero_rtt_jobs``: none until hostlib admits a recently validated source at once).
+- **A restarted peer is re-admitted cleanly.** Each exchange draws a ``generation`` when it starts; callers
+  put it in their job ids (the hook does), so a restarted worker's jobs never collide with what its peers
+  remember of its predecessor's. :meth:`SessionExchange.reset_peer` forgets a peer that went away: its
+  senders fail at once instead of after ``idle_timeout_s``, its session starts over, and the first job to
+  its successor is admitted through a RETRY like any first job.
+- **The native cores carry the datagrams.** Two sockets: DATA arrives on ``rx`` (the address peers send to)
+  and goes to one ``AtpReceiver`` with ``receive_from`` (recvmmsg, GRO), which answers with ``transmit``;
+  senders send from ``tx`` with ``transmit`` (sendmmsg, GSO), and only what comes back to ``tx`` (ACKs,
+  coalesced up to 16 packets per ACK, DONEs, RETRYs) is read into Python, to find the sender it belongs to.
+  Messages are collected in the receiver (``collect_messages``) and handed over once per job. Without the
+  native cores, or with injected ``loss`` (which must see every datagram), the same loop runs through the
+  socket module.
+
+A job's sender future resolves when the receiver's DONE confirms it; a caller that needs only the data waits
+on the receiving side (:meth:`receive`), which resolves at the FIN: the DONE's round trip is off the
+critical path.
+
+No torch here: tests and tools use it on its own.
+"""
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import dataclasses
+import errno
+import logging
+import os
+import random
+import select
+import socket
+import struct
+import threading
+import time
+from typing import Any, Callable
+
+from netapprox.hostlib import core, events, wire
+from netapprox.hostlib.config import AtpConfig, ConfigError, JobSpec
+from netapprox.ml.exchange import ExchangeError, ReceivedJob
+
+log = logging.getLogger(__name__)
+
+Address = tuple[str, int]
+_SHORT_WAIT_S = 0.001
+_LONGEST_WAIT_S = 0.2
+_JOB_ID_AT = wire.OFFSETS["job_id"]
+_KEEP_UNCLAIMED_S = 120.0
+GENERATIONS = 8
+"""Generations an exchange draws from (3 bits of the hook's job ids)."""
+
+
+@dataclasses.dataclass
+class PeerSession:
+    """What this worker knows about one peer's receiver, kept from one job to the next."""
+
+    address: Address
+    srtt_s: float | None = None
+    """Smoothed RTT of the last job that measured one."""
+    window: float | None = None
+    """Packets in flight the last job's window allowed when it completed (``adaptive`` mode)."""
+    active: int = 0
+    """Jobs under way to this peer."""
+    jobs: int = 0
+    """Jobs started to this peer."""
+    completed: int = 0
+    failed: int = 0
+    retries: int = 0
+    """Jobs that needed an admission round trip (a RETRY arrived for them)."""
+    zero_rtt_jobs: int = 0
+    """Completed jobs that needed no RETRY."""
+    resets: int = 0
+    """Times :meth:`SessionExchange.reset_peer` started this session over."""
+
+    def job_config(self, base: AtpConfig) -> AtpConfig:
+        """``base`` with what this session learned: the RTT, and its last window shared among the jobs under
+        way (the new one included), never below ``burst_packets``."""
+        changes: dict[str, Any] = {}
+        if self.srtt_s is not None and self.srtt_s > 0:
+            changes["initial_rtt_s"] = self.srtt_s
+        if self.window is not None and base.mode == "adaptive":
+            share = self.window / (self.active + 1)
+            changes["initial_window"] = int(max(base.burst_packets, min(base.max_window, share)))
+        return dataclasses.replace(base, **changes) if changes else base
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"address": list(self.address), "srtt_s": self.srtt_s, "window": self.window, "jobs": self.jobs,
+                "completed": self.completed, "failed": self.failed, "retries": self.retries,
+                "zero_rtt_jobs": self.zero_rtt_jobs, "resets": self.resets}
+
+
+class _Job:
+    __slots__ = ("sender", "future", "session", "retried")
+
+    def __init__(self, sender: Any, future: concurrent.futures.Future, session: PeerSession) -> None:
+        self.sender = sender
+        self.future = future
+        self.session = session
+        self.retried = False
+
+
+def _udp(bind: Address) -> socket.socket:
+    family = socket.AF_INET6 if ":" in bind[0] else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_DGRAM)
+    try:
+        sock.setblocking(False)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        sock.bind(bind)
+    except OSError as err:
+        sock.close()
+        raise ExchangeError(f"cannot bind the ATP socket to {bind[0]}:{bind[1]}: {err.strerror}") from None
+    return sock
+
+
+class SessionExchange:
+    """Two UDP sockets, one I/O thread, a session per peer, any number of concurrent ATP jobs each way.
+
+    ``bind`` is the receiving address peers send to (``address``); jobs are sent from a second socket on the
+    same host (``source``). Close it when done."""
+
+    def __init__(self, bind: Address = ("127.0.0.1", 0), *, config: AtpConfig = AtpConfig(), loss: float = 0.0,
+                 seed: int | None = None, report_to: Address | None = None, generation: int | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if not 0.0 <= loss < 1.0:
+            raise ConfigError(f"injected loss {loss}: must be in [0, 1)")
+        if generation is not None and not 0 <= generation < GENERATIONS:
+            raise ConfigError(f"generation {generation}: must be 0..{GENERATIONS - 1}")
+        self.config = config
+        # A few jobs per bucket per peer per iteration: the receiver tracks many at once, many from one host
+        # (all of them when the workers share one), and remembers finished ones only long enough for a FIN.
+        slots = max(config.max_jobs, 4096)
+        rx_config = dataclasses.replace(config, max_jobs=slots, max_jobs_per_source=slots,
+                                        finished_linger_s=min(config.finished_linger_s, 2.0))
+        self.clock = clock
+        self.loss = loss
+        self._rng = random.Random(seed)
+        self.report_to = report_to
+        self.generation = generation if generation is not None else os.urandom(1)[0] % GENERATIONS
+        self.rx = _udp(bind)
+        try:
+            self.tx = _udp((bind[0], 0))
+        except BaseException:
+            self.rx.close()
+            raise
+        self.address: Address = self.rx.getsockname()[:2]
+        self.source: Address = self.tx.getsockname()[:2]
+        self._receiver = core.AtpReceiver(config=rx_config, now=clock(), collect_messages=True)
+        self.native = loss == 0.0 and core.is_native(self._receiver) and clock is time.monotonic
+        if self.native:
+            core.enable_gro(self.rx)
+            core.enable_gro(self.tx)
+        self._rx_fd, self._tx_fd = self.rx.fileno(), self.tx.fileno()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._lock = threading.Lock()
+        self._commands: collections.deque[tuple[Callable[[float], None], concurrent.futures.Future]] = \
+            collections.deque()
+        self.sessions: dict[Address, PeerSession] = {}
+        self._jobs: dict[tuple[int, Address], _Job] = {}
+        self._waiters: dict[int, concurrent.futures.Future] = {}
+        self._finished: dict[int, tuple[float, ReceivedJob | Exception]] = {}
+        self._closed = False
+        self.datagrams_sent = 0
+        self.datagrams_dropped = 0
+        self.datagrams_received = 0
+        self._thread = threading.Thread(target=self._run, name=f"atp-session-{self.address[1]}", daemon=True)
+        self._thread.start()
+
+    # -- public API (any thread) ------------------------------------------------------------------------
+
+    def send(self, dest: Address, job: JobSpec) -> concurrent.futures.Future:
+        """Start sending ``job`` to the exchange (or ATP receiver) at ``dest`` in that peer's session;
+        resolves to the job's SendSummary once the receiver's DONE confirms it (or ``fin_timeout_s`` after
+        the job completed without one)."""
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        dest = (str(dest[0]), int(dest[1]))
+        key = (job.job_id, dest)
+
+        def start(now: float) -> None:
+            if key in self._jobs:
+                fut.set_exception(ExchangeError(f"job {job.job_id} to {dest[0]}:{dest[1]} is already being sent"))
+                return
+            session = self.sessions.get(dest)
+            if session is None:
+                session = self.sessions[dest] = PeerSession(dest)
+            try:
+                sender = core.AtpSender(job, config=session.job_config(self.config), peer=dest, now=now,
+                                        message_events=False)
+            except ConfigError as err:
+                fut.set_exception(err)
+                return
+            session.active += 1
+            session.jobs += 1
+            self._jobs[key] = _Job(sender, fut, session)
+
+        self._submit(start, fut)
+        return fut
+
+    def receive(self, job_id: int) -> concurrent.futures.Future:
+        """A future for the job ``job_id`` arriving at this exchange (already finished or still to come);
+        it resolves at the sender's FIN."""
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+
+        def claim(now: float) -> None:
+            done = self._finished.pop(job_id, None)
+            if done is not None:
+                _resolve(fut, done[1])
+            elif job_id in self._waiters:
+                fut.set_exception(ExchangeError(f"job {job_id} is already awaited"))
+            else:
+                self._waiters[job_id] = fut
+
+        self._submit(claim, fut)
+        return fut
+
+    def reset_peer(self, dest: Address) -> concurrent.futures.Future:
+        """Forget the peer at ``dest`` (it restarted or left): jobs to it fail now, its session starts over.
+        Resolves to the number of jobs failed."""
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        dest = (str(dest[0]), int(dest[1]))
+
+        def reset(now: float) -> None:
+            failed = 0
+            for key in [k for k in self._jobs if k[1] == dest]:
+                job = self._jobs.pop(key)
+                failed += 1
+                if not job.future.done():
+                    job.future.set_exception(ExchangeError(f"job {key[0]}: the session with {dest[0]}:{dest[1]} "
+                                                           "was reset"))
+            old = self.sessions.pop(dest, None)
+            if old is not None:
+                self.sessions[dest] = PeerSession(dest, resets=old.resets + 1)
+            fut.set_result(failed)
+
+        self._submit(reset, fut)
+        return fut
+
+    def session_stats(self) -> dict[str, dict[str, Any]]:
+        """Per peer (``host:port``), what its session counted (a snapshot; any thread)."""
+        return {f"{a[0]}:{a[1]}": s.as_dict() for a, s in list(self.sessions.items())}
+
+    def receiver_stats(self) -> dict[str, Any]:
+        return self._call(lambda now: self._receiver.stats())
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._wake()
+        self._thread.join(5.0)
+        for s in (self.rx, self.tx, self._wake_r, self._wake_w):
+            s.close()
+
+    def __enter__(self) -> "SessionExchange":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- the I/O thread -----------------------------------------------------------------------------------
+
+    def _call(self, fn: Callable[[float], Any], timeout: float = 10.0) -> Any:
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        self._submit(lambda now: fut.set_result(fn(now)), fut)
+        return fut.result(timeout)
+
+    def _submit(self, command: Callable[[float], None], fut: concurrent.futures.Future) -> None:
+        with self._lock:
+            if self._closed:
+                fut.set_exception(ExchangeError("the ATP exchange is closed"))
+                return
+            self._commands.append((command, fut))
+        self._wake()
+
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass
+
+    def _run(self) -> None:
+        try:
+            with core.precise_timers(self.native):
+                self._loop()
+        except BaseException as exc:  # report to every waiting caller, never die silently
+            log.exception("ATP session exchange stopped")
+            self._fail_all(ExchangeError(f"the ATP exchange thread stopped: {exc!r}"))
+            raise
+        self._fail_all(ExchangeError("the ATP exchange is closed"))
+
+    def _fail_all(self, err: Exception) -> None:
+        with self._lock:
+            self._closed = True
+            commands = list(self._commands)
+            self._commands.clear()
+        for _command, fut in commands:
+            if not fut.done():
+                fut.set_exception(err)
+        for job in self._jobs.values():
+            if not job.future.done():
+                job.future.set_exception(err)
+        self._jobs.clear()
+        for fut in self._waiters.values():
+            if not fut.done():
+                fut.set_exception(err)
+        self._waiters.clear()
+
+    def _loop(self) -> None:
+        rx = self._receiver
+        while True:
+            with self._lock:
+                if self._closed:
+                    return
+                commands = list(self._commands)
+                self._commands.clear()
+            now = self.clock()
+            for command, fut in commands:
+                try:
+                    command(now)
+                except Exception as exc:  # a command's own failure goes to its caller
+                    if not fut.done():
+                        fut.set_exception(exc)
+            for key in list(self._jobs):
+                self._pump(key, now)
+            self._send_receiver(now)
+            self._drain_receiver(now)
+            self._wait(self._next_timer())
+            now = self.clock()
+            self._read(now)
+            now = self.clock()
+            for job in list(self._jobs.values()):
+                t = job.sender.get_timer()
+                if t is not None and t <= now:
+                    job.sender.handle_timer(now)
+            t = rx.get_timer()
+            if t is not None and t <= now:
+                rx.handle_timer(now)
+            self._expire_unclaimed(now)
+
+    def _pump(self, key: tuple[int, Address], now: float) -> None:
+        job = self._jobs[key]
+        sender = job.sender
+        if self.native:
+            self.datagrams_sent += sender.transmit(self._tx_fd, now)
+        else:
+            self._transmit(self.tx, sender.datagrams_to_send(now))
+        while (ev := sender.next_event()) is not None:
+            if isinstance(ev, events.ReportReady) and self.report_to is not None:
+                self._transmit(self.tx, [(ev.report.encode(self.config.report_key), self.report_to)])
+            elif isinstance(ev, (events.JobCompleted, events.JobFailed)):
+                self._jobs.pop(key, None)
+                self._settle(job, ev, sender)
+
+    def _settle(self, job: _Job, ev: Any, sender: Any) -> None:
+        s = job.session
+        s.active = max(0, s.active - 1)
+        if isinstance(ev, events.JobCompleted):
+            s.completed += 1
+            s.zero_rtt_jobs += not job.retried
+            if ev.summary.srtt_s > 0:
+                s.srtt_s = ev.summary.srtt_s
+            w = getattr(sender, "window", None)
+            if w is not None:
+                s.window = float(w.window)
+            if not job.future.done():
+                job.future.set_result(ev.summary)
+        else:
+            s.failed += 1
+            if not job.future.done():
+                job.future.set_exception(ExchangeError(f"job {ev.job_id}: {ev.reason}"))
+
+    def _send_receiver(self, now: float) -> None:
+        if self.native:
+            self.datagrams_sent += self._receiver.transmit(self._rx_fd, now)
+        else:
+            self._transmit(self.rx, self._receiver.datagrams_to_send(now))
+
+    def _drain_receiver(self, now: float) -> None:
+        rx = self._receiver
+        while (ev := rx.next_event()) is not None:
+            if isinstance(ev, events.JobFinished):
+                r = ev.result
+                self._finish(r.job_id, ReceivedJob(job_id=r.job_id, peer=r.peer, total=r.total,
+                                                   vector_len=r.vector_len, groups=r.groups, lost_ids=r.lost_ids,
+                                                   messages=rx.take_messages(r.job_id)), now)
+            elif isinstance(ev, events.JobAbandoned):
+                rx.take_messages(ev.job_id)
+                why = (f"went silent for {rx.config.idle_timeout_s:g} s" if ev.reason == "idle" else
+                       f"lost its job slot to a new job ({ev.reason})")
+                self._finish(ev.job_id, ExchangeError(
+                    f"job {ev.job_id} {why} before its FIN ({ev.delivered} messages delivered)"), now)
+            elif isinstance(ev, events.JobRejected):
+                rx.take_messages(ev.job_id)
+                self._finish(ev.job_id, ExchangeError(f"job {ev.job_id} rejected: {ev.reason}"), now)
+        self._send_receiver(now)  # the DONEs these events came with
+
+    def _finish(self, job_id: int, outcome: "ReceivedJob | Exception", now: float) -> None:
+        fut = self._waiters.pop(job_id, None)
+        if fut is not None:
+            _resolve(fut, outcome)
+        else:
+            self._finished[job_id] = (now, outcome)
+
+    def _expire_unclaimed(self, now: float) -> None:
+        if self._finished:
+            for job_id in [j for j, (t, _o) in self._finished.items() if now - t > _KEEP_UNCLAIMED_S]:
+                del self._finished[job_id]
+
+    def _next_timer(self) -> float | None:
+        times = [t for t in (j.sender.get_timer() for j in self._jobs.values()) if t is not None]
+        t = self._receiver.get_timer()
+        if t is not None:
+            times.append(t)
+        return min(times) if times else None
+
+    def _wait(self, until: float | None) -> None:
+        timeout = _LONGEST_WAIT_S if until is None else min(_LONGEST_WAIT_S, until - self.clock())
+        if timeout <= 0:
+            return
+        if timeout <= _SHORT_WAIT_S:
+            time.sleep(timeout)  # the next packet is due soon: read what arrives meanwhile in one batch
+            return
+        r, _w, _x = select.select([self.rx, self.tx, self._wake_r], [], [], timeout)
+        if self._wake_r in r:
+            try:
+                while self._wake_r.recv(4096):
+                    pass
+            except (BlockingIOError, InterruptedError):
+                pass
+
+    def _read(self, now: float) -> None:
+        if self.native:
+            self.datagrams_received += self._receiver.receive_from(self._rx_fd, now)
+            for data, addr, _ce in core._native.recv_batch(self._tx_fd, 4):
+                self.datagrams_received += 1
+                self._to_sender(data, addr, now)
+            return
+        for data, addr in _recv_all(self.rx):
+            self.datagrams_received += 1
+            self._receiver.receive_datagram(data, addr, now)
+        for data, addr in _recv_all(self.tx):
+            self.datagrams_received += 1
+            self._to_sender(data, addr, now)
+
+    def _to_sender(self, data: bytes, addr: Any, now: float) -> None:
+        """An ACK, DONE or RETRY to the sender of its job id and peer; anything else is ignored here."""
+        if len(data) < wire.HEADER_LEN:
+            return
+        (job_id,) = struct.unpack_from("!I", data, _JOB_ID_AT)
+        job = self._jobs.get((job_id, addr[:2]))
+        if job is None:
+            return
+        if data[0] & 0x0F == wire.PacketType.RETRY and not job.retried:
+            job.retried = True
+            job.session.retries += 1
+        job.sender.receive_datagram(data, addr, now)
+
+    def _transmit(self, sock: socket.socket, datagrams) -> None:
+        for data, addr in datagrams:
+            if self.loss and self._rng.random() < self.loss:
+                self.datagrams_dropped += 1
+                continue
+            try:
+                sock.sendto(data, addr)
+                self.datagrams_sent += 1
+            except (BlockingIOError, ConnectionRefusedError):
+                pass
+            except OSError as err:
+                if err.errno not in (errno.ENOBUFS, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EPERM):
+                    raise
+
+
+def _recv_all(sock: socket.socket, limit: int = 256) -> list[tuple[bytes, Any]]:
+    out = []
+    while len(out) < limit:
+        try:
+            out.append(sock.recvfrom(65535))
+        except (BlockingIOError, InterruptedError):
+            break
+        except ConnectionRefusedError:
+            continue
+    return out
+
+
+def _resolve(fut: concurrent.futures.Future, outcome: "ReceivedJob | Exception") -> None:
+    if fut.done():
+        return
+    if isinstance(outcome, Exception):
+        fut.set_exception(outcome)
+    else:
+        fut.set_result(outcome)
