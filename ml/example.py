@@ -43,6 +43,8 @@ class TrainConfig:
     fill: str = "zero"
     gather_msr: float = 1.0
     """MSR of the all-gather (1: reliable)."""
+    gather_mode: str = "prefix"
+    """Shape of a bounded all-gather (``netapprox.ml.hook.HookConfig.gather_mode``)."""
     transform: str = "none"
     """``none`` or ``hadamard`` (``ml/transform.py``)."""
     bounded: float | None = None
@@ -134,11 +136,12 @@ def train(rank: int, world: int, cfg: TrainConfig, *, ready_file: str | None = N
             host, _, port = cfg.report_to.rpartition(":")
             report = (host, int(port))
         if cfg.bounded is not None:
-            options = bounded(cfg.bounded, atp=AtpConfig(completion="early", **rate))
+            options = bounded(cfg.bounded, gather_mode=cfg.gather_mode, atp=AtpConfig(completion="early", **rate))
             if cfg.transform != "hadamard":
                 options["transform"] = cfg.transform
         else:
             options = {"policy": parse_policy(cfg.policy), "fill": cfg.fill, "gather_msr": cfg.gather_msr,
+                       "gather_mode": cfg.gather_mode,
                        "transform": cfg.transform, "atp": AtpConfig(completion="all_sent", **rate)}
         state = netapprox.ml.register(model, loss=cfg.loss, seed=cfg.seed, port=cfg.atp_port, report_to=report,
                                       **options)
@@ -192,6 +195,16 @@ def train(rank: int, world: int, cfg: TrainConfig, *, ready_file: str | None = N
         out["gather_loss"] = {str(k): v for k, v in state.group_loss("gather").items()}
         out["gather_missing_floats"] = int(sum(s["gather_missing_floats"] for s in state.stats))
         out["sessions"] = state.exchange.session_stats()
+        jobs: dict[str, dict[str, float]] = {}
+        for row in state.stats:
+            for kind, j in row.get("jobs", {}).items():
+                o = jobs.setdefault(kind, {})
+                for k, v in j.items():
+                    o[k] = o.get(k, 0) + v
+        out["jobs"] = {kind: {k: (v / j["n"] if k != "n" else v) for k, v in j.items()} for kind, j in jobs.items()}
+        out["buckets"] = {str(b): {k: float(np.mean([s[k] for s in state.stats if s["bucket"] == b]))
+                                   for k in ("elapsed_s", "reduce_s", "gather_s", "agree_s", "floats")}
+                          for b in sorted({s["bucket"] for s in state.stats})}
         out["bucket_mean_s"] = float(np.mean([s["elapsed_s"] for s in state.stats])) if state.stats else None
         out["missing_floats"] = int(sum(s["missing_floats"] for s in state.stats))
         out["reduced_floats"] = int(sum(s["floats"] for s in state.stats))

@@ -61,6 +61,10 @@ class ReceivedJob:
     groups: tuple[GroupResult, ...]
     lost_ids: tuple[int, ...]
     messages: dict[int, bytes]
+    packets: int = 0
+    """DATA packets that arrived (duplicates included)."""
+    first_packet_at: float | None = None
+    finished_at: float | None = None
 
     def vector(self, length: int) -> tuple[np.ndarray, np.ndarray]:
         """The float32 vector of ``length`` values with lost ranges zero-filled, and a boolean mask of the

@@ -43,6 +43,7 @@ through the process group (``all_gather_object`` of each worker's ATP address an
 import concurrent.futures
 import dataclasses
 import logging
+import math
 import os
 import socket
 import threading
@@ -65,6 +66,7 @@ log = logging.getLogger(__name__)
 
 FILL_MODES = ("zero", "previous", "error_feedback")
 TRANSFORMS = ("none", "hadamard")
+GATHER_MODES = ("msr", "prefix")
 ENV_ADDRESS = "NETAPPROX_ATP_ADDR"
 REDUCE, GATHER, AGREE = 0, 1, 2
 
@@ -79,6 +81,13 @@ class HookConfig:
     gather_msr: float = 1.0
     """MSR of the all-gather jobs. 1: reliable. Below 1: bounded, with the loss agreed among the workers and
     zeroed everywhere, so the replicas stay identical (module docstring)."""
+
+    gather_mode: str = "msr"
+    """How a bounded all-gather (``gather_msr`` < 1) is shaped. ``msr``: one group with MSR ``gather_msr``;
+    each peer may miss other packets, so the union the workers zero can exceed 1 - MSR of a chunk (at most
+    ``world - 1`` times it). ``prefix``: the first ``ceil(gather_msr N)`` packets of the chunk (rotated every
+    iteration) in a reliable group, the rest in an MSR-0 group sent only as surplus, so what is zeroed never
+    exceeds 1 - MSR of a chunk; repairs of the prefix wait for the tail."""
 
     transform: str = "none"
     """``none`` or ``hadamard``: send each bucket as its randomized Hadamard transform (``ml/transform.py``).
@@ -122,6 +131,8 @@ class HookConfig:
             raise ConfigError(f"fill {self.fill!r}: choose one of {', '.join(FILL_MODES)}")
         if self.transform not in TRANSFORMS:
             raise ConfigError(f"transform {self.transform!r}: choose one of {', '.join(TRANSFORMS)}")
+        if self.gather_mode not in GATHER_MODES:
+            raise ConfigError(f"gather_mode {self.gather_mode!r}: choose one of {', '.join(GATHER_MODES)}")
         if not 0.0 <= self.gather_msr <= 1.0:
             raise ConfigError(f"gather_msr {self.gather_msr}: must be in [0, 1]")
         if self.transform == "hadamard":
@@ -132,14 +143,14 @@ class HookConfig:
             raise ConfigError("timeout_s must be > 0")
 
 
-def bounded(msr: float = 0.8, *, transform: str = "hadamard", atp: AtpConfig = AtpConfig(completion="early"),
-            ) -> dict[str, Any]:
+def bounded(msr: float = 0.8, *, transform: str = "hadamard", gather_mode: str = "msr",
+            atp: AtpConfig = AtpConfig(completion="early")) -> dict[str, Any]:
     """``register`` options with both phases bounded: one MSR ``msr`` for the reduce-scatter and the
     all-gather, jobs that end once their MSR is met (``completion="early"``), what a phase leaves out sent with
     the next iteration (``error_feedback``), and the loss spread by the Hadamard transform. This is what
     ``python -m netapprox.experiments ddp`` runs as ``atp``."""
-    return {"policy": single_msr(msr), "gather_msr": msr, "fill": "error_feedback", "transform": transform,
-            "atp": atp}
+    return {"policy": single_msr(msr), "gather_msr": msr, "gather_mode": gather_mode, "fill": "error_feedback",
+            "transform": transform, "atp": atp}
 
 
 class IterationClock:
@@ -204,12 +215,13 @@ def job_id(iteration: int, bucket: int, phase: int, src: int, dst: int, world: i
 
 def _missing_segments(have: np.ndarray, fpp: int) -> np.ndarray:
     """Indices of the packets (segments of ``fpp`` values) of a received vector that did not arrive."""
-    return np.flatnonzero(~have[::fpp]).astype(np.uint32)
+    return np.flatnonzero(~have[::fpp]).astype(np.int64)
 
 
 def _agreement_payload(missing: dict[int, np.ndarray]) -> np.ndarray:
-    """What one worker missed of the all-gather, as float32 values (the vector a job carries): per owner,
-    ``owner, count, segment...`` (exact in float32 below 2^24)."""
+    """What one worker tells every peer after a bounded all-gather, as the float32 values a job carries: per
+    owner whose part it missed packets of, ``owner, count, packet...`` (exact in float32 below 2^24); ``-1``
+    when it missed nothing."""
     out: list[float] = []
     for owner, segs in sorted(missing.items()):
         out += [float(owner), float(len(segs))] + [float(s) for s in segs]
@@ -217,14 +229,19 @@ def _agreement_payload(missing: dict[int, np.ndarray]) -> np.ndarray:
 
 
 def _parse_agreement(values: np.ndarray, world: int) -> dict[int, np.ndarray]:
+    """The inverse of :func:`_agreement_payload`; a malformed one raises ExchangeError."""
     out: dict[int, np.ndarray] = {}
-    v = values.astype(np.int64)
+    v = values
+    if len(v) == 1 and v[0] == -1.0:
+        return out
     i = 0
-    while i + 1 < len(v) and v[i] >= 0:
+    while i < len(v):
+        if i + 1 >= len(v):
+            raise ExchangeError("a malformed all-gather agreement arrived")
         owner, count = int(v[i]), int(v[i + 1])
         if not 0 <= owner < world or count < 0 or i + 2 + count > len(v):
             raise ExchangeError("a malformed all-gather agreement arrived")
-        out[owner] = v[i + 2:i + 2 + count]
+        out[owner] = v[i + 2:i + 2 + count].astype(np.int64)
         i += 2 + count
     return out
 
@@ -242,8 +259,9 @@ class AtpHookState:
         self.fpp = wire.floats_per_packet(config.atp.max_payload)
         seed = None if config.seed is None else config.seed * 1000 + rank
         addr = config.address or _default_address()
+        # the peers' senders share every worker's switch port: each may fill 1/(world-1) of a queue
         self.exchange = SessionExchange((addr, config.port), config=config.atp, loss=config.loss, seed=seed,
-                                        report_to=config.report_to)
+                                        report_to=config.report_to, queue_share=1.0 / max(1, world - 1))
         self.peers: list[tuple[str, int]] = [self.exchange.address] * world
         self.generations: list[int] = [self.exchange.generation] * world
         self.clock = IterationClock()
@@ -377,7 +395,7 @@ class AtpHookState:
         recv3 = {p: ex.receive(self._id(it, index, AGREE, p, rank)) for p in peers} if bounded_gather else {}
         group_msr = cfg.policy.group_msr()
         sent: list[tuple[str, concurrent.futures.Future]] = []
-        # 1. reduce-scatter: my contribution to every other owner's chunk
+        # 1. reduce-scatter: my contribution to every other owner's part
         for j in peers:
             a, b = bounds[j]
             if a == b:
@@ -421,11 +439,11 @@ class AtpHookState:
                 res = self._gather_residual.pop(index, None)
                 if res is not None and len(res) == mine:
                     reduced = reduced + res
+        t_reduced = time.monotonic()
         # 3. all-gather: my chunk to every peer, theirs to me
         if mine:
             for j in peers:
-                job = vector_job(self._id(it, index, GATHER, rank, j), reduced, group_of_segment=None, group_msr={},
-                                 floats_per_packet=fpp, tags=tags, msr=cfg.gather_msr, rotate=it)
+                job = self._gather_job(self._id(it, index, GATHER, rank, j), reduced, it, tags)
                 sent.append(("gather", ex.send(self.peers[j], job)))
         out = np.empty(m, dtype=np.float32)
         out[lo:hi] = reduced
@@ -440,7 +458,8 @@ class AtpHookState:
                                         f"{int((~have).sum())} values")
                 missed[j] = _missing_segments(have, fpp)
             out[a:b] = vec
-        # 4. bounded all-gather: agree on what anyone missed, and zero it everywhere
+        t_gathered = time.monotonic()
+        # 4. bounded all-gather: agree on what anyone missed and zero it everywhere
         gather_missing = 0
         if bounded_gather:
             payload = _agreement_payload(missed)
@@ -460,26 +479,45 @@ class AtpHookState:
                 a, b = bounds[j]
                 if not segs or a == b:
                     continue
-                keep = np.zeros(b - a, dtype=bool)
+                drop = np.zeros(b - a, dtype=bool)
                 for s in segs:
-                    keep[s * fpp:(s + 1) * fpp] = True
-                gather_missing += int(keep.sum())
+                    drop[s * fpp:(s + 1) * fpp] = True
+                gather_missing += int(drop.sum())
                 if j == rank and cfg.fill == "error_feedback":
-                    self._gather_residual[index] = np.where(keep, out[a:b], np.float32(0))
-                out[a:b][keep] = 0.0
+                    self._gather_residual[index] = np.where(drop, out[a:b], np.float32(0))
+                out[a:b][drop] = 0.0
         result = out if tr is None else tr.inverse(out)
-        row = {"iteration": it, "bucket": index, "floats": n, "elapsed_s": time.monotonic() - t0,
+        t_end = time.monotonic()
+        row = {"iteration": it, "bucket": index, "floats": n, "elapsed_s": t_end - t0, "started": t0,
+               "reduce_s": t_reduced - t0, "gather_s": t_gathered - t_reduced, "agree_s": t_end - t_gathered,
                "missing_floats": missing_floats, "gather_missing_floats": gather_missing, "groups": {},
-               "gather_groups": {}, "priority": None if tags is None else tags.priority,
+               "gather_groups": {}, "jobs": {}, "priority": None if tags is None else tags.priority,
                "deadline_s": None if tags is None else tags.deadline_s}
         self._account(row, sent)
         return result
 
+    def _tail(self, length: int, it: int) -> np.ndarray:
+        """Which packets of an all-gather part of ``length`` values are outside its prefix this iteration (a
+        mask over the packets; ``gather_mode="prefix"``)."""
+        segs = -(-length // self.fpp)
+        first = int(it * 0.6180339887 * segs) % segs
+        order = (np.arange(segs) - first) % segs  # position of each packet in this iteration's order
+        return order >= math.ceil(self.config.gather_msr * segs - 1e-9)
+
+    def _gather_job(self, jid: int, reduced: np.ndarray, it: int, tags: Tags | None) -> Any:
+        cfg = self.config
+        if cfg.gather_msr >= 1.0 or cfg.gather_mode == "msr":
+            return vector_job(jid, reduced, group_of_segment=None, group_msr={}, floats_per_packet=self.fpp,
+                              tags=tags, msr=cfg.gather_msr, rotate=it)
+        groups = np.where(self._tail(len(reduced), it), 2, 1).astype(np.uint16)
+        return vector_job(jid, reduced, group_of_segment=groups, group_msr={1: 1.0, 2: 0.0}, floats_per_packet=self.fpp,
+                          tags=tags, msr=1.0, rotate=it)
+
     def _take_residual(self, index: int, j: int, length: int) -> np.ndarray | None:
+        """What the receiver of this worker's last contribution to ``j``'s chunk of bucket ``index`` did not get
+        (error feedback), once that job's DONE came back; None if there is none."""
         fut = self._residual.pop((index, j), None)
-        if fut is None:
-            return None
-        res = fut.result(self.config.timeout_s)
+        res = None if fut is None else fut.result(self.config.timeout_s)
         return res if res is not None and len(res) == length else None
 
     def _account(self, row: dict, sent: list) -> None:
@@ -492,8 +530,18 @@ class AtpHookState:
         def done(f: concurrent.futures.Future, kind: str) -> None:
             with self._lock:
                 self._unsettled.discard(f)
-                if not f.cancelled() and f.exception() is None and kind != "agree":
+                if not f.cancelled() and f.exception() is None:
                     summary = f.result()
+                    j = row["jobs"].setdefault(kind, {"n": 0, "jct_s": 0.0, "closed_s": 0.0, "packets_sent": 0,
+                                                      "retransmissions": 0, "packets_surplus": 0, "lost": 0})
+                    j["n"] += 1
+                    j["jct_s"] += summary.jct_s
+                    j["closed_s"] += summary.closed_s
+                    j["packets_sent"] += summary.packets_sent
+                    j["retransmissions"] += summary.retransmissions
+                    j["packets_surplus"] += summary.packets_surplus
+                    j["lost"] += summary.packets_lost
+                if not f.cancelled() and f.exception() is None and kind != "agree":
                     into = row["groups" if kind == "reduce" else "gather_groups"]
                     for g in summary.groups:
                         r = into.setdefault(g.group_id, {"msr": g.msr, "total": 0, "lost": 0, "jobs": 0,

@@ -84,15 +84,19 @@ class PeerSession:
     resets: int = 0
     """Times :meth:`SessionExchange.reset_peer` started this session over."""
 
-    def job_config(self, base: AtpConfig) -> AtpConfig:
+    def job_config(self, base: AtpConfig, queue_share: float = 1.0) -> AtpConfig:
         """``base`` with what this session learned: the RTT, and its last window shared among the jobs under
-        way (the new one included), never below ``burst_packets``."""
+        way (the new one included), never below ``burst_packets``. ``queue_share``: the part of each switch
+        queue this host may fill at the peer's port (it shares them with the peer's other senders); the jobs
+        under way to the peer share it too."""
         changes: dict[str, Any] = {}
+        share = queue_share / (self.active + 1)
+        if share < 1.0:
+            changes["queue_packets"] = tuple(max(1, round(q * share)) for q in base.queue_packets)
         if self.srtt_s is not None and self.srtt_s > 0:
             changes["initial_rtt_s"] = self.srtt_s
         if self.window is not None and base.mode == "adaptive":
-            share = self.window / (self.active + 1)
-            changes["initial_window"] = int(max(base.burst_packets, min(base.max_window, share)))
+            changes["initial_window"] = int(max(base.burst_packets, min(base.max_window, self.window / (self.active + 1))))
         return dataclasses.replace(base, **changes) if changes else base
 
     def as_dict(self) -> dict[str, Any]:
@@ -133,12 +137,15 @@ class SessionExchange:
 
     def __init__(self, bind: Address = ("127.0.0.1", 0), *, config: AtpConfig = AtpConfig(), loss: float = 0.0,
                  seed: int | None = None, report_to: Address | None = None, generation: int | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 queue_share: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
         if not 0.0 <= loss < 1.0:
             raise ConfigError(f"injected loss {loss}: must be in [0, 1)")
         if generation is not None and not 0 <= generation < GENERATIONS:
             raise ConfigError(f"generation {generation}: must be 0..{GENERATIONS - 1}")
+        if not 0.0 < queue_share <= 1.0:
+            raise ConfigError(f"queue_share {queue_share}: must be in (0, 1]")
         self.config = config
+        self.queue_share = queue_share
         # A few jobs per bucket per peer per iteration: the receiver tracks many at once, many from one host
         # (all of them when the workers share one), and remembers finished ones only long enough for a FIN.
         slots = max(config.max_jobs, 4096)
@@ -197,7 +204,7 @@ class SessionExchange:
             if session is None:
                 session = self.sessions[dest] = PeerSession(dest)
             try:
-                sender = core.AtpSender(job, config=session.job_config(self.config), peer=dest, now=now,
+                sender = core.AtpSender(job, config=session.job_config(self.config, self.queue_share), peer=dest, now=now,
                                         message_events=False)
             except ConfigError as err:
                 fut.set_exception(err)
@@ -396,7 +403,8 @@ class SessionExchange:
                 r = ev.result
                 self._finish(r.job_id, ReceivedJob(job_id=r.job_id, peer=r.peer, total=r.total,
                                                    vector_len=r.vector_len, groups=r.groups, lost_ids=r.lost_ids,
-                                                   messages=rx.take_messages(r.job_id)), now)
+                                                   messages=rx.take_messages(r.job_id), packets=r.packets,
+                                                   first_packet_at=r.first_packet_at, finished_at=r.finished_at), now)
             elif isinstance(ev, events.JobAbandoned):
                 rx.take_messages(ev.job_id)
                 why = (f"went silent for {rx.config.idle_timeout_s:g} s" if ev.reason == "idle" else

@@ -9,7 +9,8 @@ sum transformed contributions and transform the sum back; every worker draws the
 seed. The error of a lost range has the norm of what was lost (``H`` is orthonormal), whichever values those
 were.
 
-``block`` is a power of 4, so the normalisation 1/sqrt(block) is a power of two and exact in floating point.
+``block`` is a power of 4, so the normalisation 1/sqrt(block) is a power of two and exact in floating point;
+what does not fill a whole block goes in smaller powers of 4, so at most 3 values of padding travel.
 The butterflies run in float64 over float32 input; what travels is float32 (``forward`` rounds once), so a
 round trip without loss returns every value to within a few float32 ulps of the block's norm, and exactly
 when the transformed values are representable (integer-valued input, tests/ml/test_ml_transform.py). That
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import sys
 import time
 from typing import Sequence
@@ -52,11 +54,25 @@ def fwht(blocks: np.ndarray) -> np.ndarray:
     return out
 
 
+def block_sizes(n: int, block: int) -> tuple[int, ...]:
+    """How ``n`` values are cut into transform blocks: as many ``block``-sized ones as fit, then the rest in
+    the largest powers of 4 that fit, the last one padded (by at most 3 values)."""
+    sizes = [block] * (n // block)
+    rest = n - sum(sizes)
+    size = block
+    while rest > 0:
+        while size > 4 and size > rest:
+            size //= 4
+        sizes.append(size)
+        rest -= size
+    return tuple(sizes)
+
+
 @dataclasses.dataclass(frozen=True)
 class Hadamard:
-    """The transform of a vector of ``n`` values: blocks of ``block`` values (the last padded with zeros, so
-    ``padded_len`` values travel), random signs from ``seed``. Callers that sum transformed vectors must use
-    equal ``n``, ``block`` and ``seed``."""
+    """The transform of a vector of ``n`` values: blocks of ``block`` values, the rest in smaller powers of 4
+    (:func:`block_sizes`; ``padded_len`` values travel, at most 3 more than ``n``), random signs from ``seed``.
+    Callers that sum transformed vectors must use equal ``n``, ``block`` and ``seed``."""
 
     n: int
     block: int = DEFAULT_BLOCK
@@ -67,48 +83,62 @@ class Hadamard:
             raise ConfigError("the Hadamard transform needs at least one value")
         if not _is_power_of_4(self.block):
             raise ConfigError(f"transform block {self.block}: must be a power of 4 (4, 16, ..., 4096, 16384)")
-        # a vector smaller than one block uses the smallest power of 4 that holds it
-        size = self.block
-        while size // 4 >= self.n and size > 4:
-            size //= 4
-        object.__setattr__(self, "block", size)
 
-    @property
-    def blocks(self) -> int:
-        return -(-self.n // self.block)
+    @functools.cached_property
+    def sizes(self) -> tuple[int, ...]:
+        return block_sizes(self.n, self.block)
 
     @property
     def padded_len(self) -> int:
-        return self.blocks * self.block
+        return sum(self.sizes)
 
+    @functools.cached_property
     def _signs(self) -> np.ndarray:
         rng = np.random.default_rng(self.seed)
-        return np.where(rng.random(self.padded_len) < 0.5, -1.0, 1.0).reshape(self.blocks, self.block)
+        return np.where(rng.random(self.padded_len) < 0.5, -1.0, 1.0)
 
-    def _scale(self) -> float:
-        return 2.0 ** -((self.block.bit_length() - 1) // 2)  # 1 / sqrt(block), exact
+    def _apply(self, v: np.ndarray, *, inverse: bool) -> np.ndarray:
+        """Per run of equal-sized blocks: (signs,) butterflies, 1/sqrt(size), (signs)."""
+        out = np.empty(self.padded_len, dtype=np.float64)
+        start = 0
+        for size, count in _runs(self.sizes):
+            stop = start + size * count
+            part = v[start:stop].astype(np.float64)
+            if not inverse:
+                part *= self._signs[start:stop]
+            part = fwht(part.reshape(count, size)).reshape(-1)
+            part *= 2.0 ** -((size.bit_length() - 1) // 2)  # 1 / sqrt(size), exact
+            if inverse:
+                part *= self._signs[start:stop]
+            out[start:stop] = part
+            start = stop
+        return out
 
     def forward(self, x: np.ndarray) -> np.ndarray:
         """``H D x`` per block, float32, ``padded_len`` values."""
         v = np.asarray(x, dtype=np.float32).ravel()
         if len(v) != self.n:
             raise ValueError(f"expected {self.n} values, got {len(v)}")
-        blocks = np.zeros((self.blocks, self.block), dtype=np.float64)
-        blocks.reshape(-1)[:self.n] = v
-        blocks *= self._signs()
-        out = fwht(blocks)
-        out *= self._scale()
-        return out.reshape(-1).astype(np.float32)
+        padded = np.zeros(self.padded_len, dtype=np.float32)
+        padded[:self.n] = v
+        return self._apply(padded, inverse=False).astype(np.float32)
 
     def inverse(self, y: np.ndarray) -> np.ndarray:
         """``D H y`` per block, float32, the first ``n`` values."""
         v = np.asarray(y, dtype=np.float32).ravel()
         if len(v) != self.padded_len:
             raise ValueError(f"expected {self.padded_len} values, got {len(v)}")
-        out = fwht(v.reshape(self.blocks, self.block))
-        out *= self._scale()
-        out *= self._signs()
-        return out.reshape(-1)[:self.n].astype(np.float32)
+        return self._apply(v, inverse=True)[:self.n].astype(np.float32)
+
+
+def _runs(sizes: Sequence[int]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for s in sizes:
+        if out and out[-1][0] == s:
+            out[-1] = (s, out[-1][1] + 1)
+        else:
+            out.append((s, 1))
+    return out
 
 
 def cost_per_mb(mb: float = 4.0, *, block: int = DEFAULT_BLOCK, repeats: int = 5) -> dict[str, float]:
