@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import sys
 import time
@@ -118,6 +119,7 @@ def _frac(part: int, sent: int) -> float | None:
 
 def ddp_trial(tb: Testbed, scale: Scale, seed: int, variant: str, scenario: str, *, iterations: int, hidden: int,
               flow_s: float, msr: float, eval_every: int, name: str, atp_args: str = "") -> tuple[dict, dict]:
+    load_before = os.getloadavg()[0]
     wd = tb.workdir / name
     if wd.exists():
         shutil.rmtree(wd)
@@ -189,6 +191,7 @@ def ddp_trial(tb: Testbed, scale: Scale, seed: int, variant: str, scenario: str,
             sessions = [s for r in ranks for s in r.get("sessions", {}).values()]
             jobs = sum(s["completed"] for s in sessions)
             m["zero_rtt_job_frac"] = sum(s["zero_rtt_jobs"] for s in sessions) / jobs if jobs else None
+    m["load_avg_1m"] = (load_before + os.getloadavg()[0]) / 2  # of the whole machine, before and after
     approx_sent = sum(q["sent_packets"] for port in queues for q in port[1:])
     approx_dropped = sum(q["dropped"] for port in queues for q in port[1:])
     m["switch_drop_frac_q0"] = _frac(sum(p[0]["dropped"] for p in queues), sum(p[0]["sent_packets"] for p in queues))

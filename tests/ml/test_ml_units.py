@@ -76,6 +76,19 @@ def test_vector_job_payloads_are_hostlib_float_ranges_grouped_by_msr():
     assert np.array_equal(got[mask], v[mask]) and not got[~mask].any()
 
 
+def test_exchange_vector_job_rotates_where_each_group_starts():
+    v = np.arange(10 * FPP, dtype=np.float32)
+    groups = np.array([1, 2] * 5, dtype=np.uint16)
+    firsts = []
+    for it in range(4):
+        job = vector_job(1, v, group_of_segment=groups, group_msr={1: 0.5, 2: 0.9}, floats_per_packet=FPP, rotate=it)
+        order = [wire.decode_float_range(m.data)[0] // FPP for m in job.messages]
+        assert sorted(order) == list(range(10))  # every segment once
+        assert [int(groups[s]) for s in order] == [2] * 5 + [1] * 5  # still grouped, most demanding MSR first
+        firsts.append(order[0])
+    assert firsts[0] == 1 and len(set(firsts)) > 1  # rotate=0 keeps id order; others start elsewhere
+
+
 def test_exchange_carries_concurrent_jobs_within_each_groups_bound_under_loss():
     from netapprox.hostlib.config import AtpConfig
     rng = np.random.default_rng(3)
@@ -114,6 +127,7 @@ def test_hostlib_and_ml_cores_import_without_torch():
     code = ("import sys; sys.modules['torch'] = None\n"
             "import netapprox.hostlib.api, netapprox.hostlib.aio, netapprox.controller.core\n"
             "import netapprox.ml, netapprox.ml.policy, netapprox.ml.layout, netapprox.ml.exchange\n"
+            "import netapprox.ml.session, netapprox.ml.transform\n"
             "try:\n    netapprox.ml.register(None)\nexcept ModuleNotFoundError as e:\n    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
