@@ -9,15 +9,17 @@ each scenario:
 |---|---|
 | ``idle`` | nothing: the workers have the rack to themselves |
 | ``ws20``, ``ws50`` | host 3 sends web-search TCP flows to the workers at 20 % / 50 % of the line rate |
-| ``straggler`` | one worker's link (host 2, both directions) runs at ``straggler_rate`` x the line rate |
+| ``straggler`` | one worker's link (host 2's switch port, the HTB rate) runs at ``straggler_rate`` x the line rate |
+| ``straggler-both`` | the same, and the host's own interface too (a ``tbf``): both directions slow |
 
 and with each variant:
 
 | variant | gradients | queue of the training traffic |
 |---|---|---|
 | ``gloo`` | DDP's own allreduce (gloo's ring over TCP), stock settings | queue 0, with the flows |
-| ``atp`` | the ATP hook with both phases bounded (``netapprox.ml.hook.bounded(msr)``: one MSR for the reduce-scatter and the all-gather, early completion, error feedback, the Hadamard transform) | approximate packets by TLR (queues 1-7); announces, ACKs and the agreement in queue 0 |
-| ``atp-exact`` | the ATP hook's defaults (paper group policy, reliable all-gather, every packet sent) | as ``atp`` |
+| ``atp`` | the ATP hook with both phases bounded at ``msr`` (``netapprox.ml.hook.bounded``: the smallest ``1 - msr`` of each contribution's packets at MSR 0, the largest ``msr`` of each reduced chunk gathered, early completion, error feedback) | reliable packets in queue 0 with the flows, the MSR-0 ones as surplus in queue 7 |
+| ``atp-spread`` | both phases at one MSR ``msr`` for every packet, the loss spread by the Hadamard transform, the workers agreeing on what the all-gather lost (``gather_mode="msr"``), early completion, error feedback | approximate packets by TLR (queues 1-7) |
+| ``atp-exact`` | the ATP hook's defaults (paper group policy, reliable all-gather, every packet sent) | by TLR, the reliable all-gather in queue 0 |
 | ``gloo-low``, ``atp-low`` | as ``gloo`` / ``atp`` with all training traffic in queue 1 (class rules) | queue 1 |
 
 Per run: time to reach ``target`` test accuracy (wall clock from the first iteration, evaluated every
@@ -28,7 +30,7 @@ every group of every job kept its bound (lost <= N - ceil(MSR N)), and the jobs 
 an admission round trip. Per seed and scenario, ratios against ``gloo``.
 
 The web-search flows are scheduled for ``flow_s`` seconds and stopped when training ends (their completion
-times are not part of this experiment). The straggler's downlink is the switch port's HTB rate, its uplink a
+times are not part of this experiment). A straggler's downlink is its switch port's HTB rate, its uplink a
 ``tbf`` on the host's interface (this kernel has no netem).
 
 Part ``fill`` (loopback, no namespaces): the same example with 3 local workers, ``fill_loss`` of every datagram
@@ -53,8 +55,8 @@ from netapprox.experiments.harness import Testbed, read_json
 from netapprox.experiments.runner import Scale
 from netapprox.experiments.workloads import web_search_flows
 
-VARIANTS = ("gloo", "gloo-low", "atp", "atp-low", "atp-exact")
-SCENARIOS = ("idle", "ws20", "ws50", "straggler")
+VARIANTS = ("gloo", "gloo-low", "atp", "atp-low", "atp-spread", "atp-exact")
+SCENARIOS = ("idle", "ws20", "ws50", "straggler", "straggler-both")
 RENDEZVOUS_PORT = 29500
 ATP_PORT = 7600
 FLOW_PORT = 5800
@@ -86,9 +88,10 @@ def time_to_accuracy(curve: Sequence[dict], target: float, key: str = "test_acc"
     return None
 
 
-def slow_link(tb: Testbed, host: int, rate_mbit: float) -> None:
+def slow_link(tb: Testbed, host: int, rate_mbit: float, *, uplink: bool = False) -> None:
     """Make ``host``'s link a straggler: its switch port's HTB classes at ``rate_mbit`` (queues and filters
-    stay as the controller installed them) and a token bucket at that rate on the host's own interface."""
+    stay as the controller installed them), and with ``uplink`` a token bucket at that rate on the host's own
+    interface too."""
     from pyroute2 import IPRoute
 
     from netapprox.controller.kernel import tc
@@ -106,6 +109,8 @@ def slow_link(tb: Testbed, host: int, rate_mbit: float) -> None:
                        quantum=mtu, burst=mtu, cburst=mtu)
     finally:
         ipr.close()
+    if not uplink:
+        return
     # the host's uplink: a token bucket holding ~20 ms at the slow rate
     limit = max(3 * mtu, int(rate_mbit * 1e6 / 8 * 0.02))
     tb.lab.run(host, ["tc", "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", rate, "burst", str(2 * mtu),
@@ -141,7 +146,10 @@ def ddp_trial(tb: Testbed, scale: Scale, seed: int, variant: str, scenario: str,
     train_ready = wd / "train.ready"
     hook_args = []
     if variant in ("atp", "atp-low"):
-        hook_args = ["--bounded", f"{msr:g}", *atp_args.split()]
+        hook_args = atp_args.split() or ["--bounded", f"{msr:g}"]
+    elif variant == "atp-spread":
+        hook_args = ["--policy", f"msr:{msr:g}", "--gather-msr", f"{msr:g}", "--gather-mode", "msr", "--transform",
+                     "hadamard", "--fill", "error_feedback", "--completion", "early"]
     procs = []
     for r in range(workers):
         args = ["--rank", str(r), "--world", str(workers), "--init", init, "--ifname", "eth0", "--hook", hook,
@@ -201,7 +209,7 @@ def ddp_trial(tb: Testbed, scale: Scale, seed: int, variant: str, scenario: str,
 
 
 def exp_ddp(seeds: Sequence[int], out: Path, scale: Scale, *, variants=("gloo", "atp"), scenarios=SCENARIOS,
-            iterations: int = 150, hidden: int = 256, msr: float = 0.8, straggler_rate: float = 0.5,
+            iterations: int = 150, hidden: int = 256, msr: float = 0.7, straggler_rate: float = 0.5,
             target: float = 0.9, eval_every: int = 5, flow_s: float = 240.0, atp_args: str = "",
             fills=("zero", "previous", "error_feedback"), fill_loss: float = 0.3, fill_policy: str = "msr:0.5",
             fill_iterations: int = 80, network: bool = True) -> R.ResultFile:
@@ -222,8 +230,8 @@ def exp_ddp(seeds: Sequence[int], out: Path, scale: Scale, *, variants=("gloo", 
     if network:
         for scenario in scenarios:
             with Testbed(scale.testbed(hosts=4, controller=False), out / "ddp" / "work") as tb:
-                if scenario == "straggler":
-                    slow_link(tb, STRAGGLER_HOST, scale.rate_mbit * straggler_rate)
+                if scenario.startswith("straggler"):
+                    slow_link(tb, STRAGGLER_HOST, scale.rate_mbit * straggler_rate, uplink=scenario == "straggler-both")
                 for seed in seeds:
                     for variant in variants:  # side by side: every variant of a seed before the next seed
                         tb.pin_jobs([], class_rules=class_rules(variant))
@@ -325,7 +333,8 @@ def plot_accuracy(rf: R.ResultFile, *, path: Path, key: str = "test_acc") -> Pat
 
 
 _SCENARIO_TITLES = {"idle": "no background", "ws20": "web-search flows at 20 % load",
-                    "ws50": "web-search flows at 50 % load", "straggler": "one slowed link (straggler)"}
+                    "ws50": "web-search flows at 50 % load", "straggler": "one slowed link (straggler, downlink)",
+                    "straggler-both": "one slowed link (straggler, both directions)"}
 
 
 def tables(result: dict) -> str:

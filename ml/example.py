@@ -43,13 +43,14 @@ class TrainConfig:
     fill: str = "zero"
     gather_msr: float = 1.0
     """MSR of the all-gather (1: reliable)."""
-    gather_mode: str = "prefix"
+    completion: str = "all_sent"
+    """ATP completion policy (``early``: a job ends once its MSRs are met)."""
+    gather_mode: str = "top"
     """Shape of a bounded all-gather (``netapprox.ml.hook.HookConfig.gather_mode``)."""
     transform: str = "none"
     """``none`` or ``hadamard`` (``ml/transform.py``)."""
     bounded: float | None = None
-    """Both phases bounded at this MSR (``netapprox.ml.hook.bounded``: early completion, error feedback, the
-    Hadamard transform unless ``transform`` says ``none``); overrides ``policy``, ``fill`` and ``gather_msr``."""
+    """Both phases bounded at this MSR (``netapprox.ml.hook.bounded``); overrides every other hook option."""
     loss: float = 0.0
     """Injected loss of the ATP hook (fraction of the datagrams each worker sends)."""
     iterations: int = 200
@@ -136,13 +137,11 @@ def train(rank: int, world: int, cfg: TrainConfig, *, ready_file: str | None = N
             host, _, port = cfg.report_to.rpartition(":")
             report = (host, int(port))
         if cfg.bounded is not None:
-            options = bounded(cfg.bounded, gather_mode=cfg.gather_mode, atp=AtpConfig(completion="early", **rate))
-            if cfg.transform != "hadamard":
-                options["transform"] = cfg.transform
+            options = bounded(cfg.bounded, atp=AtpConfig(completion="early", **rate))
         else:
             options = {"policy": parse_policy(cfg.policy), "fill": cfg.fill, "gather_msr": cfg.gather_msr,
                        "gather_mode": cfg.gather_mode,
-                       "transform": cfg.transform, "atp": AtpConfig(completion="all_sent", **rate)}
+                       "transform": cfg.transform, "atp": AtpConfig(completion=cfg.completion, **rate)}
         state = netapprox.ml.register(model, loss=cfg.loss, seed=cfg.seed, port=cfg.atp_port, report_to=report,
                                       **options)
     elif cfg.hook != "gloo":

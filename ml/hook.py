@@ -4,7 +4,7 @@ One line turns it on, after the model is wrapped (``torch.distributed`` already 
 
     model = DistributedDataParallel(net)
     netapprox.ml.register(model)                       # paper's group policy, lost ranges read as zero
-    netapprox.ml.register(model, **netapprox.ml.hook.bounded())   # both phases bounded (docs/ml.md)
+    netapprox.ml.register(model, **netapprox.ml.hook.bounded(0.7))  # both phases bounded (docs/ml.md)
 
 How a bucket is reduced (no root; every worker owns one chunk of every bucket, as in gloo's ring):
 
@@ -55,10 +55,10 @@ import torch
 import torch.distributed as dist
 
 from netapprox.hostlib import wire
-from netapprox.hostlib.config import AtpConfig, ConfigError, Tags
+from netapprox.hostlib.config import AtpConfig, ConfigError, JobSpec, Message, Tags
 from netapprox.ml.exchange import _RANGE, ExchangeError, vector_job
 from netapprox.ml.layout import chunk_bounds, reduction_order
-from netapprox.ml.policy import GroupPolicy, paper_policy, single_msr
+from netapprox.ml.policy import GroupPolicy, paper_policy, smallest
 from netapprox.ml.session import SessionExchange
 from netapprox.ml.transform import DEFAULT_BLOCK, Hadamard
 
@@ -66,7 +66,7 @@ log = logging.getLogger(__name__)
 
 FILL_MODES = ("zero", "previous", "error_feedback")
 TRANSFORMS = ("none", "hadamard")
-GATHER_MODES = ("msr", "prefix")
+GATHER_MODES = ("top", "msr", "prefix")
 ENV_ADDRESS = "NETAPPROX_ATP_ADDR"
 REDUCE, GATHER, AGREE = 0, 1, 2
 
@@ -82,12 +82,14 @@ class HookConfig:
     """MSR of the all-gather jobs. 1: reliable. Below 1: bounded, with the loss agreed among the workers and
     zeroed everywhere, so the replicas stay identical (module docstring)."""
 
-    gather_mode: str = "msr"
-    """How a bounded all-gather (``gather_msr`` < 1) is shaped. ``msr``: one group with MSR ``gather_msr``;
-    each peer may miss other packets, so the union the workers zero can exceed 1 - MSR of a chunk (at most
-    ``world - 1`` times it). ``prefix``: the first ``ceil(gather_msr N)`` packets of the chunk (rotated every
-    iteration) in a reliable group, the rest in an MSR-0 group sent only as surplus, so what is zeroed never
-    exceeds 1 - MSR of a chunk; repairs of the prefix wait for the tail."""
+    gather_mode: str = "top"
+    """How a bounded all-gather (``gather_msr`` < 1) is shaped. ``top``: each owner sends, reliably, the
+    ``ceil(gather_msr N)`` packets of its chunk with the largest magnitudes and not the rest; every worker then
+    misses exactly the same packets (no agreement needed) and at most 1 - MSR of a chunk. ``msr``: one group
+    with MSR ``gather_msr`` that the network may thin out; the workers agree on the union of what they missed,
+    which can exceed 1 - MSR of a chunk (at most ``world - 1`` times it). ``prefix``: the first
+    ``ceil(gather_msr N)`` packets (rotated every iteration) in a reliable group and the rest in an MSR-0 group
+    sent only as surplus, with the agreement; what is zeroed never exceeds 1 - MSR of a chunk."""
 
     transform: str = "none"
     """``none`` or ``hadamard``: send each bucket as its randomized Hadamard transform (``ml/transform.py``).
@@ -143,14 +145,15 @@ class HookConfig:
             raise ConfigError("timeout_s must be > 0")
 
 
-def bounded(msr: float = 0.8, *, transform: str = "hadamard", gather_mode: str = "msr",
-            atp: AtpConfig = AtpConfig(completion="early")) -> dict[str, Any]:
-    """``register`` options with both phases bounded: one MSR ``msr`` for the reduce-scatter and the
-    all-gather, jobs that end once their MSR is met (``completion="early"``), what a phase leaves out sent with
-    the next iteration (``error_feedback``), and the loss spread by the Hadamard transform. This is what
-    ``python -m netapprox.experiments ddp`` runs as ``atp``."""
-    return {"policy": single_msr(msr), "gather_msr": msr, "gather_mode": gather_mode, "fill": "error_feedback",
-            "transform": transform, "atp": atp}
+def bounded(msr: float = 0.7, *, atp: AtpConfig = AtpConfig(completion="early")) -> dict[str, Any]:
+    """``register`` options with both phases bounded at ``msr``: in the reduce-scatter the ``1 - msr`` of each
+    contribution's packets with the smallest gradients go in an MSR-0 group (sent only as surplus), the rest
+    reliably; the all-gather carries the ``msr`` of each reduced chunk's packets with the largest values
+    (``gather_mode="top"``); jobs end once their MSR is met (``completion="early"``), and what a phase left out
+    goes with the next iteration (``error_feedback``). This is what ``python -m netapprox.experiments ddp`` runs
+    as ``atp``."""
+    return {"policy": smallest(1.0 - msr, 0.0, 1.0), "gather_msr": msr, "gather_mode": "top",
+            "fill": "error_feedback", "transform": "none", "atp": atp}
 
 
 class IterationClock:
@@ -392,7 +395,8 @@ class AtpHookState:
         bounded_gather = cfg.gather_msr < 1.0
         recv1 = {p: ex.receive(self._id(it, index, REDUCE, p, rank)) for p in peers if mine}
         recv2 = {j: ex.receive(self._id(it, index, GATHER, j, rank)) for j in peers if bounds[j][1] > bounds[j][0]}
-        recv3 = {p: ex.receive(self._id(it, index, AGREE, p, rank)) for p in peers} if bounded_gather else {}
+        agree = bounded_gather and cfg.gather_mode != "top"
+        recv3 = {p: ex.receive(self._id(it, index, AGREE, p, rank)) for p in peers} if agree else {}
         group_msr = cfg.policy.group_msr()
         sent: list[tuple[str, concurrent.futures.Future]] = []
         # 1. reduce-scatter: my contribution to every other owner's part
@@ -441,13 +445,16 @@ class AtpHookState:
                     reduced = reduced + res
         t_reduced = time.monotonic()
         # 3. all-gather: my chunk to every peer, theirs to me
-        if mine:
-            for j in peers:
-                job = self._gather_job(self._id(it, index, GATHER, rank, j), reduced, it, tags)
-                sent.append(("gather", ex.send(self.peers[j], job)))
         out = np.empty(m, dtype=np.float32)
-        out[lo:hi] = reduced
         missed: dict[int, np.ndarray] = {}
+        if mine:
+            keep = self._gather_keep(reduced, it)
+            for j in peers:
+                job = self._gather_job(self._id(it, index, GATHER, rank, j), reduced, keep, it, tags)
+                sent.append(("gather", ex.send(self.peers[j], job)))
+            if keep is not None:  # "top": the packets not sent are missed by every peer, so by the owner too
+                missed[rank] = np.flatnonzero(~keep).astype(np.int64)
+        out[lo:hi] = reduced
         for j, fut in recv2.items():
             a, b = bounds[j]
             got = fut.result(cfg.timeout_s)
@@ -459,11 +466,11 @@ class AtpHookState:
                 missed[j] = _missing_segments(have, fpp)
             out[a:b] = vec
         t_gathered = time.monotonic()
-        # 4. bounded all-gather: agree on what anyone missed and zero it everywhere
+        # 4. bounded all-gather: agree on what anyone missed (unless every worker misses the same) and zero it
         gather_missing = 0
         if bounded_gather:
             payload = _agreement_payload(missed)
-            for p in peers:
+            for p in peers if agree else ():
                 job = vector_job(self._id(it, index, AGREE, rank, p), payload, group_of_segment=None, group_msr={},
                                  floats_per_packet=fpp, tags=tags, msr=1.0)
                 sent.append(("agree", ex.send(self.peers[p], job)))
@@ -504,8 +511,20 @@ class AtpHookState:
         order = (np.arange(segs) - first) % segs  # position of each packet in this iteration's order
         return order >= math.ceil(self.config.gather_msr * segs - 1e-9)
 
-    def _gather_job(self, jid: int, reduced: np.ndarray, it: int, tags: Tags | None) -> Any:
+    def _gather_keep(self, reduced: np.ndarray, it: int) -> np.ndarray | None:
+        """``gather_mode="top"``: which packets of my reduced chunk the all-gather carries (a mask over the
+        packets), the ``ceil(gather_msr N)`` with the largest magnitudes; None in the other modes."""
         cfg = self.config
+        if cfg.gather_msr >= 1.0 or cfg.gather_mode != "top":
+            return None
+        segs = -(-len(reduced) // self.fpp)
+        dropped = segs - math.ceil(cfg.gather_msr * segs - 1e-9)
+        return smallest(dropped / segs).classify(reduced, self.fpp) == 2
+
+    def _gather_job(self, jid: int, reduced: np.ndarray, keep: np.ndarray | None, it: int, tags: Tags | None) -> Any:
+        cfg = self.config
+        if keep is not None:
+            return _subset_job(jid, reduced, keep, self.fpp, tags)
         if cfg.gather_msr >= 1.0 or cfg.gather_mode == "msr":
             return vector_job(jid, reduced, group_of_segment=None, group_msr={}, floats_per_packet=self.fpp,
                               tags=tags, msr=cfg.gather_msr, rotate=it)
@@ -564,6 +583,16 @@ class AtpHookState:
                 self.stats.append(row)
         for kind, f in sent:
             f.add_done_callback(lambda f, kind=kind: done(f, kind))
+
+
+def _subset_job(jid: int, values: np.ndarray, keep: np.ndarray, fpp: int, tags: Tags | None) -> JobSpec:
+    """A reliable job carrying the packets (segments of ``fpp`` values) of ``values`` where ``keep`` is set."""
+    big = np.ascontiguousarray(values, dtype=np.float32).astype(">f4")
+    msgs = []
+    for s in np.flatnonzero(keep):
+        lo, hi = int(s) * fpp, min(len(values), (int(s) + 1) * fpp)
+        msgs.append(Message(_RANGE.pack(lo, hi - lo) + big[lo:hi].tobytes(), 0))
+    return JobSpec(job_id=jid, messages=tuple(msgs), msr=1.0, tags=tags, vector_len=len(values))
 
 
 def _residual_of(fut: concurrent.futures.Future, chunk: np.ndarray, job: Any) -> np.ndarray | None:

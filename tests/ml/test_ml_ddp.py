@@ -132,13 +132,20 @@ def test_ddp_hook_with_hadamard_transform_matches_gloo_to_rounding_without_loss(
         assert r["differs_from_local"]
 
 
-@pytest.mark.parametrize("mode", ["msr", "prefix"])
+@pytest.mark.parametrize("mode", ["top", "msr", "prefix"])
 def test_ddp_bounded_hook_keeps_replicas_identical_and_every_bound_under_loss(mode):
-    """Both phases bounded (MSR 0.7, early completion, error feedback, the Hadamard transform) with a fifth of
-    every datagram dropped: the all-gather loses too, the workers agree on what to zero, and the replicas'
-    parameters are identical after every one of the iterations; every group of every job kept its bound."""
-    cfg = example.TrainConfig(hook="atp", bounded=0.7, gather_mode=mode, transform="hadamard", loss=0.2,
-                              iterations=25, hidden=128, eval_every=25, seed=3)
+    """Both phases bounded at MSR 0.7 (early completion, error feedback) with a fifth of every datagram
+    dropped: ``top`` (hook.bounded: the smallest packets at MSR 0, the largest gathered reliably), and one MSR
+    for every packet with the Hadamard transform and the agreement on what the all-gather lost (``msr``,
+    ``prefix``). The replicas' parameters are identical after every iteration, every group of every job kept its
+    bound, and what was zeroed stays within 1 - MSR where the mode promises it."""
+    if mode == "top":
+        cfg = example.TrainConfig(hook="atp", bounded=0.7, loss=0.2, iterations=25, hidden=128, eval_every=25,
+                                  seed=3)
+    else:
+        cfg = example.TrainConfig(hook="atp", policy="msr:0.7", gather_msr=0.7, gather_mode=mode, transform="hadamard",
+                                  fill="error_feedback", completion="early", loss=0.2, iterations=25, hidden=128,
+                                  eval_every=25, seed=3)
     results = example.run_local(WORLD, cfg, timeout_s=240)
     curve = results[0]["curve"]
     assert curve[-1]["test_acc"] > curve[0]["test_acc"] + 0.3
@@ -152,12 +159,15 @@ def test_ddp_bounded_hook_keeps_replicas_identical_and_every_bound_under_loss(mo
                 assert g["within_bound"], (part, gid, g)
         assert r["missing_floats"] > 0
         zeroed += r["gather_missing_floats"]
-        if mode == "prefix":
-            # only the MSR-0 group may be zeroed: at most 1 - MSR of each chunk's packets, whole packets (of at
-            # most 340 values) of every chunk of every bucket of every iteration
+        if mode in ("top", "prefix"):
+            # at most 1 - MSR of each chunk's packets, whole packets (of at most 340 values) of every chunk of
+            # every bucket of every iteration
             chunks = 25 * len(r["buckets"]) * WORLD
             assert r["gather_missing_floats"] <= (1 - 0.7) * (r["reduced_floats"] + chunks * (340 + 3))
-    assert zeroed > 0  # the all-gather did lose, and the loss was zeroed on every replica
+        if mode == "top":
+            assert r["jobs"]["gather"]["retransmissions"] > 0  # the all-gather lost packets and repaired them
+            assert "agree" not in r["jobs"]  # every worker missed the same packets: nothing to agree on
+    assert zeroed > 0  # the all-gather left values out, and they were zeroed on every replica alike
 
 
 def test_ddp_agreement_payload_round_trip_and_job_ids():

@@ -11,7 +11,7 @@ from netapprox.hostlib import wire
 from netapprox.hostlib.config import ConfigError
 from netapprox.ml.exchange import AtpExchange, ReceivedJob, vector_job
 from netapprox.ml.layout import chunk_bounds, reduction_order
-from netapprox.ml.policy import GroupPolicy, paper_policy, parse_policy, single_msr
+from netapprox.ml.policy import GroupPolicy, paper_policy, parse_policy, single_msr, smallest
 
 FPP = wire.floats_per_packet(1400 - wire.HEADER_LEN)
 
@@ -29,11 +29,23 @@ def test_paper_policy_bands_by_segment_maximum():
     assert p.classify(v[:35], 10).tolist() == [1, 2, 3, 3]  # the last, short segment is padded with zeros
 
 
+def test_smallest_policy_bands_by_rank_whatever_the_scale():
+    p = smallest(0.25)
+    assert p.group_msr() == {1: 0.0, 2: 1.0}
+    mags = np.array([5, 1, 0, 0, 3, 2, 0, 4], dtype=np.float32)
+    for scale in (1e-6, 1.0, 1e6):  # the same packets are the smallest at any scale
+        assert p.classify(np.repeat(mags * scale, 10), 10).tolist() == [2, 2, 1, 1, 2, 2, 2, 2]  # ties: first ones
+    assert smallest(0.0).classify(np.ones(30), 10).tolist() == [2, 2, 2]
+    assert smallest(1.0).classify(np.ones(30), 10).tolist() == [1, 1, 1]
+    assert "by magnitude" in p.describe()
+
+
 def test_policies_parse_and_reject_nonsense():
     assert parse_policy("paper") == paper_policy()
     assert parse_policy("msr:0.9") == single_msr(0.9)
     assert parse_policy("bands:0.003:0,1") == GroupPolicy((0.003,), (0.0, 1.0))
-    for bad in ("bands:0.003:0", "bands:0.02,0.01:0,0,1", "msr:1.5", "nope", "bands:x:0,1"):
+    assert parse_policy("smallest:0.3:0,1") == smallest(0.3, 0.0, 1.0)
+    for bad in ("bands:0.003:0", "bands:0.02,0.01:0,0,1", "msr:1.5", "nope", "bands:x:0,1", "smallest:1.5:0,1"):
         with pytest.raises(ConfigError):
             parse_policy(bad)
 
