@@ -27,8 +27,12 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from netapprox.bench import controller as bench_controller
+from netapprox.bench import hostlib as bench_hostlib
 from netapprox.bench import network as N
-from netapprox.experiments.results import Progress, write_csv
+from netapprox.bench import sim as bench_sim
+from netapprox.experiments.emulated import Scale
+from netapprox.experiments.results import Progress, environment, git_commit, now_utc, write_csv
 
 NETWORK_SECTIONS = N.SECTIONS
 OTHER_SECTIONS = ("hostlib", "controller", "sim")
@@ -36,6 +40,7 @@ HEADLINE_KEYS = (
     "atp_over_tcp_es_fifo", "atp_over_tcp_ss_fifo", "atp_over_tcp_es_background", "atp_over_bound_idle",
     "msr_met_fraction", "nonapprox_fct_netapprox_over_fifo", "hostlib_pps_over_raw_udp", "hostlib_loopback_gbps",
     "controller_epoch_ms_10k", "controller_reports_per_s", "sim_atp_over_dctcp_es", "sim_atp_over_dctcp_ss",
+    "hostlib_jct_under_flood_over_alone", "hostlib_jct_under_receiver_attacks_over_alone",
 )
 
 
@@ -184,6 +189,8 @@ def bars(h: dict, summary: dict | None) -> dict:
                                                      1.10)
         out["msr_met_fraction_is_1"] = None if h["msr_met_fraction"] is None else h["msr_met_fraction"] == 1.0
         out["nonapprox_fct_le_0.3_of_tcp_es_fifo"] = all_le(h["nonapprox_fct_netapprox_over_fifo"], 0.3)
+    for key in ("hostlib_jct_under_flood_over_alone", "hostlib_jct_under_receiver_attacks_over_alone"):
+        out[f"{key}_le_2"] = None if h.get(key) is None else h[key] <= 2.0
     return out
 
 
@@ -195,22 +202,16 @@ def _part(name: str, fn: Callable[[], dict]) -> dict:
 
 
 def _hostlib(progress: Callable[[str], None]) -> dict:
-    from netapprox.bench import hostlib
-    return hostlib.run(quick=True, progress=progress)
+    return bench_hostlib.run(quick=True, progress=progress)
 
 
 def _controller(progress: Callable[[str], None]) -> dict:
-    from netapprox.bench import controller
-    res = controller.run(progress=progress)
+    res = bench_controller.run(progress=progress)
     return {**res, "headline": {k: res.get(k) for k in ("controller_epoch_ms_10k", "controller_reports_per_s")}}
 
 
 def _sim(progress: Callable[[str], None]) -> dict:
-    try:
-        from netapprox.bench import sim
-    except ImportError as exc:
-        return {"skipped": f"bench.sim not importable: {exc}"}
-    return sim.run(progress=progress)
+    return bench_sim.run(progress=progress)
 
 
 def _fmt(x: Any, nd: int = 3) -> str:
@@ -325,9 +326,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                    default=list(NETWORK_SECTIONS + OTHER_SECTIONS), help="run only these parts")
     p.add_argument("--skip-network", action="store_true", help="only hostlib, controller and sim (no root needed)")
     args = p.parse_args(argv)
-    from netapprox.experiments.results import environment, git_commit, now_utc
-    from netapprox.experiments.runner import Scale
-
     out = Path(args.out)
     try:
         out.mkdir(parents=True, exist_ok=True)

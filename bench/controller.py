@@ -17,6 +17,9 @@ machine; compare the ratios, not the absolute numbers.
    accepted, dropped by reason, dropped by the kernel (the socket's drop counter in /proc/net/udp), the
    accepted rate, and the CPU the controller process used over the sending time (cores, and microseconds
    per accepted report), once with the C receive helper and once with the pure-Python loop.
+   ``forged_flood``: one host's signed reports at 900/s (within the default token bucket: 1,000/s, 200 deep),
+   alone and then beside a second process sending 5,000 unsigned reports per second from the same address (a
+   forger spoofing the host): how many of the host's reports the controller accepts either way.
 3. ``latency``: 10,000 jobs on a P4Runtime switch (the test suite's fake server, over gRPC, in a process of
    its own), 1%, 3% and 10% of them moving every epoch (5,000, 15,000 and 50,000 table updates per second,
    sent by another process over UDP as the hosts would); a probe job flips between two queues and the time
@@ -46,6 +49,7 @@ from typing import Any, Callable
 
 from netapprox.controller import reports as reports_module
 from netapprox.controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig
+from netapprox.controller.p4runtime.arbitration import Arbitration
 from netapprox.controller.p4runtime.driver import P4RuntimeDriver
 from netapprox.controller.p4runtime.options import P4RuntimeOptions
 from netapprox.controller.runtime import Runtime
@@ -93,9 +97,11 @@ class AcceptingSession:
     """Stands in for the gRPC session: a switch that accepts every Write at once (counts the updates)."""
 
     connected = True
+    election = (0, 1)
 
     def __init__(self) -> None:
         self.updates = 0
+        self.arbitration = Arbitration(primary=True, primary_id=self.election)
 
     def open(self) -> None:
         pass
@@ -181,9 +187,8 @@ def _bench_config(**kw) -> ControllerConfig:
 def _accepting_driver(tmp: str) -> P4RuntimeDriver:
     bmv2_json = Path(tmp) / "bmv2.json"
     bmv2_json.write_bytes(b"{}")
-    driver = P4RuntimeDriver("bench", P4RuntimeOptions(p4info=bench_p4info(tmp), bmv2_json=str(bmv2_json)))
-    driver.session = AcceptingSession()
-    return driver
+    return P4RuntimeDriver("bench", P4RuntimeOptions(p4info=bench_p4info(tmp), bmv2_json=str(bmv2_json)),
+                           session=AcceptingSession())
 
 
 def bench_epochs(n_jobs: int, epochs: int, switches: int = 1) -> dict[str, Any]:
@@ -257,10 +262,11 @@ SENDER = r"""
 import socket, sys, time
 from netapprox.bench.controller import KEY, report, tlr_of
 host, port, rate, seconds, jobs = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
+key = None if sys.argv[6:] == ["unsigned"] else KEY  # unsigned: a forger without the key
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
 rounds = int(rate * seconds / jobs) + 1   # pre-encoded, sent in job order round after round; a job's TLR
-data = [report(j, 2 + r, tlr_of(j, r // 10), KEY)   # moves it to another queue every 10th report
+data = [report(j, 2 + r, tlr_of(j, r // 10), key)   # moves it to another queue every 10th report
         for r in range(rounds) for j in range(1, jobs + 1)]
 print("ready", flush=True)
 burst = max(1, int(rate / 1000))  # one burst per millisecond
@@ -345,6 +351,44 @@ def _bench_ingest(rate: float, seconds: float, jobs: int) -> dict[str, Any]:
             "reports_per_s_per_core": round(accepted / cpu) if cpu > 0 else None,
             "involuntary_context_switches": rusage1.ru_nivcsw - rusage0.ru_nivcsw,
             "controller_waiting_for_cpu_s": round(waited, 2), "wall_s": round(wall, 2), "jobs": jobs}
+
+
+def bench_forged_flood(seconds: float, rate: float = 900.0, forged_rate: float = 5000.0,
+                       jobs: int = 100) -> dict[str, Any]:
+    """A host's signed reports at ``rate`` per second to the runtime's socket (the default report limits), alone
+    and then with ``forged_rate`` unsigned ones from the same address: the host's accepted reports, both runs."""
+    runs = {}
+    for flood in (False, True):
+        with tempfile.TemporaryDirectory() as tmp:
+            config = ControllerConfig(policy=PolicyConfig(job_timeout_s=86400.0), counters_every=0, epoch_s=EPOCH_S,
+                                      reports=ReportConfig(bind="127.0.0.1", port=0, key=KEY))
+            runtime = Runtime(config, drivers={"bench": _accepting_driver(tmp)})
+            try:
+                assert runtime.connect(5)
+                host, port = runtime.report_address
+                drops_before = _socket_drops(port)
+                runtime.start()
+                senders = [subprocess.Popen([sys.executable, "-c", SENDER, host, str(port), str(r), str(seconds),
+                                             str(jobs), *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                            text=True, cwd=str(REPO))
+                           for r, extra in ((rate, ()), (forged_rate, ("unsigned",)))[:2 if flood else 1]]
+                for sender in senders:
+                    sender.stdout.readline()  # "ready": encoded; each starts sending now
+                outs = [sender.communicate(timeout=seconds + 120) for sender in senders]
+                time.sleep(0.2)  # the last datagrams
+                runtime.stop()
+                runtime.epoch()  # drain what is left
+                if any(sender.returncode for sender in senders):
+                    raise RuntimeError(f"report sender failed: {[err[-300:] for _, err in outs]}")
+                stats = runtime.core.ingest_stats
+                runs[flood] = {"sent": int(outs[0][0].split()[0]), "accepted": stats.accepted,
+                               "forged_sent": int(outs[1][0].split()[0]) if flood else 0,
+                               "dropped": dict(stats.dropped), "kernel_drops": _socket_drops(port) - drops_before}
+            finally:
+                runtime.close()
+    alone, flooded = runs[False], runs[True]
+    return {"rate": rate, "forged_rate": forged_rate, "seconds": seconds, "alone": alone, "flooded": flooded,
+            "accepted_flooded_over_alone": round(flooded["accepted"] / alone["accepted"], 3) if alone["accepted"] else None}
 
 
 # --- report-to-write latency -------------------------------------------------------------------------
@@ -517,6 +561,10 @@ def run(quick: bool = False, progress: Callable[[str], None] = print) -> dict:
     ingest = _step(progress, "report ingest, HMAC", lambda: bench_ingest(100_000, seconds), ingest_line)
     ingest_py = _step(progress, "report ingest, HMAC, pure-Python receive",
                       lambda: bench_ingest(100_000, seconds, native=False), ingest_line)
+    flood = _step(progress, "a host's reports beside a 5,000/s forged flood", lambda: bench_forged_flood(seconds),
+                  lambda r: (f"accepted {r['alone']['accepted']} of {r['alone']['sent']} alone, "
+                             f"{r['flooded']['accepted']} of {r['flooded']['sent']} with {r['flooded']['forged_sent']} "
+                             f"forged (dropped {r['flooded']['dropped']})"))
 
     def latency_line(r: dict) -> str:
         return (f"{r['table_updates_per_s']} updates/s{' (losing probe)' if r['probe_losing'] else ''}: "
@@ -542,6 +590,7 @@ def run(quick: bool = False, progress: Callable[[str], None] = print) -> dict:
         "per_job_cpu_ratio_10000_vs_100": round(per_job_cpu[10000] / per_job_cpu[100], 2),
         "ingest": ingest,
         "ingest_pure_python": ingest_py,
+        "forged_flood": flood,
         "ingest_cpu_per_report_python_over_native": (round(ingest_py["cpu_us_per_report"] / ingest["cpu_us_per_report"], 2)
                                                     if ingest["cpu_us_per_report"] else None),
         "latency": latency,
@@ -553,6 +602,8 @@ def run(quick: bool = False, progress: Callable[[str], None] = print) -> dict:
             "100k_reports_per_s_without_drops": (ingest["accepted"] == ingest["sent"] and ingest["kernel_drops"] == 0
                                                  and ingest["accepted_per_s"] >= 0.95 * ingest["rate_offered"]),
             "ingest_cpu_le_1_core": ingest["controller_cpu_cores"] <= 1.0,
+            "forged_flood_spends_no_host_budget": (flood["flooded"]["dropped"].get("rate_limited", 0) == 0
+                                                   and flood["flooded"]["accepted"] >= 0.99 * flood["alone"]["accepted"]),
             # The same bars on CPU time (what the epoch costs when it has a CPU; the wall-clock ones above also
             # count the time it waited for one while the machine was busy with other work):
             "epoch_10k_cpu_median_lt_10ms": big["epoch_cpu_ms_median"] < 10,

@@ -36,6 +36,9 @@ import sys
 import time
 from typing import Any, Callable
 
+from netapprox.hostlib import api, core, wire
+from netapprox.hostlib.config import AtpConfig, JobSpec, Message
+
 DATAGRAM = 1400
 WIRE_OVERHEAD = 42
 UNPACED_ATP_RATE = 100e9
@@ -118,7 +121,7 @@ def _raw_sender(port: int, out_q: Any, count: int, rate_bps: float | None) -> No
 # -- raw UDP, the native batching primitives -----------------------------------------------------------------------
 
 def _batched_receiver(port_q: Any, out_q: Any, count: int, idle_s: float) -> None:
-    from netapprox.hostlib import _native
+    from netapprox.hostlib import _native  # noqa: PLC0415 - the optional C extension; its rows say when it is missing
     sock = _udp(True)
     _native.enable_gro(sock)
     port_q.put(sock.getsockname()[1])
@@ -140,7 +143,7 @@ def _batched_receiver(port_q: Any, out_q: Any, count: int, idle_s: float) -> Non
 
 
 def _batched_sender(port: int, out_q: Any, count: int, rate_bps: float | None) -> None:
-    from netapprox.hostlib import _native
+    from netapprox.hostlib import _native  # noqa: PLC0415 - the optional C extension
     sock = _udp(False)
     addr = ("127.0.0.1", port)
     datagrams = [((i % 256).to_bytes(1, "big") * DATAGRAM, addr) for i in range(_BATCH)]
@@ -160,7 +163,6 @@ def _batched_sender(port: int, out_q: Any, count: int, rate_bps: float | None) -
 
 def _use(impl: str) -> None:
     """Run the ``impl`` cores in this process (the ``cores`` test fixture does the same)."""
-    from netapprox.hostlib import core
     if impl == "python":
         core.AtpSender, core.AtpReceiver = core.PyAtpSender, core.PyAtpReceiver
     elif core.NativeAtpSender is None:
@@ -170,9 +172,6 @@ def _use(impl: str) -> None:
 
 
 def _atp_receiver(port_q: Any, out_q: Any, impl: str, timeout: float) -> None:
-    from netapprox.hostlib import api
-    from netapprox.hostlib.config import AtpConfig
-
     try:
         _use(impl)
         ep = api.ReceiverEndpoint(("127.0.0.1", 0), config=AtpConfig(), accept_jobs=1)
@@ -192,9 +191,6 @@ def _atp_receiver(port_q: Any, out_q: Any, impl: str, timeout: float) -> None:
 
 
 def _atp_sender(port: int, out_q: Any, impl: str, count: int, rate_bps: float | None) -> None:
-    from netapprox.hostlib import api, wire
-    from netapprox.hostlib.config import AtpConfig, JobSpec, Message
-
     payload = b"\xa5" * (DATAGRAM - wire.HEADER_LEN)
     job = JobSpec(job_id=4242, messages=tuple(Message(payload) for _ in range(count)), msr=1.0)
     cfg = AtpConfig(max_rate_bps=UNPACED_ATP_RATE if rate_bps is None else rate_bps, packet_size=DATAGRAM)
@@ -275,6 +271,85 @@ def measure_atp(rate_mbit: float | None, count: int, impl: str = "native") -> di
                 losses_found_by=t.get("losses_found_by"), srtt_s=t.get("srtt_s"))
 
 
+def _job_under(attacker: list[str], ready: str, messages: int) -> dict:
+    """A job's JCT alone, twice while ``python -m <attacker...>`` (a module of tests/support, run from the checkout)
+    attacks its receiver (an ``atp-recv --serve`` process with a 32 MiB budget), and alone again. ``ready``: the
+    line the attacker prints once its attack is under way. One job of ``messages`` 1368-byte messages (MSR 0.9,
+    20 Mbit/s) each time. ``ratio``: mean JCT under attack / mean JCT alone (the unit tests assert only counts
+    and bounds)."""
+    import pathlib
+    import subprocess
+
+    from netapprox.hostlib import api
+    from netapprox.hostlib.config import AtpConfig, JobSpec
+
+    repo = pathlib.Path(__file__).resolve().parents[1]
+    if not (repo / "tests" / "support" / (attacker[0].split(".")[-1] + ".py")).exists():
+        return {"error": f"needs a source checkout (tests/support/{attacker[0].split('.')[-1]}.py)"}
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    rx = subprocess.Popen([sys.executable, "-m", "netapprox.hostlib", "recv", "--serve", "--bind", "127.0.0.1",
+                           "--port", str(port), "--memory-budget-mb", "32"], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+    attack = None
+    try:
+        def job(job_id: int) -> float:
+            summary = api.send_job(("127.0.0.1", port), JobSpec.uniform(job_id, messages=messages, size=1368,
+                                                                        msr=0.9),
+                                   config=AtpConfig(max_rate_bps=20e6), timeout=60)
+            if not summary.msr_met():
+                raise RuntimeError(f"job {job_id} missed its MSR")
+            return summary.jct_s
+
+        deadline = time.monotonic() + 10
+        while True:  # the receiver is up once a job goes through
+            try:
+                alone = [job(77)]
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        env = dict(os.environ, PYTHONPATH=str(repo / "tests") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        attack = subprocess.Popen([sys.executable, "-m", attacker[0], "127.0.0.1", str(port), *attacker[1:]],
+                                  cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        if attack.stdout.readline().strip() != ready:
+            return {"error": f"the attacker stopped before it printed {ready!r}"}
+        attacked = [job(78), job(79)]
+        attack.terminate()
+        attack.communicate(timeout=30)
+        alone.append(job(80))
+    except Exception as exc:  # reported in the result, never silently
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        for p in (attack, rx):
+            if p is not None and p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+    mean_alone, mean_attacked = sum(alone) / len(alone), sum(attacked) / len(attacked)
+    return {"jct_alone_s": alone, "jct_attacked_s": attacked, "ratio": mean_attacked / mean_alone}
+
+
+def measure_job_under_flood(messages: int = 2500) -> dict:
+    """The setup of tests/hostlib/test_hostlib_hostile_io.py: the flooder tests/support/atp_flood.py at 1,500
+    off-path announces/s plus a host parking data in admitted jobs."""
+    return _job_under(["support.atp_flood", "--seconds", "120", "--rate", "1500", "--echo", "4", "--echo-rate", "50",
+                       "--hold", "600"], "parked", messages)
+
+
+def measure_job_under_receiver_attacks(messages: int = 2500) -> dict:
+    """The setup of tests/hostlib/test_hostlib_bounds_io.py: four admitted addresses (tests/support/atp_attack.py)
+    repeating the FIN of a maximal job 2,000 times a second each, finishing 20 maximal jobs a second each and
+    sending two 1 MiB manifests a second each that fail their last check."""
+    return _job_under(["support.atp_attack", "--seconds", "120", "--sources", "4", "--fins", "2000", "--huge", "20",
+                       "--manifests", "2"], "attacking", messages)
+
+
 def _count(rate_mbit: float | None, seconds: float, unpaced_pps: float) -> int:
     pps = unpaced_pps if rate_mbit is None else rate_mbit * 1e6 / ((DATAGRAM + WIRE_OVERHEAD) * 8)
     return max(500, int(pps * seconds))
@@ -327,6 +402,15 @@ def run(quick: bool = False, progress: Callable[[str], None] = print) -> dict:
     for label, fn in plan:
         t0 = time.monotonic()
         note(label, fn(), t0)
+    t0 = time.monotonic()
+    flood = measure_job_under_flood(1000 if quick else 2500)
+    progress("hostlib: job under an announce flood: " + (f"error {flood['error']}" if "error" in flood else
+             f"JCT {flood['ratio']:.2f}x alone ({time.monotonic() - t0:.1f} s)"))
+    t0 = time.monotonic()
+    attacks = measure_job_under_receiver_attacks(1000 if quick else 2500)
+    progress("hostlib: job under an admitted host's receiver attacks: " + (
+        f"error {attacks['error']}" if "error" in attacks else
+        f"JCT {attacks['ratio']:.2f}x alone ({time.monotonic() - t0:.1f} s)"))
 
     ratio = _median([p[0] for p in pairs])
     gbps = _median([p[1] for p in pairs])
@@ -339,8 +423,10 @@ def run(quick: bool = False, progress: Callable[[str], None] = print) -> dict:
             "hostlib_pps_over_raw_udp": ratio,
             "atp_unpaced_cores_max": max(busiest) if busiest else None,
             "native_over_python_pps": atp_pps / py["pps"] if atp_pps and py.get("pps") else None,
-            "load_average": os.getloadavg(),
-            "headline": {"hostlib_pps_over_raw_udp": ratio, "hostlib_loopback_gbps": gbps}}
+            "load_average": os.getloadavg(), "job_under_flood": flood, "job_under_receiver_attacks": attacks,
+            "headline": {"hostlib_pps_over_raw_udp": ratio, "hostlib_loopback_gbps": gbps,
+                         "hostlib_jct_under_flood_over_alone": flood.get("ratio"),
+                         "hostlib_jct_under_receiver_attacks_over_alone": attacks.get("ratio")}}
 
 
 def format_table(result: dict) -> str:
@@ -369,6 +455,15 @@ def format_table(result: dict) -> str:
                  f"{f(result.get('atp_unpaced_cores_max'), 2)} core; native / pure-Python packets/s "
                  f"{f(result.get('native_over_python_pps'), 1)}; load average "
                  f"{', '.join(f(x, 1) for x in result['load_average'])}")
+    for key, what in (("job_under_flood", "while its receiver is flooded with forged announces"),
+                      ("job_under_receiver_attacks", "while an admitted host attacks its receiver (FINs, huge jobs, "
+                                                     "failing manifests)")):
+        m = result.get(key) or {}
+        if "ratio" in m:
+            lines.append(f"A job's JCT {what} / alone: {f(m['ratio'], 2)} ({', '.join(f(x, 2) for x in m['jct_attacked_s'])}"
+                         f" s attacked, {', '.join(f(x, 2) for x in m['jct_alone_s'])} s alone)")
+        elif m:
+            lines.append(f"A job {what}: error: {m['error']}")
     return "\n".join(lines)
 
 

@@ -3,7 +3,8 @@
 Every comparison gives each side the setup its own users would run, as the NetApprox paper does: ATP runs on
 NetApprox switches (8 strict-priority queues, the controller re-mapping jobs every epoch), the baselines
 (TCP-EarlySend, TCP-SampleSend) on a network-oblivious switch, one FIFO queue per port with the same total
-buffer (``experiments.runner.switch_for``). Sections:
+buffer (``experiments.plans.switch_for``). Each trial is a plan (experiments/plans.py) run by the emulated back end
+(experiments/emulated.py). Sections:
 
 - ``contention`` (Fig. 5-9): approximate jobs against each other. All-to-all FBKV and FBHD (every host sends
   one job to a random other host) and incast (hosts 1..3 send an FBKV job to host 0), MSR 0.5/0.7/0.9:
@@ -19,7 +20,7 @@ buffer (``experiments.runner.switch_for``). Sections:
   the other.
 - ``idle``: one ATP job of full-packet messages alone on an idle link at 20 and 100 Mbit/s: JCT / the
   physical bound, the line time of its MSR·N messages as ATP packets on the wire (headers included,
-  ``experiments.trial.wire_bound_s``); also JCT / MSR·N·size·8 / rate (payload only).
+  ``experiments.metrics.wire_bound_s``); also JCT / MSR·N·size·8 / rate (payload only).
 - ``yield`` (extra row, the first benchmark's setup): one job next to web-search flows on the NetApprox
   switch, ATP in an approximate queue and TCP-ES in queue 0 with strict priority above it. It measures how
   much ATP yields to non-approximate traffic, not a race.
@@ -34,9 +35,16 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
+from netapprox.controller.model import queue_for_tlr
+from netapprox.experiments.emulated import EmulatedBackend, Scale
+from netapprox.experiments.figures import alltoall_jobs, coexist_plan, incast_jobs
+from netapprox.experiments.jobs import JobWorkload
+from netapprox.experiments.metrics import flow_fct_stats, job_summary
+from netapprox.experiments.plans import Background, JobPlan, TrialPlan, switch_for
 from netapprox.experiments.results import Progress
+from netapprox.experiments.workloads import web_search_flows
 
 SECTIONS = ("contention", "background", "coexist", "idle", "background-same-queue", "yield", "queues")
 MSRS = (0.5, 0.7, 0.9)
@@ -54,6 +62,8 @@ IDLE_MESSAGES_AT_20M = 500
 """Equal-size messages of the idle-link job at 20 Mbit/s; scaled with the rate, so the bound is the same time."""
 YIELD_MSRS = (0.5, 0.9)
 YIELD_FLOW_LOAD = 0.3
+YIELD_START_S = 0.3
+"""The job starts this long after the flows."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,10 +73,11 @@ class Trial:
     protocol: str
     seed: int
     kind: str
-    """Testbed kind (``experiments.runner.SWITCHES``)."""
+    """The switch it runs on (``experiments.plans.SWITCHES``)."""
     rate_mbit: float
-    run: Callable[[Any, str], dict]
-    """(testbed, trial name) -> metrics."""
+    plan: TrialPlan
+    metrics: Callable[[dict], dict]
+    """Trial record -> the row's metrics."""
 
     @property
     def label(self) -> str:
@@ -74,125 +85,101 @@ class Trial:
         return f"{self.section} {params} {self.protocol} seed={self.seed}"
 
 
-def _jobs_metrics(tr: dict) -> dict:
-    from netapprox.experiments.runner import _job_summary
+def jobs_metrics(tr: dict) -> dict:
     jobs = tr["jobs"]
     wire = [j.get("jct_over_wire_bound") for j in jobs]
-    return {**_job_summary(tr), "jcts_s": [j["jct_s"] for j in jobs], "msr_met": [bool(j["msr_met"]) for j in jobs],
+    return {**job_summary(tr), "jcts_s": [j["jct_s"] for j in jobs], "msr_met": [bool(j["msr_met"]) for j in jobs],
             "jct_over_wire_bound": None if not wire or None in wire else sum(wire) / len(wire),
             "late_start_s": max((j.get("late_start_s") or 0.0 for j in jobs), default=0.0)}
 
 
-def trials(seeds: Sequence[int], scale, *, sections: Sequence[str] | None = None) -> list[Trial]:
-    """Every trial of the sections asked for (default: all), in the order they run."""
-    from netapprox.experiments.runner import (
-        alltoall_plans,
-        coexist_trial,
-        incast_plans,
-        next_job_id,
-        switch_for,
-    )
-    from netapprox.controller.model import queue_for_tlr
-    from netapprox.experiments.jobs import JobWorkload
-    from netapprox.experiments.trial import Background, FlowLoad, JobPlan, run_trial
-    from netapprox.experiments.workloads import web_search_flows
+def coexist_metrics(tr: dict) -> dict:
+    return {**jobs_metrics(tr), **flow_fct_stats(tr.get("flows", []))}
 
+
+def trials(seeds: Sequence[int], scale: Scale, *, sections: Sequence[str] | None = None) -> list[Trial]:
+    """Every trial of the sections asked for (default: all), in the order they run."""
     want = set(sections or SECTIONS)
+    backend = EmulatedBackend(scale)
     rate = scale.rate_mbit
     out: list[Trial] = []
 
-    def add(section, params, protocol, seed, fn, kind=None, rate_mbit=rate):
-        out.append(Trial(section, params, protocol, seed, kind or switch_for(protocol), rate_mbit, fn))
+    def add(section, params, seed, plan, metrics=jobs_metrics, kind=None, rate_mbit=rate):
+        kind = kind or switch_for(plan.protocol)
+        out.append(Trial(section, params, plan.protocol, seed, kind, rate_mbit,
+                         dataclasses.replace(plan, switch=kind), metrics))
 
     if "contention" in want:
         for pattern in CONTENTION_PATTERNS:
             for msr in MSRS:
                 for seed in seeds:
+                    kind, _, wl = pattern.partition("-")
+                    jobs = alltoall_jobs(backend, seed, wl, msr) if kind == "alltoall" else incast_jobs(backend, seed, msr)
                     for proto in CONTENTION_PROTOCOLS:
-                        def fn(tb, name, pattern=pattern, msr=msr, seed=seed, proto=proto):
-                            kind, _, wl = pattern.partition("-")
-                            plans = (alltoall_plans(scale, seed, wl, msr) if kind == "alltoall"
-                                     else incast_plans(scale, seed, msr))
-                            return _jobs_metrics(run_trial(tb, proto, plans, name=name, timeout=scale.timeout_s))
-                        add("contention", {"pattern": pattern, "msr": msr}, proto, seed, fn)
+                        params = {"pattern": pattern, "msr": msr}
+                        add("contention", params, seed, TrialPlan(params, seed, proto, jobs))
     for section in ("background", "background-same-queue"):
         if section not in want:
             continue
         for msr in MSRS:
             for seed in seeds:
+                job = scale.job("fbkv", seed)
+                tlr = BACKGROUND_TLR if section == "background" else (queue_for_tlr(1 - msr) + 0.5) / 8
+                dur = 4.0 * job.total_bytes * 8 / scale.rate_bps + scale.slack_s
+                bg = (Background(2, 1, BACKGROUND_LOAD * scale.rate_bps, 0.0, dur, tlr=tlr),)
                 for proto in ("atp", "tcp-es"):
-                    def fn(tb, name, msr=msr, seed=seed, proto=proto, section=section):
-                        job = scale.job("fbkv", seed)
-                        tlr = BACKGROUND_TLR if section == "background" else (queue_for_tlr(1 - msr) + 0.5) / 8
-                        dur = 4.0 * job.total_bytes * 8 / (scale.rate_mbit * 1e6) + 1.0
-                        bg = [Background(2, 1, BACKGROUND_LOAD * scale.rate_mbit * 1e6, dur, tlr=tlr)]
-                        tr = run_trial(tb, proto, [JobPlan(next_job_id(), 0, 1, job, msr, delay_s=0.2)], name=name,
-                                       timeout=scale.timeout_s, background=bg)
-                        return _jobs_metrics(tr)
-                    add(section, {"msr": msr, "load": BACKGROUND_LOAD}, proto, seed, fn)
+                    params = {"msr": msr, "load": BACKGROUND_LOAD}
+                    add(section, params, seed, TrialPlan(params, seed, proto,
+                                                         (JobPlan(1, 0, 1, job, msr, start_s=scale.lead_s),), bg))
     if "coexist" in want:
         for seed in seeds:
             for proto in ("atp", "tcp-es"):
-                def fn(tb, name, seed=seed, proto=proto):
-                    m, tr = coexist_trial(tb, scale, seed, proto, COEXIST_MSR, COEXIST_FLOW_LOAD, name,
-                                          duration_s=COEXIST_DURATION_S)
-                    return {**m, **_jobs_metrics(tr)}
-                add("coexist", {"msr": COEXIST_MSR, "flow_load": COEXIST_FLOW_LOAD}, proto, seed, fn)
+                add("coexist", {"msr": COEXIST_MSR, "flow_load": COEXIST_FLOW_LOAD}, seed,
+                    coexist_plan(backend, seed, proto, COEXIST_MSR, COEXIST_FLOW_LOAD,
+                                 window_ms=COEXIST_DURATION_S * 1e3), coexist_metrics)
     if "idle" in want:
         for r in IDLE_RATES_MBIT:
             n = round(IDLE_MESSAGES_AT_20M * r / 20.0)
             job = JobWorkload(kind="fixed", seed=0, sizes=(IDLE_SIZE,) * n, ready_s=(0.0,) * n)
             for msr in MSRS:
                 for seed in seeds:
-                    def fn(tb, name, msr=msr, job=job):
-                        tr = run_trial(tb, "atp", [JobPlan(next_job_id(), 0, 1, job, msr)], name=name,
-                                       timeout=scale.timeout_s)
-                        return _jobs_metrics(tr)
-                    add("idle", {"rate_mbit": r, "msr": msr}, "atp", seed, fn, rate_mbit=r)
+                    params = {"rate_mbit": r, "msr": msr}
+                    add("idle", params, seed, TrialPlan(params, seed, "atp", (JobPlan(1, 0, 1, job, msr),)),
+                        rate_mbit=r)
     if "yield" in want:
         job = JobWorkload(kind="fixed", seed=0, sizes=(IDLE_SIZE,) * IDLE_MESSAGES_AT_20M,
                           ready_s=(0.0,) * IDLE_MESSAGES_AT_20M)
         for msr in YIELD_MSRS:
             for seed in seeds:
+                flows = tuple(web_search_flows(seed, load=YIELD_FLOW_LOAD, link_bps=scale.rate_bps, duration_s=3.0,
+                                               senders=[2], receivers=[1], size_scale=scale.flow_size_scale))
                 for proto in ("atp", "tcp-es"):
-                    def fn(tb, name, msr=msr, seed=seed, proto=proto):
-                        fl = tuple(web_search_flows(seed, load=YIELD_FLOW_LOAD, link_bps=scale.rate_mbit * 1e6,
-                                                    duration_s=3.0, senders=[2], receivers=[1],
-                                                    size_scale=scale.flow_size_scale))
-                        tr = run_trial(tb, proto, [JobPlan(next_job_id(), 0, 1, job, msr, delay_s=0.3)], name=name,
-                                       timeout=scale.timeout_s, flows=[FlowLoad(2, 1, fl)])
-                        return _jobs_metrics(tr)
-                    add("yield", {"msr": msr, "flow_load": YIELD_FLOW_LOAD}, proto, seed, fn, kind="netapprox")
+                    params = {"msr": msr, "flow_load": YIELD_FLOW_LOAD}
+                    add("yield", params, seed, TrialPlan(params, seed, proto,
+                                                         (JobPlan(1, 0, 1, job, msr, start_s=YIELD_START_S),),
+                                                         flows=flows), kind="netapprox")
     if "queues" in want:
         for seed in seeds:
             for kind in ("netapprox", "fifo"):
-                def fn(tb, name, seed=seed):
-                    m, tr = coexist_trial(tb, scale, seed, "atp", COEXIST_MSR, COEXIST_FLOW_LOAD, name,
-                                          duration_s=COEXIST_DURATION_S)
-                    return {**m, **_jobs_metrics(tr)}
-                add("queues", {"switch": kind, "msr": COEXIST_MSR, "flow_load": COEXIST_FLOW_LOAD}, "atp", seed, fn,
-                    kind=kind)
+                add("queues", {"switch": kind, "msr": COEXIST_MSR, "flow_load": COEXIST_FLOW_LOAD}, seed,
+                    coexist_plan(backend, seed, "atp", COEXIST_MSR, COEXIST_FLOW_LOAD,
+                                 window_ms=COEXIST_DURATION_S * 1e3), coexist_metrics, kind=kind)
     return out
 
 
-def run(plan: Sequence[Trial], scale, workdir: Path, progress: Progress) -> list[dict]:
+def run(plan: Sequence[Trial], scale: Scale, workdir: Path, progress: Progress) -> list[dict]:
     """Run ``plan``: one testbed per (kind, rate) in order of first use, every trial of it, one row each."""
-    from netapprox.experiments.harness import Testbed
-    from netapprox.experiments.runner import SWITCHES
-
     groups: dict[tuple[str, float], list[Trial]] = {}
     for t in plan:
         groups.setdefault((t.kind, t.rate_mbit), []).append(t)
     rows: list[dict] = []
     for (kind, rate), ts in groups.items():
-        cfg = dataclasses.replace(scale, rate_mbit=rate).testbed(**SWITCHES[kind])
         progress.note(f"testbed: {kind} switch, {rate:g} Mbit/s, {len(ts)} trials")
-        with Testbed(cfg, workdir / f"{kind}-{rate:g}") as tb:
-            for i, t in enumerate(ts):
-                name = f"{t.section}-{i}"
+        with EmulatedBackend(dataclasses.replace(scale, rate_mbit=rate)) as backend:
+            for t in ts:
                 t0 = time.monotonic()
                 try:
-                    metrics = t.run(tb, name)
+                    metrics = t.metrics(backend.run_trial(t.plan, workdir / f"{kind}-{rate:g}"))
                     error = None
                 except Exception as exc:  # one broken trial is a row with its error, not a lost run
                     metrics, error = {}, f"{type(exc).__name__}: {exc}"

@@ -26,37 +26,35 @@ import sys
 import time
 from typing import Any, Callable
 
+from netapprox.controller.sim import native as switch_native
+from netapprox.experiments.figures import alltoall_jobs
+from netapprox.experiments.metrics import job_summary
+from netapprox.experiments.sim import native
+from netapprox.experiments.sim.backend import SimBackend, SimScale
+from netapprox.experiments.sim.trial import run_trial
+
 MSRS = (0.5, 0.9)
 PROTOCOLS = ("atp", "dctcp-es", "dctcp-ss")
 
 
 def run(progress: Callable[[str], None] = print, seeds: tuple[int, ...] = (1, 2, 3), k: int = 4) -> dict:
-    from netapprox.controller.sim import native as switch_native
-
     if not switch_native.available():
         return {"name": "sim", "error": "ns-3 is not installed: pip install -e '.[sim]'", "headline": {}}
-    from netapprox.experiments.sim.runner import SimScale, job_summary
-    from netapprox.experiments.sim.world import SimJob, run_trial
-    from netapprox.experiments.workloads import pick_receivers
-
     t0 = time.perf_counter()
     progress("bench sim: loading ns-3 ...")
-    from netapprox.experiments.sim import native
     native.load()
     scale = SimScale(k=k)
-    settings = scale.settings()
-    hosts = list(range(scale.topology().n_hosts))
+    backend = SimBackend(scale)
+    settings = backend.settings
     rows: list[dict[str, Any]] = []
     switch_pkts = host_pkts = 0
     wall = 0.0
     profile: dict[str, float] = {}
     profile_calls: dict[str, int] = {}
     for seed in seeds:
-        dst = pick_receivers(seed, hosts, hosts)
-        workloads = {h: scale.job("fbkv", seed * 1000 + h) for h in hosts}
         for msr in MSRS:
+            jobs = alltoall_jobs(backend, seed, "fbkv", msr)  # as `experiments sim alltoall` runs them
             for proto in PROTOCOLS:
-                jobs = [SimJob(1 + h, h, dst[h], workloads[h], msr) for h in hosts]
                 trial = run_trial(settings, proto, jobs, seed=seed, profile=proto == "atp")
                 m = job_summary(trial)
                 perf = trial["perf"]

@@ -33,6 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="address of the Prometheus endpoint (default 127.0.0.1)")
     p.add_argument("--metrics-port", type=C.arg(CONTROLLER_KEYS["metrics_port"]), help="Prometheus port (-1: off)")
     p.add_argument("--decision-log", help="JSON-lines decision log file (appended; its directory is created)")
+    p.add_argument("--replica", type=C.arg(CONTROLLER_KEYS["replica"]),
+                   help="this process's rank in a replica set of controllers with this config (1, 2, ...; all "
+                        "different, the highest live one is primary); default from config, else 0: no replicas")
     p.add_argument("--duration", type=C.arg(C.number(gt=0.0)),
                    help="stop after this many seconds (default: until SIGINT/SIGTERM)")
     p.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
@@ -52,6 +55,8 @@ def apply_flags(config: ControllerConfig, args: argparse.Namespace) -> Controlle
         top["metrics_port"] = args.metrics_port
     if args.decision_log is not None:
         top["decision_log"] = args.decision_log
+    if args.replica is not None:
+        top["replica"] = args.replica
     if args.report_bind is not None:
         reports["bind"] = args.report_bind
     if args.report_port is not None:
@@ -87,8 +92,9 @@ def main(argv: list[str] | None = None) -> int:
         timer = threading.Timer(args.duration, stop.set)
         timer.daemon = True
         timer.start()
-    log.info("controller: %d switch(es), epoch %.1f ms, reports on %s, metrics on %s",
-             len(config.switches), config.epoch_s * 1000, runtime.report_address, runtime.metrics_address)
+    log.info("controller%s: %d switch(es), epoch %.1f ms, reports on %s, metrics on %s",
+             f" replica {config.replica}" if config.replica else "", len(config.switches), config.epoch_s * 1000,
+             runtime.report_address, runtime.metrics_address)
     try:
         runtime.run(stop)
     finally:

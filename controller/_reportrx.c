@@ -5,12 +5,12 @@
  *   recv_reports(fd, max_batch, key, report_type) -> list
  *
  * One recvmmsg(2) call (MSG_DONTWAIT, the GIL released) takes up to ``max_batch`` datagrams from the UDP socket
- * ``fd``. Each becomes ``(source, item)``: ``source`` the sender's address as text, ``item`` a
- * ``report_type`` (the tuple subclass ``controller.reports.ReportFields``) when the datagram passes exactly the
- * checks of the fast path of ``controller.reports.decode_report`` (a REPORT header, flags, TLR/loss/MSR in Q1.15,
- * pkt_idx < pkt_cnt, the payload length, and with ``key`` the HMAC-SHA256 tag), else the datagram's bytes, for
- * the Python decoder to classify (so every drop reason stays the wire module's). An empty list: nothing was
- * waiting. Raises OSError for socket errors other than EAGAIN/EINTR.
+ * ``fd``. Each becomes ``(source, item)``: ``source`` the sender's address as text, ``item`` a ``report_type``
+ * (``hostlib.wire.Report``, a tuple subclass) when the datagram is a well-formed REPORT (with ``key``, its
+ * HMAC-SHA256 tag correct), else the reason ``wire.Report.decode`` would raise (a ``MalformedPacket`` reason:
+ * the header is decoded by hostlib/native/wire.c, the codec of the native cores, and the checks follow in
+ * Report.decode's order). An empty list: nothing was waiting. Raises OSError for socket errors other than
+ * EAGAIN/EINTR.
  *
  * Hostile input costs one fixed-size buffer slot and, at worst, one HMAC: nothing here allocates by what a
  * datagram claims. Datagrams longer than the buffer are truncated, as recvfrom(2048) truncates them.
@@ -25,14 +25,12 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "wire.h"
+
 #define MAX_BATCH 256
 #define DGRAM_MAX 2048
-#define HEADER_LEN 32
-#define PAYLOAD_LEN 24 /* "!HHIIIII" */
-#define MAC_LEN 16
-#define TLR_ONE 0x8000
-#define REPORT_BYTE0 ((1 << 4) | 3) /* version 1, type REPORT */
-#define VALID_FLAGS 0x1F
+#define SIGNED_LEN (ATP_REPORT_PAYLOAD_LEN + ATP_REPORT_MAC_LEN)
+#define MAC_INPUT_HEADER (ATP_OFF_RESERVED - ATP_OFF_JOB_ID) /* job_id .. weight */
 
 static PyThread_type_lock buffer_lock;
 
@@ -156,52 +154,54 @@ static void hmac_sha256(const hmac_key *k, const uint8_t *p, size_t n, uint8_t o
 
 /* --- decoding --------------------------------------------------------------------------------------------- */
 
-static inline uint32_t be16(const uint8_t *p) { return (uint32_t)p[0] << 8 | p[1]; }
-static inline uint32_t be32(const uint8_t *p) {
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
+/* ``reason`` as an interned str (the few reasons there are stay in the interpreter's table). */
+static PyObject *reason_str(const char *reason) { return PyUnicode_InternFromString(reason); }
 
-/* A ``report_type`` instance for a datagram the fast path accepts, NULL (no error set) otherwise. */
+/* The ``report_type`` of a well-formed REPORT, else its MalformedPacket reason (str); NULL with a Python error
+ * set only when Python itself fails. */
 static PyObject *decode(const uint8_t *d, size_t n, const hmac_key *key, PyTypeObject *report_type) {
-    uint32_t tlr, idx, cnt, length, loss, msr;
-    if (n < HEADER_LEN + PAYLOAD_LEN || d[0] != REPORT_BYTE0 || (d[1] & ~VALID_FLAGS))
-        return NULL;
-    tlr = be16(d + 14);
-    idx = be16(d + 16);
-    cnt = be16(d + 18);
-    length = be16(d + 30);
-    loss = be16(d + HEADER_LEN);
-    msr = be16(d + HEADER_LEN + 2);
-    if (tlr > TLR_ONE || idx >= cnt || loss > TLR_ONE || msr > TLR_ONE || n < HEADER_LEN + length ||
-        (length != PAYLOAD_LEN && length != PAYLOAD_LEN + MAC_LEN))
-        return NULL;
+    AtpHeader h;
+    const char *reason;
+    if (atp_decode(d, n, &h, &reason) != 0)
+        return reason_str(reason);
+    if (h.type != PT_REPORT)
+        return reason_str("not_report");
+    if (h.length != ATP_REPORT_PAYLOAD_LEN && h.length != SIGNED_LEN)
+        return reason_str("bad_report");
+    const uint8_t *body = d + ATP_HEADER_LEN;
     if (key != NULL) {
-        /* Header bytes from job_id to weight, the reserved byte as zero, then the body (wire.py's _report_mac). */
-        uint8_t input[25 + 1 + PAYLOAD_LEN], mac[32];
-        if (length != PAYLOAD_LEN + MAC_LEN)
-            return NULL;
-        memcpy(input, d + 4, 25);
-        input[25] = 0;
-        memcpy(input + 26, d + HEADER_LEN, PAYLOAD_LEN);
+        /* the header from job_id to weight, the reserved byte as zero, then the body (wire._report_mac) */
+        uint8_t input[MAC_INPUT_HEADER + 1 + ATP_REPORT_PAYLOAD_LEN], mac[32];
+        if (h.length != SIGNED_LEN)
+            return reason_str("bad_mac");
+        memcpy(input, d + ATP_OFF_JOB_ID, MAC_INPUT_HEADER);
+        input[MAC_INPUT_HEADER] = 0;
+        memcpy(input + MAC_INPUT_HEADER + 1, body, ATP_REPORT_PAYLOAD_LEN);
         hmac_sha256(key, input, sizeof input, mac);
-        if (memcmp(mac, d + HEADER_LEN + PAYLOAD_LEN, MAC_LEN) != 0)
-            return NULL;
+        unsigned diff = 0;
+        for (int i = 0; i < ATP_REPORT_MAC_LEN; i++) /* hmac.compare_digest: no early exit */
+            diff |= (unsigned)(mac[i] ^ body[ATP_REPORT_PAYLOAD_LEN + i]);
+        if (diff != 0)
+            return reason_str("bad_mac");
     }
+    uint32_t loss = get16(body), msr = get16(body + 2);
+    if (loss > ATP_TLR_ONE || msr > ATP_TLR_ONE)
+        return reason_str("bad_report");
     PyObject *r = report_type->tp_alloc(report_type, 11);
     if (r == NULL)
         return NULL;
     PyObject *items[11] = {
-        PyLong_FromUnsignedLong(be32(d + 4)),                    /* job_id */
-        PyLong_FromUnsignedLong(be16(d + 12)),                   /* group_id */
-        PyLong_FromUnsignedLong(be32(d + 20)),                   /* seq */
-        PyFloat_FromDouble((double)tlr / TLR_ONE),               /* tlr */
-        PyFloat_FromDouble((double)loss / TLR_ONE),              /* loss */
-        PyFloat_FromDouble((double)msr / TLR_ONE),               /* msr */
-        PyLong_FromUnsignedLong(be32(d + HEADER_LEN + 4)),       /* rate_kbps */
-        PyLong_FromUnsignedLong(be32(d + HEADER_LEN + 8)),       /* total */
-        PyLong_FromUnsignedLong(be32(d + HEADER_LEN + 12)),      /* delivered */
-        PyLong_FromUnsignedLong(be32(d + HEADER_LEN + 16)),      /* lost */
-        PyLong_FromUnsignedLong(be32(d + HEADER_LEN + 20)),      /* epoch */
+        PyLong_FromUnsignedLong(h.job_id),
+        PyLong_FromUnsignedLong(h.group_id),
+        PyLong_FromUnsignedLong(h.seq),
+        PyFloat_FromDouble((double)h.tlr / ATP_TLR_ONE),
+        PyFloat_FromDouble((double)loss / ATP_TLR_ONE),
+        PyFloat_FromDouble((double)msr / ATP_TLR_ONE),
+        PyLong_FromUnsignedLong(get32(body + 4)),  /* rate_kbps */
+        PyLong_FromUnsignedLong(get32(body + 8)),  /* total */
+        PyLong_FromUnsignedLong(get32(body + 12)), /* delivered */
+        PyLong_FromUnsignedLong(get32(body + 16)), /* lost */
+        PyLong_FromUnsignedLong(get32(body + 20)), /* epoch */
     };
     for (int i = 0; i < 11; i++) {
         if (items[i] == NULL) {
@@ -278,20 +278,13 @@ static PyObject *recv_reports(PyObject *self, PyObject *args) {
     }
     for (i = 0; i < got; i++) {
         char text[INET6_ADDRSTRLEN] = "?";
-        const uint8_t *d = bufs[i];
-        size_t n = msgs[i].msg_len;
         if (addrs[i].ss_family == AF_INET)
             inet_ntop(AF_INET, &((struct sockaddr_in *)&addrs[i])->sin_addr, text, sizeof text);
         else if (addrs[i].ss_family == AF_INET6)
             inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&addrs[i])->sin6_addr, text, sizeof text);
-        PyObject *item = decode(d, n, keyp, (PyTypeObject *)type_obj);
-        if (item == NULL) {
-            if (PyErr_Occurred())
-                goto fail;
-            item = PyBytes_FromStringAndSize((const char *)d, (Py_ssize_t)n);
-            if (item == NULL)
-                goto fail;
-        }
+        PyObject *item = decode(bufs[i], msgs[i].msg_len, keyp, (PyTypeObject *)type_obj);
+        if (item == NULL)
+            goto fail;
         PyObject *source = PyUnicode_FromString(text);
         if (source == NULL) {
             Py_DECREF(item);
@@ -331,7 +324,7 @@ static PyObject *py_hmac_sha256(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"recv_reports", recv_reports, METH_VARARGS,
-     "recv_reports(fd, max_batch, key, report_type) -> [(source, report or bytes)]: one recvmmsg batch."},
+     "recv_reports(fd, max_batch, key, report_type) -> [(source, report or reason)]: one recvmmsg batch."},
     {"hmac_sha256", py_hmac_sha256, METH_VARARGS, "hmac_sha256(key, data) -> bytes (32)."},
     {NULL, NULL, 0, NULL},
 };

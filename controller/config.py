@@ -11,7 +11,7 @@ import types
 from pathlib import Path
 from typing import Any, Mapping
 
-from netapprox.controller.drivers import DRIVER_CLASSES
+from netapprox.controller.drivers import ARBITRATED_KINDS, DRIVER_CLASSES
 from netapprox.controller.errors import ConfigError, did_you_mean
 from netapprox.controller.model import DEFAULT_THRESHOLDS, NUM_QUEUES, ClassRule, Route, check_thresholds
 from netapprox.hostlib import checks as C
@@ -171,6 +171,11 @@ class ControllerConfig:
     reconnect_max_s: float = 1.0
     """Ceiling of the reconnect delay. A restarted switch is found at most this long (plus the gRPC channel's own
     retry, at most 1 s) after it answers again; an attempt at a switch that is down costs one refused connection."""
+    replica: int = 0
+    """This process's rank in a replica set of controllers with this configuration (1, 2, ...; all different):
+    each switch makes the highest live rank its primary, the others keep their connections as backups and take
+    over when it fails (docs/controller.md, "Running two controllers"). P4Runtime switches only. 0: a single
+    controller."""
 
     def __post_init__(self) -> None:
         _check_fields(self, CONTROLLER_KEYS, "[controller]")
@@ -181,6 +186,10 @@ class ControllerConfig:
         if self.reconnect_max_s < self.reconnect_initial_s:
             raise ConfigError(f"[controller] reconnect_max_s: must be >= reconnect_initial_s "
                               f"({self.reconnect_initial_s:g}), got {self.reconnect_max_s:g}")
+        unarbitrated = [s.name for s in self.switches if s.kind not in ARBITRATED_KINDS]
+        if self.replica and unarbitrated:
+            raise ConfigError(f"[controller] replica: switch {unarbitrated[0]!r} has no arbiter between controllers "
+                              f"(replicas need kind {' or '.join(ARBITRATED_KINDS)}: the switch decides who writes)")
 
 
 # --- checks: one line per key ---------------------------------------------------------------------------
@@ -288,6 +297,7 @@ CONTROLLER_KEYS: dict[str, C.Check] = {
     "decide_on_arrival": C.boolean(),
     "reconnect_initial_s": SECONDS,
     "reconnect_max_s": SECONDS,
+    "replica": C.integer(ge=0, le=(1 << 64) - 1),
 }
 POLICY_KEYS: dict[str, C.Check] = {
     "thresholds": _thresholds,
@@ -366,6 +376,7 @@ SWITCH_OPTIONS: dict[str, dict[str, C.Check]] = {
         "report_burst": C.integer(ge=1),
         "check_bmv2_version": C.boolean(),
         "bmv2_binary": C.string(),
+        "replica": C.integer(ge=0, le=(1 << 64) - 1),
     },
     "kernel": {  # controller.kernel.driver.KernelDriverOptions
         "ports": C.either(C.sequence(C.string(), min_length=1), C.mapping(C.string(), C.integer(ge=0, le=0xFFFF)),

@@ -31,7 +31,8 @@ from typing import Iterable, Iterator, Mapping
 from netapprox.controller import policy
 from netapprox.controller.config import ControllerConfig, SwitchConfig
 from netapprox.controller.model import JobRule, SwitchState, TableUpdates
-from netapprox.controller.reports import ReportFields, ReportIngest, udp_payload_from_frame
+from netapprox.controller.reports import ReportIngest, udp_payload_from_frame
+from netapprox.hostlib.wire import Report
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +50,7 @@ class EpochPlan:
     desired: Mapping[str, SwitchState]
     """switch name -> the whole desired content of its tables, built on first access. Valid until the next
     ``step`` (reading it later raises)."""
-    reports: tuple[ReportFields, ...]
+    reports: tuple[Report, ...]
     """Reports accepted since the previous step, oldest first."""
     reports_dropped: int
     """Reports dropped since the previous step (all reasons; ``ControllerCore.ingest_stats`` has them by reason)."""
@@ -116,7 +117,7 @@ class ControllerCore:
         self._losing: set[int] = set()
         self._expiry: list[tuple[float, int, int]] = []  # (deadline, job, group); stale entries are skipped
         self._assignments: dict[int, int] = {}
-        self._reports: list[ReportFields] = []
+        self._reports: list[Report] = []
         self._dropped_mark = 0
         self._epoch = 0
         self._sources: dict[str, tuple[str, ...]] = {}
@@ -189,11 +190,11 @@ class ControllerCore:
 
     # --- reports -------------------------------------------------------------------------------------------
 
-    def ingest(self, datagram: bytes | ReportFields, source: str, now: float) -> ReportFields | None:
+    def ingest(self, datagram: bytes | Report | str, source: str, now: float) -> Report | None:
         """Validate and record one REPORT datagram from host ``source`` (its address: the rate-limit key and,
         with ``SwitchConfig.job_sources``, what says which switches carry the job). Returns the report, or None
         if it was dropped (counted by reason in ``ingest_stats``). Never raises on bad input. ``datagram`` may
-        be a report ``reports.receive_batch`` decoded in C."""
+        be what ``reports.receive_batch`` made of a datagram (its report, or why it is malformed)."""
         report = self.ingest_stats.receive(datagram, source, now)
         if report is None:
             return None
@@ -215,8 +216,8 @@ class ControllerCore:
         self._reports.append(report)
         return report
 
-    def ingest_batch(self, batch: Iterable[tuple[str, bytes | ReportFields]], now: float) -> int:
-        """``ingest`` each (source, datagram or decoded report) of ``reports.receive_batch``; returns how many
+    def ingest_batch(self, batch: Iterable[tuple[str, bytes | Report | str]], now: float) -> int:
+        """``ingest`` each (source, report or reason) of ``reports.receive_batch``; returns how many
         were accepted."""
         ingest = self.ingest
         accepted = 0
@@ -226,7 +227,7 @@ class ControllerCore:
         return accepted
 
     def ingest_frame(self, frame: bytes, now: float, *, switch: str | None = None,
-                     ingress_port: int | None = None) -> ReportFields | None:
+                     ingress_port: int | None = None) -> Report | None:
         """A packet-in frame (Ethernet/IPv4/UDP carrying a REPORT): ``ingest`` its payload, keyed by the IPv4
         source. Frames that are not IPv4/UDP are counted as ``not_udp``. With the ``switch`` that punted it and
         its ``ingress_port`` (the packet-in metadata), a report is accepted only from the port the switch routes

@@ -25,17 +25,32 @@ DRIVER_CLASSES: Mapping[str, str] = {
     "sim": "netapprox.controller.sim.driver:SimDriver",
 }
 """kind -> "module:class" of its driver. ``controller.config`` accepts exactly these kinds."""
+ARBITRATED_KINDS = ("p4runtime",)
+"""Kinds whose switch arbitrates between controllers (P4Runtime): only they can have a replica set of
+controllers (``[controller] replica``); the driver takes the option ``replica``."""
 
 
 class Driver(abc.ABC):
-    """One switch, one data plane. Errors: ``controller.errors.SwitchUnavailable`` when the switch cannot be
-    reached (the runtime reconnects), other ``ControllerError`` subclasses for everything else."""
+    """One switch, one data plane: everything the runtime may ask of a driver is declared here (the abstract
+    methods, and the others with the defaults of a driver that writes synchronously and has no packet-in).
+
+    Errors: ``controller.errors.SwitchUnavailable`` when the switch cannot be reached (the runtime reconnects),
+    ``controller.errors.WriteError`` when the switch refused some updates (the runtime counts them and carries
+    on), other ``ControllerError`` subclasses for everything else."""
 
     name: str
 
     @abc.abstractmethod
     def connect(self) -> None:
         """(Re)connect and re-arm the switch: pipeline, queues, the last applied state. Idempotent."""
+
+    def is_primary(self) -> bool:
+        """Whether this controller may write to the switch now. False while another controller is the switch's
+        primary (P4Runtime arbitration between replicas, docs/controller.md "Running two controllers"): the
+        runtime then writes nothing to it, and when this turns True it hands over the whole desired state (the
+        driver reconciles with what the switch holds first). A data plane without an arbiter is always True.
+        Raises ``SwitchUnavailable`` when the switch is gone."""
+        return True
 
     @abc.abstractmethod
     def apply(self, desired: SwitchState) -> WriteSummary:
@@ -48,6 +63,30 @@ class Driver(abc.ABC):
         if updates.empty:
             return WriteSummary()
         return self.apply(desired())
+
+    def pending_writes(self) -> bool:
+        """True while updates wait for the switch to answer earlier writes (``send_pending`` sends them); a
+        driver that writes synchronously never holds any back."""
+        return False
+
+    def send_pending(self) -> WriteSummary:
+        """Between epochs: send what waits, into the room the switch's answers left (``pending_writes``)."""
+        return WriteSummary()
+
+    @property
+    def deferred_updates(self) -> int:
+        """Table updates waiting for the switch (write budget, or writes in flight)."""
+        return 0
+
+    @property
+    def deferred_urgent(self) -> int:
+        """Of ``deferred_updates``, those of jobs whose loss exceeds their TLR."""
+        return 0
+
+    @property
+    def write_stats(self) -> Mapping[str, int]:
+        """Cumulative write-queue figures for the metrics (``prioritised``, ``coalesced``); {} when none."""
+        return {}
 
     @abc.abstractmethod
     def read_counters(self) -> Counters:
@@ -82,8 +121,13 @@ def driver_class(kind: str) -> type[Driver]:
     return getattr(module, class_name)
 
 
-def build_driver(switch) -> Driver:
-    """``<DriverClass>.from_options(switch.name, switch.options)`` for a ``controller.config.SwitchConfig``."""
+def build_driver(switch, replica: int = 0) -> Driver:
+    """``<DriverClass>.from_options(switch.name, switch.options)`` for a ``controller.config.SwitchConfig``;
+    ``replica`` > 0 (this controller's rank in a replica set) is added as the option ``replica`` (the config
+    allows it only for ``ARBITRATED_KINDS``)."""
     cls = driver_class(switch.kind)
-    return cls.from_options(switch.name, dict(switch.options))
+    options = dict(switch.options)
+    if replica:
+        options["replica"] = replica
+    return cls.from_options(switch.name, options)
 

@@ -16,6 +16,7 @@ __all__ = [
     "ControllerError",
     "ConfigError",
     "P4InfoError",
+    "WriteError",
     "P4RuntimeWriteError",
     "UpdateError",
     "NotPrimaryError",
@@ -88,18 +89,27 @@ class UpdateError:
         return f"At index {self.index}: {self.code}, '{self.message}'"
 
 
-class P4RuntimeWriteError(ControllerError):
-    """A batched P4Runtime Write failed for some updates. ``errors`` lists only the failed ones; the others were
-    applied (P4Runtime CONTINUE_ON_ERROR semantics) and the driver's installed copy reflects that."""
+class WriteError(ControllerError):
+    """The switch refused some updates of a write; ``errors`` lists them (the others were applied, and the
+    driver's installed copy says so). The switch is up: the runtime counts the errors and carries on."""
 
-    def __init__(self, switch: str, errors: Sequence[UpdateError], total: int, grpc_message: str = "") -> None:
+    def __init__(self, switch: str, errors: Sequence[UpdateError], total: int, message: str) -> None:
+        super().__init__(message)
         self.switch = switch
         self.errors = tuple(errors)
         self.total = total
-        lines = [f"switch {switch!r}: P4Runtime Write failed for {len(self.errors)} of {total} updates"
+
+
+class P4RuntimeWriteError(WriteError):
+    """A batched P4Runtime Write failed for some updates (P4Runtime CONTINUE_ON_ERROR semantics), unpacked from
+    the ``p4.v1.Error`` list of the gRPC status details."""
+
+    def __init__(self, switch: str, errors: Sequence[UpdateError], total: int, grpc_message: str = "") -> None:
+        errors = tuple(errors)
+        lines = [f"switch {switch!r}: P4Runtime Write failed for {len(errors)} of {total} updates"
                  + (f" ({grpc_message})" if grpc_message else "")]
-        lines += [f"  {e}" + (f"\n    update: {e.update}" if e.update else "") for e in self.errors]
-        super().__init__("\n".join(lines))
+        lines += [f"  {e}" + (f"\n    update: {e.update}" if e.update else "") for e in errors]
+        super().__init__(switch, errors, total, "\n".join(lines))
 
 
 class NotPrimaryError(ControllerError):

@@ -36,6 +36,14 @@ DRIVER_STATS: dict[str, tuple[str, str, str]] = {
     "report_meter_ok": ("netapprox_report_meter_ok", "gauge", "1 if the REPORT punt meter is configured."),
     "queue0_guard_packets": ("netapprox_queue0_guard_packets", "counter",
                              "Approximate packets the data plane moved out of queue 0 (a table said queue 0)."),
+    "primary": ("netapprox_switch_primary", "gauge",
+                "1 if this controller is the switch's primary (its Writes are accepted), 0 if a backup."),
+    "primary_replica": ("netapprox_switch_primary_replica", "gauge",
+                        "The replica the switch says is primary (the low word of its election id); 0: none."),
+    "primary_changes": ("netapprox_switch_primary_changes", "counter",
+                        "Times the switch's primary changed (another one, or none), as this controller saw it."),
+    "primary_since_seconds": ("netapprox_switch_primary_since_seconds", "gauge",
+                              "Unix time of the last change of the switch's primary."),
 }
 """Driver.stats() key -> (metric, kind, help); a switch whose driver does not report a key has no sample."""
 

@@ -1,34 +1,27 @@
-"""Host report intake, sans-I/O: bytes in (from the UDP socket or a packet-in), validated ``Report`` out.
+"""Host report intake, sans-I/O: bytes in (from the UDP socket or a packet-in), a validated ``hostlib.wire.Report``
+out.
 
 A report is dropped (and counted under a reason) when it is malformed (any ``hostlib.wire.MalformedPacket``
 reason: ``truncated``, ``bad_version``, ``bad_tlr``, ``not_report``, ``bad_report``, ``bad_mac`` ...),
 names job 0 (``bad_job``), does not move its (job, group) sequence number forward (``stale_seq``), or comes
-from a host that exceeded its token bucket (``rate_limited``). Nothing here raises on bad input.
+from a host that exceeded its token bucket (``rate_limited``). The checks run in that order: a host's bucket
+is charged only for reports that passed every other one (with a key: authenticated, and new), so forged or
+replayed reports from a spoofed source address cost a counter increment and never spend the budget of the
+host they name, nor create or evict any per-host state. Nothing here raises on bad input.
 
 ``receive_batch`` drains the report socket in batches: with the C helper ``controller/_reportrx.c`` (built by
 ``pip install``; ``NATIVE`` says whether it is) one ``recvmmsg`` call takes up to ``RECV_BATCH`` datagrams and
-decodes and HMAC-checks the well-formed REPORTs in C; without it, a ``recvfrom`` loop hands the bytes to
-``decode_report``. Both give the same reports and the same drop reasons (tests/controller/test_ctl_reportrx.py).
+decodes and HMAC-checks them in C; without it, a ``recvfrom`` loop hands each datagram to ``Report.decode``.
+Both give the same list: each datagram's report, or the reason it is malformed
+(tests/controller/test_ctl_reportrx.py).
 """
 from __future__ import annotations
 
 import collections
-import hmac
 import struct
-from typing import NamedTuple
 
 from netapprox.controller.config import ReportConfig
-from netapprox.hostlib.wire import (
-    HEADER_LEN,
-    REPORT_MAC_LEN,
-    REPORT_PAYLOAD_LEN,
-    TLR_ONE,
-    VERSION,
-    Flags,
-    MalformedPacket,
-    PacketType,
-    Report,
-)
+from netapprox.hostlib.wire import MalformedPacket, Report
 
 try:
     from netapprox.controller import _reportrx as _native
@@ -43,53 +36,6 @@ NATIVE = _native is not None
 """True when the C helper is built and ``receive_batch`` uses it."""
 
 
-class ReportFields(NamedTuple):
-    """A validated REPORT: the fields of ``hostlib.wire.Report`` as a tuple (cheap to build at line rate)."""
-
-    job_id: int
-    group_id: int
-    seq: int
-    tlr: float
-    loss: float
-    msr: float
-    rate_kbps: int
-    total: int
-    delivered: int
-    lost: int
-    epoch: int
-
-
-_HEADER_AND_REPORT = struct.Struct("!BBBBIIHHHHIIBBH" + "HHIIIII")
-_REPORT_BYTE0 = (VERSION << 4) | int(PacketType.REPORT)
-_VALID_FLAGS = int(sum(Flags))
-_MAC_END = HEADER_LEN + REPORT_PAYLOAD_LEN + REPORT_MAC_LEN
-_PLAIN, _SIGNED = REPORT_PAYLOAD_LEN, REPORT_PAYLOAD_LEN + REPORT_MAC_LEN
-
-
-def decode_report(data: bytes, key: bytes | None = None) -> ReportFields:
-    """``hostlib.wire.Report.decode`` at line rate: one ``struct`` unpack and a one-shot HMAC for well-formed
-    reports; anything else goes through ``Report.decode`` so that the error (a ``MalformedPacket`` reason) is
-    exactly the wire module's. tests/controller/test_ctl_reports.py checks the two agree on random input."""
-    if len(data) >= HEADER_LEN + REPORT_PAYLOAD_LEN:
-        (byte0, flags, _queue, _prio, job, _msg, group, tlr, idx, cnt, seq, _deadline, _weight, _reserved, length,
-         loss, msr, rate, total, delivered, lost, epoch) = _HEADER_AND_REPORT.unpack_from(data)
-        if (byte0 == _REPORT_BYTE0 and not flags & ~_VALID_FLAGS and tlr <= TLR_ONE and idx < cnt
-                and loss <= TLR_ONE and msr <= TLR_ONE and len(data) >= HEADER_LEN + length
-                and (length == _PLAIN or length == _SIGNED)):
-            if key is not None:
-                # Header bytes from job_id to weight, the reserved byte as zero (the wire module re-encodes the
-                # header, which does not carry it), then the body.
-                mac = hmac.digest(key, data[4:HEADER_LEN - 3] + b"\x00" + data[HEADER_LEN:HEADER_LEN + REPORT_PAYLOAD_LEN],
-                                  "sha256")[:REPORT_MAC_LEN]
-                if length != _SIGNED or not hmac.compare_digest(data[HEADER_LEN + REPORT_PAYLOAD_LEN:_MAC_END], mac):
-                    raise MalformedPacket("bad_mac", "report HMAC missing or wrong")
-            return ReportFields(job, group, seq, tlr / TLR_ONE, loss / TLR_ONE, msr / TLR_ONE, rate, total,
-                                delivered, lost, epoch)
-    r = Report.decode(data, key=key)  # raises the exact MalformedPacket (or accepts what the fast path did not)
-    return ReportFields(r.job_id, r.group_id, r.seq, r.tlr, r.loss, r.msr, r.rate_kbps, r.total, r.delivered,
-                        r.lost, r.epoch)
-
-
 class ReportIngest:
     """Validates reports. ``accepted`` and ``dropped`` (reason -> count) are cumulative."""
 
@@ -100,18 +46,18 @@ class ReportIngest:
         self._last_seq: dict[tuple[int, int], int] = {}
         self._buckets: dict[str, list[float]] = {}  # host -> [tokens, stamp] (a list: updated at line rate)
 
-    def receive(self, data: bytes | ReportFields, host: str, now: float) -> ReportFields | None:
+    def receive(self, data: bytes | Report | str, host: str, now: float) -> Report | None:
         """Validate one REPORT datagram from ``host`` (an address; the rate-limit key). None if dropped. ``data``
-        may also be a report ``receive_batch`` decoded already (its header, payload and HMAC checked in C): the
-        rest of the checks (rate, job, sequence) apply to it as to bytes."""
-        if not self._take_token(host, now):
-            self.dropped["rate_limited"] += 1
-            return None
-        if type(data) is ReportFields:
+        may also be what ``receive_batch`` made of a datagram: its ``Report`` (header, payload and HMAC checked),
+        or the reason it is malformed (counted here); the rest of the checks apply as to bytes."""
+        if type(data) is Report:
             report = data
+        elif type(data) is str:
+            self.dropped[data] += 1
+            return None
         else:
             try:
-                report = decode_report(data, key=self.config.key)
+                report = Report.decode(data, key=self.config.key)
             except MalformedPacket as e:
                 self.dropped[e.reason] += 1
                 return None
@@ -128,6 +74,9 @@ class ReportIngest:
         last = self._last_seq.get(key)
         if last is not None and report.seq <= last:
             self.dropped["stale_seq"] += 1
+            return None
+        if not self._take_token(host, now):
+            self.dropped["rate_limited"] += 1
             return None
         self._last_seq[key] = report.seq
         self.accepted += 1
@@ -167,21 +116,25 @@ class ReportIngest:
 
 
 def receive_batch(sock, key: bytes | None, max_batch: int = RECV_BATCH,
-                  native: bool = NATIVE) -> list[tuple[str, ReportFields | bytes]]:
+                  native: bool = NATIVE) -> list[tuple[str, Report | str]]:
     """Up to ``max_batch`` datagrams waiting on the non-blocking UDP socket ``sock``, as (source address,
-    item): ``item`` is the decoded report when the C helper accepted it (header, payload and, with ``key``, the
-    HMAC checked exactly as ``decode_report`` checks them), else the datagram's bytes, for
-    ``ReportIngest.receive`` to decode and classify. Empty when nothing is waiting. ``native=False`` forces the
-    pure-Python loop (the fallback when the helper is not built). Raises OSError on socket errors."""
+    item): ``item`` is the datagram's ``Report`` (with ``key``, its HMAC checked) or, when it is not a
+    well-formed REPORT, the ``MalformedPacket`` reason (``ReportIngest.receive`` takes either). Empty when
+    nothing is waiting. ``native=False`` forces the pure-Python loop (the fallback when the helper is not
+    built). Raises OSError on socket errors."""
     if native and _native is not None:
-        return _native.recv_reports(sock.fileno(), max_batch, key, ReportFields)
-    out: list[tuple[str, ReportFields | bytes]] = []
+        return _native.recv_reports(sock.fileno(), max_batch, key, Report)
+    out: list[tuple[str, Report | str]] = []
     for _ in range(max_batch):
         try:
             data, addr = sock.recvfrom(MAX_DATAGRAM)
         except (BlockingIOError, InterruptedError):
             break
-        out.append((addr[0], data))
+        try:
+            item: Report | str = Report.decode(data, key)
+        except MalformedPacket as e:
+            item = e.reason
+        out.append((addr[0], item))
     return out
 
 

@@ -13,6 +13,11 @@ switch's desired state through its driver (switches that are down are skipped an
 exponential backoff in a background thread, so one dead switch never stalls the others), read counters
 every ``config.counters_every`` epochs, log decisions, then call ``on_epoch(EpochResult)``. Connection timing
 always runs on the wall clock, even when ``epoch(now)`` is given a virtual time.
+
+In a replica set (``config.replica``) every replica runs all of this on the same reports; a switch for which
+this replica is a backup (``Driver.is_primary`` False) gets no writes and no counter reads, and when the switch
+makes it primary its next epoch hands the driver the whole desired state (a takeover: the driver reconciles
+with what the switch holds). Each change is logged and in the decision log (``primary`` / ``backup``).
 """
 from __future__ import annotations
 
@@ -24,18 +29,21 @@ import socket
 import threading
 import time
 import types
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, TypeVar
+
+from prometheus_client import generate_latest
 
 from netapprox.controller.config import ControllerConfig
 from netapprox.controller.core import ControllerCore, EpochPlan
 from netapprox.controller.drivers import Driver, build_driver
-from netapprox.controller.errors import ControllerError, P4RuntimeWriteError, SwitchUnavailable
+from netapprox.controller.errors import ControllerError, SwitchUnavailable, WriteError
 from netapprox.controller.model import Counters, TableUpdates, WriteSummary
 from netapprox.controller.observe import DecisionLog, Metrics
 from netapprox.controller.reports import RECV_BATCH, receive_batch
 from netapprox.hostlib.wire import Report
 
 log = logging.getLogger("netapprox.controller")
+T = TypeVar("T")
 
 SO_RCVBUFFORCE = 33  # Linux; not in the socket module
 GC_FULL_EVERY_S = 10.0
@@ -110,9 +118,16 @@ class _Switch:
         self.reconnects = 0
         self.last_error = ""
         self.needs_full = True  # a (re)connected switch missed the updates of the epochs before: whole state
+        self.primary: bool | None = None  # this controller may write to it (None: not looked at since connect)
         self.updates = {"insert": 0, "modify": 0, "delete": 0}
         self.write_errors = 0
         self.counters: Counters | None = None
+        self.failure = ""  # why the last driver call failed (``Runtime._call``)
+
+    def count(self, summary: WriteSummary) -> None:
+        self.updates["insert"] += summary.inserted
+        self.updates["modify"] += summary.modified
+        self.updates["delete"] += summary.deleted
 
 
 class Runtime:
@@ -149,7 +164,7 @@ class Runtime:
         self._last_full_gc = time.perf_counter()
         try:
             for name, sc in self.core.switches.items():
-                driver = drivers[name] if name in drivers else build_driver(sc)
+                driver = drivers[name] if name in drivers else build_driver(sc, replica=config.replica)
                 self._switches[name] = _Switch(name, driver, config.reconnect_initial_s)
             if self._sock is None and config.reports.port >= 0:
                 self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -271,6 +286,7 @@ class Runtime:
             self.decision_log.write("switch_up", switch=sw.name, reconnect=sw.ever_connected)
             sw.ever_connected = True
             sw.needs_full = True
+            sw.primary = None
             sw.backoff = self.config.reconnect_initial_s
             sw.last_error = ""
             sw.up = True
@@ -296,10 +312,8 @@ class Runtime:
         for sw in self._switches.values():
             if not sw.up:
                 continue
-            try:
-                frames = sw.driver.drain_packet_in()
-            except SwitchUnavailable as e:
-                self._mark_down(sw, str(e))
+            frames = self._call(sw, lambda d: d.drain_packet_in())
+            if not frames:
                 continue
             with self._lock:
                 for frame, port in frames:
@@ -320,37 +334,30 @@ class Runtime:
             if not sw.up:
                 errors[name] = f"down: {sw.last_error}" if sw.last_error else "down"
                 continue
-            try:
-                updates = plan.updates[name]
-                if sw.needs_full:
-                    updates = TableUpdates(static=True, jobs=updates.jobs, urgent=updates.urgent)
-                summary = sw.driver.apply_updates(lambda name=name: plan.desired[name], updates)
-                sw.needs_full = False
-                writes[name] = summary
-                sw.updates["insert"] += summary.inserted
-                sw.updates["modify"] += summary.modified
-                sw.updates["delete"] += summary.deleted
-                if summary.writes:
-                    self.decision_log.write("write", epoch=plan.epoch, switch=name, inserted=summary.inserted,
-                                            modified=summary.modified, deleted=summary.deleted)
-                if read_now:
-                    sw.counters = counters[name] = sw.driver.read_counters()
-            except SwitchUnavailable as e:
-                self._mark_down(sw, str(e))
-                errors[name] = str(e)
-            except P4RuntimeWriteError as e:
-                sw.write_errors += len(e.errors)
-                errors[name] = str(e)
-                log.error("%s", e)
-                self.decision_log.write("write_error", epoch=plan.epoch, switch=name,
-                                        errors=[str(x) for x in e.errors])
-            except ControllerError as e:
-                errors[name] = str(e)
-                log.error("switch %r: %s", name, e)
-            except Exception as e:  # noqa: BLE001 - unknown driver failure: re-arm the switch, keep the loop
-                log.exception("switch %r: driver failed", name)
-                self._mark_down(sw, f"{type(e).__name__}: {e}")
-                errors[name] = str(e)
+            primary = self._follow_primary(sw)
+            if not primary:
+                if primary is None:
+                    errors[name] = sw.failure
+                continue  # a backup: another controller writes to this switch
+            updates = plan.updates[name]
+            if sw.needs_full:
+                updates = TableUpdates(static=True, jobs=updates.jobs, urgent=updates.urgent)
+            summary = self._write(sw, lambda d, name=name, updates=updates: d.apply_updates(
+                lambda: plan.desired[name], updates))
+            if summary is None:
+                errors[name] = sw.failure
+                continue
+            sw.needs_full = False
+            writes[name] = summary
+            if summary.writes:
+                self.decision_log.write("write", epoch=plan.epoch, switch=name, inserted=summary.inserted,
+                                        modified=summary.modified, deleted=summary.deleted)
+            if read_now:
+                read = self._call(sw, lambda d: d.read_counters())
+                if read is None:
+                    errors[name] = sw.failure
+                else:
+                    sw.counters = counters[name] = read
         duration = time.perf_counter() - t0
         self._metrics.epoch_seconds.observe(duration)
         result = EpochResult(plan=plan, writes=types.MappingProxyType(writes), errors=types.MappingProxyType(errors),
@@ -385,22 +392,12 @@ class Runtime:
         writes: dict[str, WriteSummary] = {}
         for name, update in updates.items():
             sw = self._switches[name]
-            if not sw.up or sw.needs_full:
+            if not sw.up or sw.needs_full or not sw.primary:
                 continue
-            try:
-                summary = writes[name] = sw.driver.apply_updates(lambda: self.core.desired_state(name), update)
-                for op, n in (("insert", summary.inserted), ("modify", summary.modified), ("delete", summary.deleted)):
-                    sw.updates[op] += n
-            except SwitchUnavailable as e:
-                self._mark_down(sw, str(e))
-            except P4RuntimeWriteError as e:
-                sw.write_errors += len(e.errors)
-                log.error("%s", e)
-            except ControllerError as e:
-                log.error("switch %r: %s", name, e)
-            except Exception as e:  # noqa: BLE001 - as in epoch(): re-arm the switch, keep the loop
-                log.exception("switch %r: driver failed", name)
-                self._mark_down(sw, f"{type(e).__name__}: {e}")
+            summary = self._write(sw, lambda d, name=name, update=update: d.apply_updates(
+                lambda: self.core.desired_state(name), update))
+            if summary is not None:
+                writes[name] = summary
         return writes
 
     def _pump_writes(self) -> bool:
@@ -408,26 +405,59 @@ class Runtime:
         switch answers (``send_pending``), so a backlog drains at the switch's pace. True while any still wait."""
         waiting = False
         for sw in self._switches.values():
-            pending = getattr(sw.driver, "pending_writes", None)
-            if not sw.up or sw.needs_full or pending is None or not pending():
+            if not sw.up or sw.needs_full or not sw.primary or not sw.driver.pending_writes():
                 continue
-            try:
-                summary = sw.driver.send_pending()
-                sw.updates["insert"] += summary.inserted
-                sw.updates["modify"] += summary.modified
-                sw.updates["delete"] += summary.deleted
-            except SwitchUnavailable as e:
-                self._mark_down(sw, str(e))
-                continue
-            except P4RuntimeWriteError as e:
-                sw.write_errors += len(e.errors)
-                log.error("%s", e)
-            except Exception as e:  # noqa: BLE001 - as in epoch(): re-arm the switch, keep the loop
-                log.exception("switch %r: driver failed", sw.name)
-                self._mark_down(sw, f"{type(e).__name__}: {e}")
-                continue
-            waiting = waiting or pending()
+            self._write(sw, lambda d: d.send_pending())
+            waiting = waiting or (sw.up and sw.driver.pending_writes())
         return waiting
+
+    def _follow_primary(self, sw: _Switch) -> bool | None:
+        """Whether this controller may write to the switch now (``Driver.is_primary``; None: the switch is gone).
+        A change is logged; to primary (a takeover), the next write is the whole desired state."""
+        primary = self._call(sw, lambda d: d.is_primary())
+        if primary is None or primary == sw.primary:
+            return primary
+        if sw.primary is not None or not primary:  # not the first look at a switch this controller just armed
+            log.warning("switch %r: this controller is %s now", sw.name, "primary" if primary else "a backup")
+            self.decision_log.write("primary" if primary else "backup", epoch=self.core.epoch, switch=sw.name)
+        sw.primary = primary
+        if primary:
+            sw.needs_full = True
+        return primary
+
+    # --- calling drivers ----------------------------------------------------------------------------------
+
+    def _call(self, sw: _Switch, call: Callable[[Driver], T]) -> T | None:
+        """``call(sw.driver)``, the one place where a driver's failure is handled: the switch is gone
+        (``SwitchUnavailable``, or any exception that is not a ``ControllerError``: the loop never dies of a
+        driver error) -> marked down and reconnected; some updates refused (``WriteError``) -> counted and
+        logged; any other ``ControllerError`` -> logged. Returns None on failure, ``sw.failure`` says why."""
+        try:
+            return call(sw.driver)
+        except SwitchUnavailable as e:
+            self._mark_down(sw, str(e))
+            sw.failure = str(e)
+        except WriteError as e:
+            sw.write_errors += len(e.errors)
+            sw.failure = str(e)
+            log.error("%s", e)
+            self.decision_log.write("write_error", epoch=self.core.epoch, switch=sw.name,
+                                    errors=[str(x) for x in e.errors])
+        except ControllerError as e:
+            sw.failure = str(e)
+            log.error("switch %r: %s", sw.name, e)
+        except Exception as e:  # noqa: BLE001 - unknown driver failure: re-arm the switch, keep the loop
+            log.exception("switch %r: driver failed", sw.name)
+            self._mark_down(sw, f"{type(e).__name__}: {e}")
+            sw.failure = str(e)
+        return None
+
+    def _write(self, sw: _Switch, call: Callable[[Driver], WriteSummary]) -> WriteSummary | None:
+        """``_call`` of a write; what it wrote is counted."""
+        summary = self._call(sw, call)
+        if summary is not None:
+            sw.count(summary)
+        return summary
 
     def run(self, stop: threading.Event) -> None:
         """Epochs every ``config.epoch_s`` (wall clock) until ``stop`` is set. Reports arriving on the socket are
@@ -516,8 +546,6 @@ class Runtime:
 
     def metrics_text(self) -> str:
         """The Prometheus exposition ``/metrics`` serves (also without a metrics port)."""
-        from prometheus_client import generate_latest
-
         return generate_latest(self._metrics.registry).decode()
 
     def snapshot(self) -> dict[str, Any]:
@@ -533,9 +561,9 @@ class Runtime:
                     "reports_dropped": dict(stats.dropped), "jobs": jobs}
         snap["switches"] = {n: {"up": sw.up, "reconnects": sw.reconnects, **sw.updates,
                                 "write_errors": sw.write_errors, "counters": sw.counters,
-                                "backlog": getattr(sw.driver, "deferred_updates", 0),
-                                "backlog_urgent": getattr(sw.driver, "deferred_urgent", 0),
-                                "write_stats": dict(getattr(sw.driver, "write_stats", {})),
-                                "stats": dict(getattr(sw.driver, "stats", dict)())}
+                                "backlog": sw.driver.deferred_updates,
+                                "backlog_urgent": sw.driver.deferred_urgent,
+                                "write_stats": dict(sw.driver.write_stats),
+                                "stats": dict(sw.driver.stats())}
                             for n, sw in self._switches.items()}
         return snap

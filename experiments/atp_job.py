@@ -22,7 +22,9 @@ from typing import Any, Sequence
 
 from netapprox.experiments.hostprog import add_start_at, address, emit_summary, wait_for_start
 from netapprox.experiments.jobs import JobWorkload
-from netapprox.hostlib.config import COMPLETION_POLICIES, MODE_ALIASES, MODES
+from netapprox.hostlib import api
+from netapprox.hostlib.config import (
+    COMPLETION_POLICIES, MODE_ALIASES, MODES, AtpConfig, JobSpec, Message, parse_rate, pattern_bytes)
 from netapprox.hostlib.wire import DEFAULT_ATP_PORT, DEFAULT_REPORT_PORT
 
 
@@ -42,25 +44,22 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
-def build_config(args: argparse.Namespace):
-    from netapprox.hostlib.config import AtpConfig, parse_rate
+def build_config(args: argparse.Namespace) -> AtpConfig:
     kw: dict[str, Any] = {"mode": args.mode, "mrdf": not args.no_mrdf, "completion": args.completion}
     if args.rate:
         kw["max_rate_bps"] = parse_rate(args.rate)
     return AtpConfig(**kw)
 
 
-def job_spec(workload: JobWorkload, job_id: int, msr: float):
-    from netapprox.hostlib.config import JobSpec, Message, pattern_bytes
+def job_spec(workload: JobWorkload, job_id: int, msr: float) -> JobSpec:
     msgs = tuple(Message(pattern_bytes(i, s)) for i, s in enumerate(workload.sizes))
     return JobSpec(job_id=job_id, messages=msgs, msr=msr)
 
 
 def send(args: argparse.Namespace) -> dict:
-    from netapprox.hostlib import api
     if args.cmd == "send-vector":
-        import numpy as np
-        from netapprox.hostlib.config import JobSpec
+        import numpy as np  # noqa: PLC0415 - only vector jobs need it; every other start stays light
+
         values = np.load(args.vector).astype("float32").tolist()
         job = JobSpec.from_vector(args.job_id, values, msr=args.msr)
     else:
@@ -81,7 +80,6 @@ def send(args: argparse.Namespace) -> dict:
 
 
 def recv(args: argparse.Namespace) -> dict:
-    from netapprox.hostlib import api
     try:
         got = api.receive_jobs(address(args.bind, DEFAULT_ATP_PORT), count=args.jobs, timeout=args.timeout)
         error = None
@@ -92,7 +90,8 @@ def recv(args: argparse.Namespace) -> dict:
         d = _jsonable(res)
         vec = res.vector
         if vec is not None and args.vector_out:
-            import numpy as np
+            import numpy as np  # noqa: PLC0415 - only vector jobs need it
+
             path = Path(args.vector_out) / f"job{res.job_id}.npy"
             path.parent.mkdir(parents=True, exist_ok=True)
             np.save(path, np.asarray(vec, dtype="float32"))

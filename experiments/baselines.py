@@ -34,11 +34,13 @@ import struct
 import sys
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from netapprox.hostlib import wire
 from netapprox.experiments.hostprog import add_start_at, address, emit_summary, wait_for_start
 from netapprox.experiments.jobs import JobWorkload
+from netapprox.hostlib.config import required_messages
+from netapprox.topo.trafgen import Pacer, send_paced
 
 TCP_DEFAULT_PORT = 5600
 UDP_DEFAULT_PORT = 5700
@@ -47,6 +49,10 @@ CC_FILE = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
 _MAGIC = b"NAB1"
 _JOB_HDR = struct.Struct("!4sBIII")  # magic, mode, job_id, n, target
 _MSG_HDR = struct.Struct("!II")  # msg_id, length
+TCP_JOB_HEADER = _JOB_HDR.size
+TCP_MSG_HEADER = _MSG_HDR.size
+"""The TCP baselines' framing: a 17-byte job header, then 8 bytes before every message (the simulated
+baselines write the same stream)."""
 _STOP = b"S"
 MODE_ES, MODE_SS = 1, 2
 _MODE_NAMES = {MODE_ES: "tcp-es", MODE_SS: "tcp-ss"}
@@ -67,10 +73,10 @@ def pick_congestion_control(available: str | None = None) -> str:
 
 
 def msr_target(msr: float, n: int) -> int:
-    """Messages that must arrive: ceil(MSR * N), at least 1 (with a tolerance for float noise)."""
+    """Messages that must arrive: ceil(MSR * N), as ATP counts them (``hostlib.config.required_messages``)."""
     if not 0.0 < msr <= 1.0:
         raise ValueError(f"MSR must be in (0, 1], got {msr}")
-    return max(1, min(n, math.ceil(msr * n - 1e-9)))
+    return required_messages(msr, n)
 
 
 def sample_messages(n: int, msr: float, seed: int) -> list[int]:
@@ -305,11 +311,12 @@ def tcp_receive(bind: tuple[str, int], *, jobs: int = 1, timeout: float = 120.0,
 def udp_send(dest: tuple[str, int], job: JobWorkload, *, job_id: int, rate_bps: float, mtu: int = 1400,
              tlr: float | None = None, duration_s: float | None = None, end_copies: int = 5,
              start_at: float | None = None) -> dict:
-    """Send every message of ``job`` as ATP-format DATA packets paced at ``rate_bps`` (UDP payload bits).
+    """Send every message of ``job`` as ATP-format DATA packets paced at ``rate_bps`` (UDP payload bits), through
+    the one paced generator (``topo.trafgen.send_paced``).
 
     ``tlr``: mark packets APPROX with this TLR (switches queue them by TLR), else non-approximate.
     ``duration_s``: keep cycling through the job's messages until this much time has passed
-    (background traffic); by default each message is sent once. The end is announced with
+    (background traffic); by default each message is sent once, when it is ready. The end is announced with
     ``end_copies`` DONE packets whose ``seq`` carries the number of DATA packets sent.
     """
     if rate_bps <= 0:
@@ -324,12 +331,11 @@ def udp_send(dest: tuple[str, int], job: JobWorkload, *, job_id: int, rate_bps: 
     late = wait_for_start(start_at)
     start_wall = time.time()
     t0 = time.monotonic()
-    next_t = t0
     seq = 0
-    sent_bytes = 0
-    send_errors = 0
-    cycle = 0
-    try:
+
+    def datagrams() -> Iterator[bytes]:
+        nonlocal seq
+        cycle = 0
         while True:
             for mid in range(job.n):
                 size = job.sizes[mid]
@@ -340,23 +346,16 @@ def udp_send(dest: tuple[str, int], job: JobWorkload, *, job_id: int, rate_bps: 
                     plen = min(chunk, size - idx * chunk) if size > 0 else 0
                     hdr = wire.Header(flags=flags, job_id=job_id, msg_id=mid + cycle * job.n, tlr=tlr_q,
                                       pkt_idx=idx, pkt_cnt=cnt, seq=seq)
-                    pkt = wire.encode(hdr, b"\0" * plen)
-                    now = time.monotonic()
-                    next_t = max(next_t, now - 0.002)  # no catch-up bursts longer than 2 ms
-                    if next_t > now:
-                        time.sleep(next_t - now)
-                    try:
-                        sock.sendto(pkt, dest)
-                        sent_bytes += len(pkt)
-                    except OSError:
-                        send_errors += 1
+                    yield wire.encode(hdr, b"\0" * plen)
                     seq += 1
-                    next_t += len(pkt) * 8 / rate_bps
                 if duration_s is not None and time.monotonic() - t0 >= duration_s:
                     break
             cycle += 1
             if duration_s is None or time.monotonic() - t0 >= duration_s:
-                break
+                return
+
+    try:
+        out = send_paced(sock, dest, datagrams(), Pacer(rate_bps))
         last = time.monotonic()
         done_hdr = wire.Header(type=wire.PacketType.DONE, job_id=job_id, seq=seq)
         for _ in range(end_copies):
@@ -365,7 +364,7 @@ def udp_send(dest: tuple[str, int], job: JobWorkload, *, job_id: int, rate_bps: 
     finally:
         sock.close()
     return {"protocol": "udp", "job_id": job_id, "n": job.n, "rate_bps": rate_bps, "tlr": tlr,
-            "packets_sent": seq, "bytes_sent": sent_bytes, "send_errors": send_errors,
+            "packets_sent": seq, "bytes_sent": out["bytes"], "send_errors": out["send_errors"],
             "duration_s": last - t0, "start_wall": start_wall, "end_wall": start_wall + (last - t0),
             "workload": job.kind, "workload_seed": job.seed, "late_start_s": late}
 
@@ -440,7 +439,8 @@ def _job_from_args(args: argparse.Namespace) -> JobWorkload:
         return JobWorkload.from_dict(json.loads(Path(args.job).read_text()))
     if args.fixed_size is not None:
         return JobWorkload(kind="fixed", seed=0, sizes=(args.fixed_size,) * args.n, ready_s=(0.0,) * args.n)
-    from netapprox.experiments.workloads import make_job
+    from netapprox.experiments.workloads import make_job  # noqa: PLC0415 - numpy; a host program given a job file starts without it
+
     return make_job(args.workload, args.workload_seed, args.n, offered_bps=args.offered_bps,
                     max_size=args.max_size)
 

@@ -49,11 +49,15 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+from pyroute2 import IPRoute
 
+from netapprox.controller.kernel import tc
+from netapprox.controller.model import ClassRule
 from netapprox.experiments import results as R
-from netapprox.experiments.harness import Testbed, read_json
-from netapprox.experiments.runner import Scale
+from netapprox.experiments.emulated import Scale
+from netapprox.experiments.sweep import Sweep, as_sweep
 from netapprox.experiments.workloads import web_search_flows
+from netapprox.topo.testbed import Testbed, read_json
 
 VARIANTS = ("gloo", "gloo-low", "atp", "atp-low", "atp-spread", "atp-exact")
 SCENARIOS = ("idle", "ws20", "ws50", "straggler", "straggler-both")
@@ -66,7 +70,6 @@ STRAGGLER_HOST = 2
 
 def class_rules(variant: str) -> list:
     """queue_by_class rules that put the variant's training traffic in the low-priority queue."""
-    from netapprox.controller.model import ClassRule
     if variant == "gloo-low":
         return [ClassRule(rank=20, ip_proto=6, ip_proto_mask=0xFF, l4_dport=FLOW_PORT, l4_dport_mask=0xFFFF, qid=0),
                 ClassRule(rank=10, ip_proto=6, ip_proto_mask=0xFF, l4_dport=0, l4_dport_mask=0, qid=LOW_QUEUE)]
@@ -92,10 +95,6 @@ def slow_link(tb: Testbed, host: int, rate_mbit: float, *, uplink: bool = False)
     """Make ``host``'s link a straggler: its switch port's HTB classes at ``rate_mbit`` (queues and filters
     stay as the controller installed them), and with ``uplink`` a token bucket at that rate on the host's own
     interface too."""
-    from pyroute2 import IPRoute
-
-    from netapprox.controller.kernel import tc
-
     rate = f"{int(round(rate_mbit * 1000))}kbit"
     mtu = tc.PortShape(rate_mbit=rate_mbit).mtu_bytes
     ipr = IPRoute(netns=tb.lab.switch_ns)
@@ -131,7 +130,7 @@ def ddp_trial(tb: Testbed, scale: Scale, seed: int, variant: str, scenario: str,
     wd.mkdir(parents=True)
     workers = 3
     src = workers
-    rate = scale.rate_mbit * 1e6
+    rate = scale.rate_bps
     hook = "atp" if variant.startswith("atp") else "gloo"
     flow_load = scenario_flow_load(scenario)
     servers = []
@@ -208,16 +207,19 @@ def ddp_trial(tb: Testbed, scale: Scale, seed: int, variant: str, scenario: str,
                "ranks": [{k: v for k, v in r.items() if k != "curve"} for r in ranks]}
 
 
-def exp_ddp(seeds: Sequence[int], out: Path, scale: Scale, *, variants=("gloo", "atp"), scenarios=SCENARIOS,
+def exp_ddp(seeds: Sequence[int], out: Path, sweep: Sweep, *, variants=("gloo", "atp"), scenarios=SCENARIOS,
             iterations: int = 150, hidden: int = 256, msr: float = 0.7, straggler_rate: float = 0.5,
             target: float = 0.9, eval_every: int = 5, flow_s: float = 240.0, atp_args: str = "",
             fills=("zero", "previous", "error_feedback"), fill_loss: float = 0.3, fill_policy: str = "msr:0.5",
             fill_iterations: int = 80, network: bool = True) -> R.ResultFile:
+    """Runs on the emulated testbed (``sweep``: its back end's scale); the ``fill`` part on loopback."""
     bad = [v for v in variants if v not in VARIANTS] + [s for s in scenarios if s not in SCENARIOS]
     if bad:
         raise ValueError(f"ddp: unknown variant or scenario {', '.join(bad)}; variants {', '.join(VARIANTS)}, "
                          f"scenarios {', '.join(SCENARIOS)}")
-    from netapprox.ml import transform
+    from netapprox.ml import example, transform  # noqa: PLC0415 - PyTorch (the [torch] extra), only for this experiment
+
+    scale: Scale = as_sweep(sweep).backend.scale
     rf = R.ResultFile("ddp", {"scale": dataclasses.asdict(scale), "variants": list(variants),
                               "scenarios": list(scenarios), "iterations": iterations, "hidden": hidden, "msr": msr,
                               "straggler_rate": straggler_rate, "atp_args": atp_args, "straggler_host": STRAGGLER_HOST,
@@ -259,7 +261,6 @@ def exp_ddp(seeds: Sequence[int], out: Path, scale: Scale, *, variants=("gloo", 
             rf.write()
         plot_accuracy(rf, path=rf.out_dir / "accuracy_vs_time.png")
     if fills:
-        from netapprox.ml import example
         for seed in seeds:
             for fill in fills:
                 cfg = example.TrainConfig(hook="atp", policy=fill_policy, fill=fill, loss=fill_loss,
@@ -340,11 +341,10 @@ _SCENARIO_TITLES = {"idle": "no background", "ws20": "web-search flows at 20 % l
 def tables(result: dict) -> str:
     """Markdown tables of a ddp result.json: per scenario and variant (mean [min, max] over seeds), the ratios
     against gloo, and the fill modes."""
-    from netapprox.experiments.results import lookup
     s = result["summary"]
 
     def cell(metric: str, fmt: str = "{:.3g}", **params: Any) -> str:
-        row = lookup(s, metric, **params)
+        row = R.lookup(s, metric, **params)
         if not row or not row["n"]:
             return "–"
         f = fmt.format

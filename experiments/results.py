@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from netapprox.experiments.baselines import pick_congestion_control
+
 RESULTS_DIR = Path(os.environ.get("NETAPPROX_RESULTS", "results"))
 COMMAND: list[str] = list(sys.argv)
 """The command recorded in result files; ``python -m netapprox.experiments`` sets it to its own command line."""
@@ -94,7 +96,6 @@ def git_commit() -> str | None:
 
 
 def environment() -> dict:
-    from netapprox.experiments.baselines import pick_congestion_control
     return {"tcp_cc": pick_congestion_control(), "kernel": platform.release(), "cpus": os.cpu_count(),
             "python": platform.python_version()}
 
@@ -146,7 +147,7 @@ def brief(metrics: Mapping[str, Any]) -> str:
     for key, fmt in (("jct_mean_s", "JCT mean {}"), ("fbkv_jct_s", "FBKV JCT {}"),
                      ("msr_met_frac", "MSR met {:.0%}"), ("fct_all_mean", "flow FCT mean {}"),
                      ("iteration_mean_s", "iteration {}"), ("rel_l2_error", "error {:.3f}"),
-                     ("tcp_over_atp_jct", "TCP/ATP {:.2f}")):
+                     ("tcp_over_atp_jct", "TCP/ATP {:.2f}"), ("wall_s", "{} of wall clock")):
         v = metrics.get(key)
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             parts.append(fmt.format(seconds(v) if "{}" in fmt else v))
@@ -171,22 +172,40 @@ class ResultFile:
     notes: list = dataclasses.field(default_factory=list)
     expected: int = 0
     """Runs the sweep will add, for the progress lines (0: unknown)."""
+    errors: list = dataclasses.field(default_factory=list)
+    """Trials that raised: their seed, params, plan and traceback (result.json has them when there are any)."""
 
     def __post_init__(self) -> None:
-        self._progress = Progress(self.expected, PROGRESS)
+        self.progress = Progress(self.expected, PROGRESS)
 
-    def add(self, seed: int, params: Mapping[str, Any], metrics: Mapping[str, Any], raw: Any = None) -> None:
-        self.runs.append({"seed": seed, "params": dict(params), "metrics": dict(metrics), "raw": raw})
+    def add(self, seed: int, params: Mapping[str, Any], metrics: Mapping[str, Any], raw: Any = None, *,
+            progress: bool = True) -> dict:
+        """File one run (a progress line unless ``progress`` is off: a derived row); returns its record."""
+        run = {"seed": seed, "params": dict(params), "metrics": dict(metrics), "raw": raw}
+        self.runs.append(run)
+        if progress:
+            self.progress.step(self._what(seed, params), brief(metrics))
+        return run
+
+    def fail(self, seed: int, params: Mapping[str, Any], error: str, plan: Any = None) -> None:
+        """File a trial that raised ``error`` (its traceback); its progress line says so."""
+        self.errors.append({"seed": seed, "params": dict(params), "error": error, "plan": plan})
+        self.progress.step(self._what(seed, params), "FAILED: " + error.strip().splitlines()[-1])
+
+    def _what(self, seed: int, params: Mapping[str, Any]) -> str:
         what = " ".join(f"{k}={v}" for k, v in params.items())
-        self._progress.step(f"{self.experiment} {what} seed={seed}", brief(metrics))
+        return f"{self.experiment} {what} seed={seed}"
 
     def to_dict(self) -> dict:
-        return {
+        out = {
             "experiment": self.experiment, "command": list(self.command), "git_commit": git_commit(),
             "started_utc": self.started_utc, "finished_utc": now_utc(), "config": self.config,
             "seeds": list(self.seeds), "environment": environment(), "notes": list(self.notes),
             "runs": self.runs, "summary": summarize(self.runs),
         }
+        if self.errors:
+            out["errors"] = self.errors
+        return out
 
     def write(self) -> Path:
         """result.json, and result.csv beside it (one row per run: seed, parameters, scalar metrics)."""
@@ -238,7 +257,7 @@ def _plt():
 # What the experiments put on their axes: parameter, metric and timeline-field names -> (words, unit). An axis
 # label a caller passes keeps its words and gets the unit of its key when it has none (no parenthesis); a key
 # without a label gets these words. Every name an experiment plots needs an entry (tests/experiments/
-# test_results.py reads the plot calls of experiments/runner.py).
+# test_results.py reads the plot calls of experiments/figures.py).
 AXES: dict[str, tuple[str, str]] = {
     # sweep parameters (x axes, bar groups)
     "msr": ("MSR", "fraction of messages required"),
@@ -261,6 +280,7 @@ AXES: dict[str, tuple[str, str]] = {
     "loss_avg10": ("measured loss", "fraction, last 10 epochs"),
     "tlr": ("TLR", "fraction"),
     "rate_mbps": ("sending rate", "Mbit/s"),
+    "rate_gbps": ("sending rate", "Gbit/s"),
     "queue": ("queue", "0 = highest priority"),
 }
 LEGEND_TITLES: dict[str, str] = {
@@ -382,19 +402,3 @@ def plot_timeline(rows: Sequence[Mapping[str, Any]], *, fields: Sequence[str], p
     axes[0].set_title(title)
     axes[-1].set_xlabel("time since the job started (s)")
     return _save(plt, fig, path)
-
-
-def flow_fct_stats(flows: Sequence[dict]) -> dict:
-    """Mean and p99 FCT of all / small / large flows, and how many did not finish."""
-    from netapprox.experiments.workloads import LARGE_FLOW_BYTES, SMALL_FLOW_BYTES
-    out: dict[str, Any] = {}
-    classes = {"all": lambda f: True, "small": lambda f: f["trace_size"] < SMALL_FLOW_BYTES,
-               "large": lambda f: f["trace_size"] > LARGE_FLOW_BYTES}
-    for cls, pred in classes.items():
-        sel = [f for f in flows if pred(f)]
-        done = [f["fct_s"] for f in sel if f.get("fct_s") is not None]
-        out[f"fct_{cls}_mean"] = sum(done) / len(done) if done else None
-        out[f"fct_{cls}_p99"] = percentile(done, 99) if done else None
-        out[f"flows_{cls}"] = len(sel)
-        out[f"flows_{cls}_unfinished"] = len(sel) - len(done)
-    return out

@@ -10,13 +10,15 @@ import argparse
 import json
 import logging
 import os
+import queue
 import random
 import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Sequence
 
-from netapprox.hostlib import api, events, wire
+from netapprox.hostlib import api, events, link, wire
 from netapprox.hostlib import checks as C
 from netapprox.hostlib.config import (
     COMPLETION_POLICIES,
@@ -122,7 +124,9 @@ def send_parser() -> argparse.ArgumentParser:
                    help="an extra group, e.g. 1:0.9:200 (repeatable)")
     p.add_argument("--vector", type=C.arg(C.integer(ge=1, le=MAX_MESSAGES)), default=None, metavar="N",
                    help="send a float32 vector of N random values instead (bounded-loss mode)")
-    p.add_argument("--rate", type=_rate, default=100e6, help="R_max, e.g. 100M (bit/s, default 100M)")
+    p.add_argument("--rate", type=_rate, default=None,
+                   help="R_max, e.g. 10G (bit/s; default: the speed of the interface the route to DEST leaves by, "
+                        "10G to this host, 1G when the interface reports none; the summary says which)")
     p.add_argument("--initial-rate", type=_rate, default=None, help="starting rate (default R_max)")
     p.add_argument("--gain", type=C.arg(C.number(gt=0.0, le=1.0)), default=AtpConfig.gain,
                    help="m of eq. 2 (default %(default)s)")
@@ -140,7 +144,8 @@ def send_parser() -> argparse.ArgumentParser:
     p.add_argument("--weight", type=C.arg(C.integer(ge=1, le=255)), default=None, help="CadentFlow weight 1..255")
     p.add_argument("--deadline-ms", type=C.arg(C.number(ge=0.0)), default=None,
                    help="CadentFlow deadline after job start")
-    p.add_argument("--report-to", default=None, metavar="HOST[:PORT]", help="controller (port 7601 default)")
+    p.add_argument("--report-to", action="append", default=None, metavar="HOST[:PORT]",
+                   help="controller (port 7601 default); repeat it for each controller of a replica set")
     p.add_argument("--report-key-file", type=Path, default=None, help="file holding the report HMAC key")
     p.add_argument("--admission-key-file", type=Path, default=None,
                    help="file holding the receiver's shared admission key (signs the job announce)")
@@ -232,8 +237,9 @@ def send_main(argv: Sequence[str] | None = None) -> int:
         job = _build_job(args)
         config = _send_config(args)
         dest = _address("DEST", args.dest, args.port)
-        report_to = None if args.report_to is None else _address("--report-to", args.report_to,
-                                                                 wire.DEFAULT_REPORT_PORT)
+        report_to = None if args.report_to is None else [_address("--report-to", a, wire.DEFAULT_REPORT_PORT)
+                                                         for a in args.report_to]
+        config, rmax = link.resolve_rate(config, dest)
     except (ConfigError, ValueError) as err:
         parser.error(str(err))
     _install_signal_handlers()
@@ -254,8 +260,10 @@ def send_main(argv: Sequence[str] | None = None) -> int:
         print(f"atp-send: {err}", file=sys.stderr)
         return 1
     print(format_send_summary(summary))
+    print(f"  R_max {rmax.describe()}")
     if args.json is not None:
-        return _save("atp-send", args.json, summary.as_dict())
+        return _save("atp-send", args.json, {**summary.as_dict(), "max_rate_bps": rmax.rate_bps,
+                                             "max_rate_source": rmax.source})
     return 0
 
 
@@ -286,7 +294,7 @@ def recv_parser() -> argparse.ArgumentParser:
     p.add_argument("--admission-key-file", type=Path, default=None,
                    help="file holding a shared admission key: announces not signed with it are dropped")
     p.add_argument("--json", type=C.arg(C.output_file(), str), default=None, metavar="FILE",
-                   help="write the job summary as JSON (--serve: a list, rewritten after each job)")
+                   help="write the job summary as JSON (--serve: one JSON line per job, appended as it finishes)")
     p.add_argument("--vector-out", type=C.arg(C.output_file(), str), default=None, metavar="FILE",
                    help="--once, vector jobs: write the float32 vector (little-endian raw) here")
     p.add_argument("-v", "--verbose", action="count", default=0)
@@ -295,7 +303,7 @@ def recv_parser() -> argparse.ArgumentParser:
 
 def format_receive_result(r: api.ReceiveResult) -> str:
     lines = [f"job {r.job_id} from {r.peer[0]}:{r.peer[1]}: delivered {r.delivered}/{r.total}, "
-             f"lost {len(r.lost_ids)}, {r.packets} packets ({r.duplicates} duplicates) in {r.elapsed_s * 1e3:.1f} ms"]
+             f"lost {r.lost}, {r.packets} packets ({r.duplicates} duplicates) in {r.elapsed_s * 1e3:.1f} ms"]
     for g in r.groups:
         lines.append(f"  group {g.group_id}: delivered {g.delivered}/{g.total}, lost {g.lost}, "
                      f"loss {g.lost / g.total if g.total else 0:.3f} vs 1-MSR {1 - g.msr:.3f}")
@@ -336,16 +344,17 @@ def recv_main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, ValueError) as err:
         parser.error(str(err))
     _install_signal_handlers()
-    done: list[dict] = []
+    done: list[dict] = []  # --once: the job's summary
+    lines = None if args.once or args.json is None else _JsonLines(args.json)
 
     def on_job(res: api.ReceiveResult) -> None:
         print(format_receive_result(res), flush=True)
-        if args.once or args.json is not None:  # --serve without --json keeps nothing per job
+        if args.once:
             done.append(res.as_dict())
-        if not args.once and args.json is not None:
-            _write_json(args.json, done)
-        if args.once and args.vector_out is not None and res.vector is not None:
-            args.vector_out.write_bytes(res.vector.tobytes())
+            if args.vector_out is not None and res.vector is not None:
+                args.vector_out.write_bytes(res.vector.tobytes())
+        elif lines is not None:  # --serve keeps nothing per job: one bounded line, written by another thread
+            lines.put(res.as_dict())
 
     ep = None
     try:
@@ -364,9 +373,51 @@ def recv_main(argv: Sequence[str] | None = None) -> int:
         if ep is not None and not args.once:
             st = ep.core.stats()
             print(format_receiver_stats(st["malformed"], st["dropped"], st["admission"], st["memory"]), flush=True)
-    if args.json is not None:
-        return _save("atp-recv", args.json, done[0] if args.once and done else done)
+        if lines is not None:
+            lines.close()
+    if lines is not None and lines.error is not None:
+        print(f"atp-recv: --json {str(args.json)!r}: {lines.error}", file=sys.stderr)
+        return 1
+    if args.once and args.json is not None:
+        return _save("atp-recv", args.json, done[0] if done else [])
     return 0
+
+
+class _JsonLines:
+    """``atp-recv --serve --json``: appends one JSON line per finished job and flushes it, in a thread of its own,
+    so a slow disk never stalls the receive loop; if ``max_waiting`` lines are waiting, newer ones are counted
+    in ``dropped`` (and said on stderr at the end) instead of growing memory."""
+
+    def __init__(self, path: Path, max_waiting: int = 256) -> None:
+        self.file = open(path, "a", encoding="utf-8")
+        self.queue: queue.Queue[dict | None] = queue.Queue(max_waiting)
+        self.dropped = 0
+        self.error: str | None = None
+        self.thread = threading.Thread(target=self._run, name="atp-recv-json", daemon=True)
+        self.thread.start()
+
+    def put(self, summary: dict) -> None:
+        try:
+            self.queue.put_nowait(summary)
+        except queue.Full:
+            self.dropped += 1
+
+    def _run(self) -> None:
+        while (item := self.queue.get()) is not None:
+            if self.error is None:
+                try:
+                    self.file.write(json.dumps(item, separators=(",", ":")) + "\n")
+                    self.file.flush()
+                except OSError as err:
+                    self.error = err.strerror or str(err)
+
+    def close(self) -> None:
+        self.queue.put(None)
+        self.thread.join()
+        self.file.close()
+        if self.dropped:
+            print(f"atp-recv: {self.dropped} job summaries not written to --json (the disk fell behind)",
+                  file=sys.stderr)
 
 
 def _write_json(path: Path, obj: Any) -> None:

@@ -10,6 +10,9 @@
   every slot is taken, a new job takes the slot of a stalled job (no new data for ``stall_timeout_s``;
   jobs that never took any data go first), or else of the source holding the most slots if that is more
   than its fair share (``max_jobs`` over the number of sources, the newcomer's included).
+* **Manifest CPU.** Decoding an announce's manifest is the one CPU cost that follows what a sender declares:
+  each source host may have ``manifest_bytes_per_s`` decoded per second (:class:`SourceRate`), checked before
+  any decoding; decoding itself checks the cheap things (sizes, counts) before the ranges.
 * **Budget.** One byte count for everything the receiver holds (what each structure is charged is listed
   in hostlib/receiver.py): half of it guaranteed to the slots in equal parts, half a shared pool, so a
   job admitted during a flood can always buffer its guarantee (:class:`MemoryBudget`).
@@ -71,6 +74,46 @@ class TokenMinter:
         if (int(now * 1000) - issued) & 0xFFFFFFFF > self.lifetime_ms:
             return "expired_token"
         return None
+
+
+class SourceRate:
+    """Bytes per second per source host, and in all: token buckets one second deep that may go into debt (a
+    request of any size passes while its buckets hold tokens, and the next waits until the debt is repaid). The
+    receiver-wide bucket fills at ``total_rate`` and takes only requests above ``small`` bytes, so a flood of
+    large ones from many sources cannot hold back the small ones every ordinary job makes. Entries are kept for
+    at most ``max_sources`` sources: beyond that, sources whose bucket is full again are forgotten (they are
+    the same as new), then the least recently charged."""
+
+    def __init__(self, rate: float, max_sources: int, total_rate: float | None = None, small: int = 0) -> None:
+        self.rate = rate
+        self.max_sources = max_sources
+        self.total_rate = total_rate
+        self.small = small
+        self.buckets: dict[Any, list[float]] = {}  # source -> [tokens, time], least recently charged first
+        self.total: list[float] = [total_rate or 0.0, 0.0]
+
+    def take(self, source: Any, n: int, now: float) -> bool:
+        b = self.buckets.pop(source, None)
+        tokens = self.rate if b is None else min(self.rate, b[0] + (now - b[1]) * self.rate)
+        total = self.total_rate is not None and n > self.small
+        if total:
+            self.total = [min(self.total_rate, self.total[0] + (now - self.total[1]) * self.total_rate), now]
+        ok = tokens > 0 and (not total or self.total[0] > 0)
+        if ok:
+            tokens -= n
+            if total:
+                self.total[0] -= n
+        self.buckets[source] = [tokens, now]
+        if len(self.buckets) > self.max_sources:
+            self._forget(now)
+        return ok
+
+    def _forget(self, now: float) -> None:
+        for s, (tokens, t) in list(self.buckets.items()):
+            if tokens + (now - t) * self.rate >= self.rate:
+                del self.buckets[s]
+        while len(self.buckets) > self.max_sources:
+            del self.buckets[next(iter(self.buckets))]
 
 
 class SlotHolder(Protocol):

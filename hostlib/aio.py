@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
-from netapprox.hostlib import api, core, events, wire
+from netapprox.hostlib import api, core, events, link
 from netapprox.hostlib.config import AtpConfig, JobSpec
+from netapprox.hostlib.errors import JobAbandonedError, JobFailedError, JobRejectedError, ReceiveTimeout
 from netapprox.hostlib.sender import SendSummary
+from netapprox.hostlib.udp import open_socket, send_all
 
 
 def rearm(loop: asyncio.AbstractEventLoop, timer: asyncio.TimerHandle | None, timer_at: float | None,
@@ -133,7 +135,7 @@ class AtpSocket:
 
     def sendto(self, data: bytes, addr: Any) -> None:
         """Send one datagram of the owner's (a REPORT) on the same socket; a full buffer drops it."""
-        api._send_all(self.sock, [(data, addr)])
+        send_all(self.sock, [(data, addr)])
 
     def close(self, error: BaseException | None = None) -> None:
         if self.closed.done():
@@ -149,8 +151,8 @@ class AtpSocket:
 
 
 async def send_job_async(dest: "str | api.Address", job: JobSpec, *, config: AtpConfig = AtpConfig(),
-                         report_to: "str | api.Address | None" = None, timeline: Any = None,
-                         precise: bool = True) -> SendSummary:
+                         report_to: "str | api.Address | Sequence[str | api.Address] | None" = None,
+                         timeline: Any = None, precise: bool = True) -> SendSummary:
     """Async :func:`hostlib.api.send_job`. ``precise=False`` paces on the event loop (~1 ms resolution)."""
     if precise:
         return await asyncio.to_thread(api.send_job, dest, job, config=config, report_to=report_to,
@@ -159,24 +161,27 @@ async def send_job_async(dest: "str | api.Address", job: JobSpec, *, config: Atp
     addr = api.parse_address(dest)
     family, _, _, _, sockaddr = socket.getaddrinfo(addr[0], addr[1], type=socket.SOCK_DGRAM)[0]
     addr = sockaddr[:2]  # the numeric address answers come from: the sender accepts nothing else
-    report_addr = None if report_to is None else api.parse_address(report_to, wire.DEFAULT_REPORT_PORT)
-    writer = api._TimelineWriter(timeline)
+    report_addrs = api.report_addresses(report_to)
+    writer = api.TimelineWriter(timeline)
     result: asyncio.Future[SendSummary] = loop.create_future()
     native = core.is_native(core.AtpSender)
     if native:
-        sock, _peer = api._udp_socket(addr, bind=False)
+        sock, _peer = open_socket(addr, bind=False)
+    config, _ = link.resolve_rate(config, addr)
     sender = core.AtpSender(job, config=config, peer=addr, now=loop.time(), message_events=False)
     transport: Any = None
 
     def on_event(ev: events.Event) -> None:
-        if isinstance(ev, events.ReportReady) and report_addr is not None and transport is not None:
-            transport.sendto(ev.report.encode(config.report_key), report_addr)
+        if isinstance(ev, events.ReportReady) and report_addrs and transport is not None:
+            data = ev.report.encode(config.report_key)
+            for addr in report_addrs:
+                transport.sendto(data, addr)
         elif isinstance(ev, events.EpochEnded):
             writer(ev.as_dict())
         elif isinstance(ev, events.JobCompleted) and not result.done():
             result.set_result(ev.summary)
         elif isinstance(ev, events.JobFailed) and not result.done():
-            result.set_exception(api.JobFailedError(f"job {job.job_id}: {ev.reason}"))
+            result.set_exception(JobFailedError(f"job {job.job_id}: {ev.reason}"))
 
     if native:
         transport = AtpSocket(sender, sock, on_event)
@@ -210,13 +215,13 @@ async def receive_job_async(bind: "str | api.Address | int", *, timeout: float |
             messages.update(rx.take_messages(ev.result.job_id))
             result.set_result(api.receive_result(ev.result, dict(messages), rx))
         elif isinstance(ev, events.JobRejected) and not result.done():
-            result.set_exception(api.JobRejectedError(f"job {ev.job_id} rejected: {ev.reason}"))
+            result.set_exception(JobRejectedError(f"job {ev.job_id} rejected: {ev.reason}"))
         elif isinstance(ev, events.JobAbandoned) and not result.done():
-            result.set_exception(api.JobAbandonedError(f"job {ev.job_id} went silent before finishing"))
+            result.set_exception(JobAbandonedError(f"job {ev.job_id} went silent before finishing"))
 
     transport: Any
     if native:
-        sock, _bound = api._udp_socket(addr, bind=True)
+        sock, _bound = open_socket(addr, bind=True)
         transport = AtpSocket(rx, sock, on_event)
         transport.closed.add_done_callback(
             lambda f: f.exception() is not None and not result.done() and result.set_exception(f.exception()))
@@ -226,6 +231,6 @@ async def receive_job_async(bind: "str | api.Address | int", *, timeout: float |
     try:
         return await asyncio.wait_for(asyncio.shield(result), timeout)
     except asyncio.TimeoutError:
-        raise api.ReceiveTimeout(f"no job finished on {addr[0]}:{addr[1]} within {timeout:g} s") from None
+        raise ReceiveTimeout(f"no job finished on {addr[0]}:{addr[1]} within {timeout:g} s") from None
     finally:
         transport.close()

@@ -11,50 +11,30 @@ from __future__ import annotations
 
 import array
 import dataclasses
-import errno
 import json
 import os
-import select
-import socket
-import sys
 import time
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Sequence
 
-from netapprox.hostlib import core, events, wire
+from netapprox.hostlib import core, events, link, wire
 from netapprox.hostlib.config import AtpConfig, JobSpec
+from netapprox.hostlib.errors import (  # noqa: F401 - hostlib's errors, importable from here too
+    AtpError,
+    JobAbandonedError,
+    JobFailedError,
+    JobRejectedError,
+    ReceiveTimeout,
+)
 from netapprox.hostlib.receiver import AtpReceiver, GroupResult, JobResult
 from netapprox.hostlib.sender import SendSummary
+from netapprox.hostlib.udp import Address, SocketIO, open_socket, send_all, wait
 from netapprox.hostlib.vector import assemble
 
-Address = tuple[str, int]
-_RECV_BATCH = 256
-_SHORT_WAIT_S = 0.001
 _RUN_SLICE_S = 0.5  # longest a native core's run() keeps the loop in C without an event
 
 
-class AtpError(RuntimeError):
-    """Base class of hostlib's runtime errors. Errors raised while serving several jobs carry the jobs
-    that did finish in ``partial``."""
-
-    def __init__(self, *args: object) -> None:
-        super().__init__(*args)
-        self.partial: list[ReceiveResult] = []
-
-
-class JobFailedError(AtpError):
-    """The sender gave up on the job; the message says why."""
-
-
-class ReceiveTimeout(AtpError, TimeoutError):
-    """No job finished within the timeout."""
-
-
-class JobAbandonedError(AtpError):
-    """The job being received went silent before its FIN."""
-
-
-class JobRejectedError(AtpError):
-    """The receiver refused a job (malformed announce, or over ``max_messages``)."""
+SUMMARY_LIST_MAX = 4096
+"""Id lists and ranges a summary (``ReceiveResult.as_dict``, ``atp-recv --json``) writes out at most."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +44,9 @@ class ReceiveResult:
     job_id: int
     peer: Any
     total: int
-    lost_ids: tuple[int, ...]
+    lost_id_ranges: tuple[tuple[int, int], ...]
+    """The message ids not delivered, as ascending ranges ``(first, end)`` (at most one more range than
+    messages delivered, whatever N the job declared)."""
     groups: tuple[GroupResult, ...]
     messages: dict[int, bytes]
     vector_len: int | None
@@ -86,6 +68,15 @@ class ReceiveResult:
         return len(self.messages)
 
     @property
+    def lost(self) -> int:
+        return sum(end - first for first, end in self.lost_id_ranges)
+
+    @property
+    def lost_ids(self) -> tuple[int, ...]:
+        """Every lost id (``lost`` of them: prefer ``lost_id_ranges`` when N may be large)."""
+        return tuple(wire.range_ids(self.lost_id_ranges))
+
+    @property
     def vector(self) -> array.array | None:
         """Float-vector jobs: the vector with lost ranges zero-filled (``None`` for other jobs)."""
         if self.vector_len is None:
@@ -99,20 +90,31 @@ class ReceiveResult:
             return []
         return assemble(self.vector_len, self.messages.values())[1]
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, max_list: int = SUMMARY_LIST_MAX) -> dict[str, Any]:
+        """A summary of bounded size: ``lost_ids`` only when at most ``max_list`` messages were lost,
+        ``lost_id_ranges`` (the first ``max_list`` ranges; ``lost_id_ranges_truncated`` says when there are more)."""
+        lost = self.lost
         d: dict[str, Any] = {
             "job_id": self.job_id, "peer": list(self.peer) if isinstance(self.peer, tuple) else self.peer,
-            "total": self.total, "delivered": self.delivered, "lost": len(self.lost_ids),
-            "lost_ids": list(self.lost_ids), "elapsed_s": round(self.elapsed_s, 6), "packets": self.packets,
+            "total": self.total, "delivered": self.delivered, "lost": lost,
+            "lost_id_ranges": [list(r) for r in self.lost_id_ranges[:max_list]],
+            "elapsed_s": round(self.elapsed_s, 6), "packets": self.packets,
             "duplicates": self.duplicates, "malformed": dict(self.malformed), "dropped": dict(self.dropped),
             "admission": dict(self.admission), "memory": dict(self.memory),
             "groups": [{"group_id": g.group_id, "msr": g.msr, "total": g.total, "delivered": g.delivered,
                         "lost": g.lost, "measured_loss": round(g.lost / g.total, 6) if g.total else 0.0}
                        for g in self.groups],
         }
+        if len(self.lost_id_ranges) > max_list:
+            d["lost_id_ranges_truncated"] = True
+        if lost <= max_list:
+            d["lost_ids"] = list(self.lost_ids)
         if self.vector_len is not None:
+            ranges = self.lost_ranges
             d["vector_len"] = self.vector_len
-            d["lost_ranges"] = [list(r) for r in self.lost_ranges]
+            d["lost_ranges"] = [list(r) for r in ranges[:max_list]]
+            if len(ranges) > max_list:
+                d["lost_ranges_truncated"] = True
         return d
 
 
@@ -143,138 +145,19 @@ def parse_address(text: "str | Address | int", default_port: int = wire.DEFAULT_
     return (host, p)
 
 
-def _udp_socket(addr: Address, *, bind: bool) -> tuple[socket.socket, Address]:
-    try:
-        infos = socket.getaddrinfo(addr[0], addr[1], type=socket.SOCK_DGRAM)
-    except socket.gaierror as err:
-        raise AtpError(f"cannot resolve {addr[0]!r}: {err}") from None
-    family, _, _, _, sockaddr = infos[0]
-    sock = socket.socket(family, socket.SOCK_DGRAM)
-    try:
-        sock.setblocking(False)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
-        if bind:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            _enable_ecn_reception(sock, family)
-            try:
-                sock.bind(sockaddr)
-            except OSError as err:
-                raise AtpError(f"cannot bind UDP {addr[0]}:{addr[1]}: {err.strerror}") from None
-    except BaseException:
-        sock.close()
-        raise
-    return sock, sockaddr[:2]
+def report_addresses(report_to: "str | Address | Sequence[str | Address] | None") -> list[Address]:
+    """The controllers a sender reports to: none, one address, or a list of them (every replica of a set of
+    controllers takes the same reports: docs/controller.md, "Running two controllers"); port 7601 if omitted."""
+    if report_to is None:
+        return []
+    targets = [report_to] if isinstance(report_to, (str, tuple, int)) else list(report_to)
+    return [parse_address(t, wire.DEFAULT_REPORT_PORT) for t in targets]
 
 
-_CMSG_LEN = socket.CMSG_SPACE(4)
+class TimelineWriter:
+    """The sender's timeline: each ``EpochEnded.as_dict()`` as a JSON line to a path, a text file or a callable
+    (``timeline`` of ``send_job``; ``None``: nowhere)."""
 
-
-def _enable_ecn_reception(sock: socket.socket, family: int) -> None:
-    """Ask the kernel for each datagram's TOS / traffic class, to see ECN CE marks."""
-    try:
-        if family == socket.AF_INET:
-            sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
-        elif family == socket.AF_INET6:
-            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RECVTCLASS, 1)
-    except (AttributeError, OSError):
-        pass  # no ECN information on this platform: ACKs never carry ECE
-
-
-def _ce_marked(ancdata: list) -> bool:
-    for level, kind, data in ancdata:
-        if (level, kind) == (socket.IPPROTO_IP, socket.IP_TOS) and data:
-            return data[0] & 0x03 == 0x03
-        if (level, kind) == (socket.IPPROTO_IPV6, getattr(socket, "IPV6_TCLASS", -1)) and len(data) >= 4:
-            return int.from_bytes(data[:4], "little" if sys.byteorder == "little" else "big") & 0x03 == 0x03
-    return False
-
-
-def _recv_all_ecn(sock: socket.socket, feed: Callable[[bytes, Any, bool], None]) -> int:
-    """Like :func:`_recv_all`, also passing whether the datagram was CE-marked."""
-    n = 0
-    while n < _RECV_BATCH:
-        try:
-            data, anc, _flags, addr = sock.recvmsg(65535, _CMSG_LEN)
-        except (BlockingIOError, InterruptedError):
-            break
-        except ConnectionRefusedError:
-            continue
-        feed(data, addr, _ce_marked(anc))
-        n += 1
-    return n
-
-
-def _send_all(sock: socket.socket, datagrams: Iterable[tuple[bytes, Any]]) -> int:
-    """Send; a full socket buffer or an ICMP error drops the datagram (ATP sees it as loss)."""
-    n = 0
-    for data, addr in datagrams:
-        try:
-            sock.sendto(data, addr)
-            n += 1
-        except (BlockingIOError, ConnectionRefusedError):
-            pass
-        except OSError as err:
-            if err.errno not in (errno.ENOBUFS, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EPERM):
-                raise
-    return n
-
-
-def _recv_all(sock: socket.socket, feed: Callable[[bytes, Any], None]) -> int:
-    n = 0
-    while n < _RECV_BATCH:
-        try:
-            data, addr = sock.recvfrom(65535)
-        except (BlockingIOError, InterruptedError):
-            break
-        except ConnectionRefusedError:
-            continue
-        feed(data, addr)
-        n += 1
-    return n
-
-
-class _SocketIO:
-    """Moves datagrams between a UDP socket and a core: in C, batched, when the core is native (``transmit``,
-    ``receive_from``); through the socket module otherwise. ``ecn``: pass each datagram's CE mark (receivers)."""
-
-    def __init__(self, sock: socket.socket, core_obj: Any, *, ecn: bool = False) -> None:
-        self.sock = sock
-        self.core = core_obj
-        self.fd = sock.fileno()
-        self.ecn = ecn
-        self.native = core.is_native(core_obj)
-        if self.native:
-            core.enable_gro(sock)
-
-    def send(self, now: float) -> int:
-        if self.native:
-            return self.core.transmit(self.fd, now)
-        return _send_all(self.sock, self.core.datagrams_to_send(now))
-
-    def receive(self, now: float) -> int:
-        if self.native:
-            return self.core.receive_from(self.fd, now)
-        receive = self.core.receive_datagram
-        if self.ecn:
-            return _recv_all_ecn(self.sock, lambda d, a, ce: receive(d, a, now, ce=ce))
-        return _recv_all(self.sock, lambda d, a: receive(d, a, now))
-
-
-def _wait(sock: socket.socket, until: float | None, clock: Callable[[], float], cap: float) -> None:
-    """Sleep until ``until`` (at most ``cap`` seconds) or until the socket is readable."""
-    timeout = cap if until is None else min(cap, until - clock())
-    if timeout <= 0:
-        return
-    if timeout <= _SHORT_WAIT_S:
-        # The next packet is due soon: sleep through arriving ACKs and read them in one batch afterwards.
-        # Waking once per ACK would double the loop iterations per packet and cap the rate.
-        time.sleep(timeout)
-        return
-    select.select([sock], [], [], timeout)
-
-
-class _TimelineWriter:
     def __init__(self, timeline: Any) -> None:
         self._own = None
         self._write: Callable[[dict], None] | None = None
@@ -299,33 +182,38 @@ class _TimelineWriter:
 
 
 def send_job(dest: "str | Address", job: JobSpec, *, config: AtpConfig = AtpConfig(),
-             report_to: "str | Address | None" = None, timeline: Any = None, bind: "str | Address | None" = None,
+             report_to: "str | Address | Sequence[str | Address] | None" = None, timeline: Any = None,
+             bind: "str | Address | None" = None,
              timeout: float | None = None, on_event: Callable[[events.Event], None] | None = None,
              clock: Callable[[], float] = time.monotonic) -> SendSummary:
     """Send ``job`` to the ATP receiver at ``dest`` and return the summary once the job is closed.
 
-    ``report_to``: controller address for per-epoch REPORTs (port 7601 if omitted; signed with
-    ``config.report_key``). ``timeline``: a path, a text file or a callable; gets one JSON object per
-    epoch per group (:meth:`hostlib.events.EpochEnded.as_dict`). ``bind``: local address for the data
-    socket. ``timeout``: overall limit in seconds. Raises :class:`JobFailedError` when the sender gives up.
+    ``report_to``: controller address for per-epoch REPORTs, or a list of them, all of one address family
+    (each gets every REPORT; port 7601 if omitted; signed with ``config.report_key``). ``timeline``: a path, a
+    text file or a callable; gets one JSON object per epoch per group (:meth:`hostlib.events.EpochEnded.as_dict`).
+    ``bind``: local address for the data socket. ``timeout``: overall limit in seconds. Raises
+    :class:`JobFailedError` when the sender gives up.
     """
     dest_addr = parse_address(dest)
-    sock, peer = _udp_socket(dest_addr, bind=False)
+    sock, peer = open_socket(dest_addr, bind=False)
     report_sock = None
-    report_addr = None
-    writer = _TimelineWriter(timeline)
+    report_addrs: list[Address] = []
+    writer = TimelineWriter(timeline)
     try:
         if bind is not None:
             try:
                 sock.bind(parse_address(bind, 0, any_port=True))
             except OSError as err:
                 raise AtpError(f"cannot bind sender socket to {bind}: {err.strerror}") from None
-        if report_to is not None:
-            report_sock, report_addr = _udp_socket(parse_address(report_to, wire.DEFAULT_REPORT_PORT), bind=False)
+        targets = report_addresses(report_to)
+        if targets:
+            report_sock, first = open_socket(targets[0], bind=False)
+            report_addrs = [first, *targets[1:]]
         start = clock()
         deadline = None if timeout is None else start + timeout
+        config, _ = link.resolve_rate(config, peer)
         sender = core.AtpSender(job, config=config, peer=peer, now=start, message_events=on_event is not None)
-        io = _SocketIO(sock, sender)
+        io = SocketIO(sock, sender)
         in_c = io.native and clock is time.monotonic  # the native core runs this loop itself (sender.run)
         with core.precise_timers(io.native):
             while True:
@@ -337,7 +225,8 @@ def send_job(dest: "str | Address", job: JobSpec, *, config: AtpConfig = AtpConf
                     io.send(now)
                 while (ev := sender.next_event()) is not None:
                     if isinstance(ev, events.ReportReady) and report_sock is not None:
-                        _send_all(report_sock, [(ev.report.encode(config.report_key), report_addr)])
+                        data = ev.report.encode(config.report_key)
+                        send_all(report_sock, [(data, addr) for addr in report_addrs])
                     elif isinstance(ev, events.EpochEnded):
                         writer(ev.as_dict())
                     elif isinstance(ev, events.JobFailed):
@@ -353,7 +242,7 @@ def send_job(dest: "str | Address", job: JobSpec, *, config: AtpConfig = AtpConf
                 timer = sender.get_timer()
                 if deadline is not None:
                     timer = deadline if timer is None else min(timer, deadline)
-                _wait(sock, timer, clock, cap=0.5)
+                wait([sock], timer, clock, cap=0.5)
                 now = clock()
                 if io.receive(now):
                     timer = sender.get_timer()
@@ -372,7 +261,7 @@ class ReceiverEndpoint:
     def __init__(self, bind: "str | Address | int", *, config: AtpConfig = AtpConfig(),
                  accept_jobs: int | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.address = parse_address(bind)
-        self.sock, self.bound = _udp_socket(self.address, bind=True)
+        self.sock, self.bound = open_socket(self.address, bind=True)
         self.bound = self.sock.getsockname()[:2]
         self.clock = clock
         self.config = config
@@ -404,7 +293,7 @@ class ReceiverEndpoint:
         and not kept (a long-running server would otherwise hold every job it ever received)."""
         rx = self.core
         rx.collect_messages = on_message is None  # whole messages without an event each
-        io = _SocketIO(self.sock, rx, ecn=True)
+        io = SocketIO(self.sock, rx, ecn=True)
         in_c = io.native and self.clock is time.monotonic  # the native core runs the socket loop (rx.run)
         results: list[ReceiveResult] = []
         start = self.clock()
@@ -467,7 +356,7 @@ class ReceiverEndpoint:
             for t in (deadline, linger_until):
                 if t is not None:
                     timer = t if timer is None else min(timer, t)
-            _wait(self.sock, timer, self.clock, cap=0.5)
+            wait([self.sock], timer, self.clock, cap=0.5)
             now = self.clock()
             io.receive(now)
             t = rx.get_timer()
@@ -478,7 +367,7 @@ class ReceiverEndpoint:
 def receive_result(r: JobResult, messages: dict[int, bytes], core: AtpReceiver) -> ReceiveResult:
     """A finished job's :class:`ReceiveResult`, with the receiver's counters as they stand."""
     return ReceiveResult(
-        job_id=r.job_id, peer=r.peer, total=r.total, lost_ids=r.lost_ids, groups=r.groups, messages=messages,
+        job_id=r.job_id, peer=r.peer, total=r.total, lost_id_ranges=r.lost_ranges, groups=r.groups, messages=messages,
         vector_len=r.vector_len, elapsed_s=r.finished_at - r.first_packet_at, packets=r.packets,
         duplicates=r.duplicates, malformed=dict(core.malformed), dropped=dict(core.dropped),
         admission=dict(core.admission), memory=core.memory.as_dict())

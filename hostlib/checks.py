@@ -15,9 +15,11 @@ hostlib uses it too.
 from __future__ import annotations
 
 import argparse
+import difflib
 import ipaddress
 import math
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, NoReturn, Sequence
@@ -114,8 +116,6 @@ def choice(options: Iterable[str]) -> Check:
 
     def check(value, field):
         if value not in options:
-            import difflib
-
             close = difflib.get_close_matches(str(value), options, n=1, cutoff=0.5)
             hint = f" Did you mean {close[0]!r}?" if close else ""
             raise CheckError(field, f"{_got(value)} is not one of {', '.join(options)}.{hint}")
@@ -306,7 +306,5 @@ def one_line(message: object) -> str:
 
 def fail(prog: str, message: object) -> NoReturn:
     """Report a configuration error as one line on stderr and exit with status 2 (command-line entry points)."""
-    import sys
-
     print(f"{prog}: error: {one_line(message)}", file=sys.stderr)
     raise SystemExit(2)

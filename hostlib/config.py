@@ -12,7 +12,9 @@ MODES = ("adaptive", "paper", "fixtlr", "base")
 MODE_ALIASES = {"full": "paper"}  # the name the paper's algorithm had before ``adaptive`` existed
 COMPLETION_POLICIES = ("all_sent", "early")
 MAX_MESSAGES = 0xFFFFFFF0  # msg ids above this are control messages (hostlib/control.py)
-_MIN_BUDGET_PER_SLOT = 32 << 10  # half of it is the slot's guarantee: a job record and some data
+_MIN_BUDGET_PER_SLOT = 32 << 10
+DEFAULT_MAX_RATE_BPS = 1e9
+"""R_max when none is configured and the egress interface reports no speed (hostlib/link.py)."""  # half of it is the slot's guarantee: a job record and some data
 
 
 class ConfigError(ValueError):
@@ -37,8 +39,11 @@ class AtpConfig:
     """``early`` (default): done as soon as every group meets its MSR. ``all_sent``: done when every group
     meets its MSR and every message was sent at least once (messages the MSR does not need delay it)."""
 
-    max_rate_bps: float = 100e6
-    """R_max, bit/s on the wire (datagram + ``overhead_bytes``): the host's link rate."""
+    max_rate_bps: float | None = None
+    """R_max, bit/s on the wire (datagram + ``overhead_bytes``): the host's link rate. ``None``: the adapters
+    that own a socket (``hostlib.api``, ``hostlib.aio``, the CLI) use the speed of the interface the route to
+    the receiver leaves by, 10 Gbit/s to a receiver on this host, else ``DEFAULT_MAX_RATE_BPS``
+    (hostlib/link.py); a sans-I/O core given ``None`` uses ``DEFAULT_MAX_RATE_BPS``."""
 
     initial_rate_bps: float | None = None
     """Starting rate; ``None`` means ``max_rate_bps``."""
@@ -147,6 +152,14 @@ class AtpConfig:
     token_lifetime_s: float = 10.0
     """Receiver: how long an admission token (RETRY) stays valid."""
 
+    manifest_bytes_per_s: float = 1 << 20
+    """Receiver: manifest bytes one source host may have decoded per second, and twice that from all sources
+    together for manifests above 1 KiB (token buckets one second deep that may go into debt: a manifest of any
+    size is decoded once the debt is repaid; hostlib/admission.py). A complete announce over it is dropped
+    unacknowledged (``dropped["manifest_rate"]``) and decoded when the sender retransmits it later. Decoding
+    costs 30-100 ms of CPU per MiB here, so the default bounds manifest decoding to about 20% of a core
+    whatever any number of senders do; ordinary jobs' manifests are a few dozen bytes."""
+
     finished_linger_s: float = 5.0
     """Receiver: how long a finished job's DONE is kept to answer repeated FINs."""
 
@@ -163,10 +176,11 @@ class AtpConfig:
             raise ConfigError(f"mode {self.mode!r}: choose one of {', '.join(MODES)}")
         if self.completion not in COMPLETION_POLICIES:
             raise ConfigError(f"completion {self.completion!r}: choose one of {', '.join(COMPLETION_POLICIES)}")
-        if not self.max_rate_bps > 0 or math.isinf(self.max_rate_bps):
-            raise ConfigError(f"max_rate_bps must be a positive finite rate, got {self.max_rate_bps}")
-        if self.initial_rate_bps is not None and not 0 < self.initial_rate_bps <= self.max_rate_bps:
-            raise ConfigError(f"initial_rate_bps must be in (0, max_rate_bps={self.max_rate_bps:g}]")
+        if self.max_rate_bps is not None and (not self.max_rate_bps > 0 or math.isinf(self.max_rate_bps)):
+            raise ConfigError(f"max_rate_bps must be a positive finite rate (or None), got {self.max_rate_bps}")
+        if self.initial_rate_bps is not None and not (
+                0 < self.initial_rate_bps <= (self.max_rate_bps or math.inf) and not math.isinf(self.initial_rate_bps)):
+            raise ConfigError(f"initial_rate_bps must be in (0, max_rate_bps={self.max_rate_bps or 'R_max'}]")
         if not 0 < self.gain <= 1:
             raise ConfigError(f"gain (m) must be in (0, 1], got {self.gain}")
         if not wire.HEADER_LEN + 16 <= self.packet_size <= 65507:
@@ -180,7 +194,7 @@ class AtpConfig:
         if not 1 <= self.ack_every <= wire.MAX_SACK_BLOCKS:
             raise ConfigError(f"ack_every must be in 1..{wire.MAX_SACK_BLOCKS}, got {self.ack_every}")
         for name in ("initial_rtt_s", "min_epoch_s", "min_loss_timeout_s", "idle_timeout_s", "fin_timeout_s",
-                     "finished_linger_s", "stall_timeout_s", "token_lifetime_s"):
+                     "finished_linger_s", "stall_timeout_s", "token_lifetime_s", "manifest_bytes_per_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.epoch_s is not None and not self.epoch_s > 0:

@@ -1,4 +1,4 @@
-"""Which implementation of the sans-I/O cores hostlib runs: the native one (C, ``hostlib/native_*.c``, built by
+"""Which implementation of the sans-I/O cores hostlib runs: the native one (C, ``hostlib/native/``, built by
 ``pip install``) when it is there, else the pure-Python reference (``hostlib/sender.py``, ``hostlib/receiver.py``).
 
 Both have the same constructor, methods, attributes, events and summaries, and produce the same datagrams, timers

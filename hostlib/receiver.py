@@ -62,6 +62,24 @@ MANIFEST_BYTES_PER_GROUP = 640
 DONE_BYTES_PER_PART = 96
 """A kept DONE datagram, on top of its length."""
 
+SMALL_MANIFEST = 1024
+"""Manifests up to this many bytes (a few dozen ranges: nearly every job's) are not held back by the other
+sources' manifests (``AtpConfig.manifest_bytes_per_s``), only by their own source's."""
+
+OUT_BYTES = 128
+"""A datagram waiting to be sent, on top of its length."""
+
+OUT_QUEUE_SHARE = 64
+"""The outgoing queue (replies not yet handed to the socket) holds at most 1/64 of ``memory_budget_bytes`` (at
+least 64 KiB) on top of the budget, so it can never take what the budget guarantees to jobs; a reply that does
+not fit is dropped and counted (``replies["dropped_queue_full"]``), as the network could drop it."""
+
+REPLY_FACTOR = 3
+"""A job's replies (ACKs, DONE) total at most this many times the bytes its sender sent it (QUIC's limit for an
+unvalidated address, RFC 9000 §8.1, here for every job): a reply that would pass it waits for more request
+bytes (an ACK sends fewer SACK blocks, a DONE part waits for the next FIN). RETRYs are smaller than the
+announce they answer."""
+
 
 @dataclasses.dataclass(frozen=True)
 class GroupResult:
@@ -83,7 +101,9 @@ class JobResult:
     peer: Address
     total: int
     vector_len: int | None
-    lost_ids: tuple[int, ...]
+    lost_ranges: tuple[tuple[int, int], ...]
+    """The message ids not delivered, as ascending ranges ``(first, end)``: at most one more range than
+    messages delivered, whatever N the job declared."""
     groups: tuple[GroupResult, ...]
     packets: int
     duplicates: int
@@ -91,8 +111,17 @@ class JobResult:
     finished_at: float
 
     @property
+    def lost(self) -> int:
+        return sum(end - first for first, end in self.lost_ranges)
+
+    @property
     def delivered(self) -> int:
-        return self.total - len(self.lost_ids)
+        return self.total - self.lost
+
+    @property
+    def lost_ids(self) -> tuple[int, ...]:
+        """Every lost id (``lost`` of them: prefer ``lost_ranges`` when N may be large)."""
+        return tuple(wire.range_ids(self.lost_ranges))
 
 
 class _Bitmap:
@@ -119,15 +148,25 @@ class _Bitmap:
         """Set ``i``; its chunk was reserved."""
         self.chunks[i >> _CHUNK_SHIFT][(i >> 3) & (_CHUNK_BYTES_RAW - 1)] |= 1 << (i & 7)
 
-    def missing(self, total: int) -> array.array:
-        """Ids in ``0 .. total-1`` not set, ascending. Time: O(total / 1024 + chunks · 128 + result)."""
+    def missing_ranges(self, total: int) -> array.array:
+        """The ids in ``0 .. total-1`` not set, as flat ascending ranges ``first, end, ...`` (adjacent runs
+        merged). Time: O(total / 1024 + chunks · 128 + ranges)."""
         out = array.array("I")
+
+        def gap(first: int, end: int) -> None:
+            if first >= end:
+                return
+            if out and out[-1] == first:
+                out[-1] = end
+            else:
+                out.extend((first, end))
+
         gap_from = 0  # start of the current run of ids in chunks never created
         for c in sorted(self.chunks):
             base = c << _CHUNK_SHIFT
             if base >= total:
                 break
-            out.extend(range(gap_from, base))
+            gap(gap_from, base)
             gap_from = min(total, base + CHUNK_BITS)
             bits = self.chunks[c]
             if bits == _FULL_CHUNK:
@@ -135,12 +174,26 @@ class _Bitmap:
             for k, byte in enumerate(bits):
                 if byte != 0xFF:
                     first = base + 8 * k
-                    out.extend(first + b for b in _UNSET_BITS[byte] if first + b < total)
-        out.extend(range(gap_from, total))
+                    for a, b in _UNSET_RUNS[byte]:
+                        gap(first + a, min(first + b, total))
+        gap(gap_from, total)
         return out
 
 
-_UNSET_BITS = tuple(tuple(b for b in range(8) if not v >> b & 1) for v in range(256))
+def _unset_runs(v: int) -> tuple[tuple[int, int], ...]:
+    runs, b = [], 0
+    while b < 8:
+        if v >> b & 1:
+            b += 1
+            continue
+        a = b
+        while b < 8 and not v >> b & 1:
+            b += 1
+        runs.append((a, b))
+    return tuple(runs)
+
+
+_UNSET_RUNS = tuple(_unset_runs(v) for v in range(256))
 
 
 def _manifest_cost(blob: bytes) -> int:
@@ -163,7 +216,7 @@ class _Job:
         "job_id", "peer", "source", "first_at", "last_at", "progress_at", "progressed", "manifest", "index",
         "ordered", "delivered_per_group", "cursor", "announce_parts", "announce_cnt", "partial", "delivered",
         "held", "seq_firsts", "seq_lasts", "packets", "duplicates", "charged", "done_datagrams", "finished_at",
-        "rejected", "pending_ack", "pending_count")
+        "rejected", "pending_ack", "pending_count", "rx_bytes", "tx_bytes", "done_next")
 
     def __init__(self, job_id: int, peer: Address, now: float) -> None:
         self.job_id = job_id
@@ -193,6 +246,9 @@ class _Job:
         self.rejected: str | None = None
         self.pending_ack: tuple[wire.Header, bool] | None = None  # newest packet not yet acknowledged, CE mark
         self.pending_count = 0
+        self.rx_bytes = 0  # datagram bytes the job's sender sent us (its reply credit: REPLY_FACTOR x this)
+        self.tx_bytes = 0  # reply bytes sent for the job
+        self.done_next = 0  # the DONE part a repeated FIN resends first
 
     @property
     def holds_slot(self) -> bool:
@@ -245,7 +301,11 @@ class AtpReceiver:
         self.slots = admission.SlotTable(max_jobs=config.max_jobs, max_per_source=config.max_jobs_per_source,
                                          stall_s=config.stall_timeout_s)
         self.memory = admission.MemoryBudget(config.memory_budget_bytes, config.max_jobs)
+        self.manifest_rate = admission.SourceRate(config.manifest_bytes_per_s, 4 * config.max_jobs,
+                                                  total_rate=2 * config.manifest_bytes_per_s, small=SMALL_MANIFEST)
         self._out: list[tuple[bytes, Address]] = []
+        self._out_charged = 0  # what the outgoing queue holds (OUT_BYTES per datagram on top of its length)
+        self.out_limit = max(64 << 10, config.memory_budget_bytes // OUT_QUEUE_SHARE)
         self._events: collections.deque[events.Event] = collections.deque()
         self.buffered = 0
         """Payload bytes held for incomplete or not-yet-in-order messages (part of ``memory.used``)."""
@@ -255,6 +315,11 @@ class AtpReceiver:
         self.admission: collections.Counter[str] = collections.Counter()
         """``retries`` (RETRYs sent), ``admitted``, ``evicted_stalled``, ``evicted_share`` (jobs that lost
         their slot to a newcomer), ``linger_dropped`` (finished jobs forgotten early for memory)."""
+        self.replies: collections.Counter[str] = collections.Counter()
+        """Amplification: ``request_bytes`` (datagrams of admitted jobs), ``reply_bytes`` (their ACKs and DONEs),
+        ``retry_bytes`` and ``announce_bytes`` (RETRYs and the announces they answered), ``sack_trimmed`` (ACKs
+        sent with fewer SACK blocks) and ``done_deferred`` (DONE parts held until the next FIN), both for
+        ``REPLY_FACTOR``."""
 
     # -- public sans-I/O interface -----------------------------------------------------------------
 
@@ -284,13 +349,15 @@ class AtpReceiver:
         if job.peer != addr:
             self.dropped["wrong_source"] += 1
             return
+        job.rx_bytes += len(data)
+        self.replies["request_bytes"] += len(data)
         if job.finished_at is not None:
             if job.rejected is not None:
                 self.dropped["job_rejected"] += 1
             elif header.msg_id != control.FIN_MSG_ID:
                 self.dropped["job_finished"] += 1
             elif job.done_datagrams is not None:
-                self._out.extend((d, addr) for d in job.done_datagrams)
+                self._send_done(job, job.done_datagrams)
             else:
                 self.dropped["done_not_kept"] += 1
             return
@@ -309,6 +376,7 @@ class AtpReceiver:
         for job in list(self._pending):
             self._flush_ack(job)
         out, self._out = self._out, []
+        self._out_charged = 0
         return out
 
     def get_timer(self) -> float | None:
@@ -347,7 +415,40 @@ class AtpReceiver:
         """Counters for summaries and metrics: every datagram not acknowledged is in one of them."""
         return {"datagrams": self.datagrams, "malformed": dict(self.malformed), "dropped": dict(self.dropped),
                 "admission": dict(self.admission), "jobs": len(self.slots), "finished": len(self._finished),
-                "memory": self.memory.as_dict()}
+                "memory": self.memory.as_dict(), "replies": dict(self.replies)}
+
+    # -- replies -------------------------------------------------------------------------------------
+
+    def _reply_room(self, job: _Job) -> int:
+        """Bytes ``job`` may still be sent within ``REPLY_FACTOR`` x what its sender sent."""
+        return REPLY_FACTOR * job.rx_bytes - job.tx_bytes
+
+    def _queue(self, datagram: bytes, addr: Address) -> bool:
+        """Queue a datagram to send, within ``out_limit`` until ``datagrams_to_send`` hands it over."""
+        n = len(datagram) + OUT_BYTES
+        if self._out_charged + n > self.out_limit:
+            self.replies["dropped_queue_full"] += 1
+            return False
+        self._out_charged += n
+        self._out.append((datagram, addr))
+        return True
+
+    def _reply(self, job: _Job, datagram: bytes) -> None:
+        if self._queue(datagram, job.peer):
+            job.tx_bytes += len(datagram)
+            self.replies["reply_bytes"] += len(datagram)
+
+    def _send_done(self, job: _Job, done: list[bytes]) -> None:
+        """Send the DONE parts the job's reply room allows, from the first one not yet sent (then round again):
+        a sender that repeats its FIN gets the rest, an attacker's FINs buy at most REPLY_FACTOR x their bytes."""
+        for k in range(len(done)):
+            i = (job.done_next + k) % len(done)
+            if len(done[i]) > self._reply_room(job):
+                self.replies["done_deferred"] += len(done) - k
+                job.done_next = i
+                return
+            self._reply(job, done[i])
+        job.done_next = 0
 
     # -- admission -----------------------------------------------------------------------------------
 
@@ -381,6 +482,8 @@ class AtpReceiver:
             self.admission[f"evicted_{why}"] += 1
             self._abandon(victim, why)  # type: ignore[arg-type]
         self.jobs[h.job_id] = job
+        job.rx_bytes = wire.HEADER_LEN + len(payload)  # the announce that admitted it
+        self.replies["request_bytes"] += job.rx_bytes
         self._charge(job, JOB_BYTES)
         self.slots.add(job)
         self.jobs_seen += 1
@@ -390,7 +493,10 @@ class AtpReceiver:
     def _retry(self, h: wire.Header, addr: Address, now: float) -> None:
         """Answer with a fresh token. A RETRY is 48 bytes, an announce at least 64: no amplification."""
         self.admission["retries"] += 1
-        self._out.append((wire.encode_retry(h, self.tokens.mint(h.job_id, addr, now)), addr))
+        retry = wire.encode_retry(h, self.tokens.mint(h.job_id, addr, now))
+        if self._queue(retry, addr):
+            self.replies["retry_bytes"] += len(retry)
+            self.replies["announce_bytes"] += wire.HEADER_LEN + h.length
 
     def _make_room(self, job: _Job, n: int) -> bool:
         """Whether ``job`` may be charged ``n`` more bytes, forgetting the oldest finished jobs (never
@@ -436,9 +542,14 @@ class AtpReceiver:
         job.pending_ack = None
         job.pending_count = 0
         self._pending.remove(job)
-        self._out.append((wire.encode_ack(flags=wire.Flags.ECE if ce else 0, queue=h.queue, job_id=h.job_id,
-                                          msg_id=h.msg_id, group_id=h.group_id, pkt_idx=h.pkt_idx,
-                                          pkt_cnt=h.pkt_cnt, seq=h.seq, blocks=job.sack_blocks()), job.peer))
+        blocks = job.sack_blocks()
+        room = max(0, (self._reply_room(job) - wire.ACK_BASE_LEN) // wire.SACK_BLOCK_LEN)
+        if len(blocks) > room:  # tiny DATA packets: fewer blocks, never an ACK larger than REPLY_FACTOR allows
+            self.replies["sack_trimmed"] += 1
+            blocks = blocks[:room]
+        self._reply(job, wire.encode_ack(flags=wire.Flags.ECE if ce else 0, queue=h.queue, job_id=h.job_id,
+                                         msg_id=h.msg_id, group_id=h.group_id, pkt_idx=h.pkt_idx,
+                                         pkt_cnt=h.pkt_cnt, seq=h.seq, blocks=blocks))
 
     def _on_data(self, job: _Job, h: wire.Header, payload: bytes, now: float, ce: bool = False) -> None:
         m = job.manifest
@@ -560,6 +671,11 @@ class AtpReceiver:
         if not self._fits(job, cost):
             self.dropped["memory_budget"] += 1
             return
+        if len(job.announce_parts) + 1 == h.pkt_cnt:  # this part completes the manifest: may it be decoded now?
+            size = len(chunk) + sum(map(len, job.announce_parts.values()))
+            if not self.manifest_rate.take(job.source, size, now):
+                self.dropped["manifest_rate"] += 1
+                return
         self._charge(job, cost)
         job.note_seq(h.seq)
         job.announce_cnt = h.pkt_cnt
@@ -608,9 +724,10 @@ class AtpReceiver:
             self._unbuffer(job, len(data))
             gid = m.groups[job.index.find(msg_id)].group_id  # type: ignore[union-attr]
             self._hand_over(job, msg_id, gid, data)
-        lost = job.delivered.missing(m.total)
+        lost = job.delivered.missing_ranges(m.total)
         result = JobResult(
-            job_id=job.job_id, peer=job.peer, total=m.total, vector_len=m.vector_len, lost_ids=tuple(lost),
+            job_id=job.job_id, peer=job.peer, total=m.total, vector_len=m.vector_len,
+            lost_ranges=tuple(zip(lost[::2], lost[1::2])),
             groups=tuple(GroupResult(g.group_id, g.msr, g.count, job.delivered_per_group[k])
                          for k, g in enumerate(m.groups)),
             packets=job.packets, duplicates=job.duplicates, first_packet_at=job.first_at, finished_at=now)
@@ -627,7 +744,7 @@ class AtpReceiver:
             self.admission["done_not_kept"] += 1
         if job.pending_ack is not None:
             self._flush_ack(job)  # the data's ACKs before the DONE
-        self._out.extend((d, job.peer) for d in done)
+        self._send_done(job, done)
         self._events.append(events.JobFinished(result))
 
     # -- freeing -----------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ import secrets
 from typing import Any
 
 from netapprox.hostlib import control, events, wire
-from netapprox.hostlib.config import AtpConfig, ConfigError, JobSpec, Tags, required_messages
+from netapprox.hostlib.config import DEFAULT_MAX_RATE_BPS, AtpConfig, ConfigError, JobSpec, Tags, required_messages
 from netapprox.hostlib.rate import RateController, TokenBucket, WindowController
 from netapprox.hostlib.recovery import LossRecovery, SentPacket
 from netapprox.hostlib.scheduler import Scheduler
@@ -218,6 +218,8 @@ class AtpSender:
         random below 2^31; simulations and tests pass one to be reproducible)."""
         if isn is not None and not 0 <= isn <= 0xFFFFFFFF:
             raise ConfigError(f"isn {isn}: must be 0..4294967295")
+        if config.max_rate_bps is None:  # no socket here to ask the link: the documented default
+            config = dataclasses.replace(config, max_rate_bps=DEFAULT_MAX_RATE_BPS)
         self.job = job
         self.message_events = message_events
         self.config = config
@@ -287,7 +289,7 @@ class AtpSender:
         self._completed_at: float | None = None
         self._fin_next: float | None = None
         self._fin_deadline: float | None = None
-        self._done_parts: dict[int, list[int]] = {}
+        self._done_parts: dict[int, list[tuple[int, int]]] = {}
         self._done_cnt: int | None = None
         self.summary: SendSummary | None = None
         self.failure: str | None = None
@@ -824,16 +826,19 @@ class AtpSender:
             self.rejected["done_unsent_seq"] += 1
             return
         try:
-            ids = wire.decode_done_payload(payload)
+            ranges = wire.decode_done_payload(payload)
         except wire.MalformedPacket:
             self.rejected["malformed"] += 1
             return
         if self._done_cnt is not None and header.pkt_cnt != self._done_cnt:
             self._done_parts.clear()
         self._done_cnt = header.pkt_cnt
-        self._done_parts[header.pkt_idx] = ids
+        self._done_parts[header.pkt_idx] = ranges
         if len(self._done_parts) == self._done_cnt:
-            lost = sorted({i for part in self._done_parts.values() for i in part if i < len(self.messages)})
+            n = len(self.messages)  # ids past the job's own are ignored: a DONE costs at most O(n + ranges) here
+            lost: list[int] = []
+            for first, end in sorted(r for part in self._done_parts.values() for r in part):
+                lost.extend(range(max(first, lost[-1] + 1 if lost else 0), min(end, n)))
             self._finish(now, confirmed=True, lost_ids=lost)
 
     def _finish(self, now: float, *, confirmed: bool, lost_ids: list[int] | None = None) -> None:

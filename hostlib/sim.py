@@ -22,6 +22,7 @@ an optional extra (``pip install -e .[sim]``); importing this module does not im
 """
 from __future__ import annotations
 
+import inspect
 import ipaddress
 import math
 from time import perf_counter as _perf
@@ -323,6 +324,7 @@ class SimEndpoint:
         _endpoints[self._id] = self
         self._send = self._ep.SendTo
         self._arm = self._ep.ArmTimer
+        self._cancel = self._ep.CancelTimer
         self._timer: float | None = None
         self.closed = False
         self.send_failures = 0
@@ -352,9 +354,7 @@ class SimEndpoint:
     def _on_receive(self, now_ns: int, length: int, src_ip: int, src_port: int, ce: bool) -> None:
         if self.closed:
             return
-        view = self._ep.Data()
-        view.reshape((length,))
-        data = bytes(view)
+        data = self._take(length)
         now = now_ns * 1e-9
         if self._takes_ce:
             self.core.receive_datagram(data, (src_ip, src_port), now, ce=ce)
@@ -369,6 +369,12 @@ class SimEndpoint:
         self._timer = None
         self.core.handle_timer(now)
         self._pump(now)
+
+    def _take(self, length: int) -> bytes:
+        """The datagram the shim holds, copied out of ns-3."""
+        view = self._ep.Data()
+        view.reshape((length,))
+        return bytes(view)
 
     def _pump(self, now: float) -> None:
         core = self.core
@@ -386,7 +392,7 @@ class SimEndpoint:
         if at != self._timer:
             self._timer = at
             if at is None:
-                self._ep.CancelTimer()
+                self._cancel()
             else:
                 self._arm(math.ceil(at * 1e9 - 1e-3))
 
@@ -397,7 +403,10 @@ class ProfiledEndpoint(SimEndpoint):
     ``core_receive`` / ``core_timer`` / ``core_send`` / ``core_timer_query`` / ``core_events`` (the sans-I/O
     core: receive_datagram, handle_timer, datagrams_to_send, get_timer, next_event and the owner's event
     handler), ``ns3_send`` (SendTo: cppyy and ns-3's UDP/IP/NIC path) and ``ns3_timer`` (moving the timer
-    event). ``calls`` counts datagrams received, timer firings and datagrams sent."""
+    event). ``calls`` counts datagrams received, timer firings and datagrams sent.
+
+    It runs ``SimEndpoint``'s loop unchanged: each step the loop calls (the core, the owner's event handler,
+    the copy, the shim's send and timer) is wrapped in a timer of its own."""
 
     seconds: dict[str, float] = {}
     calls: dict[str, int] = {}
@@ -408,76 +417,62 @@ class ProfiledEndpoint(SimEndpoint):
                                      "core_timer_query", "ns3_timer"), 0.0)
         cls.calls = {"received": 0, "timers": 0, "sent": 0}
 
-    def _on_receive(self, now_ns: int, length: int, src_ip: int, src_port: int, ce: bool) -> None:
-        if self.closed:
-            return
+    def __init__(self, node: Any, core: Any, **kwargs: Any) -> None:
+        super().__init__(node, core, **kwargs)
+        self.core = _TimedCore(core)
+        if self.on_event is not None:
+            self.on_event = _timed(self.on_event, "core_events")
+        self._send = _timed(self._send, "ns3_send")
+        self._arm = _timed(self._arm, "ns3_timer")
+        self._cancel = _timed(self._cancel, "ns3_timer")
+
+    def _take(self, length: int) -> bytes:
         t0 = _perf()
-        view = self._ep.Data()
-        view.reshape((length,))
-        data = bytes(view)
-        t1 = _perf()
-        now = now_ns * 1e-9
-        if self._takes_ce:
-            self.core.receive_datagram(data, (src_ip, src_port), now, ce=ce)
-        else:
-            self.core.receive_datagram(data, (src_ip, src_port), now)
-        sec = ProfiledEndpoint.seconds
-        sec["copy"] += t1 - t0
-        sec["core_receive"] += _perf() - t1
+        data = super()._take(length)
+        ProfiledEndpoint.seconds["copy"] += _perf() - t0
         ProfiledEndpoint.calls["received"] += 1
-        self._pump(now)
+        return data
 
-    def _on_timer(self, now_ns: int) -> None:
-        if self.closed:
-            return
+
+def _timed(fn: Callable[..., Any], step: str) -> Callable[..., Any]:
+    """``fn`` adding its wall-clock time to ``ProfiledEndpoint.seconds[step]``."""
+    def call(*args: Any, **kwargs: Any) -> Any:
         t0 = _perf()
-        now = now_ns * 1e-9
-        self._timer = None
-        self.core.handle_timer(now)
-        ProfiledEndpoint.seconds["core_timer"] += _perf() - t0
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            ProfiledEndpoint.seconds[step] += _perf() - t0
+    return call
+
+
+class _TimedCore:
+    """A sans-I/O core whose loop-facing methods are timed (``ProfiledEndpoint``); the rest passes through."""
+
+    def __init__(self, core: Any) -> None:
+        self._core = core
+        self.receive_datagram = _timed(core.receive_datagram, "core_receive")
+        self.get_timer = _timed(core.get_timer, "core_timer_query")
+        self.next_event = _timed(core.next_event, "core_events")
+        self._handle_timer = _timed(core.handle_timer, "core_timer")
+        self._datagrams_to_send = _timed(core.datagrams_to_send, "core_send")
+
+    def handle_timer(self, now: float) -> None:
         ProfiledEndpoint.calls["timers"] += 1
-        self._pump(now)
+        self._handle_timer(now)
 
-    def _pump(self, now: float) -> None:
-        sec = ProfiledEndpoint.seconds
-        core = self.core
-        send = self._send
-        t0 = _perf()
-        out = core.datagrams_to_send(now)
-        t1 = _perf()
-        for data, (ip, port) in out:
-            if send(data, len(data), ip, port) != 0:
-                self.send_failures += 1
-        t2 = _perf()
+    def datagrams_to_send(self, now: float) -> list:
+        out = self._datagrams_to_send(now)
         ProfiledEndpoint.calls["sent"] += len(out)
-        on_event = self.on_event
-        while (ev := core.next_event()) is not None:
-            if on_event is not None:
-                on_event(ev)
-        t3 = _perf()
-        sec["core_send"] += t1 - t0
-        sec["ns3_send"] += t2 - t1
-        sec["core_events"] += t3 - t2
-        if self.closed:
-            return
-        at = core.get_timer()
-        t4 = _perf()
-        sec["core_timer_query"] += t4 - t3
-        if at != self._timer:
-            self._timer = at
-            if at is None:
-                self._ep.CancelTimer()
-            else:
-                self._arm(math.ceil(at * 1e9 - 1e-3))
-        sec["ns3_timer"] += _perf() - t4
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._core, name)
 
 
 ProfiledEndpoint.reset_profile()
 
 
 def _accepts_ce(core: Any) -> bool:
-    import inspect  # noqa: PLC0415
-
     try:
         return "ce" in inspect.signature(core.receive_datagram).parameters
     except (TypeError, ValueError):

@@ -9,9 +9,10 @@ from __future__ import annotations
 import array
 import dataclasses
 import enum
+import hmac
 import struct
 import sys
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 VERSION = 1
 HEADER_LEN = 32
@@ -177,16 +178,22 @@ def decode(data: bytes) -> tuple[Header, bytes]:
     return header, bytes(data[HEADER_LEN:HEADER_LEN + length])
 
 
-# --- REPORT payload -------------------------------------------------------------------------------
+# --- REPORT ---------------------------------------------------------------------------------------
 
 _REPORT = struct.Struct("!HHIIIII")
 REPORT_PAYLOAD_LEN = _REPORT.size  # 24
 REPORT_MAC_LEN = 16
+_HEADER_AND_REPORT = struct.Struct(_HEADER.format + _REPORT.format[1:])
+_REPORT_BYTE0 = (VERSION << 4) | PacketType.REPORT
+_REPORT_PLAIN, _REPORT_SIGNED = REPORT_PAYLOAD_LEN, REPORT_PAYLOAD_LEN + REPORT_MAC_LEN
+_MAC_HEADER_END = OFFSETS["reserved"]
+"""The MAC covers the header from ``job_id`` up to here (``weight``), then a zero byte for ``reserved``."""
 
 
-@dataclasses.dataclass(frozen=True)
-class Report:
-    """One per-epoch sender report (job, group) for the controller."""
+class Report(NamedTuple):
+    """One per-epoch sender report (job, group) for the controller: the one record of a REPORT, from the
+    sender's core (``events.ReportReady``) to the controller's policy. A tuple, so that the controller makes one
+    per datagram at line rate (and its C receive helper, controller/_reportrx.c, builds them directly)."""
 
     job_id: int
     group_id: int
@@ -206,40 +213,55 @@ class Report:
         header = Header(type=PacketType.REPORT, job_id=self.job_id, group_id=self.group_id,
                         tlr=tlr_to_q15(self.tlr), seq=self.seq)
         if key is not None:
-            body += _report_mac(key, header.encode()[4:], body)
+            body += _report_mac(key, header.encode(), body)
         return encode(header, body)
 
     @classmethod
     def decode(cls, data: bytes, key: bytes | None = None) -> "Report":
-        """Parse a REPORT datagram. With ``key``, the HMAC must be present and correct."""
+        """Parse a REPORT datagram. With ``key``, the HMAC must be present and correct. Raises MalformedPacket
+        (``decode``'s reasons, then ``not_report``, ``bad_report``, ``bad_mac``).
+
+        A well-formed report takes one ``struct`` unpack and, with a key, one HMAC (the controller's line rate);
+        anything else is classified field by field (``_report_error``) so that the reason is exact."""
+        if len(data) >= HEADER_LEN + REPORT_PAYLOAD_LEN:
+            (byte0, flags, _queue, _prio, job, _msg, group, tlr, idx, cnt, seq, _deadline, _weight, _reserved,
+             length, loss, msr, rate, total, delivered, lost, epoch) = _HEADER_AND_REPORT.unpack_from(data)
+            if (byte0 == _REPORT_BYTE0 and not flags & ~_VALID_FLAGS and tlr <= TLR_ONE and idx < cnt
+                    and loss <= TLR_ONE and msr <= TLR_ONE and len(data) >= HEADER_LEN + length
+                    and (length == _REPORT_SIGNED or (key is None and length == _REPORT_PLAIN))
+                    and (key is None or hmac.compare_digest(data[HEADER_LEN + REPORT_PAYLOAD_LEN:HEADER_LEN + length],
+                                                            _report_mac(key, data, data[HEADER_LEN:])))):
+                return cls(job, group, seq, tlr / TLR_ONE, loss / TLR_ONE, msr / TLR_ONE, rate, total, delivered,
+                           lost, epoch)
+        raise _report_error(data, key)
+
+
+def _report_mac(key: bytes, header: bytes, body: bytes) -> bytes:
+    """HMAC-SHA256 (first 16 bytes) over the header from job_id to weight, a zero byte for ``reserved``, and the
+    24-byte body: neither the queue byte a switch rewrites nor the length (which differs with and without the
+    MAC) is covered. ``header`` and ``body`` may run on (a whole datagram and its payload)."""
+    return hmac.digest(key, header[OFFSETS["job_id"]:_MAC_HEADER_END] + b"\x00" + body[:REPORT_PAYLOAD_LEN],
+                       "sha256")[:REPORT_MAC_LEN]
+
+
+def _report_error(data: bytes, key: bytes | None) -> MalformedPacket:
+    """Why ``Report.decode`` refused ``data``, checked in the order of docs/wire-format.md: the header
+    (``decode``), the type, the payload length, the MAC, the values."""
+    try:
         header, payload = decode(data)
-        if header.type != PacketType.REPORT:
-            raise MalformedPacket("not_report", f"packet type {header.type.name}")
-        if len(payload) not in (REPORT_PAYLOAD_LEN, REPORT_PAYLOAD_LEN + REPORT_MAC_LEN):
-            raise MalformedPacket("bad_report", f"report payload of {len(payload)} bytes")
-        body = payload[:REPORT_PAYLOAD_LEN]
-        if key is not None:
-            import hmac
-
-            mac = payload[REPORT_PAYLOAD_LEN:]
-            want = _report_mac(key, dataclasses.replace(header, length=0).encode()[4:], body)
-            if not mac or not hmac.compare_digest(mac, want):
-                raise MalformedPacket("bad_mac", "report HMAC missing or wrong")
-        loss, msr, rate, total, delivered, lost, epoch = _REPORT.unpack(body)
-        if loss > TLR_ONE or msr > TLR_ONE:
-            raise MalformedPacket("bad_report", "loss or MSR above 1.0")
-        return cls(job_id=header.job_id, group_id=header.group_id, seq=header.seq,
-                   tlr=q15_to_tlr(header.tlr), loss=q15_to_tlr(loss), msr=q15_to_tlr(msr),
-                   rate_kbps=rate, total=total, delivered=delivered, lost=lost, epoch=epoch)
-
-
-def _report_mac(key: bytes, header_tail: bytes, body: bytes) -> bytes:
-    """HMAC-SHA256 over the header from job_id on (length zeroed, queue byte excluded) and the body."""
-    import hashlib
-    import hmac
-
-    # header_tail starts at job_id; drop the trailing length field, which differs with/without the MAC.
-    return hmac.new(key, header_tail[:-2] + body, hashlib.sha256).digest()[:REPORT_MAC_LEN]
+    except MalformedPacket as err:
+        return err
+    if header.type != PacketType.REPORT:
+        return MalformedPacket("not_report", f"packet type {header.type.name}")
+    if len(payload) not in (_REPORT_PLAIN, _REPORT_SIGNED):
+        return MalformedPacket("bad_report", f"report payload of {len(payload)} bytes")
+    if key is not None and (len(payload) != _REPORT_SIGNED or not hmac.compare_digest(
+            payload[REPORT_PAYLOAD_LEN:], _report_mac(key, data, payload))):
+        return MalformedPacket("bad_mac", "report HMAC missing or wrong")
+    loss, msr = struct.unpack_from("!HH", payload)
+    if loss > TLR_ONE or msr > TLR_ONE:
+        return MalformedPacket("bad_report", "loss or MSR above 1.0")
+    return MalformedPacket("bad_report", "not a report")  # not reached: Report.decode accepts the rest
 
 
 # --- ACK payload: selective-ack blocks ------------------------------------------------------------
@@ -248,6 +270,9 @@ MAX_SACK_BLOCKS = 16
 _U16 = struct.Struct("!H")
 _U32 = struct.Struct("!I")
 _SACK_BLOCK = struct.Struct("!II")
+SACK_BLOCK_LEN = _SACK_BLOCK.size
+ACK_BASE_LEN = HEADER_LEN + 2
+"""An ACK without SACK blocks; each block adds ``SACK_BLOCK_LEN``."""
 
 
 def encode_ack_payload(blocks: "list[tuple[int, int]] | tuple[tuple[int, int], ...]") -> bytes:
@@ -309,27 +334,37 @@ def decode_retry_payload(payload: bytes) -> bytes:
     return bytes(payload)
 
 
-# --- DONE payload: lost message ids ----------------------------------------------------------------
+# --- DONE payload: lost message ids, as ranges ---------------------------------------------------
+# A DONE part is ``n:u32`` then ``n`` ranges ``first:u32, end:u32`` (ids ``first .. end-1``), ascending and
+# disjoint within the part and across parts in ``pkt_idx`` order. Ranges, not ids: a DONE costs O(gaps), and
+# a job has at most one gap more than the messages it delivered, so a DONE is never larger than what its sender
+# sent, whatever N the job declared.
 
-def done_ids_per_part(max_payload: int) -> int:
-    """How many lost message ids one DONE part carries within ``max_payload`` bytes."""
-    n = (max_payload - 4) // 4
+_RANGE = struct.Struct("!II")
+
+
+def done_ranges_per_part(max_payload: int) -> int:
+    """How many lost-id ranges one DONE part carries within ``max_payload`` bytes."""
+    n = (max_payload - 4) // 8
     if n < 1:
         raise ValueError(f"max_payload {max_payload} cannot carry a DONE part")
     return n
 
 
-def encode_done_payloads(lost_ids: "Sequence[int]", max_payload: int) -> list[bytes]:
-    """Split ``lost_ids`` into DONE payloads (``n_lost:u32`` + ids), at least one part, at most 65535.
-    Linear in the number of ids, at C speed (an ``array('I')`` is taken as is)."""
-    per = done_ids_per_part(max_payload)
-    ids = array.array("I", lost_ids)
-    if len(ids) > per * 0xFFFF:
-        raise ValueError(f"{len(ids)} lost ids need more than 65535 DONE parts")
+def encode_done_payloads(lost_ranges: "Sequence[int]", max_payload: int) -> list[bytes]:
+    """Split lost-id ranges, given flat as ``first0, end0, first1, end1, ...`` (an ``array('I')`` is taken as
+    is), into DONE payloads; at least one part, at most 65535. Linear, at C speed."""
+    per = done_ranges_per_part(max_payload)
+    flat = array.array("I", lost_ranges)
+    n = len(flat) // 2
+    if len(flat) % 2:
+        raise ValueError("lost ranges must be given as first, end pairs")
+    if n > per * 0xFFFF:
+        raise ValueError(f"{n} lost ranges need more than 65535 DONE parts")
     if sys.byteorder == "little":
-        ids.byteswap()
-    raw = ids.tobytes()
-    return [_U32.pack(min(per, len(ids) - i)) + raw[4 * i:4 * (i + per)] for i in range(0, max(1, len(ids)), per)]
+        flat.byteswap()
+    raw = flat.tobytes()
+    return [_U32.pack(min(per, n - i)) + raw[8 * i:8 * (i + per)] for i in range(0, max(1, n), per)]
 
 
 def encode_done(*, job_id: int, seq: int, pkt_idx: int, pkt_cnt: int, payload: bytes) -> bytes:
@@ -338,14 +373,36 @@ def encode_done(*, job_id: int, seq: int, pkt_idx: int, pkt_cnt: int, payload: b
                         NO_DEADLINE, 0, 0, len(payload)) + payload
 
 
-def decode_done_payload(payload: bytes) -> list[int]:
-    """Lost message ids of one DONE part."""
+def id_ranges(ids: "Sequence[int]") -> array.array:
+    """Ascending, distinct ids as flat ``first, end`` ranges (what ``encode_done_payloads`` takes)."""
+    out = array.array("I")
+    for i in ids:
+        if out and out[-1] == i:
+            out[-1] = i + 1
+        else:
+            out.extend((i, i + 1))
+    return out
+
+
+def range_ids(ranges: "Sequence[tuple[int, int]]") -> list[int]:
+    """The ids of ``(first, end)`` ranges, ascending (as long as the ranges are: mind a range's size)."""
+    return [i for first, end in ranges for i in range(first, end)]
+
+
+def decode_done_payload(payload: bytes) -> list[tuple[int, int]]:
+    """Lost-id ranges ``(first, end)`` of one DONE part: non-empty, ascending, disjoint."""
     if len(payload) < 4:
         raise MalformedPacket("bad_done", f"DONE payload of {len(payload)} bytes")
     (n,) = _U32.unpack_from(payload)
-    if len(payload) != 4 + 4 * n:
-        raise MalformedPacket("bad_done", f"DONE says {n} ids in {len(payload)} payload bytes")
-    return list(struct.unpack_from(f"!{n}I", payload, 4))
+    if len(payload) != 4 + 8 * n:
+        raise MalformedPacket("bad_done", f"DONE says {n} ranges in {len(payload)} payload bytes")
+    ranges = list(_RANGE.iter_unpack(memoryview(payload)[4:]))
+    prev_end = 0
+    for first, end in ranges:
+        if not prev_end <= first < end:
+            raise MalformedPacket("bad_done", f"DONE range [{first}, {end}) is empty or out of order")
+        prev_end = end
+    return ranges
 
 
 # --- DATA payload for float vectors (bounded-loss mode) -------------------------------------------

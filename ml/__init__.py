@@ -1,7 +1,7 @@
 """Machine-learning frameworks on ApproxLib: a PyTorch DistributedDataParallel hook that reduces gradients
 over ATP (``netapprox.ml.register(ddp_model)``), with gradient group policies and CadentFlow tags.
 
-``netapprox.ml.policy``, ``layout`` and ``exchange`` need only numpy; ``hook`` and ``example`` need PyTorch
+``netapprox.ml.policy``, ``layout`` and ``vectors`` need only numpy; ``hook`` and ``example`` need PyTorch
 (the ``[torch]`` extra: ``pip install 'netapprox[torch]'``). docs/ml.md has the design and the measurements.
 """
 from __future__ import annotations

@@ -17,9 +17,12 @@ accuracy curve against wall-clock time, per-group ATP loss, whether the replicas
 import argparse
 import dataclasses
 import datetime
+import gzip
 import hashlib
+import importlib.util
 import json
 import os
+import queue as queue_mod
 import sys
 import tempfile
 import time
@@ -29,8 +32,12 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 import torch.distributed as dist
+import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
 
+import netapprox.ml
+from netapprox.hostlib.config import AtpConfig
+from netapprox.ml.hook import bounded
 from netapprox.ml.policy import parse_policy
 
 
@@ -70,15 +77,13 @@ def load_digits_arrays() -> tuple[np.ndarray, np.ndarray]:
     """scikit-learn's digits as (pixels 0..16, labels). Read straight from the file scikit-learn ships
     (``sklearn/datasets/data/digits.csv.gz``, what ``load_digits`` reads): importing scikit-learn costs
     seconds per worker process."""
-    import gzip
-    import importlib.util
     spec = importlib.util.find_spec("sklearn")
     if spec is None or not spec.submodule_search_locations:
         raise ModuleNotFoundError("the example's data set comes with scikit-learn: pip install 'netapprox[torch]'",
                                   name="sklearn")
     path = Path(list(spec.submodule_search_locations)[0]) / "datasets" / "data" / "digits.csv.gz"
     if not path.exists():
-        from sklearn.datasets import load_digits
+        from sklearn.datasets import load_digits  # noqa: PLC0415 - seconds to import: only when the file moved
         d = load_digits()
         return d.data, d.target
     with gzip.open(path, "rt") as fh:
@@ -128,9 +133,6 @@ def train(rank: int, world: int, cfg: TrainConfig, *, ready_file: str | None = N
     model = DistributedDataParallel(make_model(cfg.hidden), bucket_cap_mb=cfg.bucket_cap_mb)
     state = None
     if cfg.hook == "atp":
-        import netapprox.ml
-        from netapprox.hostlib.config import AtpConfig
-        from netapprox.ml.hook import bounded
         rate = {} if cfg.rate_mbit is None else {"max_rate_bps": cfg.rate_mbit * 1e6}
         report = None
         if cfg.report_to:
@@ -240,10 +242,7 @@ def run_local(world: int, cfg: TrainConfig, *, timeout_s: float = 600.0, start_m
     ``fork`` (default) starts the workers from this process with PyTorch and the modules DDP loads already
     imported (importing them costs ~5 s per process); use ``spawn`` from a process that has run PyTorch
     operations or started threads of its own."""
-    import queue as queue_mod
-
-    import torch._dynamo  # noqa: F401  (DistributedDataParallel imports it; once here instead of per worker)
-    import torch.multiprocessing as mp
+    import torch._dynamo  # noqa: F401, PLC0415 (DistributedDataParallel imports it; once here instead of per worker)
     ctx = mp.get_context(start_method)
     q = ctx.Queue()
     with tempfile.TemporaryDirectory(prefix="netapprox-ddp-") as tmp:

@@ -28,7 +28,7 @@ How a bucket is reduced (no root; every worker owns one chunk of every bucket, a
 Without loss and without a transform the result is bit-for-bit the result of the process group's allreduce
 (gloo's summation order, DDP's division), which tests/ml checks against a real gloo process group.
 
-The jobs run in one :class:`~netapprox.ml.session.SessionExchange` per worker: a session per peer that
+The jobs run in one :class:`~netapprox.hostlib.exchange.AtpExchange` per worker: a session per peer that
 outlives the jobs (RTT and window carried over), the native cores on the sockets, and a bucket's future
 completes when its data is in, not when the senders' DONEs come back. Buckets are reduced as DDP hands them
 over, concurrently.
@@ -56,11 +56,11 @@ import torch.distributed as dist
 
 from netapprox.hostlib import wire
 from netapprox.hostlib.config import AtpConfig, ConfigError, JobSpec, Message, Tags
-from netapprox.ml.exchange import _RANGE, ExchangeError, vector_job
+from netapprox.hostlib.exchange import AtpExchange, ExchangeError
 from netapprox.ml.layout import chunk_bounds, reduction_order
 from netapprox.ml.policy import GroupPolicy, paper_policy, smallest
-from netapprox.ml.session import SessionExchange
 from netapprox.ml.transform import DEFAULT_BLOCK, Hadamard
+from netapprox.ml.vectors import RANGE, received_vector, vector_job
 
 log = logging.getLogger(__name__)
 
@@ -263,7 +263,7 @@ class AtpHookState:
         seed = None if config.seed is None else config.seed * 1000 + rank
         addr = config.address or _default_address()
         # the peers' senders share every worker's switch port: each may fill 1/(world-1) of a queue
-        self.exchange = SessionExchange((addr, config.port), config=config.atp, loss=config.loss, seed=seed,
+        self.exchange = AtpExchange((addr, config.port), config=config.atp, loss=config.loss, seed=seed,
                                         report_to=config.report_to, queue_share=1.0 / max(1, world - 1))
         self.peers: list[tuple[str, int]] = [self.exchange.address] * world
         self.generations: list[int] = [self.exchange.generation] * world
@@ -425,7 +425,7 @@ class AtpHookState:
             contrib = {rank: y[lo:hi]}
             for p, fut in recv1.items():
                 got = fut.result(cfg.timeout_s)
-                vec, have = got.vector(mine)
+                vec, have = received_vector(got, mine)
                 if not have.all():
                     missing_floats += int((~have).sum())
                     if cfg.fill == "previous":
@@ -458,7 +458,7 @@ class AtpHookState:
         for j, fut in recv2.items():
             a, b = bounds[j]
             got = fut.result(cfg.timeout_s)
-            vec, have = got.vector(b - a)
+            vec, have = received_vector(got, b - a)
             if not have.all():
                 if not bounded_gather:
                     raise ExchangeError(f"bucket {index}: the reliable all-gather from rank {j} lost "
@@ -477,7 +477,7 @@ class AtpHookState:
             union: dict[int, set[int]] = {j: set(s.tolist()) for j, s in missed.items()}
             for p, fut in recv3.items():
                 got = fut.result(cfg.timeout_s)
-                vec, have = got.vector(got.vector_len or 0)
+                vec, have = received_vector(got, got.vector_len or 0)
                 if not have.all():
                     raise ExchangeError(f"bucket {index}: the agreement from rank {p} lost values")
                 for j, segs in _parse_agreement(vec, world).items():
@@ -591,7 +591,7 @@ def _subset_job(jid: int, values: np.ndarray, keep: np.ndarray, fpp: int, tags: 
     msgs = []
     for s in np.flatnonzero(keep):
         lo, hi = int(s) * fpp, min(len(values), (int(s) + 1) * fpp)
-        msgs.append(Message(_RANGE.pack(lo, hi - lo) + big[lo:hi].tobytes(), 0))
+        msgs.append(Message(RANGE.pack(lo, hi - lo) + big[lo:hi].tobytes(), 0))
     return JobSpec(job_id=jid, messages=tuple(msgs), msr=1.0, tags=tags, vector_len=len(values))
 
 
@@ -603,7 +603,7 @@ def _residual_of(fut: concurrent.futures.Future, chunk: np.ndarray, job: Any) ->
     summary = fut.result()
     res = np.zeros(len(chunk), dtype=np.float32)
     for msg_id in summary.lost_ids:
-        first, count = _RANGE.unpack_from(job.messages[msg_id].data)
+        first, count = RANGE.unpack_from(job.messages[msg_id].data)
         res[first:first + count] = chunk[first:first + count]
     return res
 

@@ -14,27 +14,40 @@ A Mininet dumbbell (h1..h3 on s1, h4..h6 on s2, one bottleneck s1 -> s2, plus th
 The controller runs in this process through its one runtime (``controller.runtime.Runtime``), which programs
 every switch (kernel target: ``KernelDriver``; BMv2: ``P4RuntimeDriver``) and reads the hosts' reports (from
 a socket in the ``ctl`` host on the kernel target, as packet-in on BMv2); the demo only listens to its
-per-epoch callback. While it runs, a progress line per second; then a table and one PNG timeline per job in
-``results/``.
+per-epoch callback. The programs on the hosts run through the testbed's ``HostPrograms`` (topo/testbed.py):
+every output path is made absolute once, before any host starts, so the demo reads what the hosts write from
+any folder and from an installed package. While it runs, a progress line per second; then a table and one
+PNG timeline per job in ``results/`` (``--results``).
 """
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
+import shutil
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from pyroute2 import IPRoute
+
+from netapprox.controller.config import ControllerConfig, ReportConfig
+from netapprox.controller.kernel import tc
+from netapprox.controller.model import queue_for_tlr
+from netapprox.controller.runtime import Runtime
 from netapprox.hostlib import checks as C
 from netapprox.hostlib import wire
 from netapprox.hostlib.config import MAX_MESSAGES
+from netapprox.topo.bmv2 import P4_TOOLS_HINT, bmv2_available
+from netapprox.topo.net import Emulation, EmulationConfig
+from netapprox.topo.netns import stop_on_signals
+from netapprox.topo.testbed import HostPrograms, Proc, read_json, read_json_lines
+from netapprox.topo.trafgen import parse_schedule
 
 REPO = Path(__file__).resolve().parent.parent
-PY = sys.executable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,11 +94,17 @@ class DemoConfig:
     epoch_s: float = 0.02
     """Controller epoch."""
     results: str = "results"
-    """Output directory."""
+    """Output directory (a relative path is taken from the caller's folder)."""
     pcap: str | None = None
-    """Write one pcap per switch interface into this directory."""
+    """Write one pcap per switch interface into this directory (relative: from the caller's folder)."""
     metrics_port: int = -1
     """Serve the controller's Prometheus metrics on this port (-1: off)."""
+    p4_build: str | None = None
+    """BMv2 target: the folder holding the compiled program, ``bmv2.json`` and ``p4info.txtpb`` (``make p4`` writes
+    build/v1model); ``None``: the checkout's build/v1model."""
+
+    def bmv2_json(self) -> Path:
+        return Path(self.p4_build).resolve() / "bmv2.json" if self.p4_build else REPO / "build" / "v1model" / "bmv2.json"
 
 
 def _log(msg: str) -> None:
@@ -124,33 +143,17 @@ class _Timeline:
 
 class Demo:
     def __init__(self, config: DemoConfig) -> None:
-        self.cfg = config
-        self.out = Path(config.results)
-        self.procs: list[subprocess.Popen] = []
+        # Every output path, absolute, once: the hosts' programs and this process then mean the same files.
+        self.out = Path(config.results).resolve()
+        self.cfg = dataclasses.replace(config, results=str(self.out),
+                                       pcap=str(Path(config.pcap).resolve()) if config.pcap else None)
+        self.programs = HostPrograms(self.out, lambda host, cmd, **kw: host.popen(cmd, **kw))
         self.t0 = 0.0
         self.assign_log: list[tuple[float, dict[int, int]]] = []  # (t since t0, assignments) on change
         self.report_times: dict[tuple[int, int], float] = {}  # (job, sender epoch) -> t since t0
         self.last_drops: list | None = None  # the bottleneck's per-queue stats at the last progress line
         self.emu = None
         self.bulk_span: list[float] = []  # [start, end] of the bulk TCP flow, seconds since t0
-
-    # -- processes --------------------------------------------------------------------------------------------
-    def popen(self, host, args: list[str], log_name: str) -> subprocess.Popen:
-        log = open(self.out / log_name, "w")
-        p = host.popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO))
-        log.close()
-        self.procs.append(p)
-        return p
-
-    def stop_processes(self) -> None:
-        from netapprox.topo.netns import stop_process
-
-        for p in self.procs:
-            try:
-                stop_process(p)
-            except Exception:
-                pass
-        self.procs.clear()
 
     # -- the controller's per-epoch callback ----------------------------------------------------------------
     def on_epoch(self, result) -> None:
@@ -162,10 +165,6 @@ class Demo:
 
     def bottleneck_stats(self, netns: str | None, ifname: str) -> list:
         """Per-queue statistics of the bottleneck port's traffic manager (its own netlink handle)."""
-        from pyroute2 import IPRoute
-
-        from netapprox.controller.kernel import tc
-
         ipr = IPRoute(netns=netns, flags=0) if netns else IPRoute()
         try:
             return tc.read_port_stats(ipr, ipr.link_lookup(ifname=ifname)[0])
@@ -173,25 +172,30 @@ class Demo:
             ipr.close()
 
     # -- the run ----------------------------------------------------------------------------------------------
-    def run(self) -> int:
-        from netapprox.controller.config import ControllerConfig, ReportConfig
-        from netapprox.controller.runtime import Runtime
-        from netapprox.topo.net import Emulation, EmulationConfig
+    def plan(self) -> list[str]:
+        """What the demo runs and where it writes, as the lines it prints first (``--dry-run`` prints only them)."""
+        cfg = self.cfg
+        lines = [f"NetApprox demo on the {cfg.target} target: dumbbell h1-h3 | s1 ={cfg.bottleneck_mbit:g} Mbit/s=> "
+                 f"s2 | h4-h6, host links {cfg.host_mbit:g} Mbit/s, {cfg.buffer_packets}-packet port buffers"]
+        lines += [f"  job {j.name} (id {j.job_id}): h{j.src} -> h{j.dst}, {j.messages} messages, MSR {j.msr}"
+                  for j in cfg.jobs]
+        lines.append(f"  bulk TCP h1 -> h4: {cfg.bulk_bytes / 1e6:g} MB from t = {cfg.bulk_start_s:g} s; background "
+                     f"h3 -> h6: {cfg.background_mbit:g} Mbit/s approximate, TLR schedule {cfg.background_tlr}")
+        lines.append(f"  results in {self.out}" + (f", captures in {cfg.pcap}" if cfg.pcap else "")
+                     + (f", P4 program {cfg.bmv2_json()}" if cfg.target == "bmv2" else ""))
+        return lines
 
+    def run(self) -> int:
         cfg = self.cfg
         self.out.mkdir(parents=True, exist_ok=True)
         for old in self.out.glob("demo-*"):
             old.unlink()
-        _log(f"NetApprox demo on the {cfg.target} target: dumbbell h1-h3 | s1 ={cfg.bottleneck_mbit:g} Mbit/s=> "
-             f"s2 | h4-h6, host links {cfg.host_mbit:g} Mbit/s, {cfg.buffer_packets}-packet port buffers")
-        for j in cfg.jobs:
-            _log(f"  job {j.name} (id {j.job_id}): h{j.src} -> h{j.dst}, {j.messages} messages, MSR {j.msr}")
-        _log(f"  bulk TCP h1 -> h4: {cfg.bulk_bytes / 1e6:g} MB from t = {cfg.bulk_start_s:g} s; background "
-             f"h3 -> h6: {cfg.background_mbit:g} Mbit/s approximate, TLR schedule {cfg.background_tlr}")
+        for line in self.plan():
+            _log(line)
         emu_cfg = EmulationConfig(topology="dumbbell", hosts=3, rate_mbit=cfg.host_mbit,
                                   bottleneck_mbit=cfg.bottleneck_mbit, buffer_packets=cfg.buffer_packets,
                                   target=cfg.target, log_dir=str(self.out), pcap=cfg.pcap,
-                                  bmv2_json=str(REPO / "build" / "v1model" / "bmv2.json"))
+                                  bmv2_json=str(cfg.bmv2_json()))
         t_setup = time.monotonic()
         with Emulation(emu_cfg) as emu:
             self.emu = emu
@@ -211,7 +215,7 @@ class Demo:
                     return self._experiment(emu)
                 finally:
                     runtime.stop()
-                    self.stop_processes()
+                    self.programs.stop_all()
 
     def _experiment(self, emu) -> int:
         cfg = self.cfg
@@ -219,21 +223,24 @@ class Demo:
         s1 = emu.net.get("s1")
         bottleneck = next(i.name for i in s1.intfList() if i.link and {i.link.intf1.node.name, i.link.intf2.node.name} == {"s1", "s2"})
         bottleneck_ns = s1.netns_name if cfg.target == "kernel" else None
+        start = self.programs.start_py
         # Receivers first.
         recv_timeout = str(int(cfg.time_limit_s + 20))
         for j in cfg.jobs:
-            self.popen(hosts[j.dst], [PY, "-m", "netapprox.hostlib", "recv", "--port", str(wire.DEFAULT_ATP_PORT), "--once",
-                                      "--timeout", recv_timeout, "--json", str(self.out / f"demo-recv-{j.name}.json")],
-                       f"demo-recv-{j.name}.log")
-        bulk_rx = self.popen(hosts[4], [PY, "-m", "netapprox.topo.trafgen", "tcp-recv", "--port", "5201", "--duration",
-                                          str(cfg.time_limit_s + 20)], "demo-bulk-recv.log")
-        bg_rx = self.popen(hosts[6], [PY, "-m", "netapprox.topo.trafgen", "recv", "--port", str(wire.DEFAULT_ATP_PORT),
-                                      "--duration", str(cfg.background_s + 5)], "demo-background-recv.log")
+            start(hosts[j.dst], "netapprox.hostlib", ["recv", "--port", str(wire.DEFAULT_ATP_PORT), "--once",
+                                                      "--timeout", recv_timeout,
+                                                      "--json", str(self.out / f"demo-recv-{j.name}.json")],
+                  f"demo-recv-{j.name}")
+        bulk_rx = start(hosts[4], "netapprox.topo.trafgen", ["tcp-recv", "--port", "5201", "--duration",
+                                                             str(cfg.time_limit_s + 20)], "demo-bulk-recv")
+        bg_rx = start(hosts[6], "netapprox.topo.trafgen", ["recv", "--port", str(wire.DEFAULT_ATP_PORT),
+                                                           "--duration", str(cfg.background_s + 5)],
+                      "demo-background-recv")
         time.sleep(1.0)
-        bg = self.popen(hosts[3], [PY, "-m", "netapprox.topo.trafgen", "send", "--dst", hosts[6].IP(), "--atp", "--approx",
-                                   "--job", "999", "--tlr", cfg.background_tlr,
-                                   "--rate-mbit", str(cfg.background_mbit), "--duration", str(cfg.background_s)],
-                        "demo-background.log")
+        bg = start(hosts[3], "netapprox.topo.trafgen", ["send", "--dst", hosts[6].IP(), "--atp", "--approx",
+                                                        "--job", "999", "--tlr", cfg.background_tlr,
+                                                        "--rate-mbit", str(cfg.background_mbit),
+                                                        "--duration", str(cfg.background_s)], "demo-background")
         bg_start = time.monotonic() - self.t0
         senders = {}
         timelines = {}
@@ -242,14 +249,13 @@ class Demo:
             tl = self.out / f"demo-timeline-{j.name}.jsonl"
             timelines[j.name] = _Timeline(tl)
             starts[j.name] = time.monotonic() - self.t0
-            senders[j.name] = self.popen(hosts[j.src], [
-                PY, "-m", "netapprox.hostlib", "send", f"{hosts[j.dst].IP()}:{wire.DEFAULT_ATP_PORT}", "--job-id", str(j.job_id),
+            senders[j.name] = start(hosts[j.src], "netapprox.hostlib", [
+                "send", f"{hosts[j.dst].IP()}:{wire.DEFAULT_ATP_PORT}", "--job-id", str(j.job_id),
                 "--messages", str(j.messages), "--msr", str(j.msr), "--rate", cfg.job_rate,
                 "--report-to", emu.report_target, "--timeout", str(int(cfg.time_limit_s)),
-                "--json", str(self.out / f"demo-send-{j.name}.json"), "--timeline", str(tl)],
-                f"demo-send-{j.name}.log")
+                "--json", str(self.out / f"demo-send-{j.name}.json"), "--timeline", str(tl)], f"demo-send-{j.name}")
         jobs_start = min(starts.values())
-        bulk = None
+        bulk: Proc | None = None
         bulk_json = self.out / "demo-bulk-tcp.log"
         _log(f"traffic started (t = 0 is the background start; jobs at t = {jobs_start:.1f} s)")
         _log("   t  | " + " | ".join(f"job {j.name}: TLR  rate Mbit/s  loss  queue" for j in cfg.jobs)
@@ -259,8 +265,8 @@ class Demo:
         while True:
             now = time.monotonic() - self.t0
             if bulk is None and now >= jobs_start + cfg.bulk_start_s:
-                bulk = self.popen(hosts[1], [PY, "-m", "netapprox.topo.trafgen", "tcp-send", "--dst", hosts[4].IP(),
-                                             "--dport", "5201", "--bytes", str(cfg.bulk_bytes)], bulk_json.name)
+                bulk = start(hosts[1], "netapprox.topo.trafgen", ["tcp-send", "--dst", hosts[4].IP(), "--dport", "5201",
+                                                                  "--bytes", str(cfg.bulk_bytes)], bulk_json.stem)
                 self.bulk_span = [now]
                 _log(f"{now:5.1f} | bulk TCP flow started")
             for tl in timelines.values():
@@ -306,10 +312,8 @@ class Demo:
         except Exception:  # noqa: BLE001 - the table then goes without the queue line
             pass
         for p in [bg, bg_rx, bulk_rx]:
-            try:
-                p.send_signal(signal.SIGINT)
-            except Exception:
-                pass
+            if p.running():
+                p.popen.send_signal(signal.SIGINT)  # they print their counts and exit
         time.sleep(0.5)
         for tl in timelines.values():
             tl.poll()
@@ -319,8 +323,6 @@ class Demo:
     def queue_of(self, job_id: int, tlr: float, t: float, ack_queues: dict) -> int:
         """The queue the switch used for the job at time ``t``. BMv2 stamps it (seen on ACKs); on the kernel
         target it is the controller's job entry, or the TLR table before the first assignment."""
-        from netapprox.controller.model import queue_for_tlr
-
         stamped = {int(k): v for k, v in ack_queues.items() if int(k) != wire.QUEUE_UNSET}
         if stamped:
             return max(stamped, key=stamped.get)
@@ -344,7 +346,7 @@ class Demo:
         rows_out = []
         ok = True
         for j in cfg.jobs:
-            send = _read_json(self.out / f"demo-send-{j.name}.json")
+            send = read_json(self.out / f"demo-send-{j.name}.json")
             rows = timelines[j.name].rows
             offset = self.sender_offset(j, rows, starts[j.name])
             for r in rows:
@@ -363,7 +365,7 @@ class Demo:
                 entry.update(error=_tail(self.out / f"demo-send-{j.name}.log"))
             rows_out.append(entry)
             self.plot(j, rows, bg_start, end)
-        bulk = _read_json_lines(bulk_json)
+        bulk = _result(bulk_json)
         fct = bulk.get("fct_s") if bulk.get("confirmed") else None
         # Table.
         _log("")
@@ -387,8 +389,8 @@ class Demo:
             last = self.last_drops
             _log("bottleneck port s1 -> s2, per queue: " + ", ".join(
                 f"q{s.qid} {s.packets} sent/{s.drops} dropped" for s in last if s.packets or s.drops))
-        bg = _read_json_lines(self.out / "demo-background-recv.log")
-        bgs = _read_json_lines(self.out / "demo-background.log")
+        bg = _result(self.out / "demo-background-recv.log")
+        bgs = _result(self.out / "demo-background.log")
         if bg and bgs:
             _log(f"background: {bgs.get('sent', 0)} packets sent, {bg.get('received', 0)} received")
         summary = {"target": cfg.target, "config": dataclasses.asdict(cfg), "jobs": rows_out, "bulk_fct_s": fct,
@@ -399,13 +401,11 @@ class Demo:
         return 0 if ok else 1
 
     def plot(self, job: DemoJob, rows: list[dict], bg_start: float, end: float) -> None:
+        # matplotlib only when plotting: it is slow to import, and choosing its backend is this call's business
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-
-        from netapprox.controller.model import queue_for_tlr
-        from netapprox.topo.trafgen import parse_schedule
 
         bins: dict[int, list[dict]] = {}
         for r in rows:
@@ -461,21 +461,10 @@ class Demo:
         plt.close(fig)
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _read_json_lines(path: Path) -> dict:
-    try:
-        for line in reversed(path.read_text().splitlines()):
-            if line.startswith("{") and "ready" not in line:
-                return json.loads(line)
-    except (OSError, ValueError):
-        pass
-    return {}
+def _result(path: Path) -> dict:
+    """The result a ``topo.trafgen`` program printed last in its log (not its ``{"ready": true}``); {} if none."""
+    rows = [r for r in read_json_lines(path) if not r.get("ready")]
+    return rows[-1] if rows else {}
 
 
 def _tail(path: Path, n: int = 2) -> str:
@@ -497,6 +486,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pcap", metavar="DIR", help="write one pcap per switch interface into DIR")
     ap.add_argument("--metrics-port", type=C.arg(C.port(allow=(-1, 0))), default=-1,
                     help="serve the controller's Prometheus metrics here (default -1: off)")
+    ap.add_argument("--p4-build", metavar="DIR",
+                    help="--target bmv2: folder with the compiled bmv2.json and p4info.txtpb (default: the "
+                         "checkout's build/v1model, which `make p4` writes)")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="print what would run and where it would write, check the options, start nothing (no root)")
     args = ap.parse_args(argv)
     for option, directory in (("--results", args.results), ("--pcap", args.pcap)):
         if directory is not None:
@@ -504,40 +498,36 @@ def main(argv: list[str] | None = None) -> int:
                 C.output_file(create_dirs=True)(Path(directory) / "demo-summary.json", option)
             except C.CheckError as e:
                 ap.error(str(e))
-    import logging
-
     logging.basicConfig(level=logging.WARNING, format="  [%(name)s] %(message)s")
-    if os.geteuid() != 0:
-        print("make demo needs root (network namespaces, qdiscs): run it with sudo.", file=sys.stderr)
-        return 2
-    import shutil
-
-    missing = [t for t in ("mnexec", "ethtool", "tc") if shutil.which(t) is None]
-    if missing:
-        print(f"missing tools: {', '.join(missing)}. Run `make setup` (tools/setup-system.sh installs them).",
-              file=sys.stderr)
-        return 2
-    if args.target == "bmv2":
-        from netapprox.topo.bmv2 import P4_TOOLS_HINT, bmv2_available
-
-        if not bmv2_available():
-            print(f"make demo TARGET=bmv2: {P4_TOOLS_HINT}", file=sys.stderr)
-            return 2
-        if not (REPO / "build" / "v1model" / "bmv2.json").exists():
-            print("make demo TARGET=bmv2: build/v1model/bmv2.json is missing; run `make p4` first.", file=sys.stderr)
-            return 2
     cfg = DemoConfig(target=args.target, results=args.results, bottleneck_mbit=args.bottleneck_mbit, pcap=args.pcap,
-                     metrics_port=args.metrics_port)
+                     metrics_port=args.metrics_port, p4_build=args.p4_build)
     messages = args.messages or (4000 if args.quick else None)
     if messages:
         cfg = dataclasses.replace(cfg, jobs=tuple(dataclasses.replace(j, messages=messages) for j in cfg.jobs))
     if args.quick:
         cfg = dataclasses.replace(cfg, bulk_bytes=1_000_000, bulk_start_s=2.0, background_tlr="0:0.5,3:0.375,6:0.25",
                                   background_s=15.0, time_limit_s=40.0)
+    if args.dry_run:
+        for line in Demo(cfg).plan():
+            print(line)
+        return 0
+    if os.geteuid() != 0:
+        print("make demo needs root (network namespaces, qdiscs): run it with sudo.", file=sys.stderr)
+        return 2
+    missing = [t for t in ("mnexec", "ethtool", "tc") if shutil.which(t) is None]
+    if missing:
+        print(f"missing tools: {', '.join(missing)}. Run `make setup` (tools/setup-system.sh installs them).",
+              file=sys.stderr)
+        return 2
+    if args.target == "bmv2":
+        if not bmv2_available():
+            print(f"make demo TARGET=bmv2: {P4_TOOLS_HINT}", file=sys.stderr)
+            return 2
+        if not cfg.bmv2_json().exists():
+            print(f"make demo TARGET=bmv2: {cfg.bmv2_json()} is missing; run `make p4` in the checkout first, or give "
+                  "--p4-build DIR with the compiled bmv2.json and p4info.txtpb.", file=sys.stderr)
+            return 2
     demo = Demo(cfg)
-
-    from netapprox.topo.netns import stop_on_signals
-
     # SIGTERM/SIGHUP clean up like Ctrl-C: every process, namespace and link the demo made is removed.
     stop_on_signals()
     try:

@@ -10,12 +10,17 @@ namespace names), also on errors and Ctrl-C when used as a context manager. Neve
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import os
 import socket
 from typing import Any
 
+from mininet.log import setLogLevel
+from mininet.net import Mininet
+
+from netapprox.controller.config import SwitchConfig
 from netapprox.controller.model import ClassRule, Route
 from netapprox.hostlib.wire import DEFAULT_ATP_PORT, DEFAULT_REPORT_PORT
 from netapprox.topo.netns import Lifecycle, socket_in_netns, unique_tag, wait_until
@@ -85,9 +90,6 @@ class Emulation(Lifecycle):
 
     # -- lifecycle ------------------------------------------------------------------------------------------
     def start(self) -> None:
-        from mininet.log import setLogLevel
-        from mininet.net import Mininet
-
         cfg = self.config
         setLogLevel("warning")
         if cfg.target == "bmv2":
@@ -165,8 +167,6 @@ class Emulation(Lifecycle):
 
     def switch_configs(self):
         """``controller.config.SwitchConfig`` for every switch, with this network's driver options."""
-        from netapprox.controller.config import SwitchConfig
-
         out = []
         for sw in self.net.switches:
             kind = "p4runtime" if isinstance(sw, BMv2Switch) else "kernel"
@@ -178,8 +178,6 @@ class Emulation(Lifecycle):
     def routes(self, switch) -> list[Route]:
         """BMv2 target: a /32 route per host on ``switch``, along a shortest path (BFS over the topology;
         among equal paths, the spine is picked by the destination host's number)."""
-        import collections
-
         net = self.net
         adj: dict[str, list[tuple[str, Any]]] = collections.defaultdict(list)
         for link in net.links:

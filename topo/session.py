@@ -13,15 +13,20 @@ the controller, the captures, the switches and the network. ``--no-cli`` runs th
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from mininet.cli import CLI
+
+from netapprox.controller.runtime import Runtime
 from netapprox.hostlib import checks as C
 from netapprox.hostlib.wire import DEFAULT_ATP_PORT
-from netapprox.topo.netns import Lifecycle, stop_on_signals
+from netapprox.topo.net import Emulation, EmulationConfig
+from netapprox.topo.netns import Lifecycle, stop_on_signals, stop_process
 from netapprox.topo.topofile import TopologyFileError, TopologySpec, controller_config, load
 
 REPO = Path(__file__).resolve().parent.parent
@@ -41,11 +46,6 @@ class Session(Lifecycle):
         self.procs: dict[str, subprocess.Popen] = {}
 
     def start(self) -> None:
-        import dataclasses
-
-        from netapprox.controller.runtime import Runtime
-        from netapprox.topo.net import Emulation, EmulationConfig
-
         # Host shells inherit this environment: put this interpreter's scripts (atp-send, atp-recv) first.
         os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
         self.results.mkdir(parents=True, exist_ok=True)
@@ -91,13 +91,9 @@ class Session(Lifecycle):
         return codes
 
     def cli(self) -> None:
-        from mininet.cli import CLI
-
         CLI(self.emu.net)
 
     def close(self) -> None:
-        from netapprox.topo.netns import stop_process
-
         for proc in self.procs.values():
             stop_process(proc)
         self.procs.clear()

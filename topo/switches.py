@@ -24,8 +24,10 @@ from typing import Any
 
 from mininet.link import Link
 from mininet.node import Switch
+from pyroute2 import IPRoute
 
 from netapprox.controller.kernel import compiler, tc
+from netapprox.controller.kernel.driver import KernelDriver
 from netapprox.controller.model import ClassRule, SwitchState, default_tlr_rules
 from netapprox.hostlib.wire import DEFAULT_ATP_PORT
 from netapprox.topo.bmv2 import Bmv2Options, Bmv2Process, free_tcp_port
@@ -95,8 +97,6 @@ class KernelSwitch(Switch):
         return SwitchState(tlr_rules=default_tlr_rules(), class_rules=frozenset(self.class_rules))
 
     def start(self, controllers) -> None:
-        from netapprox.controller.kernel.driver import KernelDriver
-
         run(["ip", "netns", "attach", self.netns_name, str(self.pid)])
         self._attached = True
         for key in ("all", "default"):
@@ -197,8 +197,6 @@ class BMv2Switch(Switch):
 
     def install_tm(self) -> None:
         """The HTB strict-priority tree on every egress interface, classified by BMv2's queue stamp."""
-        from pyroute2 import IPRoute
-
         entries = compiler.stamp_filters(self.class_rules, self.atp_port)
         with IPRoute() as ipr:
             for intf in self.intfList():

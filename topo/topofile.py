@@ -30,6 +30,12 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
+import yaml
+
+from netapprox.controller.config import config_from_dict
+from netapprox.controller.errors import ConfigError as ControllerConfigError
+from netapprox.hostlib.config import ConfigError, parse_rate
+
 TARGETS = ("kernel", "bmv2")
 CTL_NAME = "ctl"
 
@@ -139,8 +145,6 @@ def _list(value: Any, where: str) -> list:
 
 
 def _rate(value: Any, where: str) -> str:
-    from netapprox.hostlib.config import ConfigError, parse_rate
-
     text = value if isinstance(value, str) else repr(value)
     try:
         if isinstance(value, bool):
@@ -238,12 +242,9 @@ def parse(data: Mapping[str, Any], source: str = "<topology>") -> TopologySpec:
 
 def controller_config(spec: TopologySpec, switches, source: str = "<topology>"):
     """The ``ControllerConfig`` of ``spec`` for a network's switch entries."""
-    from netapprox.controller.config import config_from_dict
-    from netapprox.controller.errors import ConfigError
-
     try:
         config = config_from_dict(spec.controller, source=f"{source}: controller")
-    except ConfigError as e:
+    except ControllerConfigError as e:
         raise TopologyFileError(str(e)) from None
     return dataclasses.replace(config, switches=tuple(switches))
 
@@ -257,8 +258,6 @@ def load(path: str | Path) -> TopologySpec:
         raise TopologyFileError(f"{path}: cannot read: {e.strerror}") from None
     try:
         if path.suffix in (".yaml", ".yml"):
-            import yaml
-
             data = yaml.safe_load(text)
         else:
             data = json.loads(text)

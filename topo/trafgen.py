@@ -1,9 +1,12 @@
 """Paced UDP traffic for tests and the demo's background load: ``python -m netapprox.topo.trafgen send|recv``, and a
 TCP bulk flow with a true flow completion time: ``tcp-send|tcp-recv``.
 
-``send`` emits UDP datagrams at a paced rate, either plain payload or ATP DATA headers (docs/wire-format.md)
-with a chosen job, TLR (optionally changing over time), flags and CadentFlow tags, so that a switch
-classifies them exactly like ATP traffic. It does not react to loss (it is load, not a transport).
+``Pacer`` and ``send_paced`` are the one paced generator of ATP-format DATA: ``send`` here and the experiments'
+UDP blast and background traffic (experiments/baselines.py) both send through them.
+
+``send`` emits UDP datagrams at a paced rate (counted on the wire: UDP, IPv4 and Ethernet headers included),
+either plain payload or ATP DATA headers (docs/wire-format.md) with a chosen job, TLR (optionally changing
+over time), flags and CadentFlow tags, so that a switch classifies them exactly like ATP traffic. It does not react to loss (it is load, not a transport).
 ``recv`` counts what arrives per (destination port, ATP job), per ATP queue byte and per IPv4 ECN codepoint,
 and prints one JSON object.
 
@@ -18,6 +21,7 @@ import signal
 import socket
 import sys
 import time
+from typing import Iterable, Iterator
 
 from netapprox.hostlib import wire
 
@@ -50,6 +54,72 @@ def _at(schedule: list[tuple[float, float]], t: float) -> float:
     return value
 
 
+WIRE_OVERHEAD = 42
+"""Bytes the link adds to a UDP payload: UDP 8, IPv4 20, Ethernet 14."""
+CATCH_UP_S = 0.002
+"""A paced sender woken late sends what it owes at once, but never more than this much of it."""
+
+
+class Pacer:
+    """Paces datagrams at ``rate_bps``, each counted with ``overhead_bytes`` more (the headers a link adds; 0:
+    the rate counts datagrams as they are). ``burst`` datagrams leave back to back per pacing step, followed by
+    their share of time or, with ``gap_s``, by that fixed gap. A sender woken late catches up by at most
+    ``CATCH_UP_S``. ``rate_bps`` may change between datagrams (a schedule)."""
+
+    def __init__(self, rate_bps: float, *, overhead_bytes: int = 0, burst: int = 1,
+                 gap_s: float | None = None) -> None:
+        if rate_bps <= 0 and gap_s is None:
+            raise ValueError("rate must be positive")
+        self.rate_bps = rate_bps
+        self.overhead_bytes = overhead_bytes
+        self.burst = max(1, burst)
+        self.gap_s = gap_s
+        self._next = time.monotonic()
+        self._in_burst = 0
+        self._burst_bytes = 0
+
+    def wait(self) -> None:
+        """Sleep until the next datagram may leave."""
+        if self._in_burst:
+            return
+        now = time.monotonic()
+        self._next = max(self._next, now - CATCH_UP_S)
+        if self._next > now:
+            time.sleep(self._next - now)
+
+    def sent(self, nbytes: int) -> None:
+        """Account for one datagram of ``nbytes`` (sent or not: pacing is about the sender's schedule)."""
+        self._in_burst += 1
+        self._burst_bytes += nbytes + self.overhead_bytes
+        if self._in_burst < self.burst:
+            return
+        if self.gap_s is not None:
+            self._next = time.monotonic() + self.gap_s
+        else:
+            self._next += self._burst_bytes * 8 / self.rate_bps
+        self._in_burst = self._burst_bytes = 0
+
+
+def send_paced(sock: socket.socket, dest: tuple[str, int], datagrams: Iterable[bytes], pacer: Pacer, *,
+               count: int | None = None) -> dict:
+    """Send ``datagrams`` to ``dest`` as ``pacer`` allows, until they end or ``count`` of them were sent: the
+    one paced generator of ATP-format DATA (this module's ``send``, the experiments' UDP blast and background).
+    A send the kernel refuses (ENOBUFS under overload) is counted as an error and not repeated."""
+    sent = nbytes = errors = 0
+    for data in datagrams:
+        if count is not None and sent >= count:
+            break
+        pacer.wait()
+        try:
+            sock.sendto(data, dest)
+            sent += 1
+            nbytes += len(data)
+        except OSError:
+            errors += 1
+        pacer.sent(len(data))
+    return {"sent": sent, "bytes": nbytes, "send_errors": errors}
+
+
 def send(args: argparse.Namespace) -> dict:
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
@@ -57,7 +127,6 @@ def send(args: argparse.Namespace) -> dict:
         sock.bind(("0.0.0.0", args.sport))
     if args.tos:
         sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, args.tos)
-    size = args.size
     rates = parse_schedule(args.rate_mbit) if ":" in str(args.rate_mbit) else [(0.0, float(args.rate_mbit))]
     tlrs = None
     if args.tlr is not None:
@@ -67,48 +136,30 @@ def send(args: argparse.Namespace) -> dict:
         flags |= wire.Flags.APPROX
     if args.priority is not None or args.deadline_us is not None:
         flags |= wire.Flags.TAGGED
-    payload_len = max(0, size - wire.HEADER_LEN)
-    filler = bytes(payload_len)
-    sent = 0
+    filler = bytes(max(0, args.size - wire.HEADER_LEN))
+    pacer = Pacer(rates[0][1] * 1e6, overhead_bytes=WIRE_OVERHEAD, burst=args.burst,
+                  gap_s=args.gap_ms / 1000.0 if args.burst > 1 and args.gap_ms is not None else None)
     start = time.monotonic()
-    next_send = start
-    seq = 0
-    while not _stopping:
-        now = time.monotonic()
-        elapsed = now - start
-        if args.count is not None and sent >= args.count:
-            break
-        if args.duration is not None and elapsed >= args.duration:
-            break
-        if args.atp:
-            tlr = wire.tlr_to_q15(_at(tlrs, elapsed)) if tlrs else 0
-            hdr = wire.Header(type=wire.PacketType.DATA, flags=flags, job_id=args.job, msg_id=seq, tlr=tlr,
-                              priority=args.priority or 0,
-                              deadline_us=args.deadline_us if args.deadline_us is not None else wire.NO_DEADLINE,
-                              seq=seq, queue=args.queue_byte)
-            data = wire.encode(hdr, filler)
-        else:
-            data = seq.to_bytes(4, "big") + bytes(max(0, size - 4))
-        try:
-            sock.sendto(data, (args.dst, args.dport))
-            sent += 1
-        except OSError:  # ENOBUFS under overload: count as not sent
-            pass
-        seq += 1
-        if args.burst > 1 and sent % args.burst:
-            continue  # back-to-back within a burst
-        if args.burst > 1 and args.gap_ms is not None:
-            next_send = time.monotonic() + args.gap_ms / 1000.0
-        else:
-            rate_bps = _at(rates, elapsed) * 1e6
-            wire_bytes = len(data) + 42  # UDP 8 + IPv4 20 + Ethernet 14
-            next_send = max(next_send + max(1, args.burst) * wire_bytes * 8 / rate_bps, now - 0.005)
-        while True:
-            ahead = next_send - time.monotonic()
-            if ahead <= 0:
-                break
-            time.sleep(ahead if ahead > 0.0005 else 0)
-    return {"sent": sent, "seconds": round(time.monotonic() - start, 4)}
+
+    def datagrams() -> Iterator[bytes]:
+        seq = 0
+        while not _stopping:
+            elapsed = time.monotonic() - start
+            if args.duration is not None and elapsed >= args.duration:
+                return
+            pacer.rate_bps = _at(rates, elapsed) * 1e6
+            if args.atp:
+                hdr = wire.Header(type=wire.PacketType.DATA, flags=flags, job_id=args.job, msg_id=seq,
+                                  tlr=wire.tlr_to_q15(_at(tlrs, elapsed)) if tlrs else 0, priority=args.priority or 0,
+                                  deadline_us=args.deadline_us if args.deadline_us is not None else wire.NO_DEADLINE,
+                                  seq=seq, queue=args.queue_byte)
+                yield wire.encode(hdr, filler)
+            else:
+                yield seq.to_bytes(4, "big") + bytes(max(0, args.size - 4))
+            seq += 1
+
+    out = send_paced(sock, (args.dst, args.dport), datagrams(), pacer, count=args.count)
+    return {"sent": out["sent"], "seconds": round(time.monotonic() - start, 4)}
 
 
 def recv(args: argparse.Namespace) -> dict:

@@ -10,17 +10,19 @@ increasing node id, so the table order is a node-id layout:
     node 0xa00..0xdff   queue_by_tlr     ... and tlr range                              -> 1:2q
     node 0xe00          (default)        any approximate ATP DATA                       -> queue 7
     node 0xe01..0xffe   queue_by_class   everything else: ip_proto / l4_dport ternary   -> 1:2q
-    node 0xfff          (default)        any IPv4 packet                                -> 1:20 (queue 0)
+    node 0xfff          (default)        any packet                                     -> 1:20 (queue 0)
     (not IPv4)          htb default      -> 1:10 (queue 0)
 
 Approximate rules (job, tag, TLR) that name queue 0 are compiled to queue 1: the P4 program's guard
 (``controller.reference.approx_guard``; approximate traffic never uses queue 0), applied here at compile time,
 so the kernel switch has no per-packet count of it.
-"Approximate ATP DATA" is the conjunction: IPv4 without options (ihl 5), not a non-first fragment, UDP,
-destination port = the ATP port, ATP byte 0 = 0x11 (version 1, DATA), flag APPROX set. Ranges (TLR,
+"Approximate ATP DATA" is the conjunction: IPv4 (version 4) without options (ihl 5), not a non-first fragment,
+UDP, destination port = the ATP port, ATP byte 0 = 0x11 (version 1, DATA), flag APPROX set. Ranges (TLR,
 CadentFlow priority and deadline) are decomposed into prefix (value/mask) matches, one u32 entry each.
-``u32_queue`` evaluates compiled entries on a packet the way the kernel does; the tests compare it with
-``controller.reference.reference_queue`` for every rule kind. ``controller.kernel.tc`` writes the entries.
+``u32_queue`` evaluates compiled entries on a packet the way the kernel does (``kernel_keys``: the words the
+kernel holds, in its order; a read past the end of the packet stops the classifier: queue 0); the tests
+compare it with ``controller.reference.reference_queue`` for every rule kind, and with the real kernel
+(tests/controller/test_kernel_agreement.py). ``controller.kernel.tc`` writes the entries.
 """
 from __future__ import annotations
 
@@ -163,8 +165,14 @@ def tlr_key_sets(rule: TlrRule, atp_port: int) -> list[tuple[Key, ...]]:
 
 
 def _l4_parsed() -> list[Key]:
-    """IPv4 without options and not a non-first fragment: where the P4 parser reads L4 ports and ATP."""
-    return [Key(_OFF_IHL, 0x05000000, 0x0F000000), Key(4, 0, 0x00001FFF)]
+    """IPv4 (version 4) without options and not a non-first fragment: where the P4 parser reads L4 ports and ATP."""
+    return [Key(_OFF_IHL, 0x45000000, 0xFF000000), Key(4, 0, 0x00001FFF)]
+
+
+def _ipv4() -> list[Key]:
+    """Version 4 and a whole 20-byte header (a zero-mask word at 16 only reads: a shorter packet stops the
+    classifier, and HTB's default puts it in queue 0, as the reference does with anything that is not IPv4)."""
+    return [Key(_OFF_IHL, 0x40000000, 0xF0000000), Key(16, 0, 0)]
 
 
 def _runs(values: list[int]) -> list[tuple[int, int]]:
@@ -180,13 +188,15 @@ def _runs(values: list[int]) -> list[tuple[int, int]]:
 def class_key_sets(rule: ClassRule) -> list[tuple[Key, ...]]:
     """u32 entries for one queue_by_class rule (first match of them = the rule matches).
 
-    ``l4_dport`` follows the P4 program: the TCP/UDP destination port, and 0 for packets of other protocols.
-    A rule with an ``l4_dport`` mask therefore becomes one entry per matching TCP/UDP protocol, plus, when
-    the rule also matches port 0, prefix entries for every other protocol its ``ip_proto`` ternary admits.
+    ``l4_dport`` follows the P4 program: the TCP/UDP destination port of a first fragment without IP options,
+    and 0 for every other packet. A rule with an ``l4_dport`` mask therefore becomes one entry per matching
+    TCP/UDP protocol, plus, when the rule also matches port 0, prefix entries for every other protocol its
+    ``ip_proto`` ternary admits and for TCP/UDP packets whose ports are not parsed (IHL other than 5, the IHL
+    nibble as prefixes; non-first fragments, the 13-bit fragment offset [1, 8191] as prefixes).
     """
     pv, pm = rule.ip_proto & rule.ip_proto_mask, rule.ip_proto_mask
     if not rule.l4_dport_mask:
-        return [(Key(_OFF_PROTO_WORD, pv << 16, pm << 16),) if pm else (Key(0, 0, 0),)]
+        return [tuple(_ipv4() + ([Key(_OFF_PROTO_WORD, pv << 16, pm << 16)] if pm else []))]
     dv, dm = rule.l4_dport & rule.l4_dport_mask, rule.l4_dport_mask
     out = []
     for proto in (6, IPPROTO_UDP):
@@ -197,7 +207,16 @@ def class_key_sets(rule: ClassRule) -> list[tuple[Key, ...]]:
         others = [p for p in range(256) if p & pm == pv and p not in (6, IPPROTO_UDP)]
         for lo, hi in _runs(others):
             for v, m in prefix_split(lo, hi, 8):
-                out.append((Key(_OFF_PROTO_WORD, v << 16, m << 16),))
+                out.append(tuple(_ipv4() + [Key(_OFF_PROTO_WORD, v << 16, m << 16)]))
+        for proto in (6, IPPROTO_UDP):
+            if proto & pm != pv:
+                continue
+            proto_key = Key(_OFF_PROTO_WORD, proto << 16, 0x00FF0000)
+            for lo, hi in ((0, 4), (6, 15)):
+                for v, m in prefix_split(lo, hi, 4):
+                    out.append((Key(_OFF_IHL, (0x40 | v) << 24, (0xF0 | m) << 24), Key(16, 0, 0), proto_key))
+            for v, m in prefix_split(1, 0x1FFF, 13):
+                out.append((Key(_OFF_IHL, 0x45000000, 0xFF000000), Key(4, v, m), proto_key))
     return out
 
 
@@ -275,10 +294,42 @@ def stamp_filters(class_rules: Iterable[ClassRule], atp_port: int = DEFAULT_ATP_
     return entries
 
 
+def kernel_keys(keys: Iterable[Key]) -> list[tuple[int, int, int]]:
+    """The (offset, value, mask) words the kernel holds for ``keys``, in the order it evaluates them: what
+    pyroute2 0.9's u32 encoder makes of ``Key.specs()``. Zero-mask keys come first; then the constrained bytes,
+    regrouped into 4-byte words in increasing offset, each starting at the first constrained byte the previous
+    word does not cover."""
+    specs = list(keys)
+    out = [(k.offset, 0, 0) for k in specs if k.mask == 0]
+    constrained: dict[int, tuple[int, int]] = {}
+    for k in specs:
+        constrained.update(k.bytes_masked())
+    end = -1
+    for off in sorted(constrained):
+        if off <= end:
+            continue
+        value = mask = 0
+        for i in range(4):
+            v, m = constrained.get(off + i, (0, 0))
+            value, mask = (value << 8) | v, (mask << 8) | m
+        out.append((off, value, mask))
+        end = off + 3
+    return out
+
+
 def u32_queue(entries: Mapping[int, U32Entry], packet: bytes) -> int:
-    """What the kernel does with ``packet`` (bytes from the IPv4 header on): first match in node order."""
+    """What the kernel does with ``packet`` (bytes from the IPv4 header on): the entries in node order, each
+    one's words (``kernel_keys``) in order; the first entry whose words all match decides. A word past the end
+    of the packet stops the whole classifier with no match (cls_u32: ``skb_header_pointer`` fails, ``goto
+    out``), and HTB's default class puts the packet in queue 0."""
     for node in sorted(entries):
-        if entries[node].matches(packet):
+        for offset, value, mask in kernel_keys(entries[node].keys):
+            word = packet[offset:offset + 4]
+            if len(word) < 4:
+                return NON_APPROX_QUEUE
+            if struct.unpack("!I", word)[0] & mask != value:
+                break
+        else:
             return entries[node].qid
     return NON_APPROX_QUEUE
 

@@ -10,7 +10,8 @@ controller's loop reconnects; bad options raise ``KernelDriverError``.
 - ``connect()`` builds the queue tree on each port (kept when it already has the right shape, so counters
   survive a reconnect), removes any u32 entries it did not write, and re-installs the last applied state.
 - ``apply(state)`` compiles the state to u32 entries, diffs them against its installed copy and writes only
-  the difference (``replace`` for new or changed entries, ``del`` for removed ones), on every port. An
+  the difference (``replace`` for new entries and new targets, ``del`` then ``replace`` for entries whose
+  keys changed, since a u32 replace keeps a node's keys; ``del`` for removed ones), on every port. An
   unchanged state writes nothing. Counts in the returned ``WriteSummary`` are per port (one entry on a
   3-port switch counts 3).
 - ``read_counters()`` reads per-queue packets and drops of each port's leaf fifos.
@@ -29,6 +30,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 from typing import Any, Mapping
+
+from pyroute2 import IPRoute
 
 from netapprox.controller.drivers import Driver
 from netapprox.controller.errors import KernelSwitchError, SwitchUnavailable
@@ -108,8 +111,6 @@ class KernelDriver(Driver):
 
     # -- Driver --------------------------------------------------------------------------------------------
     def connect(self) -> None:
-        from pyroute2 import IPRoute
-
         self.close()
         try:
             # flags=0: never create the namespace (pyroute2 defaults to O_CREAT).
@@ -169,6 +170,11 @@ class KernelDriver(Driver):
         for ifname, idx in self._ifindex.items():
             try:
                 for entry in changed:
+                    old = self._installed.get(entry.node)
+                    if old is not None and old.keys != entry.keys:
+                        # A u32 replace keeps the node's old keys (the kernel copies its selector; only the
+                        # target changes): new keys need the node deleted and added again.
+                        tc.delete_entry(self._ipr, idx, self._htid[ifname], entry.node)
                     tc.write_entry(self._ipr, idx, self._htid[ifname], entry)
                     if self._htid[ifname] is None:
                         self._htid[ifname] = tc.root_htid(self._ipr, idx)

@@ -24,12 +24,24 @@ from netapprox.hostlib.wire import DEFAULT_ATP_PORT, OFFSETS
 
 
 STAMP_SOURCE = Path(__file__).resolve().with_name("stamp.bpf.c")
-BUILD_DIR = Path(__file__).resolve().parents[2] / "build" / "kernel"
-"""Where compiled stampers are cached (the repository's build/ folder)."""
+
+
+def _build_dir() -> Path:
+    """Where compiled stampers are cached: ``$NETAPPROX_CACHE_DIR/kernel`` if set; in a checkout, its build/kernel
+    folder; installed as a package, ``$XDG_CACHE_HOME/netapprox/kernel`` (default ~/.cache/netapprox/kernel)."""
+    if os.environ.get("NETAPPROX_CACHE_DIR"):
+        return Path(os.environ["NETAPPROX_CACHE_DIR"]) / "kernel"
+    checkout = Path(__file__).resolve().parents[2]
+    if (checkout / "pyproject.toml").exists():
+        return checkout / "build" / "kernel"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "netapprox" / "kernel"
+
+
+BUILD_DIR = _build_dir()
 
 
 def stamp_object(atp_port: int = DEFAULT_ATP_PORT, ecn: tuple[int, int, int] | None = None) -> Path:
-    """The compiled stamper for ``atp_port`` (built with clang on first use, cached under build/kernel/).
+    """The compiled stamper for ``atp_port`` (built with clang on first use, cached in ``BUILD_DIR``).
 
     ``ecn``: (threshold bytes, line rate kbit/s, queue 0 buffer bytes) builds section q0 with CE marking."""
     out_dir = BUILD_DIR

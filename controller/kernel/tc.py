@@ -19,6 +19,8 @@ import dataclasses
 import errno
 import subprocess
 
+from pyroute2.netlink.rtnl.tcmsg import plugins, sched_pfifo
+
 from netapprox.controller.errors import KernelSwitchError
 from netapprox.controller.kernel.compiler import Key, U32Entry
 from netapprox.controller.model import NON_APPROX_QUEUE, NUM_QUEUES, queue_buffer_packets
@@ -83,7 +85,6 @@ def netns_prefix(netns: str | None) -> list[str]:
 
 def _register_bfifo() -> None:
     # pyroute2 0.9 has no bfifo plugin; bfifo's options are the same struct as pfifo's (tc_fifo_qopt).
-    from pyroute2.netlink.rtnl.tcmsg import plugins, sched_pfifo
     plugins.setdefault("bfifo", sched_pfifo)
 
 

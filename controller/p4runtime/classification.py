@@ -12,6 +12,8 @@ exactly the packets the range does (``controller.reference`` evaluates the range
 from __future__ import annotations
 
 import dataclasses
+import logging
+from typing import Any, Iterable, KeysView
 
 from netapprox.controller.p4runtime.protos import p4info_pb2, p4runtime_pb2
 
@@ -28,7 +30,9 @@ from netapprox.controller.p4runtime.mirror import (
     unique,
     varint,
 )
-from netapprox.controller.p4runtime.p4info import ActionInfo, P4Info
+from netapprox.controller.p4runtime.p4info import ActionInfo, P4Info, decode
+
+log = logging.getLogger("netapprox.controller.p4runtime")
 
 QUEUE_BY_CLASS = "NetApproxIngress.classification.queue_by_class"
 QUEUE_BY_JOB = "NetApproxIngress.classification.queue_by_job"
@@ -137,6 +141,45 @@ class Classification:
             entry += self._job_action_bytes[qid]  # TableEntry.action (3)
         te = b"\x12" + _LEN[len(entry)] + entry  # Entity {table_entry (2)}
         return _UPDATE_TYPE[kind] + b"\x12" + _LEN[len(te)] + te  # Update {type (1), entity (2)}
+
+    # --- queue_by_job as the write queue sees it: job id -> (JobRule or None, entry) ---
+
+    @property
+    def job_table_size(self) -> int | None:
+        """queue_by_job's size in the P4Info (None: not given)."""
+        return self.queue_by_job.info.size or None
+
+    def installed_jobs(self) -> KeysView[int]:
+        """The jobs with a queue_by_job entry on the switch (as far as this controller knows)."""
+        return self.queue_by_job.installed.keys()
+
+    def installed_job(self, job_id: int) -> tuple[JobRule | None, Any] | None:
+        """(rule, entry) of ``job_id``'s entry, or None without one; rule None: an entry whose action is not
+        ours (the next write modifies it)."""
+        return self.queue_by_job.installed.get(job_id)
+
+    def commit_job(self, job_id: int, rule: JobRule | None, entry: Any) -> None:
+        """The switch took ``job_id``'s entry (``rule`` None: it was deleted)."""
+        if rule is None:
+            self.queue_by_job.installed.pop(job_id, None)
+        else:
+            self.queue_by_job.installed[job_id] = (rule, entry)
+
+    def adopt_jobs(self, entries: Iterable[p4runtime_pb2.TableEntry], switch: str) -> None:
+        """queue_by_job entries read back from the switch become the installed copy, by job id (an entry whose
+        action is not ours gets rule None, so the next write modifies it)."""
+        table = self.queue_by_job
+        table.adopt([])
+        action_id = self.set_queue(0, QUEUE_BY_JOB).action.action_id
+        for entry in entries:
+            if len(entry.match) != 1 or entry.match[0].WhichOneof("field_match_type") != "exact":
+                log.warning("switch %r: unexpected queue_by_job entry %s", switch, entry)
+                continue
+            job = decode(entry.match[0].exact.value)
+            a = entry.action.action
+            qid = decode(a.params[0].value) if a.action_id == action_id and len(a.params) == 1 else None
+            rule = JobRule(job, qid) if qid is not None and 0 <= qid < NUM_QUEUES and job > 0 else None
+            table.installed[job] = (rule, entry)
 
     def _class_entry(self, r: ClassRule) -> p4runtime_pb2.TableEntry:
         return self.queue_by_class.entry([ternary(self._ip_proto, r.ip_proto, r.ip_proto_mask),

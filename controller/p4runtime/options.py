@@ -16,7 +16,11 @@ class P4RuntimeOptions:
     device_id: int = 1
     """P4Runtime device id (simple_switch_grpc: ``--device-id``, default 1 in its docs' examples)."""
     election_id: tuple[int, int] = (0, 1)
-    """(high, low) election id; the controller must hold the highest to be primary."""
+    """(high, low) election id; the controller must hold the highest to be primary (a single controller)."""
+    replica: int = 0
+    """This controller's rank in a replica set (1, 2, ...; set by ``[controller] replica``): its election ids are
+    then (term, replica), ``election_id`` is not used, and it keeps its connection as a backup while another
+    replica is primary (controller/p4runtime/arbitration.py). 0: a single controller."""
     target: str = "bmv2"
     """``bmv2`` or ``tofino``: selects the pipeline artifacts, the queue-buffer path and ECN units."""
     p4info: str = "build/v1model/p4info.txtpb"
@@ -100,8 +104,8 @@ def options_from_mapping(name: str, options: Mapping[str, Any]) -> P4RuntimeOpti
             value = (0, int(value)) if isinstance(value, int) else tuple(int(v) for v in value)
         elif key == "ports":
             value = tuple(int(v) for v in value)
-        elif key in ("device_id", "buffer_packets", "cells_per_packet", "max_batch_updates", "max_write_bytes",
-                     "max_inflight_writes") or (key == "thrift_port" and value is not None):
+        elif key in ("device_id", "replica", "buffer_packets", "cells_per_packet", "max_batch_updates",
+                     "max_write_bytes", "max_inflight_writes") or (key == "thrift_port" and value is not None):
             value = int(value)
         elif key in ("connect_timeout_s", "rpc_timeout_s", "max_updates_per_s", "adopt_jobs_s"):
             value = float(value)

@@ -20,8 +20,8 @@ import importlib.util
 import sys
 import types
 
-from google.protobuf import descriptor_pool
-from google.protobuf.internal import api_implementation
+from google.protobuf import descriptor_pb2, descriptor_pool
+from google.protobuf.internal import api_implementation, builder
 
 MODULES = ("p4.config.v1.p4types_pb2", "p4.config.v1.p4info_pb2", "p4.v1.p4data_pb2", "p4.v1.p4runtime_pb2")
 """In dependency order."""
@@ -44,9 +44,6 @@ def _serialized_descriptor(name: str) -> bytes | None:
 
 
 def _build(name: str, serialized: bytes) -> types.ModuleType:
-    from google.protobuf import descriptor_pb2
-    from google.protobuf.internal import builder
-
     for dependency in descriptor_pb2.FileDescriptorProto.FromString(serialized).dependency:
         importlib.import_module(dependency.removesuffix(".proto").replace("/", ".") + "_pb2")
     module = types.ModuleType(name)

@@ -1,9 +1,16 @@
 """One P4Runtime session with one device: channel, StreamChannel arbitration, pipeline, Write, Read, packet-in.
 
-The session knows nothing of NetApprox's tables; ``controller.p4runtime.driver`` builds the updates. Every
+The session knows nothing of NetApprox's tables: ``connection.SwitchConnection`` owns it and arms the pipeline
+through it, ``write_queue.WriteQueue`` builds the updates. Every
 RPC failure that means "the switch is not (or no longer) reachable as primary" raises
 ``SwitchUnavailable`` (the runtime reconnects); a refused Write raises ``P4RuntimeWriteError`` with the
 per-update errors unpacked from the ``grpc-status-details-bin`` trailer ("At index N: CODE, message").
+
+Arbitration: a single controller (``replica = 0``) arbitrates with its configured election id and must be primary
+(``NotPrimaryError`` otherwise; losing primary later breaks the session). A replica (``replica`` k >= 1) keeps
+its stream whatever the switch decides: ``arbitration`` follows the switch's updates, and on each one the
+replica asks for the election id ``arbitration.claim`` says (controller/p4runtime/arbitration.py), at once,
+from the stream's reader thread; a Write refused with PERMISSION_DENIED raises ``NotPrimaryError``.
 """
 from __future__ import annotations
 
@@ -11,6 +18,7 @@ import collections
 import logging
 import queue
 import threading
+import time
 from typing import Any, Iterator, Sequence
 
 import grpc
@@ -26,6 +34,7 @@ from netapprox.controller.errors import (
     SwitchUnavailable,
     UpdateError,
 )
+from netapprox.controller.p4runtime.arbitration import Arbitration, ElectionId, claim, initial_id, rank_of
 from netapprox.controller.p4runtime.mirror import varint as _varint
 from netapprox.controller.p4runtime.options import P4RuntimeOptions
 from netapprox.controller.p4runtime.p4info import P4Info, decode
@@ -84,11 +93,22 @@ class P4RuntimeSession:
         self.packets_in_dropped = 0
         self._raw_write = None
         self._write_head = b""
+        self.replica = options.replica
+        """This controller's rank in a replica set (0: a single controller)."""
+        self.election: ElectionId = options.election_id if not self.replica else initial_id(self.replica)
+        """The election id this controller holds now."""
+        self.arbitration = Arbitration()
+        """Who is primary, as the switch's arbitration updates said."""
 
     @property
     def election_id(self) -> p4runtime_pb2.Uint128:
-        high, low = self.options.election_id
+        high, low = self.election
         return p4runtime_pb2.Uint128(high=high, low=low)
+
+    def _hold(self, election: ElectionId) -> None:
+        """Hold (and write with) ``election`` from now on."""
+        self.election = election
+        self._raw_write = None  # its cached request head names the election id
 
     def _packet_in_fields(self):
         try:
@@ -122,6 +142,9 @@ class P4RuntimeSession:
         self._requests = requests
         self._arbitration = queue.Queue()
         self._broken = None
+        self.arbitration.primary = False
+        if self.replica:
+            self._hold(initial_id(self.replica))
 
         def request_iter():
             while True:
@@ -144,7 +167,7 @@ class P4RuntimeSession:
             raise SwitchUnavailable(self.switch, "no arbitration answer on the stream channel") from None
         if isinstance(answer, str):
             raise SwitchUnavailable(self.switch, f"stream channel closed during arbitration: {answer}")
-        if answer.status.code != code_pb2.OK:
+        if answer.status.code != code_pb2.OK and not self.replica:
             raise NotPrimaryError(self.switch, self.options.election_id,
                                   f"{code_pb2.Code.Name(answer.status.code)}: {answer.status.message}")
 
@@ -153,9 +176,8 @@ class P4RuntimeSession:
             for message in stream:
                 kind = message.WhichOneof("update")
                 if kind == "arbitration":
+                    self._on_arbitration(message.arbitration)
                     self._arbitration.put(message.arbitration)
-                    if self.connected and message.arbitration.status.code != code_pb2.OK:
-                        self._broken = "lost primary: " + message.arbitration.status.message
                 elif kind == "packet":
                     if len(self._packets_in) == self._packets_in.maxlen:
                         self.packets_in_dropped += 1
@@ -170,6 +192,34 @@ class P4RuntimeSession:
         if self._stream is stream:
             self._broken = reason
             self._arbitration.put(reason)
+
+    def _on_arbitration(self, update: p4runtime_pb2.MasterArbitrationUpdate) -> None:
+        """Follow an arbitration update: who is primary now; a replica asks for the id ``claim`` says, a single
+        controller that is not primary any more breaks the session."""
+        status = update.status.code
+        past = (update.election_id.high, update.election_id.low) if update.HasField("election_id") else None
+        state = self.arbitration
+        primary_id = past if status != code_pb2.NOT_FOUND else None
+        if primary_id != state.primary_id:
+            state.changes += 1
+            state.since = time.time()
+            log.info("switch %r: primary is %s; this controller (election id %s) is %s", self.switch,
+                     f"election id {primary_id} (replica {rank_of(primary_id)})" if primary_id else "nobody",
+                     self.election, "primary" if status == code_pb2.OK else "a backup")
+        state.primary_id = primary_id
+        if status == code_pb2.OK and not state.primary:
+            state.terms += 1
+        state.primary = status == code_pb2.OK
+        if self.replica:
+            want = claim(self.replica, self.election, status, past)
+            if want is not None and self._requests is not None:
+                log.info("switch %r: asking for election id %s (%s)", self.switch, want,
+                         "no primary" if status == code_pb2.NOT_FOUND else f"primary {past} has a lower rank")
+                self._hold(want)
+                self._requests.put(p4runtime_pb2.StreamMessageRequest(arbitration=p4runtime_pb2.MasterArbitrationUpdate(
+                    device_id=self.options.device_id, election_id=self.election_id)))
+        elif self.connected and status != code_pb2.OK:
+            self._broken = "lost primary: " + update.status.message
 
     def _ingress_port(self, packet: p4runtime_pb2.PacketIn) -> int | None:
         for m in packet.metadata:
@@ -187,6 +237,7 @@ class P4RuntimeSession:
 
     def close(self) -> None:
         self.connected = False
+        self.arbitration.primary = False
         stream, self._stream = self._stream, None
         if self._requests is not None:
             self._requests.put(None)
@@ -237,6 +288,7 @@ class P4RuntimeSession:
         except grpc.RpcError as e:
             if e.code() == grpc.StatusCode.UNAVAILABLE:
                 raise SwitchUnavailable(self.switch, f"SetForwardingPipelineConfig: {e.details()}") from None
+            self._check_denied(e)
             raise PipelineError(f"switch {self.switch!r}: SetForwardingPipelineConfig refused: "
                                 f"{e.code().name}: {e.details()}") from None
 
@@ -285,13 +337,21 @@ class P4RuntimeSession:
             while inflight:
                 i, future = inflight.pop(0)
                 results[i] = self.write_result(future, batches[i])
-        except SwitchUnavailable:
+        except (SwitchUnavailable, NotPrimaryError):
             for _, future in inflight:
                 future.cancel()
             raise
         return results
 
+    def _check_denied(self, e: grpc.RpcError) -> None:
+        """A replica's request refused with PERMISSION_DENIED: another controller is primary now (the update that
+        says so may still be on its way): NotPrimaryError."""
+        if self.replica and e.code() == grpc.StatusCode.PERMISSION_DENIED:
+            self.arbitration.primary = False
+            raise NotPrimaryError(self.switch, self.election, f"PERMISSION_DENIED: {e.details()}") from None
+
     def _write_error(self, e: grpc.RpcError, updates: Sequence[p4runtime_pb2.Update]) -> P4RuntimeWriteError:
+        self._check_denied(e)
         if e.code() in UNAVAILABLE_CODES:
             self.connected = False
             raise SwitchUnavailable(self.switch, f"Write: {e.code().name}: {e.details()}") from None

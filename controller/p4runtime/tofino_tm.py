@@ -31,8 +31,11 @@ import dataclasses
 import sys
 from typing import Any, Iterable, Mapping, Protocol
 
-from netapprox.controller.errors import QueueConfigError
+from netapprox.controller.config import load_config
+from netapprox.controller.errors import ControllerError, QueueConfigError
 from netapprox.controller.model import NUM_QUEUES, queue_buffer_packets
+from netapprox.controller.p4runtime.bfrt import ALL_PIPES, BfrtClient
+from netapprox.controller.p4runtime.options import options_from_mapping
 
 CELLS_PER_1500B_PACKET = 19
 BUFFER_ACTION = "shared_pool"
@@ -134,14 +137,10 @@ class BfrtTmClient:
 
     def __init__(self, address: str, p4_name: str, *, device_id: int = 0, client_id: int = 1,
                  prefix: str = "tf1", timeout_s: float = 5.0) -> None:
-        from netapprox.controller.p4runtime.bfrt import BfrtClient
-
         self._prefix = prefix
         self._bfrt = BfrtClient(address, p4_name, device_id=device_id, client_id=client_id, timeout_s=timeout_s)
 
     def port_queues(self, dev_port: int) -> PortQueues:
-        from netapprox.controller.p4runtime.bfrt import ALL_PIPES
-
         try:
             d = self._bfrt.entry_get(f"{self._prefix}.tm.port.cfg", ALL_PIPES, {"dev_port": dev_port}, from_hw=False)
         except QueueConfigError as e:
@@ -195,10 +194,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--switch", help="only this switch (default: every p4runtime switch with target tofino)")
     ap.add_argument("--node-id", type=int, default=1, help="the Stratum node id of the chip (default 1)")
     args = ap.parse_args(argv)
-    from netapprox.controller.config import load_config
-    from netapprox.controller.errors import ControllerError
-    from netapprox.controller.p4runtime.options import options_from_mapping
-
     try:
         config = load_config(args.config)
         switches = [s for s in config.switches if s.kind == "p4runtime" and (args.switch in (None, s.name))]

@@ -11,6 +11,7 @@ The C++ (``netapprox_switch.h`` next to this file) reads ATP fields at byte offs
 """
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import os
 import threading
@@ -93,9 +94,7 @@ def include(header: Path, prelude: str = "") -> Any:
 
 def ns_version(ns: Any = None) -> str:
     try:
-        from importlib.metadata import version  # noqa: PLC0415
-
-        return version("ns3")
+        return importlib.metadata.version("ns3")
     except Exception:  # noqa: BLE001
         return "?"
 

@@ -200,6 +200,71 @@ InstallEcmp(ns3::Ptr<ns3::Node> node, ns3::Ptr<EcmpRouting> routing)
     node->GetObject<ns3::Ipv4>()->SetRoutingProtocol(routing);
 }
 
+// An ns-3 Application known to the TypeId system as Derived::kTypeName.
+template <typename Derived>
+class RegisteredApp : public ns3::Application
+{
+  public:
+    static ns3::TypeId GetTypeId()
+    {
+        static ns3::TypeId tid =
+            ns3::TypeId(Derived::kTypeName).SetParent<ns3::Application>().SetGroupName("NetApprox");
+        return tid;
+    }
+};
+
+// An application that owns one socket (a connection, a listener or a datagram socket), closed when the
+// application stops.
+template <typename Derived>
+class SocketApp : public RegisteredApp<Derived>
+{
+  protected:
+    void StopApplication() override
+    {
+        if (m_socket)
+        {
+            m_socket->Close();
+        }
+    }
+
+    ns3::Ptr<ns3::Socket> m_socket;
+};
+
+// A TCP socket of `node` listening on `port`; every accepted connection goes to `onAccept`.
+inline ns3::Ptr<ns3::Socket>
+ListenTcp(ns3::Ptr<ns3::Node> node, uint16_t port, ns3::Callback<void, ns3::Ptr<ns3::Socket>, const ns3::Address&> onAccept)
+{
+    auto listener = ns3::Socket::CreateSocket(node, ns3::TcpSocketFactory::GetTypeId());
+    listener->Bind(ns3::InetSocketAddress(ns3::Ipv4Address::GetAny(), port));
+    listener->Listen();
+    listener->SetAcceptCallback(ns3::MakeNullCallback<bool, ns3::Ptr<ns3::Socket>, const ns3::Address&>(), onAccept);
+    return listener;
+}
+
+// Writes up to `left` bytes of filler into TCP `socket`, as much as its send buffer takes now; returns what
+// it wrote (the rest goes when the socket calls for more).
+inline uint64_t
+WriteFiller(ns3::Ptr<ns3::Socket> socket, uint64_t left)
+{
+    uint64_t written = 0;
+    while (written < left)
+    {
+        uint32_t space = socket->GetTxAvailable();
+        if (space == 0)
+        {
+            break;
+        }
+        uint64_t n = std::min<uint64_t>({space, left - written, 65536});
+        int sent = socket->Send(ns3::Create<ns3::Packet>(uint32_t(n)));
+        if (sent <= 0)
+        {
+            break;
+        }
+        written += sent;
+    }
+    return written;
+}
+
 // TcpSocketBase::SendRST is protected; this derived type only lends its address (a well-defined use of
 // a protected member through a pointer to member), to abort an EarlySend connection as the emulated
 // baseline does with SO_LINGER 0.
@@ -275,15 +340,10 @@ class TcpStatsTracer
 };
 
 // Writes `streamBytes` of a job to peer; done when the receiver's stop byte arrives.
-class TcpJobSender : public ns3::Application
+class TcpJobSender : public SocketApp<TcpJobSender>
 {
   public:
-    static ns3::TypeId GetTypeId()
-    {
-        static ns3::TypeId tid =
-            ns3::TypeId("netapprox::TcpJobSender").SetParent<ns3::Application>().SetGroupName("NetApprox");
-        return tid;
-    }
+    static constexpr const char* kTypeName = "netapprox::TcpJobSender";
 
     void Setup(uint32_t ip, uint16_t port, uint64_t streamBytes, bool abortAtStop)
     {
@@ -326,14 +386,6 @@ class TcpJobSender : public ns3::Application
         m_socket->Connect(m_peer);
     }
 
-    void StopApplication() override
-    {
-        if (m_socket)
-        {
-            m_socket->Close();
-        }
-    }
-
     void OnConnected(ns3::Ptr<ns3::Socket>)
     {
         Fill();
@@ -350,20 +402,9 @@ class TcpJobSender : public ns3::Application
 
     void Fill()
     {
-        while (m_doneNs < 0 && m_written < m_total)
+        if (m_doneNs < 0)
         {
-            uint32_t space = m_socket->GetTxAvailable();
-            if (space == 0)
-            {
-                return;
-            }
-            uint64_t n = std::min<uint64_t>({space, m_total - m_written, 65536});
-            int sent = m_socket->Send(ns3::Create<ns3::Packet>(uint32_t(n)));
-            if (sent <= 0)
-            {
-                return;
-            }
-            m_written += sent;
+            m_written += WriteFiller(m_socket, m_total - m_written);
         }
     }
 
@@ -387,7 +428,6 @@ class TcpJobSender : public ns3::Application
     }
 
     ns3::Address m_peer;
-    ns3::Ptr<ns3::Socket> m_socket;
     TcpStatsTracer m_tracer;
     uint64_t m_total = 0;
     uint64_t m_written = 0;
@@ -397,15 +437,10 @@ class TcpJobSender : public ns3::Application
 };
 
 // Listens on one port for one job; answers one byte when `targetBytes` of the stream arrived.
-class TcpJobReceiver : public ns3::Application
+class TcpJobReceiver : public SocketApp<TcpJobReceiver>
 {
   public:
-    static ns3::TypeId GetTypeId()
-    {
-        static ns3::TypeId tid =
-            ns3::TypeId("netapprox::TcpJobReceiver").SetParent<ns3::Application>().SetGroupName("NetApprox");
-        return tid;
-    }
+    static constexpr const char* kTypeName = "netapprox::TcpJobReceiver";
 
     void Setup(uint16_t port, uint64_t targetBytes)
     {
@@ -426,20 +461,7 @@ class TcpJobReceiver : public ns3::Application
   private:
     void StartApplication() override
     {
-        m_listener = ns3::Socket::CreateSocket(GetNode(), ns3::TcpSocketFactory::GetTypeId());
-        m_listener->Bind(ns3::InetSocketAddress(ns3::Ipv4Address::GetAny(), m_port));
-        m_listener->Listen();
-        m_listener->SetAcceptCallback(
-            ns3::MakeNullCallback<bool, ns3::Ptr<ns3::Socket>, const ns3::Address&>(),
-            ns3::MakeCallback(&TcpJobReceiver::OnAccept, this));
-    }
-
-    void StopApplication() override
-    {
-        if (m_listener)
-        {
-            m_listener->Close();
-        }
+        m_socket = ListenTcp(GetNode(), m_port, ns3::MakeCallback(&TcpJobReceiver::OnAccept, this));
     }
 
     void OnAccept(ns3::Ptr<ns3::Socket> s, const ns3::Address&)
@@ -466,21 +488,15 @@ class TcpJobReceiver : public ns3::Application
     uint64_t m_target = 0;
     uint64_t m_received = 0;
     int64_t m_targetNs = -1;
-    ns3::Ptr<ns3::Socket> m_listener;
     ns3::Ptr<ns3::Socket> m_conn;
 };
 
 // Non-approximate TCP flows from one host: each flow is one connection carrying a 16-byte header (flow id,
 // size) and `size` bytes.
-class FlowSender : public ns3::Application
+class FlowSender : public RegisteredApp<FlowSender>
 {
   public:
-    static ns3::TypeId GetTypeId()
-    {
-        static ns3::TypeId tid =
-            ns3::TypeId("netapprox::FlowSender").SetParent<ns3::Application>().SetGroupName("NetApprox");
-        return tid;
-    }
+    static constexpr const char* kTypeName = "netapprox::FlowSender";
 
     void AddFlow(uint64_t id, int64_t startNs, uint32_t ip, uint16_t port, uint64_t size)
     {
@@ -559,21 +575,7 @@ class FlowSender : public ns3::Application
 
     void Fill(Flow& f)
     {
-        while (f.written < f.size)
-        {
-            uint32_t space = f.socket->GetTxAvailable();
-            if (space == 0)
-            {
-                return;
-            }
-            uint64_t n = std::min<uint64_t>({space, f.size - f.written, 65536});
-            int sent = f.socket->Send(ns3::Create<ns3::Packet>(uint32_t(n)));
-            if (sent <= 0)
-            {
-                return;
-            }
-            f.written += sent;
-        }
+        f.written += WriteFiller(f.socket, f.size - f.written);
         if (f.written >= f.size)
         {
             f.socket->Close();
@@ -585,15 +587,10 @@ class FlowSender : public ns3::Application
     TcpStatsTracer m_tracer;
 };
 
-class FlowSink : public ns3::Application
+class FlowSink : public SocketApp<FlowSink>
 {
   public:
-    static ns3::TypeId GetTypeId()
-    {
-        static ns3::TypeId tid =
-            ns3::TypeId("netapprox::FlowSink").SetParent<ns3::Application>().SetGroupName("NetApprox");
-        return tid;
-    }
+    static constexpr const char* kTypeName = "netapprox::FlowSink";
 
     void Setup(uint16_t port)
     {
@@ -618,16 +615,7 @@ class FlowSink : public ns3::Application
 
     void StartApplication() override
     {
-        m_listener = ns3::Socket::CreateSocket(GetNode(), ns3::TcpSocketFactory::GetTypeId());
-        m_listener->Bind(ns3::InetSocketAddress(ns3::Ipv4Address::GetAny(), m_port));
-        m_listener->Listen();
-        m_listener->SetAcceptCallback(
-            ns3::MakeNullCallback<bool, ns3::Ptr<ns3::Socket>, const ns3::Address&>(),
-            ns3::MakeCallback(&FlowSink::OnAccept, this));
-    }
-
-    void StopApplication() override
-    {
+        m_socket = ListenTcp(GetNode(), m_port, ns3::MakeCallback(&FlowSink::OnAccept, this));
     }
 
     void OnAccept(ns3::Ptr<ns3::Socket> s, const ns3::Address&)
@@ -670,7 +658,6 @@ class FlowSink : public ns3::Application
     }
 
     uint16_t m_port = 0;
-    ns3::Ptr<ns3::Socket> m_listener;
     std::unordered_map<ns3::Socket*, Conn> m_conns;
     std::vector<ns3::Ptr<ns3::Socket>> m_keep;
     std::map<uint64_t, int64_t> m_done;
@@ -678,15 +665,10 @@ class FlowSink : public ns3::Application
 
 // Sends datagrams (bytes given up front) to one address at `rateBps` (bits of IP packet per second),
 // cycling through them until `stopNs` when `cycle` is set, else each once.
-class UdpBlaster : public ns3::Application
+class UdpBlaster : public SocketApp<UdpBlaster>
 {
   public:
-    static ns3::TypeId GetTypeId()
-    {
-        static ns3::TypeId tid =
-            ns3::TypeId("netapprox::UdpBlaster").SetParent<ns3::Application>().SetGroupName("NetApprox");
-        return tid;
-    }
+    static constexpr const char* kTypeName = "netapprox::UdpBlaster";
 
     // rateBps counts each datagram plus overheadBytes (IP, UDP and link headers).
     void Setup(uint32_t ip, uint16_t port, double rateBps, uint32_t overheadBytes, bool cycle, int64_t stopNs)
@@ -736,10 +718,7 @@ class UdpBlaster : public ns3::Application
     void StopApplication() override
     {
         m_event.Cancel();
-        if (m_socket)
-        {
-            m_socket->Close();
-        }
+        SocketApp::StopApplication();
     }
 
     void Next()
@@ -778,21 +757,15 @@ class UdpBlaster : public ns3::Application
     uint64_t m_failed = 0;
     int64_t m_startNs = -1;
     int64_t m_lastNs = -1;
-    ns3::Ptr<ns3::Socket> m_socket;
     ns3::EventId m_event;
 };
 
 // Counts ATP-format DATA datagrams per (job, message) on a port; a message is complete when all its
 // pkt_cnt packets arrived. Records when `target` messages of a job were complete.
-class UdpCounter : public ns3::Application
+class UdpCounter : public SocketApp<UdpCounter>
 {
   public:
-    static ns3::TypeId GetTypeId()
-    {
-        static ns3::TypeId tid =
-            ns3::TypeId("netapprox::UdpCounter").SetParent<ns3::Application>().SetGroupName("NetApprox");
-        return tid;
-    }
+    static constexpr const char* kTypeName = "netapprox::UdpCounter";
 
     void Setup(uint32_t ip, uint16_t port)
     {
@@ -853,14 +826,6 @@ class UdpCounter : public ns3::Application
         m_socket->SetRecvCallback(ns3::MakeCallback(&UdpCounter::OnRecv, this));
     }
 
-    void StopApplication() override
-    {
-        if (m_socket)
-        {
-            m_socket->Close();
-        }
-    }
-
     void OnRecv(ns3::Ptr<ns3::Socket> s)
     {
         while (auto p = s->Recv())
@@ -896,7 +861,6 @@ class UdpCounter : public ns3::Application
     uint32_t m_ip = 0;
     uint16_t m_port = 0;
     uint64_t m_datagrams = 0;
-    ns3::Ptr<ns3::Socket> m_socket;
     std::unordered_map<uint32_t, Job> m_jobs;
     uint64_t m_queueSeen[256] = {};
 };

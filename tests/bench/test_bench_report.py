@@ -9,7 +9,8 @@ import pytest
 from netapprox.bench import network as N
 from netapprox.bench.__main__ import HEADLINE_KEYS, bars, headline, markdown, summarize
 from netapprox.experiments.results import Progress, write_csv
-from netapprox.experiments.runner import Scale, switch_for
+from netapprox.experiments.emulated import Scale
+from netapprox.experiments.plans import switch_for
 
 
 def test_every_comparison_puts_atp_on_netapprox_and_the_baselines_on_the_fifo_switch():

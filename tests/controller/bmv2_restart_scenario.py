@@ -13,7 +13,6 @@ Prints one JSON object; the test asserts on it. Everything started here is stopp
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import select
@@ -30,9 +29,12 @@ import grpc
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
+from netapprox.controller.p4runtime.p4info import P4Info
 from netapprox.controller.p4runtime.protos import p4runtime_pb2, p4runtime_pb2_grpc
 from netapprox.hostlib.wire import Flags, Header, Report, encode, tlr_to_q15
 from netapprox.topo.bmv2 import Bmv2Options, Bmv2Process
+
+from ctl_fixtures import controller_toml, scenario_args, stop_process
 
 H1_IP, H2_IP = "10.0.0.1", "10.0.0.2"
 JOB = 42
@@ -137,46 +139,19 @@ def reader(address: str):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--p4info", required=True)
-    ap.add_argument("--bmv2-json", required=True)
-    ap.add_argument("--workdir", required=True)
-    args = ap.parse_args()
-    work = Path(args.workdir)
-    from netapprox.controller.p4runtime.p4info import P4Info
-
+    args = scenario_args()
+    work = args.workdir
     p4info = P4Info.load(args.p4info)
     job_table = p4info.table("NetApproxIngress.classification.queue_by_job").id
     enqueued = p4info.counter_id("NetApproxIngress.enqueued_packets")
     report_port = 7611
     config = work / "controller.toml"
-    config.write_text(f"""
-[controller]
-epoch_ms = 20
-decision_log = "{work / 'decisions.jsonl'}"
-reconnect_initial_s = 0.05
-reconnect_max_s = 0.5
-[reports]
-bind = "127.0.0.1"
-port = {report_port}
-[policy]
-job_timeout_s = 5.0
-hysteresis = 0.0
-[[switch]]
-name = "s1"
-kind = "p4runtime"
-routes = [
-  {{ prefix = "{H1_IP}/32", port = 1, src_mac = "02:00:00:00:ff:00", dst_mac = "{mac('h1')}" }},
-  {{ prefix = "{H2_IP}/32", port = 2, src_mac = "02:00:00:00:ff:00", dst_mac = "{mac('h2')}" }},
-]
-[switch.options]
-address = "127.0.0.1:{GRPC_PORT}"
-p4info = "{args.p4info}"
-bmv2_json = "{args.bmv2_json}"
-ports = [1, 2]
-thrift_port = {THRIFT_PORT}
-connect_timeout_s = 5.0
-""")
+    config.write_text(controller_toml(
+        address=f"127.0.0.1:{GRPC_PORT}", p4info=args.p4info, bmv2_json=args.bmv2_json, report_port=report_port,
+        decision_log=work / "decisions.jsonl",
+        routes=[(f"{H1_IP}/32", 1, mac("h1")), (f"{H2_IP}/32", 2, mac("h2"))],
+        policy="job_timeout_s = 5.0\nhysteresis = 0.0",
+        options=f"ports = [1, 2]\nthrift_port = {THRIFT_PORT}\nconnect_timeout_s = 5.0"))
     out: dict = {}
     switch_options = Bmv2Options(ports={1: "swp1", 2: "swp2"}, device_id=1, grpc_port=GRPC_PORT,
                                  thrift_port=THRIFT_PORT, log_level=None)
@@ -269,13 +244,7 @@ connect_timeout_s = 5.0
             stream.close()
         channel.close()
         for proc in controllers:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(5)
+            stop_process(proc)
         switch.stop()
         log.close()
     print(json.dumps(out))

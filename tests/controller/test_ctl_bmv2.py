@@ -17,7 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from netapprox.controller.p4runtime.p4info import P4Info
+from netapprox.topo.bmv2 import Bmv2Options, Bmv2Process
 from support.skips import requires_p4, requires_root
+
+from ctl_fixtures import P4INFO
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIO = Path(__file__).with_name("bmv2_scenario.py")
@@ -47,12 +51,19 @@ def compiled(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def bmv2(tmp_path):
-    from netapprox.topo.bmv2 import Bmv2Options, Bmv2Process
+def bmv2(netns_with_veths, tmp_path):
+    ns, log = netns_with_veths, tmp_path / "bmv2.log"
+    options = Bmv2Options(ports={1: "swp1", 2: "swp2"}, device_id=1, grpc_port=GRPC_PORT, thrift_port=THRIFT_PORT,
+                          netns=ns, log_level=None)
+    with Bmv2Process(options, log):
+        yield ns, log
 
+
+@pytest.fixture
+def netns_with_veths():
+    """A fresh network namespace with two veth pairs, switch ports swp1/swp2 and host ends h1/h2."""
     ns = f"nactl{secrets.token_hex(3)}"
     sh("ip", "netns", "add", ns)
-    log = tmp_path / "bmv2.log"
     try:
         sh("ip", "link", "set", "lo", "up", netns=ns)
         for i in (1, 2):
@@ -60,17 +71,12 @@ def bmv2(tmp_path):
             for dev in (f"swp{i}", f"h{i}"):
                 sh("sysctl", "-qw", f"net.ipv6.conf.{dev}.disable_ipv6=1", netns=ns, check=False)
                 sh("ip", "link", "set", dev, "up", netns=ns)
-        options = Bmv2Options(ports={1: "swp1", 2: "swp2"}, device_id=1, grpc_port=GRPC_PORT,
-                              thrift_port=THRIFT_PORT, netns=ns, log_level=None)
-        with Bmv2Process(options, log):
-            yield ns, log
+        yield ns
     finally:
         sh("ip", "netns", "del", ns, check=False)
 
 
 def _contract(p4info_path: Path) -> dict:
-    from netapprox.controller.p4runtime.p4info import P4Info
-
     m = P4Info.load(p4info_path).message
     out: dict = {}
     for t in m.tables:
@@ -87,8 +93,6 @@ def _contract(p4info_path: Path) -> dict:
 
 def test_hand_written_p4info_fixture_matches_the_compiled_program(compiled):
     """The fake-server tests use fixtures/p4info.txtpb; it must keep matching what p4c makes of p4src/."""
-    from ctl_fixtures import P4INFO
-
     assert _contract(P4INFO) == _contract(compiled / "p4info.txtpb")
 
 
@@ -115,20 +119,15 @@ def test_queue_byte_follows_reported_tlr_within_one_epoch(compiled, bmv2):
     assert sum(out["job_packets"].values()) >= 1, out
 
 
-@pytest.fixture
-def netns_with_veths():
-    ns = f"narst{secrets.token_hex(3)}"
-    sh("ip", "netns", "add", ns)
-    try:
-        sh("ip", "link", "set", "lo", "up", netns=ns)
-        for i in (1, 2):
-            sh("ip", "link", "add", f"swp{i}", "type", "veth", "peer", "name", f"h{i}", netns=ns)
-            for dev in (f"swp{i}", f"h{i}"):
-                sh("sysctl", "-qw", f"net.ipv6.conf.{dev}.disable_ipv6=1", netns=ns, check=False)
-                sh("ip", "link", "set", dev, "up", netns=ns)
-        yield ns
-    finally:
-        sh("ip", "netns", "del", ns, check=False)
+def run_scenario(script: str, compiled: Path, ns: str, tmp_path: Path) -> tuple[dict, str]:
+    """Run ``script`` (beside this file) in namespace ``ns`` with the compiled program; (its JSON, its logs)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    res = subprocess.run(["ip", "netns", "exec", ns, sys.executable, str(Path(__file__).with_name(script)),
+                          "--p4info", str(compiled / "p4info.txtpb"), "--bmv2-json", str(compiled / "bmv2.json"),
+                          "--workdir", str(tmp_path)], capture_output=True, text=True, timeout=200, env=env, cwd=REPO)
+    logs = "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-1500:]}" for p in sorted(tmp_path.glob("*.log")))
+    assert res.returncode == 0, f"{script} failed:\n{res.stderr[-3000:]}\n{logs}"
+    return json.loads(res.stdout.strip().splitlines()[-1]), logs
 
 
 @requires_root
@@ -137,14 +136,7 @@ def netns_with_veths():
 def test_controller_and_switch_restarts_on_bmv2(compiled, netns_with_veths, tmp_path):
     """bmv2_restart_scenario.py: the controller killed and restarted under 200 packets/s, then the switch
     restarted. No packet lost, nothing re-pushed, counters kept; the new switch re-armed within 2 s."""
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    res = subprocess.run(["ip", "netns", "exec", netns_with_veths, sys.executable,
-                          str(Path(__file__).with_name("bmv2_restart_scenario.py")), "--p4info",
-                          str(compiled / "p4info.txtpb"), "--bmv2-json", str(compiled / "bmv2.json"),
-                          "--workdir", str(tmp_path)], capture_output=True, text=True, timeout=200, env=env, cwd=REPO)
-    logs = "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-1500:]}" for p in sorted(tmp_path.glob("*.log")))
-    assert res.returncode == 0, f"scenario failed:\n{res.stderr[-3000:]}\n{logs}"
-    out = json.loads(res.stdout.strip().splitlines()[-1])
+    out, logs = run_scenario("bmv2_restart_scenario.py", compiled, netns_with_veths, tmp_path)
     assert out["armed"], f"{out}\n{logs}"
     assert out["sent"] >= 400 and out["lost"] == 0, out  # not a packet of a route lost across the restart
     assert out["cookie_unchanged"], out  # the pipeline was not pushed again
@@ -154,3 +146,21 @@ def test_controller_and_switch_restarts_on_bmv2(compiled, netns_with_veths, tmp_
     assert out["queues"].get("2", 0) == sum(out["queues"].values()), out  # job 42 (TLR 0.30): queue 2 throughout
     assert out["switch_rearmed_s"] is not None and out["switch_rearmed_s"] < 2.0, out
     assert out["controllers_alive"], out
+
+
+@requires_root
+@pytest.mark.root
+@pytest.mark.timeout(240)
+def test_replicas_failover_on_bmv2_after_kill_minus_nine_of_the_primary(compiled, netns_with_veths, tmp_path):
+    """bmv2_failover_scenario.py: two controller replicas, traffic flowing, kill -9 of the primary with a job move
+    reported at that moment. The backup takes over within 2 epochs, no non-approximate packet is lost, the tables
+    read back equal the desired state, and the job moves resume."""
+    out, logs = run_scenario("bmv2_failover_scenario.py", compiled, netns_with_veths, tmp_path)
+    assert out["armed"] and out["backup_ready"], f"{out}\n{logs}"
+    assert out["takeover_ms"] is not None and out["move_ms"] is not None, f"{out}\n{logs}"
+    assert out["takeover_ms"] <= 2 * out["epoch_ms"], out  # the bar: the backup takes over within 2 epochs ...
+    assert out["move_ms"] <= 2 * out["epoch_ms"] + out["report_interval_ms"], out  # ... and writes the next report
+    assert out["sent_non_approx"] >= 300 and out["lost_non_approx"] == 0, out
+    assert out["tables_equal_desired"] and out["cookie_unchanged"], out
+    assert out["resumed"] and out["replica1_alive"], out
+    assert out["replica1_refused_writes"] == 0, out

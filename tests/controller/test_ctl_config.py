@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from netapprox.controller.__main__ import apply_flags, build_parser
+from netapprox.controller import config as C
+from netapprox.controller.__main__ import apply_flags, build_parser, main
 from netapprox.controller.config import (
     ControllerConfig,
     PolicyConfig,
@@ -17,8 +18,10 @@ from netapprox.controller.config import (
 )
 from netapprox.controller.drivers import build_driver, driver_class
 from netapprox.controller.errors import ConfigError
+from netapprox.controller.kernel.driver import KernelDriverOptions
 from netapprox.controller.model import ClassRule, Route
 from netapprox.controller.p4runtime.driver import P4RuntimeDriver
+from netapprox.controller.p4runtime.options import P4RuntimeOptions
 
 from ctl_fixtures import P4INFO
 
@@ -146,10 +149,6 @@ def _fields(cls) -> set[str]:
 
 def test_every_config_field_has_a_check():
     """A new field of a config dataclass (or a driver's options) needs its line in controller/config.py."""
-    from netapprox.controller import config as C
-    from netapprox.controller.kernel.driver import KernelDriverOptions
-    from netapprox.controller.p4runtime.options import P4RuntimeOptions
-
     tables = {C.ControllerConfig: C.CONTROLLER_KEYS, C.PolicyConfig: C.POLICY_KEYS, C.ReportConfig: C.REPORT_KEYS,
               C.SwitchConfig: C.SWITCH_KEYS, C.CadentFlow: C.CADENTFLOW_KEYS, C.TaggedFlow: C.TAGGED_FLOW_KEYS,
               P4RuntimeOptions: C.SWITCH_OPTIONS["p4runtime"], KernelDriverOptions: C.SWITCH_OPTIONS["kernel"]}
@@ -161,9 +160,6 @@ def test_every_config_field_has_a_check():
 
 
 def test_defaults_and_examples_pass_their_checks():
-    from netapprox.controller.kernel.driver import KernelDriverOptions
-    from netapprox.controller.p4runtime.options import P4RuntimeOptions
-
     cfg = ControllerConfig()
     assert cfg.policy.thresholds == tuple(k / 8 for k in range(8))
     for cls, kind in ((P4RuntimeOptions, "p4runtime"), (KernelDriverOptions, "kernel")):
@@ -215,8 +211,6 @@ def test_cli_flags_override_the_file(tmp_path):
 
 
 def test_command_line_runs_the_controller_against_a_switch(fake_server, bmv2_json, tmp_path):
-    from netapprox.controller.__main__ import main
-
     config = tmp_path / "c.toml"
     log = tmp_path / "decisions.jsonl"
     config.write_text(f"""
@@ -240,8 +234,6 @@ bmv2_json = "{bmv2_json}"
 
 
 def test_command_line_reports_config_errors_without_a_traceback(tmp_path, capsys):
-    from netapprox.controller.__main__ import main
-
     bad = tmp_path / "bad.toml"
     bad.write_text("[controller]\nepoch = 5\n")
     assert main(["--config", str(bad)]) == 2

@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import json
 import socket
+import struct
 import threading
 import time
 import urllib.request
 
+import google.protobuf
 import pytest
 from google.protobuf import text_format
+from google.protobuf.internal import api_implementation
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from netapprox.controller.p4runtime.protos import p4info_pb2, p4runtime_pb2
 
 from netapprox.controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig
@@ -23,21 +28,20 @@ from netapprox.controller.errors import (
     SwitchUnavailable,
 )
 from netapprox.controller.runtime import Runtime
-from netapprox.controller.model import (
-    ClassRule,
-    EcnRule,
-    JobRule,
-    Route,
-    SwitchState,
-    TagRule,
-    TlrRule,
-)
-from netapprox.controller.p4runtime.p4info import P4Info
-from netapprox.controller.p4runtime.driver import P4RuntimeDriver, build_tofino_device_config
+from netapprox.controller.model import ClassRule, EcnRule, JobRule, Route, SwitchState, TableUpdates, TagRule, TlrRule
+from netapprox.controller.p4runtime import protos
+from netapprox.controller.p4runtime.connection import build_tofino_device_config
+from netapprox.controller.p4runtime.driver import P4RuntimeDriver
 from netapprox.controller.p4runtime.options import P4RuntimeOptions
+from netapprox.controller.p4runtime.p4info import P4Info
+from netapprox.controller.reference import reference_queue, tag_order
+from netapprox.hostlib import wire
 from netapprox.hostlib.wire import Report
+from support.fake_bfrt import FakeBfrtServer
+from support.fake_p4runtime import _entry_key
 
 from ctl_fixtures import BMV2_JSON_BYTES, P4INFO
+from test_ctl_reports import frame
 
 
 def as_text(message) -> str:
@@ -157,8 +161,6 @@ def test_per_update_errors_are_unpacked_and_the_rest_applied(make_driver, fake_s
     foreign = driver.classification.job_entry(JobRule(9, 1))
     with fake_server.lock:
         fake_server.writes.clear()
-    from support.fake_p4runtime import _entry_key
-
     fake_server.tables[_entry_key(foreign)] = foreign
     with pytest.raises(P4RuntimeWriteError) as info:
         driver.apply(STATE)
@@ -191,14 +193,12 @@ def test_counters_are_read_per_port_queue_and_per_job(make_driver, fake_server):
     driver = make_driver(ports=(1, 2))
     driver.connect()
     driver.apply(STATE)
-    enq, tx = driver._enqueued_id, driver._transmitted_id
+    enq, tx = driver.counters.enqueued_id, driver.counters.transmitted_id
     fake_server.counters[(enq, 1 * 8 + 2)] = (100, 150000)
     fake_server.counters[(tx, 1 * 8 + 2)] = (93, 139500)
     fake_server.counters[(enq, 2 * 8 + 0)] = (10, 1000)
     fake_server.counters[(tx, 2 * 8 + 0)] = (10, 1000)
     job5 = driver.classification.job_entry(JobRule(5, 2))
-    from support.fake_p4runtime import _entry_key
-
     fake_server.direct_counts[_entry_key(job5)] = 42
     reads = len(fake_server.reads)
     counters = driver.read_counters()
@@ -318,8 +318,6 @@ def test_udp_reports_and_malformed_input_do_not_break_the_loop(fake_server, bmv2
             s.sendto(report(8, 1, 0.10), (host, port))  # replayed sequence number: dropped
         # packet-in: garbage frames, a report from a port its sender does not live behind, and one report for
         # job 12 inside Ethernet/IPv4/UDP from the port the switch routes its sender (10.0.0.1) to
-        from test_ctl_reports import frame
-
         fake_server.send_packet_in(b"\x00" * 5)
         fake_server.send_packet_in(frame(b"not a report", src="10.0.0.1"))
         fake_server.send_packet_in(frame(report(13, 1, 0.9), src="10.0.0.1"), ingress_port=2)
@@ -390,8 +388,8 @@ def test_metrics_endpoint_serves_prometheus_text(fake_server, bmv2_json, tmp_pat
         assert ctl.connect(5)
         ctl.ingest(report(5, 1, 0.3), "h")
         driver = ctl.driver("s1")
-        fake_server.counters[(driver._enqueued_id, 1 * 8 + 2)] = (50, 0)
-        fake_server.counters[(driver._transmitted_id, 1 * 8 + 2)] = (45, 0)
+        fake_server.counters[(driver.counters.enqueued_id, 1 * 8 + 2)] = (50, 0)
+        fake_server.counters[(driver.counters.transmitted_id, 1 * 8 + 2)] = (45, 0)
         r = ctl.epoch()
         assert r.counters["s1"].queues[0].dropped == 5
         host, port = ctl.metrics_address
@@ -406,8 +404,6 @@ def test_metrics_endpoint_serves_prometheus_text(fake_server, bmv2_json, tmp_pat
 
 
 def test_run_loop_writes_within_one_epoch_of_a_report(fake_server, bmv2_json, tmp_path):
-    import threading
-
     with controller_for(fake_server, bmv2_json, tmp_path, epoch_s=0.02) as ctl:
         assert ctl.connect(5)
         stop = threading.Event()
@@ -431,8 +427,6 @@ def test_run_loop_writes_within_one_epoch_of_a_report(fake_server, bmv2_json, tm
 
 @pytest.fixture
 def bfrt_server():
-    from support.fake_bfrt import FakeBfrtServer
-
     server = FakeBfrtServer(p4_name="netapprox").start()
     server.ports[136] = (1, list(range(8, 16)))  # dev_port 136: pipe 1, port group 1, pg_queues 8..15
     yield server
@@ -479,8 +473,8 @@ def test_tofino_pipeline_packing_tm_config_and_ecn_cells(make_driver, fake_serve
     assert int.from_bytes(entry.action.action.params[0].value, "big") == 20 * 19
     # TM drops: queue 3 of port 136 is pg_queue 11
     bfrt_server.drops[(1, 1, 11)] = 17
-    fake_server.counters[(driver._enqueued_id, 136 * 8 + 3)] = (100, 0)
-    fake_server.counters[(driver._transmitted_id, 136 * 8 + 3)] = (80, 0)  # 3 still queued: not drops
+    fake_server.counters[(driver.counters.enqueued_id, 136 * 8 + 3)] = (100, 0)
+    fake_server.counters[(driver.counters.transmitted_id, 136 * 8 + 3)] = (80, 0)  # 3 still queued: not drops
     q3 = next(q for q in driver.read_counters().queues if (q.port, q.qid) == (136, 3))
     assert (q3.enqueued, q3.transmitted, q3.dropped) == (100, 80, 17)
     assert driver.stats()["queue_config_ok"] == 1.0
@@ -505,6 +499,7 @@ def test_tofino_bfrt_errors_are_actionable(make_driver, fake_server, tmp_path, b
     driver = tofino_driver(make_driver, tmp_path, bfrt_server)
     driver.connect()
     assert driver.queue_config_error.startswith(f"BfRt server at {bfrt_server.address}: INVALID_ARGUMENT")
+    driver.close()  # one controller per election id on a device at a time (P4Runtime arbitration)
     bfrt_server.p4_name = "netapprox"
     driver = tofino_driver(make_driver, tmp_path, bfrt_server, ports=(7,))  # a port not added
     driver.connect()
@@ -554,20 +549,15 @@ class FakeThriftSwitch:
     """Answers simple_switch Thrift calls on loopback, recording (method, args); refuses ports > 100."""
 
     def __init__(self):
-        import struct
-        import threading
-
         self.calls = []
         self._srv = socket.socket()
         self._srv.bind(("127.0.0.1", 0))
         self._srv.listen(1)
         self.port = self._srv.getsockname()[1]
-        self._struct = struct
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
 
     def _serve(self):
-        st = self._struct
         try:
             conn, _ = self._srv.accept()
         except OSError:
@@ -578,22 +568,22 @@ class FakeThriftSwitch:
                 head = f.read(4)
                 if len(head) < 4:
                     return
-                (name_len,) = st.unpack("!I", f.read(4))
+                (name_len,) = struct.unpack("!I", f.read(4))
                 name = f.read(name_len).decode()
-                (seq,) = st.unpack("!i", f.read(4))
+                (seq,) = struct.unpack("!i", f.read(4))
                 args = []
                 while True:
                     ttype = f.read(1)[0]
                     if ttype == 0:
                         break
                     f.read(2)
-                    args.append(st.unpack("!i", f.read(4))[0] if ttype == 8 else st.unpack("!q", f.read(8))[0])
+                    args.append(struct.unpack("!i", f.read(4))[0] if ttype == 8 else struct.unpack("!q", f.read(8))[0])
                 self.calls.append((name, tuple(args)))
                 reply_name = name.split(":", 1)[1].encode()
                 body = b""
                 if args[0] > 100:  # InvalidQueueOperation {code: 1}
-                    body = st.pack("!bh", 12, 1) + st.pack("!bhi", 8, 1, 1) + b"\x00"
-                conn.sendall(st.pack("!iI", -2147418110, len(reply_name)) + reply_name + st.pack("!i", seq)
+                    body = struct.pack("!bh", 12, 1) + struct.pack("!bhi", 8, 1, 1) + b"\x00"
+                conn.sendall(struct.pack("!iI", -2147418110, len(reply_name)) + reply_name + struct.pack("!i", seq)
                              + body + b"\x00")
 
     def close(self):
@@ -648,8 +638,6 @@ def test_queue_by_job_uses_its_own_action_from_action_refs():
 
 
 def _updates(jobs, static=False, urgent=()):
-    from netapprox.controller.model import TableUpdates
-
     return TableUpdates(static=static, jobs=jobs, urgent=frozenset(urgent))
 
 
@@ -686,13 +674,13 @@ def test_write_budget_defers_the_rest_and_writes_losing_jobs_first(make_driver, 
     driver = make_driver(max_updates_per_s=10.0)
     driver.connect()
     driver.apply_updates(lambda: SwitchState(), _updates({}, static=True))
-    driver._tokens = 3  # as if 0.3 s of budget had built up
+    driver.writes.tokens = 3  # as if 0.3 s of budget had built up
     jobs = {j: 2 for j in range(1, 9)}
     summary = driver.apply_updates(lambda: pytest.fail("unexpected"), _updates(jobs, urgent={7, 8}))
     driver.flush()
     assert summary.inserted == 3 and driver.deferred_updates == 5
     assert set(job_entries(fake_server)) == {7, 8, 1}  # the urgent ones first, then by job id
-    driver._tokens = 100
+    driver.writes.tokens = 100
     driver.apply_updates(lambda: pytest.fail("unexpected"), _updates({2: 6}))  # newest value, never a stale one
     driver.flush()
     assert job_entries(fake_server) == {**jobs, 2: 6} and driver.deferred_updates == 0
@@ -705,9 +693,9 @@ def test_a_slow_switch_gets_bounded_writes_in_flight_and_only_newest_values(make
     release = threading.Event()
     fake_server.on_write = lambda request, stamp: release.wait(5)  # the switch sits on the first Write
     driver.apply_updates(lambda: pytest.fail("unexpected"), _updates({1: 2, 2: 2, 3: 2}))
-    assert len(driver._inflight) == 1 and driver.deferred_updates == 1  # one Write out, job 3 waits
+    assert len(driver.writes.inflight) == 1 and driver.deferred_updates == 1  # one Write out, job 3 waits
     driver.apply_updates(lambda: pytest.fail("unexpected"), _updates({1: 5, 3: 4}))  # 1 moves again in flight
-    assert len(driver._inflight) == 1
+    assert len(driver.writes.inflight) == 1
     fake_server.on_write = None
     release.set()
     driver.flush()
@@ -723,9 +711,6 @@ def test_a_slow_switch_gets_bounded_writes_in_flight_and_only_newest_values(make
 
 
 def test_queue_by_job_updates_are_encoded_byte_for_byte_as_protobuf_would():
-    from hypothesis import given, settings
-    from hypothesis import strategies as st
-
     cls = P4RuntimeDriver("s1", P4RuntimeOptions(p4info=str(P4INFO))).classification
 
     @settings(max_examples=300, deadline=None)
@@ -742,11 +727,6 @@ def test_queue_by_job_updates_are_encoded_byte_for_byte_as_protobuf_would():
 
 
 def test_p4runtime_messages_use_the_fast_protobuf_runtime_when_there_is_one():
-    import google.protobuf
-    from google.protobuf.internal import api_implementation
-
-    from netapprox.controller.p4runtime import protos
-
     update = protos.p4runtime_pb2.Update(type=protos.p4runtime_pb2.Update.INSERT)
     assert protos.p4runtime_pb2.Update.FromString(update.SerializeToString()) == update
     if int(google.protobuf.__version__.split(".")[0]) >= 4:
@@ -774,11 +754,6 @@ def _p4_tag_queue(entries, priority: int, deadline: int) -> int | None:
 
 
 def test_tag_rules_as_prefixes_classify_like_their_ranges():
-    from hypothesis import given, settings
-    from hypothesis import strategies as st
-
-    from netapprox.controller.reference import tag_order
-
     driver = P4RuntimeDriver("s1", P4RuntimeOptions(p4info=str(P4INFO), check_bmv2_version=False))
     bounds = st.integers(0, 2 ** 32 - 1)
 
@@ -800,9 +775,6 @@ def test_tag_rules_as_prefixes_classify_like_their_ranges():
 
 
 def test_the_reference_model_never_puts_approximate_traffic_in_queue_zero():
-    from netapprox.controller.reference import reference_queue
-    from netapprox.hostlib import wire
-
     hdr = wire.Header(type=wire.PacketType.DATA, flags=int(wire.Flags.APPROX), job_id=5, tlr=0x1000)
     udp = (40000).to_bytes(2, "big") + (7600).to_bytes(2, "big") + (8 + 32).to_bytes(2, "big") + b"\x00\x00"
     ip = bytes([0x45, 0, 0, 60, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2])

@@ -6,10 +6,8 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -29,14 +27,26 @@ from netapprox.controller.model import (
     TagRule,
     TlrRule,
 )
+from netapprox.controller.p4runtime import bmv2_thrift
+from netapprox.controller.p4runtime.bmv2_thrift import Bmv2VersionError
+from netapprox.controller.p4runtime.classification import TagEntry, tag_entries
 from netapprox.controller.p4runtime.driver import P4RuntimeDriver
 from netapprox.controller.p4runtime.options import P4RuntimeOptions
 from netapprox.controller.p4runtime.p4info import P4Info
 from netapprox.controller.runtime import Runtime
-from netapprox.hostlib.wire import Report
 from support.fake_p4runtime import _entry_key
 
-from ctl_fixtures import P4INFO
+from ctl_fixtures import (
+    P4INFO,
+    Hosts,
+    controller_toml,
+    free_udp_port,
+    job_entries,
+    report,
+    start_controller,
+    stop_process,
+    wait_until,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 ROUTES_V4, QUEUE_BY_JOB, QUEUE_BY_TAG = 33554433, 33554435, 33554436
@@ -51,102 +61,13 @@ STATE = SwitchState(
 )
 
 
-def report(job: int, seq: int, tlr: float) -> bytes:
-    return Report(job_id=job, group_id=0, seq=seq, tlr=tlr, loss=0.0, msr=0.9, rate_kbps=1000, total=10,
-                  delivered=0, lost=0, epoch=seq).encode()
-
-
-def job_entries(fake) -> dict[int, int]:
-    return {int.from_bytes(e.match[0].exact.value, "big"): int.from_bytes(e.action.action.params[0].value, "big")
-            for e in fake.entries(QUEUE_BY_JOB)}
-
-
 def updates_of(write: p4runtime_pb2.WriteRequest, table_id: int | None = None) -> list[tuple[int, int]]:
     """(update type, table id) of a Write's table updates."""
     return [(u.type, u.entity.table_entry.table_id) for u in write.updates if u.entity.HasField("table_entry")
             and table_id in (None, u.entity.table_entry.table_id)]
 
 
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_until(predicate, timeout: float, step: float = 0.01) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(step)
-    return predicate()
-
-
 # --- a controller killed and restarted ---------------------------------------------------------------------
-
-
-CONTROLLER_TOML = """
-[controller]
-epoch_ms = 20
-counters_every = 5
-decision_log = "{log}"
-reconnect_initial_s = 0.05
-reconnect_max_s = 0.5
-
-[reports]
-bind = "127.0.0.1"
-port = {report_port}
-
-[policy]
-job_timeout_s = 2.0
-
-[[switch]]
-name = "s1"
-kind = "p4runtime"
-routes = [
-  {{ prefix = "10.0.0.1/32", port = 1, src_mac = "02:00:00:00:01:00", dst_mac = "02:00:00:00:00:01" }},
-  {{ prefix = "10.0.0.2/32", port = 2, src_mac = "02:00:00:00:01:00", dst_mac = "02:00:00:00:00:02" }},
-]
-
-[switch.options]
-address = "{address}"
-p4info = "{p4info}"
-bmv2_json = "{bmv2_json}"
-connect_timeout_s = 3.0
-adopt_jobs_s = 3.0
-"""
-
-
-class Hosts:
-    """Reporting hosts: jobs 5 and 6 report their TLR every 20 ms until stopped."""
-
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.stop = threading.Event()
-        self.seq = 0
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            while not self.stop.wait(0.02):
-                self.seq += 1
-                s.sendto(report(5, self.seq, 0.30), ("127.0.0.1", self.port))
-                s.sendto(report(6, self.seq, 0.80), ("127.0.0.1", self.port))
-
-    def __enter__(self) -> "Hosts":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(5)
-
-
-def start_controller(config: Path, log: Path) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    with open(log, "ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "netapprox.controller", "--config", str(config),
-                                 "--log-level", "INFO"], stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO)
 
 
 def test_a_killed_controller_restarts_without_touching_the_switch(fake_server, bmv2_json, tmp_path):
@@ -155,8 +76,12 @@ def test_a_killed_controller_restarts_without_touching_the_switch(fake_server, b
     differs (same routes, same jobs reported)."""
     report_port = free_udp_port()
     config = tmp_path / "controller.toml"
-    config.write_text(CONTROLLER_TOML.format(log=tmp_path / "decisions.jsonl", report_port=report_port,
-                                             address=fake_server.address, p4info=P4INFO, bmv2_json=bmv2_json))
+    config.write_text(controller_toml(
+        address=fake_server.address, p4info=P4INFO, bmv2_json=bmv2_json, report_port=report_port,
+        decision_log=tmp_path / "decisions.jsonl",
+        routes=[("10.0.0.1/32", 1, "02:00:00:00:00:01"), ("10.0.0.2/32", 2, "02:00:00:00:00:02")],
+        controller="counters_every = 5", policy="job_timeout_s = 2.0",
+        options="connect_timeout_s = 3.0\nadopt_jobs_s = 3.0"))
     log = tmp_path / "controller.log"
     removed: list[str] = []
     route_counts: list[int] = []
@@ -199,13 +124,8 @@ def test_a_killed_controller_restarts_without_touching_the_switch(fake_server, b
             assert [updates_of(w) for w in new_writes if updates_of(w)] == [], "the restart rewrote entries"
     finally:
         for proc in (first, second):
-            if proc is not None and proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(5)
+            if proc is not None:
+                stop_process(proc)
     text = log.read_text()
     assert "runs our pipeline already" in text and "entries read back to reconcile" in text, text[-2000:]
 
@@ -279,7 +199,7 @@ def test_push_pipeline_false_reconnects_and_reconciles(fake_server, make_driver)
     with pytest.raises(PipelineError, match="runs no forwarding pipeline and push_pipeline is false"):
         without.connect()
     owner = make_driver()
-    fake_server.load_pipeline(owner._pipeline_config())
+    fake_server.load_pipeline(owner.connection.pipeline_config())
     driver = make_driver(push_pipeline=False)
     driver.connect()
     driver.apply(STATE)
@@ -317,8 +237,6 @@ def test_a_reconnect_writes_exactly_the_difference(fake_server, make_driver):
     assert updates_of(write) == [(p4runtime_pb2.Update.DELETE, QUEUE_BY_JOB), (p4runtime_pb2.Update.MODIFY, ROUTES_V4),
                                  (p4runtime_pb2.Update.INSERT, 33554437)]
     assert driver.apply(STATE).writes == 0
-    from netapprox.controller.p4runtime.classification import tag_entries
-
     tags = sum(len(tag_entries(r)) for r in STATE.tag_rules)  # [0, 999] is 6 prefixes
     assert tags == 6 and len(fake_server.entries()) == len(STATE.routes) + 1 + 2 + tags + 1 + 1
 
@@ -453,9 +371,6 @@ def fake_bmv2(tmp_path: Path, version: str) -> str:
 
 
 def test_an_old_bmv2_on_this_host_is_refused_at_start_up(tmp_path, monkeypatch):
-    from netapprox.controller.p4runtime import bmv2_thrift
-    from netapprox.controller.p4runtime.bmv2_thrift import Bmv2VersionError
-
     bmv2_thrift.bmv2_version.cache_clear()
     old, new = fake_bmv2(tmp_path, "1.14.0-0f5b6b6"), fake_bmv2(tmp_path, "1.15.1")
     with pytest.raises(Bmv2VersionError, match=r"switch 's1': .* is BMv2 1.14.0; NetApprox needs BMv2 >= 1.15.1"):
@@ -497,8 +412,6 @@ def test_the_fake_server_refuses_dont_cares_and_missing_priorities(fake_server, 
     driver = make_driver()
     driver.connect()
     tag = driver.classification._tag_entry
-    from netapprox.controller.p4runtime.classification import TagEntry
-
     good = tag(TagEntry(2, 0, 9, 0, 0xFFFFFC00, 1))
     cases = []
     e = p4runtime_pb2.TableEntry()

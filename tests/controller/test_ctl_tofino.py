@@ -1,5 +1,7 @@
-"""Tofino deployments without a Tofino: the BfRt message schema against the SDE's bfruntime.proto (when one is at
-hand), the Stratum chassis-config queue section parsed as Stratum's ChassisConfig text, and its CLI."""
+"""Tofino deployments without a Tofino: the BfRt client's message schema against the SDE's bfruntime.proto (when one
+is at hand) and against the fake BfRt server's own transcription of it (always); the fake refusing what the proto
+does not declare, so a client encoding mistake fails; the Stratum chassis-config queue section parsed as
+Stratum's ChassisConfig text, and its CLI."""
 from __future__ import annotations
 
 import os
@@ -10,8 +12,10 @@ from pathlib import Path
 import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format
 
+from netapprox.controller.p4runtime import bfrt
 from netapprox.controller.p4runtime.bfrt import SCHEMA
 from netapprox.controller.p4runtime.tofino_tm import stratum_queue_config
+from support import bfrt_wire
 from support.proto_text import proto_messages
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,6 +50,123 @@ def test_the_bfrt_schema_matches_the_sdes_bfruntime_proto():
                 assert mine == real_type, f"{message}.{name}: {mine} vs {real_type}"
             elif mine == "int32":  # an enum of the real file, carried as its varint
                 assert any(e.endswith(real_type) for e in enums), f"{message}.{name}: {real_type} is no enum"
+
+
+@pytest.mark.skipif(BFRUNTIME_PROTO is None, reason="needs the SDE's bfruntime.proto: set NETAPPROX_BFRUNTIME_PROTO "
+                                                    "(open-p4studio: pkgsrc/bf-drivers/src/bf_rt/proto/bfruntime.proto)"
+                                                    " or SDE (the SDE's source tree)")
+def test_the_fake_bfrt_servers_schema_matches_the_sdes_bfruntime_proto():
+    real, enums = proto_messages(BFRUNTIME_PROTO.read_text())
+    for message, fields in bfrt_wire.SCHEMA.items():
+        if message.startswith("google."):
+            continue
+        assert set(real[message]) == {f[0] for f in fields.values()}, message  # every field, not a subset
+        for number, (name, ftype, repeated, _) in fields.items():
+            real_number, real_type, real_repeated = real[message][name]
+            assert (number, repeated) == (real_number, real_repeated), f"{message}.{name}"
+            if ftype == "enum":
+                assert any(e.endswith(real_type) for e in enums), f"{message}.{name}: {real_type} is no enum"
+            elif ftype == "bytes" and real_type not in SCALARS:  # a message the fake keeps opaque
+                assert real_type not in enums, f"{message}.{name}"
+            else:  # nested types are named from inside their parent in the .proto
+                real_name = real_type.lstrip(".").replace("bfrt_proto.", "")
+                assert ftype == real_name or ftype.endswith("." + real_name), f"{message}.{name}: {ftype}"
+
+
+def _client_fields() -> dict[str, dict[str, tuple[int, str, bool, str | None]]]:
+    out = {}
+    for message, fields in SCHEMA.items():
+        out[message] = {}
+        for spec in fields:
+            name, number, ftype = spec[:3]
+            out[message][name] = (number, ftype.rstrip("*"), ftype.endswith("*"), spec[3] if len(spec) > 3 else None)
+    return out
+
+
+def test_the_client_schema_agrees_with_the_fake_servers_transcription_of_bfruntime_proto():
+    """Two transcriptions of bfruntime.proto made apart (the client's, the fake server's): every field the client
+    sends or reads has the same number, kind, repetition and oneof in the fake's, so a slip in either shows up
+    in every run, not only where an SDE is installed."""
+    fake = {m: {f[0]: (n, f[1], f[2], f[3]) for n, f in fields.items()} for m, fields in bfrt_wire.SCHEMA.items()}
+    for message, fields in _client_fields().items():
+        assert message in fake, message
+        for name, (number, ftype, repeated, oneof) in fields.items():
+            f_number, f_type, f_repeated, f_oneof = fake[message][name]
+            assert (number, repeated, oneof) == (f_number, f_repeated, f_oneof), f"{message}.{name}"
+            kind = {"int32": ("enum", "int32")}.get(ftype, (ftype.lstrip(".").replace("bfrt_proto.", ""),))
+            assert f_type in kind, f"{message}.{name}: client {ftype}, fake {f_type}"
+
+
+# --- the fake BfRt server decodes on its own: a client encoding mistake fails ----------------------------------
+
+def _mutant_pb(monkeypatch, message: str, field: str, number: int):
+    """The client's message classes built from its SCHEMA with one field number changed (swapped with the field
+    that had it, if any), in a pool of their own."""
+    from google.protobuf import any_pb2
+    from google.rpc import status_pb2
+
+    old = next(f[1] for f in SCHEMA[message] if f[0] == field)
+    renumber = {field: number} | {f[0]: old for f in SCHEMA[message] if f[1] == number}
+    schema = {m: [tuple([f[0], renumber[f[0]], *f[2:]]) if m == message and f[0] in renumber else f for f in fields]
+              for m, fields in SCHEMA.items()}
+    monkeypatch.setattr(bfrt, "SCHEMA", schema)
+    fdp = bfrt._file_descriptor()
+    fdp.name = "netapprox_test/bfrt_mutant.proto"
+    pool = descriptor_pool.DescriptorPool()
+    for dep in (any_pb2.DESCRIPTOR, status_pb2.DESCRIPTOR):
+        proto = descriptor_pb2.FileDescriptorProto()
+        dep.CopyToProto(proto)
+        pool.Add(proto)
+    pool.Add(fdp)
+    classes = {name.replace(".", "_"): message_factory.GetMessageClass(pool.FindMessageTypeByName(f"bfrt_proto.{name}"))
+               for name in schema}
+    monkeypatch.setattr(bfrt, "pb", type(bfrt.pb)(**classes))
+
+
+@pytest.fixture
+def bfrt_server():
+    from support.fake_bfrt import FakeBfrtServer
+
+    server = FakeBfrtServer(p4_name="netapprox").start()
+    server.ports[136] = (1, list(range(8, 16)))
+    yield server
+    server.stop()
+
+
+def _configure(server) -> None:
+    from netapprox.controller.p4runtime.tofino_tm import BfrtTmClient, configure_queues
+
+    client = BfrtTmClient(server.address, "netapprox", timeout_s=5)
+    try:
+        configure_queues(client, (136,), 64)
+    finally:
+        client.close()
+
+
+def test_the_fake_bfrt_server_takes_the_clients_messages(bfrt_server):
+    _configure(bfrt_server)
+    assert bfrt_server.wire_errors == []
+    assert bfrt_server.field_value("tf1.tm.queue.sched_cfg", 1, (1, 8), "max_priority") == "7"
+
+
+@pytest.mark.parametrize("message,field,number,says", [
+    ("TargetDevice", "pipe_id", 6, "TargetDevice: no field number 6"),  # a number the proto does not have
+    ("WriteRequest", "updates", 4, "WriteRequest.atomicity (enum) sent length-delimited"),  # two swapped
+    ("Subscribe", "device_id", 3, "Subscribe.device_id (uint32) sent length-delimited"),
+    ("KeyField", "exact", 3, "TM keys are exact"),  # decodes, as a ternary match: the server's checks catch it
+    ("DataField", "str_val", 3, "DataField.float_val (float) sent length-delimited"),
+    ("TableEntry", "data", 4, "'pg_id'"),  # the client cannot read the fake's answers: it fails reading them
+])
+def test_a_client_encoding_mistake_fails_against_the_fake_server(monkeypatch, bfrt_server, message, field, number,
+                                                                 says):
+    """The client with one field number wrong (its messages rebuilt from a mutated SCHEMA) is refused by the fake
+    server, which decodes with its own transcription of bfruntime.proto: client and fake do not agree by
+    construction."""
+    _mutant_pb(monkeypatch, message, field, number)
+    with pytest.raises(Exception) as err:
+        _configure(bfrt_server)
+    assert says in str(err.value) or any(says in e for e in bfrt_server.wire_errors), \
+        (str(err.value), bfrt_server.wire_errors)
 
 
 # --- Stratum: the chassis-config queue section ---------------------------------------------------------------

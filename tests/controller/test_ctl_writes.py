@@ -7,9 +7,13 @@ import threading
 
 import pytest
 
-from netapprox.controller.config import ControllerConfig, PolicyConfig, ReportConfig
-from netapprox.controller.model import SwitchState, TableUpdates
+from netapprox.controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig
+from netapprox.controller.drivers import Driver
+from netapprox.controller.errors import SwitchUnavailable
+from netapprox.controller.model import SwitchState, TableUpdates, WriteSummary
 from netapprox.controller.runtime import Runtime
+
+from ctl_fixtures import P4INFO
 
 
 def _updates(jobs, static=False, urgent=()):
@@ -30,12 +34,12 @@ def test_waiting_updates_go_out_oldest_first_not_by_job_id(make_driver, fake_ser
     driver = make_driver(max_updates_per_s=10.0)
     driver.connect()
     driver.apply_updates(lambda: SwitchState(), _updates({}, static=True))
-    driver._tokens = 0
+    driver.writes.tokens = 0
     driver.apply_updates(lambda: pytest.fail("unexpected"), _updates({900: 2, 901: 2}))  # no budget: both wait
     driver.apply_updates(lambda: pytest.fail("unexpected"), _updates({5: 3, 900: 4}))  # 900 changes again
     assert driver.deferred_updates == 3 and driver.write_stats["coalesced"] == 1
     first = len(fake_server.writes)
-    driver._tokens = 2
+    driver.writes.tokens = 2
     driver.apply_updates(lambda: pytest.fail("unexpected"), _updates({}))
     driver.flush()
     assert sent_jobs(fake_server, first) == [900, 901]  # asked for first, though 5 has the lowest id
@@ -47,11 +51,11 @@ def test_losing_jobs_jump_the_line_and_the_metrics_say_so(make_driver, fake_serv
     driver = make_driver(max_updates_per_s=10.0)
     driver.connect()
     driver.apply_updates(lambda: SwitchState(), _updates({}, static=True))
-    driver._tokens = 0
+    driver.writes.tokens = 0
     driver.apply_updates(lambda: pytest.fail("unexpected"), _updates({j: 2 for j in range(1, 6)}, urgent={4}))
     assert driver.deferred_updates == 5 and driver.deferred_urgent == 1
     first = len(fake_server.writes)
-    driver._tokens = 2
+    driver.writes.tokens = 2
     driver.apply_updates(lambda: pytest.fail("unexpected"), _updates({}))
     driver.flush()
     assert sent_jobs(fake_server, first) == [4, 1]
@@ -59,22 +63,20 @@ def test_losing_jobs_jump_the_line_and_the_metrics_say_so(make_driver, fake_serv
 
 
 def test_runtime_exports_the_backlog_and_prioritised_metrics(fake_server, bmv2_json):
-    options = {"address": fake_server.address, "p4info": str(_p4info()), "bmv2_json": str(bmv2_json),
+    options = {"address": fake_server.address, "p4info": str(P4INFO), "bmv2_json": str(bmv2_json),
                "max_updates_per_s": 10.0}
-    from netapprox.controller.config import SwitchConfig
-
     config = ControllerConfig(switches=(SwitchConfig(name="s1", options=options),), reports=ReportConfig(port=-1),
                               policy=PolicyConfig(), counters_every=0)
     with Runtime(config, background_connect=False) as rt:
         assert rt.connect(5)
         rt.epoch(now=0.0)
         driver = rt.driver("s1")
-        driver._tokens = 0
+        driver.writes.tokens = 0
         driver.apply_updates(lambda: pytest.fail("unexpected"), _updates({1: 2, 2: 3}, urgent={2}))
         text = rt.metrics_text()
         assert 'netapprox_write_backlog{switch="s1"} 2.0' in text
         assert 'netapprox_write_backlog_urgent{switch="s1"} 1.0' in text
-        driver._tokens = 1
+        driver.writes.tokens = 1
         rt.epoch(now=0.02)
         text = rt.metrics_text()
         assert 'netapprox_write_prioritised_total{switch="s1"} 1.0' in text
@@ -103,13 +105,7 @@ def test_a_backlog_drains_as_the_switch_answers_between_epochs(make_driver, fake
     assert job_entries(fake_server) == {1: 2, 2: 3, 3: 4} and not driver.pending_writes()
 
 
-def _p4info():
-    from ctl_fixtures import P4INFO
-
-    return P4INFO
-
-
-class BacklogDriver:
+class BacklogDriver(Driver):
     """A driver double holding ``backlog`` updates back until ``send_pending`` is called ``rounds`` times."""
 
     def __init__(self, rounds: int, fail: Exception | None = None) -> None:
@@ -120,9 +116,10 @@ class BacklogDriver:
     def connect(self):
         pass
 
-    def apply_updates(self, desired, updates):
-        from netapprox.controller.model import WriteSummary
+    def apply(self, desired):
+        return WriteSummary()
 
+    def apply_updates(self, desired, updates):
         return WriteSummary()
 
     def read_counters(self):
@@ -132,8 +129,6 @@ class BacklogDriver:
         return self.sent < self.rounds
 
     def send_pending(self):
-        from netapprox.controller.model import WriteSummary
-
         if self.fail is not None:
             raise self.fail
         self.sent += 1
@@ -164,8 +159,6 @@ def test_the_loop_sends_waiting_updates_between_epochs_and_counts_them():
 
 
 def test_a_switch_lost_while_sending_waiting_updates_is_marked_down():
-    from netapprox.controller.errors import SwitchUnavailable
-
     driver = BacklogDriver(rounds=5, fail=SwitchUnavailable("s1", "gone"))
     with _runtime(driver) as rt:
         assert rt._pump_writes() is False

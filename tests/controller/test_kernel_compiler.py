@@ -9,7 +9,7 @@ from __future__ import annotations
 import struct
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from netapprox.controller.model import ClassRule, JobRule, SwitchState, TagRule, TlrRule, default_tlr_rules
@@ -17,6 +17,7 @@ from netapprox.hostlib import wire
 from netapprox.controller.kernel import compiler as ks
 from netapprox.controller.model import prefix_split
 from netapprox.controller.reference import reference_queue
+from support.conformance import headers_complete, kernel_states, packets, ranks_are_unique
 
 ATP = wire.DEFAULT_ATP_PORT
 
@@ -157,16 +158,26 @@ _rules = st.builds(
        ptype=st.sampled_from(list(wire.PacketType)), dport=st.sampled_from([ATP, 5201, 80, 0, 0x1450]),
        proto=st.sampled_from([17, 17, 6, 1, 47, 0x12]))
 def test_u32_layout_agrees_with_the_logical_tables(state, job, tlr, flags, priority, deadline, ptype, dport, proto):
-    # Rules with the same rank overlap ambiguously in P4 too; keep ranks unique so the order is defined.
-    tags = sorted(state.tag_rules, key=lambda r: r.rank)
-    if len({r.rank for r in tags}) != len(tags) or len({r.rank for r in state.class_rules}) != len(state.class_rules):
-        return
+    assume(ranks_are_unique(state))  # rules with the same rank overlap ambiguously (in P4 too)
     pkt = atp_data(job=job, tlr=tlr, flags=flags, priority=priority, deadline=deadline, ptype=ptype, dport=dport,
                    proto=proto)
     u32, ref = both(state, pkt)
     assert u32 == ref
     if ptype == wire.PacketType.DATA and flags & wire.Flags.APPROX and dport == ATP and proto == 17:
         assert ref != 0, "approximate traffic in queue 0: the guard failed"
+
+
+@settings(max_examples=500, deadline=None)
+@given(state=kernel_states(), pkts=st.lists(packets(), min_size=1, max_size=8))
+def test_u32_layout_agrees_with_the_reference_on_generated_packets(state, pkts):
+    """The pre-check of tests/controller/test_kernel_agreement.py (which runs the same on the real kernel): every
+    kind of packet, malformed ones too (other IP versions, IHL < 5, options, fragments, wrong checksums). A
+    packet cut short inside a header is left out (``headers_complete``: u32 stops at a read past the end)."""
+    entries = ks.compile_filters(state, ATP)
+    for spec in pkts:
+        pkt = spec.bytes()
+        if headers_complete(pkt):
+            assert ks.u32_queue(entries, pkt) == reference_queue(state, pkt, ATP), spec
 
 
 def test_a_fifo_switch_puts_every_packet_in_queue_0():

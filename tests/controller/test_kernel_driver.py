@@ -14,11 +14,14 @@ import sys
 import time
 
 import pytest
+from pyroute2 import IPRoute
 
+from netapprox.controller.kernel import compiler
+from netapprox.controller.kernel import tc as ks
 from netapprox.controller.kernel.driver import KernelDriver
-from netapprox.controller.model import ClassRule, JobRule, SwitchState, default_tlr_rules
-from support.skips import requires_root
+from netapprox.controller.model import ClassRule, EcnRule, JobRule, SwitchState, TagRule, default_tlr_rules
 from netapprox.topo.netns import NetnsLab
+from support.skips import requires_root
 
 pytestmark = [requires_root, pytest.mark.root, pytest.mark.timeout(120)]
 
@@ -209,11 +212,6 @@ def test_bmv2_traffic_manager_queues_by_the_stamp(lab):
     """The kernel qdisc behind a BMv2 port (controller.kernel.compiler.stamp_filters) queues ATP DATA by the
     queue byte BMv2 stamped, and other traffic by the class rules. Emulates BMv2's output with pre-stamped
     packets."""
-    from pyroute2 import IPRoute
-
-    from netapprox.controller.kernel import compiler
-    from netapprox.controller.kernel import tc as ks
-
     rule = ClassRule(rank=1, ip_proto=17, ip_proto_mask=0xFF, l4_dport=BG_PORT, l4_dport_mask=0xFFFF, qid=6)
     entries = compiler.stamp_filters([rule])
     with IPRoute(netns=lab.switch_ns, flags=0) as ipr:
@@ -246,9 +244,6 @@ def test_bmv2_traffic_manager_queues_by_the_stamp(lab):
 def test_kernel_holds_exactly_the_compiled_entries(lab):
     """Read the u32 entries back from the kernel and compare them byte by byte with compile_filters: catches
     any encoding slip between our keys and the netlink messages (e.g. tag keys with a gap in their mask)."""
-    from netapprox.controller.kernel import tc as ks
-    from netapprox.controller.model import TagRule
-
     state = SwitchState(
         tlr_rules=default_tlr_rules(),
         job_rules=frozenset({JobRule(7, 2), JobRule(0xDEADBEEF, 5)}),
@@ -275,8 +270,6 @@ def test_kernel_holds_exactly_the_compiled_entries(lab):
 def test_queue0_marks_ce_above_its_ecn_threshold(lab):
     """ECT traffic offered at twice the port rate into queue 0 gets CE marks; below the rate, or Not-ECT, or
     without an ecn_thresholds entry, nothing is marked. Marked packets still arrive (IPv4 checksum fixed)."""
-    from netapprox.controller.model import EcnRule
-
     d = start_driver(lab, rate_mbit=10)
     with_ecn = base_state(ecn_rules=frozenset({EcnRule(qid=0, depth_pkts=5)}))
     assert d.apply(with_ecn).modified == len(lab.ports)  # the threshold is one write per port

@@ -13,15 +13,17 @@ pytestmark = [pytest.mark.root, pytest.mark.slow,
 
 
 def test_atp_and_tcp_es_complete_a_small_job(tmp_path):
-    from netapprox.experiments.harness import Testbed, TestbedConfig
-    from netapprox.experiments.trial import JobPlan, run_trial
+    from netapprox.experiments.emulated import run_on_testbed
+    from netapprox.experiments.plans import JobPlan, TrialPlan
     from netapprox.experiments.workloads import make_job
+    from netapprox.topo.testbed import Testbed, TestbedConfig
 
     job = make_job("fbkv", 1, 400)
     with Testbed(TestbedConfig(hosts=2, rate_mbit=20), tmp_path) as tb:
         ns = list(tb.lab.host_ns) + [tb.lab.switch_ns]
-        results = {p: run_trial(tb, p, [JobPlan(4242 + i, 0, 1, job, 0.5)], name=p, timeout=20)["jobs"][0]
-                   for i, p in enumerate(("atp", "tcp-es"))}
+        results = {p: run_on_testbed(tb, TrialPlan({"protocol": p}, 1, p, (JobPlan(1, 0, 1, job, 0.5),)),
+                                     timeout=20)["jobs"][0]
+                   for p in ("atp", "tcp-es")}
         assert tb.reports_relayed > 0  # ATP's REPORTs reached the in-process controller
     for p, m in results.items():
         assert m["msr_met"], (p, m)

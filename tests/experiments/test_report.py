@@ -37,8 +37,8 @@ def test_fmt_and_cell():
 
 def test_cli_overrides_follow_the_experiment_signature():
     import pytest
-    from netapprox.experiments.__main__ import UsageError, parse_overrides
-    from netapprox.experiments.runner import exp_alltoall, exp_ddnn
+    from netapprox.experiments.cli import UsageError, parse_overrides
+    from netapprox.experiments.figures import exp_alltoall, exp_ddnn
     assert parse_overrides(["msrs=0.5,0.9", "protocols=atp"], exp_alltoall) == {"msrs": (0.5, 0.9), "protocols": ("atp",)}
     assert parse_overrides(["duration_s=5", "model_bytes=1000"], exp_ddnn) == {"duration_s": 5, "model_bytes": 1000}
     with pytest.raises(UsageError, match="known"):

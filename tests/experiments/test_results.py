@@ -87,15 +87,15 @@ def test_flows_client_server_loopback(tmp_path):
 
 # --- plots: every axis says what it shows and in which unit, every legend what its entries are -------------
 
-RUNNER = Path(__file__).resolve().parents[2] / "experiments" / "runner.py"
+FIGURES = Path(__file__).resolve().parents[2] / "experiments" / "figures.py"
 
 
 def _plot_calls():
-    """(function, {keyword: string constants}) of every R.plot_* call in experiments/runner.py."""
+    """(function, {keyword: string constants}) of every R.plot_* call in experiments/figures.py."""
     import ast
 
     calls = []
-    for node in ast.walk(ast.parse(RUNNER.read_text())):
+    for node in ast.walk(ast.parse(FIGURES.read_text())):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr.startswith("plot_"):
             kw = {}
             for k in node.keywords:

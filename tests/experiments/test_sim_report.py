@@ -50,9 +50,9 @@ def test_no_sim_results_no_section(tmp_path):
 
 
 def test_sim_cli_overrides_follow_the_experiment_signature():
-    from netapprox.experiments.__main__ import UsageError, parse_overrides
+    from netapprox.experiments.cli import UsageError, parse_overrides
+    from netapprox.experiments.figures import exp_alltoall, exp_coexist
     from netapprox.experiments.sim.__main__ import set_checks
-    from netapprox.experiments.sim.runner import exp_alltoall, exp_coexist
     checks = set_checks()
     assert parse_overrides(["msrs=0.5,0.9", "protocols=atp,dctcp-es"], exp_alltoall, checks) == {
         "msrs": (0.5, 0.9), "protocols": ("atp", "dctcp-es")}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from netapprox.experiments.plans import Background, JobPlan
 from support.skips import requires_ns3
 
 pytestmark = [requires_ns3, pytest.mark.slow]
@@ -16,22 +17,22 @@ pytestmark = [requires_ns3, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def sim():
-    from netapprox.experiments.sim import world
+    from netapprox.experiments.sim import trial
     from netapprox.experiments.sim.topology import TopologyConfig
     from netapprox.experiments.workloads import make_job, pick_receivers
-    world.native.load()
-    return world, TopologyConfig, make_job, pick_receivers
+    trial.native.load()
+    return trial, TopologyConfig, make_job, pick_receivers
 
 
 def test_switch_queues_buffers_priority_and_stamp(sim):
-    world, TopologyConfig, _make_job, _pick = sim
+    ns3_trial, TopologyConfig, _make_job, _pick = sim
     topo = TopologyConfig(kind="clos", leaves=1, spines=1, hosts_per_leaf=3, host_gbps=10)
-    settings = world.SimSettings(topology=topo, buffer_packets=100, time_limit_ms=5)
+    settings = ns3_trial.SimSettings(topology=topo, buffer_packets=100, time_limit_ms=5)
     rate = 10e9
     # hosts 0 and 1 each blast at line rate into host 2: approximate (TLR 0.55 -> queue 4, 4 packets) and
     # non-approximate (queue 0, 100 - 28 = 72 packets, strict priority)
-    bg = [world.SimBackground(0, 2, rate, 0.0, 1e-3, tlr=0.55), world.SimBackground(1, 2, rate * 0.9, 0.0, 1e-3)]
-    r = world.run_trial(settings, "atp", [], seed=1, background=bg)
+    bg = [Background(0, 2, rate, 0.0, 1e-3, tlr=0.55), Background(1, 2, rate * 0.9, 0.0, 1e-3)]
+    r = ns3_trial.run_trial(settings, "atp", [], seed=1, background=bg)
     per_queue = r["queues"]["per_queue"]
     assert per_queue[4]["max_backlog"] == 4, per_queue[4]
     assert per_queue[4]["dropped"] > 0
@@ -43,12 +44,12 @@ def test_switch_queues_buffers_priority_and_stamp(sim):
 
 
 def test_fat_tree_atp_with_the_controller_in_the_loop(sim):
-    world, TopologyConfig, make_job, pick_receivers = sim
-    settings = world.SimSettings(topology=TopologyConfig(kind="fattree", k=4), time_limit_ms=20)
+    ns3_trial, TopologyConfig, make_job, pick_receivers = sim
+    settings = ns3_trial.SimSettings(topology=TopologyConfig(kind="fattree", k=4), time_limit_ms=20)
     hosts = list(range(16))
     dst = pick_receivers(7, hosts, hosts)
-    jobs = [world.SimJob(100 + h, h, dst[h], make_job("fbkv", 700 + h, 400), 0.5 if h % 2 else 0.9) for h in hosts]
-    r = world.run_trial(settings, "atp", jobs, seed=7, timeline_job=100)
+    jobs = [JobPlan(100 + h, h, dst[h], make_job("fbkv", 700 + h, 400), 0.5 if h % 2 else 0.9) for h in hosts]
+    r = ns3_trial.run_trial(settings, "atp", jobs, seed=7, timeline_job=100)
     assert r["completed_all"]
     assert all(j["msr_met"] and j["jct_s"] > 0 for j in r["jobs"]), [j for j in r["jobs"] if not j["msr_met"]]
     ctl = r["controller"]
@@ -63,10 +64,10 @@ def test_fat_tree_atp_with_the_controller_in_the_loop(sim):
 
 
 def test_fat_tree_dctcp_incast_marks_ecn(sim):
-    world, TopologyConfig, make_job, _pick = sim
-    settings = world.SimSettings(topology=TopologyConfig(kind="fattree", k=4), time_limit_ms=20)
-    jobs = [world.SimJob(200 + h, h, 0, make_job("fbkv", 800 + h, 300), 0.9) for h in range(1, 16)]
-    r = world.run_trial(settings, "dctcp-es", jobs, seed=3)
+    ns3_trial, TopologyConfig, make_job, _pick = sim
+    settings = ns3_trial.SimSettings(topology=TopologyConfig(kind="fattree", k=4), time_limit_ms=20)
+    jobs = [JobPlan(200 + h, h, 0, make_job("fbkv", 800 + h, 300), 0.9) for h in range(1, 16)]
+    r = ns3_trial.run_trial(settings, "dctcp-es", jobs, seed=3)
     assert r["completed_all"] and all(j["msr_met"] for j in r["jobs"])
     assert r["queues"]["switch_ce_marks"] > 0  # 15 senders into one port: the queue passed K = 65
     assert r["queues"]["receiver_port_max_pkts"] > settings.ecn_threshold_pkts
@@ -74,17 +75,17 @@ def test_fat_tree_dctcp_incast_marks_ecn(sim):
 
 
 def test_an_exception_in_a_simulator_callback_stops_the_trial_and_is_raised(sim):
-    world, TopologyConfig, make_job, _pick = sim
+    ns3_trial, TopologyConfig, make_job, _pick = sim
     from netapprox.hostlib import sim as host_sim
 
-    class Broken(world.Trial):
+    class Broken(ns3_trial.Trial):
         def _on_check(self):
             raise ValueError("boom")
 
-    settings = world.SimSettings(topology=TopologyConfig(kind="fattree", k=4), time_limit_ms=5)
-    trial = Broken(settings, "dctcp-es", [world.SimJob(1, 0, 5, make_job("fbkv", 1, 50), 0.5)], seed=1)
+    settings = ns3_trial.SimSettings(topology=TopologyConfig(kind="fattree", k=4), time_limit_ms=5)
+    trial = Broken(settings, "dctcp-es", [JobPlan(1, 0, 5, make_job("fbkv", 1, 50), 0.5)], seed=1)
     with pytest.raises(host_sim.SimulationError, match="ValueError: boom"):
         trial.run()
     # the next trial in the same process starts clean
-    r = world.run_trial(settings, "dctcp-es", [world.SimJob(1, 0, 5, make_job("fbkv", 1, 50), 0.5)], seed=1)
+    r = ns3_trial.run_trial(settings, "dctcp-es", [JobPlan(1, 0, 5, make_job("fbkv", 1, 50), 0.5)], seed=1)
     assert r["completed_all"]

@@ -76,16 +76,29 @@ def test_ack_payload_rejects_bad_blocks():
         wire.encode_ack_payload([(1, 1)] * 17)
 
 
-@given(st.lists(u32, max_size=2000), st.integers(8, 1400))
+@given(st.lists(st.integers(0, 2**32 - 2), max_size=2000, unique=True), st.integers(12, 1400))
 def test_done_payloads_split_and_join(ids, max_payload):
-    parts = wire.encode_done_payloads(ids, max_payload)
+    ids = sorted(ids)
+    parts = wire.encode_done_payloads(wire.id_ranges(ids), max_payload)
     assert all(len(p) <= max_payload for p in parts)
-    assert [i for p in parts for i in wire.decode_done_payload(p)] == ids
+    ranges = [r for p in parts for r in wire.decode_done_payload(p)]
+    assert wire.range_ids(ranges) == ids
+    assert all(a[1] < b[0] for a, b in zip(ranges, ranges[1:]))  # adjacent ids are one range
 
 
-def test_done_payload_rejects_wrong_count():
+def test_done_payload_is_one_range_for_any_number_of_consecutive_ids():
+    (part,) = wire.encode_done_payloads([0, 2**32 - 1], 1368)
+    assert len(part) == 12 and wire.decode_done_payload(part) == [(0, 2**32 - 1)]
+
+
+def test_done_payload_rejects_wrong_count_and_bad_ranges():
     with pytest.raises(wire.MalformedPacket, match="bad_done"):
         wire.decode_done_payload((3).to_bytes(4, "big") + b"\x00" * 8)
+    for first, end in ((5, 5), (6, 5)):  # empty, backwards
+        with pytest.raises(wire.MalformedPacket, match="bad_done"):
+            wire.decode_done_payload(wire.encode_done_payloads([first, end], 100)[0])
+    with pytest.raises(wire.MalformedPacket, match="bad_done"):  # overlapping
+        wire.decode_done_payload(wire.encode_done_payloads([0, 5, 3, 8], 100)[0])
 
 
 @given(st.integers(0, 2**31), st.lists(st.floats(width=32, allow_nan=False), max_size=340))

@@ -156,7 +156,7 @@ def test_sender_event_sequences(seed, mode, mrdf, steps, sizes):
             ids = rng.sample(range(len(sizes) + 3), rng.randint(0, min(3, len(sizes))))
             cnt = rng.choice([1, 1, 2])
             done = wire.Header(type=wire.PacketType.DONE, job_id=21, pkt_idx=rng.randrange(cnt), pkt_cnt=cnt)
-            s.receive_datagram(wire.encode(done, wire.encode_done_payloads(ids, 1000)[0]), RECEIVER, now)
+            s.receive_datagram(wire.encode(done, wire.encode_done_payloads(wire.id_ranges(sorted(ids)), 1000)[0]), RECEIVER, now)
         elif op < 0.75:
             blob = bytes(rng.randrange(256) for _ in range(rng.randint(0, 60)))
             s.receive_datagram(blob, RECEIVER, now)

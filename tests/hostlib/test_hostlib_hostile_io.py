@@ -1,13 +1,17 @@
 """The announce flood over real sockets: an ``atp-recv --serve`` process under a flood of forged announces
-(tests/support/atp_flood.py) keeps its memory within its budget, and a job sent meanwhile finishes within
-twice the time the same job took alone, measured side by side in this test (twice alone, before and after
-the flood, twice under it: a change in the machine's load during the test should not count against the
-flood)."""
+(tests/support/atp_flood.py) keeps its memory within its budget, admits no job for an announce without a token,
+and still serves every legitimate job sent before, under and after the flood, each meeting its MSR.
+
+Everything here is a count or a bound: the flood's size is a number of announces (the test waits for the
+flooder to report it, whatever the machine's speed), the memory a number of bytes against the budget, the jobs
+complete or not. How much longer a job takes under the flood is a ratio of wall-clock times, which a loaded
+machine moves: ``make bench`` measures it (``bench/hostlib.py: measure_job_under_flood``)."""
 from __future__ import annotations
 
 import json
 import os
 import re
+import select
 import socket
 import subprocess
 import sys
@@ -53,8 +57,25 @@ def wait_until_serving(port: int, timeout: float = 10.0) -> None:
     raise AssertionError(f"receiver on port {port} did not answer within {timeout} s")
 
 
+FLOOD_ANNOUNCES = 7500
+"""Off-path forged announces the flood sends at least (5 s of it at 1,500/s on an idle machine)."""
+
+
+def read_until(proc: subprocess.Popen, wanted: str, seen: set[str], timeout: float) -> None:
+    """Read ``proc``'s stdout lines into ``seen`` until ``wanted`` is among them (a deadline, not a measurement)."""
+    deadline = time.monotonic() + timeout
+    while wanted not in seen:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([proc.stdout], [], [], left)[0]:
+            raise AssertionError(f"the flooder did not say {wanted!r} within {timeout} s (said {sorted(seen)})")
+        line = proc.stdout.readline()
+        if not line:
+            raise AssertionError(f"the flooder exited before saying {wanted!r}: {proc.stderr.read()[-2000:]}")
+        seen.add(line.strip())
+
+
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc to read the receiver's RSS")
-def test_announce_flood_over_loopback_keeps_memory_in_budget_and_a_job_within_2x():
+def test_announce_flood_over_loopback_keeps_memory_in_budget_and_every_job_served():
     port = free_port()
     rx = subprocess.Popen([sys.executable, "-m", "netapprox.hostlib", "recv", "--serve", "--bind", "127.0.0.1",
                            "--port", str(port), "--memory-budget-mb", str(BUDGET_MB)],
@@ -67,24 +88,24 @@ def test_announce_flood_over_loopback_keeps_memory_in_budget_and_a_job_within_2x
         def job(job_id):
             return api.send_job(("127.0.0.1", port), JobSpec.uniform(job_id, messages=2500, size=1368, msr=0.9),
                                 config=cfg, timeout=60)
-        alone = [job(77)]
+        before = [job(77)]
         base = memory_kb(rx.pid)["VmRSS"]
         env = dict(os.environ, PYTHONPATH=str(REPO / "tests") + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        flood_started = time.monotonic()
-        flood = subprocess.Popen([sys.executable, "-m", "support.atp_flood", "127.0.0.1", str(port), "--seconds", "60",
-                                  "--rate", "1500", "--echo", "4", "--echo-rate", "50", "--hold", "600"],
+        flood = subprocess.Popen([sys.executable, "-m", "support.atp_flood", "127.0.0.1", str(port), "--seconds", "120",
+                                  "--rate", "1500", "--echo", "4", "--echo-rate", "50", "--hold", "600",
+                                  "--report-at", str(FLOOD_ANNOUNCES)],
                                  cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        assert flood.stdout.readline().strip() == "parked"  # the hostile host has filled its slots and memory
-        time.sleep(1.0)  # and the receiver has read what it sent
-        loaded = [job(78), job(79)]
-        # the flood's size must not depend on how fast the jobs were: at least 5 s of it (~7,500 announces)
-        time.sleep(max(0.0, 5.0 - (time.monotonic() - flood_started)))
+        said: set[str] = set()
+        read_until(flood, "parked", said, timeout=60)  # the hostile host has filled its slots and memory
+        under = [job(78), job(79)]
+        # The flood lasts until both jobs are done and it has sent its announces, however fast either goes.
+        read_until(flood, f"reached {FLOOD_ANNOUNCES}", said, timeout=100)
         flood.terminate()
         out, err = flood.communicate(timeout=30)
         assert flood.returncode == 0, err
         counts = json.loads(out.strip().splitlines()[-1])
         mem = memory_kb(rx.pid)
-        alone.append(job(80))
+        after = [job(80)]
         rx.terminate()
         rx_out, rx_err = rx.communicate(timeout=10)
     finally:
@@ -93,15 +114,18 @@ def test_announce_flood_over_loopback_keeps_memory_in_budget_and_a_job_within_2x
                 p.kill()
                 p.wait()
     assert rx.returncode == 0 and "Traceback" not in rx_err
-    assert all(s.receiver_confirmed and s.msr_met() for s in alone + loaded)
-    t_alone, t_loaded = (sum(s.jct_s for s in runs) / 2 for runs in (alone, loaded))
-    assert t_loaded <= 2 * t_alone, (f"JCT under the flood {[round(s.jct_s, 3) for s in loaded]} s, alone "
-                                     f"{[round(s.jct_s, 3) for s in alone]} s")
+    for s in before + under + after:
+        assert s.receiver_confirmed and s.msr_met(), s
     grown_mb = (mem["VmHWM"] - base) / 1024
     assert grown_mb <= BUDGET_MB + 8, f"receiver grew {grown_mb:.1f} MiB under a {BUDGET_MB} MiB budget"
-    assert counts["announces"] > 5000 and counts["echo_admissions"] > 60 and counts["parked_packets"] > 20000
+    assert counts["announces"] >= FLOOD_ANNOUNCES and counts["echo_admissions"] > 60 \
+        and counts["parked_packets"] > 20000, counts
     stats = rx_out.strip().splitlines()[-1]  # --serve prints the receiver's counters when it stops
     peak_mb = float(re.search(r"memory peak ([\d.]+) of ([\d.]+) MiB", stats).group(1))
     assert BUDGET_MB / 2 < peak_mb <= BUDGET_MB, stats  # the hostile host did push memory to the budget
     for reason in ("memory_budget", "source_share"):
         assert re.search(rf"\b{reason} \d+", stats), stats
+    # A job is admitted only for an announce that echoes a token: the 4 legitimate jobs and the echoing host's;
+    # none of the off-path announces got one.
+    admitted = int(re.search(r"admitted (\d+) job", stats).group(1))
+    assert 4 <= admitted <= 4 + counts["echo_admissions"], (admitted, counts, stats)

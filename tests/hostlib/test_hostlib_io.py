@@ -179,12 +179,24 @@ def test_cli_send_and_receive(tmp_path):
     assert (tmp_path / "t.jsonl").read_text().count("\n") >= 1
 
 
+def port_in_use(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
 def test_cli_receiver_serves_until_sigterm_and_exits_cleanly():
     port = free_port()
     rx = subprocess.Popen([PY, "-m", "netapprox.hostlib", "recv", "--serve", "--bind", "127.0.0.1", "--port", str(port)],
                           cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(0.6)
+        deadline = time.monotonic() + 60  # it binds its port after its signal handlers are in place
+        while not port_in_use(port):
+            assert rx.poll() is None and time.monotonic() < deadline, "the receiver never bound its port"
+            time.sleep(0.05)
         assert rx.poll() is None
         rx.send_signal(signal.SIGTERM)
         out, err = rx.communicate(timeout=10)

@@ -163,11 +163,12 @@ def test_fin_gets_done_listing_lost_messages_and_repeats_it():
     r.receive_datagram(fin(1), PEER, 0.5)
     done = outputs(r)
     assert [(h.type, h.pkt_idx, h.pkt_cnt, h.seq) for h, _ in done] == [(wire.PacketType.DONE, 0, 1, 2000)]
-    assert wire.decode_done_payload(done[0][1]) == [0, 2, 4]
+    assert wire.decode_done_payload(done[0][1]) == [(0, 1), (2, 3), (4, 5)]
     finished = [e for e in iter(r.next_event, None) if isinstance(e, events.JobFinished)]
     assert finished[0].result.lost_ids == (0, 2, 4) and finished[0].result.groups[0].delivered == 2
+    assert finished[0].result.lost_ranges == ((0, 1), (2, 3), (4, 5)) and finished[0].result.lost == 3
     r.receive_datagram(fin(1), PEER, 0.6)
-    assert [wire.decode_done_payload(p) for _, p in outputs(r)] == [[0, 2, 4]]
+    assert [wire.decode_done_payload(p) for _, p in outputs(r)] == [[(0, 1), (2, 3), (4, 5)]]
     r.receive_datagram(fin(1), ("10.9.9.9", 1), 0.6)  # someone else's FIN gets nothing
     assert outputs(r) == [] and r.dropped["wrong_source"] == 1
     assert r.get_timer() == 1.5
@@ -176,12 +177,15 @@ def test_fin_gets_done_listing_lost_messages_and_repeats_it():
 
 
 def test_large_lost_lists_are_split_over_done_parts():
-    r = AtpReceiver(config=AtpConfig(packet_size=132))  # 100-byte payloads: 24 ids per part
+    r = AtpReceiver(config=AtpConfig(packet_size=132))  # 100-byte payloads: 12 ranges per part
     admit(r, 1, [(0, 0.0, range(100))], 100)
+    for seq, msg in enumerate(range(1, 100, 2)):  # every odd message arrives: 50 one-id gaps
+        r.receive_datagram(data(msg=msg, seq=seq), PEER, 0.0)
+    outputs(r)
     r.receive_datagram(fin(1), PEER, 0.0)
     done = outputs(r)
     assert len(done) == 5 and {h.pkt_cnt for h, _ in done} == {5}
-    assert [i for _, p in done for i in wire.decode_done_payload(p)] == list(range(100))
+    assert wire.range_ids([rg for _, p in done for rg in wire.decode_done_payload(p)]) == list(range(0, 100, 2))
 
 
 def test_lost_ids_come_from_the_delivered_bitmap_across_chunks():

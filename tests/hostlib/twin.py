@@ -1,7 +1,7 @@
 """The Python and native cores in lockstep: every call goes to both, every output must be equal.
 
 ``TwinSender``/``TwinReceiver`` have the sans-I/O interface of one core; each call runs on the reference
-(hostlib/sender.py, hostlib/receiver.py) and on the native core (hostlib/native_*.c) and raises
+(hostlib/sender.py, hostlib/receiver.py) and on the native core (hostlib/native/) and raises
 ``Divergence`` at the first output that differs (datagrams byte for byte, addresses, timer deadlines, events
 and summaries field for field, exact floats). Exceptions must match too (type and message).
 """
@@ -20,10 +20,13 @@ class Divergence(AssertionError):
 
 
 def comparable(value: Any) -> Any:
-    """A value that compares exactly: dataclasses (events, summaries, reports) as (type name, fields)."""
+    """A value that compares exactly: dataclasses (events, summaries) and named tuples (reports) as (type name,
+    fields)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return (type(value).__name__, tuple((f.name, comparable(getattr(value, f.name)))
                                             for f in dataclasses.fields(value)))
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return (type(value).__name__, tuple((f, comparable(getattr(value, f))) for f in value._fields))
     if isinstance(value, (list, tuple)):
         return type(value)(comparable(v) for v in value)
     if isinstance(value, dict):

@@ -9,9 +9,10 @@ import pytest
 
 from netapprox.hostlib import wire
 from netapprox.hostlib.config import ConfigError
-from netapprox.ml.exchange import AtpExchange, ReceivedJob, vector_job
+from netapprox.hostlib.exchange import AtpExchange, ReceivedJob
 from netapprox.ml.layout import chunk_bounds, reduction_order
 from netapprox.ml.policy import GroupPolicy, paper_policy, parse_policy, single_msr, smallest
+from netapprox.ml.vectors import received_vector, vector_job
 
 FPP = wire.floats_per_packet(1400 - wire.HEADER_LEN)
 
@@ -80,7 +81,7 @@ def test_vector_job_payloads_are_hostlib_float_ranges_grouped_by_msr():
     rj = ReceivedJob(job_id=9, peer=None, total=4, vector_len=len(v), groups=(), lost_ids=(2,),
                      messages={i: m.data for i, m in enumerate(job.messages) if i != 2}
                      | {99: wire.encode_float_range(10**6, [1.0])})  # out of range: ignored
-    got, have = rj.vector(len(v))
+    got, have = received_vector(rj, len(v))
     lost_first, lost_vals = wire.decode_float_range(job.messages[2].data)
     mask = np.ones(len(v), dtype=bool)
     mask[lost_first:lost_first + len(lost_vals)] = False
@@ -123,7 +124,7 @@ def test_exchange_carries_concurrent_jobs_within_each_groups_bound_under_loss():
             for g in summary.groups:
                 assert g.lost <= g.total - g.required, g
             lost_small += summary.group(1).lost
-            vec, have = got.vector(len(v))
+            vec, have = received_vector(got, len(v))
             assert np.array_equal(vec[have], v[have])
             # what the receiver misses is exactly what the sender's summary (the receiver's DONE) calls lost
             assert int((~have).sum()) == sum(len(wire.decode_float_range(job.messages[i].data)[1])
@@ -138,8 +139,8 @@ def test_exchange_carries_concurrent_jobs_within_each_groups_bound_under_loss():
 def test_hostlib_and_ml_cores_import_without_torch():
     code = ("import sys; sys.modules['torch'] = None\n"
             "import netapprox.hostlib.api, netapprox.hostlib.aio, netapprox.controller.core\n"
-            "import netapprox.ml, netapprox.ml.policy, netapprox.ml.layout, netapprox.ml.exchange\n"
-            "import netapprox.ml.session, netapprox.ml.transform\n"
+            "import netapprox.ml, netapprox.ml.policy, netapprox.ml.layout, netapprox.ml.vectors, netapprox.hostlib.exchange\n"
+            "import netapprox.ml.transform\n"
             "try:\n    netapprox.ml.register(None)\nexcept ModuleNotFoundError as e:\n    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

@@ -1,9 +1,10 @@
 """A hostile host for the real-socket tests: floods an ATP receiver with forged job announces.
 
-    python -m support.atp_flood HOST PORT --seconds S [--rate R] [--spoof K] [--echo E --hold H]
+    python -m support.atp_flood HOST PORT --seconds S [--rate R] [--spoof K] [--echo E --hold H] [--report-at N]
 
 Two attacks at once, for ``S`` seconds or until SIGTERM, then one JSON line of counts on stdout (and,
-before it, the line ``parked`` once every echoing address has parked data in its ``--echo-jobs`` jobs):
+before it, the line ``parked`` once every echoing address has parked data in its ``--echo-jobs`` jobs, and
+``reached N`` once ``--report-at`` off-path announces are out):
 
 - off path: ``R`` announces per second, each for a new job id declaring 2^20 messages (every tenth
   2^32 - 16, over any limit), from ``K`` sockets on 127.0.1.1, 127.0.1.2, ... (stand-ins for spoofed
@@ -55,7 +56,7 @@ def _socket(addr: str) -> socket.socket:
 
 
 def run(target: tuple[str, int], *, seconds: float, rate: float, spoof: int, echo: int, hold: int,
-        echo_rate: float, echo_jobs: int) -> dict:
+        echo_rate: float, echo_jobs: int, report_at: int | None = None) -> dict:
     rng = random.Random(11)
     spoofed = [_socket(f"127.0.1.{i + 1}") for i in range(spoof)]
     echoers = [_socket(f"127.0.2.{i + 1}") for i in range(echo)]
@@ -82,6 +83,8 @@ def run(target: tuple[str, int], *, seconds: float, rate: float, spoof: int, ech
                 job_id += 1
                 if send(rng.choice(spoofed), cheap_announce(job_id)):
                     counts["announces"] += 1
+                    if counts["announces"] == report_at:
+                        print(f"reached {report_at}", flush=True)
             if due:
                 sent_at = now
             hellos = int((now - echo_at) * echo_rate)
@@ -126,9 +129,10 @@ def main() -> None:
     ap.add_argument("--echo-rate", type=float, default=200, help="new jobs per second and echoing address")
     ap.add_argument("--echo-jobs", type=int, default=16, help="jobs per echoing address that get parked data")
     ap.add_argument("--hold", type=int, default=40, help="packets parked per job")
+    ap.add_argument("--report-at", type=int, help="print 'reached N' once N off-path announces are sent")
     a = ap.parse_args()
     print(json.dumps(run((a.host, a.port), seconds=a.seconds, rate=a.rate, spoof=a.spoof, echo=a.echo, hold=a.hold,
-                         echo_rate=a.echo_rate, echo_jobs=a.echo_jobs)), flush=True)
+                         echo_rate=a.echo_rate, echo_jobs=a.echo_jobs, report_at=a.report_at)), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,11 @@
 """An in-process fake of ``bf_switchd``'s BfRt gRPC server: the traffic-manager tables NetApprox configures.
 
-It speaks the BfRuntime service with the messages of ``controller.p4runtime.bfrt`` and behaves as the SDE's
-server does where the controller can tell: a client must subscribe on the stream channel and BIND to a program
+It speaks the BfRuntime service with messages it decodes and encodes itself (tests/support/bfrt_wire.py: a
+protobuf wire codec over field numbers transcribed from the SDE's ``bfruntime.proto``), never with the client's
+(``controller.p4runtime.bfrt``): an encoding mistake in the client fails here instead of agreeing with itself.
+A request that is not a valid ``bfrt_proto`` message (a field number the proto does not declare, a wrong wire
+type) is answered INVALID_ARGUMENT with what was wrong. It behaves as the SDE's server does where the controller
+can tell: a client must subscribe on the stream channel and BIND to a program
 before Read and Write (FAILED_PRECONDITION otherwise); GetForwardingPipelineConfig returns the program's and the
 fixed-function blocks' BfRt info JSON; entries are keyed by (pipe, key fields); string fields take only their
 declared choices, fields only their declared ids (INVALID_ARGUMENT otherwise).
@@ -19,8 +23,12 @@ import threading
 from typing import Any
 
 import grpc
-from google.rpc import code_pb2, status_pb2
-from netapprox.controller.p4runtime.bfrt import SERVICE, data_value, pb
+
+from support.bfrt_wire import Message, WireError, as_dict, decode, encode
+
+SERVICE = "bfrt_proto.BfRuntime"
+OK, NOT_FOUND = 0, 5  # google.rpc.Code
+MODIFY = 2  # bfrt_proto.Update.Type
 
 PRIORITIES = ["LOW", "0", "1", "2", "3", "4", "5", "6", "7", "HIGH"]
 BAFS = ["1.5%", "3%", "6%", "11%", "20%", "33%", "50%", "66%", "80%", "DISABLE"]
@@ -69,6 +77,8 @@ class FakeBfrtServer:
         self.device_id = device_id
         self.lock = threading.Lock()
         self.requests: list[tuple[str, Any]] = []
+        self.wire_errors: list[str] = []
+        """Requests that were not valid bfrt_proto messages (each was refused with INVALID_ARGUMENT)."""
         self.ports: dict[int, tuple[int, list[int]]] = {}
         self.drops: dict[tuple[int, int, int], int] = {}
         self.max_pool_cells: int | None = None
@@ -86,22 +96,18 @@ class FakeBfrtServer:
 
     def start(self) -> "FakeBfrtServer":
         server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=8))
-        unary = {
-            "Write": (self._write, pb.WriteRequest, pb.WriteResponse),
-            "SetForwardingPipelineConfig": (self._set_pipeline, pb.SetForwardingPipelineConfigRequest,
-                                            pb.SetForwardingPipelineConfigResponse),
-            "GetForwardingPipelineConfig": (self._get_pipeline, pb.GetForwardingPipelineConfigRequest,
-                                            pb.GetForwardingPipelineConfigResponse),
-        }
-        handlers = {name: grpc.unary_unary_rpc_method_handler(fn, request_deserializer=req.FromString,
-                                                              response_serializer=resp.SerializeToString)
-                    for name, (fn, req, resp) in unary.items()}
-        handlers["Read"] = grpc.unary_stream_rpc_method_handler(
-            self._read, request_deserializer=pb.ReadRequest.FromString,
-            response_serializer=pb.ReadResponse.SerializeToString)
-        handlers["StreamChannel"] = grpc.stream_stream_rpc_method_handler(
-            self._stream, request_deserializer=pb.StreamMessageRequest.FromString,
-            response_serializer=pb.StreamMessageResponse.SerializeToString)
+
+        def raw(data: bytes) -> bytes:
+            return data
+
+        unary = {"Write": self._write, "SetForwardingPipelineConfig": self._set_pipeline,
+                 "GetForwardingPipelineConfig": self._get_pipeline}
+        handlers = {name: grpc.unary_unary_rpc_method_handler(fn, request_deserializer=raw, response_serializer=raw)
+                    for name, fn in unary.items()}
+        handlers["Read"] = grpc.unary_stream_rpc_method_handler(self._read, request_deserializer=raw,
+                                                                response_serializer=raw)
+        handlers["StreamChannel"] = grpc.stream_stream_rpc_method_handler(self._stream, request_deserializer=raw,
+                                                                          response_serializer=raw)
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
         self.port = server.add_insecure_port("127.0.0.1:0")
         server.start()
@@ -129,22 +135,31 @@ class FakeBfrtServer:
 
     # --- RPCs ---
 
-    def _stream(self, requests, context):
-        for request in requests:
+    def _decode(self, method: str, message: str, data: bytes, context) -> Message:
+        """The request as ``message``, recorded; a request that is not one is refused like a bad argument."""
+        try:
+            request = decode(message, data)
+        except WireError as e:
             with self.lock:
-                self.requests.append(("StreamChannel", request))
+                self.wire_errors.append(f"{method}: {e}")
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"not a bfrt_proto.{message}: {e}")
+        with self.lock:
+            self.requests.append((method, request))
+        return request
+
+    def _stream(self, requests, context):
+        for data in requests:
+            request = self._decode("StreamChannel", "StreamMessageRequest", data, context)
             if request.WhichOneof("update") == "subscribe":
                 ok = request.subscribe.device_id == self.device_id
                 if ok:
                     self.subscribed.add(request.client_id)
-                yield pb.StreamMessageResponse(subscribe=pb.Subscribe(
-                    device_id=request.subscribe.device_id,
-                    status=status_pb2.Status(code=code_pb2.OK if ok else code_pb2.NOT_FOUND,
-                                             message="" if ok else "no such device")))
+                yield encode("StreamMessageResponse", {"subscribe": {
+                    "device_id": request.subscribe.device_id,
+                    "status": {"code": OK if ok else NOT_FOUND, "message": "" if ok else "no such device"}}})
 
-    def _set_pipeline(self, request, context):
-        with self.lock:
-            self.requests.append(("SetForwardingPipelineConfig", request))
+    def _set_pipeline(self, data, context):
+        request = self._decode("SetForwardingPipelineConfig", "SetForwardingPipelineConfigRequest", data, context)
         if request.action != 0:
             context.abort(grpc.StatusCode.UNIMPLEMENTED, "only BIND")
         if request.client_id not in self.subscribed:
@@ -152,18 +167,20 @@ class FakeBfrtServer:
         if len(request.config) != 1 or request.config[0].p4_name != self.p4_name:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"no program {[c.p4_name for c in request.config]}")
         self.bound[request.client_id] = request.config[0].p4_name
-        return pb.SetForwardingPipelineConfigResponse()
+        return encode("SetForwardingPipelineConfigResponse", {})
 
-    def _get_pipeline(self, request, context):
-        with self.lock:
-            self.requests.append(("GetForwardingPipelineConfig", request))
-        return pb.GetForwardingPipelineConfigResponse(
-            config=[pb.ForwardingPipelineConfig(p4_name=self.p4_name, bfruntime_info=b'{"tables": []}')],
-            non_p4_config=pb.NonP4Config(bfruntime_info=json.dumps(TM_INFO).encode()))
+    def _get_pipeline(self, data, context):
+        self._decode("GetForwardingPipelineConfig", "GetForwardingPipelineConfigRequest", data, context)
+        return encode("GetForwardingPipelineConfigResponse", {
+            "config": [{"p4_name": self.p4_name, "bfruntime_info": b'{"tables": []}'}],
+            "non_p4_config": {"bfruntime_info": json.dumps(TM_INFO).encode()}})
 
     def _check_client(self, request, context) -> None:
         if request.client_id not in self.bound:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"client {request.client_id} is not bound")
+        if request.p4_name and request.p4_name != self.bound[request.client_id]:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"client {request.client_id} is bound to "
+                          f"{self.bound[request.client_id]!r}, not {request.p4_name!r}")
 
     def _schema(self, table_id: int, context) -> tuple[dict, dict[int, dict]]:
         t = self._tables.get(table_id)
@@ -173,7 +190,11 @@ class FakeBfrtServer:
         return t, fields
 
     def _entry_key(self, t: dict, key, context) -> tuple:
-        got = {f.field_id: f.exact.value for f in key.fields}
+        got = {}
+        for f in key.fields:
+            if f.WhichOneof("match_type") != "exact":
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"key field {f.field_id}: TM keys are exact")
+            got[f.field_id] = f.exact.value
         values = []
         for k in t["key"]:
             if k["id"] not in got:
@@ -184,15 +205,36 @@ class FakeBfrtServer:
             values.append(int.from_bytes(raw, "big"))
         return tuple(values)
 
-    def _write(self, request, context):
-        with self.lock:
-            self.requests.append(("Write", request))
+    @staticmethod
+    def _value(field: Message, spec: dict, context) -> Any:
+        """A DataField's value, checked against its declared type (as bf_switchd's BfRt layer does)."""
+        kind, declared = field.WhichOneof("value"), spec["type"]["type"]
+        if spec.get("repeated"):
+            if kind != "int_arr_val":
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{spec['name']}: an int array, got {kind}")
+            return list(field.int_arr_val.val)
+        want = {"bool": "bool_val", "string": "str_val", "float": "float_val"}.get(declared, "stream")
+        if kind != want:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{spec['name']} ({declared}): got {kind}")
+        if want != "stream":
+            return getattr(field, want)
+        if len(field.stream) != WIDTHS[declared]:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"{spec['name']} ({declared}): {len(field.stream)} bytes, not {WIDTHS[declared]}")
+        return int.from_bytes(field.stream, "big")
+
+    def _write(self, data, context):
+        request = self._decode("Write", "WriteRequest", data, context)
         self._check_client(request, context)
         for update in request.updates:
+            if update.entity.WhichOneof("entity") != "table_entry":
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, "only table entries")
             entry = update.entity.table_entry
             t, fields = self._schema(entry.table_id, context)
-            if update.type != 2 or t["table_type"] in ("TmPortCfg", "TmCounterQueue"):
+            if update.type != MODIFY or t["table_type"] in ("TmPortCfg", "TmCounterQueue"):
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{t['name']}: only MODIFY of writable tables")
+            if entry.WhichOneof("value") != "key":
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{t['name']}: entry without a key")
             key = (entry.table_id, request.target.pipe_id, self._entry_key(t, entry.key, context))
             if entry.data.action_id:
                 action = next((a for a in t.get("action_specs", []) if a["id"] == entry.data.action_id), None)
@@ -205,55 +247,52 @@ class FakeBfrtServer:
                 spec = fields.get(f.field_id)
                 if spec is None:
                     context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{t['name']}: no data field {f.field_id}")
-                value = data_value(f)
+                value = self._value(f, spec, context)
                 choices = spec["type"].get("choices")
                 if choices and value not in choices:
                     context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{spec['name']}: {value!r} not in {choices}")
                 if spec["name"] == "pool_max_cells" and self.max_pool_cells is not None:
                     value = min(value, self.max_pool_cells)
                 stored[f.field_id] = value
-        return pb.WriteResponse()
+        return encode("WriteResponse", {})
 
-    def _read(self, request, context):
-        with self.lock:
-            self.requests.append(("Read", request))
+    def _read(self, data, context):
+        request = self._decode("Read", "ReadRequest", data, context)
         self._check_client(request, context)
-        response = pb.ReadResponse()
+        entities = []
         for entity in request.entities:
             entry = entity.table_entry
             t, fields = self._schema(entry.table_id, context)
             values = self._entry_key(t, entry.key, context)
             pipe = request.target.pipe_id
-            data: dict[int, Any] = {}
+            stored: dict[int, Any] = {}
             action_id = 0
             if t["table_type"] == "TmPortCfg":
                 if values[0] not in self.ports:
                     context.abort(grpc.StatusCode.NOT_FOUND, f"dev_port {values[0]} not added")
                 pg_id, queues = self.ports[values[0]]
-                data = {1: pg_id, 3: len(queues), 5: list(queues)}
+                stored = {1: pg_id, 3: len(queues), 5: list(queues)}
             elif t["table_type"] == "TmCounterQueue":
-                data = {1: self.drops.get((pipe, *values), 0)}
+                stored = {1: self.drops.get((pipe, *values), 0)}
             else:
                 key = (entry.table_id, pipe, values)
-                data = dict(self.entries.get(key, {}))
+                stored = dict(self.entries.get(key, {}))
                 action_id = self.actions.get(key, 0)
             all_fields = dict(fields)
             for a in t.get("action_specs", []):
                 all_fields.update({f["singleton"]["id"]: f["singleton"] for f in a["data"]})
-            out = response.entities.add().table_entry
-            out.table_id = entry.table_id
-            out.key.CopyFrom(entry.key)
-            out.data.action_id = action_id
-            for fid, value in sorted(data.items()):
+            out_fields = []
+            for fid, value in sorted(stored.items()):
                 spec = all_fields[fid]
-                f = out.data.fields.add(field_id=fid)
                 kind = spec["type"]["type"]
                 if spec.get("repeated"):
-                    f.int_arr_val.val.extend(value)
+                    out_fields.append({"field_id": fid, "int_arr_val": {"val": list(value)}})
                 elif kind == "bool":
-                    f.bool_val = value
+                    out_fields.append({"field_id": fid, "bool_val": value})
                 elif kind == "string":
-                    f.str_val = value
+                    out_fields.append({"field_id": fid, "str_val": value})
                 else:
-                    f.stream = int(value).to_bytes(WIDTHS[kind], "big")
-        yield response
+                    out_fields.append({"field_id": fid, "stream": int(value).to_bytes(WIDTHS[kind], "big")})
+            entities.append({"table_entry": {"table_id": entry.table_id, "key": as_dict(entry.key),
+                                             "data": {"action_id": action_id, "fields": out_fields}}})
+        yield encode("ReadResponse", {"entities": entities})

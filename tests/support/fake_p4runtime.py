@@ -1,12 +1,30 @@
 """An in-process fake P4Runtime server, for tests and benchmarks (no switch needed).
 
-It behaves like a P4Runtime target where the controller can tell: arbitration (highest election id is
-primary), SetForwardingPipelineConfig (required before writes; clears the tables, meters and counters) and
+It behaves like a P4Runtime target where the controller can tell: client arbitration as the specification
+says (below), SetForwardingPipelineConfig (required before writes; clears the tables, meters and counters) and
 GetForwardingPipelineConfig (``COOKIE_ONLY`` too; FAILED_PRECONDITION without a pipeline, as BMv2's PI
 server answers), Writes with per-update errors reported in the ``grpc-status-details-bin`` trailer as
 ``p4.v1.Error``, Reads of table entries, meter configs, indirect counters (values set by the test) and direct
 counters, and packet-in on the StreamChannel. It records every request. ``restart()`` stops it and starts a
 fresh one on the same port, like a switch reboot.
+
+Client arbitration follows the P4Runtime specification (1.4, "Client Arbitration and Controller Replication"),
+so a test cannot pass against a switch that would refuse it, for each (device, role):
+
+- a StreamChannel's first MasterArbitrationUpdate names the device (another: the stream ends with NOT_FOUND) and
+  an election id no other live client of that role holds (else the stream ends with INVALID_ARGUMENT); a later
+  one may change the election id, not the device or the role (FAILED_PRECONDITION);
+- the primary is the client whose election id is at least the highest the device has ever received for the role
+  (``election_id_past``: it survives the primary's departure, only ``restart()`` resets it); an unset election id
+  is lower than any and never primary. So when the primary's stream breaks there is no primary until a client
+  arbitrates again with an id >= that one (a backup is not promoted by the switch);
+- every change of primary (a new one, one that steps down, one that disconnects) is announced to every client of
+  the role: status OK to the primary, ALREADY_EXISTS to backups while there is a primary, NOT_FOUND when there is
+  none, with the highest election id seen (unset if there has never been a primary); a client that arbitrates
+  without changing the primary is answered alone;
+- Write and SetForwardingPipelineConfig are accepted only with the primary's (device, role, election id):
+  PERMISSION_DENIED otherwise (counted in ``denied``); packet-in goes to the primary only, and a packet-out from a
+  backup is answered with a stream error.
 
 Writes are checked against the pushed P4Info the way the P4Runtime spec (1.4, §8.4, §9.1) asks, so an encoding
 bug fails here without BMv2:
@@ -26,6 +44,7 @@ Tests may refuse chosen updates with ``refuse = lambda update: (code, message) |
 """
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import queue
 import threading
@@ -188,9 +207,11 @@ class _Servicer(p4runtime_pb2_grpc.P4RuntimeServicer):
 
 
 class FakeP4RuntimeServer:
-    """See the module docstring. Attributes tests read: ``pipelines``, ``writes``, ``reads``, ``tables``,
-    ``meters``, ``packets_out``; tests set ``counters[(counter_id, index)] = (packets, bytes)``,
-    ``direct_counts[table_entry_key] = packets``, ``capacity[table_id] = entries`` and ``refuse``."""
+    """See the module docstring. Attributes tests read: ``pipelines``, ``writes`` (accepted), ``reads``, ``tables``,
+    ``meters``, ``packets_out``, ``arbitrations`` (received), ``advisories`` (sent: (to, status code, primary id)),
+    ``denied`` (election id -> Writes refused with PERMISSION_DENIED), ``primary()``; tests set
+    ``counters[(counter_id, index)] = (packets, bytes)``, ``direct_counts[table_entry_key] = packets``,
+    ``capacity[table_id] = entries`` and ``refuse``."""
 
     def __init__(self, address: str = "127.0.0.1:0", device_id: int = 1) -> None:
         self.device_id = device_id
@@ -220,8 +241,11 @@ class FakeP4RuntimeServer:
         self.direct_counts: dict[tuple, int] = {}
         self.packets_out: list[p4runtime_pb2.PacketOut] = []
         self.arbitrations: list[p4runtime_pb2.MasterArbitrationUpdate] = []
-        self._streams: list[tuple[queue.Queue, tuple[int, int]]] = []
-        self._primary: tuple[int, int] | None = None
+        self.advisories: list[tuple[tuple[int, int] | None, int, tuple[int, int] | None]] = []
+        self.denied: dict[tuple[int, int] | None, int] = collections.Counter()
+        self._clients: list[_Client] = []  # live clients: StreamChannels that arbitrated successfully
+        self._primary: dict[str, _Client] = {}  # role -> its primary, while there is one
+        self._past: dict[str, tuple[int, int]] = {}  # role -> highest election id ever received (election_id_past)
 
     # --- lifecycle ---
 
@@ -243,9 +267,9 @@ class FakeP4RuntimeServer:
 
     def stop(self) -> None:
         with self.lock:
-            streams, self._streams = self._streams, []
-        for out, _ in streams:
-            out.put(None)
+            clients, self._clients = self._clients, []
+        for client in clients:
+            client.out.put(None)
         if self._server is not None:
             self._server.stop(grace=0).wait(5)
             self._server = None
@@ -277,13 +301,27 @@ class FakeP4RuntimeServer:
             self.meters.clear()
 
     def send_packet_in(self, payload: bytes, ingress_port: int = 1) -> None:
-        """Send a packet-in to every connected stream (metadata id 1: ingress_port, canonical bytes)."""
+        """Send a packet-in to the primary (metadata id 1: ingress_port, canonical bytes); dropped without one."""
         port = ingress_port.to_bytes(max(1, (ingress_port.bit_length() + 7) // 8), "big")
         msg = p4runtime_pb2.StreamMessageResponse(packet=p4runtime_pb2.PacketIn(
             payload=payload, metadata=[p4runtime_pb2.PacketMetadata(metadata_id=1, value=port)]))
         with self.lock:
-            for out, _ in self._streams:
-                out.put(msg)
+            primary = self._primary.get("")
+            if primary is not None:
+                primary.out.put(msg)
+
+    def primary(self, role: str = "") -> tuple[int, int] | None:
+        """The election id of the role's primary, or None while there is none."""
+        with self.lock:
+            client = self._primary.get(role)
+            return None if client is None else client.election
+
+    def drop_client(self, election_id: tuple[int, int], role: str = "") -> None:
+        """End the StreamChannel of the live client with ``election_id`` (its connection broke: a partition)."""
+        with self.lock:
+            for client in self._clients:
+                if client.role == role and client.election == election_id:
+                    client.out.put(_END)
 
     def entries(self, table_id: int | None = None) -> list[p4runtime_pb2.TableEntry]:
         with self.lock:
@@ -305,15 +343,21 @@ class FakeP4RuntimeServer:
 
     # --- RPCs ---
 
-    def _check_primary(self, election_id: p4runtime_pb2.Uint128, context) -> None:
-        if self._primary is None or (election_id.high, election_id.low) != self._primary:
+    def _check_primary(self, request, context) -> None:
+        """Writes come from the primary of their (device, role), named by its election id (called under the lock)."""
+        if request.device_id != self.device_id:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"no device {request.device_id}")
+        primary = self._primary.get(request.role)
+        election = _election(request)
+        if primary is None or election != primary.election:
+            self.denied[election] += 1
             context.abort(grpc.StatusCode.PERMISSION_DENIED, "not primary")
 
     def _set_pipeline(self, request, context):
         with self.lock:
             if request.device_id != self.device_id:
                 context.abort(grpc.StatusCode.NOT_FOUND, f"no device {request.device_id}")
-            self._check_primary(request.election_id, context)
+            self._check_primary(request, context)
             if not request.config.p4info.tables:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, "P4Info has no tables")
             self.pipelines.append(request)
@@ -338,7 +382,7 @@ class FakeP4RuntimeServer:
     def _write(self, request, context):
         stamp = time.perf_counter()
         with self.lock:
-            self._check_primary(request.election_id, context)
+            self._check_primary(request, context)
             if self.pipeline is None:
                 context.abort(grpc.StatusCode.FAILED_PRECONDITION, "no forwarding pipeline config set")
             if self.keep_requests:
@@ -461,17 +505,23 @@ class FakeP4RuntimeServer:
 
     def _stream(self, request_iterator, context) -> Iterator[p4runtime_pb2.StreamMessageResponse]:
         out: queue.Queue = queue.Queue()
-        slot = [out, (0, 0)]
+        holder: list[_Client | None] = [None]  # this stream's client once it has arbitrated
 
         def reader() -> None:
             try:
                 for request in request_iterator:
                     kind = request.WhichOneof("update")
                     if kind == "arbitration":
-                        self._arbitrate(request.arbitration, slot)
+                        self._arbitrate(request.arbitration, out, holder)
                     elif kind == "packet":
                         with self.lock:
-                            self.packets_out.append(request.packet)
+                            client = holder[0]
+                            if client is not None and self._primary.get(client.role) is client:
+                                self.packets_out.append(request.packet)
+                            else:
+                                out.put(p4runtime_pb2.StreamMessageResponse(error=p4runtime_pb2.StreamError(
+                                    canonical_code=code_pb2.PERMISSION_DENIED, message="packet-out from a backup",
+                                    packet_out=p4runtime_pb2.PacketOutError(packet_out=request.packet))))
             except Exception:  # noqa: BLE001 - the client went away
                 pass
             finally:
@@ -482,36 +532,106 @@ class FakeP4RuntimeServer:
         try:
             while True:
                 item = out.get()
-                if item is None:
+                if item is None or item is _END:
                     return
+                if isinstance(item, _Refusal):
+                    context.abort(item.code, item.message)
                 yield item
         finally:
             with self.lock:
-                self._streams = [s for s in self._streams if s[0] is not out]
-                if self._primary == slot[1] and not any(s[1] == slot[1] for s in self._streams):
-                    self._primary = max((s[1] for s in self._streams), default=None)
+                client = holder[0]
+                if client is not None and client in self._clients:
+                    self._clients.remove(client)
+                    if self._primary.get(client.role) is client:
+                        del self._primary[client.role]  # no primary until a client arbitrates >= the past id
+                        self._announce(client.role)
 
-    def _arbitrate(self, update: p4runtime_pb2.MasterArbitrationUpdate, slot: list) -> None:
-        election = (update.election_id.high, update.election_id.low)
+    def _arbitrate(self, update: p4runtime_pb2.MasterArbitrationUpdate, out: queue.Queue,
+                   holder: list) -> None:
+        election = _election(update)
+        role = update.role.name
         with self.lock:
             self.arbitrations.append(update)
-            if update.device_id != self.device_id:
-                slot[0].put(p4runtime_pb2.StreamMessageResponse(arbitration=p4runtime_pb2.MasterArbitrationUpdate(
-                    device_id=update.device_id, status=status_pb2.Status(code=code_pb2.NOT_FOUND,
-                                                                          message="unknown device"))))
-                return
-            slot[1] = election
-            if not any(s[0] is slot[0] for s in self._streams):
-                self._streams.append((slot[0], election))
+            client = holder[0]
+            used = any(c is not client and c.role == role and c.election == election for c in self._clients)
+            if client is None:
+                if update.device_id != self.device_id:
+                    out.put(_Refusal(grpc.StatusCode.NOT_FOUND, f"unknown device {update.device_id}"))
+                    return
+                if election is not None and used:
+                    out.put(_Refusal(grpc.StatusCode.INVALID_ARGUMENT, f"election id {election} is in use"))
+                    return
+                client = holder[0] = _Client(out, role, election)
+                self._clients.append(client)
             else:
-                self._streams = [(q, election if q is slot[0] else e) for q, e in self._streams]
-            if self._primary is None or election >= self._primary:
-                self._primary = election
-            primary = self._primary
-            for q, e in self._streams:
-                ok = e == primary
-                q.put(p4runtime_pb2.StreamMessageResponse(arbitration=p4runtime_pb2.MasterArbitrationUpdate(
-                    device_id=self.device_id,
-                    election_id=p4runtime_pb2.Uint128(high=primary[0], low=primary[1]),
-                    status=status_pb2.Status(code=code_pb2.OK if ok else code_pb2.ALREADY_EXISTS,
-                                             message="primary" if ok else "backup"))))
+                if update.device_id != self.device_id or role != client.role:
+                    out.put(_Refusal(grpc.StatusCode.FAILED_PRECONDITION, "device or role changed on the stream"))
+                    return
+                if election is not None and used:
+                    out.put(_Refusal(grpc.StatusCode.INVALID_ARGUMENT, f"election id {election} is in use"))
+                    return
+                client.election = election
+            was_primary = self._primary.get(role) is client
+            past = self._past.get(role)
+            if election is not None and (past is None or election >= past):
+                self._past[role] = election
+                self._primary[role] = client
+                self._announce(role)  # the others first, then the new primary
+            elif was_primary:
+                del self._primary[role]  # it stepped down: nobody is primary
+                self._announce(role)
+            else:
+                self._advise(client)
+
+    def _announce(self, role: str) -> None:
+        """An arbitration update to every client of ``role`` (the primary last)."""
+        primary = self._primary.get(role)
+        for client in self._clients:
+            if client.role == role and client is not primary:
+                self._advise(client)
+        if primary is not None:
+            self._advise(primary)
+
+    def _advise(self, client: "_Client") -> None:
+        primary = self._primary.get(client.role)
+        past = self._past.get(client.role)
+        code = code_pb2.OK if client is primary else code_pb2.ALREADY_EXISTS if primary else code_pb2.NOT_FOUND
+        message = p4runtime_pb2.MasterArbitrationUpdate(
+            device_id=self.device_id,
+            status=status_pb2.Status(code=code, message={code_pb2.OK: "primary", code_pb2.ALREADY_EXISTS: "backup",
+                                                         code_pb2.NOT_FOUND: "no primary"}[code]))
+        if client.role:
+            message.role.name = client.role
+        if past is not None:
+            message.election_id.high, message.election_id.low = past
+        self.advisories.append((client.election, code, past))
+        client.out.put(p4runtime_pb2.StreamMessageResponse(arbitration=message))
+
+
+class _Client:
+    """A StreamChannel that arbitrated: its role, its election id (None: unset) and its response queue."""
+
+    __slots__ = ("out", "role", "election")
+
+    def __init__(self, out: queue.Queue, role: str, election: tuple[int, int] | None) -> None:
+        self.out = out
+        self.role = role
+        self.election = election
+
+
+class _Refusal:
+    """Ends a StreamChannel with a status (an arbitration update the specification refuses)."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        self.code = code
+        self.message = message
+
+
+_END = object()  # ends a StreamChannel as if its connection broke
+
+
+def _election(message) -> tuple[int, int] | None:
+    """(high, low) of a message's election id, None when it is unset."""
+    if not message.HasField("election_id"):
+        return None
+    return (message.election_id.high, message.election_id.low)

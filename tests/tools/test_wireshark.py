@@ -84,7 +84,7 @@ def _cases() -> list[tuple[str, Any]]:
         ("REPORT", UDP(sport=41000, dport=REPORT_PORT) / ATP(report.encode())),
         ("REPORT with HMAC", UDP(sport=41000, dport=REPORT_PORT) / ATP(report.encode(KEY))),
         ("DONE", _to_sender(ATP(type=4, job_id=5, pkt_idx=0, pkt_cnt=2),
-                            wire.encode_done_payloads([3, 17, 2**32 - 17], 1368)[0])),
+                            wire.encode_done_payloads([3, 17, 40, 41, 2**32 - 17, 2**32 - 2], 1368)[0])),
         ("DONE, nothing lost", _to_sender(ATP(type=4, job_id=6), wire.encode_done_payloads([], 1368)[0])),
         ("RETRY", _to_sender(ATP(type=5, job_id=7, msg_id=control.ANNOUNCE_MSG_ID, seq=5), b"\x01" * 4 + b"T" * 12)),
         ("bytes after length", _to_receiver(ATP(type=1, job_id=5, msg_id=1, length=4), b"abcdEXTRA")),
@@ -106,6 +106,7 @@ def _cases() -> list[tuple[str, Any]]:
          Raw(struct.pack("!HHIIIII", 0x9000, 0x1000, 1, 2, 3, 4, 5))),
         ("DONE, count disagrees", _to_sender(ATP(type=4, job_id=5), struct.pack("!III", 3, 1, 2))),
         ("DONE, empty", _to_sender(ATP(type=4, job_id=5))),
+        ("DONE, ranges out of order", _to_sender(ATP(type=4, job_id=5), struct.pack("!IIIII", 2, 10, 20, 5, 8))),
         ("float range, count disagrees", _to_receiver(ATP(type=1, job_id=VECTOR_JOB, msg_id=5),
                                                       struct.pack("!IIf", 0, 2, 1.0))),
         ("announce, wrong magic", _to_receiver(ATP(type=1, job_id=24, msg_id=control.ANNOUNCE_MSG_ID),
@@ -215,7 +216,7 @@ def _payload_fields(header: wire.Header, payload: bytes, data: bytes, vector_job
                    "natp.announce.vector_len": [control.NO_VECTOR if m.vector_len is None else m.vector_len],
                    "natp.announce.n_groups": [len(m.groups)]}
             for g in m.groups:
-                ranges = _ranges(g.msg_ids)
+                ranges = control.ranges_of(g.msg_ids)
                 for key, value in (("group_id", g.group_id), ("msr", wire.tlr_to_q15(g.msr)), ("msr_fraction", g.msr),
                                    ("count", g.count), ("n_ranges", len(ranges))):
                     exp.setdefault(f"natp.announce.{key}", []).append(value)
@@ -248,21 +249,12 @@ def _payload_fields(header: wire.Header, payload: bytes, data: bytes, vector_job
             exp["natp.report.mac"] = [payload[wire.REPORT_PAYLOAD_LEN:]]
         return exp
     if header.type == T.DONE:
-        ids = wire.decode_done_payload(payload)
-        return {"natp.done.n_lost": [len(ids)], "natp.done.lost_id": ids}
+        ranges = wire.decode_done_payload(payload)
+        return {"natp.done.n_ranges": [len(ranges)], "natp.done.first": [a for a, _ in ranges],
+                "natp.done.end": [b for _, b in ranges], "natp.done.lost": [sum(b - a for a, b in ranges)]}
     if header.type == T.RETRY:
         return {"natp.retry.token": [wire.decode_retry_payload(payload)]}
     raise AssertionError(f"no expectation for packet type {header.type!r}: describe its payload here")
-
-
-def _ranges(ids) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    for i in sorted(ids):
-        if out and out[-1][1] + 1 == i:
-            out[-1] = (out[-1][0], i)
-        else:
-            out.append((i, i))
-    return out
 
 
 def _same(shown: str, want) -> bool:

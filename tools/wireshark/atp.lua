@@ -94,8 +94,10 @@ f.report_delivered = ProtoField.uint32("natp.report.delivered", "Delivered")
 f.report_lost = ProtoField.uint32("natp.report.lost", "Lost")
 f.report_epoch = ProtoField.uint32("natp.report.epoch", "Sender epoch")
 f.report_mac = ProtoField.bytes("natp.report.mac", "HMAC-SHA256 tag (16 bytes)")
-f.done_n_lost = ProtoField.uint32("natp.done.n_lost", "Lost messages")
-f.done_lost_id = ProtoField.uint32("natp.done.lost_id", "Lost message id")
+f.done_n_ranges = ProtoField.uint32("natp.done.n_ranges", "Lost-id ranges")
+f.done_first = ProtoField.uint32("natp.done.first", "First lost id")
+f.done_end = ProtoField.uint32("natp.done.end", "End (first id after the range)")
+f.done_lost = ProtoField.uint32("natp.done.lost", "Lost messages in this part")
 f.retry_token = ProtoField.bytes("natp.retry.token", "Admission token")
 
 local malformed = ProtoExpert.new("natp.malformed", "Malformed ATP packet", expert.group.MALFORMED,
@@ -267,12 +269,24 @@ local function dissect_done(pl, tree, ctx)
     local t = tree:add(atp, pl, "Done")
     if n < 4 then return bad(ctx, t, pl, "bad_done", "DONE payload of " .. n .. " bytes") end
     local count = pl(0, 4):uint()
-    t:add(f.done_n_lost, pl(0, 4))
-    if n ~= 4 + 4 * count then
-        return bad(ctx, t, pl, "bad_done", string.format("DONE says %d ids in %d payload bytes", count, n))
+    t:add(f.done_n_ranges, pl(0, 4))
+    if n ~= 4 + 8 * count then
+        return bad(ctx, t, pl, "bad_done", string.format("DONE says %d ranges in %d payload bytes", count, n))
     end
-    for i = 0, count - 1 do t:add(f.done_lost_id, pl(4 + 4 * i, 4)) end
-    ctx.info = count .. " lost"
+    local lost, prev_end = 0, 0
+    for i = 0, count - 1 do
+        local first, last = pl(4 + 8 * i, 4):uint(), pl(8 + 8 * i, 4):uint()
+        local r = t:add(atp, pl(4 + 8 * i, 8), string.format("Lost ids %d..%d", first, last - 1))
+        r:add(f.done_first, pl(4 + 8 * i, 4))
+        r:add(f.done_end, pl(8 + 8 * i, 4))
+        if not (prev_end <= first and first < last) then
+            return bad(ctx, r, pl(4 + 8 * i, 8), "bad_done",
+                string.format("DONE range [%d, %d) is empty or out of order", first, last))
+        end
+        lost, prev_end = lost + (last - first), last
+    end
+    t:add(f.done_lost, lost):set_generated()
+    ctx.info = lost .. " lost in " .. count .. " range(s)"
 end
 
 local function dissect_retry(pl, tree, ctx)

@@ -1,4 +1,11 @@
-"""Testbed for the experiments: a kernel switch with N hosts, its controller, and processes on the hosts.
+"""The emulated testbed: programs on emulated hosts, and a kernel switch with N hosts and its controller.
+
+``HostPrograms`` runs ``python -m <module> ...`` on emulated hosts (namespaces of ``NetnsLab`` or Mininet
+hosts), each with its output in a log file of one working folder, keeps every process by PID, waits for them
+and stops exactly those. Every path it hands a program is absolute, and programs run in that folder: a
+relative path given by a caller is resolved once, against the caller's folder, before any host starts. The
+demo (``topo.demo``) and the experiments' testbed below both run their programs through it, and read what
+the programs write with ``read_json`` (a JSON file) and ``read_json_lines`` (one JSON object per line).
 
 ``Testbed`` wraps ``topo.netns.NetnsLab`` (a bridge in its own network namespace, one veth per host, all
 names ``na`` + random) and runs the controller's one runtime (``controller.runtime.Runtime``) over a
@@ -22,6 +29,7 @@ Ctrl-C.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import json
 import logging
 import os
@@ -30,15 +38,132 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
+from pyroute2 import IPRoute
+
+from netapprox.controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig
+from netapprox.controller.kernel import tc
+from netapprox.controller.runtime import Runtime
 from netapprox.hostlib.wire import DEFAULT_REPORT_PORT
-from netapprox.topo.netns import Lifecycle
+from netapprox.topo.netns import Lifecycle, NetnsLab, socket_in_netns, stop_process
 
 log = logging.getLogger(__name__)
 
 REPORT_PORT = DEFAULT_REPORT_PORT
 APPROX_QUEUES_BUFFER = 28  # 7 + 6 + ... + 1 packets in queues 1..7
+
+
+def read_json(path: Path) -> Any:
+    """The JSON value in ``path``; None when the file is missing or not (yet) complete JSON."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def read_json_lines(path: Path) -> list[dict]:
+    """Every line of ``path`` that is a JSON object, in order (other lines, such as a program's log messages,
+    are skipped); [] when the file is missing."""
+    out = []
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+    return out
+
+
+class Proc:
+    """A process on an emulated host, with its stdout/stderr in a file and its PID kept for stopping."""
+
+    def __init__(self, popen: subprocess.Popen, name: str, log_path: Path) -> None:
+        self.popen = popen
+        self.name = name
+        self.log_path = log_path
+
+    def wait(self, timeout: float) -> int:
+        return self.popen.wait(timeout)
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    def running(self) -> bool:
+        return self.popen.poll() is None
+
+    def tail(self, n: int = 2000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+
+HostPopen = Callable[..., subprocess.Popen]
+"""``popen(host, cmd, **popen_kwargs)``: start ``cmd`` (a list) on emulated host ``host``."""
+
+
+class HostPrograms:
+    """Programs on emulated hosts, started with their output in ``workdir/<name>.log`` and stopped by PID.
+
+    ``workdir`` is made absolute here, once; programs run with it as their working folder."""
+
+    def __init__(self, workdir: Path, popen: HostPopen) -> None:
+        self.workdir = Path(workdir).resolve()
+        self._popen = popen
+        self.procs: list[Proc] = []
+
+    def start(self, host: Any, cmd: Sequence[str], name: str) -> Proc:
+        """Run ``cmd`` on ``host``; its output goes to ``workdir/name.log``."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        log_path = self.workdir / f"{name}.log"
+        with open(log_path, "wb") as fh:
+            p = self._popen(host, list(cmd), stdout=fh, stderr=subprocess.STDOUT, cwd=str(self.workdir))
+        proc = Proc(p, name, log_path)
+        self.procs.append(proc)
+        return proc
+
+    def start_py(self, host: Any, module: str, args: Sequence[str], name: str) -> Proc:
+        """Run ``python -m module args`` on ``host`` (this interpreter, so the same installation)."""
+        return self.start(host, [sys.executable, "-m", module, *args], name)
+
+    def wait_all(self, procs: Sequence[Proc], timeout: float) -> list[int | None]:
+        """Wait for ``procs``; a process still running at the deadline is stopped (by PID) and gets None."""
+        end = time.monotonic() + timeout
+        codes: list[int | None] = []
+        for p in procs:
+            try:
+                codes.append(p.wait(max(0.1, end - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                stop_process(p.popen)
+                codes.append(None)
+        return codes
+
+    def stop(self, proc: Proc) -> None:
+        stop_process(proc.popen)
+
+    def stop_all(self) -> None:
+        for p in self.procs:
+            try:
+                stop_process(p.popen)
+            except OSError as exc:  # one that cannot be stopped must not keep the others running
+                log.warning("stopping %s: %s", p.name, exc)
+        self.procs.clear()
+
+
+def wait_file(path: Path, timeout: float = 10.0) -> None:
+    """Wait until ``path`` exists (a program's ready file)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if path.exists():
+            return
+        time.sleep(0.02)
+    raise TimeoutError(f"{path} did not appear within {timeout} s")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,38 +202,17 @@ class TestbedConfig:
         return "netapprox" if self.controller else "static"
 
 
-class Proc:
-    """A process on an emulated host, with its stdout/stderr in files and its PID kept for stopping."""
-
-    def __init__(self, popen: subprocess.Popen, name: str, log_path: Path) -> None:
-        self.popen = popen
-        self.name = name
-        self.log_path = log_path
-
-    def wait(self, timeout: float) -> int:
-        return self.popen.wait(timeout)
-
-    def running(self) -> bool:
-        return self.popen.poll() is None
-
-    def tail(self, n: int = 2000) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-n:]
-        except OSError:
-            return ""
-
-
 class Testbed(Lifecycle):
     """Use as a context manager: ``with Testbed(cfg, workdir) as tb: tb.start_py(0, "netapprox.hostlib", [...])``."""
 
     def __init__(self, config: TestbedConfig, workdir: Path) -> None:
         self.config = config
-        self.workdir = Path(workdir)
-        self.lab = None
-        self.runtime = None
+        self.programs = HostPrograms(workdir, lambda host, cmd, **kw: self.lab.popen(host, cmd, **kw))
+        self.workdir = self.programs.workdir
+        self.lab: NetnsLab | None = None
+        self.runtime: Runtime | None = None
         self.queue_samples: list[dict] = []
         self.epochs: list[dict] = []
-        self._procs: list[Proc] = []
         self._aliases: dict[int, str] = {}
         self._port_names: dict[int, str] = {}
         self._epoch_done = threading.Condition()
@@ -126,7 +230,7 @@ class Testbed(Lifecycle):
         return self.lab.host_ips[self.ctl_host], REPORT_PORT
 
     @property
-    def controller(self):
+    def controller(self) -> Runtime | None:
         """The runtime when it re-maps jobs from their reports (``controller=True`` on the NetApprox switch),
         else None: senders only need ``--report-to`` when this is set."""
         return self.runtime if self.config.policy_mode == "netapprox" else None
@@ -142,7 +246,6 @@ class Testbed(Lifecycle):
         Background traffic that must use the ATP port (to be queued by TLR) goes to this address, so it
         shares the host's switch port with the host's ATP receiver without sharing its socket."""
         if host not in self._aliases:
-            import ipaddress
             base = ipaddress.ip_address(self.lab.host_ips[0]) - 1
             addr = str(base + 200 + host)
             self.lab.run(host, ["ip", "addr", "add", f"{addr}/{self.lab.prefixlen}", "dev", "eth0"])
@@ -155,10 +258,6 @@ class Testbed(Lifecycle):
 
     # -- lifecycle -----------------------------------------------------------------------------------------
     def start(self) -> None:
-        from netapprox.controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig
-        from netapprox.controller.runtime import Runtime
-        from netapprox.topo.netns import NetnsLab, socket_in_netns
-
         cfg = self.config
         self.workdir.mkdir(parents=True, exist_ok=True)
         subnet_byte = 100 + (os.getpid() + int(time.time())) % 150
@@ -205,10 +304,6 @@ class Testbed(Lifecycle):
     def queue_counters(self, host: int) -> list[dict]:
         """Per-queue transmitted/dropped packets on the port facing ``host`` (its own netlink handle, so it
         never races the controller's)."""
-        from pyroute2 import IPRoute
-
-        from netapprox.controller.kernel import tc
-
         ipr = IPRoute(netns=self.lab.switch_ns)
         try:
             idx = ipr.link_lookup(ifname=self.port_of(host))[0]
@@ -230,25 +325,10 @@ class Testbed(Lifecycle):
     # -- processes -----------------------------------------------------------------------------------------
     def start_py(self, host: int, module: str, args: Sequence[str], name: str) -> Proc:
         """Run ``python -m module args`` on ``host``; output goes to ``workdir/name.log``."""
-        log_path = self.workdir / f"{name}.log"
-        fh = open(log_path, "wb")
-        root = str(Path(__file__).resolve().parent.parent)
-        try:
-            p = self.lab.popen(host, [sys.executable, "-m", module, *args], stdout=fh, stderr=subprocess.STDOUT,
-                               cwd=root)
-        finally:
-            fh.close()
-        proc = Proc(p, name, log_path)
-        self._procs.append(proc)
-        return proc
+        return self.programs.start_py(host, module, args, name)
 
     def wait_file(self, path: Path, timeout: float = 10.0) -> None:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if path.exists():
-                return
-            time.sleep(0.02)
-        raise TimeoutError(f"{path} did not appear within {timeout} s")
+        wait_file(path, timeout)
 
     def wait_bound(self, host: int, port: int, *, udp: bool = True, timeout: float = 10.0) -> None:
         """Wait until a socket on ``host`` listens on ``port`` (``ss`` inside the host's namespace)."""
@@ -277,40 +357,7 @@ class Testbed(Lifecycle):
 
     def wait_all(self, procs: Sequence[Proc], timeout: float) -> list[int | None]:
         """Wait for ``procs``; a process still running at the deadline is stopped (by PID) and gets None."""
-        from netapprox.topo.netns import stop_process
-
-        end = time.monotonic() + timeout
-        codes: list[int | None] = []
-        for p in procs:
-            try:
-                codes.append(p.wait(max(0.1, end - time.monotonic())))
-            except subprocess.TimeoutExpired:
-                stop_process(p.popen)
-                codes.append(None)
-        return codes
+        return self.programs.wait_all(procs, timeout)
 
     def stop(self, proc: Proc) -> None:
-        from netapprox.topo.netns import stop_process
-        stop_process(proc.popen)
-
-
-def read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def read_json_lines(path: Path) -> list[dict]:
-    out = []
-    try:
-        for line in Path(path).read_text().splitlines():
-            line = line.strip()
-            if line:
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    continue
-    except OSError:
-        pass
-    return out
+        self.programs.stop(proc)

@@ -11,7 +11,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include "native_atp.h"
+#include "netio.h"
 
 #ifndef UDP_SEGMENT
 #define UDP_SEGMENT 103
@@ -29,49 +29,24 @@
 
 /* --- send batches ---------------------------------------------------------------------------------------- */
 
-int batch_init(SendBatch *b) {
-    memset(b, 0, sizeof *b);
-    b->gso = 1;
-    return 0;
-}
-
 void batch_free(SendBatch *b) {
-    free(b->buf);
-    free(b->d);
-    free(b->addrs);
-    b->buf = NULL;
-    b->d = NULL;
-    b->addrs = NULL;
+    ARRAY_FREE(&b->bytes);
+    ARRAY_FREE(&b->d);
+    ARRAY_FREE(&b->addrs);
 }
 
 void batch_clear(SendBatch *b) {
-    b->used = 0;
-    b->n = 0;
-    b->naddrs = 0;
+    b->bytes.n = 0;
+    b->d.n = 0;
+    b->addrs.n = 0;
 }
 
 uint8_t *batch_add(SendBatch *b, uint32_t len, int32_t dst) {
-    if (b->used + len > b->cap) {
-        size_t n = b->cap ? b->cap : 1 << 16;
-        while (n < b->used + len)
-            n *= 2;
-        uint8_t *q = realloc(b->buf, n);
-        if (q == NULL)
-            return NULL;
-        b->buf = q;
-        b->cap = n;
-    }
-    if (b->n == b->dcap) {
-        size_t n = b->dcap ? b->dcap * 2 : 256;
-        OutDatagram *q = realloc(b->d, n * sizeof(OutDatagram));
-        if (q == NULL)
-            return NULL;
-        b->d = q;
-        b->dcap = n;
-    }
-    b->d[b->n++] = (OutDatagram){b->used, len, dst};
-    uint8_t *p = b->buf + b->used;
-    b->used += len;
+    if (ARRAY_RESERVE(&b->bytes, b->bytes.n + len, 1 << 16) != 0 ||
+        ARRAY_PUSH(&b->d, ((OutDatagram){b->bytes.n, len, dst}), 256) != 0)
+        return NULL;
+    uint8_t *p = b->bytes.v + b->bytes.n;
+    b->bytes.n += len;
     return p;
 }
 
@@ -95,30 +70,23 @@ int netaddr_same_host_port(const NetAddr *na, const NetAddr *nb) {
 }
 
 int32_t batch_addr(SendBatch *b, const NetAddr *a) {
-    for (size_t i = 0; i < b->naddrs; i++)
-        if (netaddr_eq(&b->addrs[i], a))
+    for (size_t i = 0; i < b->addrs.n; i++)
+        if (netaddr_eq(&b->addrs.v[i], a))
             return (int32_t)i;
-    if (b->naddrs == b->acap) {
-        size_t n = b->acap ? b->acap * 2 : 4;
-        NetAddr *q = realloc(b->addrs, n * sizeof(NetAddr));
-        if (q == NULL)
-            return -1;
-        b->addrs = q;
-        b->acap = n;
-    }
-    b->addrs[b->naddrs] = *a;
-    return (int32_t)b->naddrs++;
+    if (ARRAY_PUSH(&b->addrs, *a, 4) != 0)
+        return -1;
+    return (int32_t)(b->addrs.n - 1);
 }
 
 /* How many datagrams from ``i`` one sendmsg carries: a GSO run (equal sizes to one address, the last one may be
  * shorter) or a single datagram. */
 static size_t run_length(const SendBatch *b, size_t i) {
-    if (!b->gso || b->d[i].len == 0)
+    const OutDatagram *d = b->d.v;
+    if (b->no_gso || d[i].len == 0)
         return 1;
-    const OutDatagram *d = b->d;
     uint32_t seg = d[i].len;
     size_t j = i + 1, bytes = seg;
-    while (j < b->n && j - i < GSO_MAX_SEGMENTS && d[j].dst == d[i].dst && d[j].len <= seg && d[j].len > 0 &&
+    while (j < b->d.n && j - i < GSO_MAX_SEGMENTS && d[j].dst == d[i].dst && d[j].len <= seg && d[j].len > 0 &&
            bytes + d[j].len <= GSO_MAX_BYTES && d[j].off == d[j - 1].off + d[j - 1].len) {
         bytes += d[j].len;
         j++;
@@ -144,20 +112,20 @@ Py_ssize_t batch_flush(SendBatch *b, int fd) {
     size_t counts[MMSG_VLEN];
     size_t i = 0;
     Py_ssize_t sent = 0;
-    while (i < b->n) {
+    while (i < b->d.n) {
         unsigned m = 0;
         size_t k = i;
-        while (k < b->n && m < MMSG_VLEN) {
+        while (k < b->d.n && m < MMSG_VLEN) {
             size_t c = run_length(b, k);
-            const OutDatagram *d = &b->d[k];
-            size_t bytes = (size_t)(b->d[k + c - 1].off + b->d[k + c - 1].len - d->off);
+            const OutDatagram *d = &b->d.v[k];
+            size_t bytes = (size_t)(b->d.v[k + c - 1].off + b->d.v[k + c - 1].len - d->off);
             memset(&msgs[m], 0, sizeof msgs[m]);
-            iov[m].iov_base = b->buf + d->off;
+            iov[m].iov_base = b->bytes.v + d->off;
             iov[m].iov_len = bytes;
             msgs[m].msg_hdr.msg_iov = &iov[m];
             msgs[m].msg_hdr.msg_iovlen = 1;
-            msgs[m].msg_hdr.msg_name = &b->addrs[d->dst].addr;
-            msgs[m].msg_hdr.msg_namelen = b->addrs[d->dst].addrlen;
+            msgs[m].msg_hdr.msg_name = &b->addrs.v[d->dst].addr;
+            msgs[m].msg_hdr.msg_namelen = b->addrs.v[d->dst].addrlen;
             if (c > 1) {
                 memset(&ctl[m], 0, sizeof ctl[m]);
                 msgs[m].msg_hdr.msg_control = ctl[m].buf;
@@ -188,7 +156,7 @@ Py_ssize_t batch_flush(SendBatch *b, int fd) {
             continue;
         }
         if (counts[0] > 1 && (err == EIO || err == EINVAL || err == EOPNOTSUPP || err == ENOPROTOOPT)) {
-            b->gso = 0; /* no checksum offload or a segment over the path MTU here: one datagram per message */
+            b->no_gso = 1; /* no checksum offload or a segment over the path MTU here: one datagram per message */
             continue;
         }
         if (droppable(err)) {
@@ -213,7 +181,6 @@ static int ring_init(RecvRing *r) {
     r->buf = malloc((size_t)RING_BUFS * RING_BUFSIZE);
     r->nbufs = RING_BUFS;
     r->bufsize = RING_BUFSIZE;
-    r->gro = 0;
     if (r->buf == NULL) {
         PyErr_NoMemory();
         return -1;

@@ -1,11 +1,12 @@
-"""One simulated trial in ns-3: a data-center topology, a set of jobs under one protocol, optional background
-traffic and non-approximate flows; the controller's runtime in the loop; unified per-job metrics.
+"""One simulated trial in ns-3, the ns-3 back end's trial (experiments/sim/backend.py): a data-center topology,
+a set of jobs under one protocol, optional background traffic and non-approximate flows; the controller's
+runtime in the loop; the per-job metrics of experiments/metrics.py.
 
     settings = SimSettings(topology=TopologyConfig(kind="fattree", k=4))
-    trial = run_trial(settings, "atp", jobs, seed=1)          # jobs: [SimJob(job_id, src, dst, workload, msr)]
+    trial = run_trial(settings, "atp", jobs, seed=1)      # jobs: [plans.JobPlan(job_id, src, dst, workload, msr)]
     trial["jobs"][0]["jct_s"], trial["queues"], trial["perf"]
 
-Protocols (``PROTOCOLS``):
+Protocols (``PROTOCOLS``; the ATP variants are experiments.plans.ATP_VARIANTS):
 
 | protocol | hosts | switches | controller policy |
 |---|---|---|---|
@@ -14,6 +15,7 @@ Protocols (``PROTOCOLS``):
 | ``atp-fixtlr`` | ATP ``fixtlr`` (static TLR = 1 - MSR) | NetApprox | ``netapprox`` |
 | ``atp-fixprio`` | ATP ``paper`` | NetApprox | ``static``, the job pinned to queue_for_tlr(1 - MSR) |
 | ``atp-base``, ``atp-rc``, ``atp-mrdf`` | Fig. 12's ablation chain (``base``; ``fixtlr`` without / with MRDF) | NetApprox | ``netapprox`` |
+| ``atp-early``, ``atp-all-sent`` | ATP with the completion policy ``early`` / ``all_sent`` | NetApprox | ``netapprox`` |
 | ``dctcp-es``, ``dctcp-ss`` | EarlySend / SampleSend over ns-3 ``TcpDctcp`` | network-oblivious (one queue, ECN) | ``fifo`` |
 | ``udp`` | every message once as ATP-format DATA at line rate | network-oblivious | ``fifo`` |
 
@@ -35,30 +37,20 @@ from netapprox.controller.observe import DecisionLog
 from netapprox.controller.runtime import Runtime
 from netapprox.controller.sim.driver import SimDriver
 from netapprox.controller.sim.switch import queue_limits
+from netapprox.experiments import metrics as M
+from netapprox.experiments.baselines import TCP_JOB_HEADER, TCP_MSG_HEADER, msr_target, sample_messages
+from netapprox.experiments.plans import ATP_VARIANTS, Background, JobPlan, is_atp, switch_for
 from netapprox.experiments.sim import native
 from netapprox.experiments.sim.topology import PPP_HEADER, Network, TopologyConfig
 from netapprox.experiments.workloads import Flow, JobWorkload
 from netapprox.hostlib import events, wire
 from netapprox.hostlib import sim as host_sim
 from netapprox.hostlib.config import AtpConfig, JobSpec, Message, required_messages
+from netapprox.hostlib.receiver import AtpReceiver
+from netapprox.hostlib.sender import AtpSender
 
-ATP_VARIANTS: dict[str, dict[str, Any]] = {
-    "atp": {"mode": "adaptive", "mrdf": True},
-    "atp-full": {"mode": "paper", "mrdf": True},
-    "atp-paper": {"mode": "paper", "mrdf": True},
-    "atp-fixtlr": {"mode": "fixtlr", "mrdf": True},
-    "atp-fixprio": {"mode": "paper", "mrdf": True},
-    "atp-base": {"mode": "base", "mrdf": False},
-    "atp-rc": {"mode": "fixtlr", "mrdf": False},
-    "atp-mrdf": {"mode": "fixtlr", "mrdf": True},
-}
-"""The emulated experiments' ATP variants (experiments/trial.py), as hostlib AtpConfig knobs."""
 TCP_PROTOCOLS = ("dctcp-es", "dctcp-ss")
 PROTOCOLS = tuple(ATP_VARIANTS) + TCP_PROTOCOLS + ("udp",)
-
-TCP_JOB_HEADER = 17
-TCP_MSG_HEADER = 8
-"""The emulated TCP baselines' framing (experiments/baselines.py): a 17-byte job header, 8 bytes per message."""
 ATP_PORT = wire.DEFAULT_ATP_PORT
 BG_PORT = ATP_PORT
 TCP_JOB_PORT0 = 20000
@@ -119,30 +111,6 @@ class SimSettings:
         return d
 
 
-@dataclasses.dataclass(frozen=True)
-class SimJob:
-    """One approximate job: ``src`` sends ``workload`` to ``dst`` from ``start_s`` (simulated) with ``msr``."""
-
-    job_id: int
-    src: int
-    dst: int
-    workload: JobWorkload
-    msr: float
-    start_s: float = 0.0
-
-
-@dataclasses.dataclass(frozen=True)
-class SimBackground:
-    """Paced UDP from ``src`` to ``dst``'s background address: APPROX with ``tlr``, or non-approximate."""
-
-    src: int
-    dst: int
-    rate_bps: float
-    start_s: float
-    duration_s: float
-    tlr: float | None = None
-
-
 def atp_config(settings: SimSettings, protocol: str) -> AtpConfig:
     """hostlib's AtpConfig for ``protocol`` at data-center scale: every knob that is a rate or a time scaled
     to the topology, everything else hostlib's default."""
@@ -159,10 +127,6 @@ def atp_config(settings: SimSettings, protocol: str) -> AtpConfig:
                   max_jobs=max(AtpConfig.max_jobs, topo.n_hosts))
     known = {f.name for f in dataclasses.fields(AtpConfig)}
     return AtpConfig(**{k: v for k, v in wanted.items() if k in known})
-
-
-def switch_mode(protocol: str) -> str:
-    return "netapprox" if protocol in ATP_VARIANTS else "fifo"
 
 
 def _set_tcp_defaults(ns: Any, s: SimSettings) -> None:
@@ -207,9 +171,8 @@ def tcp_attributes(ns: Any) -> dict[str, str]:
 
 
 def tcp_stream(workload: JobWorkload, msr: float, protocol: str, seed: int) -> tuple[int, int]:
-    """(bytes the sender writes, bytes after which the receiver answers) of a TCP baseline job."""
-    from netapprox.experiments.baselines import msr_target, sample_messages
-
+    """(bytes the sender writes, bytes after which the receiver answers) of a TCP baseline job: the stream of
+    the emulated baselines (experiments/baselines.py)."""
     n = workload.n
     if protocol == "dctcp-ss":
         chosen = sample_messages(n, msr, seed)
@@ -219,12 +182,6 @@ def tcp_stream(workload: JobWorkload, msr: float, protocol: str, seed: int) -> t
     total = TCP_JOB_HEADER + sum(TCP_MSG_HEADER + s for s in workload.sizes)
     target = TCP_JOB_HEADER + sum(TCP_MSG_HEADER + s for s in workload.sizes[:k])
     return total, target
-
-
-def lower_bound_s(workload: JobWorkload, msr: float, rate_bps: float) -> float:
-    """The ceil(MSR*N) smallest messages' payload at line rate (experiments.trial.lower_bound_s)."""
-    k = required_messages(msr, workload.n)
-    return sum(sorted(workload.sizes)[:k]) * 8 / rate_bps
 
 
 class _Clock:
@@ -238,14 +195,19 @@ class _Clock:
 class Trial:
     """One simulation run. ``run()`` returns the result dict; everything ns-3 is destroyed afterwards."""
 
-    def __init__(self, settings: SimSettings, protocol: str, jobs: Sequence[SimJob], *, seed: int,
-                 background: Sequence[SimBackground] = (), flows: Sequence[Flow] = (),
-                 timeline_job: int | None = None, progress: Callable[[str], None] | None = None,
-                 label: str = "", profile: bool = False) -> None:
-        """``profile``: time every step of the ATP endpoints' loops (``hostlib.sim.ProfiledEndpoint``); the
-        result then has ``perf["profile"]``, seconds per step and the rest of the run (ns-3 itself)."""
+    def __init__(self, settings: SimSettings, protocol: str, jobs: Sequence[JobPlan], *, seed: int,
+                 background: Sequence[Background] = (), flows: Sequence[Flow] = (),
+                 timeline_job: int | None = None, switch: str | None = None,
+                 progress: Callable[[str], None] | None = None, label: str = "", profile: bool = False) -> None:
+        """``switch``: the switch every port runs (experiments.plans.SWITCHES; None: the protocol's,
+        ``switch_for``). ``profile``: time every step of the ATP endpoints' loops
+        (``hostlib.sim.ProfiledEndpoint``); the result then has ``perf["profile"]``, seconds per step and the
+        rest of the run (ns-3 itself)."""
         if protocol not in PROTOCOLS:
             raise ValueError(f"protocol {protocol!r}: choose one of {', '.join(PROTOCOLS)}")
+        self.switch = switch or switch_for(protocol)
+        if self.switch not in ("netapprox", "static", "fifo"):
+            raise ValueError(f"switch {self.switch!r}: choose netapprox, static or fifo")
         self.settings = settings
         self.protocol = protocol
         self.jobs = list(jobs)
@@ -275,17 +237,17 @@ class Trial:
         ns.RngSeedManager.SetSeed(1)
         ns.RngSeedManager.SetRun(max(1, self.seed))
         _set_tcp_defaults(ns, s)
-        mode = switch_mode(self.protocol)
+        mode = "fifo" if self.switch == "fifo" else "netapprox"
         self._keep: list[Any] = []  # ns-3 objects the trial must keep alive
         self.net = Network(ns, g, s.topology, switch_mode=mode, buffer_packets=s.buffer_packets,
                            host_queue_packets=s.host_queue_packets, seed=self.seed)
         self.clock = _Clock(ns)
-        self._start_controller(mode)
+        self._start_controller()
         build_s = time.perf_counter() - wall0
         host_sim.ProfiledEndpoint.reset_profile()
         self._controller_s = 0.0
         self._job_state: dict[int, dict] = {}
-        if self.protocol in ATP_VARIANTS:
+        if is_atp(self.protocol):
             self._start_atp()
         elif self.protocol in TCP_PROTOCOLS:
             self._start_tcp()
@@ -313,7 +275,7 @@ class Trial:
         host_pkts = result["perf"].get("host_packets", 0)
         result["perf"]["switch_packets_per_wall_s"] = hops / run_s if run_s > 0 else None
         result["perf"]["host_packets_per_wall_s"] = host_pkts / run_s if run_s > 0 else None
-        if self.profile and self.protocol in ATP_VARIANTS:
+        if self.profile and is_atp(self.protocol):
             sec = dict(host_sim.ProfiledEndpoint.seconds)
             sec["controller"] = self._controller_s
             sec["rest"] = max(0.0, run_s - sum(sec.values()))
@@ -323,14 +285,13 @@ class Trial:
     def _schedule(self, delay_s: float, fn: Callable[[], None]) -> None:
         host_sim.call_later(delay_s, fn)
 
-    def _start_controller(self, mode: str) -> None:
+    def _start_controller(self) -> None:
         s = self.settings
-        if self.protocol == "atp-fixprio":
+        if self.switch == "static":  # ATP_FixPrio: every job stays in the queue of 1 - MSR
             pinned = tuple(sorted((j.job_id, queue_for_tlr(1 - j.msr)) for j in self.jobs))
             policy = PolicyConfig(mode="static", pinned=pinned, ecn_threshold_pkts=s.ecn_threshold_pkts)
         else:
-            policy = PolicyConfig(mode="netapprox" if mode == "netapprox" else "fifo",
-                                  ecn_threshold_pkts=s.ecn_threshold_pkts)
+            policy = PolicyConfig(mode=self.switch, ecn_threshold_pkts=s.ecn_threshold_pkts)
         self.policy = policy
         cfg = ControllerConfig(
             switches=tuple(SwitchConfig(name=n, kind="sim") for n in self.net.switches), policy=policy,
@@ -363,8 +324,6 @@ class Trial:
         return host_sim.ProfiledEndpoint if self.profile else host_sim.SimEndpoint
 
     def _start_atp(self) -> None:
-        from netapprox.hostlib.receiver import AtpReceiver
-
         SimEndpoint = self._endpoint_class()
 
         cfg = atp_config(self.settings, self.protocol)
@@ -385,9 +344,7 @@ class Trial:
         if isinstance(ev, events.JobFinished):
             state["results"][ev.result.job_id] = ev.result
 
-    def _start_atp_job(self, job: SimJob, cfg: AtpConfig) -> None:
-        from netapprox.hostlib.sender import AtpSender
-
+    def _start_atp_job(self, job: JobPlan, cfg: AtpConfig) -> None:
         SimEndpoint = self._endpoint_class()
         src, dst = self.net.hosts[job.src], self.net.hosts[job.dst]
         spec = JobSpec(job_id=job.job_id, msr=job.msr,
@@ -529,7 +486,7 @@ class Trial:
     def _done_count(self) -> int:
         n = 0
         for st in self._job_state.values():
-            if self.protocol in ATP_VARIANTS:
+            if is_atp(self.protocol):
                 n += st.get("summary") is not None or st.get("failed") is not None
             elif self.protocol in TCP_PROTOCOLS:
                 n += st["tx"].DoneNs() >= 0
@@ -577,7 +534,7 @@ class Trial:
                 for dst, sink in self._bg_sinks.items()}
         if self.protocol in TCP_PROTOCOLS or self.flows:
             out["tcp_attributes"] = tcp_attributes(self.ns)
-        if self.protocol in ATP_VARIANTS:
+        if is_atp(self.protocol):
             out["atp_config"] = dataclasses.asdict(self.atp_config)
             reasons: dict[str, int] = {}
             for d in self.decisions:
@@ -592,6 +549,11 @@ class Trial:
                 st = self._job_state.get(self.timeline_job)
                 out["timeline"] = st["timeline"] if st else []
                 out["decisions"] = [d for d in self.decisions if d["job"] == self.timeline_job]
+                # the experiment layer's timeline fields, in simulated seconds
+                out["timeline_start"] = st["job"].start_s if st else 0.0
+                out["queue_changes"] = [{"wall": d["time"], "assignments": {str(d["job"]): d["new"]}}
+                                        for d in out["decisions"] if d["new"] is not None]
+                out["background_starts"] = [b.start_s for b in self.background]
         out["perf"] = {"switch_packets": queues.pop("_switch_packets"), "host_packets": self._host_packets()}
         return out
 
@@ -605,15 +567,11 @@ class Trial:
         return n
 
     def _job_metrics(self, st: dict, rate: float) -> dict:
-        job: SimJob = st["job"]
+        job: JobPlan = st["job"]
         wl = job.workload
         n = wl.n
-        bound = job.msr * wl.total_bytes * 8 / rate
-        m: dict[str, Any] = {"job_id": job.job_id, "src": job.src, "dst": job.dst, "msr": job.msr, "n": n,
-                             "bytes": wl.total_bytes, "start_s": job.start_s, "bound_s": bound,
-                             "strict_bound_s": lower_bound_s(wl, job.msr, rate), "jct_s": None, "msr_met": False,
-                             "delivered": None, "msg_loss": None, "pkt_loss": None}
-        if self.protocol in ATP_VARIANTS:
+        m = M.job_record(job, rate, IP_UDP + PPP_HEADER)
+        if is_atp(self.protocol):
             summ = st.get("summary")
             if summ is not None:
                 delivered = sum(gs.delivered for gs in summ.groups)
@@ -623,7 +581,7 @@ class Trial:
                          pkt_loss=summ.packets_lost / summ.packets_sent if summ.packets_sent else None,
                          packets_sent=summ.packets_sent, retransmissions=summ.retransmissions,
                          receiver_confirmed=summ.receiver_confirmed, final_tlr=[gs.final_tlr for gs in summ.groups],
-                         delivered_bytes_frac=1 - sum(wl.sizes[i] for i in lost_ids if i < n) / max(1, wl.total_bytes))
+                         delivered_bytes_frac=M.atp_delivered_bytes_frac(wl, lost_ids))
             elif st.get("failed"):
                 m["failed"] = st["failed"]
             ep = st.get("endpoint")
@@ -640,9 +598,7 @@ class Trial:
                      pkt_loss=int(stats.retransmissions) / int(stats.segments) if int(stats.segments) else None,
                      segments=int(stats.segments), retransmissions=int(stats.retransmissions),
                      timeouts=int(stats.timeouts), ecn_reductions=int(stats.cwr), stream_bytes=st["total"],
-                     bytes_received=received,
-                     delivered_bytes_frac=min(1.0, max(0, received - TCP_JOB_HEADER - TCP_MSG_HEADER * delivered)
-                                              / max(1, wl.total_bytes)))
+                     bytes_received=received, delivered_bytes_frac=M.tcp_delivered_bytes_frac(wl, received, delivered))
         else:
             tx, rx = st["tx"], st["rx"]
             t = rx.TargetNs(job.job_id)
@@ -650,9 +606,7 @@ class Trial:
             sent = int(tx.Sent())
             m.update(jct_s=(t - tx.StartNs()) * 1e-9 if t >= 0 else None, msr_met=t >= 0, delivered=complete,
                      msg_loss=1 - complete / n, pkt_loss=1 - int(rx.Packets(job.job_id)) / sent if sent else None)
-        if m["jct_s"] is not None and bound > 0:
-            m["jct_over_bound"] = m["jct_s"] / bound
-        return m
+        return M.finish_record(m)
 
     def _queue_stats(self, sim_end: float) -> dict:
         """Time-average and peak backlog of the switch ports facing the jobs' receivers (NetApprox Fig. 7/8),
@@ -716,8 +670,6 @@ class Trial:
 
 def _messages_in_stream(wl: JobWorkload, received: int, protocol: str, seed: int, msr: float) -> int:
     """Complete messages in the first ``received`` bytes of a TCP baseline's stream."""
-    from netapprox.experiments.baselines import sample_messages
-
     order = sample_messages(wl.n, msr, seed) if protocol == "dctcp-ss" else range(wl.n)
     left = received - TCP_JOB_HEADER
     n = 0
@@ -744,6 +696,6 @@ class _DecisionSink(DecisionLog):
         self._sink(event, **fields)
 
 
-def run_trial(settings: SimSettings, protocol: str, jobs: Sequence[SimJob], *, seed: int, **kw: Any) -> dict:
+def run_trial(settings: SimSettings, protocol: str, jobs: Sequence[JobPlan], *, seed: int, **kw: Any) -> dict:
     """Build, run and tear down one trial (see ``Trial``)."""
     return Trial(settings, protocol, jobs, seed=seed, **kw).run()

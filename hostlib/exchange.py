@@ -1,70 +1,83 @@
-"""Persistent per-peer ATP sessions: the transport under the DistributedDataParallel hook, one iteration after
-another.
+"""Many ATP jobs at once, to and from a few peers, one after another: a multi-job adapter beside the blocking API
+(api.py, one job per socket) and asyncio (aio.py). PyTorch's DistributedDataParallel hook (docs/ml.md) runs on it.
 
-A training worker sends a few jobs per bucket per iteration to every peer and receives as many, thousands of
-jobs to the same few peers. :class:`SessionExchange` carries them as :class:`~netapprox.ml.exchange.AtpExchange`
-does (hostlib's sans-I/O cores, one I/O thread, futures for callers), with three differences:
+A training worker sends a few jobs per bucket per iteration to every peer and receives as many, thousands of jobs
+to the same few peers. ``AtpExchange`` drives hostlib's sans-I/O cores (``hostlib.core``: the native ones when
+built) for all of them from one thread: every ``AtpSender`` it was given plus one ``AtpReceiver`` that serves every
+job arriving at its address. Callers get ``concurrent.futures.Future``s: :meth:`AtpExchange.send` resolves to the
+job's ``SendSummary`` once the receiver's DONE confirms it, :meth:`AtpExchange.receive` to the
+:class:`ReceivedJob` with that id at the sender's FIN (whenever it arrives, before or after the call), so a
+caller that needs only the data does not wait for the DONE's round trip.
 
-- **A session per peer outlives its jobs** (QUIC's model: what a connection learned is kept for the next
-  one). :class:`PeerSession` keeps the peer's smoothed RTT and the window its last job ended with; every new
-  job to that peer starts from them (``initial_rtt_s``, ``initial_window`` shared among the jobs under way
-  to the peer) instead of the defaults, so an iteration's jobs send at once at the pace the path allows.
-  Admission stays hostlib's: a receiver admits a job once it echoes a token (``hostlib/admission.py``);
-  the session counts the jobs that needed the RETRY round trip (``retries``) and those that started without
-  one (``zero_rtt_jobs``: none until hostlib admits a recently validated source at once).
-- **A restarted peer is re-admitted cleanly.** Each exchange draws a ``generation`` when it starts; callers
-  put it in their job ids (the hook does), so a restarted worker's jobs never collide with what its peers
-  remember of its predecessor's. :meth:`SessionExchange.reset_peer` forgets a peer that went away: its
-  senders fail at once instead of after ``idle_timeout_s``, its session starts over, and the first job to
-  its successor is admitted through a RETRY like any first job.
-- **The native cores carry the datagrams.** Two sockets: DATA arrives on ``rx`` (the address peers send to)
-  and goes to one ``AtpReceiver`` with ``receive_from`` (recvmmsg, GRO), which answers with ``transmit``;
-  senders send from ``tx`` with ``transmit`` (sendmmsg, GSO), and only what comes back to ``tx`` (ACKs,
-  coalesced up to 16 packets per ACK, DONEs, RETRYs) is read into Python, to find the sender it belongs to.
-  Messages are collected in the receiver (``collect_messages``) and handed over once per job. Without the
-  native cores, or with injected ``loss`` (which must see every datagram), the same loop runs through the
-  socket module.
+- **A session per peer outlives its jobs** (QUIC's model: what a connection learned is kept for the next one).
+  :class:`PeerSession` keeps the peer's smoothed RTT and the window its last job ended with; every new job to
+  that peer starts from them (``initial_rtt_s``, ``initial_window`` shared among the jobs under way to the peer)
+  instead of the defaults, and its window stops at its share of the peer's switch queues (``queue_share``: the
+  peer's port is shared with its other senders). Admission stays the receiver's (hostlib/admission.py): the
+  session counts the jobs that needed the RETRY round trip (``retries``) and those that started without one
+  (``zero_rtt_jobs``).
+- **A restarted peer is re-admitted cleanly.** Each exchange draws a ``generation`` when it starts; callers put it
+  in their job ids (the DDP hook does), so a restarted worker's jobs never meet what its peers remember of its
+  predecessor's. :meth:`AtpExchange.reset_peer` forgets a peer that went away: its jobs fail at once instead of
+  after ``idle_timeout_s``, its session starts over, and the first job to its successor is admitted through a
+  RETRY like any first job.
+- **The native cores carry the datagrams.** Two sockets: DATA arrives on ``address`` (the one peers send to) and
+  goes to the receiver with ``receive_from`` (recvmmsg, GRO), which answers with ``transmit``; senders send from
+  ``source`` with ``transmit`` (sendmmsg, GSO), and only what comes back there (ACKs, coalesced up to 16
+  packets per ACK, DONEs, RETRYs) is read into Python, to find the sender of its job id. Messages are collected
+  in the receiver (``collect_messages``) and handed over once per job. Without the native cores, or with
+  injected ``loss`` (which must see every datagram), the same loop runs through the socket module.
 
-A job's sender future resolves when the receiver's DONE confirms it; a caller that needs only the data waits
-on the receiving side (:meth:`receive`), which resolves at the FIN: the DONE's round trip is off the
-critical path.
-
-No torch here: tests and tools use it on its own.
+``loss`` drops that fraction of every datagram this exchange sends (seeded), the injected loss of the tests and
+of the loopback experiments; on a real or emulated network it stays 0.
 """
 from __future__ import annotations
 
 import collections
 import concurrent.futures
 import dataclasses
-import errno
 import logging
 import os
 import random
-import select
 import socket
 import struct
 import threading
 import time
 from typing import Any, Callable
 
-from netapprox.hostlib import core, events, wire
+from netapprox.hostlib import core, events, link, wire
 from netapprox.hostlib.config import AtpConfig, ConfigError, JobSpec
-from netapprox.ml.exchange import ExchangeError, ReceivedJob
+from netapprox.hostlib.errors import ExchangeError
+from netapprox.hostlib.receiver import GroupResult
+from netapprox.hostlib.udp import recv_all, send_all, wait
 
 log = logging.getLogger(__name__)
 
 Address = tuple[str, int]
-_SHORT_WAIT_S = 0.001
-_LONGEST_WAIT_S = 0.2
+_JOB_ID = struct.Struct("!I")
 _JOB_ID_AT = wire.OFFSETS["job_id"]
 _KEEP_UNCLAIMED_S = 120.0
+_LONGEST_WAIT_S = 0.2
 GENERATIONS = 8
-"""Generations an exchange draws from (3 bits of the hook's job ids)."""
+"""Generations an exchange draws from (3 bits of the DDP hook's job ids)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ReceivedJob:
+    """One job as this exchange's receiver saw it."""
+
+    job_id: int
+    peer: Any
+    total: int
+    vector_len: int | None
+    groups: tuple[GroupResult, ...]
+    lost_ids: tuple[int, ...]
+    messages: dict[int, bytes]
 
 
 @dataclasses.dataclass
 class PeerSession:
-    """What this worker knows about one peer's receiver, kept from one job to the next."""
+    """What this exchange knows about one peer's receiver, kept from one job to the next."""
 
     address: Address
     srtt_s: float | None = None
@@ -82,7 +95,7 @@ class PeerSession:
     zero_rtt_jobs: int = 0
     """Completed jobs that needed no RETRY."""
     resets: int = 0
-    """Times :meth:`SessionExchange.reset_peer` started this session over."""
+    """Times :meth:`AtpExchange.reset_peer` started this session over."""
 
     def job_config(self, base: AtpConfig, queue_share: float = 1.0) -> AtpConfig:
         """``base`` with what this session learned: the RTT, and its last window shared among the jobs under
@@ -96,7 +109,8 @@ class PeerSession:
         if self.srtt_s is not None and self.srtt_s > 0:
             changes["initial_rtt_s"] = self.srtt_s
         if self.window is not None and base.mode == "adaptive":
-            changes["initial_window"] = int(max(base.burst_packets, min(base.max_window, self.window / (self.active + 1))))
+            window = self.window / (self.active + 1)
+            changes["initial_window"] = int(max(base.burst_packets, min(base.max_window, window)))
         return dataclasses.replace(base, **changes) if changes else base
 
     def as_dict(self) -> dict[str, Any]:
@@ -129,11 +143,11 @@ def _udp(bind: Address) -> socket.socket:
     return sock
 
 
-class SessionExchange:
+class AtpExchange:
     """Two UDP sockets, one I/O thread, a session per peer, any number of concurrent ATP jobs each way.
 
-    ``bind`` is the receiving address peers send to (``address``); jobs are sent from a second socket on the
-    same host (``source``). Close it when done."""
+    ``bind`` is the address peers send to (``address``); jobs are sent from a second socket on the same host
+    (``source``). Close it when done."""
 
     def __init__(self, bind: Address = ("127.0.0.1", 0), *, config: AtpConfig = AtpConfig(), loss: float = 0.0,
                  seed: int | None = None, report_to: Address | None = None, generation: int | None = None,
@@ -146,8 +160,9 @@ class SessionExchange:
             raise ConfigError(f"queue_share {queue_share}: must be in (0, 1]")
         self.config = config
         self.queue_share = queue_share
-        # A few jobs per bucket per peer per iteration: the receiver tracks many at once, many from one host
-        # (all of them when the workers share one), and remembers finished ones only long enough for a FIN.
+        # Many short jobs: finished ones are remembered only long enough to answer a repeated FIN, and the
+        # receiver tracks many at once (a few per bucket per peer per iteration), many from one peer host (all
+        # of them when the workers share a host), so one host may hold every slot.
         slots = max(config.max_jobs, 4096)
         rx_config = dataclasses.replace(config, max_jobs=slots, max_jobs_per_source=slots,
                                         finished_linger_s=min(config.finished_linger_s, 2.0))
@@ -183,15 +198,15 @@ class SessionExchange:
         self.datagrams_sent = 0
         self.datagrams_dropped = 0
         self.datagrams_received = 0
-        self._thread = threading.Thread(target=self._run, name=f"atp-session-{self.address[1]}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"atp-exchange-{self.address[1]}", daemon=True)
         self._thread.start()
 
     # -- public API (any thread) ------------------------------------------------------------------------
 
     def send(self, dest: Address, job: JobSpec) -> concurrent.futures.Future:
-        """Start sending ``job`` to the exchange (or ATP receiver) at ``dest`` in that peer's session;
-        resolves to the job's SendSummary once the receiver's DONE confirms it (or ``fin_timeout_s`` after
-        the job completed without one)."""
+        """Start sending ``job`` to the exchange (or ATP receiver) at ``dest`` in that peer's session; resolves
+        to the job's SendSummary once the receiver's DONE confirms it (or ``fin_timeout_s`` after the job
+        completed without one). R_max ``None``: the rate of the link towards ``dest`` (hostlib/link.py)."""
         fut: concurrent.futures.Future = concurrent.futures.Future()
         dest = (str(dest[0]), int(dest[1]))
         key = (job.job_id, dest)
@@ -204,8 +219,8 @@ class SessionExchange:
             if session is None:
                 session = self.sessions[dest] = PeerSession(dest)
             try:
-                sender = core.AtpSender(job, config=session.job_config(self.config, self.queue_share), peer=dest, now=now,
-                                        message_events=False)
+                config, _ = link.resolve_rate(session.job_config(self.config, self.queue_share), dest)
+                sender = core.AtpSender(job, config=config, peer=dest, now=now, message_events=False)
             except ConfigError as err:
                 fut.set_exception(err)
                 return
@@ -217,8 +232,8 @@ class SessionExchange:
         return fut
 
     def receive(self, job_id: int) -> concurrent.futures.Future:
-        """A future for the job ``job_id`` arriving at this exchange (already finished or still to come);
-        it resolves at the sender's FIN."""
+        """A future for the job ``job_id`` arriving at this exchange (already finished or still to come); it
+        resolves at the sender's FIN."""
         fut: concurrent.futures.Future = concurrent.futures.Future()
 
         def claim(now: float) -> None:
@@ -259,9 +274,6 @@ class SessionExchange:
         """Per peer (``host:port``), what its session counted (a snapshot; any thread)."""
         return {f"{a[0]}:{a[1]}": s.as_dict() for a, s in list(self.sessions.items())}
 
-    def receiver_stats(self) -> dict[str, Any]:
-        return self._call(lambda now: self._receiver.stats())
-
     def close(self) -> None:
         with self._lock:
             if self._closed:
@@ -272,18 +284,13 @@ class SessionExchange:
         for s in (self.rx, self.tx, self._wake_r, self._wake_w):
             s.close()
 
-    def __enter__(self) -> "SessionExchange":
+    def __enter__(self) -> "AtpExchange":
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
     # -- the I/O thread -----------------------------------------------------------------------------------
-
-    def _call(self, fn: Callable[[float], Any], timeout: float = 10.0) -> Any:
-        fut: concurrent.futures.Future = concurrent.futures.Future()
-        self._submit(lambda now: fut.set_result(fn(now)), fut)
-        return fut.result(timeout)
 
     def _submit(self, command: Callable[[float], None], fut: concurrent.futures.Future) -> None:
         with self._lock:
@@ -304,7 +311,7 @@ class SessionExchange:
             with core.precise_timers(self.native):
                 self._loop()
         except BaseException as exc:  # report to every waiting caller, never die silently
-            log.exception("ATP session exchange stopped")
+            log.exception("ATP exchange stopped")
             self._fail_all(ExchangeError(f"the ATP exchange thread stopped: {exc!r}"))
             raise
         self._fail_all(ExchangeError("the ATP exchange is closed"))
@@ -345,7 +352,13 @@ class SessionExchange:
                 self._pump(key, now)
             self._send_receiver(now)
             self._drain_receiver(now)
-            self._wait(self._next_timer())
+            if self._wake_r in wait([self.rx, self.tx, self._wake_r], self._next_timer(), self.clock,
+                                    cap=_LONGEST_WAIT_S):
+                try:
+                    while self._wake_r.recv(4096):
+                        pass
+                except (BlockingIOError, InterruptedError):
+                    pass
             now = self.clock()
             self._read(now)
             now = self.clock()
@@ -370,9 +383,9 @@ class SessionExchange:
                 self._transmit(self.tx, [(ev.report.encode(self.config.report_key), self.report_to)])
             elif isinstance(ev, (events.JobCompleted, events.JobFailed)):
                 self._jobs.pop(key, None)
-                self._settle(job, ev, sender)
+                self._settle(job, ev)
 
-    def _settle(self, job: _Job, ev: Any, sender: Any) -> None:
+    def _settle(self, job: _Job, ev: Any) -> None:
         s = job.session
         s.active = max(0, s.active - 1)
         if isinstance(ev, events.JobCompleted):
@@ -380,7 +393,7 @@ class SessionExchange:
             s.zero_rtt_jobs += not job.retried
             if ev.summary.srtt_s > 0:
                 s.srtt_s = ev.summary.srtt_s
-            w = getattr(sender, "window", None)
+            w = getattr(job.sender, "window", None)
             if w is not None:
                 s.window = float(w.window)
             if not job.future.done():
@@ -403,8 +416,7 @@ class SessionExchange:
                 r = ev.result
                 self._finish(r.job_id, ReceivedJob(job_id=r.job_id, peer=r.peer, total=r.total,
                                                    vector_len=r.vector_len, groups=r.groups, lost_ids=r.lost_ids,
-                                                   messages=rx.take_messages(r.job_id), packets=r.packets,
-                                                   first_packet_at=r.first_packet_at, finished_at=r.finished_at), now)
+                                                   messages=rx.take_messages(r.job_id)), now)
             elif isinstance(ev, events.JobAbandoned):
                 rx.take_messages(ev.job_id)
                 why = (f"went silent for {rx.config.idle_timeout_s:g} s" if ev.reason == "idle" else
@@ -435,40 +447,27 @@ class SessionExchange:
             times.append(t)
         return min(times) if times else None
 
-    def _wait(self, until: float | None) -> None:
-        timeout = _LONGEST_WAIT_S if until is None else min(_LONGEST_WAIT_S, until - self.clock())
-        if timeout <= 0:
-            return
-        if timeout <= _SHORT_WAIT_S:
-            time.sleep(timeout)  # the next packet is due soon: read what arrives meanwhile in one batch
-            return
-        r, _w, _x = select.select([self.rx, self.tx, self._wake_r], [], [], timeout)
-        if self._wake_r in r:
-            try:
-                while self._wake_r.recv(4096):
-                    pass
-            except (BlockingIOError, InterruptedError):
-                pass
-
     def _read(self, now: float) -> None:
         if self.native:
             self.datagrams_received += self._receiver.receive_from(self._rx_fd, now)
             for data, addr, _ce in core._native.recv_batch(self._tx_fd, 4):
-                self.datagrams_received += 1
                 self._to_sender(data, addr, now)
             return
-        for data, addr in _recv_all(self.rx):
+        rx = self._receiver
+
+        def to_receiver(data: bytes, addr: Any) -> None:
             self.datagrams_received += 1
-            self._receiver.receive_datagram(data, addr, now)
-        for data, addr in _recv_all(self.tx):
-            self.datagrams_received += 1
-            self._to_sender(data, addr, now)
+            rx.receive_datagram(data, addr, now)
+
+        recv_all(self.rx, to_receiver)
+        recv_all(self.tx, lambda data, addr: self._to_sender(data, addr, now))
 
     def _to_sender(self, data: bytes, addr: Any, now: float) -> None:
         """An ACK, DONE or RETRY to the sender of its job id and peer; anything else is ignored here."""
+        self.datagrams_received += 1
         if len(data) < wire.HEADER_LEN:
             return
-        (job_id,) = struct.unpack_from("!I", data, _JOB_ID_AT)
+        (job_id,) = _JOB_ID.unpack_from(data, _JOB_ID_AT)
         job = self._jobs.get((job_id, addr[:2]))
         if job is None:
             return
@@ -478,30 +477,15 @@ class SessionExchange:
         job.sender.receive_datagram(data, addr, now)
 
     def _transmit(self, sock: socket.socket, datagrams) -> None:
-        for data, addr in datagrams:
-            if self.loss and self._rng.random() < self.loss:
-                self.datagrams_dropped += 1
-                continue
-            try:
-                sock.sendto(data, addr)
-                self.datagrams_sent += 1
-            except (BlockingIOError, ConnectionRefusedError):
-                pass
-            except OSError as err:
-                if err.errno not in (errno.ENOBUFS, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EPERM):
-                    raise
-
-
-def _recv_all(sock: socket.socket, limit: int = 256) -> list[tuple[bytes, Any]]:
-    out = []
-    while len(out) < limit:
-        try:
-            out.append(sock.recvfrom(65535))
-        except (BlockingIOError, InterruptedError):
-            break
-        except ConnectionRefusedError:
-            continue
-    return out
+        if self.loss:
+            kept = []
+            for d in datagrams:
+                if self._rng.random() < self.loss:
+                    self.datagrams_dropped += 1
+                else:
+                    kept.append(d)
+            datagrams = kept
+        self.datagrams_sent += send_all(sock, datagrams)
 
 
 def _resolve(fut: concurrent.futures.Future, outcome: "ReceivedJob | Exception") -> None:

@@ -1,7 +1,7 @@
-/* The ATP header and payload codecs of hostlib/wire.py, for the native cores. */
+/* The ATP header and payload codecs of hostlib/wire.py, for the native cores and the controller's report helper. */
 #include <math.h>
 
-#include "native_atp.h"
+#include "wire.h"
 
 int atp_decode(const uint8_t *d, size_t len, AtpHeader *h, const char **reason) {
     if (len < ATP_HEADER_LEN) {

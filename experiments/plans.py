@@ -1,0 +1,127 @@
+"""What a trial is, whichever back end runs it: the protocols and ATP variants, the jobs, the background, the
+flows, and the parameters a trial is filed under.
+
+A figure (experiments/figures.py) lists its trials as ``TrialPlan`` values; a back end (the emulated testbed,
+experiments/emulated.py, or the ns-3 world, experiments/sim/backend.py) runs one plan and returns its record
+(experiments/metrics.py names the metrics). A plan is plain data: the same plan runs on either back end, is
+the key of the trial cache, and travels to a worker process as it is.
+
+Job ids are the plan's own (1, 2, ...): a back end that needs ids unique beyond one trial (the emulated
+testbed's controller outlives a trial) maps them to fresh ids on the wire and reports the plan's.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+from netapprox.experiments.jobs import Flow, JobWorkload
+
+ATP_VARIANTS: dict[str, dict[str, Any]] = {
+    "atp": {"mode": "adaptive", "mrdf": True},
+    "atp-paper": {"mode": "paper", "mrdf": True},
+    "atp-full": {"mode": "paper", "mrdf": True},
+    "atp-fixprio": {"mode": "paper", "mrdf": True},
+    "atp-fixtlr": {"mode": "fixtlr", "mrdf": True},
+    "atp-base": {"mode": "base", "mrdf": False},
+    "atp-rc": {"mode": "fixtlr", "mrdf": False},
+    "atp-mrdf": {"mode": "fixtlr", "mrdf": True},
+    "atp-early": {"mode": "paper", "mrdf": True, "completion": "early"},
+    "atp-all-sent": {"mode": "adaptive", "mrdf": True, "completion": "all_sent"},
+}
+"""The ATP variants of the papers' figures, as hostlib ``AtpConfig`` knobs: ``atp`` is hostlib's default sender
+(adaptive); ``atp-full`` (also ``atp-paper``) the paper's eq. 1-3 with dynamic TLR and the controller's dynamic
+queue; ``atp-fixprio`` the same with the job pinned to the queue of 1 - MSR; ``atp-fixtlr`` a static TLR of
+1 - MSR; Fig. 12's chain ``atp-base`` (line rate, then repairs) -> ``atp-rc`` (+ rate control) -> ``atp-mrdf``
+(+ MRDF); ``atp-early`` / ``atp-all-sent`` the two completion policies."""
+
+SWITCHES = ("netapprox", "static", "fifo")
+"""The switches a trial runs on: NetApprox queues re-mapped by the controller; the same queues with static
+TLR thresholds and pinned jobs (ATP_FixPrio); a network-oblivious switch, one FIFO per port with the same
+total buffer (where the papers run their baselines)."""
+
+
+def is_atp(protocol: str) -> bool:
+    return protocol in ATP_VARIANTS
+
+
+def switch_for(protocol: str) -> str:
+    """The switch a protocol runs on in a comparison, as the papers compare: ATP on NetApprox switches with the
+    controller (ATP_FixPrio without it: its job pinned to its first queue), the baselines (TCP-ES, TCP-SS, the
+    UDP blast) on the network-oblivious switch."""
+    if protocol == "atp-fixprio":
+        return "static"
+    return "netapprox" if is_atp(protocol) else "fifo"
+
+
+@dataclasses.dataclass(frozen=True)
+class JobPlan:
+    """One approximate job: ``src`` sends ``workload`` to ``dst`` with ``msr``, ``start_s`` after the trial's
+    start line."""
+
+    job_id: int
+    src: int
+    dst: int
+    workload: JobWorkload
+    msr: float
+    start_s: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Background:
+    """Paced UDP from ``src`` to ``dst``'s second address (same switch port, another socket) from ``start_s``
+    for ``duration_s``: ATP-format DATA, APPROX with ``tlr`` (queued by that TLR), or non-approximate."""
+
+    src: int
+    dst: int
+    rate_bps: float
+    start_s: float
+    duration_s: float
+    tlr: float | None = None
+
+    @property
+    def end_s(self) -> float:
+        return self.start_s + self.duration_s
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialPlan:
+    """One trial of a sweep: jobs under one protocol, with optional background and non-approximate flows."""
+
+    params: Mapping[str, Any]
+    """What the trial is filed under in result.json (besides its seed)."""
+    seed: int
+    protocol: str
+    jobs: tuple[JobPlan, ...]
+    background: tuple[Background, ...] = ()
+    flows: tuple[Flow, ...] = ()
+    """Non-approximate TCP flows (each with its source, destination, size and start)."""
+    switch: str | None = None
+    """The switch (``SWITCHES``) to run on; None: ``switch_for(protocol)``."""
+    timeline_job: int | None = None
+    """Keep this job's per-epoch sender timeline (``timeline``), its queue changes and the background's start
+    times in the trial's record."""
+    sample_queues: bool = False
+    """Measure the backlog of the switch ports facing the receivers (the simulator always does; the emulated
+    testbed samples every 20 ms when asked)."""
+
+    @property
+    def label(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.params.items()) + f" seed={self.seed}"
+
+    @property
+    def name(self) -> str:
+        """A short name for the trial's working files: ``s<seed>-<param values>``."""
+        return "-".join([f"s{self.seed}", *(str(v) for v in self.params.values())])
+
+    @property
+    def switch_kind(self) -> str:
+        return self.switch or switch_for(self.protocol)
+
+    @property
+    def span_s(self) -> float:
+        """When the last background segment or flow starts or ends (0 without them)."""
+        return max([b.end_s for b in self.background] + [f.start_s for f in self.flows] + [0.0])
+
+    def to_dict(self) -> dict:
+        """The plan as JSON values (workloads in full): its identity in the trial cache."""
+        return dataclasses.asdict(self) | {"params": dict(self.params)}

@@ -1,0 +1,1328 @@
+/* The ATP receiver's protocol (receiver.h; hostlib/receiver.py is the specification): admission of a job, its
+ * data (duplicates, reassembly, in-order delivery of MSR = 1 groups, the memory budget), ACK coalescing, the FIN
+ * and its DONE, forgetting jobs. */
+#include <string.h>
+
+#include "receiver.h"
+
+long long JOB_BYTES, CHUNK_BYTES, PARTIAL_BYTES, PACKET_BYTES, MANIFEST_BYTES, MANIFEST_BYTES_PER_BYTE,
+    MANIFEST_BYTES_PER_GROUP, DONE_BYTES_PER_PART, OUT_BYTES, OUT_QUEUE_SHARE, REPLY_FACTOR;
+
+/* ============================== small helpers ============================== */
+
+static int drop(Receiver *r, const char *reason) { return counter_add(r->dropped, reason, 1); }
+static int malformed(Receiver *r, const char *reason) { return counter_add(r->malformed, reason, 1); }
+static int count_admission(Receiver *r, const char *what) { return counter_add(r->admission, what, 1); }
+static int count_replies(Receiver *r, const char *what, long long n) {
+    return counter_add(r->replies, what, (Py_ssize_t)n);
+}
+
+/* --- the memory budget, per job ---------------------------------------------------------------------- */
+
+static inline int holds_slot(Job *job) { return !job->finished; }
+static inline int fits(Receiver *r, Job *job, long long n) {
+    return budget_fits(&r->memory, job->charged, holds_slot(job), n);
+}
+
+static inline void charge(Receiver *r, Job *job, long long n) {
+    budget_charge(&r->memory, job->charged, holds_slot(job), n);
+    job->charged += n;
+}
+
+/* --- outgoing datagrams -------------------------------------------------------------------------------- */
+
+/* _queue's check: 1 and ``len`` + OUT_BYTES counted in out_charged, 0 when the outgoing queue is full (the datagram
+ * is dropped and counted), -1 on error. */
+static int out_room(Receiver *r, uint32_t len) {
+    long long n = (long long)len + OUT_BYTES;
+    if (r->out_charged + n > r->out_limit)
+        return count_replies(r, "dropped_queue_full", 1) != 0 ? -1 : 0;
+    r->out_charged += n;
+    return 1;
+}
+
+static uint8_t *out_add_to(Receiver *r, PyObject *peer, const NetAddr *na, uint32_t len) {
+    OutItem it = {.off = r->obuf.n, .len = len, .peer = peer, .has_na = na != NULL};
+    if (na != NULL)
+        it.na = *na;
+    if (ARRAY_RESERVE(&r->obuf, r->obuf.n + len, 1 << 16) != 0 || ARRAY_PUSH(&r->out, it, 64) != 0)
+        return NULL;
+    Py_INCREF(peer);
+    uint8_t *p = r->obuf.v + r->obuf.n;
+    r->obuf.n += len;
+    return p;
+}
+
+static inline uint8_t *out_add(Receiver *r, Job *job, uint32_t len) {
+    return out_add_to(r, job->peer, job->peer_has_na ? &job->peer_na : NULL, len);
+}
+
+#define OBUF_KEEP (64u << 10)
+#define OUT_KEEP 1024u
+
+void receiver_out_clear(Receiver *r) {
+    for (size_t i = 0; i < r->out.n; i++)
+        Py_DECREF(r->out.v[i].peer);
+    r->out.n = 0;
+    r->obuf.n = 0;
+    r->out_charged = 0;
+    /* give back what a burst of replies grew (the next burst grows it again, from a small first size) */
+    if (r->obuf.cap > OBUF_KEEP)
+        ARRAY_FREE(&r->obuf);
+    if (r->out.cap > OUT_KEEP)
+        ARRAY_FREE(&r->out);
+}
+
+/* _reply: a datagram of ``len`` bytes to a job's sender ``peer``, counted in the job's ``*tx``. 1 with *p where to
+ * write it, 0 when the budget dropped it, -1 on error. */
+static int reply_to(Receiver *r, PyObject *peer, const NetAddr *na, int64_t *tx, uint32_t len, uint8_t **p) {
+    int ok = out_room(r, len);
+    if (ok <= 0)
+        return ok;
+    if ((*p = out_add_to(r, peer, na, len)) == NULL)
+        return -1;
+    *tx += len;
+    return count_replies(r, "reply_bytes", len) != 0 ? -1 : 1;
+}
+
+static inline int reply(Receiver *r, Job *job, uint32_t len, uint8_t **p) {
+    return reply_to(r, job->peer, job->peer_has_na ? &job->peer_na : NULL, &job->tx_bytes, len, p);
+}
+
+/* _send_done: the DONE parts a job's reply room (REPLY_FACTOR x ``rx`` - ``*tx``) allows, from part ``*next`` on
+ * (then round again). The job's fields are passed, not the job: it may be forgotten by then. */
+static int send_done_to(Receiver *r, PyObject *peer, const NetAddr *na, int64_t rx, int64_t *tx, size_t *next,
+                        PyObject *done) {
+    Py_ssize_t n = PyList_GET_SIZE(done);
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Py_ssize_t i = ((Py_ssize_t)*next + k) % n;
+        PyObject *d = PyList_GET_ITEM(done, i);
+        uint32_t len = (uint32_t)PyBytes_GET_SIZE(d);
+        if ((int64_t)len > REPLY_FACTOR * rx - *tx) {
+            *next = (size_t)i;
+            return count_replies(r, "done_deferred", n - k);
+        }
+        uint8_t *p;
+        int ok = reply_to(r, peer, na, tx, len, &p);
+        if (ok < 0)
+            return -1;
+        if (ok)
+            memcpy(p, PyBytes_AS_STRING(d), len);
+    }
+    *next = 0;
+    return 0;
+}
+
+static inline int send_done(Receiver *r, Job *job, PyObject *done) {
+    return send_done_to(r, job->peer, job->peer_has_na ? &job->peer_na : NULL, job->rx_bytes, &job->tx_bytes,
+                        &job->done_next, done);
+}
+
+/* ============================== jobs ============================== */
+
+static void free_partial(Partial *p) {
+    for (size_t i = 0; i < p->pieces.n; i++)
+        Py_XDECREF(p->pieces.v[i].data);
+    free(p->have);
+    ARRAY_FREE(&p->pieces);
+    free(p);
+}
+
+static void free_group_index(Job *job) {
+    free(job->ix_first);
+    free(job->ix_last);
+    free(job->ix_group);
+    job->ix_first = job->ix_last = NULL;
+    job->ix_group = NULL;
+    job->nix = 0;
+}
+
+static void free_manifest_arrays(Job *job) {
+    for (size_t i = 0; i < job->ngroups; i++) {
+        free(job->groups[i].firsts);
+        free(job->groups[i].lasts);
+    }
+    free(job->groups);
+    job->groups = NULL;
+    job->ngroups = 0;
+    free_group_index(job);
+}
+
+/* Free the partial messages (``reuse``: the map stays usable, empty). */
+static void clear_partials(Job *job, int reuse) {
+    for (uint32_t i = 0; job->partial.vals != NULL && i <= job->partial.mask; i++)
+        if (job->partial.vals[i] != 0)
+            free_partial((Partial *)job->partial.vals[i]);
+    map_free(&job->partial);
+    if (reuse)
+        map_init(&job->partial);
+}
+
+/* Free the delivered bitmap (``reuse``: the map stays usable, empty). */
+static void clear_chunks(Job *job, int reuse) {
+    for (uint32_t i = 0; job->chunks.vals != NULL && i <= job->chunks.mask; i++)
+        free((void *)job->chunks.vals[i]);
+    map_free(&job->chunks);
+    if (reuse)
+        map_init(&job->chunks);
+}
+
+void job_free(Job *job) {
+    Py_XDECREF(job->peer);
+    Py_XDECREF(job->slot.source);
+    Py_XDECREF(job->manifest);
+    Py_XDECREF(job->vector_len);
+    Py_XDECREF(job->announce_parts);
+    Py_XDECREF(job->held);
+    Py_XDECREF(job->done_datagrams);
+    Py_XDECREF(job->rejected);
+    Py_XDECREF(job->coll);
+    clear_partials(job, 0);
+    clear_chunks(job, 0);
+    free_manifest_arrays(job);
+    free(job);
+}
+
+static PyObject *source_of(PyObject *addr) {
+    PyObject *s = (PyTuple_Check(addr) && PyTuple_GET_SIZE(addr) > 0) ? PyTuple_GET_ITEM(addr, 0) : addr;
+    Py_INCREF(s);
+    return s;
+}
+
+static Job *job_new(uint32_t job_id, PyObject *peer, const NetAddr *na, double now) {
+    Job *job = calloc(1, sizeof(Job));
+    if (job == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    job->job_id = job_id;
+    job->peer = Py_NewRef(peer);
+    job->slot.source = source_of(peer);
+    if (na != NULL) {
+        job->peer_na = *na;
+        job->peer_has_na = 1;
+    }
+    job->first_at = job->last_at = job->slot.progress_at = now;
+    job->announce_cnt = -1;
+    job->announce_parts = PyDict_New();
+    job->held = PyDict_New();
+    if (job->announce_parts == NULL || job->held == NULL || map_init(&job->partial) != 0 ||
+        map_init(&job->chunks) != 0) {
+        job_free(job);
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        return NULL;
+    }
+    return job;
+}
+
+Job *receiver_find_job(Receiver *r, uint32_t job_id) {
+    if (r->last_job != NULL && r->last_job->job_id == job_id)
+        return r->last_job;
+    for (size_t i = 0; i < r->jobs.n; i++)
+        if (r->jobs.v[i]->job_id == job_id)
+            return r->last_job = r->jobs.v[i];
+    return NULL;
+}
+
+/* _Job.note_seq */
+static void note_seq(Job *job, uint32_t seq) {
+    uint32_t *f = job->seq_first, *l = job->seq_last;
+    int n = job->nseq;
+    int lo = 0, hi = n;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (seq < f[mid])
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    int i = lo - 1;
+    if (i >= 0 && l[i] >= seq)
+        return;
+    if (i >= 0 && (uint64_t)l[i] + 1 == seq) {
+        l[i] = seq;
+        if (i + 1 < n && (uint64_t)f[i + 1] == (uint64_t)seq + 1) {
+            l[i] = l[i + 1];
+            memmove(&f[i + 1], &f[i + 2], (size_t)(n - i - 2) * sizeof(uint32_t));
+            memmove(&l[i + 1], &l[i + 2], (size_t)(n - i - 2) * sizeof(uint32_t));
+            job->nseq--;
+        }
+    } else if (i + 1 < n && (uint64_t)f[i + 1] == (uint64_t)seq + 1) {
+        f[i + 1] = seq;
+    } else {
+        memmove(&f[i + 2], &f[i + 1], (size_t)(n - i - 1) * sizeof(uint32_t));
+        memmove(&l[i + 2], &l[i + 1], (size_t)(n - i - 1) * sizeof(uint32_t));
+        f[i + 1] = seq;
+        l[i + 1] = seq;
+        job->nseq++;
+        if (job->nseq > MAX_SACK_RANGES) {
+            memmove(&f[0], &f[1], (size_t)(job->nseq - 1) * sizeof(uint32_t));
+            memmove(&l[0], &l[1], (size_t)(job->nseq - 1) * sizeof(uint32_t));
+            job->nseq--;
+        }
+    }
+}
+
+/* --- the delivered bitmap (_Bitmap) --- */
+
+static inline int bm_has(Job *job, uint32_t i) {
+    const uint8_t *c = (const uint8_t *)map_get(&job->chunks, i >> CHUNK_SHIFT);
+    return c != NULL && (c[(i >> 3) & (CHUNK_RAW - 1)] >> (i & 7) & 1);
+}
+
+static inline int bm_needs_chunk(Job *job, uint32_t i) { return map_get(&job->chunks, i >> CHUNK_SHIFT) == 0; }
+
+static int bm_reserve(Job *job, uint32_t i) {
+    if (map_get(&job->chunks, i >> CHUNK_SHIFT) != 0)
+        return 0;
+    uint8_t *c = calloc(CHUNK_RAW, 1);
+    if (c == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (map_put(&job->chunks, i >> CHUNK_SHIFT, (uintptr_t)c) != 0) {
+        free(c);
+        return -1;
+    }
+    return 0;
+}
+
+static inline void bm_add(Job *job, uint32_t i) {
+    uint8_t *c = (uint8_t *)map_get(&job->chunks, i >> CHUNK_SHIFT);
+    c[(i >> 3) & (CHUNK_RAW - 1)] |= (uint8_t)(1 << (i & 7));
+}
+
+/* --- ACKs (coalesced) --- */
+
+static int flush_ack(Receiver *r, Job *job) {
+    const AtpHeader *h = &job->pending_h;
+    int ce = job->pending_ce;
+    job->pending = 0;
+    job->pending_count = 0;
+    ARRAY_REMOVE(&r->pending, job);
+    int nb = job->nseq < ATP_MAX_SACK_BLOCKS ? job->nseq : ATP_MAX_SACK_BLOCKS;
+    int64_t spare = REPLY_FACTOR * job->rx_bytes - job->tx_bytes - (ATP_HEADER_LEN + 2);
+    int64_t room = spare > 0 ? spare / 8 : 0;
+    if (nb > room) { /* tiny DATA packets: fewer blocks, never an ACK larger than REPLY_FACTOR allows */
+        if (count_replies(r, "sack_trimmed", 1) != 0)
+            return -1;
+        nb = (int)room;
+    }
+    uint8_t *p;
+    int ok = reply(r, job, ATP_HEADER_LEN + 2 + 8 * (uint32_t)nb, &p);
+    if (ok <= 0)
+        return ok;
+    AtpHeader a = {.version = ATP_VERSION, .type = PT_ACK, .flags = ce ? F_ECE : 0, .queue = h->queue,
+                   .job_id = h->job_id, .msg_id = h->msg_id, .group_id = h->group_id, .pkt_idx = h->pkt_idx,
+                   .pkt_cnt = h->pkt_cnt, .seq = h->seq, .deadline_us = ATP_NO_DEADLINE,
+                   .length = (uint16_t)(2 + 8 * nb)};
+    atp_encode(p, &a);
+    put16(p + ATP_HEADER_LEN, (uint16_t)nb);
+    for (int k = 0; k < nb; k++) {
+        put32(p + ATP_HEADER_LEN + 2 + 8 * k, job->seq_first[job->nseq - 1 - k]);
+        put32(p + ATP_HEADER_LEN + 6 + 8 * k, job->seq_last[job->nseq - 1 - k]);
+    }
+    return 0;
+}
+
+static int send_ack(Receiver *r, Job *job, const AtpHeader *h, int ce) {
+    if (job->pending && (job->pending_h.queue != h->queue || job->pending_ce != ce) && flush_ack(r, job) != 0)
+        return -1;
+    if (!job->pending) {
+        if (ARRAY_PUSH(&r->pending, job, 8) != 0)
+            return -1;
+        job->pending = 1;
+    }
+    job->pending_h = *h;
+    job->pending_ce = ce;
+    job->pending_count++;
+    if (job->pending_count >= r->ack_every)
+        return flush_ack(r, job);
+    return 0;
+}
+
+int receiver_flush_acks(Receiver *r) {
+    while (r->pending.n)
+        if (flush_ack(r, r->pending.v[0]) != 0)
+            return -1;
+    return 0;
+}
+
+/* ============================== delivery ============================== */
+
+static PyObject *message_received(uint32_t job_id, uint32_t msg_id, long group_id, PyObject *data) {
+    static const char *const names[] = {"job_id", "msg_id", "group_id", "data", NULL};
+    Py_INCREF(data);
+    PyObject *vals[] = {PyLong_FromUnsignedLong(job_id), PyLong_FromUnsignedLong(msg_id), PyLong_FromLong(group_id),
+                        data};
+    return make_frozen(R.MessageReceived, names, vals);
+}
+
+/* _hand_over */
+static int hand_over(Receiver *r, Job *job, uint32_t msg_id, long group_id, PyObject *data) {
+    if (!r->collect)
+        return events_push(&r->ev, message_received(job->job_id, msg_id, group_id, data));
+    if (job->coll == NULL) {
+        PyObject *k = PyLong_FromUnsignedLong(job->job_id);
+        if (k == NULL)
+            return -1;
+        PyObject *d = PyDict_GetItemWithError(r->collected, k);
+        if (d == NULL) {
+            if (PyErr_Occurred() || (d = PyDict_New()) == NULL || PyDict_SetItem(r->collected, k, d) != 0) {
+                Py_XDECREF(d);
+                Py_DECREF(k);
+                return -1;
+            }
+        } else {
+            Py_INCREF(d);
+        }
+        Py_DECREF(k);
+        job->coll = d;
+    }
+    PyObject *key = PyLong_FromUnsignedLong(msg_id);
+    int rc = key == NULL ? -1 : PyDict_SetItem(job->coll, key, data);
+    Py_XDECREF(key);
+    return rc;
+}
+
+static void unbuffer(Receiver *r, Job *job, long long nbytes) {
+    r->buffered -= nbytes;
+    charge(r, job, -(nbytes + PACKET_BYTES));
+}
+
+/* GroupIndex.find: position of the group listing msg_id, -1 if none */
+static int index_find(Job *job, uint32_t msg_id) {
+    size_t lo = 0, hi = job->nix;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (msg_id < job->ix_first[mid])
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    if (lo == 0)
+        return -1;
+    size_t i = lo - 1;
+    return msg_id <= job->ix_last[i] ? job->ix_group[i] : -1;
+}
+
+static void cursor_advance(MGroup *g) {
+    if (g->nxt < g->lasts[g->ri]) {
+        g->nxt++;
+    } else {
+        g->ri++;
+        g->nxt = g->ri < g->nranges ? g->firsts[g->ri] : 0;
+    }
+}
+
+/* _release_in_order */
+static int release_in_order(Receiver *r, Job *job, MGroup *g) {
+    while (g->ri < g->nranges) {
+        PyObject *key = PyLong_FromUnsignedLong(g->nxt);
+        if (key == NULL)
+            return -1;
+        PyObject *data = PyDict_GetItemWithError(job->held, key);
+        if (data == NULL) {
+            Py_DECREF(key);
+            return PyErr_Occurred() ? -1 : 0;
+        }
+        Py_INCREF(data);
+        int rc = PyDict_DelItem(job->held, key);
+        Py_DECREF(key);
+        if (rc == 0) {
+            unbuffer(r, job, PyBytes_GET_SIZE(data));
+            rc = hand_over(r, job, g->nxt, g->group_id, data);
+        }
+        Py_DECREF(data);
+        if (rc != 0)
+            return -1;
+        cursor_advance(g);
+    }
+    return 0;
+}
+
+/* _complete: a whole message (``nbytes`` and one PACKET_BYTES charged) is delivered or held */
+static int complete(Receiver *r, Job *job, uint32_t msg_id, int k, PyObject *data, long long nbytes) {
+    bm_add(job, msg_id);
+    MGroup *g = &job->groups[k];
+    g->delivered++;
+    if (!g->ordered) {
+        unbuffer(r, job, nbytes);
+        return hand_over(r, job, msg_id, g->group_id, data);
+    }
+    if (g->ri < g->nranges && g->nxt == msg_id) {
+        /* the next message of its group: held and released at once in the reference; the same, without the
+         * dict (its charge is released by the same unbuffer) */
+        unbuffer(r, job, PyBytes_GET_SIZE(data));
+        if (hand_over(r, job, msg_id, g->group_id, data) != 0)
+            return -1;
+        cursor_advance(g);
+        return PyDict_GET_SIZE(job->held) ? release_in_order(r, job, g) : 0;
+    }
+    PyObject *key = PyLong_FromUnsignedLong(msg_id);
+    int rc = key == NULL ? -1 : PyDict_SetItem(job->held, key, data);
+    Py_XDECREF(key);
+    return rc != 0 ? -1 : release_in_order(r, job, g);
+}
+
+static int duplicate(Receiver *r, Job *job, const AtpHeader *h, int ce) {
+    job->duplicates++;
+    note_seq(job, h->seq);
+    return send_ack(r, job, h, ce);
+}
+
+static int on_data(Receiver *r, Job *job, const AtpHeader *h, const uint8_t *payload, double now, int ce) {
+    if (job->manifest == NULL)
+        return drop(r, "before_announce");
+    uint32_t msg_id = h->msg_id;
+    if (msg_id >= job->total)
+        return drop(r, "msg_id_out_of_range");
+    if (h->pkt_cnt > r->max_packets)
+        return drop(r, "too_many_packets");
+    int k = index_find(job, msg_id);
+    if (k < 0 || job->groups[k].group_id != h->group_id)
+        return malformed(r, "inconsistent_message");
+    job->packets++;
+    if (bm_has(job, msg_id))
+        return duplicate(r, job, h, ce);
+    Partial *part = (Partial *)map_get(&job->partial, msg_id);
+    if (part != NULL) {
+        if (part->cnt != h->pkt_cnt)
+            return malformed(r, "inconsistent_message");
+        if (part->have[h->pkt_idx >> 3] >> (h->pkt_idx & 7) & 1)
+            return duplicate(r, job, h, ce);
+    }
+    long long n = h->length;
+    long long cost = n + PACKET_BYTES;
+    if (part == NULL) {
+        cost += h->pkt_cnt > 1 ? PARTIAL_BYTES : 0;
+        cost += bm_needs_chunk(job, msg_id) ? CHUNK_BYTES : 0;
+    }
+    if (!fits(r, job, cost))
+        return drop(r, "memory_budget");
+    charge(r, job, cost);
+    r->buffered += n;
+    job->slot.progressed = 1;
+    job->slot.progress_at = now;
+    note_seq(job, h->seq);
+    if (send_ack(r, job, h, ce) != 0)
+        return -1;
+    if (part == NULL) {
+        if (bm_reserve(job, msg_id) != 0)
+            return -1;
+        if (h->pkt_cnt == 1) {
+            PyObject *data = PyBytes_FromStringAndSize((const char *)payload, (Py_ssize_t)n);
+            if (data == NULL)
+                return -1;
+            int rc = complete(r, job, msg_id, k, data, n);
+            Py_DECREF(data);
+            return rc;
+        }
+        part = calloc(1, sizeof(Partial));
+        if (part == NULL || (part->have = calloc(((size_t)h->pkt_cnt + 7) / 8, 1)) == NULL) {
+            free(part);
+            PyErr_NoMemory();
+            return -1;
+        }
+        part->cnt = h->pkt_cnt;
+        if (map_put(&job->partial, msg_id, (uintptr_t)part) != 0) {
+            free_partial(part);
+            return -1;
+        }
+    }
+    if (ARRAY_RESERVE(&part->pieces, part->pieces.n + 1, 4) != 0)
+        return -1;
+    PyObject *chunk = PyBytes_FromStringAndSize((const char *)payload, (Py_ssize_t)n);
+    if (chunk == NULL)
+        return -1;
+    part->have[h->pkt_idx >> 3] |= (uint8_t)(1 << (h->pkt_idx & 7));
+    part->pieces.v[part->pieces.n++] = (Piece){h->pkt_idx, chunk};
+    part->nbytes += n;
+    if (part->pieces.n < part->cnt)
+        return 0;
+    map_del(&job->partial, msg_id);
+    /* b"".join(parts[i] for i in range(cnt)) */
+    PyObject *data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)part->nbytes);
+    Py_ssize_t *at = malloc(part->cnt * sizeof(Py_ssize_t));
+    if (data == NULL || at == NULL) {
+        Py_XDECREF(data);
+        free(at);
+        free_partial(part);
+        return data == NULL ? -1 : (PyErr_NoMemory(), -1);
+    }
+    for (uint32_t i = 0; i < part->cnt; i++)
+        at[part->pieces.v[i].idx] = i;
+    char *dst = PyBytes_AS_STRING(data);
+    for (uint32_t p = 0; p < part->cnt; p++) {
+        PyObject *c = part->pieces.v[at[p]].data;
+        memcpy(dst, PyBytes_AS_STRING(c), (size_t)PyBytes_GET_SIZE(c));
+        dst += PyBytes_GET_SIZE(c);
+    }
+    free(at);
+    long long nbytes = part->nbytes;
+    uint32_t cnt = part->cnt;
+    free_partial(part);
+    charge(r, job, -(PARTIAL_BYTES + (long long)(cnt - 1) * PACKET_BYTES));
+    int rc = complete(r, job, msg_id, k, data, nbytes);
+    Py_DECREF(data);
+    return rc;
+}
+
+/* ============================== freeing, finishing ============================== */
+
+static Py_ssize_t held_bytes(Job *job) {
+    Py_ssize_t pos = 0, total = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(job->held, &pos, &k, &v))
+        total += PyBytes_GET_SIZE(v);
+    return total;
+}
+
+/* _release: free buffers and bitmaps; the record (JOB_BYTES) stays charged while the job is tracked */
+static void release(Receiver *r, Job *job) {
+    long long partial_bytes = 0;
+    for (uint32_t i = 0; job->partial.vals != NULL && i <= job->partial.mask; i++)
+        if (job->partial.vals[i] != 0)
+            partial_bytes += ((Partial *)job->partial.vals[i])->nbytes;
+    r->buffered -= partial_bytes + held_bytes(job);
+    charge(r, job, JOB_BYTES - job->charged);
+    clear_partials(job, 1);
+    PyDict_Clear(job->held);
+    PyDict_Clear(job->announce_parts);
+    clear_chunks(job, 1);
+    free_group_index(job);
+}
+
+static int forget(Receiver *r, Job *job);
+
+/* _forget_oldest_finished */
+static int forget_oldest_finished(Receiver *r, Job *but, int *forgot) {
+    *forgot = 0;
+    for (size_t i = 0; i < r->finished.n; i++) {
+        Job *job = r->finished.v[i];
+        if (job != but) {
+            if (count_admission(r, "linger_dropped") != 0 || forget(r, job) != 0)
+                return -1;
+            *forgot = 1;
+            return 0;
+        }
+    }
+    return 0;
+}
+
+/* _make_room: 1 when ``job`` may be charged ``n`` more (forgetting the oldest finished jobs if that helps) */
+static int make_room(Receiver *r, Job *job, long long n) {
+    int forgot = 1;
+    while (!fits(r, job, n) && forgot)
+        if (forget_oldest_finished(r, job, &forgot) != 0)
+            return -1;
+    return fits(r, job, n);
+}
+
+/* _forget */
+static int forget(Receiver *r, Job *job) {
+    if (job->pending && flush_ack(r, job) != 0) /* what arrived is acknowledged before the job goes */
+        return -1;
+    release(r, job);
+    charge(r, job, -job->charged);
+    if (slots_remove(&r->slots, &job->slot) != 0)
+        return -1;
+    ARRAY_REMOVE(&r->finished, job);
+    ARRAY_REMOVE(&r->pending, job);
+    ARRAY_REMOVE(&r->jobs, job);
+    if (r->last_job == job)
+        r->last_job = NULL;
+    job_free(job);
+    return 0;
+}
+
+/* _abandon */
+static int abandon(Receiver *r, Job *job, const char *reason) {
+    long long delivered = 0;
+    for (size_t i = 0; i < job->ngroups; i++)
+        delivered += job->groups[i].delivered;
+    uint32_t job_id = job->job_id;
+    if (forget(r, job) != 0)
+        return -1;
+    return events_push(&r->ev, PyObject_CallFunction(R.JobAbandoned, "kLs", (unsigned long)job_id, delivered, reason));
+}
+
+/* _finish_record: the job gives up its slot and lingers to answer repeated FINs */
+static int finish_record(Receiver *r, Job *job, double now) {
+    budget_leave_slot(&r->memory, job->charged);
+    job->finished = 1;
+    job->finished_at = now;
+    if (slots_remove(&r->slots, &job->slot) != 0)
+        return -1;
+    if (ARRAY_PUSH(&r->finished, job, 8) != 0)
+        return -1;
+    while ((long long)r->finished.n > r->slots.max_jobs || r->memory.pool > r->memory.pool_limit) {
+        int forgot;
+        if (forget_oldest_finished(r, job, &forgot) != 0)
+            return -1;
+        if (!forgot) {
+            if (r->memory.pool > r->memory.pool_limit) {
+                if (count_admission(r, "linger_dropped") != 0 || forget(r, job) != 0)
+                    return -1;
+            }
+            break;
+        }
+    }
+    return 0;
+}
+
+static int reject_job(Receiver *r, Job *job, PyObject *reason, double now) {
+    Py_INCREF(reason);
+    Py_XSETREF(job->rejected, reason);
+    uint32_t job_id = job->job_id;
+    release(r, job);
+    if (finish_record(r, job, now) != 0)
+        return -1;
+    return events_push(&r->ev, PyObject_CallFunction(R.JobRejected, "kO", (unsigned long)job_id, reason));
+}
+
+/* ============================== announce, admission ============================== */
+
+static long long manifest_cost(const uint8_t *blob, Py_ssize_t len) {
+    long long n_groups = len >= 14 ? get16(blob + 12) : 0;
+    if (n_groups > len / 12)
+        n_groups = len / 12;
+    return MANIFEST_BYTES + MANIFEST_BYTES_PER_BYTE * len + MANIFEST_BYTES_PER_GROUP * n_groups;
+}
+
+/* _announce_chunk: 1 with the chunk's offset in the payload, 0 when counted and dropped, -1 on error */
+static int announce_chunk(Receiver *r, const AtpHeader *h, const uint8_t *payload) {
+    if (h->length < ANNOUNCE_PREFIX_LEN) {
+        if (malformed(r, "bad_announce") != 0)
+            return -1;
+        return 0;
+    }
+    if (r->admission_key == Py_None)
+        return 1;
+    PyObject *kw = Py_BuildValue("{s:k,s:i,s:i,s:y#,s:y#}", "job_id", (unsigned long)h->job_id, "pkt_idx",
+                                 (int)h->pkt_idx, "pkt_cnt", (int)h->pkt_cnt, "token", (const char *)payload,
+                                 (Py_ssize_t)ATP_TOKEN_LEN, "chunk", (const char *)payload + ANNOUNCE_PREFIX_LEN,
+                                 (Py_ssize_t)(h->length - ANNOUNCE_PREFIX_LEN));
+    PyObject *args = kw == NULL ? NULL : PyTuple_Pack(1, r->admission_key);
+    PyObject *want = args == NULL ? NULL : PyObject_Call(R.announce_auth, args, kw);
+    Py_XDECREF(kw);
+    Py_XDECREF(args);
+    if (want == NULL)
+        return -1;
+    int ok = PyBytes_GET_SIZE(want) == ATP_AUTH_LEN;
+    unsigned diff = 0;
+    for (int i = 0; ok && i < ATP_AUTH_LEN; i++) /* hmac.compare_digest: no early exit */
+        diff |= (unsigned)(PyBytes_AS_STRING(want)[i] ^ (char)payload[ATP_TOKEN_LEN + i]);
+    Py_DECREF(want);
+    if (!ok || diff != 0)
+        return drop(r, "bad_auth") != 0 ? -1 : 0;
+    return 1;
+}
+
+/* The manifest's groups and index into C arrays. */
+static int adopt_manifest(Job *job, PyObject *manifest) {
+    PyObject *total = PyObject_GetAttrString(manifest, "total");
+    PyObject *vlen = total == NULL ? NULL : PyObject_GetAttrString(manifest, "vector_len");
+    PyObject *groups = vlen == NULL ? NULL : PyObject_GetAttrString(manifest, "groups");
+    PyObject *index = groups == NULL ? NULL : PyObject_CallMethod(manifest, "group_index", NULL);
+    int rc = -1;
+    Py_buffer bf = {0}, bl = {0}, bg = {0};
+    if (index == NULL)
+        goto out;
+    job->total = (uint32_t)PyLong_AsUnsignedLong(total);
+    Py_ssize_t ng = PyTuple_GET_SIZE(groups);
+    job->groups = calloc(ng ? (size_t)ng : 1, sizeof(MGroup));
+    if (job->groups == NULL) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    job->ngroups = (size_t)ng;
+    for (Py_ssize_t k = 0; k < ng; k++) {
+        PyObject *g = PyTuple_GET_ITEM(groups, k);
+        MGroup *mg = &job->groups[k];
+        long long gid, count;
+        double msr;
+        if (cfg_int(g, "group_id", &gid) || cfg_double(g, "msr", &msr) || cfg_int(g, "count", &count))
+            goto out;
+        mg->group_id = (uint16_t)gid;
+        mg->msr = msr;
+        mg->count = (uint32_t)count;
+        mg->ordered = msr >= 1.0;
+        PyObject *fa = PyObject_GetAttrString(g, "firsts"), *la = fa == NULL ? NULL : PyObject_GetAttrString(g, "lasts");
+        Py_buffer f1 = {0}, l1 = {0};
+        int bad = la == NULL || PyObject_GetBuffer(fa, &f1, PyBUF_FORMAT) != 0;
+        if (!bad && PyObject_GetBuffer(la, &l1, PyBUF_FORMAT) != 0) {
+            PyBuffer_Release(&f1);
+            bad = 1;
+        }
+        Py_XDECREF(fa);
+        Py_XDECREF(la);
+        if (bad)
+            goto out;
+        mg->nranges = (uint32_t)(f1.len / f1.itemsize);
+        mg->firsts = malloc((mg->nranges ? mg->nranges : 1) * sizeof(uint32_t));
+        mg->lasts = malloc((mg->nranges ? mg->nranges : 1) * sizeof(uint32_t));
+        if (mg->firsts == NULL || mg->lasts == NULL || f1.itemsize != 4 || l1.itemsize != 4) {
+            PyBuffer_Release(&f1);
+            PyBuffer_Release(&l1);
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_RuntimeError, "manifest ranges are not 32-bit arrays");
+            goto out;
+        }
+        memcpy(mg->firsts, f1.buf, mg->nranges * sizeof(uint32_t));
+        memcpy(mg->lasts, l1.buf, mg->nranges * sizeof(uint32_t));
+        PyBuffer_Release(&f1);
+        PyBuffer_Release(&l1);
+        if (mg->ordered) {
+            mg->ri = 0;
+            mg->nxt = mg->nranges ? mg->firsts[0] : 0;
+        }
+    }
+    PyObject *fa = PyObject_GetAttrString(index, "firsts"), *la = PyObject_GetAttrString(index, "lasts"),
+             *ga = PyObject_GetAttrString(index, "group");
+    int bad = fa == NULL || la == NULL || ga == NULL || PyObject_GetBuffer(fa, &bf, PyBUF_FORMAT) != 0;
+    if (!bad && PyObject_GetBuffer(la, &bl, PyBUF_FORMAT) != 0)
+        bad = 1;
+    if (!bad && PyObject_GetBuffer(ga, &bg, PyBUF_FORMAT) != 0)
+        bad = 1;
+    Py_XDECREF(fa);
+    Py_XDECREF(la);
+    Py_XDECREF(ga);
+    if (bad)
+        goto out;
+    job->nix = (size_t)(bf.len / 4);
+    job->ix_first = malloc((job->nix ? job->nix : 1) * sizeof(uint32_t));
+    job->ix_last = malloc((job->nix ? job->nix : 1) * sizeof(uint32_t));
+    job->ix_group = malloc((job->nix ? job->nix : 1) * sizeof(uint16_t));
+    if (job->ix_first == NULL || job->ix_last == NULL || job->ix_group == NULL || bg.itemsize != 2) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "unexpected manifest index arrays");
+        goto out;
+    }
+    memcpy(job->ix_first, bf.buf, job->nix * sizeof(uint32_t));
+    memcpy(job->ix_last, bl.buf, job->nix * sizeof(uint32_t));
+    memcpy(job->ix_group, bg.buf, job->nix * sizeof(uint16_t));
+    Py_INCREF(manifest);
+    job->manifest = manifest;
+    Py_INCREF(vlen);
+    job->vector_len = vlen;
+    rc = 0;
+out:
+    if (bf.obj)
+        PyBuffer_Release(&bf);
+    if (bl.obj)
+        PyBuffer_Release(&bl);
+    if (bg.obj)
+        PyBuffer_Release(&bg);
+    Py_XDECREF(total);
+    Py_XDECREF(vlen);
+    Py_XDECREF(groups);
+    Py_XDECREF(index);
+    if (rc != 0)
+        free_manifest_arrays(job);
+    return rc;
+}
+
+static int on_announce(Receiver *r, Job *job, const AtpHeader *h, const uint8_t *chunk, Py_ssize_t clen,
+                       double now) {
+    if (job->announce_cnt >= 0 && h->pkt_cnt != job->announce_cnt)
+        return malformed(r, "inconsistent_announce");
+    PyObject *key = PyLong_FromLong(h->pkt_idx);
+    if (key == NULL)
+        return -1;
+    int have = PyDict_Contains(job->announce_parts, key);
+    if (have < 0) {
+        Py_DECREF(key);
+        return -1;
+    }
+    if (job->manifest != NULL || have) {
+        Py_DECREF(key);
+        return duplicate(r, job, h, 0);
+    }
+    long long cost = clen + PACKET_BYTES;
+    if (!fits(r, job, cost)) {
+        Py_DECREF(key);
+        return drop(r, "memory_budget");
+    }
+    if (PyDict_GET_SIZE(job->announce_parts) + 1 == h->pkt_cnt) { /* completes the manifest: decode it now? */
+        long long size = clen;
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        while (PyDict_Next(job->announce_parts, &pos, &k, &v))
+            size += PyBytes_GET_SIZE(v);
+        PyObject *ok = PyObject_CallMethod(r->manifest_rate, "take", "OLd", job->slot.source, size, now);
+        if (ok == NULL) {
+            Py_DECREF(key);
+            return -1;
+        }
+        int allowed = PyObject_IsTrue(ok);
+        Py_DECREF(ok);
+        if (allowed <= 0) {
+            Py_DECREF(key);
+            return allowed < 0 ? -1 : drop(r, "manifest_rate");
+        }
+    }
+    charge(r, job, cost);
+    note_seq(job, h->seq);
+    job->announce_cnt = h->pkt_cnt;
+    PyObject *part = PyBytes_FromStringAndSize((const char *)chunk, clen);
+    int rc = part == NULL ? -1 : PyDict_SetItem(job->announce_parts, key, part);
+    Py_XDECREF(part);
+    Py_DECREF(key);
+    if (rc != 0)
+        return -1;
+    job->slot.progress_at = now;
+    if (send_ack(r, job, h, 0) != 0)
+        return -1;
+    if (PyDict_GET_SIZE(job->announce_parts) < h->pkt_cnt)
+        return 0;
+    PyObject *list = PyList_New(h->pkt_cnt);
+    if (list == NULL)
+        return -1;
+    for (long i = 0; i < h->pkt_cnt; i++) {
+        PyObject *k = PyLong_FromLong(i);
+        PyObject *v = k == NULL ? NULL : PyDict_GetItemWithError(job->announce_parts, k);
+        Py_XDECREF(k);
+        if (v == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_KeyError, "%ld", i);
+            Py_DECREF(list);
+            return -1;
+        }
+        Py_INCREF(v);
+        PyList_SET_ITEM(list, i, v);
+    }
+    PyObject *empty = PyBytes_FromStringAndSize(NULL, 0);
+    PyObject *blob = empty == NULL ? NULL : _PyBytes_Join(empty, list);
+    Py_XDECREF(empty);
+    Py_DECREF(list);
+    if (blob == NULL)
+        return -1;
+    long long mcost = manifest_cost((const uint8_t *)PyBytes_AS_STRING(blob), PyBytes_GET_SIZE(blob));
+    int room = make_room(r, job, mcost);
+    if (room <= 0) {
+        Py_DECREF(blob);
+        if (room < 0 || drop(r, "memory_budget") != 0)
+            return -1;
+        PyObject *why = PyUnicode_FromString("announce does not fit the receiver's memory budget (memory_budget_bytes)");
+        rc = why == NULL ? -1 : reject_job(r, job, why, now);
+        Py_XDECREF(why);
+        return rc;
+    }
+    charge(r, job, mcost);
+    charge(r, job, -(PyBytes_GET_SIZE(blob) + (long long)h->pkt_cnt * PACKET_BYTES));
+    PyDict_Clear(job->announce_parts);
+    PyObject *kw = Py_BuildValue("{s:L}", "max_messages", r->max_messages);
+    PyObject *args = kw == NULL ? NULL : PyTuple_Pack(1, blob);
+    PyObject *manifest = args == NULL ? NULL : PyObject_Call(R.Manifest_decode, args, kw);
+    Py_XDECREF(kw);
+    Py_XDECREF(args);
+    Py_DECREF(blob);
+    if (manifest == NULL) {
+        if (!PyErr_ExceptionMatches(R.MalformedPacket))
+            return -1;
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        PyErr_NormalizeException(&type, &value, &tb);
+        PyObject *reason = PyObject_GetAttrString(value, "reason"), *text = PyObject_Str(value);
+        Py_XDECREF(type);
+        Py_XDECREF(tb);
+        Py_XDECREF(value);
+        rc = -1;
+        if (reason != NULL && text != NULL) {
+            const char *rs = PyUnicode_AsUTF8(reason);
+            rc = rs == NULL || malformed(r, rs) != 0 ? -1 : reject_job(r, job, text, now);
+        }
+        Py_XDECREF(reason);
+        Py_XDECREF(text);
+        return rc;
+    }
+    rc = adopt_manifest(job, manifest);
+    Py_DECREF(manifest);
+    return rc;
+}
+
+static int retry(Receiver *r, const AtpHeader *h, PyObject *addr, const NetAddr *na, double now) {
+    if (count_admission(r, "retries") != 0)
+        return -1;
+    PyObject *token = PyObject_CallMethod(r->tokens, "mint", "kOd", (unsigned long)h->job_id, addr, now);
+    if (token == NULL)
+        return -1;
+    if (!PyBytes_Check(token) || PyBytes_GET_SIZE(token) != ATP_TOKEN_LEN) {
+        Py_DECREF(token);
+        PyErr_SetString(PyExc_RuntimeError, "TokenMinter.mint returned an unexpected token");
+        return -1;
+    }
+    int ok = out_room(r, ATP_HEADER_LEN + ATP_TOKEN_LEN);
+    if (ok <= 0) {
+        Py_DECREF(token);
+        return ok;
+    }
+    uint8_t *p = out_add_to(r, addr, na, ATP_HEADER_LEN + ATP_TOKEN_LEN);
+    if (p == NULL || count_replies(r, "retry_bytes", ATP_HEADER_LEN + ATP_TOKEN_LEN) != 0 ||
+        count_replies(r, "announce_bytes", ATP_HEADER_LEN + h->length) != 0) {
+        Py_DECREF(token);
+        return -1;
+    }
+    AtpHeader rh = {.version = ATP_VERSION, .type = PT_RETRY, .queue = ATP_QUEUE_UNSET, .job_id = h->job_id,
+                    .msg_id = h->msg_id, .pkt_idx = h->pkt_idx, .pkt_cnt = h->pkt_cnt, .seq = h->seq,
+                    .deadline_us = ATP_NO_DEADLINE, .length = ATP_TOKEN_LEN};
+    atp_encode(p, &rh);
+    memcpy(p + ATP_HEADER_LEN, PyBytes_AS_STRING(token), ATP_TOKEN_LEN);
+    Py_DECREF(token);
+    return 0;
+}
+
+/* _on_new_announce: RETRY, admit, or drop; ``addr`` is the Python address (built by the caller) */
+static int on_new_announce(Receiver *r, const AtpHeader *h, const uint8_t *payload, PyObject *addr,
+                           const NetAddr *na, double now) {
+    if (r->accept_jobs != Py_None) {
+        long long limit = PyLong_AsLongLong(r->accept_jobs);
+        if (limit == -1 && PyErr_Occurred())
+            return -1;
+        if (r->jobs_seen >= limit)
+            return drop(r, "not_accepting_jobs");
+    }
+    int ok = announce_chunk(r, h, payload);
+    if (ok <= 0)
+        return ok;
+    PyObject *source = source_of(addr);
+    const char *refusal, *why;
+    SlotHolder *holder;
+    int rc = slots_choose(&r->slots, source, now, &refusal, &holder, &why);
+    Job *victim = (Job *)holder; /* a Job starts with its SlotHolder */
+    Py_DECREF(source);
+    if (rc != 0)
+        return -1;
+    if (refusal != NULL)
+        return drop(r, refusal);
+    int zero = 1;
+    for (int i = 0; i < ATP_TOKEN_LEN; i++)
+        if (payload[i])
+            zero = 0;
+    if (zero)
+        return retry(r, h, addr, na, now);
+    PyObject *token = PyBytes_FromStringAndSize((const char *)payload, ATP_TOKEN_LEN);
+    PyObject *bad = token == NULL ? NULL
+                  : PyObject_CallMethod(r->tokens, "check", "OkOd", token, (unsigned long)h->job_id, addr, now);
+    Py_XDECREF(token);
+    if (bad == NULL)
+        return -1;
+    if (bad != Py_None) {
+        const char *reason = PyUnicode_AsUTF8(bad);
+        rc = reason == NULL || drop(r, reason) != 0 ? -1 : retry(r, h, addr, na, now);
+        Py_DECREF(bad);
+        return rc;
+    }
+    Py_DECREF(bad);
+    Job *job = job_new(h->job_id, addr, na, now);
+    if (job == NULL)
+        return -1;
+    int room = make_room(r, job, JOB_BYTES);
+    if (room <= 0) {
+        job_free(job);
+        return room < 0 ? -1 : drop(r, "memory_budget");
+    }
+    if (victim != NULL) {
+        char what[32];
+        snprintf(what, sizeof what, "evicted_%s", why);
+        if (count_admission(r, what) != 0 || abandon(r, victim, why) != 0) {
+            job_free(job);
+            return -1;
+        }
+    }
+    if (ARRAY_PUSH(&r->jobs, job, 8) != 0) {
+        job_free(job);
+        return -1;
+    }
+    r->last_job = job;
+    job->rx_bytes = ATP_HEADER_LEN + h->length; /* the announce that admitted it */
+    if (count_replies(r, "request_bytes", job->rx_bytes) != 0)
+        return -1;
+    charge(r, job, JOB_BYTES);
+    if (slots_add(&r->slots, &job->slot) != 0)
+        return -1;
+    r->jobs_seen++;
+    if (count_admission(r, "admitted") != 0)
+        return -1;
+    return on_announce(r, job, h, payload + ANNOUNCE_PREFIX_LEN, h->length - ANNOUNCE_PREFIX_LEN, now);
+}
+
+/* ============================== FIN, DONE ============================== */
+
+static int on_fin(Receiver *r, Job *job, const AtpHeader *h, double now) {
+    if (job->manifest == NULL)
+        return drop(r, "fin_before_announce");
+    /* an MSR = 1 group should have no gaps; if it has, hand over what is held anyway, in order */
+    PyObject *keys = PyDict_Keys(job->held);
+    if (keys == NULL || PyList_Sort(keys) != 0) {
+        Py_XDECREF(keys);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys); i++) {
+        PyObject *k = PyList_GET_ITEM(keys, i);
+        PyObject *data = PyDict_GetItem(job->held, k);
+        Py_INCREF(data);
+        PyDict_DelItem(job->held, k);
+        unbuffer(r, job, PyBytes_GET_SIZE(data));
+        uint32_t msg_id = (uint32_t)PyLong_AsUnsignedLong(k);
+        int gk = index_find(job, msg_id);
+        int rc = hand_over(r, job, msg_id, gk >= 0 ? job->groups[gk].group_id : 0, data);
+        Py_DECREF(data);
+        if (rc != 0) {
+            Py_DECREF(keys);
+            return -1;
+        }
+    }
+    Py_DECREF(keys);
+    /* lost = delivered.missing_ranges(total): flat first, end pairs, adjacent runs merged */
+    ARRAY(uint32_t) lost = {0};
+#define GAP(a, b)                                                                                        \
+    do {                                                                                                 \
+        uint32_t _a = (uint32_t)(a), _b = (uint32_t)(b);                                                 \
+        if (_a < _b) {                                                                                   \
+            if (lost.n && lost.v[lost.n - 1] == _a)                                                      \
+                lost.v[lost.n - 1] = _b;                                                                 \
+            else if (ARRAY_PUSH(&lost, _a, 64) != 0 || ARRAY_PUSH(&lost, _b, 64) != 0)                   \
+                goto out;                                                                                \
+        }                                                                                                \
+    } while (0)
+    PyObject *lost_ranges = NULL, *groups = NULL, *result = NULL, *done = NULL;
+    int rc = -1;
+    for (uint64_t base = 0; base < job->total; base += CHUNK_BITS) {
+        const uint8_t *c = (const uint8_t *)map_get(&job->chunks, (uint32_t)(base >> CHUNK_SHIFT));
+        uint64_t end = base + CHUNK_BITS < job->total ? base + CHUNK_BITS : job->total;
+        if (c == NULL) {
+            GAP(base, end);
+            continue;
+        }
+        for (uint64_t i = base; i < end; i++)
+            if (!(c[(i >> 3) & (CHUNK_RAW - 1)] >> (i & 7) & 1))
+                GAP(i, i + 1);
+    }
+#undef GAP
+    size_t nranges = lost.n / 2;
+    lost_ranges = PyTuple_New((Py_ssize_t)nranges);
+    groups = PyTuple_New((Py_ssize_t)job->ngroups);
+    if (lost_ranges == NULL || groups == NULL)
+        goto out;
+    for (size_t i = 0; i < nranges; i++) {
+        PyObject *v = Py_BuildValue("(kk)", (unsigned long)lost.v[2 * i], (unsigned long)lost.v[2 * i + 1]);
+        if (v == NULL)
+            goto out;
+        PyTuple_SET_ITEM(lost_ranges, (Py_ssize_t)i, v);
+    }
+    for (size_t g = 0; g < job->ngroups; g++) {
+        PyObject *gr = PyObject_CallFunction(R.GroupResult, "idIL", (int)job->groups[g].group_id, job->groups[g].msr,
+                                             job->groups[g].count, (long long)job->groups[g].delivered);
+        if (gr == NULL)
+            goto out;
+        PyTuple_SET_ITEM(groups, (Py_ssize_t)g, gr);
+    }
+    PyObject *kw = Py_BuildValue("{s:k,s:O,s:k,s:O,s:O,s:O,s:L,s:L,s:d,s:d}", "job_id", (unsigned long)job->job_id,
+                                 "peer", job->peer, "total", (unsigned long)job->total, "vector_len", job->vector_len,
+                                 "lost_ranges", lost_ranges, "groups", groups, "packets", (long long)job->packets,
+                                 "duplicates", (long long)job->duplicates, "first_packet_at", job->first_at,
+                                 "finished_at", now);
+    if (kw == NULL)
+        goto out;
+    result = PyObject_Call(R.JobResult, R.empty_tuple, kw);
+    Py_DECREF(kw);
+    if (result == NULL)
+        goto out;
+    /* wire.encode_done_payloads + encode_done: n:u32, then n ranges (first, end) */
+    long long per = (r->max_payload - 4) / 8;
+    if (per < 1) {
+        PyErr_Format(PyExc_ValueError, "max_payload %lld cannot carry a DONE part", r->max_payload);
+        goto out;
+    }
+    if ((long long)nranges > per * 0xFFFF) {
+        PyErr_Format(PyExc_ValueError, "%zu lost ranges need more than 65535 DONE parts", nranges);
+        goto out;
+    }
+    size_t nparts = nranges ? (nranges + (size_t)per - 1) / (size_t)per : 1;
+    done = PyList_New((Py_ssize_t)nparts);
+    if (done == NULL)
+        goto out;
+    long long kept = 0;
+    for (size_t p = 0; p < nparts; p++) {
+        size_t a = p * (size_t)per, b = a + (size_t)per < nranges ? a + (size_t)per : nranges;
+        size_t plen = 4 + 8 * (b - a);
+        PyObject *d = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(ATP_HEADER_LEN + plen));
+        if (d == NULL)
+            goto out;
+        uint8_t *o = (uint8_t *)PyBytes_AS_STRING(d);
+        AtpHeader dh = {.version = ATP_VERSION, .type = PT_DONE, .queue = ATP_QUEUE_UNSET, .job_id = job->job_id,
+                        .pkt_idx = (uint16_t)p, .pkt_cnt = (uint16_t)nparts, .seq = h->seq,
+                        .deadline_us = ATP_NO_DEADLINE, .length = (uint16_t)plen};
+        atp_encode(o, &dh);
+        put32(o + ATP_HEADER_LEN, (uint32_t)(b - a));
+        for (size_t i = a; i < b; i++) {
+            put32(o + ATP_HEADER_LEN + 4 + 8 * (i - a), lost.v[2 * i]);
+            put32(o + ATP_HEADER_LEN + 8 + 8 * (i - a), lost.v[2 * i + 1]);
+        }
+        PyList_SET_ITEM(done, (Py_ssize_t)p, d);
+        kept += (long long)(ATP_HEADER_LEN + plen) + DONE_BYTES_PER_PART;
+    }
+    uint32_t job_id = job->job_id;
+    PyObject *peer = job->peer;
+    Py_INCREF(peer);
+    NetAddr na = job->peer_na;
+    int has_na = job->peer_has_na;
+    int64_t rx = job->rx_bytes, tx = job->tx_bytes;
+    size_t next = job->done_next;
+    release(r, job);
+    if (finish_record(r, job, now) != 0) {
+        Py_DECREF(peer);
+        goto out;
+    }
+    Job *still = receiver_find_job(r, job_id); /* finish_record may have forgotten it */
+    int room = still == NULL ? 0 : make_room(r, job, kept);
+    if (room < 0) {
+        Py_DECREF(peer);
+        goto out;
+    }
+    still = receiver_find_job(r, job_id);
+    if (still != NULL && room) {
+        charge(r, job, kept);
+        Py_INCREF(done);
+        job->done_datagrams = done;
+    } else if (count_admission(r, "done_not_kept") != 0) {
+        Py_DECREF(peer);
+        goto out;
+    }
+    if (still != NULL && job->pending && flush_ack(r, job) != 0) { /* the data's ACKs before the DONE */
+        Py_DECREF(peer);
+        goto out;
+    }
+    if (still != NULL)
+        rc = send_done(r, job, done);
+    else
+        rc = send_done_to(r, peer, has_na ? &na : NULL, rx, &tx, &next, done);
+    Py_DECREF(peer);
+    if (rc == 0) {
+        Py_INCREF(result);
+        rc = events_push(&r->ev, PyObject_CallOneArg(R.JobFinished, result));
+        Py_DECREF(result);
+    }
+out:
+    Py_XDECREF(result);
+    Py_XDECREF(done);
+    Py_XDECREF(lost_ranges);
+    Py_XDECREF(groups);
+    ARRAY_FREE(&lost);
+    return rc;
+}
+
+/* ============================== receive_datagram ============================== */
+
+/* ``addr``: the Python address, or NULL with ``na`` (from a socket; built only when needed) */
+int receiver_receive(Receiver *r, const uint8_t *data, size_t len, PyObject *addr, const NetAddr *na, int ce,
+                     double now) {
+    r->datagrams++;
+    AtpHeader h;
+    const char *reason;
+    if (atp_decode(data, len, &h, &reason) != 0)
+        return malformed(r, reason);
+    if (h.type != PT_DATA)
+        return malformed(r, "not_data");
+    if (h.job_id == 0)
+        return malformed(r, "job_zero");
+    Job *job = receiver_find_job(r, h.job_id);
+    const uint8_t *payload = data + ATP_HEADER_LEN;
+    if (job == NULL) {
+        if (h.msg_id == ANNOUNCE_MSG_ID) {
+            PyObject *a = addr;
+            if (a == NULL && (a = addr_to_py(na)) == NULL)
+                return -1;
+            int rc = on_new_announce(r, &h, payload, a, na, now);
+            if (addr == NULL)
+                Py_DECREF(a);
+            return rc;
+        }
+        return drop(r, h.msg_id == FIN_MSG_ID ? "fin_for_unknown_job" : "unknown_job");
+    }
+    int same;
+    if (addr != NULL) {
+        same = PyObject_RichCompareBool(job->peer, addr, Py_EQ);
+        if (same < 0)
+            return -1;
+    } else if (job->peer_has_na) {
+        same = netaddr_eq(&job->peer_na, na);
+    } else { /* admitted through receive_datagram, now fed from a socket */
+        PyObject *a = addr_to_py(na);
+        if (a == NULL)
+            return -1;
+        same = PyObject_RichCompareBool(job->peer, a, Py_EQ);
+        Py_DECREF(a);
+        if (same < 0)
+            return -1;
+    }
+    if (!same)
+        return drop(r, "wrong_source");
+    job->rx_bytes += (int64_t)len;
+    if (count_replies(r, "request_bytes", (long long)len) != 0)
+        return -1;
+    if (job->finished) {
+        if (job->rejected != NULL)
+            return drop(r, "job_rejected");
+        if (h.msg_id != FIN_MSG_ID)
+            return drop(r, "job_finished");
+        if (job->done_datagrams == NULL)
+            return drop(r, "done_not_kept");
+        return send_done(r, job, job->done_datagrams);
+    }
+    job->last_at = now;
+    if (h.msg_id == FIN_MSG_ID)
+        return on_fin(r, job, &h, now);
+    if (h.msg_id == ANNOUNCE_MSG_ID) {
+        int ok = announce_chunk(r, &h, payload);
+        if (ok <= 0)
+            return ok;
+        return on_announce(r, job, &h, payload + ANNOUNCE_PREFIX_LEN, h.length - ANNOUNCE_PREFIX_LEN, now);
+    }
+    return on_data(r, job, &h, payload, now, ce);
+}
+
+/* ============================== timers ============================== */
+
+int receiver_timer_at(Receiver *r, double *out) {
+    if (r->jobs.n == 0)
+        return 1;
+    double best = 0.0;
+    for (size_t i = 0; i < r->jobs.n; i++) {
+        Job *job = r->jobs.v[i];
+        double t = job->finished ? job->finished_at + r->linger_s : job->last_at + r->idle_timeout_s;
+        if (i == 0 || t < best)
+            best = t;
+    }
+    *out = best;
+    return 0;
+}
+
+int receiver_handle_timer(Receiver *r, double now) {
+    /* over a snapshot of the jobs, as list(self.jobs.items()); a job forgotten meanwhile is skipped */
+    size_t n = r->jobs.n;
+    uint32_t *ids = malloc((n ? n : 1) * sizeof(uint32_t));
+    if (ids == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++)
+        ids[i] = r->jobs.v[i]->job_id;
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        Job *job = receiver_find_job(r, ids[i]);
+        if (job == NULL)
+            continue;
+        if (job->finished) {
+            if (now >= job->finished_at + r->linger_s)
+                rc = forget(r, job);
+        } else if (now >= job->last_at + r->idle_timeout_s) {
+            rc = abandon(r, job, "idle");
+        }
+    }
+    free(ids);
+    return rc;
+}

@@ -1,0 +1,139 @@
+/* The ATP receiver in C (hostlib/receiver.py is the specification, function for function): its state, and the
+ * protocol the Python type (receiver_type.c) drives. Per packet: decode, job and source checks, the group index,
+ * duplicate suppression (the chunked delivered bitmap), reassembly, the memory budget, delivery, ACK coalescing.
+ * Who gets a job slot and memory is admission.h's; rare paths keep Python objects: admission tokens
+ * (admission.TokenMinter), the announce's signature check and the manifest decode (control.announce_auth,
+ * control.Manifest.decode). */
+#ifndef NETAPPROX_RECEIVER_H
+#define NETAPPROX_RECEIVER_H
+
+#include "admission.h"
+#include "buf.h"
+#include "events.h"
+#include "map.h"
+#include "netio.h"
+#include "py.h"
+#include "wire.h"
+
+#define MAX_SACK_RANGES 64
+#define CHUNK_SHIFT 10
+#define CHUNK_BITS (1 << CHUNK_SHIFT)
+#define CHUNK_RAW (CHUNK_BITS / 8)
+
+/* the budget's charges, read from hostlib/receiver.py when the first receiver is made (receiver.JOB_BYTES, ...) */
+extern long long JOB_BYTES, CHUNK_BYTES, PARTIAL_BYTES, PACKET_BYTES, MANIFEST_BYTES, MANIFEST_BYTES_PER_BYTE,
+    MANIFEST_BYTES_PER_GROUP, DONE_BYTES_PER_PART, OUT_BYTES, OUT_QUEUE_SHARE, REPLY_FACTOR;
+
+/* one packet of an incomplete message, in arrival order */
+typedef struct {
+    uint16_t idx;
+    PyObject *data; /* its payload (bytes) */
+} Piece;
+
+/* _Partial: an incomplete multi-packet message */
+typedef struct {
+    uint32_t cnt;
+    int64_t nbytes;
+    uint8_t *have; /* cnt bits */
+    ARRAY(Piece) pieces;
+} Partial;
+
+/* a group of the job's manifest, with its delivery count and (MSR = 1: in id order) its cursor */
+typedef struct {
+    uint16_t group_id;
+    double msr;
+    uint32_t count;
+    uint32_t *firsts, *lasts; /* the group's id ranges */
+    uint32_t nranges;
+    int ordered;
+    uint32_t ri, nxt; /* cursor (ordered groups) */
+    int64_t delivered;
+} MGroup;
+
+/* _Job; starts with what the slot table reads (source, progressed, progress_at) */
+typedef struct Job {
+    SlotHolder slot;
+    uint32_t job_id;
+    PyObject *peer;
+    NetAddr peer_na;
+    int peer_has_na;
+    double first_at, last_at;
+    PyObject *manifest; /* control.Manifest or NULL */
+    uint32_t total;
+    PyObject *vector_len;
+    MGroup *groups;
+    size_t ngroups;
+    uint32_t *ix_first, *ix_last; /* the manifest's GroupIndex: every range in id order, its group */
+    uint16_t *ix_group;
+    size_t nix;
+    PyObject *announce_parts; /* dict idx -> bytes */
+    long announce_cnt;        /* -1: None */
+    U32Map partial;           /* msg_id -> Partial* */
+    U32Map chunks;            /* delivered bitmap: chunk index -> uint8_t[CHUNK_RAW] */
+    PyObject *held;           /* dict msg_id -> bytes */
+    uint32_t seq_first[MAX_SACK_RANGES + 1], seq_last[MAX_SACK_RANGES + 1];
+    int nseq;
+    int64_t packets, duplicates, charged;
+    PyObject *done_datagrams; /* list of bytes or NULL */
+    int finished;
+    double finished_at;
+    PyObject *rejected; /* str or NULL */
+    PyObject *coll;     /* collect_messages: this job's dict in Receiver.collected, or NULL */
+    int pending;        /* ACK coalescing: the newest packet not yet acknowledged */
+    AtpHeader pending_h;
+    int pending_ce;
+    long pending_count;
+    int64_t rx_bytes, tx_bytes; /* bytes its sender sent us, reply bytes sent for it (REPLY_FACTOR) */
+    size_t done_next;           /* the DONE part a repeated FIN resends first */
+} Job;
+
+typedef ARRAY(Job *) JobList;
+
+/* an outgoing datagram: ``len`` bytes at ``off`` of Receiver.obuf, to ``peer`` (and its socket address) */
+typedef struct {
+    size_t off;
+    uint32_t len;
+    PyObject *peer;
+    NetAddr na;
+    int has_na;
+} OutItem;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *config, *accept_jobs, *malformed, *dropped, *admission, *tokens, *collected;
+    PyObject *replies;       /* collections.Counter: amplification (receiver.py's ``replies``) */
+    PyObject *manifest_rate; /* admission.SourceRate: manifest bytes decoded per source and second */
+    long long out_charged;   /* what the outgoing datagrams hold (OUT_BYTES each on top of their length) */
+    long long out_limit;     /* receiver.py's out_limit */
+    long long max_messages, max_packets, max_payload, ack_every;
+    double linger_s, idle_timeout_s;
+    PyObject *admission_key; /* bytes or None */
+    long long jobs_seen, buffered, datagrams;
+    int collect;
+    JobList jobs; /* in the order they were admitted (the reference's dict order) */
+    Job *last_job;
+    JobList finished; /* finished jobs kept for repeated FINs, in the order they finished */
+    JobList pending;  /* jobs with an ACK waiting, in the order their first packet arrived */
+    SlotTable slots;
+    MemoryBudget memory;
+    ARRAY(uint8_t) obuf;
+    ARRAY(OutItem) out;
+    EventQueue ev;
+    /* socket I/O */
+    SendBatch batch;
+    RecvRing ring;
+} Receiver;
+
+/* receive_datagram: ``addr`` the Python address, or NULL with ``na`` (from a socket; built only when needed) */
+int receiver_receive(Receiver *r, const uint8_t *data, size_t len, PyObject *addr, const NetAddr *na, int ce,
+                     double now);
+/* Every waiting ACK into the outgoing datagrams (datagrams_to_send sends them now). */
+int receiver_flush_acks(Receiver *r);
+void receiver_out_clear(Receiver *r);
+/* get_timer: 0 and *out, or 1 for None. */
+int receiver_timer_at(Receiver *r, double *out);
+int receiver_handle_timer(Receiver *r, double now);
+Job *receiver_find_job(Receiver *r, uint32_t job_id);
+void job_free(Job *job);
+
+#endif

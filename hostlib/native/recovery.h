@@ -1,0 +1,62 @@
+/* Loss detection and accounting for the sender (hostlib/recovery.py): RTT estimation, the packets in flight and
+ * those declared lost (ordered by sequence number, as recovery.py's OrderedDicts), the packet, time and tail
+ * thresholds. Its listener is the rate controller (rate.h), told about every packet sent, acknowledged or
+ * lost, in recovery.py's order. */
+#ifndef NETAPPROX_RECOVERY_H
+#define NETAPPROX_RECOVERY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "map.h"
+#include "rate.h"
+#include "wire.h"
+
+/* recovery.SentPacket */
+typedef struct {
+    uint32_t seq, msg_id, pkt_idx, size;
+    int32_t group_id; /* -1: None (a control packet, or one rate control does not count) */
+    uint8_t retx;
+    double sent_time;
+} SentPkt;
+
+typedef ARRAY(SentPkt) SentPkts;
+
+/* Packets by sequence number in the order they were added (collections.OrderedDict semantics). */
+typedef struct {
+    ARRAY(struct PNode) nodes; /* storage; free nodes chained through ``next`` from free_head */
+    int32_t free_head, head, tail;
+    size_t len;
+    U32Map index; /* seq -> node index + 1 */
+} PacketMap;
+
+typedef struct {
+    double srtt, rttvar, latest_rtt, min_rtt, min_loss_timeout_s;
+    int has_rtt_sample;
+    int64_t largest_acked;
+    long long reorder_threshold;
+    PacketMap in_flight, declared_lost;
+    int64_t packets_acked, packets_lost, late_acks;
+    int64_t lost_reorder, lost_time, lost_tail; /* LossRecovery.lost_by */
+    SentPkts acked, late, lost;                 /* what the last on_ack / detect_lost found */
+    RateCtl *rate;                              /* the listener */
+} Recovery;
+
+/* LossRecovery(initial_rtt_s=..., reorder_threshold=..., min_loss_timeout_s=..., listeners=[rate]): 0, or -1
+ * (no Python error set: the caller reports the MemoryError). */
+int recovery_init(Recovery *r, double initial_rtt_s, long long reorder_threshold, double min_loss_timeout_s,
+                  RateCtl *rate);
+void recovery_free(Recovery *r);
+double recovery_tail_timeout(const Recovery *r);
+/* loss_deadline(): 1 and *out, or 0 for None (nothing in flight). */
+int recovery_loss_deadline(const Recovery *r, double *out);
+/* on_packet_sent: 0, or -1 with MemoryError set. */
+int recovery_on_sent(Recovery *r, const SentPkt *p);
+/* on_ack_received: r->acked holds the newly acknowledged packets, then the late ones; r->lost the newly lost.
+ * 0, or -1 with MemoryError set. */
+int recovery_on_ack(Recovery *r, uint32_t seq, const SackBlock *blocks, int nblocks, double now);
+/* detect_lost: r->lost. 0, or -1 with MemoryError set. */
+int recovery_detect_lost(Recovery *r, double now);
+
+#endif

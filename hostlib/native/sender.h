@@ -1,0 +1,135 @@
+/* The ATP sender in C (hostlib/sender.py is the specification, function for function): its state, and the
+ * protocol the Python type (sender_type.c) drives. Scheduling, loss recovery and rate control are objects of
+ * their own (scheduler.h, recovery.h, rate.h), as in Python. */
+#ifndef NETAPPROX_SENDER_H
+#define NETAPPROX_SENDER_H
+
+#include "buf.h"
+#include "events.h"
+#include "netio.h"
+#include "py.h"
+#include "rate.h"
+#include "recovery.h"
+#include "scheduler.h"
+#include "wire.h"
+
+enum { M_ACTIVE, M_DAMAGED, M_REPAIRING, M_DELIVERED };  /* message states */
+enum { P_UNSENT, P_IN_FLIGHT, P_ACKED, P_LOST };          /* packet states */
+enum { S_SENDING, S_CLOSING, S_DONE, S_FAILED };          /* SenderState */
+enum { MODE_ADAPTIVE, MODE_PAPER, MODE_FIXTLR, MODE_BASE }; /* AtpConfig.mode */
+
+typedef struct {
+    PyObject *data; /* bytes */
+    int64_t remaining;
+    uint32_t cnt, next_new, acked;
+    uint64_t pkt_base;                /* first entry in Sender.pkt_state */
+    RING(uint16_t, uint32_t) lost;    /* lost packet indexes (lost_pkts), no memory until the first loss */
+    uint32_t group;                   /* index into Sender.groups */
+    uint8_t state;
+    uint8_t tagged, priority, weight, has_deadline;
+    double deadline_s;
+    uint32_t retries; /* retransmissions lost again (repair rotation) */
+    uint8_t surplus;  /* started as surplus and not needed since */
+} Msg;
+
+/* a damaged message that may be picked for repair: (remaining, msg_id) with MRDF, else (0, msg_id) */
+typedef struct {
+    int64_t remaining;
+    uint32_t msg_id;
+} IdleEntry;
+
+typedef struct {
+    long long group_id;
+    double msr;
+    int64_t total, required, budget;
+    int approx, fixed_tlr;
+    int64_t delivered, active, started, damaged, repairing;
+    ARRAY(IdleEntry) idle; /* heap */
+    int64_t packets_sent, retransmissions, report_seq, ece;
+    uint32_t qcount[256]; /* this epoch's ACKs by queue byte, in the order the bytes first came (qorder) */
+    uint8_t qorder[256];
+    int nq;
+} Group;
+
+typedef struct {
+    uint32_t msg_id, idx;
+} CtlItem;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *job, *config, *peer, *summary, *failure;
+    int state, mode, adaptive, completion_early, message_events;
+    long long job_id;
+    /* config */
+    double min_epoch_s, epoch_s, idle_timeout_s, fin_timeout_s, pacing_train_s;
+    int has_epoch_s;
+    long long max_payload, overhead, packet_size, burst_packets;
+    int queue_packets[8];
+    /* messages and groups (by index, ascending group id) */
+    Msg *msgs;
+    size_t nmsgs;
+    uint8_t *pkt_state;
+    Group *groups;
+    double *tlr; /* per group */
+    size_t ngroups;
+    int64_t unsent_open; /* ACTIVE/REPAIRING messages with never-sent packets */
+    Scheduler sched;
+    RateCtl rate;
+    Recovery recovery;
+    TokenBucket bucket;
+    int path_queue; /* queue byte of the last data ACK, -1 before the first */
+    /* the announce and the control queue (announce parts, FINs) */
+    PyObject **announce; /* bytes, one per part */
+    size_t nannounce;
+    uint8_t *announce_acked;
+    RING(CtlItem, size_t) ctl;
+    /* timing */
+    uint32_t seq;
+    long long epoch;
+    int started;
+    double start_time, epoch_end, last_progress;
+    int has_completed_at, has_fin_next;
+    double completed_at, fin_next, fin_deadline;
+    /* DONE parts */
+    PyObject *done_parts; /* dict pkt_idx -> list of ids */
+    long long done_cnt;   /* -1: None */
+    /* counters */
+    long long packets_sent, packets_surplus, retransmissions;
+    PyObject *rejected; /* collections.Counter by reason */
+    /* admission and what answers may echo */
+    PyObject *token;         /* bytes, or NULL before the first RETRY */
+    PyObject *admission_key; /* bytes or None */
+    double hello_next;
+    uint32_t isn;
+    ARRAY(uint32_t) sent_msg; /* per sequence number used (seq - isn): the msg_id and pkt_idx it carried */
+    ARRAY(uint16_t) sent_idx;
+    EventQueue ev;
+    /* socket I/O */
+    SendBatch batch;
+    RecvRing ring;
+    int peer_ok;
+    NetAddr peer_addr;
+} Sender;
+
+/* Where a produced datagram of ``len`` bytes goes (a bytes object in a list, or a send batch); NULL with a
+ * Python error set. */
+typedef uint8_t *(*Room)(void *ctx, size_t len);
+
+/* datagrams_to_send's loop: every datagram the sender may send now, each written where ``room`` says. */
+int sender_produce(Sender *s, double now, Room room, void *ctx);
+/* receive_datagram on raw bytes; ``from_peer``: whether the source is the peer (sender_from_peer_*). */
+int sender_receive(Sender *s, const uint8_t *data, size_t len, int from_peer, double now);
+int sender_handle_timer(Sender *s, double now);
+/* get_timer: 0 and *out, or 1 for None. */
+int sender_timer_at(Sender *s, double *out);
+/* _from_peer for a Python address (1, 0, or -1 with a Python error) and for a socket address (1 or 0). */
+int sender_from_peer_py(Sender *s, PyObject *addr);
+int sender_from_peer_na(Sender *s, const NetAddr *na);
+
+/* What construction needs (sender_type.c reads the JobSpec and the AtpConfig, then calls these). */
+double sender_epoch_length(const Sender *s);
+double sender_burst_bytes(const Sender *s, double rate_bps);
+/* The job announce (control.Manifest.encode), split into parts of at most max_payload bytes and queued. */
+int sender_build_announce(Sender *s, PyObject *vector_len);
+
+#endif
