@@ -20,10 +20,12 @@ How a bucket is reduced (no root; every worker owns one chunk of every bucket, a
    time) or ``error_feedback`` (treated as 0 here, and the sender, told by the receiver's DONE which
    packets were lost, adds those values to its next contribution for that chunk).
 2. **All-gather**, each owner's reduced chunk to every peer, with MSR ``gather_msr``. At 1 (default) it is
-   reliable. Below 1 it is bounded too, and the replicas stay identical by agreement: every worker tells
-   every peer which packets of which owner's chunk it missed (one small reliable job per peer, phase
-   ``AGREE``), and every worker, the owner included, zeroes the union of those packets, so all apply the same
-   gradient. With ``error_feedback`` the owner adds what was zeroed to its next all-gather of that chunk.
+   reliable. Below 1 it is bounded too, and every replica still applies the same values: with
+   ``gather_mode="top"`` the owner sends, reliably, only the ``ceil(MSR N)`` packets with the largest values,
+   so every worker misses the same ones; with ``msr`` and ``prefix`` the network may drop some, every worker
+   tells every peer which packets of which owner's chunk it missed (one small reliable job per peer, phase
+   ``AGREE``), and every worker, the owner included, zeroes the union. With ``error_feedback`` the owner adds
+   what was zeroed to its next all-gather of that chunk.
 
 Without loss and without a transform the result is bit-for-bit the result of the process group's allreduce
 (gloo's summation order, DDP's division), which tests/ml checks against a real gloo process group.
@@ -79,8 +81,8 @@ class HookConfig:
     """Group policy of the reduce-scatter packets (``ml.policy``)."""
 
     gather_msr: float = 1.0
-    """MSR of the all-gather jobs. 1: reliable. Below 1: bounded, with the loss agreed among the workers and
-    zeroed everywhere, so the replicas stay identical (module docstring)."""
+    """MSR of the all-gather. 1: reliable. Below 1: bounded as ``gather_mode`` says, every replica applying the
+    same values (module docstring)."""
 
     gather_mode: str = "top"
     """How a bounded all-gather (``gather_msr`` < 1) is shaped. ``top``: each owner sends, reliably, the
@@ -150,8 +152,7 @@ def bounded(msr: float = 0.7, *, atp: AtpConfig = AtpConfig(completion="early"))
     contribution's packets with the smallest gradients go in an MSR-0 group (sent only as surplus), the rest
     reliably; the all-gather carries the ``msr`` of each reduced chunk's packets with the largest values
     (``gather_mode="top"``); jobs end once their MSR is met (``completion="early"``), and what a phase left out
-    goes with the next iteration (``error_feedback``). This is what ``python -m netapprox.experiments ddp`` runs
-    as ``atp``."""
+    goes with the next iteration (``error_feedback``). The ``ddp`` experiment (docs/ml.md) runs it as ``atp``."""
     return {"policy": smallest(1.0 - msr, 0.0, 1.0), "gather_msr": msr, "gather_mode": "top",
             "fill": "error_feedback", "transform": "none", "atp": atp}
 
@@ -399,7 +400,7 @@ class AtpHookState:
         recv3 = {p: ex.receive(self._id(it, index, AGREE, p, rank)) for p in peers} if agree else {}
         group_msr = cfg.policy.group_msr()
         sent: list[tuple[str, concurrent.futures.Future]] = []
-        # 1. reduce-scatter: my contribution to every other owner's part
+        # 1. reduce-scatter: my contribution to every other owner's chunk
         for j in peers:
             a, b = bounds[j]
             if a == b:
@@ -416,7 +417,7 @@ class AtpHookState:
             sent.append(("reduce", f))
             if cfg.fill == "error_feedback":
                 res_fut: concurrent.futures.Future = concurrent.futures.Future()
-                f.add_done_callback(lambda f, r=res_fut, c=chunk, j=job: r.set_result(_residual_of(f, c, j)))
+                f.add_done_callback(lambda f, r=res_fut, c=chunk, spec=job: r.set_result(_residual_of(f, c, spec)))
                 self._residual[(index, j)] = res_fut
         # 2. my chunk: the contributions summed in gloo's order
         reduced = np.empty(0, dtype=np.float32)
@@ -448,7 +449,7 @@ class AtpHookState:
         out = np.empty(m, dtype=np.float32)
         missed: dict[int, np.ndarray] = {}
         if mine:
-            keep = self._gather_keep(reduced, it)
+            keep = self._gather_keep(reduced)
             for j in peers:
                 job = self._gather_job(self._id(it, index, GATHER, rank, j), reduced, keep, it, tags)
                 sent.append(("gather", ex.send(self.peers[j], job)))
@@ -511,7 +512,7 @@ class AtpHookState:
         order = (np.arange(segs) - first) % segs  # position of each packet in this iteration's order
         return order >= math.ceil(self.config.gather_msr * segs - 1e-9)
 
-    def _gather_keep(self, reduced: np.ndarray, it: int) -> np.ndarray | None:
+    def _gather_keep(self, reduced: np.ndarray) -> np.ndarray | None:
         """``gather_mode="top"``: which packets of my reduced chunk the all-gather carries (a mask over the
         packets), the ``ceil(gather_msr N)`` with the largest magnitudes; None in the other modes."""
         cfg = self.config

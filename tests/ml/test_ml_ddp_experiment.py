@@ -10,7 +10,7 @@ pytest.importorskip("matplotlib", reason="the ddp experiment's plots need matplo
 
 from netapprox.experiments import ddp  # noqa: E402
 from netapprox.experiments import results as R  # noqa: E402
-from netapprox.experiments.runner import Scale  # noqa: E402
+from netapprox.experiments.emulated import EmulatedBackend  # noqa: E402
 
 
 def _curve(speed: float) -> list[dict]:
@@ -52,6 +52,6 @@ def test_ddp_tables_and_plot_of_a_result_file(tmp_path):
 
 def test_ddp_experiment_rejects_unknown_variants_and_scenarios(tmp_path):
     with pytest.raises(ValueError, match="unknown variant or scenario nope"):
-        ddp.exp_ddp([1], tmp_path, Scale(), variants=("gloo", "nope"), fills=(), network=False)
+        ddp.exp_ddp([1], tmp_path, EmulatedBackend(), variants=("gloo", "nope"), fills=(), network=False)
     with pytest.raises(ValueError, match="quiet"):
-        ddp.exp_ddp([1], tmp_path, Scale(), scenarios=("quiet",), fills=(), network=False)
+        ddp.exp_ddp([1], tmp_path, EmulatedBackend(), scenarios=("quiet",), fills=(), network=False)
