@@ -181,7 +181,11 @@ def ddp_trial(tb: Testbed, scale: Scale, seed: int, variant: str, scenario: str,
               for b, a in zip(before, after)]
     ranks = [read_json(wd / f"w{r}.json") or {} for r in range(workers)]
     head = ranks[0]
-    m: dict[str, Any] = {"failed": any(c != 0 for c in codes) or not head.get("curve")}
+    # a worker that wrote its whole result finished training, whatever its exit status says (PyTorch's
+    # process-group threads can abort an interpreter's exit after the result was written: exit_clean False)
+    complete = all(r.get("curve") is not None and r.get("elapsed_s") is not None for r in ranks) and \
+        bool(head.get("curve")) and head["curve"][-1].get("iteration") == iterations
+    m: dict[str, Any] = {"failed": not complete, "exit_clean": all(c == 0 for c in codes)}
     if not m["failed"]:
         curve = head["curve"]
         m.update(final_test_acc=curve[-1]["test_acc"], final_train_acc=curve[-1]["train_acc"],
