@@ -30,14 +30,16 @@ from netapprox.hostlib import checks as C
 SET_CHECKS = set_checks(PROTOCOLS)
 """The value checks of ``--set`` for the emulated experiments."""
 
-# Run on their own (not by ``all``): ddp trains PyTorch models (the [torch] extra) for ~15 minutes.
+# Run on their own (not by ``all``): ddp trains PyTorch models (the [torch] extra) for ~40 minutes.
 SEPARATE = {"ddp": ("netapprox.experiments.ddp", "exp_ddp")}
-SEPARATE_QUICK = {"ddp": {"variants": ("gloo", "atp"), "iterations": 60, "fills": ("zero", "error_feedback"),
-                          "fill_iterations": 40}}
+SEPARATE_QUICK = {"ddp": {"variants": ("gloo", "atp"), "scenarios": ("idle", "straggler"), "iterations": 60,
+                          "fills": ("zero", "error_feedback"), "fill_iterations": 40}}
 SEPARATE_CHECKS: dict[str, dict[str, C.Check]] = {
-    "ddp": {"variants": C.choice(("gloo", "gloo-low", "atp", "atp-low")),
+    "ddp": {"variants": C.choice(("gloo", "gloo-low", "atp", "atp-low", "atp-spread", "atp-exact")),
+            "scenarios": C.choice(("idle", "ws20", "ws50", "straggler", "straggler-both")),
             "fills": C.choice(("zero", "previous", "error_feedback")), "fill_loss": C.fraction(),
-            "flow_load": C.fraction(), "target": C.fraction(), "iterations": C.integer(ge=1),
+            "msr": C.fraction(), "straggler_rate": C.number(gt=0.0, le=1.0), "target": C.fraction(),
+            "iterations": C.integer(ge=1), "eval_every": C.integer(ge=1), "flow_s": C.number(gt=0.0),
             "fill_iterations": C.integer(ge=1), "hidden": C.integer(ge=1)},
 }
 
