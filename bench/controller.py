@@ -285,6 +285,14 @@ print(sent, time.perf_counter() - t0)
 """
 
 
+def _rest_of_output(proc: subprocess.Popen, timeout: float) -> tuple[str, str]:
+    """What ``proc`` printed after the line already read with ``readline``, once it exits. Not ``communicate``:
+    with both pipes it reads the file descriptors directly and would lose what ``readline`` buffered (a sender
+    that finished before its "ready" line was read had its count there)."""
+    proc.wait(timeout=timeout)
+    return proc.stdout.read(), proc.stderr.read()
+
+
 def _socket_drops(port: int) -> int:
     """The kernel's drop counter of the UDP socket bound to ``port`` (/proc/net/udp, last column)."""
     with open("/proc/net/udp") as f:
@@ -328,7 +336,7 @@ def _bench_ingest(rate: float, seconds: float, jobs: int) -> dict[str, Any]:
             sender.stdout.readline()  # "ready": the reports are encoded, sending starts now
             cpu0, wall0, wait0 = time.process_time(), time.perf_counter(), runqueue_wait_s()
             rusage0 = resource.getrusage(resource.RUSAGE_SELF)
-            stdout, stderr = sender.communicate(timeout=seconds + 120)
+            stdout, stderr = _rest_of_output(sender, seconds + 120)
             out = subprocess.CompletedProcess(sender.args, sender.returncode, stdout, stderr)
             time.sleep(0.2)  # the last datagrams
             cpu, wall, waited = time.process_time() - cpu0, time.perf_counter() - wall0, runqueue_wait_s() - wait0
@@ -374,7 +382,7 @@ def bench_forged_flood(seconds: float, rate: float = 900.0, forged_rate: float =
                            for r, extra in ((rate, ()), (forged_rate, ("unsigned",)))[:2 if flood else 1]]
                 for sender in senders:
                     sender.stdout.readline()  # "ready": encoded; each starts sending now
-                outs = [sender.communicate(timeout=seconds + 120) for sender in senders]
+                outs = [_rest_of_output(sender, seconds + 120) for sender in senders]
                 time.sleep(0.2)  # the last datagrams
                 runtime.stop()
                 runtime.epoch()  # drain what is left

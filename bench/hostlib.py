@@ -29,9 +29,11 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import pathlib
 import resource
 import select
 import socket
+import subprocess
 import sys
 import time
 from typing import Any, Callable
@@ -277,12 +279,6 @@ def _job_under(attacker: list[str], ready: str, messages: int) -> dict:
     line the attacker prints once its attack is under way. One job of ``messages`` 1368-byte messages (MSR 0.9,
     20 Mbit/s) each time. ``ratio``: mean JCT under attack / mean JCT alone (the unit tests assert only counts
     and bounds)."""
-    import pathlib
-    import subprocess
-
-    from netapprox.hostlib import api
-    from netapprox.hostlib.config import AtpConfig, JobSpec
-
     repo = pathlib.Path(__file__).resolve().parents[1]
     if not (repo / "tests" / "support" / (attacker[0].split(".")[-1] + ".py")).exists():
         return {"error": f"needs a source checkout (tests/support/{attacker[0].split('.')[-1]}.py)"}

@@ -9,16 +9,23 @@ import ipaddress
 import tomllib
 import types
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from netapprox.controller.drivers import ARBITRATED_KINDS, DRIVER_CLASSES
 from netapprox.controller.errors import ConfigError, did_you_mean
-from netapprox.controller.model import DEFAULT_THRESHOLDS, NUM_QUEUES, ClassRule, Route, check_thresholds
+from netapprox.controller.model import (
+    DEFAULT_APPROX_BUFFERS,
+    DEFAULT_THRESHOLDS,
+    NUM_QUEUES,
+    ClassRule,
+    Route,
+    check_thresholds,
+)
 from netapprox.hostlib import checks as C
 from netapprox.hostlib.wire import DEFAULT_REPORT_PORT
 
 OBJECTIVES = ("priority", "deadline", "weight")
-POLICY_MODES = ("netapprox", "static", "fifo")
+POLICY_MODES = ("adaptive", "netapprox", "static", "fifo")
 DRIVER_KINDS = tuple(DRIVER_CLASSES)
 NO_DEADLINE = 0xFFFFFFFF
 
@@ -60,11 +67,72 @@ class CadentFlow:
 
 
 @dataclasses.dataclass(frozen=True)
+class TuningConfig:
+    """The online tuner of policy mode ``adaptive`` (``controller.tuning``) and the limits an operator sets on
+    it: how often it re-derives the TLR thresholds and the approximate queues' buffers, how far they may go,
+    and how strongly a job's remaining work moves its queue. docs/controller.md, Tuning."""
+
+    every_epochs: int = 2
+    """Re-derive the thresholds (and buffers) every this many epochs."""
+    min_threshold: float = -1.0
+    """Lowest value the tuner may give a cutoff T_2..T_7, on the placement scale (a job's TLR plus
+    ``remaining_weight`` per doubling of its remaining work over the median: below 0 for jobs with little left)."""
+    max_threshold: float = 1.5
+    """Highest value the tuner may give a cutoff T_2..T_7 (above 1 for jobs with much left)."""
+    min_gap: float = 0.0078125
+    """Smallest distance between consecutive cutoffs (1/128 by default)."""
+    hysteresis: float = 0.02
+    """New cutoffs are written only when one of them moves by more than this (TLR units), so that tables do
+    not flap while the reported TLRs wobble."""
+    remaining_weight: float = 0.0
+    """How far a job's remaining work (messages still needed for its MSR, times the bytes a message has lately
+    cost it) moves it up: each halving of its remaining work below the live jobs' load-weighted median (beyond
+    ``remaining_deadband``) takes this off the value the cutoffs place (TLR units: 1/8 is one queue of the
+    paper's k/8). A job with more work left than the median keeps its TLR. 0 (the default: in the measurements
+    of docs/results.md it cost more than it gave): the TLR alone places."""
+    remaining_deadband: float = 1.0
+    """Halvings below the median that move no job (jobs of about the same size keep the order of their TLRs)."""
+    split_gap: float = 0.0625
+    """Jobs whose placement values lie closer than this share a queue: the cutoffs go into the gaps between
+    values at least this wide (the widest first, at most six)."""
+    buffers: bool = True
+    """Also share the approximate queues' buffer out by load, where the target allows it (the simulated and
+    the kernel switch); false: the k-MTU buffers stay."""
+    buffer_min: int = 1
+    """Smallest buffer of an approximate queue (packets, MTUs on byte-counting targets)."""
+    buffer_max: int = 16
+    """Largest buffer of an approximate queue."""
+    buffer_total: int = sum(DEFAULT_APPROX_BUFFERS)
+    """Buffer the approximate queues 1..7 share (28: as much as the paper's 7 + 6 + ... + 1, so queue 0 keeps
+    its share)."""
+
+    def __post_init__(self) -> None:
+        _check_fields(self, TUNING_KEYS, "[policy.tuning]")
+        if self.min_threshold >= self.max_threshold:
+            raise ConfigError(f"[policy.tuning] min_threshold: must be below max_threshold ({self.max_threshold:g}), "
+                              f"got {self.min_threshold:g}")
+        span = self.max_threshold - self.min_threshold
+        need = self.min_gap * (NUM_QUEUES - 3) + 2 / 4096  # six cutoffs, and room for a value below and above
+        if need >= span:
+            raise ConfigError(f"[policy.tuning] min_gap: six cutoffs {self.min_gap:g} apart need max_threshold - "
+                              f"min_threshold above {need:g}, got {span:g}")
+        if self.buffer_min > self.buffer_max:
+            raise ConfigError(f"[policy.tuning] buffer_min: must be <= buffer_max ({self.buffer_max}), "
+                              f"got {self.buffer_min}")
+        queues = NUM_QUEUES - 1
+        if not queues * self.buffer_min <= self.buffer_total <= queues * self.buffer_max:
+            raise ConfigError(f"[policy.tuning] buffer_total: 7 queues of {self.buffer_min}..{self.buffer_max} "
+                              f"packets hold {queues * self.buffer_min}..{queues * self.buffer_max}, "
+                              f"got {self.buffer_total}")
+
+
+@dataclasses.dataclass(frozen=True)
 class PolicyConfig:
     """Inputs of the pure policy function (``controller.policy``)."""
 
     thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS
-    """TLR thresholds T_0..T_7: TLR in [T_k, T_k+1) goes to queue k (queue 1 below T_1). Default k/8."""
+    """TLR thresholds T_0..T_7: TLR in [T_k, T_k+1) goes to queue k (queue 1 below T_1). Default k/8. Mode
+    ``adaptive`` starts from them and then tunes them online (``tuning``)."""
     hysteresis: float = 0.02
     """A job leaves its queue only when its TLR is this far (in TLR units) outside the queue's range."""
     job_timeout_s: float = 1.0
@@ -77,7 +145,9 @@ class PolicyConfig:
     cadentflows: tuple[CadentFlow, ...] = ()
     """CadentFlow declarations, turned into queue_by_tag rules."""
     mode: str = "netapprox"
-    """``netapprox``: jobs are re-mapped every epoch from their reports; ``static``: only the TLR thresholds
+    """``netapprox``: jobs are re-mapped every epoch from their reports with the fixed ``thresholds`` (the
+    paper's k/8 by default); ``adaptive``: the same, with the thresholds and the approximate queues' buffers
+    tuned online and a job's remaining work moving its queue (``tuning``); ``static``: only the TLR thresholds
     (each packet is queued by the TLR it carries) and ``pinned`` jobs; ``fifo``: a network-oblivious switch
     (every packet in queue 0, the baseline the papers compare against)."""
     pinned: tuple[tuple[int, int], ...] = ()
@@ -86,6 +156,8 @@ class PolicyConfig:
     """A job is losing when its measured loss exceeds its TLR by more than this."""
     promote_after_epochs: int = 3
     """A job losing for this many consecutive epochs moves one queue up (NetApprox Fig. 10)."""
+    tuning: TuningConfig = dataclasses.field(default_factory=lambda: TuningConfig())
+    """The online tuner of mode ``adaptive`` and its limits (``[policy.tuning]``)."""
 
     def __post_init__(self) -> None:
         _check_fields(self, POLICY_KEYS, "[policy]")
@@ -310,6 +382,21 @@ POLICY_KEYS: dict[str, C.Check] = {
     "pinned": C.sequence(_pin),
     "loss_margin": C.fraction(),
     "promote_after_epochs": C.integer(ge=1),
+    "tuning": _instance(TuningConfig),
+}
+TUNING_KEYS: dict[str, C.Check] = {
+    "every_epochs": C.integer(ge=1, le=1_000_000),
+    "min_threshold": C.number(ge=-4.0, le=5.0),
+    "max_threshold": C.number(ge=-4.0, le=5.0),
+    "min_gap": C.number(ge=1 / 4096, lt=0.2),
+    "hysteresis": C.number(ge=0.0, lt=1.0),
+    "remaining_weight": C.number(ge=0.0, le=1.0),
+    "remaining_deadband": C.number(ge=0.0, le=32.0),
+    "split_gap": C.number(ge=0.0, le=1.0),
+    "buffers": C.boolean(),
+    "buffer_min": C.integer(ge=1, le=1 << 20),
+    "buffer_max": C.integer(ge=1, le=1 << 20),
+    "buffer_total": C.integer(ge=NUM_QUEUES - 1, le=1 << 23),
 }
 REPORT_KEYS: dict[str, C.Check] = {
     "bind": C.host(),
@@ -453,7 +540,8 @@ CONTROLLER_TOML_KEYS: dict[str, C.Check] = {
     **{k: v for k, v in CONTROLLER_KEYS.items() if k not in ("switches", "policy", "reports")},
     "epoch_ms": C.number(gt=0.0, le=3.6e6),
 }
-POLICY_TOML_KEYS: dict[str, C.Check] = {k: v for k, v in POLICY_KEYS.items() if k != "cadentflows"}
+POLICY_TOML_KEYS: dict[str, C.Check] = {**{k: v for k, v in POLICY_KEYS.items() if k != "cadentflows"},
+                                         "tuning": lambda v, f: v}  # a table, read below
 REPORT_TOML_KEYS: dict[str, C.Check] = {**REPORT_KEYS, "key": C.string(), "key_file": C.string()}
 SWITCH_TOML_KEYS: dict[str, C.Check] = {
     **{k: v for k, v in SWITCH_KEYS.items() if k not in ("routes", "class_rules")},
@@ -505,6 +593,8 @@ def _config_from_dict(data: Mapping[str, Any], source: str, base_dir: Path | Non
         ctl["epoch_s"] = ctl.pop("epoch_ms") / 1000.0
 
     pol = _checked(top.get("policy", {}), POLICY_TOML_KEYS, "[policy]")
+    if "tuning" in pol:
+        pol["tuning"] = TuningConfig(**_checked(pol["tuning"], TUNING_KEYS, "[policy.tuning]"))
     cadentflows = tuple(_cadentflow(t, f"[[cadentflow]][{i}]")
                         for i, t in enumerate(_tables(top.get("cadentflow", []), "[[cadentflow]]")))
     policy = PolicyConfig(**pol, cadentflows=cadentflows)
@@ -545,6 +635,23 @@ def _config_from_dict(data: Mapping[str, Any], source: str, base_dir: Path | Non
 
 def _is_path_option(key: str) -> bool:
     return key in ("p4info", "bmv2_json", "device_config") or key.endswith("_path") or key.startswith("tofino_")
+
+
+def with_policy(base: PolicyConfig, overrides: Mapping[str, Any] | Iterable[tuple[str, Any]],
+                source: str = "policy") -> PolicyConfig:
+    """``base`` with the ``[policy]`` keys in ``overrides`` (the TOML names and shapes: ``tuning`` a table or
+    (key, value) pairs), every value checked as ``load_config`` checks it: the experiments' way of running a
+    trial under another policy (mode ``adaptive``, fixed thresholds, tuning limits)."""
+    table = dict(overrides.items() if isinstance(overrides, Mapping) else overrides)
+    if "tuning" in table and not isinstance(table["tuning"], Mapping):
+        table["tuning"] = dict(table["tuning"])
+    try:
+        pol = _checked(table, POLICY_TOML_KEYS, "[policy]")
+        if "tuning" in pol:
+            pol["tuning"] = dataclasses.replace(base.tuning, **_checked(pol["tuning"], TUNING_KEYS, "[policy.tuning]"))
+        return dataclasses.replace(base, **pol)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
 
 
 def load_config(path: str | Path) -> ControllerConfig:

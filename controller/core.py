@@ -28,7 +28,7 @@ import ipaddress
 import types
 from typing import Iterable, Iterator, Mapping
 
-from netapprox.controller import policy
+from netapprox.controller import policy, tuning
 from netapprox.controller.config import ControllerConfig, SwitchConfig
 from netapprox.controller.model import JobRule, SwitchState, TableUpdates
 from netapprox.controller.reports import ReportIngest, udp_payload_from_frame
@@ -54,10 +54,13 @@ class EpochPlan:
     """Reports accepted since the previous step, oldest first."""
     reports_dropped: int
     """Reports dropped since the previous step (all reasons; ``ControllerCore.ingest_stats`` has them by reason)."""
+    tuning: tuple[tuning.TuningChange, ...] = ()
+    """Mode ``adaptive``: the tuner's change of the thresholds and buffers this epoch (none, or one)."""
 
 
 class _Job:
-    __slots__ = ("job_id", "source", "groups", "min_tlr", "min_group", "qid", "streak", "switches", "tag_only")
+    __slots__ = ("job_id", "source", "groups", "min_tlr", "min_group", "qid", "streak", "switches", "tag_only",
+                 "value")
 
     def __init__(self, job_id: int, source: str, switches: tuple[str, ...], tag_only: bool) -> None:
         self.job_id = job_id
@@ -69,6 +72,7 @@ class _Job:
         self.streak = 0
         self.switches = switches
         self.tag_only = tag_only
+        self.value: float | None = None  # mode adaptive: the placement value last decided with
 
     def refresh_min(self) -> None:
         if len(self.groups) == 1:
@@ -124,13 +128,15 @@ class ControllerCore:
         self._setup(switches)
 
     def _setup(self, switches: Mapping[str, SwitchConfig]) -> None:
-        """(Re)build everything that follows from the configuration; every switch then gets a full apply."""
+        """(Re)build everything that follows from the configuration; every switch then gets a full apply. Mode
+        ``adaptive`` starts (again) from the configured thresholds and the targets' buffers."""
         cfg = self.config.policy
-        self._placer = policy.Placer(cfg)
+        self._adaptive = cfg.mode == "adaptive"
+        self._tuned = tuning.Tuned(cutoffs=tuple(cfg.thresholds), thresholds=tuple(cfg.thresholds))
+        self._retuned = False
         self.switches: Mapping[str, SwitchConfig] = types.MappingProxyType(dict(switches))
         self._tag_only = policy.tag_only_jobs(cfg)
-        self._static = {name: dataclasses.replace(policy.static_state(sc, cfg), job_rules=frozenset())
-                        for name, sc in switches.items()}
+        self._build_static()
         self._by_source = [(ipaddress.ip_network(prefix, strict=False), name) for name, sc in switches.items()
                            for prefix in sc.job_sources]
         self._everywhere = tuple(name for name, sc in switches.items() if not sc.job_sources)
@@ -138,7 +144,7 @@ class ControllerCore:
         for job in self._jobs.values():
             job.tag_only = job.job_id in self._tag_only
             job.switches = self._switches_of(job.source)
-        if cfg.mode == "netapprox":
+        if self._decides:
             self._assignments = {j.job_id: j.qid for j in self._jobs.values() if j.qid is not None}
         else:
             self._assignments = dict(cfg.pinned)
@@ -146,12 +152,25 @@ class ControllerCore:
         for name in switches:
             table = {} if cfg.mode == "fifo" else {j: q for j, q in cfg.pinned if j not in self._tag_only}
             self._tables[name] = table
-        if cfg.mode == "netapprox":
+        if self._decides:
             for job in self._jobs.values():
                 if job.qid is not None and not job.tag_only:
                     for name in job.switches:
                         self._tables[name][job.job_id] = job.qid
         self._full = set(switches)
+
+    @property
+    def _decides(self) -> bool:
+        """The policy places jobs from their reports (modes ``netapprox`` and ``adaptive``)."""
+        return self.config.policy.mode in ("netapprox", "adaptive")
+
+    def _build_static(self) -> None:
+        """Each switch's static tables and the placer, with the cutoffs, thresholds (and buffers) in effect."""
+        cfg = dataclasses.replace(self.config.policy, thresholds=self._tuned.thresholds)
+        self._placer = policy.Placer(cfg, self._tuned.cutoffs)
+        self._static = {name: dataclasses.replace(policy.static_state(sc, cfg, self._tuned.buffers),
+                                                  job_rules=frozenset())
+                        for name, sc in self.switches.items()}
 
     def reconfigure(self, *, policy_config=None, switches: Iterable[SwitchConfig] = ()) -> None:
         """Take a new ``PolicyConfig`` and/or new configs of known switches (routes, class rules, job sources);
@@ -179,6 +198,11 @@ class ControllerCore:
         return types.MappingProxyType(self._assignments)
 
     @property
+    def tuned(self) -> tuning.Tuned:
+        """The thresholds (and, mode ``adaptive``, buffers and reference work) in effect."""
+        return self._tuned
+
+    @property
     def jobs(self) -> Mapping[int, Mapping[int, policy.GroupReport]]:
         """job id -> group id -> latest accepted report (read-only view)."""
         return {job_id: types.MappingProxyType(job.groups) for job_id, job in self._jobs.items()}
@@ -204,17 +228,26 @@ class ControllerCore:
                                                    report.job_id in self._tag_only)
         group_id = report.group_id
         old = job.groups.get(group_id)
-        job.groups[group_id] = policy.GroupReport(report.tlr, now, report.loss, report.rate_kbps * 1000.0)
+        job.groups[group_id] = policy.next_group_report(old, now, report.tlr, report.loss, report.rate_kbps * 1000.0,
+                                                        report.msr, report.total, report.delivered, report.lost)
         if old is None:
             heapq.heappush(self._expiry, (now + self.config.policy.job_timeout_s, report.job_id, group_id))
             self._dirty.add(report.job_id)
         elif group_id == job.min_group:
             if report.tlr != old.tlr or report.loss != old.loss:
                 self._dirty.add(report.job_id)
+            elif self._adaptive and job.value is not None and self._value(job, job.min_tlr) != job.value:
+                self._dirty.add(report.job_id)  # its remaining work moved it
         elif (report.tlr, group_id) < (job.min_tlr, job.min_group):
+            self._dirty.add(report.job_id)
+        elif self._adaptive and job.value is not None and self._value(job, job.min_tlr) != job.value:
             self._dirty.add(report.job_id)
         self._reports.append(report)
         return report
+
+    def _value(self, job: _Job, tlr: float) -> float:
+        """Mode ``adaptive``: the job's placement value now."""
+        return policy.job_value(job.groups, tlr, self._tuned.work_ref, self.config.policy.tuning)
 
     def ingest_batch(self, batch: Iterable[tuple[str, bytes | Report | str]], now: float) -> int:
         """``ingest`` each (source, report or reason) of ``reports.receive_batch``; returns how many
@@ -290,9 +323,16 @@ class ControllerCore:
         urgent: set[int] = set()
         changes: list[policy.JobChange] = []
         expired = self._expire(now)
-        if cfg.mode == "netapprox":
-            self._decide_all(sorted((self._dirty | self._losing).difference(expired)), dict(cfg.pinned), deltas,
-                             changes, urgent)
+        tuned: tuple[tuning.TuningChange, ...] = ()
+        if self._adaptive and self._epoch % cfg.tuning.every_epochs == 0:
+            tuned = self._tune(expired, now)
+        if self._decides:
+            if self._retuned:
+                todo = sorted(set(self._jobs).difference(expired))
+            else:
+                todo = sorted((self._dirty | self._losing).difference(expired))
+            self._decide_all(todo, dict(cfg.pinned), deltas, changes, urgent, retuned=self._retuned)
+            self._retuned = False
             for job_id in sorted(expired):
                 old = self._assignments.pop(job_id, None)
                 if old is not None:
@@ -312,7 +352,27 @@ class ControllerCore:
         dropped, self._dropped_mark = dropped_total - self._dropped_mark, dropped_total
         return EpochPlan(epoch=self._epoch, now=now, assignments=types.MappingProxyType(dict(self._assignments)),
                          changes=tuple(changes), updates=types.MappingProxyType(updates),
-                         desired=_DesiredStates(self, self._epoch), reports=reports, reports_dropped=dropped)
+                         desired=_DesiredStates(self, self._epoch), reports=reports, reports_dropped=dropped,
+                         tuning=tuned)
+
+    def _tune(self, expired: Mapping[int, tuple[str, ...]], now: float) -> tuple[tuning.TuningChange, ...]:
+        """Mode ``adaptive``: one tuning step over the live jobs. When it changes the thresholds or buffers,
+        every switch gets its whole state and every job is placed afresh in this epoch."""
+        cfg = self.config.policy
+        jobs = {j: job.groups for j, job in self._jobs.items() if j not in expired and job.groups}
+        exclude = set(self._tag_only) | {j for j, _ in cfg.pinned}
+        samples = policy.tuning_samples(jobs, exclude, now, self.config.epoch_s, self._assignments)
+        new, change = tuning.tune(samples, self._tuned, cfg.tuning, cfg.thresholds)
+        work_moved = new.work_ref != self._tuned.work_ref
+        self._tuned = new
+        if change is not None:  # new thresholds or buffers: every switch's tables, every job placed afresh
+            self._build_static()
+            self._full = set(self.switches)
+            self._retuned = True
+            return (change,)
+        if work_moved:  # every job's value moved a little: re-decide them all (with hysteresis)
+            self._dirty.update(jobs)
+        return ()
 
     def decide_arrivals(self) -> tuple[tuple[policy.JobChange, ...], Mapping[str, TableUpdates]]:
         """Decide now the jobs whose new reports changed their inputs and who are not losing (between epochs,
@@ -320,7 +380,7 @@ class ControllerCore:
         jobs, expiry and promotion wait for ``step``: a losing streak counts epochs. Returns the decisions and
         each switch's updates (empty when nothing changed). Mode ``netapprox`` only."""
         cfg = self.config.policy
-        if cfg.mode != "netapprox" or not self._dirty:
+        if not self._decides or not self._dirty:
             return (), {}
         pinned = dict(cfg.pinned)
         deltas: dict[str, dict[int, int | None]] = {name: {} for name in self.switches}
@@ -370,11 +430,13 @@ class ControllerCore:
         return expired
 
     def _decide_all(self, job_ids: list[int], pinned: Mapping[int, int], deltas: dict[str, dict[int, int | None]],
-                    changes: list[policy.JobChange], urgent: set[int]) -> None:
+                    changes: list[policy.JobChange], urgent: set[int], retuned: bool = False) -> None:
         """``_decide`` and ``_set_queue`` for each of ``job_ids`` (live jobs), inlined: this loop runs for every
-        job that changed, each epoch. Losing and promoted jobs go to ``urgent``."""
+        job that changed, each epoch. Losing and promoted jobs go to ``urgent``. ``retuned``: the thresholds
+        just changed, every job is placed afresh."""
         jobs, losing, assignments, tables = self._jobs, self._losing, self._assignments, self._tables
         place, margin, job_change = self._placer.place, self.config.policy.loss_margin, policy.JobChange
+        adaptive = self._adaptive
         for job_id in job_ids:
             job = jobs[job_id]
             groups = job.groups
@@ -394,7 +456,11 @@ class ControllerCore:
                 continue
             loss = report.loss
             old = job.qid
-            new, reason, job.streak = place(tlr, loss, old, job.streak)
+            if adaptive:
+                job.value = value = self._value(job, tlr)
+                new, reason, job.streak = place(tlr, loss, old, job.streak, value, retuned)
+            else:
+                new, reason, job.streak = place(tlr, loss, old, job.streak)
             if loss > tlr + margin:  # losing: its streak moves every epoch, so decide it every epoch
                 losing.add(job_id)
                 urgent.add(job_id)
@@ -425,7 +491,10 @@ class ControllerCore:
             job.streak = 0
             self._losing.discard(job.job_id)
         else:
-            new, reason, job.streak = self._placer.place(tlr, loss, old, job.streak)
+            value = None
+            if self._adaptive:
+                job.value = value = self._value(job, tlr)
+            new, reason, job.streak = self._placer.place(tlr, loss, old, job.streak, value)
             if loss > tlr + cfg.loss_margin:  # losing: its streak moves every epoch, so decide it every epoch
                 self._losing.add(job.job_id)
             else:

@@ -25,6 +25,9 @@ NON_APPROX_QUEUE = 0
 FIRST_APPROX_QUEUE = 1
 DEFAULT_THRESHOLDS: tuple[float, ...] = tuple(k / NUM_QUEUES for k in range(NUM_QUEUES))
 """TLR thresholds T_0..T_7 (T_k = k/8): TLR in [T_k, T_k+1) goes to queue k, below T_1 to queue 1."""
+DEFAULT_APPROX_BUFFERS: tuple[int, ...] = tuple(NUM_QUEUES - k for k in range(1, NUM_QUEUES))
+"""Buffers of the approximate queues 1..7 in MTUs (packets where the target counts packets): the NetApprox
+paper's k-MTU queues, 7 for queue 1 down to 1 for queue 7 (28 in all)."""
 
 
 def _check_qid(qid: int) -> None:
@@ -171,6 +174,11 @@ class SwitchState:
     tag_rules: frozenset[TagRule] = frozenset()
     tlr_rules: frozenset[TlrRule] = frozenset()
     ecn_rules: frozenset[EcnRule] = frozenset()
+    queue_buffers: tuple[int, ...] = ()
+    """Buffers of the approximate queues 1..7 (packets where the target counts packets, MTUs of bytes where it
+    counts bytes), as the online tuner (``controller.tuning``) shares them out; empty: the target's configured
+    k-MTU buffers. Written where the target allows it (the simulated and the kernel switch); the P4 drivers keep
+    the buffers they configure at connect (docs/controller.md, Tuning)."""
     fifo: bool = False
     """A network-oblivious switch (policy mode ``fifo``, where the papers run their baselines): every packet
     in queue 0, no approximate classification (surplus, job, tag and TLR tables, the queue-0 guard). The
@@ -181,6 +189,9 @@ class SwitchState:
         jobs = [r.job_id for r in self.job_rules]
         if len(jobs) != len(set(jobs)):
             raise ValueError("two queue_by_job rules for the same job id")
+        if self.queue_buffers and (len(self.queue_buffers) != NUM_QUEUES - 1 or min(self.queue_buffers) < 1):
+            raise ValueError(f"queue_buffers: need {NUM_QUEUES - 1} buffers of at least 1 packet (queues "
+                             f"1..{NUM_QUEUES - 1}), got {self.queue_buffers}")
 
 
 def prefix_split(lo: int, hi: int, bits: int) -> list[tuple[int, int]]:
@@ -198,15 +209,17 @@ def prefix_split(lo: int, hi: int, bits: int) -> list[tuple[int, int]]:
     return out
 
 
-def queue_buffer_packets(qid: int, total_packets: int) -> int:
-    """Buffer of logical queue ``qid``: (8 - k) packets for k >= 1; queue 0 gets the rest of ``total_packets``."""
+def queue_buffer_packets(qid: int, total_packets: int, approx: tuple[int, ...] = ()) -> int:
+    """Buffer of logical queue ``qid``: (8 - k) packets for k >= 1 (or ``approx[k - 1]``, the tuner's shares);
+    queue 0 gets the rest of ``total_packets``."""
     _check_qid(qid)
+    approx = approx or DEFAULT_APPROX_BUFFERS
     if qid == 0:
-        rest = total_packets - sum(NUM_QUEUES - k for k in range(1, NUM_QUEUES))
+        rest = total_packets - sum(approx)
         if rest < 1:
             raise ValueError(f"a total buffer of {total_packets} packets leaves nothing for queue 0")
         return rest
-    return NUM_QUEUES - qid
+    return approx[qid - 1]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -90,6 +90,16 @@ class RuntimeCollector(Collector):
         yield _counter("netapprox_reports_dropped", "Host reports dropped, by reason.",
                        [((r,), n) for r, n in sorted(snap["reports_dropped"].items())], ["reason"])
         yield _gauge("netapprox_jobs", "Jobs with a live report.", [((), len(snap["jobs"]))])
+        tuned = self.runtime.core.tuned  # one reference read: a consistent state even while an epoch runs
+        yield _gauge("netapprox_tlr_threshold", "TLR threshold T_k of queue_by_tlr (queue k from T_k); mode "
+                     "adaptive: as tuned.", [((str(q),), t) for q, t in enumerate(tuned.thresholds) if q >= 1],
+                     ["queue"])
+        yield _gauge("netapprox_placement_cutoff", "Placement cutoff T_k (a job's TLR shifted by its remaining "
+                     "work places it; mode adaptive).", [((str(q),), t) for q, t in enumerate(tuned.cutoffs)
+                                                         if q >= 2], ["queue"])
+        yield _gauge("netapprox_queue_buffer_packets", "Buffer of approximate queue k as tuned (mode adaptive; "
+                     "no sample: the target's k-MTU buffers).",
+                     [((str(q + 1),), b) for q, b in enumerate(tuned.buffers)], ["queue"])
         for name, help_text, key in (("netapprox_job_queue", "Logical queue assigned to the job.", "queue"),
                                      ("netapprox_job_tlr", "TLR the job reported last (its lowest group).", "tlr"),
                                      ("netapprox_job_loss", "Loss the job reported last (deciding group).", "loss"),

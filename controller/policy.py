@@ -10,17 +10,21 @@
   groups expires and loses its ``queue_by_job`` entry. ``PolicyConfig.pinned`` jobs keep their queue.
 - ``tag_rules``: CadentFlow declarations -> ``queue_by_tag`` rules.
 - ``static_state`` / ``switch_state``: a switch's full desired ``SwitchState``, for each ``PolicyConfig.mode``
-  (``netapprox``: the above; ``static``: TLR thresholds and pins only; ``fifo``: a network-oblivious switch,
-  every packet in queue 0).
+  (``netapprox``: the above; ``adaptive``: the above with the thresholds (and buffers) the tuner keeps
+  re-deriving, ``controller.tuning``, and each job placed by its TLR shifted by its remaining work
+  (``remaining_work``, ``tuning.placement_value``); ``static``: TLR thresholds and pins only; ``fifo``: a
+  network-oblivious switch, every packet in queue 0).
 """
 from __future__ import annotations
 
 import bisect
 import dataclasses
 import types
-from typing import Mapping, NamedTuple
+from typing import Iterable, Mapping, NamedTuple
 
-from netapprox.controller.config import CadentFlow, PolicyConfig, SwitchConfig
+from netapprox.controller.config import CadentFlow, PolicyConfig, SwitchConfig, TuningConfig
+from netapprox.controller.tuning import JobSample, value_of
+from netapprox.hostlib.config import required_messages
 from netapprox.controller.model import (
     FIRST_APPROX_QUEUE,
     NON_APPROX_QUEUE,
@@ -43,14 +47,74 @@ class GroupReport(NamedTuple):
     loss: float = 0.0
     """Loss the sender measured over its last reporting interval (``hostlib.wire.Report.loss``)."""
     rate_bps: float = 0.0
-    """The sender's rate when it reported (metrics only)."""
+    """The sender's rate when it reported (metrics; mode ``adaptive``: the group's load)."""
+    remaining: int = 0
+    """Messages the group still needs for its MSR: ceil(MSR x N) - delivered (0 when met)."""
+    resolved: int = 0
+    """Messages delivered or given up as lost so far."""
+    unresolved_bytes: float = 0.0
+    """Bytes sent (estimated from the reported rates: each rate times the time to the next report) since a
+    message was last resolved."""
+    message_bytes: float | None = None
+    """What a resolved message costs the group in bytes sent: the bytes sent between resolutions over the
+    messages they resolved, averaged over the recent ones (weight 1/4 to the newest), so that it follows the
+    sizes MRDF is at (smallest first). None until a message is resolved."""
+    interval: float | None = None
+    """Time between the group's accepted reports, averaged (weight 1/4 to the newest); None after one report.
+    A group silent for a few intervals has most likely finished (a sender sends no report when it completes)."""
+
+
+MESSAGE_BYTES_GAIN = 0.25
+"""Weight of the newest sample in ``GroupReport.message_bytes`` and ``GroupReport.interval``."""
+QUIET_INTERVALS = 4.0
+"""A group that has not reported for this many of its report intervals no longer loads a queue for the tuner."""
+
+
+def next_group_report(old: GroupReport | None, now: float, tlr: float, loss: float, rate_bps: float, msr: float,
+                      total: int, delivered: int, lost: int) -> GroupReport:
+    """A group's ``GroupReport`` after a new report (``old``: the one before, or None): the report's fields, and
+    the bytes-per-message estimate moved by the bytes the previous rate sent since the previous report."""
+    remaining = required_messages(msr, total) - delivered
+    remaining = remaining if remaining > 0 else 0
+    resolved = delivered + lost
+    if old is None:
+        return GroupReport(tlr, now, loss, rate_bps, remaining, resolved)
+    gap = max(0.0, now - old.last_seen)
+    pending = old.unresolved_bytes + old.rate_bps * gap / 8.0
+    done = resolved - old.resolved
+    per_message = old.message_bytes
+    if done > 0:
+        sample = pending / done
+        per_message = sample if per_message is None else per_message + MESSAGE_BYTES_GAIN * (sample - per_message)
+        pending = 0.0
+    interval = gap if old.interval is None else old.interval + MESSAGE_BYTES_GAIN * (gap - old.interval)
+    return GroupReport(tlr, now, loss, rate_bps, remaining, resolved, pending, per_message, interval)
+
+
+def remaining_work(groups: Mapping[int, GroupReport]) -> float | None:
+    """Bytes a job still has to send for its MSR, estimated: each group's remaining messages times what a
+    message has lately cost it (MRDF's idea, across jobs). None while no group knows its cost per message; 0 when
+    every group met its MSR. (The sending rates the reports carry are the senders' own figures; hostlib's
+    adaptive sender reports its window in full-size packets, which overstates the bytes of small messages.)"""
+    remaining = 0
+    work = 0.0
+    known = [r.message_bytes for r in groups.values() if r.message_bytes is not None]
+    fallback = sum(known) / len(known) if known else None
+    for r in groups.values():
+        if r.remaining:
+            per = r.message_bytes if r.message_bytes is not None else fallback
+            if per is None:
+                return None
+            remaining += r.remaining
+            work += r.remaining * per
+    return work if remaining else 0.0
 
 
 class JobChange(NamedTuple):
     """One policy decision worth logging. ``reason``: ``new`` (first assignment), ``moved`` (queue changed by
-    the TLR), ``promoted`` (moved up because its loss stayed above its TLR), ``held`` (the TLR points at
-    another queue but stays within the hysteresis band, or the job is losing and may not move down),
-    ``expired``."""
+    the TLR, or in mode ``adaptive`` by the placement value), ``promoted`` (moved up because its loss stayed
+    above its TLR), ``held`` (the TLR points at another queue but stays within the hysteresis band, or the job is
+    losing and may not move down), ``tuned`` (re-placed because the tuner changed the thresholds), ``expired``."""
 
     job_id: int
     reason: str
@@ -71,12 +135,15 @@ class Decision:
     losing: Mapping[int, int] = dataclasses.field(default_factory=dict)  # job -> consecutive epochs loss > TLR
 
 
-def hold_or_move(tlr: float, current: int | None, config: PolicyConfig) -> int:
-    """Queue for ``tlr`` given the job's current queue, with hysteresis."""
-    target = queue_for_tlr(tlr, config.thresholds)
+def hold_or_move(tlr: float, current: int | None, config: PolicyConfig,
+                 thresholds: tuple[float, ...] | None = None) -> int:
+    """Queue for ``tlr`` (or a placement value) given the job's current queue, with hysteresis; ``thresholds``:
+    instead of ``config.thresholds`` (mode ``adaptive``: the tuner's cutoffs)."""
+    thresholds = config.thresholds if thresholds is None else thresholds
+    target = queue_for_tlr(tlr, thresholds)
     if current is None or target == current or not FIRST_APPROX_QUEUE <= current < NUM_QUEUES:
         return target
-    lo, hi = queue_range(current, config.thresholds)
+    lo, hi = queue_range(current, thresholds)
     if lo - config.hysteresis <= tlr < hi + config.hysteresis:
         return current
     return target
@@ -88,12 +155,51 @@ def job_tlr(groups: Mapping[int, GroupReport]) -> tuple[float, int]:
     return report.tlr, group_id
 
 
+def job_value(groups: Mapping[int, GroupReport], tlr: float, work_ref: float | None, config: TuningConfig) -> float:
+    """Mode ``adaptive``: the value the cutoffs place for a job with these groups and (lowest) TLR: the TLR
+    shifted by the job's remaining work (``tuning.value_of``)."""
+    return value_of(tlr, remaining_work(groups), work_ref, config)
+
+
+def quiet(report: GroupReport, now: float, epoch_s: float) -> bool:
+    """The group has gone quiet: no report for ``QUIET_INTERVALS`` of its report intervals (and an epoch)."""
+    interval = report.interval if report.interval is not None else epoch_s
+    return now - report.last_seen > max(epoch_s, QUIET_INTERVALS * interval)
+
+
+def tuning_samples(jobs: Mapping[int, Mapping[int, GroupReport]], exclude: Iterable[int] = (),
+                   now: float = 0.0, epoch_s: float = float("inf"),
+                   queues: Mapping[int, int] | None = None) -> list[JobSample]:
+    """What the tuner reads of the live ``jobs`` (job id -> group id -> report), by job id: the groups that have
+    not gone quiet (``quiet``: a finished sender stops reporting; it stays placed until ``job_timeout_s`` but no
+    longer loads a queue), of the jobs that still need messages for their MSR, except ``exclude`` (pinned and
+    tag-only jobs, whose queue the cutoffs do not decide). ``queues``: job id -> the queue it is in now."""
+    skip = set(exclude)
+    queues = queues or {}
+    out = []
+    for job_id in sorted(jobs):
+        if job_id in skip:
+            continue
+        groups = {g: r for g, r in jobs[job_id].items() if not quiet(r, now, epoch_s)}
+        if not groups or not any(r.remaining for r in groups.values()):
+            continue
+        tlr, group_id = job_tlr(groups)
+        out.append(JobSample(job_id, tlr, remaining_work(groups), sum(r.rate_bps for r in groups.values()),
+                             groups[group_id].loss, queues.get(job_id)))
+    return out
+
+
 def decide(jobs: Mapping[int, Mapping[int, GroupReport]], previous: Mapping[int, int], now: float,
-           config: PolicyConfig, losing: Mapping[int, int] | None = None) -> Decision:
+           config: PolicyConfig, losing: Mapping[int, int] | None = None, *,
+           values: Mapping[int, float] | None = None, cutoffs: tuple[float, ...] | None = None,
+           retuned: bool = False) -> Decision:
     """Assign every live job a queue. ``jobs``: job id -> group id -> latest report; ``previous``: last epoch's
-    assignments; ``losing``: last epoch's ``Decision.losing``. Deterministic: the same inputs give the same
-    ``Decision``."""
+    assignments; ``losing``: last epoch's ``Decision.losing``. Mode ``adaptive``: ``values`` (job id -> what is
+    placed instead of its TLR, ``tuning.value_of``), ``cutoffs`` (the tuner's, instead of ``config.thresholds``)
+    and ``retuned`` (the cutoffs have just changed: every unpinned job is placed afresh, without hysteresis,
+    reason ``tuned``). Deterministic: the same inputs give the same ``Decision``."""
     losing = losing or {}
+    values = values or {}
     pinned = dict(config.pinned)
     live: dict[int, Mapping[int, GroupReport]] = {}
     assignments: dict[int, int] = {}
@@ -110,7 +216,8 @@ def decide(jobs: Mapping[int, Mapping[int, GroupReport]], previous: Mapping[int,
         if job_id in pinned:
             new, reason = pinned[job_id], "new" if old is None else ("moved" if old != pinned[job_id] else None)
         else:
-            new, reason = _place(job_id, tlr, loss, old, losing, streaks, config)
+            new, reason = _place(job_id, tlr, loss, old, losing, streaks, config, values.get(job_id, tlr),
+                                 retuned, cutoffs)
         assignments[job_id] = new
         if reason is not None:
             changes.append(JobChange(job_id, reason, old, new, tlr, group_id, loss))
@@ -121,21 +228,30 @@ def decide(jobs: Mapping[int, Mapping[int, GroupReport]], previous: Mapping[int,
 
 
 def _place(job_id: int, tlr: float, loss: float, old: int | None, losing: Mapping[int, int],
-           streaks: dict[int, int], config: PolicyConfig) -> tuple[int, str | None]:
-    """(queue, change reason or None) for one unpinned job; records its losing streak in ``streaks``."""
+           streaks: dict[int, int], config: PolicyConfig, value: float | None = None,
+           retuned: bool = False, cutoffs: tuple[float, ...] | None = None) -> tuple[int, str | None]:
+    """(queue, change reason or None) for one unpinned job; records its losing streak in ``streaks``. ``value``:
+    what ``cutoffs`` (default ``config.thresholds``) place (default: the TLR); the losing test is on the TLR."""
+    value = tlr if value is None else value
+    thresholds = config.thresholds if cutoffs is None else cutoffs
     if old is None:
-        return queue_for_tlr(tlr, config.thresholds), "new"
+        return queue_for_tlr(value, thresholds), "new"
+    if retuned:
+        if loss > tlr + config.loss_margin:
+            streaks[job_id] = losing.get(job_id, 0) + 1
+        new = queue_for_tlr(value, thresholds)
+        return new, "tuned" if new != old else None
     if loss > tlr + config.loss_margin:
         streak = losing.get(job_id, 0) + 1
         if streak >= config.promote_after_epochs and old > FIRST_APPROX_QUEUE:
             return old - 1, "promoted"  # the streak restarts in the new queue
         streaks[job_id] = streak
-        new = min(hold_or_move(tlr, old, config), old)  # a losing job never moves down
+        new = min(hold_or_move(value, old, config, thresholds), old)  # a losing job never moves down
     else:
-        new = hold_or_move(tlr, old, config)
+        new = hold_or_move(value, old, config, thresholds)
     if new != old:
         return new, "moved"
-    if queue_for_tlr(tlr, config.thresholds) != old:
+    if queue_for_tlr(value, thresholds) != old:
         return old, "held"
     return old, None
 
@@ -155,9 +271,10 @@ class Placer:
 
     __slots__ = ("_upper", "_bands", "_margin", "_promote_after", "_thresholds")
 
-    def __init__(self, config: PolicyConfig) -> None:
-        self._thresholds = tuple(config.thresholds)
-        self._upper = self._thresholds[FIRST_APPROX_QUEUE:]  # T_1 .. T_7, strictly increasing (validated)
+    def __init__(self, config: PolicyConfig, cutoffs: tuple[float, ...] | None = None) -> None:
+        """``cutoffs``: place with these instead of ``config.thresholds`` (mode ``adaptive``: the tuner's)."""
+        self._thresholds = tuple(config.thresholds if cutoffs is None else cutoffs)
+        self._upper = self._thresholds[FIRST_APPROX_QUEUE:]  # T_1 .. T_7, increasing (validated)
         self._bands = {q: (lo - config.hysteresis, hi + config.hysteresis)
                        for q in range(FIRST_APPROX_QUEUE, NUM_QUEUES)
                        for lo, hi in (queue_range(q, self._thresholds),)}
@@ -168,22 +285,27 @@ class Placer:
         """``queue_for_tlr`` (the largest k with T_k <= tlr, at least 1)."""
         return max(FIRST_APPROX_QUEUE, bisect.bisect_right(self._upper, tlr))
 
-    def place(self, tlr: float, loss: float, old: int | None, streak: int) -> tuple[int, str | None, int]:
+    def place(self, tlr: float, loss: float, old: int | None, streak: int, value: float | None = None,
+              retuned: bool = False) -> tuple[int, str | None, int]:
         """(queue, change reason or None, losing streak after this epoch) for one unpinned job whose streak was
-        ``streak``."""
-        target = max(FIRST_APPROX_QUEUE, bisect.bisect_right(self._upper, tlr))
+        ``streak``; ``value`` and ``retuned`` as in ``_place``."""
+        key = tlr if value is None else value
+        target = max(FIRST_APPROX_QUEUE, bisect.bisect_right(self._upper, key))
         if old is None:
             return target, "new", 0
-        band = self._bands.get(old)
+        if retuned:
+            streak = streak + 1 if loss > tlr + self._margin else 0
+            return target, "tuned" if target != old else None, streak
+        band = self._bands.get(old)  # the bands hold the placed value; the losing test is on the TLR
         if loss > tlr + self._margin:
             streak += 1
             if streak >= self._promote_after and old > FIRST_APPROX_QUEUE:
                 return old - 1, "promoted", 0
-            new = old if band is not None and band[0] <= tlr < band[1] else target
+            new = old if band is not None and band[0] <= key < band[1] else target
             new = min(new, old)  # a losing job never moves down
         else:
             streak = 0
-            new = old if target == old or band is not None and band[0] <= tlr < band[1] else target
+            new = old if target == old or band is not None and band[0] <= key < band[1] else target
         if new != old:
             return new, "moved", streak
         if target != old:
@@ -226,9 +348,10 @@ def fifo_state(switch: SwitchConfig, config: PolicyConfig) -> SwitchState:
                        ecn_rules=frozenset({EcnRule(qid=NON_APPROX_QUEUE, depth_pkts=config.ecn_threshold_pkts)}))
 
 
-def static_state(switch: SwitchConfig, config: PolicyConfig) -> SwitchState:
+def static_state(switch: SwitchConfig, config: PolicyConfig, buffers: tuple[int, ...] = ()) -> SwitchState:
     """Everything but the report-driven ``queue_by_job`` entries: routes, class rules, CadentFlow tag rules, TLR
-    thresholds, ECN of queue 0 (``mode = "fifo"``: ``fifo_state``)."""
+    thresholds, ECN of queue 0, and ``buffers`` as the approximate queues' buffers (the tuner's; empty: the
+    target's own) (``mode = "fifo"``: ``fifo_state``)."""
     if config.mode == "fifo":
         return fifo_state(switch, config)
     return SwitchState(
@@ -237,6 +360,7 @@ def static_state(switch: SwitchConfig, config: PolicyConfig) -> SwitchState:
         tag_rules=tag_rules(config.cadentflows),
         tlr_rules=default_tlr_rules(config.thresholds) if config.install_tlr_rules else frozenset(),
         ecn_rules=frozenset({EcnRule(qid=0, depth_pkts=config.ecn_threshold_pkts)}),
+        queue_buffers=tuple(buffers),
     )
 
 

@@ -325,6 +325,8 @@ class Runtime:
                 self.decision_log.write("job", epoch=plan.epoch, job=change.job_id, reason=change.reason,
                                         old_queue=change.old_qid, new_queue=change.new_qid, tlr=change.tlr,
                                         loss=change.loss, group=change.group_id)
+            for tuned in plan.tuning:  # mode adaptive: the tuner's new thresholds and buffers
+                self.decision_log.write("tuning", epoch=plan.epoch, **tuned.as_log())
         writes: dict[str, WriteSummary] = {}
         errors: dict[str, str] = {}
         counters: dict[str, Counters] = {}

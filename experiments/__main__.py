@@ -21,24 +21,25 @@ from typing import Sequence
 
 from netapprox.experiments import results
 from netapprox.experiments.cli import (
-    UsageError, add_common_arguments, overrides_of, run_figures, set_checks)
+    UsageError, add_common_arguments, overrides_of, run_figures, set_checks, sweep_of)
 from netapprox.experiments.emulated import PROTOCOLS, EmulatedBackend, Scale
 from netapprox.experiments.figures import EXPERIMENTS, Figure, figures_for
 from netapprox.experiments.sim.__main__ import main as sim_main
-from netapprox.experiments.sweep import Sweep
 from netapprox.hostlib import checks as C
 
 SET_CHECKS = set_checks(PROTOCOLS)
 """The value checks of ``--set`` for the emulated experiments."""
 
-# Run on their own (not by ``all``): ddp trains PyTorch models (the [torch] extra) for ~15 minutes.
+# Run on their own (not by ``all``): ddp trains PyTorch models (the [torch] extra) for ~40 minutes.
 SEPARATE = {"ddp": ("netapprox.experiments.ddp", "exp_ddp")}
-SEPARATE_QUICK = {"ddp": {"variants": ("gloo", "atp"), "iterations": 60, "fills": ("zero", "error_feedback"),
-                          "fill_iterations": 40}}
+SEPARATE_QUICK = {"ddp": {"variants": ("gloo", "atp"), "scenarios": ("idle", "straggler"), "iterations": 60,
+                          "fills": ("zero", "error_feedback"), "fill_iterations": 40}}
 SEPARATE_CHECKS: dict[str, dict[str, C.Check]] = {
-    "ddp": {"variants": C.choice(("gloo", "gloo-low", "atp", "atp-low")),
+    "ddp": {"variants": C.choice(("gloo", "gloo-low", "atp", "atp-low", "atp-spread", "atp-exact")),
+            "scenarios": C.choice(("idle", "ws20", "ws50", "straggler", "straggler-both")),
             "fills": C.choice(("zero", "previous", "error_feedback")), "fill_loss": C.fraction(),
-            "flow_load": C.fraction(), "target": C.fraction(), "iterations": C.integer(ge=1),
+            "msr": C.fraction(), "straggler_rate": C.number(gt=0.0, le=1.0), "target": C.fraction(),
+            "iterations": C.integer(ge=1), "eval_every": C.integer(ge=1), "flow_s": C.number(gt=0.0),
             "fill_iterations": C.integer(ge=1), "hidden": C.integer(ge=1)},
 }
 
@@ -65,10 +66,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(args_in)
     names = figures_for("emulated") if args.experiment == "all" else [args.experiment]
+    scale = dataclasses.replace(Scale(), rate_mbit=args.rate_mbit, hosts=args.hosts, fbkv_n=args.fbkv_n,
+                                fbhd_n=args.fbhd_n)
     try:
         C.output_file(create_dirs=True)(Path(args.out) / "result.json", "--out")
         figures = {name: figure(name) for name in names}
         overrides = overrides_of(names, figures, args.set, lambda name: {**SET_CHECKS, **SEPARATE_CHECKS.get(name, {})})
+        sweep = sweep_of(EmulatedBackend(scale), args)
     except (C.CheckError, UsageError) as e:
         p.error(str(e))
     results.COMMAND[:] = ["python", "-m", "netapprox.experiments", *args_in]
@@ -76,10 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if os.geteuid() != 0:
         print("experiments need root: they create network namespaces and program qdiscs", file=sys.stderr)
         return 2
-    scale = dataclasses.replace(Scale(), rate_mbit=args.rate_mbit, hosts=args.hosts, fbkv_n=args.fbkv_n,
-                                fbhd_n=args.fbhd_n)
-    run_figures(names, figures, Sweep(EmulatedBackend(scale)), seeds=args.seeds, out=Path(args.out), quick=args.quick,
-                overrides=overrides)
+    run_figures(names, figures, sweep, seeds=args.seeds, out=Path(args.out), quick=args.quick, overrides=overrides)
     return 0
 
 

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import os
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from netapprox.experiments.figures import COEXIST_PATTERNS, Figure
-from netapprox.experiments.sweep import Sweep
+from netapprox.experiments.cache import TrialCache
+from netapprox.experiments.figures import COEXIST_PATTERNS, SHIFT_SETTINGS, Figure
+from netapprox.experiments.sweep import SCHEDULER_ENV, Sweep
 from netapprox.hostlib import checks as C
 
 SET_CHECKS: dict[str, C.Check] = {
@@ -34,6 +36,10 @@ SET_CHECKS: dict[str, C.Check] = {
     "job_scale": C.integer(ge=1),
     "window_ms": C.number(gt=0.0),
     "fbkv_delay_us": C.number(ge=0.0),
+    "settings": C.choice(tuple(SHIFT_SETTINGS)),
+    "phase_s": C.number(gt=0.0),
+    "load": C.number(gt=0.0, le=1.0),
+    "receivers": C.integer(ge=1),
 }
 """Checks of the sweep arguments ``--set`` may override, by name (per value; a tuple argument takes a list).
 A name not listed here is checked against the type of the figure's default."""
@@ -42,7 +48,8 @@ A name not listed here is checked against the type of the figure's default."""
 def set_checks(protocols: Sequence[str]) -> dict[str, C.Check]:
     """``SET_CHECKS`` with the protocol names of a back end."""
     return {**SET_CHECKS, "protocols": C.choice(protocols), "variants": C.choice(protocols),
-            "schemes": C.choice(("alone", *protocols))}
+            "schemes": C.choice(("alone", *protocols, *(f"alone-{p}" for p in protocols if p.startswith("atp")),
+                                 *(f"{p}+adaptive" for p in protocols if p.startswith("atp"))))}
 
 
 class UsageError(ValueError):
@@ -115,6 +122,29 @@ def add_common_arguments(p: argparse.ArgumentParser, *, names: Sequence[str], fb
     p.add_argument("--set", action="append", default=[], metavar="NAME=V1,V2",
                    help="override a sweep argument of the experiment, e.g. --set msrs=0.5,0.9 (the keyword "
                         "arguments of the exp_* functions in experiments/figures.py)")
+    p.add_argument("--cache", metavar="DIR", default=None,
+                   help="take finished trials from this trial cache and store new ones there (default for ns-3: "
+                        "<out>/cache; the emulated testbed measures anew unless given one)")
+    p.add_argument("--no-cache", action="store_true", help="run every trial, store none")
+    p.add_argument("--scheduler", metavar="ADDRESS", default=None,
+                   help=f"run the trials on the Dask cluster of this scheduler, e.g. tcp://10.0.0.1:8786 (default: "
+                        f"${SCHEDULER_ENV} when set)")
+
+
+def sweep_of(backend: Any, args: argparse.Namespace, *, workers: int = 1) -> Sweep:
+    """The sweep the options ask for: where the trials run (here, a LocalCluster of ``workers`` processes, or
+    ``--scheduler``'s cluster) and the trial cache (``UsageError`` when the back end cannot run there)."""
+    scheduler = args.scheduler or (os.environ.get(SCHEDULER_ENV) if backend.cluster else None)
+    if args.no_cache:
+        cache = None
+    elif args.cache:
+        cache = TrialCache(Path(args.cache))
+    else:
+        cache = TrialCache(Path(args.out) / "cache") if backend.deterministic else None
+    try:
+        return Sweep(backend, workers=workers, scheduler=scheduler, cache=cache)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 def overrides_of(names: Sequence[str], figures: Mapping[str, Figure], items: Sequence[str],
@@ -125,9 +155,12 @@ def overrides_of(names: Sequence[str], figures: Mapping[str, Figure], items: Seq
 
 def run_figures(names: Sequence[str], figures: Mapping[str, Figure], sweep: Sweep, *, seeds: Sequence[int],
                 out: Path, quick: bool, overrides: Mapping[str, dict], say: Callable[[str], None] = print) -> None:
-    """Run each figure, writing its result file, with one line per figure when it is done."""
-    for name in names:
-        t0 = time.monotonic()
-        rf = figures[name](seeds, out, sweep, quick=quick, **overrides[name])
-        path = rf.write()
-        say(f"{name}: {len(rf.runs)} runs in {(time.monotonic() - t0) / 60:.1f} min -> {path}")
+    """Run each figure, writing its result file, with one line per figure when it is done (and how many of its
+    trials failed); the sweep's cluster, if it started one, serves them all and stops at the end."""
+    with sweep:
+        for name in names:
+            t0 = time.monotonic()
+            rf = figures[name](seeds, out, sweep, quick=quick, **overrides[name])
+            path = rf.write()
+            failed = f", {len(rf.errors)} trials FAILED (result.json 'errors')" if rf.errors else ""
+            say(f"{name}: {len(rf.runs)} runs in {(time.monotonic() - t0) / 60:.1f} min{failed} -> {path}")

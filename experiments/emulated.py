@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import socket
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -123,6 +124,8 @@ class EmulatedBackend:
     rate_unit = "mbps"
     cluster = False
     """Trials need root, namespaces and the whole machine's timing: they run here, one at a time."""
+    deterministic = False
+    """A trial is a measurement: a rerun measures again unless told to take finished trials from a cache."""
 
     def __init__(self, scale: Scale = Scale()) -> None:
         self.scale = scale
@@ -142,6 +145,14 @@ class EmulatedBackend:
         """(sender, background sender, receiver) of a job against background (on a rack: any three hosts)."""
         return 0, 1, self.scale.hosts - 1
 
+    def identity(self) -> dict:
+        """What, besides a plan and the code, decides a trial's result (the trial cache's key): the scale, and
+        the machine it is measured on."""
+        return {"name": self.name, "scale": dataclasses.asdict(self.scale), "host": socket.gethostname()}
+
+    def prepare(self) -> None:
+        """Nothing to load before a trial (the testbed starts with the first trial of its switch kind)."""
+
     def describe(self, protocols: Sequence[str] = ()) -> dict:
         """What a result file records about where its trials ran."""
         return {"scale": dataclasses.asdict(self.scale),
@@ -155,7 +166,7 @@ class EmulatedBackend:
 
     def group_of(self, plan: TrialPlan) -> tuple:
         """Trials of one group share a testbed; a sweep runs them in a row."""
-        return plan.switch_kind, plan.sample_queues
+        return plan.switch_kind, plan.sample_queues, plan.policy
 
     def check(self, plan: TrialPlan) -> None:
         if plan.protocol not in PROTOCOLS:
@@ -171,7 +182,8 @@ class EmulatedBackend:
         key = (*self.group_of(plan), Path(workdir).resolve())
         if self._tb is None or self._tb_key != key:
             self.close()
-            cfg = self.scale.testbed(**SWITCH_CONFIG[kind], sample_queues_s=QUEUE_SAMPLE_S if plan.sample_queues else None)
+            cfg = self.scale.testbed(**SWITCH_CONFIG[kind], sample_queues_s=QUEUE_SAMPLE_S if plan.sample_queues else None,
+                                     policy=tuple(plan.policy))
             tb = Testbed(cfg, Path(workdir) / f"work-{kind}")
             tb.__enter__()
             self._tb, self._tb_key = tb, key
@@ -355,6 +367,9 @@ def run_on_testbed(tb: Testbed, plan: TrialPlan, *, timeout: float = 60.0) -> di
         "start_wall": t_start, "end_wall": t_end, "receiver_exit_codes": rx_codes, "background_exit_codes": bg_codes}
     if plan.sample_queues:
         record["queues"] = queue_stats(tb, t_start, t_end, sorted(by_dst))
+    tuning = [t for t in tb.tuning if t_start - 1.0 <= t["wall"] <= t_end]
+    if tuning:  # policy mode adaptive: the tuner's changes during the trial
+        record["tuning"] = tuning
     if plan.timeline_job is not None:
         j = next(m for m in jobs if m["job_id"] == plan.timeline_job)
         wid = str(wire_id[plan.timeline_job])

@@ -412,7 +412,8 @@ def exp_fairness(seeds: Sequence[int], out: Path, sweep: Sweep, *,
                  schemes=("alone", "atp-full", "atp-fixprio", "atp-fixtlr"), fbkv_delay_us: float = 500_000.0
                  ) -> R.ResultFile:
     """FBHD MSR 0.5 and FBHD MSR 0.75 (2 x N each), then FBKV MSR 0.875 ``fbkv_delay_us`` later, all into one
-    host, under each scheme (``alone``: the FBKV job by itself, ``atp-full``)."""
+    host, under each scheme: a protocol (with the default policy), ``<protocol>+adaptive`` (the controller in
+    policy mode ``adaptive``), ``alone`` (the FBKV job by itself, ``atp-full``) or ``alone-<protocol>``."""
     sweep = as_sweep(sweep)
     backend, scale = sweep.backend, sweep.backend.scale
     n = len(backend.hosts)
@@ -423,23 +424,182 @@ def exp_fairness(seeds: Sequence[int], out: Path, sweep: Sweep, *,
         hd = (JobPlan(1, a, d, scale.job("fbhd", seed * 10 + 1, 2), 0.5),
               JobPlan(2, b, d, scale.job("fbhd", seed * 10 + 2, 2), 0.75))
         for scheme in schemes:
-            proto = "atp-full" if scheme == "alone" else scheme
-            plans.append(TrialPlan({"scheme": scheme}, seed, proto, (kv,) if scheme == "alone" else hd + (kv,)))
+            proto, alone, policy = fairness_scheme(scheme)
+            plans.append(TrialPlan({"scheme": scheme}, seed, proto, (kv,) if alone else hd + (kv,), policy=policy))
     rf = result_file("fairness", out, seeds, backend, {
         "schemes": list(schemes), "hosts": {"fbhd_0.5": a, "fbhd_0.75": b, "fbkv_0.875": c, "receiver": d},
         "jobs": f"FBHD MSR 0.5 and FBHD MSR 0.75 (2 x fbhd_n messages each), then FBKV MSR 0.875 "
                 f"({fbkv_delay_us:g} µs later), all into one host"},
-        ["atp-full" if sc == "alone" else sc for sc in schemes])
+        sorted({fairness_scheme(sc)[0] for sc in schemes}))
 
     def metrics(plan: TrialPlan, trial: dict) -> dict:
         kvm = next(j for j in trial["jobs"] if j["job_id"] == 3)
-        return {"fbkv_jct_s": kvm["jct_s"], "fbkv_msr_met": kvm["msr_met"], **job_summary(trial)}
+        hd_jcts = {j["job_id"]: j["jct_s"] for j in trial["jobs"] if j["job_id"] in (1, 2)}
+        return {"fbkv_jct_s": kvm["jct_s"], "fbkv_msr_met": kvm["msr_met"],
+                **{f"fbhd{jid}_jct_s": hd_jcts[jid] for jid in (1, 2) if jid in hd_jcts}, **job_summary(trial)}
 
     sweep.run(rf, plans, metrics=metrics)
     R.plot_bars(plot_rows(rf.to_dict()["summary"], backend), metric="fbkv_jct_s", group="scheme", series="scheme",
                 path=rf.out_dir / "fbkv_jct.png", title=f"FBKV JCT next to two FBHD jobs{backend.where} (cf. Fig. 14)",
                 ylabel=f"FBKV JCT ({backend.time_unit[0]})")
     return rf
+
+
+def fairness_scheme(scheme: str) -> tuple[str, bool, tuple[tuple[str, Any], ...]]:
+    """(protocol, FBKV alone?, policy) of a scheme of ``exp_fairness``."""
+    if scheme == "alone":
+        return "atp-full", True, ()
+    if scheme.startswith("alone-"):
+        return scheme[len("alone-"):], True, ()
+    if scheme.endswith("+adaptive"):
+        return scheme[:-len("+adaptive")], False, (("mode", "adaptive"),)
+    return scheme, False, ()
+
+
+# --------------------------------------------------------------------------------------------------
+# A workload that changes (issue #27): does the tuned policy beat the best fixed thresholds in hindsight?
+
+
+SHIFT_PHASES: tuple[tuple[str, float, float], ...] = (
+    ("fbkv_heavy", 0.8, 0.0), ("fbhd_heavy", 0.2, 0.0), ("mix_web", 0.5, 0.3))
+"""(name, share of FBKV jobs, web-search flow load) of each phase, in this order."""
+FIXED_THRESHOLDS: dict[str, tuple[float, ...]] = {
+    "k8": tuple(k / 8 for k in range(8)),
+    "k16": tuple(k / 16 for k in range(8)),
+    "low-fine": (0.0, 0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5),
+    "msr-classes": (0.0, 0.2, 0.4, 0.6, 0.7, 0.8, 0.9, 0.95),
+    "high-fine": (0.0, 0.3, 0.45, 0.6, 0.7, 0.8, 0.875, 0.95),
+    "k10": tuple(k / 10 for k in range(8)),
+}
+"""The fixed TLR threshold sets the tuned policy is held against (policy mode ``netapprox``: the paper's
+placement by TLR, k-MTU buffers): the paper's k/8; twice as fine below 1/2 (k/16); fine at the low end, where
+MSR 0.9 jobs start (TLR 0.1) and where eq. 1 takes losing jobs; cut between the MSR classes this workload draws
+(initial TLRs 0.1, 0.3, 0.5); fine at the high end, where eq. 1 takes jobs that deliver without loss; and k/10
+(the top queue from 0.7)."""
+SHIFT_SETTINGS: dict[str, tuple[tuple[str, Any], ...]] = {
+    "adaptive": (("mode", "adaptive"),),
+    **{f"fixed-{name}": (("mode", "netapprox"), ("thresholds", t)) for name, t in FIXED_THRESHOLDS.items()},
+    "adaptive-remaining-work": (("mode", "adaptive"), ("tuning", (("remaining_weight", 0.125),))),
+    "adaptive-no-buffers": (("mode", "adaptive"), ("tuning", (("buffers", False),))),
+    "k8-remaining-work": (("mode", "adaptive"), ("tuning", (("remaining_weight", 0.125), ("hysteresis", 0.999),
+                                                            ("buffers", False)))),
+}
+"""Policy of each setting of ``exp_shift`` (``TrialPlan.policy``): the tuned policy (mode ``adaptive``, its
+defaults), every fixed threshold set, and three variants: the tuner with the remaining-work placement
+(``remaining_weight`` 1/8), the tuner without buffers, and the remaining-work placement on the paper's fixed
+thresholds (no retuning, no buffers)."""
+
+
+def shift_workload(backend: Any, seed: int, *, phase_s: float, load: float, receivers: int,
+                   msrs: Sequence[float]) -> tuple[tuple[JobPlan, ...], tuple, dict[int, tuple[str, str]]]:
+    """The jobs and flows of ``exp_shift`` (the same for every setting of a seed) and each job's (phase, kind). In
+    every phase, jobs arrive at each of ``receivers`` hosts as a Poisson process offering ``load`` of its link
+    in the bytes they need (the smallest ceil(MSR x N) messages), from random other hosts, each FBKV with the
+    phase's share (else FBHD), its MSR drawn from ``msrs``; the last phase adds web-search flows into the same
+    hosts."""
+    scale, hosts = backend.scale, backend.hosts
+    n = len(hosts)
+    dsts = [hosts[(n // receivers) * i + (n // receivers) // 2] for i in range(receivers)] if receivers < n else hosts
+    srcs = [h for h in hosts if h not in dsts] or hosts
+    rng = rng_for(seed * 7727 + 5)
+
+    def needed(kind: str, i: int) -> float:
+        wl = scale.job(kind, 10 ** 6 + i)
+        return float(sum(sorted(wl.sizes)[:math.ceil(msrs[i % len(msrs)] * wl.n)]))
+    mean_need = {k: float(np.mean([needed(k, i) for i in range(60)])) for k in ("fbkv", "fbhd")}
+    jobs, flows, phase_of, jid = [], [], {}, 1
+    for p, (name, kv_share, flow_load) in enumerate(SHIFT_PHASES):
+        t0 = p * phase_s
+        rate = load * scale.rate_bps / 8 / (kv_share * mean_need["fbkv"] + (1 - kv_share) * mean_need["fbhd"])
+        for dst in dsts:
+            for t in poisson_arrivals(rng, rate, phase_s):
+                kind = "fbkv" if rng.random() < kv_share else "fbhd"
+                src = int(rng.choice([h for h in srcs if h != dst]))
+                msr = float(rng.choice(list(msrs)))
+                jobs.append(JobPlan(jid, src, dst, scale.job(kind, seed * 100000 + jid), msr, start_s=t0 + float(t)))
+                phase_of[jid] = (name, kind)
+                jid += 1
+        if flow_load > 0:
+            fl = web_search_flows(seed * 31 + p, load=flow_load, link_bps=scale.rate_bps * len(dsts),
+                                  duration_s=phase_s, senders=[h for h in srcs if h not in dsts] or srcs,
+                                  receivers=dsts, size_scale=scale.flow_size_scale)
+            flows += [dataclasses.replace(f, start_s=f.start_s + t0) for f in fl]
+    return tuple(jobs), tuple(flows), phase_of
+
+
+def exp_shift(seeds: Sequence[int], out: Path, sweep: Sweep, *, settings=tuple(SHIFT_SETTINGS), phase_s: float = 3.0,
+              load: float = 0.3, receivers: int = 1, msrs=(0.5, 0.7, 0.9)) -> R.ResultFile:
+    """A workload whose mix shifts mid-run, FBKV-heavy -> FBHD-heavy -> a mix with web-search flows
+    (``SHIFT_PHASES``, ``phase_s`` each), under the tuned policy and under every fixed threshold set
+    (``SHIFT_SETTINGS``): mean JCT per phase (jobs by the phase they start in) and overall, and per seed the
+    tuned policy's over the best fixed setting's in hindsight (the fixed set with the lowest mean over the
+    seeds, chosen per phase and overall: setting ``adaptive/best-fixed``)."""
+    sweep = as_sweep(sweep)
+    backend = sweep.backend
+    plans, phases = [], {}
+    for seed in seeds:
+        jobs, flows, phase_of = shift_workload(backend, seed, phase_s=phase_s, load=load, receivers=receivers,
+                                               msrs=msrs)
+        phases[seed] = phase_of
+        for name in settings:
+            plans.append(TrialPlan({"setting": name}, seed, "atp", jobs, flows=flows, policy=SHIFT_SETTINGS[name]))
+    rf = result_file("shift", out, seeds, backend, {
+        "settings": {name: [list(kv) for kv in SHIFT_SETTINGS[name]] for name in settings},
+        "phases": [{"name": n, "fbkv_share": kv, "flow_load": fl, "start": i * phase_s, "duration": phase_s}
+                   for i, (n, kv, fl) in enumerate(SHIFT_PHASES)],
+        "load": load, "receivers": receivers, "msrs": list(msrs),
+        "jobs": {str(seed): len(p) for seed, p in phases.items()},
+        "pattern": f"jobs arrive at {receivers} receiver(s) (Poisson, {load:g} of the link in needed bytes), "
+                   f"from random other hosts; the mix shifts every {phase_s:g} s"},
+        ["atp"])
+
+    def metrics(plan: TrialPlan, trial: dict) -> dict:
+        out = job_summary(trial)
+        phase_of = phases[plan.seed]
+        done = [(phase_of[j["job_id"]], j["jct_s"]) for j in trial["jobs"] if j["jct_s"] is not None]
+        for name, _, _ in SHIFT_PHASES:
+            jcts = [t for (phase, _), t in done if phase == name]
+            out[f"jct_{name}_s"] = float(np.mean(jcts)) if jcts else None
+        for kind in ("fbkv", "fbhd"):
+            jcts = [t for (_, k), t in done if k == kind]
+            out[f"jct_{kind}_s"] = float(np.mean(jcts)) if jcts else None
+        out.update(flow_fct_stats(trial.get("flows", [])))
+        out["tuning_changes"] = len(trial.get("tuning", []))
+        return out
+
+    sweep.run(rf, plans, metrics=metrics)
+    best_fixed_ratios(rf, [s for s in settings if s.startswith("fixed-")])
+    rf.write()
+    R.plot_bars(plot_rows([r for r in rf.to_dict()["summary"] if "/" not in str(r["params"].get("setting"))], backend),
+                metric="jct_mean_s", group="setting", series="setting", path=rf.out_dir / "jct.png",
+                title=f"Shifting workload: mean JCT{backend.where}", ylabel=f"mean JCT ({backend.time_unit[0]})")
+    return rf
+
+
+def best_fixed_ratios(rf: R.ResultFile, fixed: Sequence[str]) -> None:
+    """Per phase and overall: the fixed setting with the lowest mean JCT over the seeds (in hindsight), noted,
+    and per seed the ``adaptive`` setting's JCT over that setting's (rows ``adaptive/best-fixed``)."""
+    keys = ["jct_mean_s"] + [f"jct_{name}_s" for name, _, _ in SHIFT_PHASES]
+    by = {(r["params"]["setting"], r["seed"]): r["metrics"] for r in rf.runs if "/" not in r["params"]["setting"]}
+    seeds = sorted({seed for _, seed in by})
+    best = {}
+    for key in keys:
+        means = {}
+        for name in fixed:
+            vals = [by[(name, s)].get(key) for s in seeds if (name, s) in by]
+            if vals and all(v is not None for v in vals):
+                means[name] = float(np.mean(vals))
+        if means:
+            best[key] = min(means, key=means.get)
+    rf.notes.append({"best_fixed_in_hindsight": best})
+    for seed in seeds:
+        m = by.get(("adaptive", seed))
+        if m is None:
+            continue
+        ratios = {f"{key[:-2]}_ratio": m[key] / by[(name, seed)][key] for key, name in best.items()
+                  if m.get(key) and (name, seed) in by and by[(name, seed)].get(key)}
+        if ratios:
+            rf.add(seed, {"setting": "adaptive/best-fixed"}, ratios, progress=False)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -638,8 +798,12 @@ EXPERIMENTS: dict[str, Figure] = {
                       {"sim": {"protocols": ("atp", "dctcp-es"), "pattern": "fabric", "window_ms": 3.0,
                                "quick": {"msrs": (0.9,), "loads": (0.3,)}}}),
     "fairness": Figure(exp_fairness, {},
-                       {"sim": {"schemes": ("alone", "atp-full", "atp-fixprio", "atp-fixtlr", "atp"),
+                       {"sim": {"schemes": ("alone", "alone-atp", "atp-full", "atp-fixprio", "atp-fixtlr", "atp",
+                                            "atp+adaptive", "atp-full+adaptive"),
                                 "fbkv_delay_us": 100.0}}),
+    "shift": Figure(exp_shift, {"settings": ("adaptive", "fixed-k8"), "phase_s": 1.5},
+                    {"sim": {"phase_s": 0.4e-3, "load": 0.7, "receivers": 4,
+                             "quick": {"settings": ("adaptive", "fixed-k8"), "phase_s": 0.1e-3}}}),
     "boundedloss": Figure(exp_boundedloss, {"bounds": (0.15,), "bg_loads": (0.0, 0.8), "vector_len": 20_000},
                           backends=("emulated",)),
     "ddnn": Figure(exp_ddnn, {"ratios": (2.0,), "flow_loads": (0.1,), "duration_s": 5.0}, backends=("emulated",)),

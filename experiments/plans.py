@@ -124,6 +124,10 @@ class TrialPlan:
     """Non-approximate TCP flows (each with its source, destination, size and start)."""
     switch: str | None = None
     """The switch (``SWITCHES``) to run on; None: ``switch_for(protocol)``."""
+    policy: tuple[tuple[str, Any], ...] = ()
+    """On a ``netapprox`` switch: ``[policy]`` keys for the controller, as (key, value) pairs in the TOML's
+    names and shapes (``("mode", "adaptive")``, ``("thresholds", (...))``, ``("tuning", (("buffers", False),))``;
+    ``controller.config.with_policy`` checks them). Empty: the default policy."""
     timeline_job: int | None = None
     """Keep this job's per-epoch sender timeline (``timeline``), its queue changes and the background's start
     times in the trial's record."""

@@ -17,6 +17,11 @@ from typing import Any, Sequence
 
 MAX_PNG_BYTES = 200_000
 
+SHIFT_METRICS = ("jct_mean_s", "jct_fbkv_heavy_s", "jct_fbhd_heavy_s", "jct_mix_web_s", "jct_mean_ratio",
+                 "jct_fbkv_heavy_ratio", "jct_fbhd_heavy_ratio", "jct_mix_web_ratio", "msr_met_frac", "tuning_changes")
+"""The shifting workload (experiments.figures.exp_shift): mean JCT overall and per phase, and in the
+``adaptive/best-fixed`` rows the tuned policy's over the best fixed setting's in hindsight."""
+
 # experiment -> (metrics shown, params that form a row, in order)
 TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "alltoall": (("jct_mean_s", "jct_over_bound", "msr_met_frac", "pkt_loss", "delivered_bytes_frac", "queue_mean_pkts"),
@@ -26,7 +31,8 @@ TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "ablation": (("jct_mean_s", "msr_met_frac", "pkt_loss"), ("msr", "protocol")),
     "coexist": (("fct_all_mean", "fct_all_p99", "fct_small_mean", "fct_small_p99", "flows_all_unfinished", "jct_mean_s",
                  "delivered_bytes_frac"), ("msr", "flow_load", "protocol")),
-    "fairness": (("fbkv_jct_s", "fbkv_msr_met", "jct_mean_s"), ("scheme",)),
+    "fairness": (("fbkv_jct_s", "fbhd1_jct_s", "fbhd2_jct_s", "fbkv_msr_met", "jct_mean_s"), ("scheme",)),
+    "shift": (SHIFT_METRICS, ("setting",)),
     "ddnn": (("fct_small_mean_change_pct", "fct_large_mean_change_pct", "fct_all_mean_change_pct",
               "iteration_mean_s_change_pct", "iteration_mean_s", "fct_small_mean"), ("ratio", "flow_load", "priority")),
     "boundedloss": (("rel_l2_error", "packet_loss", "msg_loss", "within_bound", "jct_s", "tcp_over_atp_jct"),
@@ -40,6 +46,7 @@ TITLES = {
     "ablation": "ATP technique ablation (Fig. 12)",
     "coexist": "Co-running non-approximate traffic (Fig. 13)",
     "fairness": "Job-level fairness (Fig. 14)",
+    "shift": "A workload that changes: the tuned policy against fixed thresholds (issue #27)",
     "ddnn": "DNN ring-allreduce at low vs equal priority next to web-search flows (thesis)",
     "boundedloss": "Bounded-loss ML: vector error vs loss, ATP vs TCP (bounded-loss paper)",
 }
@@ -166,7 +173,9 @@ SIM_TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "coexist": (("fct_all_mean", "fct_all_p99", "fct_small_mean", "fct_small_p99", "fct_all_mean_ratio",
                  "fct_small_mean_ratio", "flows_all_unfinished", "jct_mean_s", "msr_met_frac"),
                 ("msr", "flow_load", "protocol")),
-    "fairness": (("fbkv_jct_s", "fbkv_msr_met", "jct_mean_s", "msr_met_frac"), ("scheme",)),
+    "fairness": (("fbkv_jct_s", "fbhd1_jct_s", "fbhd2_jct_s", "fbkv_msr_met", "jct_mean_s", "msr_met_frac"),
+                 ("scheme",)),
+    "shift": (SHIFT_METRICS, ("setting",)),
 }
 
 SIM_TITLES = {
@@ -176,6 +185,7 @@ SIM_TITLES = {
     "ablation": "ATP technique ablation (Fig. 12)",
     "coexist": "Co-running non-approximate traffic (Fig. 13)",
     "fairness": "Job-level fairness (Fig. 14)",
+    "shift": "A workload that changes: the tuned policy against fixed thresholds (issue #27)",
 }
 
 

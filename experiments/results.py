@@ -187,10 +187,12 @@ class ResultFile:
             self.progress.step(self._what(seed, params), brief(metrics))
         return run
 
-    def fail(self, seed: int, params: Mapping[str, Any], error: str, plan: Any = None) -> None:
+    def fail(self, seed: int, params: Mapping[str, Any], error: str, plan: Any = None, *,
+             progress: bool = True) -> None:
         """File a trial that raised ``error`` (its traceback); its progress line says so."""
         self.errors.append({"seed": seed, "params": dict(params), "error": error, "plan": plan})
-        self.progress.step(self._what(seed, params), "FAILED: " + error.strip().splitlines()[-1])
+        if progress:
+            self.progress.step(self._what(seed, params), "FAILED: " + error.strip().splitlines()[-1])
 
     def _what(self, seed: int, params: Mapping[str, Any]) -> str:
         what = " ".join(f"{k}={v}" for k, v in params.items())
@@ -212,7 +214,7 @@ class ResultFile:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         path = self.out_dir / "result.json"
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=1, default=_json_default) + "\n")
+        tmp.write_text(json.dumps(self.to_dict(), indent=1, default=json_default) + "\n")
         tmp.replace(path)
         write_csv([{"seed": r["seed"], **r["params"], **r["metrics"]} for r in self.runs], self.out_dir / "result.csv")
         return path
@@ -228,12 +230,13 @@ def write_csv(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
         w = csv.DictWriter(f, fieldnames=keys)
         w.writeheader()
         for r in rows:
-            w.writerow({k: json.dumps(v, default=_json_default) if isinstance(v, (list, dict)) else v
+            w.writerow({k: json.dumps(v, default=json_default) if isinstance(v, (list, dict)) else v
                         for k, v in r.items()})
     tmp.replace(path)
 
 
-def _json_default(o: Any) -> Any:
+def json_default(o: Any) -> Any:
+    """What ``json.dumps`` cannot write as it is: dataclasses, numpy values and arrays, paths."""
     if dataclasses.is_dataclass(o):
         return dataclasses.asdict(o)
     if hasattr(o, "tolist"):
@@ -265,6 +268,7 @@ AXES: dict[str, tuple[str, str]] = {
     "bg_load": ("background load", "fraction of link rate"),
     "loss": ("packet loss", "fraction of packets dropped"),
     "scheme": ("scheme", "ATP variant, or the job alone"),
+    "setting": ("policy", "tuned, or fixed thresholds"),
     # metrics (y axes)
     "jct_mean_s": ("mean JCT", "s"),
     "jct_max_s": ("JCT of the last job", "s"),
@@ -289,6 +293,7 @@ LEGEND_TITLES: dict[str, str] = {
     "bound": "loss bound (1 - MSR)",
     "part": "part",
     "scheme": "scheme",
+    "setting": "policy",
     "workload": "workload",
 }
 """Legend titles by the name of the parameter whose values the legend lists."""

@@ -1,16 +1,35 @@
-"""Many ATP jobs at once over one UDP socket: a multi-job adapter beside the blocking API (api.py, one job per
-socket) and asyncio (aio.py). PyTorch's DistributedDataParallel hook (docs/ml.md) runs on it.
+"""Many ATP jobs at once, to and from a few peers, one after another: a multi-job adapter beside the blocking API
+(api.py, one job per socket) and asyncio (aio.py). PyTorch's DistributedDataParallel hook (docs/ml.md) runs on it.
 
-A training worker sends a few jobs per bucket per iteration (one to every peer) and receives as many, all at
-the same time. ``AtpExchange`` drives hostlib's sans-I/O cores (``hostlib.core``: the native ones when built)
-for all of them from one thread and one socket: every ``AtpSender`` it was given plus one ``AtpReceiver`` that
-serves every job arriving at the socket. Incoming DATA goes to the receiver; ACK, DONE and RETRY (the
-receiver's admission token) go to the sender of their job id. Callers get ``concurrent.futures.Future``s:
-:meth:`send` resolves to the job's ``SendSummary``, :meth:`receive` to the :class:`ReceivedJob` with that id
-(whenever it arrives, before or after the call).
+A training worker sends a few jobs per bucket per iteration to every peer and receives as many, thousands of jobs
+to the same few peers. ``AtpExchange`` drives hostlib's sans-I/O cores (``hostlib.core``: the native ones when
+built) for all of them from one thread: every ``AtpSender`` it was given plus one ``AtpReceiver`` that serves every
+job arriving at its address. Callers get ``concurrent.futures.Future``s: :meth:`AtpExchange.send` resolves to the
+job's ``SendSummary`` once the receiver's DONE confirms it, :meth:`AtpExchange.receive` to the
+:class:`ReceivedJob` with that id at the sender's FIN (whenever it arrives, before or after the call), so a
+caller that needs only the data does not wait for the DONE's round trip.
 
-``loss`` drops that fraction of every datagram this exchange sends (seeded), the injected loss of the tests
-and of the loopback experiments; on a real or emulated network it stays 0.
+- **A session per peer outlives its jobs** (QUIC's model: what a connection learned is kept for the next one).
+  :class:`PeerSession` keeps the peer's smoothed RTT and the window its last job ended with; every new job to
+  that peer starts from them (``initial_rtt_s``, ``initial_window`` shared among the jobs under way to the peer)
+  instead of the defaults, and its window stops at its share of the peer's switch queues (``queue_share``: the
+  peer's port is shared with its other senders). Admission stays the receiver's (hostlib/admission.py): the
+  session counts the jobs that needed the RETRY round trip (``retries``) and those that started without one
+  (``zero_rtt_jobs``).
+- **A restarted peer is re-admitted cleanly.** Each exchange draws a ``generation`` when it starts; callers put it
+  in their job ids (the DDP hook does), so a restarted worker's jobs never meet what its peers remember of its
+  predecessor's. :meth:`AtpExchange.reset_peer` forgets a peer that went away: its jobs fail at once instead of
+  after ``idle_timeout_s``, its session starts over, and the first job to its successor is admitted through a
+  RETRY like any first job.
+- **The native cores carry the datagrams.** Two sockets: DATA arrives on ``address`` (the one peers send to) and
+  goes to the receiver with ``receive_from`` (recvmmsg, GRO), which answers with ``transmit``; senders send from
+  ``source`` with ``transmit`` (sendmmsg, GSO), and only what comes back there (ACKs, coalesced up to 16
+  packets per ACK, DONEs, RETRYs) is read into Python, to find the sender of its job id. Messages are collected
+  in the receiver (``collect_messages``) and handed over once per job. Without the native cores, or with
+  injected ``loss`` (which must see every datagram), the same loop runs through the socket module.
+
+``loss`` drops that fraction of every datagram this exchange sends (seeded), the injected loss of the tests and
+of the loopback experiments; on a real or emulated network it stays 0.
 """
 from __future__ import annotations
 
@@ -18,6 +37,7 @@ import collections
 import concurrent.futures
 import dataclasses
 import logging
+import os
 import random
 import socket
 import struct
@@ -37,6 +57,9 @@ Address = tuple[str, int]
 _JOB_ID = struct.Struct("!I")
 _JOB_ID_AT = wire.OFFSETS["job_id"]
 _KEEP_UNCLAIMED_S = 120.0
+_LONGEST_WAIT_S = 0.2
+GENERATIONS = 8
+"""Generations an exchange draws from (3 bits of the DDP hook's job ids)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,23 +75,91 @@ class ReceivedJob:
     messages: dict[int, bytes]
 
 
-class _Waiter:
-    __slots__ = ("future", "messages")
+@dataclasses.dataclass
+class PeerSession:
+    """What this exchange knows about one peer's receiver, kept from one job to the next."""
 
-    def __init__(self) -> None:
-        self.future: concurrent.futures.Future | None = None
-        self.messages: dict[int, bytes] = {}
+    address: Address
+    srtt_s: float | None = None
+    """Smoothed RTT of the last job that measured one."""
+    window: float | None = None
+    """Packets in flight the last job's window allowed when it completed (``adaptive`` mode)."""
+    active: int = 0
+    """Jobs under way to this peer."""
+    jobs: int = 0
+    """Jobs started to this peer."""
+    completed: int = 0
+    failed: int = 0
+    retries: int = 0
+    """Jobs that needed an admission round trip (a RETRY arrived for them)."""
+    zero_rtt_jobs: int = 0
+    """Completed jobs that needed no RETRY."""
+    resets: int = 0
+    """Times :meth:`AtpExchange.reset_peer` started this session over."""
+
+    def job_config(self, base: AtpConfig, queue_share: float = 1.0) -> AtpConfig:
+        """``base`` with what this session learned: the RTT, and its last window shared among the jobs under
+        way (the new one included), never below ``burst_packets``. ``queue_share``: the part of each switch
+        queue this host may fill at the peer's port (it shares them with the peer's other senders); the jobs
+        under way to the peer share it too."""
+        changes: dict[str, Any] = {}
+        share = queue_share / (self.active + 1)
+        if share < 1.0:
+            changes["queue_packets"] = tuple(max(1, round(q * share)) for q in base.queue_packets)
+        if self.srtt_s is not None and self.srtt_s > 0:
+            changes["initial_rtt_s"] = self.srtt_s
+        if self.window is not None and base.mode == "adaptive":
+            window = self.window / (self.active + 1)
+            changes["initial_window"] = int(max(base.burst_packets, min(base.max_window, window)))
+        return dataclasses.replace(base, **changes) if changes else base
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"address": list(self.address), "srtt_s": self.srtt_s, "window": self.window, "jobs": self.jobs,
+                "completed": self.completed, "failed": self.failed, "retries": self.retries,
+                "zero_rtt_jobs": self.zero_rtt_jobs, "resets": self.resets}
+
+
+class _Job:
+    __slots__ = ("sender", "future", "session", "retried")
+
+    def __init__(self, sender: Any, future: concurrent.futures.Future, session: PeerSession) -> None:
+        self.sender = sender
+        self.future = future
+        self.session = session
+        self.retried = False
+
+
+def _udp(bind: Address) -> socket.socket:
+    family = socket.AF_INET6 if ":" in bind[0] else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_DGRAM)
+    try:
+        sock.setblocking(False)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        sock.bind(bind)
+    except OSError as err:
+        sock.close()
+        raise ExchangeError(f"cannot bind the ATP socket to {bind[0]}:{bind[1]}: {err.strerror}") from None
+    return sock
 
 
 class AtpExchange:
-    """One UDP socket, one I/O thread, any number of concurrent ATP jobs each way. Close it when done."""
+    """Two UDP sockets, one I/O thread, a session per peer, any number of concurrent ATP jobs each way.
+
+    ``bind`` is the address peers send to (``address``); jobs are sent from a second socket on the same host
+    (``source``). Close it when done."""
 
     def __init__(self, bind: Address = ("127.0.0.1", 0), *, config: AtpConfig = AtpConfig(), loss: float = 0.0,
-                 seed: int | None = None, report_to: Address | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 seed: int | None = None, report_to: Address | None = None, generation: int | None = None,
+                 queue_share: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
         if not 0.0 <= loss < 1.0:
             raise ConfigError(f"injected loss {loss}: must be in [0, 1)")
+        if generation is not None and not 0 <= generation < GENERATIONS:
+            raise ConfigError(f"generation {generation}: must be 0..{GENERATIONS - 1}")
+        if not 0.0 < queue_share <= 1.0:
+            raise ConfigError(f"queue_share {queue_share}: must be in (0, 1]")
         self.config = config
+        self.queue_share = queue_share
         # Many short jobs: finished ones are remembered only long enough to answer a repeated FIN, and the
         # receiver tracks many at once (a few per bucket per peer per iteration), many from one peer host (all
         # of them when the workers share a host), so one host may hold every slot.
@@ -79,25 +170,29 @@ class AtpExchange:
         self.loss = loss
         self._rng = random.Random(seed)
         self.report_to = report_to
-        family = socket.AF_INET6 if ":" in bind[0] else socket.AF_INET
-        self.sock = socket.socket(family, socket.SOCK_DGRAM)
+        self.generation = generation if generation is not None else os.urandom(1)[0] % GENERATIONS
+        self.rx = _udp(bind)
         try:
-            self.sock.setblocking(False)
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
-            self.sock.bind(bind)
-        except OSError as err:
-            self.sock.close()
-            raise ExchangeError(f"cannot bind the ATP socket to {bind[0]}:{bind[1]}: {err.strerror}") from None
-        self.address: Address = self.sock.getsockname()[:2]
+            self.tx = _udp((bind[0], 0))
+        except BaseException:
+            self.rx.close()
+            raise
+        self.address: Address = self.rx.getsockname()[:2]
+        self.source: Address = self.tx.getsockname()[:2]
+        self._receiver = core.AtpReceiver(config=rx_config, now=clock(), collect_messages=True)
+        self.native = loss == 0.0 and core.is_native(self._receiver) and clock is time.monotonic
+        if self.native:
+            core.enable_gro(self.rx)
+            core.enable_gro(self.tx)
+        self._rx_fd, self._tx_fd = self.rx.fileno(), self.tx.fileno()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._lock = threading.Lock()
         self._commands: collections.deque[tuple[Callable[[float], None], concurrent.futures.Future]] = \
             collections.deque()
-        self._receiver = core.AtpReceiver(config=rx_config, now=clock())
-        self._senders: dict[tuple[int, Address], tuple[Any, concurrent.futures.Future, Address]] = {}
-        self._waiters: dict[int, _Waiter] = {}
+        self.sessions: dict[Address, PeerSession] = {}
+        self._jobs: dict[tuple[int, Address], _Job] = {}
+        self._waiters: dict[int, concurrent.futures.Future] = {}
         self._finished: dict[int, tuple[float, ReceivedJob | Exception]] = {}
         self._closed = False
         self.datagrams_sent = 0
@@ -109,44 +204,75 @@ class AtpExchange:
     # -- public API (any thread) ------------------------------------------------------------------------
 
     def send(self, dest: Address, job: JobSpec) -> concurrent.futures.Future:
-        """Start sending ``job`` to the exchange (or ATP receiver) at ``dest``; resolves to its SendSummary."""
+        """Start sending ``job`` to the exchange (or ATP receiver) at ``dest`` in that peer's session; resolves
+        to the job's SendSummary once the receiver's DONE confirms it (or ``fin_timeout_s`` after the job
+        completed without one). R_max ``None``: the rate of the link towards ``dest`` (hostlib/link.py)."""
         fut: concurrent.futures.Future = concurrent.futures.Future()
-
         dest = (str(dest[0]), int(dest[1]))
         key = (job.job_id, dest)
 
         def start(now: float) -> None:
-            if key in self._senders:
+            if key in self._jobs:
                 fut.set_exception(ExchangeError(f"job {job.job_id} to {dest[0]}:{dest[1]} is already being sent"))
                 return
+            session = self.sessions.get(dest)
+            if session is None:
+                session = self.sessions[dest] = PeerSession(dest)
             try:
-                config, _ = link.resolve_rate(self.config, dest)  # R_max None: the link's rate towards dest
-                sender = core.AtpSender(job, config=config, peer=dest, now=now)
+                config, _ = link.resolve_rate(session.job_config(self.config, self.queue_share), dest)
+                sender = core.AtpSender(job, config=config, peer=dest, now=now, message_events=False)
             except ConfigError as err:
                 fut.set_exception(err)
                 return
-            self._senders[key] = (sender, fut, dest)
+            session.active += 1
+            session.jobs += 1
+            self._jobs[key] = _Job(sender, fut, session)
 
         self._submit(start, fut)
         return fut
 
     def receive(self, job_id: int) -> concurrent.futures.Future:
-        """A future for the job ``job_id`` arriving at this exchange (already finished or still to come)."""
+        """A future for the job ``job_id`` arriving at this exchange (already finished or still to come); it
+        resolves at the sender's FIN."""
         fut: concurrent.futures.Future = concurrent.futures.Future()
 
         def claim(now: float) -> None:
             done = self._finished.pop(job_id, None)
             if done is not None:
                 _resolve(fut, done[1])
-                return
-            w = self._waiters.setdefault(job_id, _Waiter())
-            if w.future is not None:
+            elif job_id in self._waiters:
                 fut.set_exception(ExchangeError(f"job {job_id} is already awaited"))
-                return
-            w.future = fut
+            else:
+                self._waiters[job_id] = fut
 
         self._submit(claim, fut)
         return fut
+
+    def reset_peer(self, dest: Address) -> concurrent.futures.Future:
+        """Forget the peer at ``dest`` (it restarted or left): jobs to it fail now, its session starts over.
+        Resolves to the number of jobs failed."""
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        dest = (str(dest[0]), int(dest[1]))
+
+        def reset(now: float) -> None:
+            failed = 0
+            for key in [k for k in self._jobs if k[1] == dest]:
+                job = self._jobs.pop(key)
+                failed += 1
+                if not job.future.done():
+                    job.future.set_exception(ExchangeError(f"job {key[0]}: the session with {dest[0]}:{dest[1]} "
+                                                           "was reset"))
+            old = self.sessions.pop(dest, None)
+            if old is not None:
+                self.sessions[dest] = PeerSession(dest, resets=old.resets + 1)
+            fut.set_result(failed)
+
+        self._submit(reset, fut)
+        return fut
+
+    def session_stats(self) -> dict[str, dict[str, Any]]:
+        """Per peer (``host:port``), what its session counted (a snapshot; any thread)."""
+        return {f"{a[0]}:{a[1]}": s.as_dict() for a, s in list(self.sessions.items())}
 
     def close(self) -> None:
         with self._lock:
@@ -155,9 +281,8 @@ class AtpExchange:
             self._closed = True
         self._wake()
         self._thread.join(5.0)
-        self.sock.close()
-        self._wake_r.close()
-        self._wake_w.close()
+        for s in (self.rx, self.tx, self._wake_r, self._wake_w):
+            s.close()
 
     def __enter__(self) -> "AtpExchange":
         return self
@@ -183,7 +308,8 @@ class AtpExchange:
 
     def _run(self) -> None:
         try:
-            self._loop()
+            with core.precise_timers(self.native):
+                self._loop()
         except BaseException as exc:  # report to every waiting caller, never die silently
             log.exception("ATP exchange stopped")
             self._fail_all(ExchangeError(f"the ATP exchange thread stopped: {exc!r}"))
@@ -198,13 +324,13 @@ class AtpExchange:
         for _command, fut in commands:
             if not fut.done():
                 fut.set_exception(err)
-        for _sender, fut, _dest in self._senders.values():
+        for job in self._jobs.values():
+            if not job.future.done():
+                job.future.set_exception(err)
+        self._jobs.clear()
+        for fut in self._waiters.values():
             if not fut.done():
                 fut.set_exception(err)
-        self._senders.clear()
-        for w in self._waiters.values():
-            if w.future is not None and not w.future.done():
-                w.future.set_exception(err)
         self._waiters.clear()
 
     def _loop(self) -> None:
@@ -216,67 +342,96 @@ class AtpExchange:
                 commands = list(self._commands)
                 self._commands.clear()
             now = self.clock()
-            for command, _fut in commands:
-                command(now)
-            for key in list(self._senders):
-                self._pump_sender(key, now)
-            self._transmit(rx.datagrams_to_send(now))
+            for command, fut in commands:
+                try:
+                    command(now)
+                except Exception as exc:  # a command's own failure goes to its caller
+                    if not fut.done():
+                        fut.set_exception(exc)
+            for key in list(self._jobs):
+                self._pump(key, now)
+            self._send_receiver(now)
             self._drain_receiver(now)
-            timer = self._next_timer()
-            self._wait(timer)
+            if self._wake_r in wait([self.rx, self.tx, self._wake_r], self._next_timer(), self.clock,
+                                    cap=_LONGEST_WAIT_S):
+                try:
+                    while self._wake_r.recv(4096):
+                        pass
+                except (BlockingIOError, InterruptedError):
+                    pass
             now = self.clock()
             self._read(now)
             now = self.clock()
-            for sender, _fut, _dest in list(self._senders.values()):
-                t = sender.get_timer()
+            for job in list(self._jobs.values()):
+                t = job.sender.get_timer()
                 if t is not None and t <= now:
-                    sender.handle_timer(now)
+                    job.sender.handle_timer(now)
             t = rx.get_timer()
             if t is not None and t <= now:
                 rx.handle_timer(now)
             self._expire_unclaimed(now)
 
-    def _pump_sender(self, key: tuple[int, Address], now: float) -> None:
-        sender, fut, _dest = self._senders[key]
-        job_id = key[0]
-        self._transmit(sender.datagrams_to_send(now))
+    def _pump(self, key: tuple[int, Address], now: float) -> None:
+        job = self._jobs[key]
+        sender = job.sender
+        if self.native:
+            self.datagrams_sent += sender.transmit(self._tx_fd, now)
+        else:
+            self._transmit(self.tx, sender.datagrams_to_send(now))
         while (ev := sender.next_event()) is not None:
             if isinstance(ev, events.ReportReady) and self.report_to is not None:
-                self._transmit([(ev.report.encode(self.config.report_key), self.report_to)])
-            elif isinstance(ev, events.JobCompleted):
-                self._senders.pop(key, None)
-                if not fut.done():
-                    fut.set_result(ev.summary)
-            elif isinstance(ev, events.JobFailed):
-                self._senders.pop(key, None)
-                if not fut.done():
-                    fut.set_exception(ExchangeError(f"job {job_id}: {ev.reason}"))
+                self._transmit(self.tx, [(ev.report.encode(self.config.report_key), self.report_to)])
+            elif isinstance(ev, (events.JobCompleted, events.JobFailed)):
+                self._jobs.pop(key, None)
+                self._settle(job, ev)
+
+    def _settle(self, job: _Job, ev: Any) -> None:
+        s = job.session
+        s.active = max(0, s.active - 1)
+        if isinstance(ev, events.JobCompleted):
+            s.completed += 1
+            s.zero_rtt_jobs += not job.retried
+            if ev.summary.srtt_s > 0:
+                s.srtt_s = ev.summary.srtt_s
+            w = getattr(job.sender, "window", None)
+            if w is not None:
+                s.window = float(w.window)
+            if not job.future.done():
+                job.future.set_result(ev.summary)
+        else:
+            s.failed += 1
+            if not job.future.done():
+                job.future.set_exception(ExchangeError(f"job {ev.job_id}: {ev.reason}"))
+
+    def _send_receiver(self, now: float) -> None:
+        if self.native:
+            self.datagrams_sent += self._receiver.transmit(self._rx_fd, now)
+        else:
+            self._transmit(self.rx, self._receiver.datagrams_to_send(now))
 
     def _drain_receiver(self, now: float) -> None:
         rx = self._receiver
-        self._transmit(rx.datagrams_to_send(now))
         while (ev := rx.next_event()) is not None:
-            if isinstance(ev, events.MessageReceived):
-                self._waiters.setdefault(ev.job_id, _Waiter()).messages[ev.msg_id] = ev.data
-            elif isinstance(ev, events.JobFinished):
+            if isinstance(ev, events.JobFinished):
                 r = ev.result
-                w = self._waiters.pop(r.job_id, None) or _Waiter()
                 self._finish(r.job_id, ReceivedJob(job_id=r.job_id, peer=r.peer, total=r.total,
                                                    vector_len=r.vector_len, groups=r.groups, lost_ids=r.lost_ids,
-                                                   messages=w.messages), w, now)
+                                                   messages=rx.take_messages(r.job_id)), now)
             elif isinstance(ev, events.JobAbandoned):
-                w = self._waiters.pop(ev.job_id, None) or _Waiter()
-                why = (f"went silent for {self._receiver.config.idle_timeout_s:g} s" if ev.reason == "idle" else
+                rx.take_messages(ev.job_id)
+                why = (f"went silent for {rx.config.idle_timeout_s:g} s" if ev.reason == "idle" else
                        f"lost its job slot to a new job ({ev.reason})")
                 self._finish(ev.job_id, ExchangeError(
-                    f"job {ev.job_id} {why} before its FIN ({ev.delivered} messages delivered)"), w, now)
+                    f"job {ev.job_id} {why} before its FIN ({ev.delivered} messages delivered)"), now)
             elif isinstance(ev, events.JobRejected):
-                w = self._waiters.pop(ev.job_id, None) or _Waiter()
-                self._finish(ev.job_id, ExchangeError(f"job {ev.job_id} rejected: {ev.reason}"), w, now)
+                rx.take_messages(ev.job_id)
+                self._finish(ev.job_id, ExchangeError(f"job {ev.job_id} rejected: {ev.reason}"), now)
+        self._send_receiver(now)  # the DONEs these events came with
 
-    def _finish(self, job_id: int, outcome: "ReceivedJob | Exception", w: _Waiter, now: float) -> None:
-        if w.future is not None:
-            _resolve(w.future, outcome)
+    def _finish(self, job_id: int, outcome: "ReceivedJob | Exception", now: float) -> None:
+        fut = self._waiters.pop(job_id, None)
+        if fut is not None:
+            _resolve(fut, outcome)
         else:
             self._finished[job_id] = (now, outcome)
 
@@ -286,40 +441,42 @@ class AtpExchange:
                 del self._finished[job_id]
 
     def _next_timer(self) -> float | None:
-        times = [t for t in (s.get_timer() for s, _f, _d in self._senders.values()) if t is not None]
+        times = [t for t in (j.sender.get_timer() for j in self._jobs.values()) if t is not None]
         t = self._receiver.get_timer()
         if t is not None:
             times.append(t)
         return min(times) if times else None
 
-    def _wait(self, until: float | None) -> None:
-        if self._wake_r in wait([self.sock, self._wake_r], until, self.clock, cap=0.5):
-            try:
-                while self._wake_r.recv(4096):
-                    pass
-            except (BlockingIOError, InterruptedError):
-                pass
-
     def _read(self, now: float) -> None:
+        if self.native:
+            self.datagrams_received += self._receiver.receive_from(self._rx_fd, now)
+            for data, addr, _ce in core._native.recv_batch(self._tx_fd, 4):
+                self._to_sender(data, addr, now)
+            return
         rx = self._receiver
 
-        def dispatch(data: bytes, addr: Any) -> None:
+        def to_receiver(data: bytes, addr: Any) -> None:
             self.datagrams_received += 1
-            if len(data) < wire.HEADER_LEN:
-                rx.receive_datagram(data, addr, now)  # counted as malformed there
-                return
-            ptype = data[0] & 0x0F
-            if ptype == wire.PacketType.DATA:
-                rx.receive_datagram(data, addr, now)
-            elif ptype in (wire.PacketType.ACK, wire.PacketType.DONE, wire.PacketType.RETRY):
-                (job_id,) = _JOB_ID.unpack_from(data, _JOB_ID_AT)
-                entry = self._senders.get((job_id, addr[:2]))
-                if entry is not None:
-                    entry[0].receive_datagram(data, addr, now)
+            rx.receive_datagram(data, addr, now)
 
-        recv_all(self.sock, dispatch)
+        recv_all(self.rx, to_receiver)
+        recv_all(self.tx, lambda data, addr: self._to_sender(data, addr, now))
 
-    def _transmit(self, datagrams) -> None:
+    def _to_sender(self, data: bytes, addr: Any, now: float) -> None:
+        """An ACK, DONE or RETRY to the sender of its job id and peer; anything else is ignored here."""
+        self.datagrams_received += 1
+        if len(data) < wire.HEADER_LEN:
+            return
+        (job_id,) = _JOB_ID.unpack_from(data, _JOB_ID_AT)
+        job = self._jobs.get((job_id, addr[:2]))
+        if job is None:
+            return
+        if data[0] & 0x0F == wire.PacketType.RETRY and not job.retried:
+            job.retried = True
+            job.session.retries += 1
+        job.sender.receive_datagram(data, addr, now)
+
+    def _transmit(self, sock: socket.socket, datagrams) -> None:
         if self.loss:
             kept = []
             for d in datagrams:
@@ -328,7 +485,7 @@ class AtpExchange:
                 else:
                     kept.append(d)
             datagrams = kept
-        self.datagrams_sent += send_all(self.sock, datagrams)
+        self.datagrams_sent += send_all(sock, datagrams)
 
 
 def _resolve(fut: concurrent.futures.Future, outcome: "ReceivedJob | Exception") -> None:

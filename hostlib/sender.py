@@ -950,7 +950,7 @@ class AtpSender:
         srtt = self.recovery.srtt
         if self.window is not None:
             counts = self.window.end_epoch(duration_s=self._epoch_length())
-            rate = min(self.config.max_rate_bps, self.window.window * self.window.packet_bits / max(srtt, 1e-6))
+            rate = min(self.config.max_rate_bps, self.window.window * self.window.mean_packet_bits / max(srtt, 1e-6))
         else:
             counts = self.rate.end_epoch(tlr={gid: g.tlr for gid, g in self.groups.items()}, rtt_s=srtt)
             rate = self.rate.rate_bps

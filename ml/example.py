@@ -18,6 +18,7 @@ import argparse
 import dataclasses
 import datetime
 import gzip
+import hashlib
 import importlib.util
 import json
 import os
@@ -36,6 +37,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 import netapprox.ml
 from netapprox.hostlib.config import AtpConfig
+from netapprox.ml.hook import bounded
 from netapprox.ml.policy import parse_policy
 
 
@@ -46,6 +48,16 @@ class TrainConfig:
     policy: str = "paper"
     """ATP group policy (``ml.policy.parse_policy``)."""
     fill: str = "zero"
+    gather_msr: float = 1.0
+    """MSR of the all-gather (1: reliable)."""
+    completion: str = "all_sent"
+    """ATP completion policy (``early``: a job ends once its MSRs are met)."""
+    gather_mode: str = "top"
+    """Shape of a bounded all-gather (``netapprox.ml.hook.HookConfig.gather_mode``)."""
+    transform: str = "none"
+    """``none`` or ``hadamard`` (``ml/transform.py``)."""
+    bounded: float | None = None
+    """Both phases bounded at this MSR (``netapprox.ml.hook.bounded``); overrides every other hook option."""
     loss: float = 0.0
     """Injected loss of the ATP hook (fraction of the datagrams each worker sends)."""
     iterations: int = 200
@@ -95,6 +107,14 @@ def make_model(hidden: int) -> torch.nn.Module:
                                torch.nn.ReLU(), torch.nn.Linear(hidden, 10))
 
 
+def parameter_hash(model: torch.nn.Module) -> str:
+    """A digest of every parameter's bytes: equal on two replicas only if they are identical."""
+    h = hashlib.blake2b(digest_size=8)
+    for p in model.parameters():
+        h.update(p.detach().numpy().tobytes())
+    return h.hexdigest()
+
+
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
     out = model(x)
@@ -113,14 +133,19 @@ def train(rank: int, world: int, cfg: TrainConfig, *, ready_file: str | None = N
     model = DistributedDataParallel(make_model(cfg.hidden), bucket_cap_mb=cfg.bucket_cap_mb)
     state = None
     if cfg.hook == "atp":
-        atp = AtpConfig(completion="all_sent") if cfg.rate_mbit is None else \
-            AtpConfig(completion="all_sent", max_rate_bps=cfg.rate_mbit * 1e6)
+        rate = {} if cfg.rate_mbit is None else {"max_rate_bps": cfg.rate_mbit * 1e6}
         report = None
         if cfg.report_to:
             host, _, port = cfg.report_to.rpartition(":")
             report = (host, int(port))
-        state = netapprox.ml.register(model, policy=parse_policy(cfg.policy), fill=cfg.fill, loss=cfg.loss,
-                                      seed=cfg.seed, atp=atp, port=cfg.atp_port, report_to=report)
+        if cfg.bounded is not None:
+            options = bounded(cfg.bounded, atp=AtpConfig(completion="early", **rate))
+        else:
+            options = {"policy": parse_policy(cfg.policy), "fill": cfg.fill, "gather_msr": cfg.gather_msr,
+                       "gather_mode": cfg.gather_mode,
+                       "transform": cfg.transform, "atp": AtpConfig(completion=cfg.completion, **rate)}
+        state = netapprox.ml.register(model, loss=cfg.loss, seed=cfg.seed, port=cfg.atp_port, report_to=report,
+                                      **options)
     elif cfg.hook != "gloo":
         raise ValueError(f"hook {cfg.hook!r}: choose 'atp' or 'gloo'")
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
@@ -143,6 +168,7 @@ def train(rank: int, world: int, cfg: TrainConfig, *, ready_file: str | None = N
     record(0, 0.0)
     order = rng.permutation(mine)
     pos = 0
+    hashes: list[str] = []
     for it in range(1, cfg.iterations + 1):
         if pos + cfg.batch > len(order):
             order, pos = rng.permutation(mine), 0
@@ -152,17 +178,34 @@ def train(rank: int, world: int, cfg: TrainConfig, *, ready_file: str | None = N
         loss = torch.nn.functional.cross_entropy(model(xtr_t[idx]), ytr_t[idx])
         loss.backward()
         opt.step()
+        hashes.append(parameter_hash(model))
         if it % cfg.eval_every == 0 or it == cfg.iterations:
             record(it, time.monotonic() - t0)
     elapsed = time.monotonic() - t0
-    checksum = float(sum(p.detach().double().sum() for p in model.parameters()))
-    sums: list[Any] = [None] * world
-    dist.all_gather_object(sums, checksum)
+    # the replicas' parameters after every iteration, compared once at the end (no extra round trip per step)
+    every: list[Any] = [None] * world
+    dist.all_gather_object(every, hashes)
+    diverged = [i + 1 for i in range(cfg.iterations) if len({h[i] for h in every}) > 1]
     out: dict[str, Any] = {"rank": rank, "world": world, "config": dataclasses.asdict(cfg), "elapsed_s": elapsed,
-                           "iteration_mean_s": elapsed / cfg.iterations, "replicas_identical": len(set(sums)) == 1,
-                           "curve": curve}
+                           "iteration_mean_s": elapsed / cfg.iterations, "replicas_identical": not diverged,
+                           "replicas_checked_iterations": cfg.iterations,
+                           "first_divergence": diverged[0] if diverged else None, "curve": curve}
     if state is not None:
+        state.settle(30.0)
         out["group_loss"] = {str(k): v for k, v in state.group_loss().items()}
+        out["gather_loss"] = {str(k): v for k, v in state.group_loss("gather").items()}
+        out["gather_missing_floats"] = int(sum(s["gather_missing_floats"] for s in state.stats))
+        out["sessions"] = state.exchange.session_stats()
+        jobs: dict[str, dict[str, float]] = {}
+        for row in state.stats:
+            for kind, j in row.get("jobs", {}).items():
+                o = jobs.setdefault(kind, {})
+                for k, v in j.items():
+                    o[k] = o.get(k, 0) + v
+        out["jobs"] = {kind: {k: (v / j["n"] if k != "n" else v) for k, v in j.items()} for kind, j in jobs.items()}
+        out["buckets"] = {str(b): {k: float(np.mean([s[k] for s in state.stats if s["bucket"] == b]))
+                                   for k in ("elapsed_s", "reduce_s", "gather_s", "agree_s", "floats")}
+                          for b in sorted({s["bucket"] for s in state.stats})}
         out["bucket_mean_s"] = float(np.mean([s["elapsed_s"] for s in state.stats])) if state.stats else None
         out["missing_floats"] = int(sum(s["missing_floats"] for s in state.stats))
         out["reduced_floats"] = int(sum(s["floats"] for s in state.stats))
@@ -245,7 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--ready-file", help="one worker: rank 0 creates this file when training starts")
     for f in dataclasses.fields(TrainConfig):
         flag = "--" + f.name.replace("_", "-")
-        kind = float if f.name == "rate_mbit" else (str if f.default is None else type(f.default))
+        kind = float if f.name in ("rate_mbit", "bounded") else (str if f.default is None else type(f.default))
         p.add_argument(flag, type=kind, default=f.default)
     args = p.parse_args(argv)
     cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)})

@@ -4,9 +4,13 @@ One line turns it on, after the model is wrapped (``torch.distributed`` already 
 
     model = DistributedDataParallel(net)
     netapprox.ml.register(model)                       # paper's group policy, lost ranges read as zero
+    netapprox.ml.register(model, **netapprox.ml.hook.bounded(0.7))  # both phases bounded (docs/ml.md)
 
 How a bucket is reduced (no root; every worker owns one chunk of every bucket, as in gloo's ring):
 
+0. **Transform** (optional, ``transform="hadamard"``): the bucket is sent as its randomized Hadamard
+   transform (``ml/transform.py``), the same signs on every worker, so a lost range costs a little of every
+   value of its block instead of a slice; every worker transforms the reduced bucket back.
 1. **Reduce-scatter, approximate.** The bucket (divided by the world size, as DDP does) is cut into the
    chunks of gloo's ring layout (``ml/layout.py``). A worker sends chunk ``j`` to worker ``j`` as one ATP job
    of range-indexed float packets; the group policy (``ml/policy.py``) puts each packet in a group by the
@@ -15,21 +19,33 @@ How a bucket is reduced (no root; every worker owns one chunk of every bucket, a
    ``zero`` (NetApprox: treated as 0), ``previous`` (the value the same peer sent for that range last
    time) or ``error_feedback`` (treated as 0 here, and the sender, told by the receiver's DONE which
    packets were lost, adds those values to its next contribution for that chunk).
-2. **All-gather, reliable.** Each owner sends its reduced chunk to every peer with MSR 1, so every replica
-   applies the same gradient and the models never drift apart.
+2. **All-gather**, each owner's reduced chunk to every peer, with MSR ``gather_msr``. At 1 (default) it is
+   reliable. Below 1 it is bounded too, and every replica still applies the same values: with
+   ``gather_mode="top"`` the owner sends, reliably, only the ``ceil(MSR N)`` packets with the largest values,
+   so every worker misses the same ones; with ``msr`` and ``prefix`` the network may drop some, every worker
+   tells every peer which packets of which owner's chunk it missed (one small reliable job per peer, phase
+   ``AGREE``), and every worker, the owner included, zeroes the union. With ``error_feedback`` the owner adds
+   what was zeroed to its next all-gather of that chunk.
 
-Without loss the result is bit-for-bit the result of the process group's allreduce (gloo's summation order,
-DDP's division), which tests/ml checks against a real gloo process group.
+Without loss and without a transform the result is bit-for-bit the result of the process group's allreduce
+(gloo's summation order, DDP's division), which tests/ml checks against a real gloo process group.
+
+The jobs run in one :class:`~netapprox.hostlib.exchange.AtpExchange` per worker: a session per peer that
+outlives the jobs (RTT and window carried over), the native cores on the sockets, and a bucket's future
+completes when its data is in, not when the senders' DONEs come back. Buckets are reduced as DDP hands them
+over, concurrently.
 
 Every job carries CadentFlow tags: ``priority`` = the position of the bucket's first parameter in the model
 (earlier layers are consumed first by the next forward pass, so they are more urgent) and, once the
 iteration time is known, ``deadline_s`` = time until the next forward pass reaches that parameter, estimated
 from the measured iteration period and forward time (:class:`IterationClock`). Workers find each other
-through the process group (``all_gather_object`` of each worker's ATP address) at ``register``.
+through the process group (``all_gather_object`` of each worker's ATP address and generation) at
+``register``.
 """
 import concurrent.futures
 import dataclasses
 import logging
+import math
 import os
 import socket
 import threading
@@ -41,17 +57,20 @@ import torch
 import torch.distributed as dist
 
 from netapprox.hostlib import wire
-from netapprox.hostlib.config import AtpConfig, ConfigError, Tags
+from netapprox.hostlib.config import AtpConfig, ConfigError, JobSpec, Message, Tags
 from netapprox.hostlib.exchange import AtpExchange, ExchangeError
 from netapprox.ml.layout import chunk_bounds, reduction_order
-from netapprox.ml.policy import GroupPolicy, paper_policy
+from netapprox.ml.policy import GroupPolicy, paper_policy, smallest
+from netapprox.ml.transform import DEFAULT_BLOCK, Hadamard
 from netapprox.ml.vectors import RANGE, received_vector, vector_job
 
 log = logging.getLogger(__name__)
 
 FILL_MODES = ("zero", "previous", "error_feedback")
+TRANSFORMS = ("none", "hadamard")
+GATHER_MODES = ("top", "msr", "prefix")
 ENV_ADDRESS = "NETAPPROX_ATP_ADDR"
-REDUCE, GATHER = 0, 1
+REDUCE, GATHER, AGREE = 0, 1, 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,25 +80,46 @@ class HookConfig:
     policy: GroupPolicy = paper_policy()
     """Group policy of the reduce-scatter packets (``ml.policy``)."""
 
+    gather_msr: float = 1.0
+    """MSR of the all-gather. 1: reliable. Below 1: bounded as ``gather_mode`` says, every replica applying the
+    same values (module docstring)."""
+
+    gather_mode: str = "top"
+    """How a bounded all-gather (``gather_msr`` < 1) is shaped. ``top``: each owner sends, reliably, the
+    ``ceil(gather_msr N)`` packets of its chunk with the largest magnitudes and not the rest; every worker then
+    misses exactly the same packets (no agreement needed) and at most 1 - MSR of a chunk. ``msr``: one group
+    with MSR ``gather_msr`` that the network may thin out; the workers agree on the union of what they missed,
+    which can exceed 1 - MSR of a chunk (at most ``world - 1`` times it). ``prefix``: the first
+    ``ceil(gather_msr N)`` packets (rotated every iteration) in a reliable group and the rest in an MSR-0 group
+    sent only as surplus, with the agreement; what is zeroed never exceeds 1 - MSR of a chunk."""
+
+    transform: str = "none"
+    """``none`` or ``hadamard``: send each bucket as its randomized Hadamard transform (``ml/transform.py``).
+    The lossless result is then gloo's to within float32 rounding, not bit for bit."""
+
+    transform_block: int = DEFAULT_BLOCK
+    """Values per Hadamard block (a power of 4)."""
+
     fill: str = "zero"
     """How a lost range of a contribution is filled: ``zero``, ``previous`` or ``error_feedback``."""
 
     atp: AtpConfig = AtpConfig(completion="all_sent")
     """ATP knobs. ``all_sent`` (default here): every packet is sent at least once and only what a group's MSR
-    needs is repaired; with ``early`` an MSR-0 group could finish unsent."""
+    needs is repaired. With ``early`` a job ends once every group's MSR is acknowledged: what the MSR does not
+    need may stay unsent (with ``error_feedback`` it goes with the next iteration)."""
 
     address: str | None = None
-    """Local address for the ATP socket; default ``$NETAPPROX_ATP_ADDR``, else the address that reaches
+    """Local address for the ATP sockets; default ``$NETAPPROX_ATP_ADDR``, else the address that reaches
     ``$MASTER_ADDR``, else 127.0.0.1."""
 
     port: int = 0
-    """Local UDP port (0: any free port)."""
+    """Local UDP port peers send to (0: any free port)."""
 
     loss: float = 0.0
     """Injected loss: this fraction of every datagram the worker sends is dropped (tests, loopback runs)."""
 
     seed: int | None = None
-    """Seed of the injected loss (combined with the rank)."""
+    """Seed of the injected loss (combined with the rank) and of the transform's signs."""
 
     tags: bool = True
     """Stamp CadentFlow priority and deadline tags on every job."""
@@ -93,10 +133,28 @@ class HookConfig:
     def __post_init__(self) -> None:
         if self.fill not in FILL_MODES:
             raise ConfigError(f"fill {self.fill!r}: choose one of {', '.join(FILL_MODES)}")
+        if self.transform not in TRANSFORMS:
+            raise ConfigError(f"transform {self.transform!r}: choose one of {', '.join(TRANSFORMS)}")
+        if self.gather_mode not in GATHER_MODES:
+            raise ConfigError(f"gather_mode {self.gather_mode!r}: choose one of {', '.join(GATHER_MODES)}")
+        if not 0.0 <= self.gather_msr <= 1.0:
+            raise ConfigError(f"gather_msr {self.gather_msr}: must be in [0, 1]")
+        if self.transform == "hadamard":
+            Hadamard(1, block=self.transform_block)  # checks the block size
         if not 0 <= self.port < 65536:
             raise ConfigError(f"port {self.port}: must be 0..65535")
         if not self.timeout_s > 0:
             raise ConfigError("timeout_s must be > 0")
+
+
+def bounded(msr: float = 0.7, *, atp: AtpConfig = AtpConfig(completion="early")) -> dict[str, Any]:
+    """``register`` options with both phases bounded at ``msr``: in the reduce-scatter the ``1 - msr`` of each
+    contribution's packets with the smallest gradients go in an MSR-0 group (sent only as surplus), the rest
+    reliably; the all-gather carries the ``msr`` of each reduced chunk's packets with the largest values
+    (``gather_mode="top"``); jobs end once their MSR is met (``completion="early"``), and what a phase left out
+    goes with the next iteration (``error_feedback``). The ``ddp`` experiment (docs/ml.md) runs it as ``atp``."""
+    return {"policy": smallest(1.0 - msr, 0.0, 1.0), "gather_msr": msr, "gather_mode": "top",
+            "fill": "error_feedback", "transform": "none", "atp": atp}
 
 
 class IterationClock:
@@ -131,6 +189,7 @@ class IterationClock:
         return max(0.0, self.forward_start + self.period_s + fraction * self.forward_s - now)
 
 
+
 def _default_address() -> str:
     env = os.environ.get(ENV_ADDRESS)
     if env:
@@ -146,15 +205,49 @@ def _default_address() -> str:
     return "127.0.0.1"
 
 
-MAX_WORLD = 90  # src * world + dst fits 13 bits
+MAX_WORLD = 45  # src * world + dst fits 11 bits
 
 
-def job_id(iteration: int, bucket: int, phase: int, src: int, dst: int, world: int) -> int:
+def job_id(iteration: int, bucket: int, phase: int, src: int, dst: int, world: int, generation: int = 0) -> int:
     """ATP job id of one transfer, unique per (src, dst) pair so that the controller never merges two of a
-    host's jobs: 12 bits of iteration (never 0; ids repeat after 4095 iterations), 6 of bucket index, 1 of
-    phase, 13 of ``src * world + dst``."""
-    it = (iteration - 1) % 0xFFF + 1
-    return (it << 20) | ((bucket & 0x3F) << 14) | ((phase & 1) << 13) | (src * world + dst)
+    host's jobs: 3 bits of generation (the two workers' exchange generations combined, so a restarted
+    worker's ids differ from its predecessor's), 10 of iteration (never 0; ids repeat after 1023
+    iterations), 6 of bucket index, 2 of phase, 11 of ``src * world + dst``."""
+    it = (iteration - 1) % 0x3FF + 1
+    return ((generation & 7) << 29) | (it << 19) | ((bucket & 0x3F) << 13) | ((phase & 3) << 11) | (src * world + dst)
+
+
+def _missing_segments(have: np.ndarray, fpp: int) -> np.ndarray:
+    """Indices of the packets (segments of ``fpp`` values) of a received vector that did not arrive."""
+    return np.flatnonzero(~have[::fpp]).astype(np.int64)
+
+
+def _agreement_payload(missing: dict[int, np.ndarray]) -> np.ndarray:
+    """What one worker tells every peer after a bounded all-gather, as the float32 values a job carries: per
+    owner whose part it missed packets of, ``owner, count, packet...`` (exact in float32 below 2^24); ``-1``
+    when it missed nothing."""
+    out: list[float] = []
+    for owner, segs in sorted(missing.items()):
+        out += [float(owner), float(len(segs))] + [float(s) for s in segs]
+    return np.asarray(out or [-1.0], dtype=np.float32)
+
+
+def _parse_agreement(values: np.ndarray, world: int) -> dict[int, np.ndarray]:
+    """The inverse of :func:`_agreement_payload`; a malformed one raises ExchangeError."""
+    out: dict[int, np.ndarray] = {}
+    v = values
+    if len(v) == 1 and v[0] == -1.0:
+        return out
+    i = 0
+    while i < len(v):
+        if i + 1 >= len(v):
+            raise ExchangeError("a malformed all-gather agreement arrived")
+        owner, count = int(v[i]), int(v[i + 1])
+        if not 0 <= owner < world or count < 0 or i + 2 + count > len(v):
+            raise ExchangeError("a malformed all-gather agreement arrived")
+        out[owner] = v[i + 2:i + 2 + count].astype(np.int64)
+        i += 2 + count
+    return out
 
 
 class AtpHookState:
@@ -170,9 +263,11 @@ class AtpHookState:
         self.fpp = wire.floats_per_packet(config.atp.max_payload)
         seed = None if config.seed is None else config.seed * 1000 + rank
         addr = config.address or _default_address()
+        # the peers' senders share every worker's switch port: each may fill 1/(world-1) of a queue
         self.exchange = AtpExchange((addr, config.port), config=config.atp, loss=config.loss, seed=seed,
-                                    report_to=config.report_to)
+                                        report_to=config.report_to, queue_share=1.0 / max(1, world - 1))
         self.peers: list[tuple[str, int]] = [self.exchange.address] * world
+        self.generations: list[int] = [self.exchange.generation] * world
         self.clock = IterationClock()
         self._param_pos: dict[int, tuple[int, float]] = {}
         total = sum(p.numel() for p in params) or 1
@@ -181,32 +276,45 @@ class AtpHookState:
             self._param_pos[id(p)] = (i, seen / total)
             seen += p.numel()
         self._calls: dict[int, int] = {}
-        self._residual: dict[tuple[int, int], np.ndarray] = {}
+        self._transforms: dict[tuple[int, int], Hadamard] = {}
+        self._residual: dict[tuple[int, int], concurrent.futures.Future] = {}
+        self._gather_residual: dict[int, np.ndarray] = {}
         self._previous: dict[tuple[int, int], np.ndarray] = {}
         self._lock = threading.Lock()
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="atp-bucket")
+        self._unsettled: set[concurrent.futures.Future] = set()
         self.stats: list[dict] = []
         self._closed = False
         if world > 1:
             table: list[Any] = [None] * world
-            dist.all_gather_object(table, self.exchange.address, group=process_group)
-            self.peers = [tuple(a) for a in table]
+            dist.all_gather_object(table, (self.exchange.address, self.exchange.generation), group=process_group)
+            self.peers = [tuple(a) for a, _g in table]
+            self.generations = [int(g) for _a, g in table]
 
     # -- statistics ---------------------------------------------------------------------------------------
 
-    def group_loss(self) -> dict[int, dict[str, float]]:
-        """Over every reduce-scatter job this worker sent: per group, MSR, messages, lost, worst job's loss
-        fraction and whether every job kept its loss within 1 - MSR."""
+    def settle(self, timeout: float | None = None) -> None:
+        """Wait until every job sent so far is confirmed (or failed), so ``stats`` and ``group_loss`` are
+        complete."""
+        with self._lock:
+            pending = list(self._unsettled)
+        concurrent.futures.wait(pending, timeout=timeout)
+
+    def group_loss(self, phase: str = "reduce") -> dict[int, dict[str, float]]:
+        """Over every job of ``phase`` (``reduce`` or ``gather``) this worker sent: per group, MSR, messages,
+        lost, worst job's loss fraction and whether every job kept its loss within 1 - MSR."""
+        key = {"reduce": "groups", "gather": "gather_groups"}[phase]
         out: dict[int, dict[str, float]] = {}
         with self._lock:
             rows = list(self.stats)
         for row in rows:
-            for gid, g in row["groups"].items():
+            for gid, g in row.get(key, {}).items():
                 o = out.setdefault(gid, {"msr": g["msr"], "total": 0, "lost": 0, "worst_loss": 0.0,
-                                         "within_bound": True})
+                                         "within_bound": True, "jobs": 0})
                 o["total"] += g["total"]
                 o["lost"] += g["lost"]
-                o["worst_loss"] = max(o["worst_loss"], g["lost"] / g["total"] if g["total"] else 0.0)
+                o["jobs"] += g["jobs"]
+                o["worst_loss"] = max(o["worst_loss"], g["worst_loss"])
                 o["within_bound"] = o["within_bound"] and g["within_bound"]
         return out
 
@@ -227,6 +335,15 @@ class AtpHookState:
             return Tags(priority=255)
         index, fraction = min(pos)
         return Tags(priority=min(255, index), deadline_s=self.clock.deadline_s(fraction, now))
+
+    def _transform(self, index: int, n: int) -> Hadamard | None:
+        if self.config.transform == "none":
+            return None
+        t = self._transforms.get((index, n))
+        if t is None:
+            t = self._transforms[(index, n)] = Hadamard(n, block=self.config.transform_block,
+                                                        seed=(self.config.seed or 0) * 7919 + index)
+        return t
 
     def start(self, bucket: dist.GradBucket) -> torch.futures.Future:
         buf = bucket.buffer()
@@ -259,37 +376,54 @@ class AtpHookState:
         self._pool.submit(run)
         return fut
 
+    def _id(self, it: int, index: int, phase: int, src: int, dst: int) -> int:
+        return job_id(it, index, phase, src, dst, self.world, self.generations[src] ^ self.generations[dst])
+
     def _reduce(self, it: int, index: int, local: np.ndarray, values: np.ndarray, tags: Tags | None) -> np.ndarray:
         cfg = self.config
         ex = self.exchange
-        rank, world = self.rank, self.world
+        rank, world, fpp = self.rank, self.world, self.fpp
         t0 = time.monotonic()
         n = len(values)
-        bounds = chunk_bounds(n, world)
+        tr = self._transform(index, n)
+        y = values if tr is None else tr.forward(values)
+        mags = local if tr is None else y * np.float32(world)
+        m = len(y)
+        bounds = chunk_bounds(m, world)
         peers = [p for p in range(world) if p != rank]
         lo, hi = bounds[rank]
         mine = hi - lo
-        recv1 = {p: ex.receive(job_id(it, index, REDUCE, p, rank, world)) for p in peers if mine}
-        recv2 = {j: ex.receive(job_id(it, index, GATHER, j, rank, world)) for j in peers if bounds[j][1] > bounds[j][0]}
-        sent1: dict[int, tuple[concurrent.futures.Future, np.ndarray, Any]] = {}
+        bounded_gather = cfg.gather_msr < 1.0
+        recv1 = {p: ex.receive(self._id(it, index, REDUCE, p, rank)) for p in peers if mine}
+        recv2 = {j: ex.receive(self._id(it, index, GATHER, j, rank)) for j in peers if bounds[j][1] > bounds[j][0]}
+        agree = bounded_gather and cfg.gather_mode != "top"
+        recv3 = {p: ex.receive(self._id(it, index, AGREE, p, rank)) for p in peers} if agree else {}
         group_msr = cfg.policy.group_msr()
+        sent: list[tuple[str, concurrent.futures.Future]] = []
+        # 1. reduce-scatter: my contribution to every other owner's chunk
         for j in peers:
             a, b = bounds[j]
             if a == b:
                 continue
-            chunk = values[a:b]
+            chunk = y[a:b]
             if cfg.fill == "error_feedback":
-                res = self._residual.get((index, j))
-                if res is not None and len(res) == b - a:
+                res = self._take_residual(index, j, b - a)
+                if res is not None:
                     chunk = chunk + res
-            groups = cfg.policy.classify(local[a:b], self.fpp)
-            job = vector_job(job_id(it, index, REDUCE, rank, j, world), chunk, group_of_segment=groups, group_msr=group_msr,
-                             floats_per_packet=self.fpp, tags=tags)
-            sent1[j] = (ex.send(self.peers[j], job), chunk, job)
+            groups = cfg.policy.classify(mags[a:b], fpp)
+            job = vector_job(self._id(it, index, REDUCE, rank, j), chunk, group_of_segment=groups,
+                             group_msr=group_msr, floats_per_packet=fpp, tags=tags, rotate=it)
+            f = ex.send(self.peers[j], job)
+            sent.append(("reduce", f))
+            if cfg.fill == "error_feedback":
+                res_fut: concurrent.futures.Future = concurrent.futures.Future()
+                f.add_done_callback(lambda f, r=res_fut, c=chunk, spec=job: r.set_result(_residual_of(f, c, spec)))
+                self._residual[(index, j)] = res_fut
+        # 2. my chunk: the contributions summed in gloo's order
         reduced = np.empty(0, dtype=np.float32)
         missing_floats = 0
         if mine:
-            contrib = {rank: values[lo:hi]}
+            contrib = {rank: y[lo:hi]}
             for p, fut in recv1.items():
                 got = fut.result(cfg.timeout_s)
                 vec, have = received_vector(got, mine)
@@ -306,46 +440,173 @@ class AtpHookState:
             reduced = contrib[order[0]].copy()
             for p in order[1:]:
                 reduced = reduced + contrib[p]  # float32 adds, one at a time, in gloo's order
-        sent2 = []
-        for j in peers:
-            if mine:
-                job = vector_job(job_id(it, index, GATHER, rank, j, world), reduced, group_of_segment=None, group_msr={},
-                                 floats_per_packet=self.fpp, tags=tags, msr=1.0)
-                sent2.append(ex.send(self.peers[j], job))
-        out = np.empty(n, dtype=np.float32)
+            if bounded_gather and cfg.fill == "error_feedback":
+                res = self._gather_residual.pop(index, None)
+                if res is not None and len(res) == mine:
+                    reduced = reduced + res
+        t_reduced = time.monotonic()
+        # 3. all-gather: my chunk to every peer, theirs to me
+        out = np.empty(m, dtype=np.float32)
+        missed: dict[int, np.ndarray] = {}
+        if mine:
+            keep = self._gather_keep(reduced)
+            for j in peers:
+                job = self._gather_job(self._id(it, index, GATHER, rank, j), reduced, keep, it, tags)
+                sent.append(("gather", ex.send(self.peers[j], job)))
+            if keep is not None:  # "top": the packets not sent are missed by every peer, so by the owner too
+                missed[rank] = np.flatnonzero(~keep).astype(np.int64)
         out[lo:hi] = reduced
         for j, fut in recv2.items():
             a, b = bounds[j]
             got = fut.result(cfg.timeout_s)
             vec, have = received_vector(got, b - a)
             if not have.all():
-                raise ExchangeError(f"bucket {index}: the reliable all-gather from rank {j} lost "
-                                    f"{int((~have).sum())} values")
+                if not bounded_gather:
+                    raise ExchangeError(f"bucket {index}: the reliable all-gather from rank {j} lost "
+                                        f"{int((~have).sum())} values")
+                missed[j] = _missing_segments(have, fpp)
             out[a:b] = vec
-        groups_row: dict[int, dict[str, Any]] = {}
-        for j, (fut, chunk, job) in sent1.items():
-            summary = fut.result(cfg.timeout_s)
-            for g in summary.groups:
-                row = groups_row.setdefault(g.group_id, {"msr": g.msr, "total": 0, "lost": 0, "within_bound": True})
-                row["total"] += g.total
-                row["lost"] += g.lost
-                row["within_bound"] = row["within_bound"] and g.lost <= g.total - g.required
-            if cfg.fill == "error_feedback":
-                res = np.zeros(len(chunk), dtype=np.float32)
-                for msg_id in summary.lost_ids:
-                    first, count = RANGE.unpack_from(job.messages[msg_id].data)
-                    res[first:first + count] = chunk[first:first + count]
-                self._residual[(index, j)] = res
-        for fut in sent2:
-            fut.result(cfg.timeout_s)
+        t_gathered = time.monotonic()
+        # 4. bounded all-gather: agree on what anyone missed (unless every worker misses the same) and zero it
+        gather_missing = 0
+        if bounded_gather:
+            payload = _agreement_payload(missed)
+            for p in peers if agree else ():
+                job = vector_job(self._id(it, index, AGREE, rank, p), payload, group_of_segment=None, group_msr={},
+                                 floats_per_packet=fpp, tags=tags, msr=1.0)
+                sent.append(("agree", ex.send(self.peers[p], job)))
+            union: dict[int, set[int]] = {j: set(s.tolist()) for j, s in missed.items()}
+            for p, fut in recv3.items():
+                got = fut.result(cfg.timeout_s)
+                vec, have = received_vector(got, got.vector_len or 0)
+                if not have.all():
+                    raise ExchangeError(f"bucket {index}: the agreement from rank {p} lost values")
+                for j, segs in _parse_agreement(vec, world).items():
+                    union.setdefault(j, set()).update(segs.tolist())
+            for j, segs in union.items():
+                a, b = bounds[j]
+                if not segs or a == b:
+                    continue
+                drop = np.zeros(b - a, dtype=bool)
+                for s in segs:
+                    drop[s * fpp:(s + 1) * fpp] = True
+                gather_missing += int(drop.sum())
+                if j == rank and cfg.fill == "error_feedback":
+                    self._gather_residual[index] = np.where(drop, out[a:b], np.float32(0))
+                out[a:b][drop] = 0.0
+        result = out if tr is None else tr.inverse(out)
+        t_end = time.monotonic()
+        row = {"iteration": it, "bucket": index, "floats": n, "elapsed_s": t_end - t0, "started": t0,
+               "reduce_s": t_reduced - t0, "gather_s": t_gathered - t_reduced, "agree_s": t_end - t_gathered,
+               "missing_floats": missing_floats, "gather_missing_floats": gather_missing, "groups": {},
+               "gather_groups": {}, "jobs": {}, "priority": None if tags is None else tags.priority,
+               "deadline_s": None if tags is None else tags.deadline_s}
+        self._account(row, sent)
+        return result
+
+    def _tail(self, length: int, it: int) -> np.ndarray:
+        """Which packets of an all-gather part of ``length`` values are outside its prefix this iteration (a
+        mask over the packets; ``gather_mode="prefix"``)."""
+        segs = -(-length // self.fpp)
+        first = int(it * 0.6180339887 * segs) % segs
+        order = (np.arange(segs) - first) % segs  # position of each packet in this iteration's order
+        return order >= math.ceil(self.config.gather_msr * segs - 1e-9)
+
+    def _gather_keep(self, reduced: np.ndarray) -> np.ndarray | None:
+        """``gather_mode="top"``: which packets of my reduced chunk the all-gather carries (a mask over the
+        packets), the ``ceil(gather_msr N)`` with the largest magnitudes; None in the other modes."""
+        cfg = self.config
+        if cfg.gather_msr >= 1.0 or cfg.gather_mode != "top":
+            return None
+        segs = -(-len(reduced) // self.fpp)
+        dropped = segs - math.ceil(cfg.gather_msr * segs - 1e-9)
+        return smallest(dropped / segs).classify(reduced, self.fpp) == 2
+
+    def _gather_job(self, jid: int, reduced: np.ndarray, keep: np.ndarray | None, it: int, tags: Tags | None) -> Any:
+        cfg = self.config
+        if keep is not None:
+            return _subset_job(jid, reduced, keep, self.fpp, tags)
+        if cfg.gather_msr >= 1.0 or cfg.gather_mode == "msr":
+            return vector_job(jid, reduced, group_of_segment=None, group_msr={}, floats_per_packet=self.fpp,
+                              tags=tags, msr=cfg.gather_msr, rotate=it)
+        groups = np.where(self._tail(len(reduced), it), 2, 1).astype(np.uint16)
+        return vector_job(jid, reduced, group_of_segment=groups, group_msr={1: 1.0, 2: 0.0}, floats_per_packet=self.fpp,
+                          tags=tags, msr=1.0, rotate=it)
+
+    def _take_residual(self, index: int, j: int, length: int) -> np.ndarray | None:
+        """What the receiver of this worker's last contribution to ``j``'s chunk of bucket ``index`` did not get
+        (error feedback), once that job's DONE came back; None if there is none."""
+        fut = self._residual.pop((index, j), None)
+        res = None if fut is None else fut.result(self.config.timeout_s)
+        return res if res is not None and len(res) == length else None
+
+    def _account(self, row: dict, sent: list) -> None:
+        """Fold the senders' summaries into ``row`` as they arrive; the row joins ``stats`` when all did."""
+        futures = [f for _kind, f in sent]
         with self._lock:
-            self.stats.append({"iteration": it, "bucket": index, "floats": n, "elapsed_s": time.monotonic() - t0,
-                               "missing_floats": missing_floats, "groups": groups_row,
-                               "priority": None if tags is None else tags.priority,
-                               "deadline_s": None if tags is None else tags.deadline_s})
-            if len(self.stats) > 20000:
-                del self.stats[:10000]
-        return out
+            self._unsettled.update(futures)
+        left = [len(futures)]
+
+        def done(f: concurrent.futures.Future, kind: str) -> None:
+            with self._lock:
+                self._unsettled.discard(f)
+                if not f.cancelled() and f.exception() is None:
+                    summary = f.result()
+                    j = row["jobs"].setdefault(kind, {"n": 0, "jct_s": 0.0, "closed_s": 0.0, "packets_sent": 0,
+                                                      "retransmissions": 0, "packets_surplus": 0, "lost": 0})
+                    j["n"] += 1
+                    j["jct_s"] += summary.jct_s
+                    j["closed_s"] += summary.closed_s
+                    j["packets_sent"] += summary.packets_sent
+                    j["retransmissions"] += summary.retransmissions
+                    j["packets_surplus"] += summary.packets_surplus
+                    j["lost"] += summary.packets_lost
+                if not f.cancelled() and f.exception() is None and kind != "agree":
+                    into = row["groups" if kind == "reduce" else "gather_groups"]
+                    for g in summary.groups:
+                        r = into.setdefault(g.group_id, {"msr": g.msr, "total": 0, "lost": 0, "jobs": 0,
+                                                         "worst_loss": 0.0, "within_bound": True})
+                        r["total"] += g.total
+                        r["lost"] += g.lost
+                        r["jobs"] += 1
+                        r["worst_loss"] = max(r["worst_loss"], g.lost / g.total if g.total else 0.0)
+                        r["within_bound"] = r["within_bound"] and g.lost <= g.total - g.required
+                elif not f.cancelled() and f.exception() is not None:
+                    row.setdefault("send_errors", []).append(str(f.exception()))
+                left[0] -= 1
+                if left[0] == 0:
+                    self.stats.append(row)
+                    if len(self.stats) > 20000:
+                        del self.stats[:10000]
+
+        if not futures:
+            with self._lock:
+                self.stats.append(row)
+        for kind, f in sent:
+            f.add_done_callback(lambda f, kind=kind: done(f, kind))
+
+
+def _subset_job(jid: int, values: np.ndarray, keep: np.ndarray, fpp: int, tags: Tags | None) -> JobSpec:
+    """A reliable job carrying the packets (segments of ``fpp`` values) of ``values`` where ``keep`` is set."""
+    big = np.ascontiguousarray(values, dtype=np.float32).astype(">f4")
+    msgs = []
+    for s in np.flatnonzero(keep):
+        lo, hi = int(s) * fpp, min(len(values), (int(s) + 1) * fpp)
+        msgs.append(Message(RANGE.pack(lo, hi - lo) + big[lo:hi].tobytes(), 0))
+    return JobSpec(job_id=jid, messages=tuple(msgs), msr=1.0, tags=tags, vector_len=len(values))
+
+
+def _residual_of(fut: concurrent.futures.Future, chunk: np.ndarray, job: Any) -> np.ndarray | None:
+    """Error feedback: the values of ``chunk`` the receiver did not get (its DONE's lost ids), zero elsewhere;
+    None when the job (a done future) failed."""
+    if fut.cancelled() or fut.exception() is not None:
+        return None
+    summary = fut.result()
+    res = np.zeros(len(chunk), dtype=np.float32)
+    for msg_id in summary.lost_ids:
+        first, count = RANGE.unpack_from(job.messages[msg_id].data)
+        res[first:first + count] = chunk[first:first + count]
+    return res
 
 
 def atp_allreduce_hook(state: AtpHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -357,8 +618,9 @@ def register(ddp_model: torch.nn.parallel.DistributedDataParallel, *, process_gr
              **options: Any) -> AtpHookState:
     """Reduce ``ddp_model``'s gradients over ATP from now on; returns the hook's state (statistics, ``close()``).
 
-    ``options`` are :class:`HookConfig` fields (``policy``, ``fill``, ``atp``, ``address``, ``port``, ``loss``,
-    ``seed``, ``tags``, ``report_to``, ``timeout_s``). Call it on every worker after
+    ``options`` are :class:`HookConfig` fields (``policy``, ``gather_msr``, ``transform``, ``transform_block``,
+    ``fill``, ``atp``, ``address``, ``port``, ``loss``, ``seed``, ``tags``, ``report_to``, ``timeout_s``);
+    :func:`bounded` returns a set of them with both phases bounded. Call it on every worker after
     ``torch.distributed.init_process_group`` and before the first backward pass; it exchanges the workers'
     ATP addresses over ``process_group`` (default: the default group)."""
     if not dist.is_available() or not dist.is_initialized():

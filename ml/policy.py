@@ -9,6 +9,8 @@ the group of its gradients (paper §6, Fig. 18):
   rest -> MSR 0.925; the thresholds and MSRs are arguments.
 - :func:`single_msr`: every segment in one group with one MSR (the paper's "simpler policy" with one band is
   ``GroupPolicy.bands((0.003,), (0.0, 1.0))``).
+- :func:`smallest`: bands by rank instead of magnitude: the given fraction of the segments with the smallest
+  magnitude in one group (e.g. MSR 0), the rest in another.
 
 Pure numpy: no torch, no I/O.
 """
@@ -36,6 +38,10 @@ class GroupPolicy:
     msrs: tuple[float, ...] = (1.0,)
     """MSR of each band, smallest magnitudes first."""
 
+    relative: bool = False
+    """Thresholds are fractions (0..1) of the vector's segments, smallest first, instead of magnitudes: with
+    ``(0.2,)`` the fifth of the segments with the smallest magnitude go in band 0, whatever their scale."""
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "thresholds", tuple(float(t) for t in self.thresholds))
         object.__setattr__(self, "msrs", tuple(float(m) for m in self.msrs))
@@ -45,6 +51,8 @@ class GroupPolicy:
         if any(not (t >= 0 and np.isfinite(t)) for t in self.thresholds) or \
                 list(self.thresholds) != sorted(set(self.thresholds)):
             raise ConfigError(f"thresholds {self.thresholds}: must be finite, >= 0 and strictly ascending")
+        if self.relative and any(t > 1 for t in self.thresholds):
+            raise ConfigError(f"thresholds {self.thresholds}: relative thresholds are fractions, at most 1")
         if any(not 0.0 <= m <= 1.0 for m in self.msrs):
             raise ConfigError(f"MSRs {self.msrs}: each must be in [0, 1]")
         if len(self.msrs) > 0xFFFE:
@@ -76,10 +84,21 @@ class GroupPolicy:
             v = np.concatenate([v, np.zeros(pad, dtype=np.float32)])
         mags = v.reshape(segs, floats_per_packet).max(axis=1)
         mags = np.where(np.isnan(mags), np.inf, mags)  # a NaN gradient is never "small"
-        band = np.searchsorted(np.asarray(self.thresholds, dtype=np.float64), mags, side="right")
+        if self.relative:
+            # by rank: the first floor(t * segs) segments in magnitude order (stable, so ties go by position)
+            rank = np.empty(segs, dtype=np.int64)
+            rank[np.argsort(mags, kind="stable")] = np.arange(segs)
+            cuts = np.floor(np.asarray(self.thresholds) * segs)
+            band = np.searchsorted(cuts, rank, side="right")
+        else:
+            band = np.searchsorted(np.asarray(self.thresholds, dtype=np.float64), mags, side="right")
         return (band + 1).astype(np.uint16)
 
     def describe(self) -> str:
+        if self.relative:
+            edges = (0.0,) + self.thresholds + (1.0,)
+            return ", ".join(f"segments {edges[k]:.0%}-{edges[k + 1]:.0%} by magnitude: MSR {m:g}"
+                             for k, m in enumerate(self.msrs))
         edges = (0.0,) + self.thresholds + (float("inf"),)
         return ", ".join(f"|g| in [{edges[k]:g}, {edges[k + 1]:g}): MSR {m:g}" for k, m in enumerate(self.msrs))
 
@@ -94,8 +113,17 @@ def single_msr(msr: float) -> GroupPolicy:
     return GroupPolicy((), (msr,))
 
 
+def smallest(fraction: float, msr: float = 0.0, rest: float = 1.0) -> GroupPolicy:
+    """The ``fraction`` of a vector's segments with the smallest magnitude at MSR ``msr``, the rest at
+    ``rest``: what the network may drop is always the least significant part, whatever the gradients' scale
+    (the paper's fixed thresholds put ~97 % of the example's packets in one group)."""
+    return GroupPolicy((fraction,), (msr, rest), relative=True)
+
+
 def parse_policy(text: str) -> GroupPolicy:
-    """``paper``, ``msr:0.9`` or ``bands:T1,T2:M0,M1,M2`` (thresholds, then MSRs): a policy from the command line."""
+    """``paper``, ``msr:0.9``, ``bands:T1,T2:M0,M1,M2`` (thresholds, then MSRs) or ``smallest:F:M0,M1`` (the
+    fraction F of the segments with the smallest magnitude at M0, the rest at M1): a policy from the command
+    line."""
     t = text.strip()
     if t == "paper":
         return paper_policy()
@@ -103,9 +131,10 @@ def parse_policy(text: str) -> GroupPolicy:
     try:
         if kind == "msr":
             return single_msr(float(rest))
-        if kind == "bands":
+        if kind in ("bands", "smallest"):
             th, _, ms = rest.partition(":")
-            return GroupPolicy(tuple(float(x) for x in th.split(",") if x), tuple(float(x) for x in ms.split(",")))
+            return GroupPolicy(tuple(float(x) for x in th.split(",") if x), tuple(float(x) for x in ms.split(",")),
+                               relative=kind == "smallest")
     except ValueError:
         pass
-    raise ConfigError(f"policy {text!r}: expected 'paper', 'msr:X' or 'bands:T1,T2:M0,M1,M2'")
+    raise ConfigError(f"policy {text!r}: expected 'paper', 'msr:X', 'bands:T1,T2:M0,M1,M2' or 'smallest:F:M0,M1'")

@@ -15,11 +15,13 @@ RANGE = struct.Struct("!II")
 
 
 def vector_job(job_id: int, values: np.ndarray, *, group_of_segment: np.ndarray | None, group_msr: dict[int, float],
-               floats_per_packet: int, tags: Tags | None = None, msr: float = 1.0) -> JobSpec:
+               floats_per_packet: int, tags: Tags | None = None, msr: float = 1.0, rotate: int = 0) -> JobSpec:
     """A float-vector job whose segment ``i`` (``floats_per_packet`` values, one packet) is in group
     ``group_of_segment[i]``; payloads are hostlib's range-indexed float packets
     (``wire.encode_float_range``). Messages are ordered by group, most demanding MSR first, so every group's
-    message ids are one contiguous range (a short job announce)."""
+    message ids are one contiguous range (a short job announce). ``rotate`` (e.g. the iteration) shifts where
+    each group's segments start, so the messages a sender that stops at its MSR leaves unsent are not the same
+    values every time."""
     vals = np.ascontiguousarray(values, dtype=np.float32).ravel()
     n = len(vals)
     if n == 0:
@@ -29,7 +31,9 @@ def vector_job(job_id: int, values: np.ndarray, *, group_of_segment: np.ndarray 
     if len(groups) != segs:
         raise ConfigError(f"{len(groups)} group ids for {segs} segments")
     big = vals.astype(">f4")
-    order = sorted(range(segs), key=lambda s: (-group_msr.get(int(groups[s]), msr), int(groups[s]), s))
+    shift = int(rotate * 0.6180339887 * segs) % segs if rotate else 0
+    order = sorted(range(segs), key=lambda s: (-group_msr.get(int(groups[s]), msr), int(groups[s]),
+                                               (s - shift) % segs))
     msgs = []
     for s in order:
         lo = s * floats_per_packet

@@ -42,7 +42,7 @@ from typing import Any, Callable, Sequence
 
 from pyroute2 import IPRoute
 
-from netapprox.controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig
+from netapprox.controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig, with_policy
 from netapprox.controller.kernel import tc
 from netapprox.controller.runtime import Runtime
 from netapprox.hostlib.wire import DEFAULT_REPORT_PORT
@@ -182,12 +182,17 @@ class TestbedConfig:
     """Re-map jobs from their reports (dynamic priority). Off: static TLR thresholds (+ ``job_queues``)."""
     job_queues: tuple[tuple[int, int], ...] = ()
     """Static (job id, queue) pins, used when ``controller`` is off (ATP_FixPrio)."""
+    policy: tuple[tuple[str, Any], ...] = ()
+    """With ``controller``: ``[policy]`` keys for it, as (key, value) pairs (``controller.config.with_policy``:
+    mode ``adaptive``, fixed thresholds, tuning limits). Empty: the default policy."""
     epoch_s: float = 0.02
     """Controller epoch."""
     sample_queues_s: float | None = None
     """Sample every port's per-queue backlog this often (queue-length plots); None: do not sample."""
 
     def __post_init__(self) -> None:
+        if self.policy and (self.switch != "netapprox" or not self.controller):
+            raise ValueError("a policy for the controller needs switch='netapprox' and controller=True")
         if self.switch not in ("netapprox", "fifo"):
             raise ValueError(f"switch {self.switch!r}: choose 'netapprox' or 'fifo'")
         if self.hosts < 2:
@@ -213,6 +218,7 @@ class Testbed(Lifecycle):
         self.runtime: Runtime | None = None
         self.queue_samples: list[dict] = []
         self.epochs: list[dict] = []
+        self.tuning: list[dict] = []
         self._aliases: dict[int, str] = {}
         self._port_names: dict[int, str] = {}
         self._epoch_done = threading.Condition()
@@ -270,7 +276,8 @@ class Testbed(Lifecycle):
         every = max(1, round(cfg.sample_queues_s / cfg.epoch_s)) if cfg.sample_queues_s else 0
         ccfg = ControllerConfig(
             switches=(SwitchConfig(name="s1", kind="kernel", options=options),),
-            policy=PolicyConfig(mode=cfg.policy_mode, pinned=tuple(cfg.job_queues)),
+            policy=with_policy(PolicyConfig(mode=cfg.policy_mode, pinned=tuple(cfg.job_queues)), cfg.policy,
+                               "testbed policy"),
             reports=ReportConfig(rate_per_host=100000.0, burst=10000),
             epoch_s=cfg.epoch_s, counters_every=every,
         )
@@ -290,6 +297,8 @@ class Testbed(Lifecycle):
         if result.changes:
             self.epochs.append({"wall": time.time(), "epoch": result.epoch,
                                 "assignments": {str(k): v for k, v in result.assignments.items()}})
+        for change in result.plan.tuning:  # policy mode adaptive: the tuner's new thresholds and buffers
+            self.tuning.append({"wall": time.time(), "epoch": result.epoch, **change.as_log()})
         counters = result.counters.get("s1")
         if counters is not None:
             row: dict[str, Any] = {"wall": time.time()}

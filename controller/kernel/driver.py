@@ -21,6 +21,8 @@ controller's loop reconnects; bad options raise ``KernelDriverError``.
 
 - ECN: the ``ecn_thresholds`` entry of queue 0 becomes CE marking in queue 0's stamper (a virtual queue
   drained at line rate; changing the threshold re-attaches it, one write per port).
+- buffers: a state's ``queue_buffers`` (policy mode ``adaptive``: the tuner's shares of the approximate queues'
+  buffer, in MTUs) change the fifos' byte limits in place (one write per port; packets and counters stay).
 
 Not implemented by this target (documented in docs/emulation.md): ``routes`` (the switch bridges),
 ECN thresholds on queues other than 0 (ignored, logged once), per-job hit counters (``job_packets`` is empty).
@@ -104,6 +106,7 @@ class KernelDriver(Driver):
         self.stamping = False
         """Whether the queue stamper is attached (after ``connect``)."""
         self._ecn_q0: int | None = None
+        self._buffers: tuple[int, ...] = ()  # the approximate queues' buffers on the ports (policy mode adaptive)
 
     @classmethod
     def from_options(cls, name: str, options: Mapping[str, Any]) -> "KernelDriver":
@@ -126,8 +129,9 @@ class KernelDriver(Driver):
                                         f"{self.options.netns or '(current)'} (switch not started, or stopped)")
             self._ifindex[ifname] = idx[0]
             shape = self.options.shape(ifname)
-            if not tc.port_has_shape(self._ipr, idx[0], shape):
+            if not tc.port_has_shape(self._ipr, idx[0], shape, self._buffers):
                 tc.build_port(self._ipr, idx[0], shape)
+                tc.set_queue_limits(self._ipr, idx[0], shape, self._buffers)
             tc.flush_filters(self._ipr, idx[0])
             self._htid[ifname] = None
         self.stamping = False
@@ -162,6 +166,14 @@ class KernelDriver(Driver):
                 raise SwitchUnavailable(self.name, f"setting queue 0's ECN threshold failed: {exc}") from exc
             self._ecn_q0 = want_ecn
             ecn_writes = len(self._ifindex)
+        if desired.queue_buffers != self._buffers:  # policy mode adaptive: the tuner's buffers, in place
+            try:
+                for ifname, idx in self._ifindex.items():
+                    tc.set_queue_limits(self._ipr, idx, self.options.shape(ifname), desired.queue_buffers)
+            except Exception as exc:
+                raise SwitchUnavailable(self.name, f"setting the queue buffers failed: {exc}") from exc
+            self._buffers = desired.queue_buffers
+            ecn_writes += len(self._ifindex)
         wanted = compiler.compile_filters(desired, self.options.atp_port, self._job_nodes)
         changed = [e for n, e in sorted(wanted.items()) if self._installed.get(n) != e]
         removed = sorted(set(self._installed) - set(wanted))

@@ -67,9 +67,10 @@ class PortShape:
     mtu_bytes: int = 1514
     """Bytes of an MTU (the queues' bfifo limits are their shares times this), and HTB quantum/burst."""
 
-    def queue_bytes(self, q: int) -> int:
-        """Byte limit of logical queue ``q``'s fifo."""
-        return queue_buffer_packets(q, self.buffer_packets) * self.mtu_bytes
+    def queue_bytes(self, q: int, approx: tuple[int, ...] = ()) -> int:
+        """Byte limit of logical queue ``q``'s fifo (``approx``: the approximate queues' buffers in MTUs, as the
+        policy's tuner shares them out; empty: 8 - k)."""
+        return queue_buffer_packets(q, self.buffer_packets, approx) * self.mtu_bytes
 
     def queue0_bytes(self) -> int:
         return self.queue_bytes(NON_APPROX_QUEUE)
@@ -111,8 +112,17 @@ def build_port(ipr, ifindex: int, shape: PortShape) -> None:
         ipr.tc("add", "bfifo", ifindex, leaf_handle(q), parent=queue_classid(q), limit=shape.queue_bytes(q))
 
 
-def port_has_shape(ipr, ifindex: int, shape: PortShape) -> bool:
-    """True when ``ifindex`` already carries exactly the tree ``build_port`` makes (so counters survive)."""
+def set_queue_limits(ipr, ifindex: int, shape: PortShape, approx: tuple[int, ...]) -> None:
+    """Change the byte limits of port ``ifindex``'s fifos in place (queues 1..7 ``approx`` MTUs, queue 0 the rest
+    of the buffer; empty: the k-MTU buffers); packets and counters stay."""
+    _register_bfifo()
+    for q in range(NUM_QUEUES):
+        ipr.tc("change", "bfifo", ifindex, leaf_handle(q), parent=queue_classid(q), limit=shape.queue_bytes(q, approx))
+
+
+def port_has_shape(ipr, ifindex: int, shape: PortShape, approx: tuple[int, ...] = ()) -> bool:
+    """True when ``ifindex`` already carries exactly the tree ``build_port`` makes (so counters survive), with
+    the approximate queues' buffers ``approx`` (``set_queue_limits``; empty: the k-MTU buffers)."""
     leaves = {}
     root_ok = False
     for msg in ipr.get_qdiscs(index=ifindex):
@@ -128,7 +138,7 @@ def port_has_shape(ipr, ifindex: int, shape: PortShape) -> bool:
         return False
     for q in range(NUM_QUEUES):
         kind, parent, limit = leaves[q]
-        if (kind, limit) != ("bfifo", shape.queue_bytes(q)) or parent != queue_classid(q):
+        if (kind, limit) != ("bfifo", shape.queue_bytes(q, approx)) or parent != queue_classid(q):
             return False
     rates, parents = {}, {}
     for msg in ipr.get_classes(index=ifindex):

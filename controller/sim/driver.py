@@ -6,8 +6,9 @@ their ``SwitchState`` from the same policy and epoch loop as BMv2, Tofino and th
 
 - ``connect()`` re-installs the last applied state (a new simulated switch starts empty).
 - ``apply(state)`` diffs ``state`` against its installed copy: when anything but ``queue_by_job`` changed, the
-  ordered tables and ECN thresholds are rewritten (one write per entry); ``queue_by_job`` entries are
-  inserted, modified or deleted one by one. An unchanged state writes nothing.
+  ordered tables and ECN thresholds are rewritten (one write per entry) and the ports get the state's
+  ``queue_buffers`` (the tuner's shares of the approximate queues' buffer, mode ``adaptive``); ``queue_by_job``
+  entries are inserted, modified or deleted one by one. An unchanged state writes nothing.
 - ``apply_updates`` writes an epoch's ``queue_by_job`` changes directly (no full diff).
 - ``read_counters()``: per (port, logical queue) packets classified, transmitted (and bytes), dropped, and
   the backlog now.
@@ -52,6 +53,7 @@ class SimDriver(Driver):
     def connect(self) -> None:
         if self._static is not None:
             write_static(self.switch.tables, self._static)
+            self.switch.set_queue_buffers(self._static.queue_buffers)
         for job, qid in self._jobs.items():
             write_job(self.switch.tables, job, qid)
 
@@ -61,6 +63,7 @@ class SimDriver(Driver):
         if static != self._static:
             old = self._static or SwitchState()
             write_static(self.switch.tables, static)
+            self.switch.set_queue_buffers(static.queue_buffers)
             for kind in ("class_rules", "tag_rules", "tlr_rules", "ecn_rules"):
                 before, after = getattr(old, kind), getattr(static, kind)
                 inserted += len(after - before)

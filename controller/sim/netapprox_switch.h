@@ -12,7 +12,8 @@
 // turns a result of queue 0 into queue 1; everything else: queue_by_class, then queue 0; a fifo switch puts
 // every packet in queue 0); the queue disc then
 //   - drops the packet when its logical queue already holds its limit (queue k >= 1: 8 - k packets,
-//     queue 0: the rest of the port buffer; the traffic manager's configuration, not a table),
+//     queue 0: the rest of the port buffer; the traffic manager's configuration, not a table, which the
+//     controller's tuner may change: SetLimits),
 //   - sets CE on an ECN-capable packet when its queue held at least the ecn_thresholds depth before it
 //     (the P4 program's "enq_qdepth >= threshold"; not-ECT packets are never changed or dropped early),
 //   - stamps the logical queue into the ATP queue byte of ATP DATA packets (as the P4 egress does),
@@ -49,6 +50,7 @@ constexpr uint32_t kUdpHeader = 8;
 constexpr uint32_t kAtpOffset = kIpv4Header + kUdpHeader;
 // Bytes of the packet (after the IPv4 header) the classifier and the stamper read: UDP + the ATP header.
 constexpr uint32_t kPeek = kUdpHeader + NA_HEADER_LEN;
+constexpr uint32_t kInternalQueuePackets = 1u << 24; // above any limit: the limits decide
 
 struct ClassEntry
 {
@@ -331,6 +333,16 @@ class NetApproxQueueDisc : public ns3::QueueDisc
         }
     }
 
+    // New buffers (the controller's tuner): packets already queued stay; a queue above its new limit takes
+    // nothing until it has drained below it.
+    void SetLimits(const std::vector<uint32_t>& limits)
+    {
+        for (int q = 0; q < kQueues; q++)
+        {
+            m_limits[q] = limits.at(q);
+        }
+    }
+
     uint32_t Port() const
     {
         return m_port;
@@ -448,7 +460,7 @@ class NetApproxQueueDisc : public ns3::QueueDisc
         bool ok = GetInternalQueue(q)->Enqueue(item);
         if (!ok)
         {
-            m_len[q]--; // cannot happen: the internal queue is as large as the limit
+            m_len[q]--; // cannot happen: the internal queue holds more than any limit
         }
         return ok;
     }
@@ -505,9 +517,10 @@ class NetApproxQueueDisc : public ns3::QueueDisc
         {
             for (int q = 0; q < kQueues; q++)
             {
+                // m_limits decide (DoEnqueue); the internal queue only has to hold them, also after SetLimits
                 auto queue = ns3::CreateObjectWithAttributes<ns3::DropTailQueue<ns3::QueueDiscItem>>(
                     "MaxSize",
-                    ns3::QueueSizeValue(ns3::QueueSize(ns3::QueueSizeUnit::PACKETS, m_limits[q])));
+                    ns3::QueueSizeValue(ns3::QueueSize(ns3::QueueSizeUnit::PACKETS, kInternalQueuePackets)));
                 AddInternalQueue(queue);
             }
         }

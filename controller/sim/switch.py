@@ -21,11 +21,12 @@ from netapprox.controller.reference import class_order, tag_order
 from netapprox.controller.sim import native
 
 
-def queue_limits(buffer_packets: int, *, fifo: bool = False) -> list[int]:
-    """Per logical queue buffer (packets) of a port with ``buffer_packets`` in all."""
+def queue_limits(buffer_packets: int, *, fifo: bool = False, approx: tuple[int, ...] = ()) -> list[int]:
+    """Per logical queue buffer (packets) of a port with ``buffer_packets`` in all; ``approx``: the approximate
+    queues' buffers (``SwitchState.queue_buffers``; empty: 8 - k packets)."""
     if fifo:
         return [buffer_packets] + [1] * (NUM_QUEUES - 1)
-    return [queue_buffer_packets(q, buffer_packets) for q in range(NUM_QUEUES)]
+    return [queue_buffer_packets(q, buffer_packets, approx) for q in range(NUM_QUEUES)]
 
 
 def write_static(tables: Any, state: SwitchState) -> None:
@@ -87,6 +88,19 @@ class SimSwitch:
         qd = self._g.netapprox.InstallQueueDisc(device, self.tables, port, limits)
         self._ports[port] = qd
         return qd
+
+    def set_queue_buffers(self, approx: tuple[int, ...]) -> None:
+        """Give every port's approximate queues 1..7 the buffers ``approx`` (packets; empty: 8 - k), queue 0 the
+        rest of the port buffer. A fifo switch keeps its one queue."""
+        if self.fifo:
+            return
+        limits = queue_limits(self.buffer_packets, approx=approx)
+        if limits == self.limits:
+            return
+        self.limits = limits
+        vec = self._g.std.vector["uint32_t"](limits)
+        for qd in self._ports.values():
+            qd.SetLimits(vec)
 
     @property
     def ports(self) -> dict[int, Any]:

@@ -8,18 +8,18 @@ results/sim/<name>/result.json and PNGs. Run long sweeps under ``nice -n 19``.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from pathlib import Path
 from typing import Sequence
 
 from netapprox.controller.sim import native
 from netapprox.experiments import results
-from netapprox.experiments.cli import UsageError, add_common_arguments, overrides_of, run_figures
+from netapprox.experiments.cli import UsageError, add_common_arguments, overrides_of, run_figures, sweep_of
 from netapprox.experiments.cli import set_checks as _set_checks
 from netapprox.experiments.figures import EXPERIMENTS, figures_for
 from netapprox.experiments.sim.backend import SimBackend, SimScale
 from netapprox.experiments.sim.trial import PROTOCOLS
-from netapprox.experiments.sweep import Sweep
 from netapprox.hostlib import checks as C
 
 
@@ -47,8 +47,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="all-to-all / incast: this many hosts send a job (default: every host)")
     p.add_argument("--buffer-packets", type=C.arg(C.integer(ge=29)), default=SimScale.buffer_packets,
                    help=f"buffer of every switch port, packets; queues 1..7 take 28 (default {SimScale.buffer_packets})")
-    p.add_argument("--workers", type=C.arg(C.integer(ge=1, le=64)), default=1,
-                   help="trials in parallel, one process each (default 1)")
+    p.add_argument("--workers", type=C.arg(C.integer(ge=1, le=256)), default=os.cpu_count() or 1,
+                   help="trials in parallel on a Dask LocalCluster of this many worker processes (default: one per "
+                        "core, here %(default)s); 1: every trial in this process")
     args = p.parse_args(args_in)
     names = figures_for("sim") if args.experiment == "all" else [args.experiment]
     try:
@@ -70,10 +71,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:
         print(f"sim: {e}", file=sys.stderr)
         return 2
-    backend = SimBackend(scale, progress=say)
+    try:
+        sweep = sweep_of(SimBackend(scale, progress=say), args, workers=args.workers)
+        if sweep.scheduler:
+            sweep.cluster()  # an unreachable scheduler is one line here, not a traceback later
+    except UsageError as e:
+        print(f"sim: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"sim: cannot reach the Dask scheduler at {sweep.scheduler}: {e}", file=sys.stderr)
+        return 2
     say(f"sim {', '.join(names)}: {scale.topology().describe()}, seeds {args.seeds}")
-    run_figures(names, EXPERIMENTS, Sweep(backend, workers=args.workers), seeds=args.seeds, out=Path(args.out),
-                quick=args.quick, overrides=overrides, say=say)
+    run_figures(names, EXPERIMENTS, sweep, seeds=args.seeds, out=Path(args.out), quick=args.quick,
+                overrides=overrides, say=say)
     return 0
 
 

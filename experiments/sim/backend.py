@@ -5,7 +5,8 @@
 
 ``SimScale`` is the topology and the job sizes of a sweep; the trial itself is ``experiments.sim.trial``.
 Trials share nothing but the loaded ns-3 (once per process), so they run in any order and in any process:
-``cluster`` is True, and a sweep may send them to worker processes or machines (experiments/sweep.py).
+``cluster`` is True, and a sweep may send them to Dask workers on this machine or others (experiments/sweep.py),
+each loading ns-3 once (``prepare``). A trial is deterministic: the trial cache may answer it.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any, Callable, Sequence
 
 from netapprox.controller.sim.native import ns_version
 from netapprox.experiments.plans import TrialPlan, switch_for
+from netapprox.experiments.sim import native
 from netapprox.experiments.sim.topology import TopologyConfig
 from netapprox.experiments.sim.trial import PROTOCOLS, SimSettings, Trial
 from netapprox.experiments.workloads import JobWorkload, make_job, rng_for
@@ -98,6 +100,8 @@ class SimBackend:
     time_unit = ("µs", 1e6)
     rate_unit = "gbps"
     cluster = True
+    deterministic = True
+    """A trial's record depends only on its plan, the scale and the code: a cached one is the result."""
 
     def __init__(self, scale: SimScale = SimScale(), *, progress: Callable[[str], None] | None = None) -> None:
         """``progress``: where a long trial says how far its simulated clock got (every 5 s of wall clock)."""
@@ -120,6 +124,15 @@ class SimBackend:
         """(sender, background sender, receiver): the receiver in another pod (leaf) than both senders."""
         return 0, 1, self.settings.topology.n_hosts - 1
 
+    def identity(self) -> dict:
+        """What, besides a plan and the code (ns-3's version among it), decides a trial's record: the scale but its
+        ``tag`` (which names a results folder)."""
+        return {"name": self.name, "scale": {k: v for k, v in dataclasses.asdict(self.scale).items() if k != "tag"}}
+
+    def prepare(self) -> None:
+        """Load ns-3 and the simulations' C++ into this process (once: every trial after reuses them)."""
+        native.load()
+
     def describe(self, protocols: Sequence[str] = ()) -> dict:
         """What a result file records about where its trials ran."""
         return {"simulator": f"ns-3 {ns_version()} (PyPI wheel, cppyy)", "scale": dataclasses.asdict(self.scale),
@@ -141,7 +154,8 @@ class SimBackend:
         """Simulate ``plan`` (nothing is written to ``workdir``) and return its record."""
         self.check(plan)
         return Trial(self.settings, plan.protocol, plan.jobs, seed=plan.seed, background=plan.background,
-                     flows=plan.flows, timeline_job=plan.timeline_job, switch=plan.switch, label=plan.label,
+                     flows=plan.flows, timeline_job=plan.timeline_job, switch=plan.switch, policy=plan.policy,
+                     label=plan.label,
                      progress=self.progress).run()
 
     def close(self) -> None:

@@ -31,7 +31,7 @@ import math
 import time
 from typing import Any, Callable, Sequence
 
-from netapprox.controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig
+from netapprox.controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig, with_policy
 from netapprox.controller.model import queue_for_tlr
 from netapprox.controller.observe import DecisionLog
 from netapprox.controller.runtime import Runtime
@@ -219,9 +219,11 @@ class Trial:
     def __init__(self, settings: SimSettings, protocol: str, jobs: Sequence[JobPlan], *, seed: int,
                  background: Sequence[Background] = (), flows: Sequence[Flow] = (),
                  timeline_job: int | None = None, switch: str | None = None,
+                 policy: Sequence[tuple[str, Any]] = (),
                  progress: Callable[[str], None] | None = None, label: str = "", profile: bool = False) -> None:
         """``switch``: the switch every port runs (experiments.plans.SWITCHES; None: the protocol's,
-        ``switch_for``). ``profile``: time every step of the ATP endpoints' loops
+        ``switch_for``). ``policy``: ``[policy]`` keys for the controller of a ``netapprox`` switch
+        (``TrialPlan.policy``). ``profile``: time every step of the ATP endpoints' loops
         (``hostlib.sim.ProfiledEndpoint``); the result then has ``perf["profile"]``, seconds per step and the
         rest of the run (ns-3 itself)."""
         if protocol not in PROTOCOLS:
@@ -229,6 +231,9 @@ class Trial:
         self.switch = switch or switch_for(protocol)
         if self.switch not in ("netapprox", "static", "fifo"):
             raise ValueError(f"switch {self.switch!r}: choose netapprox, static or fifo")
+        self.policy_overrides = tuple(policy)
+        if self.policy_overrides and self.switch != "netapprox":
+            raise ValueError(f"a policy for the controller needs the netapprox switch, not {self.switch!r}")
         self.settings = settings
         self.protocol = protocol
         self.jobs = list(jobs)
@@ -318,6 +323,8 @@ class Trial:
             policy = PolicyConfig(mode="static", pinned=pinned, ecn_threshold_pkts=s.ecn_threshold_pkts)
         else:
             policy = PolicyConfig(mode=self.switch, ecn_threshold_pkts=s.ecn_threshold_pkts)
+            if self.policy_overrides:
+                policy = with_policy(policy, self.policy_overrides, f"trial {self.label!r}")
         self.policy = policy
         cfg = ControllerConfig(
             switches=tuple(SwitchConfig(name=n, kind="sim") for n in self.net.switches), policy=policy,
@@ -327,11 +334,14 @@ class Trial:
         self.runtime = Runtime(cfg, drivers, clock=self.clock, background_connect=False)
         # the decision log is the runtime's record of what it decided, at epochs and between them
         self.decisions: list[dict] = []
+        self.tuning: list[dict] = []
         self.runtime.decision_log = _DecisionSink(self._on_decision_log)
         self.runtime.connect(timeout_s=0)
         self.runtime.epoch(0.0)  # every switch gets its static tables before the first packet
 
     def _on_decision_log(self, event: str, **fields: Any) -> None:
+        if event == "tuning":  # mode adaptive: the tuner's new thresholds and buffers
+            self.tuning.append({"time": self.clock(), **fields})
         if event == "job":
             self.decisions.append({"time": self.clock(), "job": fields.get("job"), "reason": fields.get("reason"),
                                    "old": fields.get("old_queue"), "new": fields.get("new_queue"),
@@ -578,6 +588,8 @@ class Trial:
                                  "reports_accepted": snap["reports_accepted"],
                                  "reports_dropped": sum(snap["reports_dropped"].values()),
                                  "policy_mode": self.policy.mode}
+            if self.tuning:
+                out["tuning"] = self.tuning
             if self.timeline_job is not None:
                 st = self._job_state.get(self.timeline_job)
                 out["timeline"] = st["timeline"] if st else []

@@ -687,7 +687,7 @@ static int end_epoch(Sender *s, double now) {
     RateCtl *rc = &s->rate;
     if (s->adaptive) {
         window_end_epoch(rc, sender_epoch_length(s));
-        double r = rc->window * rc->packet_bits / (srtt > 1e-6 ? srtt : 1e-6);
+        double r = rc->window * rc->mean_packet_bits / (srtt > 1e-6 ? srtt : 1e-6);
         rate = rc->max_rate_bps < r ? rc->max_rate_bps : r;
     } else {
         ratectl_end_epoch(rc, s->tlr, srtt);

@@ -149,7 +149,8 @@ def _fields(cls) -> set[str]:
 
 def test_every_config_field_has_a_check():
     """A new field of a config dataclass (or a driver's options) needs its line in controller/config.py."""
-    tables = {C.ControllerConfig: C.CONTROLLER_KEYS, C.PolicyConfig: C.POLICY_KEYS, C.ReportConfig: C.REPORT_KEYS,
+    tables = {C.ControllerConfig: C.CONTROLLER_KEYS, C.PolicyConfig: C.POLICY_KEYS, C.TuningConfig: C.TUNING_KEYS,
+              C.ReportConfig: C.REPORT_KEYS,
               C.SwitchConfig: C.SWITCH_KEYS, C.CadentFlow: C.CADENTFLOW_KEYS, C.TaggedFlow: C.TAGGED_FLOW_KEYS,
               P4RuntimeOptions: C.SWITCH_OPTIONS["p4runtime"], KernelDriverOptions: C.SWITCH_OPTIONS["kernel"]}
     for cls, table in tables.items():

@@ -120,6 +120,31 @@ def test_k_packet_queue_drops_bursts_beyond_its_buffer(lab, tlr, queue):
     assert dq[queue][0] == sent, "every packet was classified into that queue"
 
 
+def test_tuners_queue_buffers_hold_bursts_and_survive_a_reconnect(lab):
+    """Policy mode adaptive shares the approximate buffer out: queue 4 given 12 MTUs keeps about 12 packets of
+    each 16-packet burst (4 with the k-MTU buffers); a reconnect keeps the tree (no rebuild) and the buffers."""
+    d = start_driver(lab, rate_mbit=10)
+    tuned = (5, 3, 2, 12, 2, 2, 2)
+    assert d.apply(base_state(queue_buffers=tuned)).writes > 0
+    bursts, size = 20, 16
+    rx = receiver(lab, 2, [7600], duration=6)
+    tx = sender(lab, 0, 2, "--atp", "--approx", "--job", "5", "--tlr", "0.6", "--burst", str(size),
+                "--gap-ms", "60", "--count", str(bursts * size))
+    sent, got = result(tx)["sent"], result(rx)["received"]
+    assert 12 <= got / bursts <= 12 + 5, got / bursts
+    before = port_queues(d, 3)
+    d.connect()  # the port already has this shape: kept, with its counters
+    assert port_queues(d, 3)[4] == before[4] and before[4][0] == sent
+    with IPRoute(netns=lab.switch_ns, flags=0) as ipr:
+        idx = ipr.link_lookup(ifname=lab.ports[2])[0]
+        shape = d.options.shape(lab.ports[2])
+        assert ks.port_has_shape(ipr, idx, shape, tuned) and not ks.port_has_shape(ipr, idx, shape)
+    d.apply(base_state())  # back to the k-MTU buffers
+    with IPRoute(netns=lab.switch_ns, flags=0) as ipr:
+        assert ks.port_has_shape(ipr, ipr.link_lookup(ifname=lab.ports[2])[0], shape)
+    d.close()
+
+
 def test_queue0_absorbs_the_same_bursts(lab):
     d = start_driver(lab, rate_mbit=10)
     d.apply(base_state())

@@ -162,6 +162,34 @@ def test_sim_driver_diffs_and_writes_incrementally(cpp):
     assert drv.read_counters().queues == ()  # no ports in this test
 
 
+def test_sim_driver_writes_the_tuners_queue_buffers(cpp):
+    """Mode adaptive shares the approximate queues' buffer out (SwitchState.queue_buffers): the simulated switch's
+    ports take it (queue 0 keeps the rest), and an empty tuple gives the k-MTU buffers back."""
+    from netapprox.controller.sim import native
+    from netapprox.controller.sim.driver import SimDriver
+    from netapprox.controller.sim.switch import SimSwitch
+    ns = native.load()
+    nodes = ns.NodeContainer()
+    nodes.Create(2)
+    ns.InternetStackHelper().Install(nodes)
+    devices = ns.PointToPointHelper().Install(nodes.Get(0), nodes.Get(1))
+    sw = SimSwitch("s1", buffer_packets=100)
+    qd = sw.add_port(devices.Get(0), port=1)
+    drv = SimDriver("s1", sw)
+    drv.connect()
+    state = SwitchState(tlr_rules=default_tlr_rules())
+    drv.apply(state)
+    assert [qd.Limit(q) for q in range(8)] == [72, 7, 6, 5, 4, 3, 2, 1]
+    tuned = SwitchState(tlr_rules=default_tlr_rules(), queue_buffers=(12, 9, 2, 2, 1, 1, 1))
+    assert drv.apply(tuned).writes == 0  # no table entry changed, only the buffers
+    assert [qd.Limit(q) for q in range(8)] == [72, 12, 9, 2, 2, 1, 1, 1]
+    drv.apply(state)
+    assert [qd.Limit(q) for q in range(8)] == [72, 7, 6, 5, 4, 3, 2, 1]
+    drv.apply(SwitchState(tlr_rules=default_tlr_rules(), queue_buffers=(20, 10, 10, 5, 5, 5, 5)))
+    assert [qd.Limit(q) for q in range(8)] == [40, 20, 10, 10, 5, 5, 5, 5]  # more for them: less for queue 0
+    ns.Simulator.Destroy()
+
+
 def test_overlapping_entries_are_evaluated_in_reference_order(cpp):
     """Where entries overlap, the first in the reference's order wins: TLR rules by (lo, hi, qid), tag and
     class rules by rank (larger first)."""

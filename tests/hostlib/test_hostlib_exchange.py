@@ -1,6 +1,7 @@
-"""The multi-job adapter (hostlib.exchange.AtpExchange) over loopback, on both cores: concurrent jobs each way on
-one socket per side, futures for what is sent and what arrives (before or after it is asked for), and its
-errors. tests/ml runs it under injected loss with float-vector jobs."""
+"""The multi-job adapter (hostlib.exchange.AtpExchange) over loopback, on both cores: concurrent jobs each way
+(DATA arriving on one socket, the acknowledgements of what it sends on another), futures for what is sent and
+what arrives (before or after it is asked for), and its errors. tests/hostlib/test_hostlib_sessions.py checks
+its sessions; tests/ml runs it under injected loss with float-vector jobs."""
 from __future__ import annotations
 
 import pytest
@@ -28,7 +29,7 @@ def test_jobs_cross_both_ways_at_once_and_arrive_whole():
             got = early.result(30) if j == 11 else dst.receive(j).result(30)  # 12, 13: asked for after
             assert isinstance(got, ReceivedJob) and got.job_id == j and got.lost_ids == ()
             assert got.messages == {i: m.data for i, m in enumerate(job.messages)}
-            assert got.peer[1] == src.address[1]
+            assert got.peer[:2] == src.source  # jobs leave from the exchange's second socket
         assert a.datagrams_dropped == b.datagrams_dropped == 0
         assert a.datagrams_received > 0 and b.datagrams_sent > 0
     finally:

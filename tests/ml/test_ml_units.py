@@ -11,7 +11,7 @@ from netapprox.hostlib import wire
 from netapprox.hostlib.config import ConfigError
 from netapprox.hostlib.exchange import AtpExchange, ReceivedJob
 from netapprox.ml.layout import chunk_bounds, reduction_order
-from netapprox.ml.policy import GroupPolicy, paper_policy, parse_policy, single_msr
+from netapprox.ml.policy import GroupPolicy, paper_policy, parse_policy, single_msr, smallest
 from netapprox.ml.vectors import received_vector, vector_job
 
 FPP = wire.floats_per_packet(1400 - wire.HEADER_LEN)
@@ -30,11 +30,23 @@ def test_paper_policy_bands_by_segment_maximum():
     assert p.classify(v[:35], 10).tolist() == [1, 2, 3, 3]  # the last, short segment is padded with zeros
 
 
+def test_smallest_policy_bands_by_rank_whatever_the_scale():
+    p = smallest(0.25)
+    assert p.group_msr() == {1: 0.0, 2: 1.0}
+    mags = np.array([5, 1, 0, 0, 3, 2, 0, 4], dtype=np.float32)
+    for scale in (1e-6, 1.0, 1e6):  # the same packets are the smallest at any scale
+        assert p.classify(np.repeat(mags * scale, 10), 10).tolist() == [2, 2, 1, 1, 2, 2, 2, 2]  # ties: first ones
+    assert smallest(0.0).classify(np.ones(30), 10).tolist() == [2, 2, 2]
+    assert smallest(1.0).classify(np.ones(30), 10).tolist() == [1, 1, 1]
+    assert "by magnitude" in p.describe()
+
+
 def test_policies_parse_and_reject_nonsense():
     assert parse_policy("paper") == paper_policy()
     assert parse_policy("msr:0.9") == single_msr(0.9)
     assert parse_policy("bands:0.003:0,1") == GroupPolicy((0.003,), (0.0, 1.0))
-    for bad in ("bands:0.003:0", "bands:0.02,0.01:0,0,1", "msr:1.5", "nope", "bands:x:0,1"):
+    assert parse_policy("smallest:0.3:0,1") == smallest(0.3, 0.0, 1.0)
+    for bad in ("bands:0.003:0", "bands:0.02,0.01:0,0,1", "msr:1.5", "nope", "bands:x:0,1", "smallest:1.5:0,1"):
         with pytest.raises(ConfigError):
             parse_policy(bad)
 
@@ -77,6 +89,19 @@ def test_vector_job_payloads_are_hostlib_float_ranges_grouped_by_msr():
     assert np.array_equal(got[mask], v[mask]) and not got[~mask].any()
 
 
+def test_exchange_vector_job_rotates_where_each_group_starts():
+    v = np.arange(10 * FPP, dtype=np.float32)
+    groups = np.array([1, 2] * 5, dtype=np.uint16)
+    firsts = []
+    for it in range(4):
+        job = vector_job(1, v, group_of_segment=groups, group_msr={1: 0.5, 2: 0.9}, floats_per_packet=FPP, rotate=it)
+        order = [wire.decode_float_range(m.data)[0] // FPP for m in job.messages]
+        assert sorted(order) == list(range(10))  # every segment once
+        assert [int(groups[s]) for s in order] == [2] * 5 + [1] * 5  # still grouped, most demanding MSR first
+        firsts.append(order[0])
+    assert firsts[0] == 1 and len(set(firsts)) > 1  # rotate=0 keeps id order; others start elsewhere
+
+
 def test_exchange_carries_concurrent_jobs_within_each_groups_bound_under_loss():
     from netapprox.hostlib.config import AtpConfig
     rng = np.random.default_rng(3)
@@ -115,6 +140,7 @@ def test_hostlib_and_ml_cores_import_without_torch():
     code = ("import sys; sys.modules['torch'] = None\n"
             "import netapprox.hostlib.api, netapprox.hostlib.aio, netapprox.controller.core\n"
             "import netapprox.ml, netapprox.ml.policy, netapprox.ml.layout, netapprox.ml.vectors, netapprox.hostlib.exchange\n"
+            "import netapprox.ml.transform\n"
             "try:\n    netapprox.ml.register(None)\nexcept ModuleNotFoundError as e:\n    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

@@ -267,7 +267,8 @@ def packets(draw, destinations=DESTINATIONS, jobs=JOB_IDS) -> PacketSpec:
                         "atp_from_port": (ATP_PORT, dport)}[kind]
     spec = PacketSpec(proto=proto, sport=sport, dport=dport, atp=atp, payload=draw(st.binary(max_size=48)),
                       tos=draw(st.integers(0, 255)), dst=draw(st.sampled_from(destinations)))
-    mutations = draw(st.one_of(st.just([]), st.lists(st.sampled_from(MUTATIONS), min_size=1, max_size=2)))
+    mutations = draw(st.one_of(st.just([]), st.lists(st.sampled_from(MUTATIONS), min_size=1, max_size=2,
+                                                      unique=True)))  # a second cut could leave nothing to cut
     for m in mutations:
         spec = draw(_mutated(spec, m))
     return spec
