@@ -463,7 +463,7 @@ class AtpExchange:
         recv_all(self.tx, lambda data, addr: self._to_sender(data, addr, now))
 
     def _to_sender(self, data: bytes, addr: Any, now: float) -> None:
-        """An ACK, DONE or RETRY to the sender of its job id and peer; anything else is ignored here."""
+        """An ACK, GRANT, DONE or RETRY to the sender of its job id and peer; anything else is ignored here."""
         self.datagrams_received += 1
         if len(data) < wire.HEADER_LEN:
             return
