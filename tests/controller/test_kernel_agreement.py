@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from netapprox.controller.kernel import compiler
 from netapprox.controller.kernel.driver import KernelDriver
 from netapprox.controller.model import NUM_QUEUES
-from netapprox.controller.reference import reference_queue
+from netapprox.controller.reference import DATA_V1, reference_queue
 from netapprox.topo.netns import NetnsLab, netns_path
 from support.conformance import ATP_PORT, headers_complete, kernel_states, packets, tag_entry_count
 from support.skips import requires_root
@@ -120,11 +120,11 @@ def port():
 
 def stamped(packet: bytes, qid: int) -> bytes:
     """``packet`` as it leaves a stamp class of queue ``qid`` (controller/kernel/stamp.bpf.c): ATP DATA (IPv4
-    without options, first fragment, UDP to the ATP port, ATP byte 0 = version 1 DATA) gets ``qid`` in its queue
+    without options, first fragment, UDP to the ATP port, ATP byte 0 = DATA of this wire version) gets ``qid`` in its queue
     byte and a zero UDP checksum; every other packet is untouched."""
     if len(packet) < 29 or packet[0] != 0x45 or packet[9] != 17 or (packet[6] & 0x1F) | packet[7]:
         return packet
-    if int.from_bytes(packet[22:24], "big") != ATP_PORT or packet[28] != 0x11:
+    if int.from_bytes(packet[22:24], "big") != ATP_PORT or packet[28] != DATA_V1:
         return packet
     out = bytearray(packet)
     out[26:28] = b"\x00\x00"
