@@ -6,7 +6,8 @@ the jobs' places, and the decision log.
 The fixtures were recorded with the simulation's epoch (50 µs) from
 ``python -m netapprox.experiments sim fairness --k 8`` (seed 1, hostlib's default sender, the paper's policy):
 two FBHD jobs (1: MSR 0.5, 2: MSR 0.75) and an FBKV job (3: MSR 0.875) that starts 100 µs later, all into one
-host. Replaying is open-loop (the reports do not react to the replayed decisions), so these tests pin down the
+host. They were recorded in wire version 1; the REPORT's layout is the same in version 2, so the fixture's
+byte 0 was rewritten from 0x13 to 0x23 (version 2 REPORT) and nothing else. Replaying is open-loop (the reports do not react to the replayed decisions), so these tests pin down the
 tuner's decisions on known input, not the jobs' completion times (docs/results.md has those)."""
 from __future__ import annotations
 
