@@ -383,9 +383,9 @@ class AtpExchange:
                 self._transmit(self.tx, [(ev.report.encode(self.config.report_key), self.report_to)])
             elif isinstance(ev, (events.JobCompleted, events.JobFailed)):
                 self._jobs.pop(key, None)
-                self._settle(job, ev)
+                self._settle(job, ev, key)
 
-    def _settle(self, job: _Job, ev: Any) -> None:
+    def _settle(self, job: _Job, ev: Any, key: tuple[int, Address]) -> None:
         s = job.session
         s.active = max(0, s.active - 1)
         if isinstance(ev, events.JobCompleted):
@@ -401,7 +401,8 @@ class AtpExchange:
         else:
             s.failed += 1
             if not job.future.done():
-                job.future.set_exception(ExchangeError(f"job {ev.job_id}: {ev.reason}"))
+                job_id, (host, port) = key
+                job.future.set_exception(ExchangeError(f"job {job_id} to {host}:{port}: {ev.reason}"))
 
     def _send_receiver(self, now: float) -> None:
         if self.native:

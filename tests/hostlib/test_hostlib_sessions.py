@@ -134,3 +134,22 @@ def test_session_exchange_rejects_bad_input_and_reports_failures():
             again.result(10)
         b.receive(7).result(30)
         first.result(30)
+
+
+def test_a_job_the_sender_gives_up_fails_its_future_and_counts_in_the_session():
+    """Nothing answers at the destination: the sender gives up after idle_timeout_s, and the job's future fails
+    with an ExchangeError naming the job and the peer (not the exchange thread)."""
+    dead = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    dead.bind(("127.0.0.1", 0))  # bound and never read: datagrams to it vanish, nothing answers
+    try:
+        with AtpExchange(config=AtpConfig(idle_timeout_s=0.3, max_rate_bps=50e6)) as a:
+            fut = a.send(dead.getsockname(), JobSpec.uniform(77, messages=5, size=100))
+            with pytest.raises(ExchangeError, match=r"job 77 to 127\.0\.0\.1:\d+: "):
+                fut.result(30)
+            s = a.sessions[dead.getsockname()]
+            assert (s.jobs, s.completed, s.failed, s.active) == (1, 0, 1, 0)
+            ok = a.send(dead.getsockname(), JobSpec.uniform(78, messages=5, size=100))  # the exchange still runs
+            with pytest.raises(ExchangeError, match="job 78"):
+                ok.result(30)
+    finally:
+        dead.close()
