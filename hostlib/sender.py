@@ -281,6 +281,7 @@ class AtpSender:
         self._admitted = False  # an ACK came: the receiver holds the job
         self.retries_received = 0  # RETRYs that made the job start over
         self._echo_next = 0.0  # earliest time the token may be echoed again (validation of a job admitted at once)
+        self._token_pending = False  # the last ACK carried a token: the receiver still waits for the echo
         self._sent_msg = array.array("I")  # per sequence number used (seq - ISN): the msg_id and pkt_idx it
         self._sent_idx = array.array("H")  # carried, so answers can be checked (6 bytes per packet sent)
 
@@ -402,6 +403,11 @@ class AtpSender:
             if lost and self._grant is not None and not self._granted():
                 self._probe = True  # the tail timed out and the grant is spent: one packet may go to ask for more
             self._on_lost(lost, now)
+            if lost and self._token_pending and now >= self._echo_next:
+                # nothing acknowledged for a while and the receiver had not seen the echo: it may have been lost,
+                # and an unvalidated job's data past its guarantee is not acknowledged (no ACK would ask again)
+                self._echo_next = now + self.recovery.srtt
+                self._control.append((_ECHO, 0))
             if now >= self._epoch_end:
                 self._end_epoch(now)
             if now >= self._last_progress + self.config.idle_timeout_s:
@@ -449,6 +455,7 @@ class AtpSender:
                 self.rejected[reason] += 1
                 return
             self._admitted = True
+            self._token_pending = token is not None
             if token is not None:
                 self._on_token(token, now)
             if grant is not None:
@@ -744,6 +751,7 @@ class AtpSender:
             self.rejected["malformed"] += 1
             return
         self._token = token
+        self._token_pending = False
         self.retries_received += 1
         self._reset_transfer()
         self._free_until = ((self._seq - self._isn) & 0xFFFFFFFF) + max(self.config.first_window, len(self._announce))

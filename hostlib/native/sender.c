@@ -1005,6 +1005,7 @@ static int on_retry(Sender *s, const AtpHeader *h, const uint8_t *payload, size_
     if (token == NULL)
         return -1;
     Py_XSETREF(s->token, token);
+    s->token_pending = 0;
     s->retries_received++;
     if (sender_reset_transfer(s) != 0)
         return -1;
@@ -1080,6 +1081,7 @@ int sender_receive(Sender *s, const uint8_t *data, size_t len, int from_peer, do
             s->last_progress = now;
             return on_grant(s, grant);
         }
+        s->token_pending = token != NULL;
         if (token != NULL && on_token(s, token, now) != 0)
             return -1;
         if (has_grant && on_grant(s, grant) != 0)
@@ -1162,6 +1164,13 @@ int sender_handle_timer(Sender *s, double now) {
             s->probe = 1; /* the tail timed out and the grant is spent: one packet may go to ask for more */
         if (on_lost(s, s->recovery.lost.v, s->recovery.lost.n) != 0)
             return -1;
+        if (s->recovery.lost.n && s->token_pending && now >= s->echo_next) {
+            /* nothing acknowledged for a while and the receiver had not seen the echo: it may have been lost, and
+             * an unvalidated job's data past its guarantee is not acknowledged (no ACK would ask again) */
+            s->echo_next = now + s->recovery.srtt;
+            if (ctl_append(s, ECHO_MSG_ID, 0) != 0)
+                return -1;
+        }
         if (now >= s->epoch_end && end_epoch(s, now) != 0)
             return -1;
         if (now >= s->last_progress + s->idle_timeout_s)

@@ -108,6 +108,7 @@ typedef struct {
     int admitted;            /* an ACK came: the receiver holds the job */
     long long retries_received;
     double echo_next;        /* earliest time the token may be echoed again */
+    int token_pending;       /* the last ACK carried a token: the receiver still waits for the echo */
     uint32_t free_until;     /* sequence numbers (offsets from the ISN) below this are the first window */
     int64_t grant;           /* offset from the ISN below which the receiver lets this sender send; -1: None */
     int probe;               /* scheduled and out of grant, the tail timed out: one packet may probe */

@@ -236,3 +236,27 @@ def test_over_a_trimming_queue_losses_are_found_by_trimming_and_the_msr_is_met(m
     assert_guarantee(run, job)
     found = run.summary.losses_found_by
     assert found["trim"] > 0 and found["tail"] == 0
+
+
+def test_a_lost_token_echo_is_sent_again_when_the_unvalidated_job_stalls():
+    """A job admitted at once stays unvalidated until its sender echoes the token its ACKs carry, and holds at
+    most its slot's guarantee until then: data past it is dropped unacknowledged (here: an exact job's messages
+    held for in-order delivery behind lost ones). When the one echo is lost, no
+    ACK comes to carry the token again, so the sender echoes again on its loss timer; the job completes."""
+    # 64 slots sharing 2 MiB: each job's guarantee is 16 KiB, far below the job's 120 KB
+    rx_cfg = AtpConfig(memory_budget_bytes=2 << 20, max_jobs=64)
+    announces = []
+
+    def drop_first_echo(h: wire.Header, _index: int) -> bool:
+        if h.type == wire.PacketType.DATA and h.msg_id == control.ANNOUNCE_MSG_ID:
+            announces.append(h.seq)
+            return len(announces) == 2  # the first announce admits the job; the second is the echo
+        return False
+
+    job = JobSpec.uniform(9, messages=120, size=1000)  # MSR 1: delivered in order
+    run = run_job(job, AtpConfig(max_rate_bps=100e6), forward=Path(drop=drop_first_echo, loss=0.1, seed=3),
+                  receiver_config=rx_cfg, until=30.0)
+    assert run.sender.done and run.summary.receiver_confirmed and not run.summary.lost_ids
+    assert len(announces) >= 3, (announces, run.receiver.stats())  # the echo went again
+    assert run.receiver.admission["admitted_without_token"] == 1 and run.receiver.admission["validated"] == 1
+    assert run.receiver.dropped["memory_budget"] > 0  # it did stall on its guarantee before the echo came
