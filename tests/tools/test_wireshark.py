@@ -1,6 +1,7 @@
 """The Wireshark dissector (tools/wireshark/atp.lua) against hostlib.wire.
 
-Packets of every type, valid and malformed, are built with the scapy layer (hostlib/scapy_atp.py) and written to
+Packets of every type, valid and malformed, are built with the scapy layer (hostlib/scapy_atp.py) or encoded with
+hostlib.wire (the version-2 packets: packed records, GRANT, grant and token fields, trimmed DATA) and written to
 a pcap; tshark decodes it with the dissector, and every field it shows is compared with what hostlib.wire (and
 hostlib.control for the job announce) decodes from the same bytes. Header fields are checked generically from
 ``wire.HEADER_FIELDS``, so a field added to the wire format must appear in the dissector too.
@@ -41,11 +42,33 @@ def _to_receiver(atp, payload=b"", dport=ATP_PORT):
     return UDP(sport=40000, dport=dport) / atp / Raw(payload)
 
 
+def _wire_to_sender(data: bytes):
+    """A datagram encoded by hostlib.wire, from the receiver's ATP port (ACK, GRANT)."""
+    return UDP(sport=ATP_PORT, dport=40000) / Raw(data)
+
+
+def _wire_to_receiver(data: bytes):
+    """A datagram encoded by hostlib.wire, to the receiver's ATP port (DATA)."""
+    return UDP(sport=40000, dport=ATP_PORT) / Raw(data)
+
+
+def _data(payload: bytes = b"", **fields) -> bytes:
+    """A DATA packet of job 5 as hostlib.wire encodes it."""
+    return wire.encode(wire.Header(**{"job_id": 5, "msg_id": 3, "seq": 70, **fields}), payload)
+
+
+def _ack(**fields) -> bytes:
+    """An ACK (or with ptype GRANT, a GRANT) of job 5 as hostlib.wire encodes it."""
+    return wire.encode_ack(**{"flags": 0, "queue": 2, "job_id": 5, "msg_id": 3, "group_id": 1, "pkt_idx": 0,
+                              "pkt_cnt": 1, "seq": 70, "blocks": [], **fields})
+
+
 def _cases() -> list[tuple[str, Any]]:
     """(name, UDP packet) for every type and payload of docs/wire-format.md, and malformed packets."""
     F = wire.Flags
-    manifest = control.Manifest(total=10, vector_len=1000, groups=(
+    manifest = control.Manifest(total=10, vector_len=1000, need_bytes=123456, groups=(
         control.GroupShape.from_ids(0, 0.75, (0, 1, 2, 3, 4, 5, 7)), control.GroupShape.from_ids(3, 0.5, (6, 8, 9))))
+    records = wire.encode_records([(3, b"first"), (8, b""), (2, bytes(range(40))), (11, b"\xff")])
 
     def announce_part(job_id, chunk, pkt_idx=0, pkt_cnt=1, token=b"admission token!", key=b"admission key"):
         return control.encode_announce_part(chunk, job_id=job_id, pkt_idx=pkt_idx, pkt_cnt=pkt_cnt, token=token,
@@ -88,11 +111,47 @@ def _cases() -> list[tuple[str, Any]]:
         ("DONE, nothing lost", _to_sender(ATP(type=4, job_id=6), wire.encode_done_payloads([], 1368)[0])),
         ("RETRY", _to_sender(ATP(type=5, job_id=7, msg_id=control.ANNOUNCE_MSG_ID, seq=5), b"\x01" * 4 + b"T" * 12)),
         ("bytes after length", _to_receiver(ATP(type=1, job_id=5, msg_id=1, length=4), b"abcdEXTRA")),
-        # malformed: hostlib.wire rejects these, the dissector says why with the same reason
-        ("bad version", _to_receiver(ATP(version=2, type=1, job_id=5))),
+        # version 2: packing, grants, tokens, trimming (encoded by hostlib.wire)
+        ("packed DATA, 4 records", _wire_to_receiver(_data(records, flags=F.APPROX | F.RETX, tlr=0x3000, count=4))),
+        ("packed DATA, 2 empty records", _wire_to_receiver(_data(wire.encode_records([(3, b""), (4, b"")]),
+                                                                 count=2))),
+        ("GRANT", _wire_to_sender(_ack(ptype=wire.PacketType.GRANT, grant=2**32 - 1))),
+        ("ACK with GRANT and TOKEN", _wire_to_sender(_ack(flags=F.ECE, blocks=[(60, 70), (50, 55)], grant=200,
+                                                          token=b"\x01" * 4 + b"K" * 12))),
+        ("ACK with TOKEN, no blocks", _wire_to_sender(_ack(token=b"token of 16 byte"))),
+        ("ACK with GRANT, the block count left out", _wire_to_sender(
+            wire.encode(wire.Header(type=wire.PacketType.ACK, flags=F.GRANT, job_id=5, seq=9), b"\x00\x00\x01\x00"))),
+        ("ACK echoing a trimmed packet", _wire_to_sender(_ack(flags=F.TRIM, blocks=[(70, 70)]))),
+        ("trimmed DATA", _wire_to_receiver(_data(flags=F.TRIM | F.TAGGED, tlr=0x2000, priority=3, weight=9,
+                                                 deadline_us=400))),
+        ("announce with need_bytes", _wire_to_receiver(_data(announce_part(26, manifest.encode()), job_id=26,
+                                                             msg_id=control.ANNOUNCE_MSG_ID))),
+        # malformed: hostlib rejects these, the dissector says why with the same reason
+        ("version 1", _wire_to_receiver(wire.Header(version=1, job_id=5, msg_id=1, count=0).encode())),
+        ("version 1 with payload", _wire_to_receiver(
+            wire.encode(wire.Header(version=1, flags=F.APPROX, job_id=5, msg_id=1, count=0), b"old"))),
         ("type 0", _to_receiver(ATP(type=0, job_id=5))),
         ("type 9", _to_receiver(ATP(type=9, job_id=5))),
-        ("reserved flag bit", _to_receiver(ATP(type=1, flags=0x21, job_id=5))),
+        ("count 0", _wire_to_receiver(_data(b"abc", count=0))),
+        ("packed DATA of a multi-packet message", _wire_to_receiver(_data(records, count=4, pkt_idx=0, pkt_cnt=2))),
+        ("packed, count disagrees", _wire_to_receiver(_data(records, count=3))),
+        ("packed, first record not the header's message", _wire_to_receiver(_data(records, msg_id=8, count=4))),
+        ("packed, a message twice", _wire_to_receiver(_data(wire.encode_records([(3, b"a"), (3, b"b")]), count=2))),
+        ("packed, record header cut", _wire_to_receiver(_data(wire.encode_records([(3, b"a")]) + b"\x00\x00\x00",
+                                                              count=2))),
+        ("packed, record past the payload", _wire_to_receiver(_data(wire.encode_records([(3, b"a")]) +
+                                                                    struct.pack("!IH", 4, 9) + b"abc", count=2))),
+        ("packed, empty payload", _wire_to_receiver(_data(b"", count=5))),
+        ("trimmed, APPROX still set", _wire_to_receiver(_data(flags=F.TRIM | F.APPROX, tlr=0x1000))),
+        ("trimmed, with a payload", _wire_to_receiver(_data(b"rest", flags=F.TRIM))),
+        ("trimmed FIN", _wire_to_receiver(_data(flags=F.TRIM, msg_id=control.FIN_MSG_ID))),
+        ("ACK, flags promise a grant and a token", _wire_to_sender(
+            wire.encode(wire.Header(type=wire.PacketType.ACK, flags=F.GRANT | F.TOKEN, job_id=5), b"\x00" * 12))),
+        ("ACK, all-zero token", _wire_to_sender(_ack(blocks=[(1, 2)], token=wire.NO_TOKEN))),
+        ("ACK, grant after a backwards block", _wire_to_sender(
+            wire.encode(wire.Header(type=wire.PacketType.ACK, flags=F.GRANT, job_id=5),
+                        struct.pack("!HIII", 1, 10, 9, 77)))),
+        ("GRANT without the GRANT flag", _wire_to_sender(_ack(ptype=wire.PacketType.GRANT))),
         ("TLR above 1", _to_receiver(ATP(type=1, flags=1, job_id=5, tlr=wire.TLR_ONE + 1))),
         ("index past count", _to_receiver(ATP(type=1, job_id=5, pkt_idx=3, pkt_cnt=3))),
         ("zero packet count", _to_receiver(ATP(type=1, job_id=5, pkt_idx=0, pkt_cnt=0))),
@@ -174,7 +233,6 @@ def expected_fields(data: bytes, vector_jobs: set[int]) -> dict[str, list]:
     exp["natp.tlr_fraction"] = [wire.q15_to_tlr(raw["tlr"])]
     for flag in wire.Flags:
         exp[f"natp.flags.{flag.name.lower()}"] = [int(bool(raw["flags"] & flag))]
-    exp["natp.flags.reserved"] = [raw["flags"] >> 5]
     body = data[wire.HEADER_LEN:wire.HEADER_LEN + raw["length"]]
     if len(data) > wire.HEADER_LEN + raw["length"]:
         exp["natp.trailing"] = [data[wire.HEADER_LEN + raw["length"]:]]
@@ -187,6 +245,11 @@ def expected_fields(data: bytes, vector_jobs: set[int]) -> dict[str, list]:
         return exp
     if header.type == wire.PacketType.DATA and header.approx and header.tlr == wire.TLR_ONE:
         exp["natp.surplus"] = [1]  # docs/wire-format.md: surplus, queued below every job
+    if _bad_trim(header):
+        exp["natp.error"] = ["bad_trim"]
+        if body:
+            exp["natp.payload"] = [body]
+        return exp
     assert {f"natp.{k}": [v] for k, v in _raw_header(header.encode()).items() if k != "length"} == \
         {k: v for k, v in exp.items() if k.startswith("natp.") and k[5:] in raw and k != "natp.length"}
     try:
@@ -199,9 +262,17 @@ def expected_fields(data: bytes, vector_jobs: set[int]) -> dict[str, list]:
     return exp
 
 
+def _bad_trim(header: wire.Header) -> bool:
+    """docs/wire-format.md, "Trimmed DATA": a header no switch could have made (hostlib's receivers count it)."""
+    return (header.type == wire.PacketType.DATA and bool(header.flags & wire.Flags.TRIM)
+            and (header.approx or header.length > 0 or header.msg_id >= control.FIN_MSG_ID))
+
+
 def _payload_fields(header: wire.Header, payload: bytes, data: bytes, vector_jobs: set[int]) -> dict[str, list]:
     T = wire.PacketType
     if header.type == T.DATA:
+        if header.flags & wire.Flags.TRIM:
+            return {"natp.trimmed": [1]}
         if header.msg_id == control.ANNOUNCE_MSG_ID:
             token, auth, chunk = control.decode_announce_part(payload)
             exp = {"natp.announce.token": [token], "natp.announce.auth": [auth]}
@@ -214,6 +285,7 @@ def _payload_fields(header: wire.Header, payload: bytes, data: bytes, vector_job
                 vector_jobs.add(header.job_id)
             exp |= {"natp.announce.magic": ["ATPJ"], "natp.announce.total": [m.total],
                    "natp.announce.vector_len": [control.NO_VECTOR if m.vector_len is None else m.vector_len],
+                   "natp.announce.need_bytes": [m.need_bytes],
                    "natp.announce.n_groups": [len(m.groups)]}
             for g in m.groups:
                 ranges = control.ranges_of(g.msg_ids)
@@ -224,20 +296,33 @@ def _payload_fields(header: wire.Header, payload: bytes, data: bytes, vector_job
                     exp.setdefault("natp.announce.range_first", []).append(first)
                     exp.setdefault("natp.announce.range_last", []).append(last)
             return exp
-        if header.msg_id == control.FIN_MSG_ID or not payload:
+        if header.msg_id == control.FIN_MSG_ID:
             return {"natp.payload": [payload]} if payload else {}
+        if header.count > 1:
+            records = wire.decode_records(payload, header)
+            return {"natp.record.msg_id": [m for m, _ in records], "natp.record.len": [len(d) for _, d in records],
+                    "natp.record.data": [d for _, d in records if d]}
+        if not payload:
+            return {}
         looks_like_range = len(payload) >= 8 and len(payload) == 8 + 4 * struct.unpack_from("!I", payload, 4)[0]
         if header.pkt_cnt == 1 and (header.job_id in vector_jobs or looks_like_range):
             first, values = wire.decode_float_range(payload)
             return {"natp.floats.first_index": [first], "natp.floats.count": [len(values)],
                     "natp.floats.value": list(values)}
         return {"natp.payload": [payload]}
-    if header.type == T.ACK:
-        if not payload:
-            return {}
-        blocks = wire.decode_ack_payload(payload)
-        return {"natp.sack.count": [len(blocks)], "natp.sack.first": [a for a, _ in blocks],
-                "natp.sack.last": [b for _, b in blocks]}
+    if header.type in (T.ACK, T.GRANT):
+        blocks, grant, token = wire.decode_ack(payload, header.flags)
+        if header.type == T.GRANT and grant is None:
+            raise wire.MalformedPacket("bad_grant", "a GRANT without its grant field: its sender ignores it")
+        exp = {}
+        if len(payload) > (4 if grant is not None else 0) + (wire.TOKEN_LEN if token is not None else 0):
+            exp = {"natp.sack.count": [len(blocks)], "natp.sack.first": [a for a, _ in blocks],
+                   "natp.sack.last": [b for _, b in blocks]}
+        if grant is not None:
+            exp["natp.ack.grant"] = [grant]
+        if token is not None:
+            exp["natp.ack.token"] = [token]
+        return exp
     if header.type == T.REPORT:
         r = wire.Report.decode(data)
         exp = {"natp.report.loss": [wire.tlr_to_q15(r.loss)], "natp.report.loss_fraction": [r.loss],
@@ -270,7 +355,8 @@ def _same(shown: str, want) -> bool:
 
 
 PARTIAL = "partial payload"
-PAYLOAD_FIELDS = ("natp.announce.", "natp.floats.", "natp.sack.", "natp.report.", "natp.done.", "natp.retry.")
+PAYLOAD_FIELDS = ("natp.announce.", "natp.floats.", "natp.sack.", "natp.report.", "natp.done.", "natp.retry.",
+                  "natp.ack.", "natp.record.", "natp.trimmed")
 EXPERT_FIELDS = ("natp.malformed",)  # expert items; natp.error carries the reason
 
 
@@ -310,8 +396,9 @@ def test_every_field_matches_hostlib_wire(tmp_path, natp_fields):
         problems += _compare(name, {k: v for k, v in shown.items() if v}, want)
     assert not problems, "\n".join(problems)
     reasons = {r["natp.error"][0] for r in rows if r["natp.error"]}
-    assert reasons == {"truncated", "bad_version", "bad_type", "bad_flags", "bad_tlr", "bad_index", "bad_ack",
-                       "bad_report", "bad_done", "bad_floats", "bad_announce", "bad_retry"}
+    assert reasons == {"truncated", "bad_version", "bad_type", "bad_tlr", "bad_index", "bad_count", "bad_pack",
+                       "bad_trim", "bad_ack", "bad_grant", "bad_report", "bad_done", "bad_floats", "bad_announce",
+                       "bad_retry"}
 
 
 def test_every_packet_type_is_named_in_the_info_column(tmp_path):

@@ -95,12 +95,14 @@ controller: {epoch_ms: 20}
     left = {n for n in after - before if n.startswith("na") and n.endswith(("s1", "s2"))}
     assert not left, f"the session left network namespaces behind: {left}"
     if shutil.which("tshark"):  # the captures read in Wireshark's dissector: the job's packets, its reports
-        types = set()
+        types, token_acks = set(), 0
         for pcap in pcaps:
             out = subprocess.run(["tshark", "-n", "-X", f"lua_script:{DISSECTOR}", "-r", str(pcap), "-Y", "natp",
-                                  "-T", "fields", "-e", "natp.type", "-e", "natp.job_id", "-e", "natp.error"],
-                                 capture_output=True, text=True, timeout=120)
+                                  "-T", "fields", "-e", "natp.type", "-e", "natp.job_id", "-e", "natp.error",
+                                  "-e", "natp.flags.token"], capture_output=True, text=True, timeout=120)
             rows = [line.split("\t") for line in out.stdout.splitlines()]
-            assert all(error == "" for _, _, error in rows), pcap
-            types |= {int(t) for t, job, _ in rows if job == "1000"}
-        assert types == {1, 2, 3, 4, 5}, types  # DATA, ACK, REPORT (to ctl through s1), DONE, RETRY (admission)
+            assert all(error == "" for _, _, error, _ in rows), pcap
+            types |= {int(t) for t, job, _, _ in rows if job == "1000"}
+            token_acks += sum(t == "2" and job == "1000" and token == "1" for t, job, _, token in rows)
+        assert types == {1, 2, 3, 4}, types  # DATA, ACK, REPORT (to ctl through s1), DONE
+        assert token_acks > 0  # admission (wire version 2): admitted at once, its ACKs carry a token to echo

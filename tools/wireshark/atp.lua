@@ -1,4 +1,4 @@
--- Wireshark / tshark dissector for ATP, NetApprox's approximate transport (docs/wire-format.md, version 1).
+-- Wireshark / tshark dissector for ATP, NetApprox's approximate transport (docs/wire-format.md, version 2).
 --
 --   wireshark -X lua_script:tools/wireshark/atp.lua results/pcap/s1-s1-eth1.pcap
 --   tshark -X lua_script:tools/wireshark/atp.lua -r capture.pcap -Y natp.flags.approx -V
@@ -8,7 +8,7 @@
 -- The protocol's filter name is "natp" (NetApprox ATP): Wireshark's "atp" is the AppleTalk Transaction Protocol.
 --
 -- Preferences (Edit > Preferences > Protocols > NATP, or tshark -o natp.port:7600 -o natp.report_port:7601):
---   natp.port         the ATP UDP port (DATA to it; ACK, DONE and RETRY from it), 7600 by default
+--   natp.port         the ATP UDP port (DATA to it; ACK, GRANT, DONE and RETRY from it), 7600 by default
 --   natp.report_port  the controller's report port (REPORT to it), 7601 by default; 0 turns it off
 --   natp.floats       when a DATA payload is shown as a float32 range (bounded-loss vectors): auto (default),
 --                     announced, never (FLOAT_MODES below)
@@ -16,18 +16,21 @@
 -- Every header field is a filter field named as in hostlib/wire.py (natp.job_id, natp.tlr, ...); the TLR is
 -- also shown as a fraction (natp.tlr_fraction = tlr / 32768). Payloads are decoded as far as the wire format
 -- defines them: the job announce (its admission token and auth tag, then the manifest) and FIN (reserved DATA
--- message ids), float ranges, ACK SACK blocks, the REPORT body (with its optional HMAC tag), DONE's lost
--- message ids and RETRY's admission token. A packet hostlib.wire would reject is marked malformed with the
--- same reason tag (natp.error: bad_version, bad_type, bad_flags, bad_tlr, bad_index, truncated, bad_ack,
--- bad_report, bad_done, bad_floats, bad_announce, bad_retry).
--- tests/tools/test_wireshark.py checks every field against hostlib.wire on a pcap written with the scapy layer.
+-- message ids), packed records (count >= 2: one subtree per message), trimmed DATA (natp.trimmed), float
+-- ranges, ACK SACK blocks with the grant and token fields their flags announce, GRANT packets (the same
+-- layout), the REPORT body (with its optional HMAC tag), DONE's lost message ids and RETRY's admission token.
+-- A packet hostlib would reject is marked malformed with the same reason tag (natp.error: bad_version (any
+-- version but 2, version 1 included), bad_type, bad_tlr, bad_index, bad_count, truncated, bad_pack, bad_trim,
+-- bad_ack, bad_grant, bad_report, bad_done, bad_floats, bad_announce, bad_retry).
+-- tests/tools/test_wireshark.py checks every field against hostlib.wire on a pcap written with the scapy layer
+-- and hostlib.wire.
 
 local atp = Proto("natp", "NetApprox ATP (approximate transport)")
 
 local HEADER_LEN = 32
-local VERSION = 1
+local VERSION = 2
 local TLR_ONE = 0x8000 -- Q1.15: 0x8000 is 1.0
-local VALID_FLAGS = 0x1F
+local APPROX, TRIM, GRANT, TOKEN = 0x01, 0x20, 0x40, 0x80 -- flag bits (every bit of the flags byte is defined)
 local ANNOUNCE_MSG_ID = 0xFFFFFFFF
 local FIN_MSG_ID = 0xFFFFFFFE
 local NO_VECTOR = 0xFFFFFFFF
@@ -36,6 +39,9 @@ local REPORT_BODY_LEN = 24
 local REPORT_MAC_LEN = 16
 local TOKEN_LEN = 16 -- admission token (RETRY payload, first field of every announce part)
 local AUTH_LEN = 16 -- announce HMAC tag under the shared admission key (all zero without one)
+local MANIFEST_HEAD_LEN = 18 -- "ATPJ" | total:u32 | vector_len:u32 | need_bytes:u32 | n_groups:u16
+local RECORD_HEADER_LEN = 6 -- a packed record: msg_id:u32 | len:u16 | data
+local GRANT_LEN = 4
 
 local function q15(v) return v / TLR_ONE end
 
@@ -48,7 +54,8 @@ local FLOAT_MODES = {
     { "announced", "Only jobs whose announce (vector_len set) is in the capture", FLOATS_ANNOUNCED },
     { "never", "Never", FLOATS_NEVER },
 }
-atp.prefs.port = Pref.uint("ATP UDP port", 7600, "UDP port of ATP DATA (destination), ACK, DONE and RETRY (source)")
+atp.prefs.port = Pref.uint("ATP UDP port", 7600,
+    "UDP port of ATP DATA (destination), ACK, GRANT, DONE and RETRY (source)")
 atp.prefs.report_port = Pref.uint("Report UDP port", 7601,
     "UDP port of the controller's report socket (REPORT packets go there); 0: do not register")
 atp.prefs.floats = Pref.enum("Float ranges", FLOATS_AUTO,
@@ -70,6 +77,8 @@ f.announce_part = ProtoField.bytes("natp.announce.part", "Announce part (not rea
 f.announce_magic = ProtoField.string("natp.announce.magic", "Magic")
 f.announce_total = ProtoField.uint32("natp.announce.total", "Messages (N)")
 f.announce_vector_len = ProtoField.uint32("natp.announce.vector_len", "Vector length")
+f.announce_need_bytes = ProtoField.uint32("natp.announce.need_bytes", "Bytes needed to meet every MSR", base.DEC,
+    nil, nil, "Payload the sender must deliver at least (a hint for a receiver that grants)")
 f.announce_n_groups = ProtoField.uint16("natp.announce.n_groups", "Groups")
 f.announce_group_id = ProtoField.uint16("natp.announce.group_id", "Group id")
 f.announce_msr = ProtoField.uint16("natp.announce.msr", "MSR (Q1.15)", base.HEX)
@@ -84,6 +93,12 @@ f.floats_value = ProtoField.float("natp.floats.value", "Value")
 f.sack_count = ProtoField.uint16("natp.sack.count", "SACK blocks")
 f.sack_first = ProtoField.uint32("natp.sack.first", "First seq")
 f.sack_last = ProtoField.uint32("natp.sack.last", "Last seq")
+f.ack_grant = ProtoField.uint32("natp.ack.grant", "Grant (send below this seq)")
+f.ack_token = ProtoField.bytes("natp.ack.token", "Admission token (echo it once on announce part 0)")
+f.record_msg_id = ProtoField.uint32("natp.record.msg_id", "Message id")
+f.record_len = ProtoField.uint16("natp.record.len", "Length")
+f.record_data = ProtoField.bytes("natp.record.data", "Data")
+f.trimmed = ProtoField.bool("natp.trimmed", "Trimmed DATA (a switch cut the payload; the receiver ACKs it as lost)")
 f.report_loss = ProtoField.uint16("natp.report.loss", "Loss (Q1.15)", base.HEX)
 f.report_loss_fraction = ProtoField.double("natp.report.loss_fraction", "Loss")
 f.report_msr = ProtoField.uint16("natp.report.msr", "MSR (Q1.15)", base.HEX)
@@ -124,16 +139,17 @@ end
 local function dissect_announce(pl, tree, ctx)
     local t = tree:add(atp, pl, "Job announce")
     local n = pl:len()
-    if n < 14 then return bad(ctx, t, pl, "bad_announce", n .. " bytes") end
+    if n < MANIFEST_HEAD_LEN then return bad(ctx, t, pl, "bad_announce", n .. " bytes") end
     t:add(f.announce_magic, pl(0, 4))
     if pl(0, 4):string() ~= "ATPJ" then return bad(ctx, t, pl(0, 4), "bad_announce", "wrong magic") end
     t:add(f.announce_total, pl(4, 4))
     local vlen = pl(8, 4):uint()
     t:add(f.announce_vector_len, pl(8, 4)):append_text(vlen == NO_VECTOR and " (not a vector)" or " floats")
     if vlen ~= NO_VECTOR and not ctx.visited then vector_jobs[ctx.job_id] = true end
-    local n_groups = pl(12, 2):uint()
-    t:add(f.announce_n_groups, pl(12, 2))
-    local off = 14
+    t:add(f.announce_need_bytes, pl(12, 4))
+    local n_groups = pl(16, 2):uint()
+    t:add(f.announce_n_groups, pl(16, 2))
+    local off = MANIFEST_HEAD_LEN
     for _ = 1, n_groups do
         if off + 12 > n then return bad(ctx, t, pl, "bad_announce", "truncated group list") end
         local gid, n_ranges = pl(off, 2):uint(), pl(off + 8, 4):uint()
@@ -198,14 +214,64 @@ local function dissect_announce_part(pl, tree, ctx)
     tree:add(f.announce_part, chunk):append_text(string.format(" (part %d of %d)", ctx.pkt_idx + 1, ctx.pkt_cnt))
 end
 
+-- Packed records (count >= 2): msg_id:u32 | len:u16 | data, back to back, exactly filling the payload; the first
+-- is the header's message, no id twice (hostlib.wire.decode_records, bad_pack). At most one item per 6 bytes.
+local function dissect_records(pl, tree, ctx)
+    local n = pl:len()
+    local t = tree:add(atp, pl, string.format("Packed records (%d messages)", ctx.count))
+    local off, ids, seen, dup = 0, {}, {}, false
+    while off < n do
+        if off + RECORD_HEADER_LEN > n then
+            return bad(ctx, t, pl(off), "bad_pack", string.format("record header cut at byte %d of %d", off, n))
+        end
+        local msg_id, size = pl(off, 4):uint(), pl(off + 4, 2):uint()
+        local r = t:add(atp, pl(off, math.min(RECORD_HEADER_LEN + size, n - off)),
+            string.format("Record %d: message %d, %d bytes", #ids, msg_id, size))
+        r:add(f.record_msg_id, pl(off, 4))
+        r:add(f.record_len, pl(off + 4, 2))
+        off = off + RECORD_HEADER_LEN
+        if off + size > n then
+            return bad(ctx, r, pl(off - RECORD_HEADER_LEN),
+                "bad_pack", string.format("record of message %d (%d bytes) past the payload", msg_id, size))
+        end
+        if size > 0 then r:add(f.record_data, pl(off, size)) end
+        off = off + size
+        ids[#ids + 1] = msg_id
+        dup = dup or seen[msg_id] ~= nil
+        seen[msg_id] = true
+    end
+    if #ids ~= ctx.count or ids[1] ~= ctx.msg_id then
+        return bad(ctx, t, pl, "bad_pack", string.format("%d records, count says %d; first %s, header msg_id %d",
+            #ids, ctx.count, tostring(ids[1]), ctx.msg_id))
+    end
+    if dup then return bad(ctx, t, pl, "bad_pack", "a message twice in one packet") end
+    ctx.info = "packed msgs " .. table.concat(ids, ",")
+end
+
+-- Trimmed DATA: a switch whose queue was full forwarded the header alone, TRIM set, APPROX cleared, length 0,
+-- never on a control message (hostlib's receivers count anything else as bad_trim).
+local function dissect_trimmed(pl, tree, ctx)
+    if bit.band(ctx.flags, APPROX) ~= 0 or ctx.length ~= 0 or ctx.msg_id >= FIN_MSG_ID then
+        bad(ctx, tree, ctx.flags_range, "bad_trim",
+            "TRIM with APPROX still set, with a payload or on a control message")
+        if pl:len() > 0 then tree:add(f.payload, pl) end
+        return
+    end
+    tree:add(f.trimmed, true):set_generated()
+    ctx.info = "trimmed (header only)"
+end
+
 local function dissect_data(pl, tree, ctx)
-    if ctx.msg_id == ANNOUNCE_MSG_ID then
+    if bit.band(ctx.flags, TRIM) ~= 0 then
+        return dissect_trimmed(pl, tree, ctx)
+    elseif ctx.msg_id == ANNOUNCE_MSG_ID then
         return dissect_announce_part(pl, tree, ctx)
     elseif ctx.msg_id == FIN_MSG_ID then
         ctx.info = "FIN"
         if pl:len() > 0 then tree:add(f.payload, pl) end
         return
     end
+    if ctx.count > 1 then return dissect_records(pl, tree, ctx) end
     if pl:len() == 0 then return end
     local mode = atp.prefs.floats
     if ctx.pkt_cnt == 1 and mode ~= FLOATS_NEVER then
@@ -217,12 +283,10 @@ local function dissect_data(pl, tree, ctx)
     tree:add(f.payload, pl)
 end
 
-local function dissect_ack(pl, tree, ctx)
+-- SACK blocks: n:u16 then n inclusive (first, last) pairs, newest first, at most 16 (may be empty: no blocks).
+local function dissect_sack(pl, tree, ctx)
     local n = pl:len()
-    if n == 0 then
-        ctx.info = "no SACK blocks"
-        return
-    end
+    if n == 0 then return nil end
     local t = tree:add(atp, pl, "Selective ack")
     if n < 2 then return bad(ctx, t, pl, "bad_ack", "ACK payload shorter than its block count") end
     local count = pl(0, 2):uint()
@@ -239,7 +303,44 @@ local function dissect_ack(pl, tree, ctx)
         blocks[#blocks + 1] = first .. "-" .. last
         if first > last then bad(ctx, b, pl(2 + 8 * i, 8), "bad_ack", "SACK block runs backwards") end
     end
-    ctx.info = "SACK " .. table.concat(blocks, ",")
+    return count > 0 and "SACK " .. table.concat(blocks, ",") or nil
+end
+
+-- ACK (and GRANT) payload: the SACK blocks, then grant:u32 with the GRANT flag, then the 16-byte token with the
+-- TOKEN flag (hostlib.wire.decode_ack). A TRIM ACK echoes a trimmed DATA packet: its sender counts it lost.
+local function dissect_ack(pl, tree, ctx)
+    local n = pl:len()
+    local has_grant, has_token = bit.band(ctx.flags, GRANT) ~= 0, bit.band(ctx.flags, TOKEN) ~= 0
+    local tail = (has_grant and GRANT_LEN or 0) + (has_token and TOKEN_LEN or 0)
+    if n < tail then
+        local t = tree:add(atp, pl, "ACK payload")
+        return bad(ctx, t, pl, "bad_ack", string.format("ACK payload of %d bytes, its flags need %d", n, tail))
+    end
+    local info = {}
+    if n > tail then info[#info + 1] = dissect_sack(pl(0, n - tail), tree, ctx) end -- pl(0, 0) is out of bounds
+    local off = n - tail
+    if has_grant then
+        ctx.grant = pl(off, 4):uint()
+        tree:add(f.ack_grant, pl(off, 4))
+        info[#info + 1] = "grant " .. ctx.grant
+        off = off + GRANT_LEN
+    end
+    if has_token then
+        local token = pl(off, TOKEN_LEN)
+        tree:add(f.ack_token, token)
+        info[#info + 1] = "token"
+        if all_zero(token) then bad(ctx, tree, token, "bad_ack", "an all-zero admission token") end
+    end
+    if bit.band(ctx.flags, TRIM) ~= 0 then info[#info + 1] = "(echoes a trimmed packet)" end
+    ctx.info = #info > 0 and table.concat(info, " ") or "no SACK blocks"
+end
+
+-- GRANT: the ACK layout with n = 0 and the grant field; a sender ignores one without the GRANT flag (bad_grant).
+local function dissect_grant(pl, tree, ctx)
+    dissect_ack(pl, tree, ctx)
+    if bit.band(ctx.flags, GRANT) == 0 then
+        bad(ctx, tree, ctx.flags_range, "bad_grant", "a GRANT without the GRANT flag and field")
+    end
 end
 
 local function dissect_report(pl, tree, ctx)
@@ -308,6 +409,7 @@ local TYPES = {
     [3] = { name = "REPORT", payload = dissect_report },
     [4] = { name = "DONE", payload = dissect_done },
     [5] = { name = "RETRY", payload = dissect_retry },
+    [6] = { name = "GRANT", payload = dissect_grant },
 }
 
 -- Header -----------------------------------------------------------------------------------------------------
@@ -323,6 +425,9 @@ local FLAGS = {
     { 0x04, "ece", "ECE" },
     { 0x08, "tagged", "TAGGED" },
     { 0x10, "ce", "CE" },
+    { TRIM, "trim", "TRIM" },
+    { GRANT, "grant", "GRANT" },
+    { TOKEN, "token", "TOKEN" },
 }
 
 f.version = ProtoField.uint8("natp.version", "Version", base.DEC, nil, 0xF0)
@@ -331,7 +436,6 @@ f.flags = ProtoField.uint8("natp.flags", "Flags", base.HEX)
 for _, fl in ipairs(FLAGS) do
     f["flags_" .. fl[2]] = ProtoField.bool("natp.flags." .. fl[2], fl[3], 8, nil, fl[1])
 end
-f.flags_reserved = ProtoField.uint8("natp.flags.reserved", "Reserved flag bits", base.HEX, nil, 0xE0)
 f.queue = ProtoField.uint8("natp.queue", "Queue")
 f.priority = ProtoField.uint8("natp.priority", "Priority")
 f.job_id = ProtoField.uint32("natp.job_id", "Job id")
@@ -344,7 +448,8 @@ f.pkt_cnt = ProtoField.uint16("natp.pkt_cnt", "Packet count")
 f.seq = ProtoField.uint32("natp.seq", "Sequence number")
 f.deadline_us = ProtoField.uint32("natp.deadline_us", "Deadline (us)")
 f.weight = ProtoField.uint8("natp.weight", "Weight")
-f.reserved = ProtoField.uint8("natp.reserved", "Reserved", base.HEX)
+f.count = ProtoField.uint8("natp.count", "Count (whole messages)", base.DEC, nil, nil,
+    "DATA: messages the payload carries (>= 2: packed records); other types: zero, ignored")
 f.length = ProtoField.uint16("natp.length", "Payload length")
 f.surplus = ProtoField.bool("natp.surplus", "Surplus (approximate DATA with TLR 1.0: lowest queue, spare capacity only)")
 
@@ -370,7 +475,9 @@ function atp.dissector(buf, pinfo, root)
     local version, ptype = bit.rshift(vt, 4), bit.band(vt, 0x0F)
     ctx.job_id, ctx.msg_id = buf(4, 4):uint(), buf(8, 4):uint()
     ctx.pkt_idx, ctx.pkt_cnt = buf(16, 2):uint(), buf(18, 2):uint()
+    ctx.flags, ctx.flags_range, ctx.count = flags, buf(1, 1), buf(29, 1):uint()
     local length = buf(30, 2):uint()
+    ctx.length = length
     local spec = TYPES[ptype]
     local tname = spec and spec.name or ("type " .. ptype)
 
@@ -379,7 +486,6 @@ function atp.dissector(buf, pinfo, root)
     local ft = tree:add(f.flags, buf(1, 1))
     ft:append_text(flags ~= 0 and (" (" .. flag_names(flags) .. ")") or "")
     for _, fl in ipairs(FLAGS) do ft:add(f["flags_" .. fl[2]], buf(1, 1)) end
-    ft:add(f.flags_reserved, buf(1, 1))
     tree:add(f.queue, buf(2, 1)):append_text(buf(2, 1):uint() == 0xFF and " (not set)" or "")
     tree:add(f.priority, buf(3, 1))
     tree:add(f.job_id, buf(4, 4))
@@ -392,7 +498,7 @@ function atp.dissector(buf, pinfo, root)
     tree:add(f.seq, buf(20, 4))
     tree:add(f.deadline_us, buf(24, 4)):append_text(buf(24, 4):uint() == 0xFFFFFFFF and " (no deadline)" or "")
     tree:add(f.weight, buf(28, 1))
-    tree:add(f.reserved, buf(29, 1))
+    tree:add(f.count, buf(29, 1)):append_text(ptype == 1 and ctx.count > 1 and " (packed records)" or "")
     tree:add(f.length, buf(30, 2))
     tree:append_text(string.format(", %s, Job %d, Msg %d, Seq %d, TLR %g", tname, ctx.job_id, ctx.msg_id,
         buf(20, 4):uint(), q15(tlr)))
@@ -402,18 +508,19 @@ function atp.dissector(buf, pinfo, root)
         bad(ctx, tree, buf(0, 1), "bad_version", string.format("version %d, expected %d", version, VERSION))
     elseif spec == nil then
         bad(ctx, tree, buf(0, 1), "bad_type", "packet type " .. ptype)
-    elseif bit.band(flags, bit.bnot(VALID_FLAGS)) ~= 0 then
-        bad(ctx, tree, buf(1, 1), "bad_flags", string.format("flags 0x%02x", flags))
     elseif tlr > TLR_ONE then
         bad(ctx, tree, buf(14, 2), "bad_tlr", string.format("tlr 0x%04x above 1.0", tlr))
     elseif ctx.pkt_cnt == 0 or ctx.pkt_idx >= ctx.pkt_cnt then
         bad(ctx, tree, buf(16, 4), "bad_index", string.format("packet index %d of %d", ctx.pkt_idx, ctx.pkt_cnt))
+    elseif ptype == 1 and (ctx.count == 0 or (ctx.count > 1 and (ctx.pkt_idx ~= 0 or ctx.pkt_cnt ~= 1))) then
+        bad(ctx, tree, buf(29, 1), "bad_count", string.format("DATA packet of %d messages, packet %d of %d",
+            ctx.count, ctx.pkt_idx, ctx.pkt_cnt))
     elseif n < HEADER_LEN + length then
         bad(ctx, tree, buf(30, 2), "truncated",
             string.format("payload %d bytes, header says %d", n - HEADER_LEN, length))
     end
 
-    local surplus = ctx.error == nil and ptype == 1 and bit.band(flags, 0x01) ~= 0 and tlr == TLR_ONE
+    local surplus = ctx.error == nil and ptype == 1 and bit.band(flags, APPROX) ~= 0 and tlr == TLR_ONE
     if surplus then tree:add(f.surplus, buf(14, 2), true):set_generated() end
 
     local have = math.min(length, n - HEADER_LEN)
