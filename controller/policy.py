@@ -197,7 +197,8 @@ def decide(jobs: Mapping[int, Mapping[int, GroupReport]], previous: Mapping[int,
     assignments; ``losing``: last epoch's ``Decision.losing``. Mode ``adaptive``: ``values`` (job id -> what is
     placed instead of its TLR, ``tuning.value_of``), ``cutoffs`` (the tuner's, instead of ``config.thresholds``)
     and ``retuned`` (the cutoffs have just changed: every unpinned job is placed afresh, without hysteresis,
-    reason ``tuned``). Deterministic: the same inputs give the same ``Decision``."""
+    reason ``tuned``, except that a losing job never moves down). Deterministic: the same inputs give the same
+    ``Decision``."""
     losing = losing or {}
     values = values or {}
     pinned = dict(config.pinned)
@@ -237,9 +238,10 @@ def _place(job_id: int, tlr: float, loss: float, old: int | None, losing: Mappin
     if old is None:
         return queue_for_tlr(value, thresholds), "new"
     if retuned:
+        new = queue_for_tlr(value, thresholds)
         if loss > tlr + config.loss_margin:
             streaks[job_id] = losing.get(job_id, 0) + 1
-        new = queue_for_tlr(value, thresholds)
+            new = min(new, old)  # a losing job never moves down (nor loses its promotion) on a retune either
         return new, "tuned" if new != old else None
     if loss > tlr + config.loss_margin:
         streak = losing.get(job_id, 0) + 1
@@ -294,7 +296,11 @@ class Placer:
         if old is None:
             return target, "new", 0
         if retuned:
-            streak = streak + 1 if loss > tlr + self._margin else 0
+            if loss > tlr + self._margin:
+                streak += 1
+                target = min(target, old)  # a losing job never moves down on a retune either
+            else:
+                streak = 0
             return target, "tuned" if target != old else None, streak
         band = self._bands.get(old)  # the bands hold the placed value; the losing test is on the TLR
         if loss > tlr + self._margin:

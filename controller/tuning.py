@@ -8,12 +8,16 @@ and its queue. The value the cutoffs place is its TLR, moved up for a job with m
 others when ``remaining_weight`` > 0 (``placement_value``). What it decides (``Tuned``):
 
 - **Cutoffs** T_2..T_7 (queue 1 takes everything below T_2), anchored to the configured thresholds (``base``,
-  the paper's k/8 by default): jobs whose values lie closer than ``split_gap`` form a group, never split; each
+  the paper's k/8 by default): jobs whose values lie closer than ``split_gap`` form a group, never split, unless
+  such a run of values reaches across a whole queue of ``base`` (then ``base``'s queues part it: many jobs
+  spread over a wide range leave no gap between neighbours, and one group would lump them all); each
   group goes to the queue ``base`` gives its middle, groups that would share a queue are pushed apart (the
   later one a queue down), more than seven groups merge where they are closest; a cutoff keeps its ``base``
   value unless a group straddles it or two groups must be parted, and then moves into the gap next to the
   group. Then the operator's limits: every cutoff within [``min_threshold``, ``max_threshold``], ``min_gap``
-  apart. New cutoffs replace the old ones only when one moves by more than ``hysteresis``. The data planes'
+  apart. New cutoffs replace the old ones only when one moves by more than ``hysteresis`` and they fit the
+  jobs strictly better (``misfit``: fewer groups split or sharing a queue), so that jobs arriving, finishing
+  and drifting do not rewrite cutoffs that still part them. The data planes'
   ``queue_by_tlr`` table gets them as TLR thresholds (``table_thresholds``: within [0, 1)), for the packets of
   jobs the controller has not placed yet.
 - **Buffers** of queues 1..7 (where the target can change them): every queue with jobs keeps at least its
@@ -209,27 +213,60 @@ def _clusters(samples: Sequence[_Placed]) -> list[tuple[float, float, float]]:
     return [(lo, hi, w) for lo, hi, w in out]
 
 
-def _groups(clusters: list[tuple[float, float, float]], gap: float) -> list[tuple[float, float, float]]:
-    """Clusters merged where they lie closer than ``gap``, then the closest neighbours merged until seven
-    remain."""
+def _groups(clusters: list[tuple[float, float, float]], gap: float,
+            base: Sequence[float] = DEFAULT_THRESHOLDS) -> list[tuple[float, float, float]]:
+    """Clusters merged where they lie closer than ``gap``; a chain of them that reaches across a whole queue of
+    ``base`` (two or more of its cutoffs inside) parted again by ``base``'s queues (many jobs spread over a wide
+    range of values leave no gap of ``gap`` between neighbours, and one group of them would take all their
+    queues' jobs into one); then the closest neighbours merged until seven remain."""
+    inner = base[FIRST_APPROX_QUEUE + 1:]
     groups: list[list[float]] = []
-    for low, high, load in clusters:
-        if groups and low - groups[-1][1] < gap:
-            groups[-1][1] = high
-            groups[-1][2] += load
-        else:
-            groups.append([low, high, load])
+    chain: list[tuple[float, float, float]] = []
+
+    def close() -> None:
+        lo, hi = chain[0][0], chain[-1][1]
+        parted = sum(1 for t in inner if lo < t <= hi) >= 2
+        start = len(groups)
+        for c_lo, c_hi, load in chain:
+            if len(groups) > start and (not parted or queue_of(c_lo, base) == queue_of(groups[-1][0], base)):
+                groups[-1][1] = c_hi
+                groups[-1][2] += load
+            else:
+                groups.append([c_lo, c_hi, load])
+        chain.clear()
+
+    for c in clusters:
+        if chain and c[0] - chain[-1][1] >= gap:
+            close()
+        chain.append(c)
+    if chain:
+        close()
     while len(groups) > APPROX_QUEUES:
         i = min(range(len(groups) - 1), key=lambda i: (groups[i + 1][0] - groups[i][1], i))
         groups[i:i + 2] = [[groups[i][0], groups[i + 1][1], groups[i][2] + groups[i + 1][2]]]
     return [(lo, hi, w) for lo, hi, w in groups]
 
 
+def misfit(samples: Sequence[_Placed], cuts: Sequence[float], config: TuningConfig,
+           base: Sequence[float] = DEFAULT_THRESHOLDS) -> int:
+    """How badly ``cuts`` fit the jobs at ``samples``' values: the cutoffs that fall inside a group (a group
+    split over queues) plus the neighbouring groups that share a queue. The tuner rewrites the cutoffs only when
+    new ones fit strictly better than those in effect."""
+    groups = _groups(_clusters(samples), config.split_gap, base)
+    bad = 0
+    last = None
+    for lo, hi, _ in groups:
+        q_lo, q_hi = queue_of(lo, cuts), queue_of(hi, cuts)
+        bad += q_hi - q_lo + (last == q_lo)
+        last = q_hi
+    return bad
+
+
 def cutoffs(samples: Sequence[_Placed], config: TuningConfig,
             base: Sequence[float] = DEFAULT_THRESHOLDS) -> tuple[float, ...]:
     """T_0..T_7 for jobs placed at ``samples``' values, anchored to the configured thresholds ``base`` (see the
     module docstring), within ``config``'s limits."""
-    groups = _groups(_clusters(samples), config.split_gap)
+    groups = _groups(_clusters(samples), config.split_gap, base)
     if not groups:
         return _within_limits(list(base[FIRST_APPROX_QUEUE + 1:]), config)
     # each group in the queue the configured thresholds give its middle, groups that would share a queue
@@ -359,7 +396,9 @@ def tune(samples: Sequence[JobSample], state: Tuned, config: TuningConfig,
     placed = [_Placed(s.job_id, value_of(s.tlr, s.work_bytes, ref, config), s.load_bps, s.tlr, s.loss, s.qid)
               for s in samples]
     cuts = cutoffs(placed, config, base)
-    if _moved(state.cutoffs, cuts) <= config.hysteresis:
+    allowed = _within_limits(state.cutoffs[FIRST_APPROX_QUEUE + 1:], config)[2:] == state.cutoffs[2:]
+    if _moved(state.cutoffs, cuts) <= config.hysteresis or \
+            allowed and misfit(placed, state.cutoffs, config, base) <= misfit(placed, cuts, config, base):
         cuts = state.cutoffs
     buffers, load, jobs = share_buffers(placed, cuts, config, current=cuts == state.cutoffs)
     if not config.buffers:

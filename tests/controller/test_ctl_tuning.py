@@ -58,6 +58,17 @@ def test_tuner_splits_jobs_that_share_a_queue_of_the_grid_and_moves_a_cutoff_out
     assert not any(0.22 < t <= 0.28 for t in cuts)
 
 
+def test_tuner_keeps_the_grid_where_many_jobs_leave_no_gap():
+    # 13 jobs 0.04 apart from 0 to 0.48: neighbours closer than split_gap chain into one run of values across
+    # four queues of k/8; the grid's queues part it (one group of it all would be one queue for every job)
+    values = [(0.04 * i, 1e9) for i in range(13)]
+    cuts = cutoffs(placed(values), CFG)
+    assert [queue_of(v, cuts) for v, _ in values] == [queue_of(v, DEFAULT_THRESHOLDS) for v, _ in values]
+    # a run that reaches across one cutoff of the grid only stays one group (moved out of it, as above)
+    values = [(0.2 + 0.04 * i, 1e9) for i in range(4)]
+    assert len({queue_of(v, cutoffs(placed(values), CFG)) for v, _ in values}) == 1
+
+
 def test_tuner_merges_the_closest_groups_when_there_are_more_than_queues():
     values = [(0.0 + 0.1 * i, 1e9) for i in range(10)]  # ten groups 0.1 apart
     cuts = cutoffs(placed(values), CFG)
@@ -118,8 +129,13 @@ def test_tuning_hysteresis_keeps_the_cutoffs_while_the_values_wobble():
         again, change = tune([sample(1, 0.01, qid=1), sample(2, 0.12 + wobble, qid=2), sample(3, 0.7, qid=5)],
                              state, CFG)
         assert change is None and again.cutoffs == state.cutoffs
-    moved, change = tune([sample(1, 0.01), sample(2, 0.2), sample(3, 0.7)], state, CFG)  # 0.08 > hysteresis
-    assert change is not None and 0.198 < moved.cutoffs[2] < 0.2
+    # a job moving further (0.08 > hysteresis) keeps the cutoffs while they still part the groups: nothing to fix
+    kept, change = tune([sample(1, 0.01), sample(2, 0.2), sample(3, 0.7)], state, CFG)
+    assert change is None and kept.cutoffs == state.cutoffs
+    # a new job at 0.09 makes one group with job 2 (0.125), which the cutoff in effect (0.119) splits: rewritten,
+    # the cutoff just below the group
+    moved, change = tune([sample(1, 0.01), sample(2, 0.125), sample(4, 0.09), sample(3, 0.7)], state, CFG)
+    assert change is not None and 0.088 < moved.cutoffs[2] < 0.09
 
 
 def test_tuning_without_live_jobs_changes_nothing():
@@ -410,3 +426,18 @@ def test_incremental_core_tunes_and_places_exactly_as_the_pure_tuner_and_policy(
         assert dict(plan.assignments) == dict(want.assignments)
         assert [c for c in plan.changes if c.reason != "held"] == [c for c in want.changes if c.reason != "held"]
         now += gap
+
+
+def test_tuning_retune_places_jobs_afresh_but_never_moves_a_losing_job_down():
+    """A retune places every job by the new cutoffs without the hysteresis band, as a losing job (loss above its
+    TLR) never moves down between retunes either: it keeps its queue, or its promotion (Fig. 10)."""
+    cuts = (-1.0, -1.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6)  # 0.35 goes to queue 4
+    jobs = {1: {0: policy.GroupReport(0.35, 0.0, loss=0.01)},   # within its TLR: re-placed, down to queue 4
+            2: {0: policy.GroupReport(0.35, 0.0, loss=0.60)},   # losing: stays in queue 2
+            3: {0: policy.GroupReport(0.05, 0.0, loss=0.60)}}   # losing, placed higher: moves up to queue 1
+    d = policy.decide(jobs, {1: 2, 2: 2, 3: 3}, 0.0, PolicyConfig(mode="adaptive"), cutoffs=cuts, retuned=True)
+    assert dict(d.assignments) == {1: 4, 2: 2, 3: 1}
+    assert {c.job_id: c.reason for c in d.changes} == {1: "tuned", 3: "tuned"}
+    placer = policy.Placer(PolicyConfig(mode="adaptive"), cuts)  # the incremental core's placer: the same
+    assert [placer.place(0.35, 0.01, 2, 0, retuned=True)[0], placer.place(0.35, 0.60, 2, 0, retuned=True)[0],
+            placer.place(0.05, 0.60, 3, 0, retuned=True)[0]] == [4, 2, 1]
