@@ -17,8 +17,8 @@ pytestmark = [requires_ns3, pytest.mark.slow]
 ATP_PORT = 7600
 
 
-def _run(endpoint_cls) -> dict:
-    """One 300-message job from node 0 to node 1 (100 Mbit/s, 1 ms): what each side saw."""
+def _run(endpoint_cls, job: JobSpec | None = None) -> dict:
+    """One job (default: 300 messages) from node 0 to node 1 (100 Mbit/s, 1 ms): what each side saw."""
     from netapprox.hostlib import sim as host_sim
 
     ns = host_sim.load()
@@ -35,7 +35,7 @@ def _run(endpoint_cls) -> dict:
     ifs = addresses.Assign(devices)
     tx_ip, rx_ip = ifs.GetAddress(0).Get(), ifs.GetAddress(1).Get()
     cfg = AtpConfig(max_rate_bps=20e6)
-    job = JobSpec(job_id=5, msr=0.9, messages=tuple(Message(bytes(1000 + i)) for i in range(300)))
+    job = job or JobSpec(job_id=5, msr=0.9, messages=tuple(Message(bytes(1000 + i)) for i in range(300)))
     out: dict = {}
 
     def on_rx(ev: events.Event) -> None:
@@ -47,8 +47,8 @@ def _run(endpoint_cls) -> dict:
             out["summary"] = ev.summary
 
     try:
-        rx = endpoint_cls(nodes.Get(1), core.AtpReceiver(config=cfg, now=0.0), port=ATP_PORT, ip=rx_ip,
-                          on_event=on_rx)
+        receiver = core.AtpReceiver(config=cfg, now=0.0)
+        rx = endpoint_cls(nodes.Get(1), receiver, port=ATP_PORT, ip=rx_ip, on_event=on_rx)
         tx = endpoint_cls(nodes.Get(0), core.AtpSender(job, config=cfg, peer=(rx_ip, ATP_PORT), now=0.0, isn=1),
                           ip=tx_ip, on_event=on_tx)
         host_sim.call_later(0.001, tx.start)
@@ -56,6 +56,7 @@ def _run(endpoint_cls) -> dict:
         ns.Simulator.Run()
         host_sim.raise_pending()
         out["received"] = tx.received + rx.received
+        out["admission"] = dict(receiver.stats()["admission"])
         tx.close()
         rx.close()
     finally:
@@ -79,3 +80,16 @@ def test_the_profiled_endpoint_runs_the_same_loop_and_counts_what_it_moved():
     assert calls["received"] == calls["sent"] == profiled["received"] == plain["received"] > summary.packets_sent
     assert calls["timers"] > 0
     assert all(s > 0 for s in host_sim.ProfiledEndpoint.seconds.values()), host_sim.ProfiledEndpoint.seconds
+
+
+def test_a_one_packet_job_takes_one_rtt_in_ns3():
+    """Admission without a round trip, in ns-3: the announce and the message leave together and the job is
+    complete when their ACK returns, one RTT (2 ms) plus serialization, not two RTTs as with a RETRY first."""
+    from netapprox.hostlib import sim as host_sim
+
+    out = _run(host_sim.SimEndpoint, JobSpec(job_id=6, msr=1.0, messages=(Message(bytes(1000)),)))
+    summary = out["summary"]
+    assert summary.receiver_confirmed and summary.msr_met()
+    serialization = 3 * (1500 * 8 / 100e6)  # at most: the announce, the data, the ACK, each under one MTU
+    assert 2e-3 <= summary.jct_s <= 2e-3 + serialization, summary.jct_s
+    assert out["admission"].get("admitted_without_token") == 1 and not out["admission"].get("retries")
