@@ -115,3 +115,17 @@ def test_shifting_workload_runs_the_tuned_policy_against_fixed_thresholds(sim, t
     ratios = runs["adaptive/best-fixed"]["metrics"]
     assert set(ratios) == {"jct_mean_ratio"} | {f"jct_{name}_ratio" for name, _, _ in SHIFT_PHASES}
     assert rf.notes[-1]["best_fixed_in_hindsight"]["jct_mean_s"] == "fixed-k8"
+
+
+def test_trimming_switches_turn_drops_into_headers_the_receiver_answers(sim):
+    """The trimmed-packet path in the ns-3 data plane (protocol ``atp-trim``: switches trim approximate DATA that
+    finds its queue full, docs/wire-format.md, Trimmed DATA): an incast's drops become trims, the headers reach
+    the receiver, which answers each with a TRIM ACK, and the senders learn those losses without a timer."""
+    ns3_trial, TopologyConfig, make_job, _pick = sim
+    settings = ns3_trial.SimSettings(topology=TopologyConfig(kind="fattree", k=4), time_limit_ms=20)
+    jobs = [JobPlan(200 + h, h, 0, make_job("fbkv", 800 + h, 300), 0.5) for h in range(1, 16)]
+    r = ns3_trial.run_trial(settings, "atp-trim", jobs, seed=3)
+    assert r["completed_all"] and all(j["msr_met"] for j in r["jobs"])
+    q = r["queues"]
+    assert q["switch_trims"] > 0 and q["switch_trims"] > q["switch_drops"], (q["switch_trims"], q["switch_drops"])
+    assert sum((j.get("losses_found_by") or {}).get("trim", 0) for j in r["jobs"]) > 0
