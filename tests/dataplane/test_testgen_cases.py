@@ -20,7 +20,8 @@ FIXTURE = REPO / "tests" / "controller" / "fixtures" / "p4info.txtpb"
 
 # A routed packet: routes_v4 (LPM, 32-bit dst_addr; route(port 9, src_mac 48, dst_mac 48)) and queue_by_tag
 # (range priority 8, ternary deadline_us 32; set_queue(qid 3)), the input on port 1, the output on port 2 with
-# its last byte unpredictable. The traces carry a double quote and a backslash, which p4testgen does not escape.
+# its last byte unpredictable. A trace carries quotes and a backslash: p4testgen writes traces unescaped, and a
+# quote in one would end the string early.
 ROUTED = r'''
 # proto-file: p4testgen.proto
 # proto-message: TestCase
@@ -30,7 +31,7 @@ metadata: "Date generated: 2026-11-26-13:50:00.000"
 metadata: "Current node coverage: 0.42"
 
 traces: '[Parser] NetApproxParser: start'
-traces: '[Table Branch: NetApproxIngress.forwarding.routes_v4 | Chosen action: NetApproxIngress.forwarding.route | "x\d"]'
+traces: '[Table Branch: NetApproxIngress.forwarding.routes_v4 | Chosen action: NetApproxIngress.forwarding.route | "x\d" it's]'
 
 input_packet {
   packet: "\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00\x00\x02\x08\x00\x45"
@@ -150,7 +151,8 @@ def test_a_case_reads_with_its_packets_masks_entities_and_traces():
     assert case.entities[0].table_entry.match[0].lpm.prefix_len == 24
     assert list(case.traces) == [
         "[Parser] NetApproxParser: start",
-        r'[Table Branch: NetApproxIngress.forwarding.routes_v4 | Chosen action: NetApproxIngress.forwarding.route | "x\d"]']
+        r'[Table Branch: NetApproxIngress.forwarding.routes_v4 | '
+        r'Chosen action: NetApproxIngress.forwarding.route | "x\d" it' "'s]"]
     assert cases.reported_coverage(ROUTED) == 0.42
 
 
