@@ -26,9 +26,10 @@ def test_testgen_cases_for_every_path_pass_on_bmv2():
     testgen.run_ptf.build()
     with tempfile.TemporaryDirectory(prefix="netapprox-testgen-") as tmp:
         tmp = pathlib.Path(tmp)
-        gen = testgen.generate(tmp / "cases")
+        # Within the 900 s this test may take: p4testgen 300 s, the cases 480 s (make test stays under 15 min).
+        gen = testgen.generate(tmp / "cases", timeout=300)
         (tmp / "run").mkdir()
-        ran = testgen.run_cases(tmp / "cases", tmp / "run")
+        ran = testgen.run_cases(tmp / "cases", tmp / "run", timeout=480)
     failed = [r for r in ran["results"] if not r["passed"]]
     assert gen["cases"] > 0, gen["log"][-3000:]
     assert len(ran["results"]) == gen["cases"], (ran["ptf"][-3000:], ran["switch_log"])
