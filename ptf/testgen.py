@@ -95,13 +95,24 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"testgen: not on PATH: {', '.join(missing)}; see docs/dataplane.md", file=sys.stderr)
         return 2
-    run_ptf.build()
+    if args.out and pathlib.Path(args.out).exists() and any(pathlib.Path(args.out).iterdir()):
+        print(f"testgen: --out {args.out} is not empty (old cases would run with the new ones)", file=sys.stderr)
+        return 2
+    try:
+        run_ptf.build()
+    except run_ptf.HarnessError as e:
+        print(f"testgen: {e}", file=sys.stderr)
+        return 1
     with tempfile.TemporaryDirectory(prefix="netapprox-testgen-") as tmp:
         out = pathlib.Path(args.out) if args.out else pathlib.Path(tmp) / "cases"
         workdir = pathlib.Path(tmp) / "run"
         workdir.mkdir()
-        gen = generate(out, max_tests=args.max_tests, seed=args.seed)
-        ran = run_cases(out, workdir)
+        try:
+            gen = generate(out, max_tests=args.max_tests, seed=args.seed)
+            ran = run_cases(out, workdir)
+        except run_ptf.HarnessError as e:
+            print(f"testgen: {e}", file=sys.stderr)
+            return 1
         if args.keep_logs:
             dest = pathlib.Path(args.keep_logs)
             dest.mkdir(parents=True, exist_ok=True)
