@@ -42,9 +42,11 @@ def missing_tools() -> list[str]:
 PORT_RANGES = f"{run_ptf.PORTS[0]}:{run_ptf.PORTS[-1]},{run_ptf.CPU_PORT}:{run_ptf.CPU_PORT}"
 """Input and output ports p4testgen may choose: the namespace's veth ports and the CPU port (P4Runtime
 packet-out/packet-in). Other ports have no interface to send on or listen to."""
-PACKET_BITS = "112:72000"
-"""Input packets from a whole Ethernet header (p4testgen's protobuf back end would otherwise send 3-byte
-frames, which no veth carries as such) to 9000 bytes (the veths' MTU)."""
+PACKET_BITS = "128:32768"
+"""Input packets of 16 to 4096 bytes. Below: a frame entering on the CPU port loses its 2-byte packet_out header
+and leaves as is, and Linux does not send a frame shorter than an Ethernet header (14 bytes) on an Ethernet
+device (p4testgen's protobuf back end would go down to 3 bytes). Above: ptf 0.12 reads at most 4096 bytes of a
+received frame (dataplane.py, RCV_SIZE_DEFAULT), so a longer expected packet never matches."""
 _NODES_COVERED = re.compile(r"Nodes covered: [0-9.eE+-]+ \((\d+)/(\d+)\)")
 
 
