@@ -55,9 +55,13 @@ p4-tna:
 	    p4src/tna/netapprox.p4
 
 # The PTF suite on BMv2 in a private network namespace (root; p4c and simple_switch_grpc on PATH).
-.PHONY: ptf
+.PHONY: ptf testgen
 ptf: setup p4
 	$(PY) ptf/run_ptf.py
+
+# p4testgen's tests for every path of the v1model program, run on BMv2 (root; p4testgen, p4c, BMv2 on PATH).
+testgen: setup p4
+	$(PY) ptf/testgen.py
 
 clean:
 	rm -rf build results .pytest_cache

@@ -111,9 +111,10 @@ class Bmv2Namespace(Lifecycle):
             self._ns_created = False
 
 
-def run_ptf(ns: Bmv2Namespace, tests: list[str], *, timeout: float = 300, arch: str = "v1model"
-            ) -> subprocess.CompletedProcess:
-    """Run ptf on ptf/tests inside ``ns``; returns the finished process (stdout+stderr in .stdout)."""
+def run_ptf(ns: Bmv2Namespace, tests: list[str], *, timeout: float = 300, arch: str = "v1model",
+            test_dir: pathlib.Path = PTF_TESTS, params: dict | None = None) -> subprocess.CompletedProcess:
+    """Run ptf on ``test_dir`` (default ptf/tests) inside ``ns`` with the suite's test parameters and ``params``;
+    returns the finished process (stdout+stderr in .stdout)."""
     params = {
         "grpcaddr": f"127.0.0.1:{GRPC_PORT}",
         "device_id": 0,
@@ -122,8 +123,9 @@ def run_ptf(ns: Bmv2Namespace, tests: list[str], *, timeout: float = 300, arch: 
         "cpu_port": CPU_PORT,
         "thrift_port": THRIFT_PORT,
         "arch": arch,
+        **(params or {}),
     }
-    cmd = [sys.executable, str(pathlib.Path(sys.executable).parent / "ptf"), "--test-dir", str(PTF_TESTS),
+    cmd = [sys.executable, str(pathlib.Path(sys.executable).parent / "ptf"), "--test-dir", str(test_dir),
            "--log-file", str(ns.workdir / "ptf.log"), "--qlen", "4096", "--test-params", ";".join(f"{k}={v!r}" for k, v in params.items())]
     for i in ns.ports:
         cmd += ["--interface", f"{i}@ptf{i}"]

@@ -49,8 +49,16 @@ def ternary(f: Field, value: int, mask: int) -> p4runtime_pb2.FieldMatch | None:
 def range_match(f: Field, lo: int, hi: int) -> p4runtime_pb2.FieldMatch | None:
     if lo == 0 and hi == (1 << f.bitwidth) - 1:
         return None
+    low = encode(lo, f.bitwidth, f.name)
+    if lo == 0 and hi == 0xFF and f.bitwidth > 8:
+        # BMv2 1.15.5's P4Runtime server (p4lang/PI f96af95e, range_match_is_dont_care) takes the field's width
+        # for its don't-care check from the length of `low` as sent, so the canonical [0x00, 0xff] of a wider field
+        # reads as a whole 8-bit range and is refused: "Invalid representation of 'don't care' range match, omit
+        # match field instead of using low=0 and high=2**bitwidth-1". `low` padded to the field's bytes (the
+        # full-width form P4Runtime servers accept) is read right.
+        low = lo.to_bytes((f.bitwidth + 7) // 8, "big")
     return p4runtime_pb2.FieldMatch(field_id=f.id, range=p4runtime_pb2.FieldMatch.Range(
-        low=encode(lo, f.bitwidth, f.name), high=encode(hi, f.bitwidth, f.name)))
+        low=low, high=encode(hi, f.bitwidth, f.name)))
 
 
 def action(info: ActionInfo, **params: int) -> p4runtime_pb2.TableAction:

@@ -68,7 +68,7 @@ control NetApproxIngress(inout parsed_headers_t hdr,
                     ig_tm_md.ucast_egress_port = CPU_PORT;
                     ig_tm_md.qid = TNA_QID_OF(QUEUE_NON_APPROX);
                 }
-            } else if (!hdr.ipv4.isValid() || hdr.ipv4.ihl < 5 || ig_prsr_md.parser_err != 0) {
+            } else if (!hdr.ipv4.isValid() || hdr.ipv4.version != 4 || hdr.ipv4.ihl < 5 || ig_prsr_md.parser_err != 0) {
                 // Not IPv4, a malformed IPv4 header, or a parser error outside the ATP header (e.g. a short
                 // TCP header).
                 ig_dprsr_md.drop_ctl = 1;

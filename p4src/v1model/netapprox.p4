@@ -66,9 +66,10 @@ control NetApproxIngress(inout parsed_headers_t hdr,
                     local_md.qid = QUEUE_NON_APPROX;
                     standard_md.priority = BMV2_PRIORITY_OF(QUEUE_NON_APPROX);
                 }
-            } else if (!hdr.ipv4.isValid() || hdr.ipv4.ihl < 5 || standard_md.parser_error != error.NoError) {
-                // Not IPv4, a malformed IPv4 header, or a parser error outside the ATP header (e.g. a short
-                // TCP header).
+            } else if (!hdr.ipv4.isValid() || hdr.ipv4.version != 4 || hdr.ipv4.ihl < 5
+                       || standard_md.parser_error != error.NoError) {
+                // Not IPv4, a malformed IPv4 header (another version, IHL < 5), or a parser error outside the
+                // ATP header (e.g. a short TCP header).
                 mark_to_drop(standard_md);
             } else {
                 local_md.ip_proto = hdr.ipv4.protocol;

@@ -91,13 +91,14 @@ def controller_toml(*, address: str, p4info: object, bmv2_json: object, report_p
     (prefix, port, destination MAC); ``controller``, ``policy``, ``options``: more lines of those tables."""
     route_lines = "".join(f'  {{ prefix = "{prefix}", port = {port}, src_mac = "02:00:00:00:01:00", '
                           f'dst_mac = "{dst_mac}" }},\n' for prefix, port, dst_mac in routes)
+    # A key given in ``controller`` replaces the default (TOML refuses a key twice in a table).
+    given = {line.split("=", 1)[0].strip() for line in controller.splitlines() if "=" in line}
+    defaults = {"epoch_ms": "20", "decision_log": f'"{decision_log}"', "reconnect_initial_s": "0.05",
+                "reconnect_max_s": "0.5"}
+    controller_lines = "".join(f"{k} = {v}\n" for k, v in defaults.items() if k not in given)
     return f"""
 [controller]
-epoch_ms = 20
-decision_log = "{decision_log}"
-reconnect_initial_s = 0.05
-reconnect_max_s = 0.5
-{controller}
+{controller_lines}{controller}
 [reports]
 bind = "127.0.0.1"
 port = {report_port}

@@ -784,3 +784,17 @@ def test_the_reference_model_never_puts_approximate_traffic_in_queue_zero():
     assert reference_queue(SwitchState(tlr_rules=frozenset({TlrRule(0, 0x8000, 0)})), packet) == 1
     assert reference_queue(SwitchState(job_rules=frozenset({JobRule(5, 3)})), packet) == 3
     assert reference_queue(SwitchState(job_rules=frozenset({JobRule(6, 0)})), packet[:9] + b"\x06" + packet[10:]) == 0
+
+
+def test_a_range_of_0_to_255_on_a_wider_field_is_sent_so_bmv2_reads_it_right():
+    """BMv2 1.15.5's P4Runtime server reads the canonical [0x00, 0xff] of a 16-bit range key as an 8-bit
+    don't-care and refuses it (found by tests/dataplane/test_p4_reference.py); low goes out full-width there,
+    everywhere else canonical, and the value is the same."""
+    from netapprox.controller.p4runtime.mirror import range_match
+    from netapprox.controller.p4runtime.p4info import Field
+    tlr = Field(id=1, name="tlr", bitwidth=16, match_type=p4info_pb2.MatchField.RANGE)
+    assert (range_match(tlr, 0, 255).range.low, range_match(tlr, 0, 255).range.high) == (b"\x00\x00", b"\xff")
+    assert (range_match(tlr, 0, 256).range.low, range_match(tlr, 1, 255).range.low) == (b"\x00", b"\x01")
+    assert range_match(tlr, 0, 0xFFFF) is None
+    priority = Field(id=1, name="priority", bitwidth=8, match_type=p4info_pb2.MatchField.RANGE)
+    assert range_match(priority, 0, 255) is None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 
@@ -45,4 +46,6 @@ def test_tna_program_passes_the_p4c_front_end():
            str(REPO / "p4src" / "tna" / "netapprox.p4")]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, f"{' '.join(cmd)}\n{res.stderr}"
-    assert "error" not in res.stderr.lower(), res.stderr
+    # p4c's diagnostics read "<file>(<line>): [--Werror=<kind>] error: ..."; tna.p4's own warnings quote
+    # `typedef error ParserError_t`, which is no error.
+    assert not re.search(r"\berror:|\[--Werror", res.stderr, re.I), res.stderr

@@ -29,7 +29,8 @@ so a test cannot pass against a switch that would refuse it, for each (device, r
 Writes are checked against the pushed P4Info the way the P4Runtime spec (1.4, §8.4, §9.1) asks, so an encoding
 bug fails here without BMv2:
 
-- values are canonical bytestrings (big-endian, no leading zero byte, at least one byte) that fit the field's
+- values are canonical bytestrings (big-endian, no leading zero byte, at least one byte; or zero-padded to the
+  field's whole bytes, which P4Runtime servers accept too) that fit the field's
   bit width (INVALID_ARGUMENT / OUT_OF_RANGE);
 - every field id, match kind, action id and parameter id exists in the P4Info, exact fields are present, no
   field or parameter twice, the action is one of the table's (not a default-only one) (INVALID_ARGUMENT);
@@ -72,10 +73,11 @@ class _Refused(Exception):
 
 
 def _value(data: bytes, bitwidth: int, what: str) -> int:
-    """The integer of a canonical bytestring of a ``bitwidth``-bit field, or _Refused."""
+    """The integer of a canonical or full-width (zero-padded to the field's bytes) bytestring of a
+    ``bitwidth``-bit field, or _Refused."""
     if not data:
         raise _Refused(code_pb2.INVALID_ARGUMENT, f"{what}: empty bytestring")
-    if len(data) > 1 and data[0] == 0:
+    if len(data) > 1 and data[0] == 0 and len(data) != (bitwidth + 7) // 8:
         raise _Refused(code_pb2.INVALID_ARGUMENT, f"{what}: bytestring {data.hex()} is not canonical (leading zero)")
     value = int.from_bytes(data, "big")
     if value >= 1 << bitwidth:

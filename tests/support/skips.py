@@ -16,5 +16,11 @@ requires_p4 = pytest.mark.skipif(
     reason="needs p4c (p4c-bm2-ss) and BMv2 (simple_switch_grpc >= 1.15.1) on PATH; see docs/dataplane.md",
 )
 
+HAVE_P4TESTGEN = shutil.which("p4testgen") is not None
+requires_p4testgen = pytest.mark.skipif(
+    not HAVE_P4TESTGEN,
+    reason="needs p4testgen on PATH (p4c built with its p4tools, -DENABLE_TEST_TOOLS=ON); see docs/dataplane.md",
+)
+
 HAVE_NS3 = importlib.util.find_spec("ns3") is not None
 requires_ns3 = pytest.mark.skipif(not HAVE_NS3, reason="needs ns-3 from PyPI: pip install -e '.[sim]' (make test does)")

@@ -78,7 +78,9 @@ control Classification(in parsed_headers_t hdr, inout ingress_metadata_t ig_md) 
     }
 
     apply {
-        if (hdr.atp.isValid() && hdr.atp.type == ATP_TYPE_DATA
+        // Approximate: ATP DATA with APPROX sent to the ATP port (DATA on the report port is not, as in
+        // controller/reference.py and the kernel switch).
+        if (hdr.atp.isValid() && hdr.atp.type == ATP_TYPE_DATA && hdr.udp.dst_port == ATP_UDP_PORT
                 && (hdr.atp.flags & ATP_FLAG_APPROX) != 0) {
             ig_md.bridged.qid = QUEUE_LOWEST;
             // Surplus: TLR 1.0 marks a packet its sender does not need (a message beyond what the MSR

@@ -2,7 +2,7 @@
 //
 // Runs in ingress after forwarding, on packets that will be forwarded. Sets local_md.qid, in this
 // order (docs/architecture.md, logical tables 1-5):
-//   not approximate (non-ATP, ATP without APPROX, or any ATP type but DATA)
+//   not approximate (non-ATP, ATP without APPROX, any ATP type but DATA, DATA not sent to the ATP port)
 //                 -> queue_by_class (ternary ip_proto, l4_dport); miss: queue 0
 //   approximate   -> tlr == 1.0 (surplus, ATP_TLR_ONE): queue 7 (QUEUE_LOWEST), no table applies
 //                 -> queue_by_job (exact job_id, direct counter job_packets); hit wins
@@ -85,7 +85,9 @@ control Classification(in parsed_headers_t hdr, inout local_metadata_t local_md)
     }
 
     apply {
-        if (hdr.atp.isValid() && hdr.atp.type == ATP_TYPE_DATA
+        // Approximate: ATP DATA with APPROX sent to the ATP port (DATA on the report port is not, as in
+        // controller/reference.py and the kernel switch).
+        if (hdr.atp.isValid() && hdr.atp.type == ATP_TYPE_DATA && hdr.udp.dst_port == ATP_UDP_PORT
                 && (hdr.atp.flags & ATP_FLAG_APPROX) != 0) {
             local_md.qid = QUEUE_LOWEST;
             // Surplus: TLR 1.0 marks a packet its sender does not need (a message beyond what the MSR
