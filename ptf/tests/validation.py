@@ -1,7 +1,8 @@
-"""Malformed ATP packets are dropped and counted per reason (malformed_packets), never classified."""
+"""Malformed ATP packets are dropped and counted per reason (malformed_packets), never classified. Wire version 2
+defines every flag bit, so no packet is malformed by its flags (bad_flags stays a reason for a later version)."""
 from __future__ import annotations
 
-from common.qos_mixin import (DROPPED_IPV4_CHECKSUM, MALFORMED_BAD_FLAGS, MALFORMED_BAD_INDEX, MALFORMED_BAD_TLR,
+from common.qos_mixin import (DROPPED_IPV4_CHECKSUM, MALFORMED_BAD_INDEX, MALFORMED_BAD_TLR,
                               MALFORMED_BAD_TYPE, MALFORMED_BAD_VERSION, MALFORMED_TRUNCATED, HOST_A_IP,
                               HOST_A_MAC, HOST_B_IP, HOST_B_MAC, PORT_A, PORT_B, SWITCH_MAC, QosHelper, atp_packet,
                               routed)
@@ -32,12 +33,12 @@ class MalformedAtpTest(QosHelper):
             (MALFORMED_TRUNCATED, _raw_udp(good[:10], sport=wire.DEFAULT_ATP_PORT, dport=40000),
              "short ACK from the ATP port"),
             (MALFORMED_TRUNCATED, _raw_udp(good[:-1]), "payload shorter than length"),
-            (MALFORMED_BAD_VERSION, atp_packet(version=2, flags=APPROX), "version 2"),
+            (MALFORMED_BAD_VERSION, atp_packet(version=1, flags=APPROX), "version 1 (wire version 2 only)"),
+            (MALFORMED_BAD_VERSION, atp_packet(version=3, flags=APPROX), "version 3"),
             (MALFORMED_BAD_VERSION, atp_packet(version=0, flags=APPROX), "version 0"),
             (MALFORMED_BAD_TYPE, atp_packet(type=0, flags=APPROX), "type 0"),
-            (MALFORMED_BAD_TYPE, atp_packet(type=6, flags=APPROX), "type 6"),
+            (MALFORMED_BAD_TYPE, atp_packet(type=7, flags=APPROX), "type 7 (6 is GRANT)"),
             (MALFORMED_BAD_TYPE, atp_packet(type=15, flags=APPROX), "type 15"),
-            (MALFORMED_BAD_FLAGS, atp_packet(flags=APPROX | 0x80), "flag bit 7"),
             (MALFORMED_BAD_TLR, atp_packet(flags=APPROX, tlr=0x8001), "tlr 0x8001"),
             (MALFORMED_BAD_TLR, atp_packet(flags=APPROX, tlr=0xFFFF), "tlr 0xffff"),
             (MALFORMED_BAD_INDEX, atp_packet(flags=APPROX, pkt_cnt=0, pkt_idx=0), "pkt_cnt 0"),
