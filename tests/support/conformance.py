@@ -348,6 +348,9 @@ class P4Outcome:
     """The frame that leaves (forward), or the packet-in payload (cpu)."""
 
 
+_DEFINED_FLAGS = sum(int(f) for f in wire.Flags)
+
+
 def _atp_validation(atp: bytes, udp_length: int) -> str | None:
     """The first ATP check that fails, in hostlib.wire.decode's order, on the parsed header; the length check
     uses the UDP length field (the P4 program does not see the frame's length)."""
@@ -358,9 +361,9 @@ def _atp_validation(atp: bytes, udp_length: int) -> str | None:
     length, = struct.unpack_from("!H", atp, wire.OFFSETS["length"])
     if version != wire.VERSION:
         return "bad_version"
-    if ptype == 0 or ptype > wire.PacketType.RETRY:
+    if ptype == 0 or ptype > max(wire.PacketType):
         return "bad_type"
-    if flags & 0xE0:
+    if flags & ~_DEFINED_FLAGS & 0xFF:  # version 2 defines all eight
         return "bad_flags"
     if tlr > wire.TLR_ONE:
         return "bad_tlr"
