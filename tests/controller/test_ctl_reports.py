@@ -114,7 +114,7 @@ def _reference_decode(data: bytes, key: bytes | None) -> Report:
         raise MalformedPacket("bad_report", f"{len(payload)} bytes")
     body = payload[:wire.REPORT_PAYLOAD_LEN]
     if key is not None:
-        covered = dataclasses.replace(header, length=0).encode()[4:-2]  # job_id .. reserved (zero)
+        covered = dataclasses.replace(header, length=0, count=0).encode()[4:-2]  # job_id .. count (as zero)
         want = hmac.new(key, covered + body, hashlib.sha256).digest()[:wire.REPORT_MAC_LEN]
         mac = payload[wire.REPORT_PAYLOAD_LEN:]
         if not mac or not hmac.compare_digest(mac, want):
