@@ -143,6 +143,23 @@ def run_ptf(ns: Bmv2Namespace, tests: list[str], *, timeout: float = 300, arch: 
     return subprocess.CompletedProcess(proc.args, proc.returncode, out)
 
 
+def keep_logs(workdir: pathlib.Path, dest: pathlib.Path) -> None:
+    """Copy the files of a run's ``workdir`` (BMv2 and PTF logs) into ``dest``."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in workdir.iterdir():
+        if f.is_file():
+            shutil.copy(f, dest / f.name)
+
+
+def cannot_run(prog: str, missing: list[str]) -> str | None:
+    """The one-line reason ``prog`` cannot run here (not root, tools not on PATH), or None."""
+    if os.geteuid() != 0:
+        return f"{prog}: needs root (network namespaces)"
+    if missing:
+        return f"{prog}: not on PATH: {', '.join(missing)}; see docs/dataplane.md"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("tests", nargs="*", help="PTF test names (module or module.Class); default: all")
@@ -151,12 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--taskset", metavar="CPUS", help="pin simple_switch_grpc to these CPUs (e.g. 0)")
     args = ap.parse_args(argv)
-    if os.geteuid() != 0:
-        print("run_ptf: needs root (network namespaces)", file=sys.stderr)
-        return 2
-    missing = missing_tools()
-    if missing:
-        print(f"run_ptf: not on PATH: {', '.join(missing)}; see docs/dataplane.md", file=sys.stderr)
+    why = cannot_run("run_ptf", missing_tools())
+    if why:
+        print(why, file=sys.stderr)
         return 2
     if args.build:
         build()
@@ -167,11 +181,7 @@ def main(argv: list[str] | None = None) -> int:
                 res = run_ptf(ns, args.tests, timeout=args.timeout)
         finally:
             if args.keep_logs:
-                dest = pathlib.Path(args.keep_logs)
-                dest.mkdir(parents=True, exist_ok=True)
-                for f in workdir.iterdir():
-                    if f.is_file():
-                        shutil.copy(f, dest / f.name)
+                keep_logs(workdir, pathlib.Path(args.keep_logs))
         print(res.stdout)
         return res.returncode
 

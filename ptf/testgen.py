@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
 import re
 import shutil
@@ -90,12 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", metavar="DIR", help="keep the generated cases and results here (default: a temp dir)")
     ap.add_argument("--keep-logs", metavar="DIR", help="copy the BMv2 and PTF logs here")
     args = ap.parse_args(argv)
-    if os.geteuid() != 0:
-        print("testgen: needs root (network namespaces)", file=sys.stderr)
-        return 2
-    missing = missing_tools()
-    if missing:
-        print(f"testgen: not on PATH: {', '.join(missing)}; see docs/dataplane.md", file=sys.stderr)
+    why = run_ptf.cannot_run("testgen", missing_tools())
+    if why:
+        print(why, file=sys.stderr)
         return 2
     if args.out and pathlib.Path(args.out).exists() and any(pathlib.Path(args.out).iterdir()):
         print(f"testgen: --out {args.out} is not empty (old cases would run with the new ones)", file=sys.stderr)
@@ -116,12 +112,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"testgen: {e}", file=sys.stderr)
             return 1
         if args.keep_logs:
-            dest = pathlib.Path(args.keep_logs)
-            dest.mkdir(parents=True, exist_ok=True)
-            for f in workdir.iterdir():
-                if f.is_file():
-                    shutil.copy(f, dest / f.name)
-            (dest / "p4testgen.log").write_text(gen["log"])
+            run_ptf.keep_logs(workdir, pathlib.Path(args.keep_logs))
+            (pathlib.Path(args.keep_logs) / "p4testgen.log").write_text(gen["log"])
     failed = [r for r in ran["results"] if not r["passed"]]
     summary = {"cases": gen["cases"], "ran": len(ran["results"]), "passed": len(ran["results"]) - len(failed),
                "failed": [{"case": r["case"], "error": r["error"][:500]} for r in failed[:10]],
