@@ -444,38 +444,29 @@ class AtpSender:
         if self.state in (SenderState.DONE, SenderState.FAILED):
             self.rejected["after_close"] += 1
             return
-        if header.type == wire.PacketType.ACK:
+        if header.type in (wire.PacketType.ACK, wire.PacketType.GRANT):  # a GRANT is an ACK's layout, no blocks
             try:
                 blocks, grant, token = wire.decode_ack(payload, header.flags)
             except wire.MalformedPacket:
                 self.rejected["malformed"] += 1
                 return
             reason = self._ack_rejection(header, blocks)
+            if header.type == wire.PacketType.GRANT and grant is None:
+                reason = "malformed"
             if reason is not None:
                 self.rejected[reason] += 1
                 return
             self._admitted = True
+            if header.type == wire.PacketType.GRANT:
+                self._last_progress = now
+                self._on_grant(grant)
+                return
             self._token_pending = token is not None
             if token is not None:
                 self._on_token(token, now)
             if grant is not None:
                 self._on_grant(grant)
             self._on_ack(header, blocks, now)
-        elif header.type == wire.PacketType.GRANT:
-            try:
-                blocks, grant, _token = wire.decode_ack(payload, header.flags)
-            except wire.MalformedPacket:
-                self.rejected["malformed"] += 1
-                return
-            reason = self._ack_rejection(header, blocks)
-            if grant is None:
-                reason = "malformed"
-            if reason is not None:
-                self.rejected[reason] += 1
-                return
-            self._admitted = True
-            self._last_progress = now
-            self._on_grant(grant)
         elif header.type == wire.PacketType.DONE:
             self._on_done(header, payload, now)
         elif header.type == wire.PacketType.RETRY:
