@@ -123,7 +123,8 @@ def render(res_dir: Path, doc: Path, img_dir: Path, notes: Path | None = None) -
     bench_md = res_dir / "bench.md"
     bench_json = res_dir / "bench.json"
     if bench_md.exists():
-        meta = json.loads(bench_json.read_text()) if bench_json.exists() else {}
+        bench = json.loads(bench_json.read_text()) if bench_json.exists() else {}
+        meta = bench.get("meta", bench)  # bench.json keeps the command and commit under "meta"
         lines += ["## `make bench`", "",
                   f"Command: `sudo make bench` (`{' '.join(meta.get('command', ['python', '-m', 'bench']))}`), "
                   f"commit `{(meta.get('git_commit') or '?')[:10]}`.", ""]
