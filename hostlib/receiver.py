@@ -718,16 +718,8 @@ class AtpReceiver:
         if part is None:
             cost += PARTIAL_BYTES if h.pkt_cnt > 1 else 0
             cost += CHUNK_BYTES if job.delivered.needs_chunk(msg_id) else 0
-        if not self._fits(job, cost):
-            self.dropped["memory_budget"] += 1
+        if not self._take(job, h, cost, n, now, ce):
             return
-        self._charge(job, cost)
-        self.buffered += n
-        job.payload += n
-        job.progressed = True
-        job.progress_at = now
-        job.note_seq(h.seq)
-        self._ack(job, h, ce)
         if part is None:
             job.delivered.reserve(msg_id)
             if h.pkt_cnt == 1:
@@ -741,6 +733,21 @@ class AtpReceiver:
             data = b"".join(part.parts[i] for i in range(part.cnt))
             self._charge(job, -(PARTIAL_BYTES + (part.cnt - 1) * PACKET_BYTES))
             self._complete(job, msg_id, k, data, part.nbytes)
+
+    def _take(self, job: _Job, h: wire.Header, cost: int, nbytes: int, now: float, ce: bool) -> bool:
+        """Keep ``nbytes`` of payload that costs ``cost`` bytes of the memory budget, and acknowledge the packet;
+        False (counted, nothing kept, no ACK) when the budget cannot hold it."""
+        if not self._fits(job, cost):
+            self.dropped["memory_budget"] += 1
+            return False
+        self._charge(job, cost)
+        self.buffered += nbytes
+        job.payload += nbytes
+        job.progressed = True
+        job.progress_at = now
+        job.note_seq(h.seq)
+        self._ack(job, h, ce)
+        return True
 
     def _on_packed(self, job: _Job, h: wire.Header, payload: bytes, now: float, ce: bool) -> None:
         """A packed DATA packet: ``count`` whole one-packet messages of the header's group, kept all or none (its
@@ -780,16 +787,8 @@ class AtpReceiver:
         if not fresh:
             self._duplicate(job, h, ce)
             return
-        if not self._fits(job, cost):
-            self.dropped["memory_budget"] += 1
+        if not self._take(job, h, cost, nbytes, now, ce):
             return
-        self._charge(job, cost)
-        self.buffered += nbytes
-        job.payload += nbytes
-        job.progressed = True
-        job.progress_at = now
-        job.note_seq(h.seq)
-        self._ack(job, h, ce)
         for msg_id, data, k in fresh:
             delivered.reserve(msg_id)
             self._complete(job, msg_id, k, data, len(data))
