@@ -36,25 +36,25 @@ queue; ``atp-fixprio`` the same with the job pinned to the queue of 1 - MSR; ``a
 
 ATP_ABLATION: dict[str, dict[str, Any]] = {
     "atp-before": {"mode": "adaptive", "mrdf": True, "pack_messages": False, "initial_window": 16,
-                   "open_admission_share": 0.0, "receiver_grants": False},
+                   "open_admission_share": 0.0, "receiver_grants": False, "spray": False},
     "atp-rtt": {"mode": "adaptive", "mrdf": True, "open_admission_share": 0.0},
     "atp-nopack": {"mode": "adaptive", "mrdf": True, "pack_messages": False},
     "atp-iw16": {"mode": "adaptive", "mrdf": True, "initial_window": 16},
-    "atp-none": {"mode": "adaptive", "mrdf": True, "receiver_grants": False},
-    "atp-grants": {"mode": "adaptive", "mrdf": True, "receiver_grants": True},
-    "atp-trim": {"mode": "adaptive", "mrdf": True, "receiver_grants": False, "trim": True},
-    "atp-low": {"mode": "adaptive", "mrdf": True, "receiver_grants": False, "first_window_low": True},
-    "atp-grants-trim": {"mode": "adaptive", "mrdf": True, "receiver_grants": True, "trim": True},
-    "atp-grants-low": {"mode": "adaptive", "mrdf": True, "receiver_grants": True, "first_window_low": True},
-    "atp-all": {"mode": "adaptive", "mrdf": True, "receiver_grants": True, "trim": True, "first_window_low": True},
-    "atp-spray": {"mode": "adaptive", "mrdf": True, "spray": True},
-    "atp-spray-grants": {"mode": "adaptive", "mrdf": True, "receiver_grants": True, "spray": True},
+    "atp-flowhash": {"mode": "adaptive", "mrdf": True, "spray": False},
+    "atp-nogrants": {"mode": "adaptive", "mrdf": True, "receiver_grants": False},
+    "atp-flowhash-nogrants": {"mode": "adaptive", "mrdf": True, "spray": False, "receiver_grants": False},
+    "atp-window": {"mode": "adaptive", "mrdf": True, "grant_overrides_window": False},
+    "atp-trim": {"mode": "adaptive", "mrdf": True, "trim": True},
+    "atp-low": {"mode": "adaptive", "mrdf": True, "first_window_low": True},
+    "atp-all": {"mode": "adaptive", "mrdf": True, "trim": True, "first_window_low": True},
 }
-"""Issue 23's ablation, in the ns-3 world only (docs/simulation.md): ATP's start without each of its parts
-(``atp-before``: none of them), each receiver-side mechanism alone and together, and a fabric that sprays
-approximate packets. Keys that are not ``AtpConfig`` fields are the simulated network's: ``trim`` (the switches
-trim approximate packets instead of dropping them), ``spray`` (per-packet load balancing of approximate ATP
-DATA; every other packet keeps flow hashing)."""
+"""Issue 23's ablation, in the ns-3 world only (docs/simulation.md), each against the simulation's ATP (hostlib's
+sender on a fabric that sprays approximate packets, with receiver grants: ``SimSettings.spray``,
+``atp_receiver_grants``): ATP's start without each of its parts (``atp-before``: none of them, flow hashing, no
+grants), the fabric without spraying, the receivers without grants (both: the previous release), grants that
+the sender's window still bounds, and the other receiver-side mechanisms (trimming, the first window in the
+lowest queue). Keys that are not ``AtpConfig`` fields are the simulated network's: ``trim`` (the switches trim
+approximate packets instead of dropping them), ``spray`` (per-packet load balancing of approximate ATP DATA)."""
 
 SWITCHES = ("netapprox", "static", "fifo")
 """The switches a trial runs on: NetApprox queues re-mapped by the controller; the same queues with static

@@ -204,6 +204,11 @@ class AtpConfig:
     in flight covers its MSR. A sender follows grants once its receiver sends them. The grants are a few numbers
     in each job's record."""
 
+    grant_overrides_window: bool = True
+    """Sender: once its receiver grants, data below the grant leaves whatever the ``adaptive`` window says (Homa,
+    pHost: the receiver schedules its downlink and the sender trusts it; the window still bounds the first window
+    and probes). Off: the window bounds granted data too. Without receiver grants it changes nothing."""
+
     grant_window_packets: int | None = None
     """Receiver: packets in flight towards it, over all the jobs it grants; ``None``: one bandwidth-delay product
     (``max_rate_bps`` x ``initial_rtt_s`` in full packets, at least 2)."""

@@ -516,11 +516,16 @@ class AtpSender:
     def _window_open(self, msg_id: int) -> bool:
         """Whether a data packet may leave now (control packets always may): within the ``adaptive`` window, and
         below the receiver's grant when it sends grants (or within the first window, or as a probe after a tail
-        timeout): the receiver schedules its downlink, the window the rest of the path."""
+        timeout): the receiver schedules its downlink, the window the rest of the path; with
+        ``grant_overrides_window`` a granted packet beyond the first window needs no room in the window."""
         if msg_id in control.CONTROL_MSG_IDS or msg_id == _ECHO:
             return True
-        if self._grant is not None and not (self._granted() or self._probe):
-            return False
+        if self._grant is not None:
+            off = (self._seq - self._isn) & 0xFFFFFFFF
+            if off >= self._free_until and off < self._grant and self.config.grant_overrides_window:
+                return True
+            if not (self._granted() or self._probe):
+                return False
         return self.window is None or len(self.recovery.in_flight) < self.window.window
 
     def _holds_surplus(self) -> bool:

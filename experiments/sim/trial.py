@@ -104,6 +104,14 @@ class SimSettings:
     """Simulated time after which a trial stops with whatever has not completed counted as failed."""
     check_us: float = 20.0
     """How often (simulated) the trial checks whether everything completed."""
+    spray: bool = True
+    """The fabric sprays approximate ATP DATA: each such packet takes the next of the equal-cost next hops in turn
+    (per-packet load balancing, as NDP's fabric does); every other packet keeps flow hashing. ATP tolerates the
+    reordering (docs/simulation.md, "Spraying and grants"). A protocol variant may say otherwise (``spray``)."""
+    atp_receiver_grants: bool = True
+    """ATP receivers schedule what their jobs send beyond the first window (hostlib's ``receiver_grants``; granted
+    data is not held by the sender's window, ``grant_overrides_window``). hostlib leaves grants off by default;
+    at data-center scale they are measured better (docs/simulation.md). A protocol variant may say otherwise."""
     atp_core: str = "native"
     """Which implementation of hostlib's cores the ATP hosts run: ``native`` (the C cores, when the extension is
     built; else, and under NETAPPROX_PURE_PYTHON=1, the reference) or ``python`` (the reference). Both produce
@@ -137,17 +145,19 @@ def atp_config(settings: SimSettings, protocol: str) -> AtpConfig:
                   finished_linger_s=settings.atp_idle_timeout_ms * 1e-3,
                   queue_packets=tuple(queue_limits(settings.buffer_packets)),
                   # a receiver serves every job sent to its host at once (incast: all the other hosts')
-                  max_jobs=max(AtpConfig.max_jobs, topo.n_hosts))
+                  max_jobs=max(AtpConfig.max_jobs, topo.n_hosts),
+                  receiver_grants=settings.atp_receiver_grants)
     wanted.update(atp_variant(protocol))
     known = {f.name for f in dataclasses.fields(AtpConfig)}
     return AtpConfig(**{k: v for k, v in wanted.items() if k in known})
 
 
-def network_knobs(protocol: str) -> dict[str, bool]:
-    """What an ATP variant asks of the simulated network: ``trim`` (NetApprox switches trim approximate packets
-    instead of dropping them), ``spray`` (per-packet load balancing of approximate ATP DATA)."""
+def network_knobs(protocol: str, settings: SimSettings) -> dict[str, bool]:
+    """What the simulated network does for a trial of ``protocol``: ``trim`` (NetApprox switches trim approximate
+    packets instead of dropping them; an ATP variant asks for it), ``spray`` (per-packet load balancing of
+    approximate ATP DATA: ``settings.spray`` unless the ATP variant says otherwise)."""
     v = atp_variant(protocol) if is_atp(protocol) else {}
-    return {"trim": bool(v.get("trim", False)), "spray": bool(v.get("spray", False))}
+    return {"trim": bool(v.get("trim", False)), "spray": bool(v.get("spray", settings.spray))}
 
 
 def _set_tcp_defaults(ns: Any, s: SimSettings) -> None:
@@ -267,7 +277,7 @@ class Trial:
         self._keep: list[Any] = []  # ns-3 objects the trial must keep alive
         self.net = Network(ns, g, s.topology, switch_mode=mode, buffer_packets=s.buffer_packets,
                            host_queue_packets=s.host_queue_packets, seed=self.seed,
-                           **network_knobs(self.protocol))
+                           **network_knobs(self.protocol, self.settings))
         self.clock = _Clock(ns)
         self._start_controller()
         build_s = time.perf_counter() - wall0

@@ -58,12 +58,18 @@ static inline int granted(const Sender *s) {
 }
 
 /* _window_open: whether a data packet may leave now (control packets always may): within the ``adaptive`` window,
- * and below the receiver's grant when it sends grants (or in the first window, or as a probe) */
+ * and below the receiver's grant when it sends grants (or in the first window, or as a probe); with
+ * grant_overrides_window a granted packet beyond the first window needs no room in the window */
 static inline int window_open(Sender *s, uint32_t msg_id) {
     if (is_control(msg_id))
         return 1;
-    if (s->grant >= 0 && !(granted(s) || s->probe))
-        return 0;
+    if (s->grant >= 0) {
+        uint32_t off = next_off(s);
+        if (off >= s->free_until && (int64_t)off < s->grant && s->grant_overrides)
+            return 1;
+        if (!(granted(s) || s->probe))
+            return 0;
+    }
     return !s->adaptive || (double)s->recovery.in_flight.len < s->rate.window;
 }
 

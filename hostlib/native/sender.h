@@ -70,6 +70,7 @@ typedef struct {
     long long max_payload, overhead, packet_size, burst_packets;
     long long first_window; /* AtpConfig.first_window */
     int pack, surplus_on, first_low; /* AtpConfig.pack_messages, surplus, first_window_low */
+    int grant_overrides; /* AtpConfig.grant_overrides_window */
     int queue_packets[8];
     /* messages and groups (by index, ascending group id) */
     Msg *msgs;

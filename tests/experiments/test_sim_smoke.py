@@ -129,3 +129,32 @@ def test_trimming_switches_turn_drops_into_headers_the_receiver_answers(sim):
     q = r["queues"]
     assert q["switch_trims"] > 0 and q["switch_trims"] > q["switch_drops"], (q["switch_trims"], q["switch_drops"])
     assert sum((j.get("losses_found_by") or {}).get("trim", 0) for j in r["jobs"]) > 0
+
+
+@pytest.mark.parametrize("protocol,spread", [("atp", True), ("atp-flowhash", False)])
+def test_the_fabric_sprays_approximate_data_unless_told_otherwise(sim, protocol, spread):
+    """``SimSettings.spray`` (on by default): each approximate ATP DATA packet takes the next equal-cost next hop,
+    so one job's packets leave its edge switch over both uplinks; ``atp-flowhash`` keeps flow hashing (one uplink
+    carries the job)."""
+    ns3_trial, TopologyConfig, make_job, _pick = sim
+
+    class Probe(ns3_trial.Trial):
+        def _collect(self, sim_end):
+            out = super()._collect(sim_end)
+            sw, host_port = self.net.host_port(0)
+            ports = self.net.switches[sw].ports
+            out["uplink_tx"] = [sum(int(qd.Counters(q).transmitted) for q in range(8))
+                                for port, qd in sorted(ports.items()) if port != host_port and
+                                (sw, port) not in {self.net.host_port(h.index) for h in self.net.hosts}]
+            return out
+
+    settings = ns3_trial.SimSettings(topology=TopologyConfig(kind="fattree", k=4), time_limit_ms=20)
+    job = JobPlan(300, 0, 15, make_job("fbkv", 901, 2000), 0.9)  # pod 0 to pod 3
+    r = Probe(settings, protocol, [job], seed=5).run()
+    assert r["completed_all"] and r["jobs"][0]["msr_met"]
+    tx = r["uplink_tx"]
+    assert len(tx) == 2 and sum(tx) >= r["jobs"][0]["packets_sent"], tx
+    if spread:
+        assert min(tx) >= 0.3 * sum(tx), tx
+    else:
+        assert min(tx) <= 0.05 * sum(tx), tx

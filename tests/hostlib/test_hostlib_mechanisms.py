@@ -144,6 +144,25 @@ def test_a_granted_sender_sends_no_further_than_its_grant():
     assert [h.seq for h in drain(s, 0.003, 0.0039)] == [1007, 1008]
 
 
+@pytest.mark.parametrize("overrides", [True, False])
+def test_granted_data_needs_no_room_in_the_window_unless_told(overrides):
+    """Beyond its first window a granted sender sends up to its grant whatever its window (Homa); with
+    ``grant_overrides_window`` off the window bounds granted data too."""
+    job = JobSpec.uniform(1, messages=100, size=1368, msr=1.0)
+    cfg = AtpConfig(max_rate_bps=1e9, initial_window=2, grant_overrides_window=overrides)
+    s = AtpSender(job, config=cfg, peer=RECEIVER_ADDR, now=0.0, isn=1000)
+    out = drain(s, 0.0, 0.0009)
+    assert [h.seq for h in out] == [1000, 1001]  # the announce and one data packet: the first window
+    s.receive_datagram(ack_for(out[1], grant=1012), RECEIVER_ADDR, 0.001)
+    sent = [h.seq for h in drain(s, 0.001, 0.01)]
+    window = s.window.window
+    if overrides:
+        assert sent == list(range(1002, 1012))  # everything granted, 10 packets, with a window of 3
+        assert window < len(sent)
+    else:
+        assert sent == list(range(1002, 1002 + len(sent))) and 0 < len(sent) <= window < 10  # what the window holds
+
+
 def test_forged_or_broken_grants_are_rejected_and_counted():
     job = JobSpec.uniform(1, messages=10, size=100, msr=1.0)
     s = AtpSender(job, config=AtpConfig(max_rate_bps=1e9), peer=RECEIVER_ADDR, now=0.0, isn=1000)
