@@ -218,7 +218,8 @@ class _Job:
         "ordered", "delivered_per_group", "cursor", "announce_parts", "announce_cnt", "partial", "delivered",
         "held", "seq_firsts", "seq_lasts", "packets", "duplicates", "charged", "done_datagrams", "finished_at",
         "rejected", "pending_ack", "pending_count", "rx_bytes", "tx_bytes", "done_next", "validated", "token",
-        "required", "top", "grant", "alloc", "data_packets", "records", "trimmed", "echo", "need_bytes", "payload")
+        "required", "top", "grant", "alloc", "data_packets", "records", "trimmed", "echo", "grant_queue", "need_bytes",
+        "payload")
 
     def __init__(self, job_id: int, peer: Address, now: float) -> None:
         self.job_id = job_id
@@ -266,6 +267,7 @@ class _Job:
         self.records = 0  # messages per packet, for the packets the MSR still needs
         self.trimmed = 0
         self.echo: wire.Header | None = None  # the newest packet that arrived, echoed by a GRANT
+        self.grant_queue = wire.QUEUE_UNSET  # the switch queue stamped on its newest needed (TLR < 1) packet
         self.need_bytes = 0  # the announce's hint: payload bytes the MSR needs at least
         self.payload = 0  # payload bytes taken (not duplicates)
 
@@ -828,6 +830,9 @@ class AtpReceiver:
         if job.top is None or (h.seq - job.top) & 0xFFFFFFFF < 1 << 31:
             job.top = h.seq
             job.echo = h
+            if h.tlr < wire.TLR_ONE and h.queue != job.grant_queue:  # surplus (TLR 1.0) is in the lowest queue
+                job.grant_queue = h.queue  # whatever the job's priority
+                self._grant_dirty = self.granting
         if self.granting and (job.alloc == 0 or job.need_packets(self.config.max_payload) < job.alloc):
             self._grant_dirty = True
 
@@ -842,7 +847,9 @@ class AtpReceiver:
         return job.grant
 
     def _schedule(self) -> None:
-        """Share ``grant_budget`` packets in flight over the jobs, least data left to their MSR first (SRPT). The
+        """Share ``grant_budget`` packets in flight over the jobs in the order the network serves them (the switch
+        queue stamped on each job's newest needed packet: a strict-priority queue above first), then least data
+        left to their MSR (SRPT), so the grants do not hold back the job the switches put first. The
         first job may have the whole budget in flight (what it needs is an estimate, and a job granted less than
         it needs crawls to its end); each next one what the jobs before it are not expected to need, at most what
         it needs itself, so its data arrives as theirs ends. A job whose MSR is met is not granted. Jobs given
@@ -851,7 +858,7 @@ class AtpReceiver:
         active = [j for j in self.jobs.values() if j.finished_at is None and j.manifest is not None]
         mp = self.config.max_payload
         need = {j: j.need_packets(mp) for j in active}
-        active.sort(key=lambda j: (need[j], j.first_at, j.job_id))
+        active.sort(key=lambda j: (j.grant_queue, need[j], j.first_at, j.job_id))
         left = budget = self.grant_budget
         first = True
         for j in active:

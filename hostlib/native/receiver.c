@@ -213,6 +213,7 @@ static Job *job_new(uint32_t job_id, PyObject *peer, const NetAddr *na, double n
     }
     job->first_at = job->last_at = job->slot.progress_at = now;
     job->announce_cnt = -1;
+    job->grant_queue = 0xFF; /* QUEUE_UNSET */
     job->validated = 1;
     job->announce_parts = PyDict_New();
     job->held = PyDict_New();
@@ -341,6 +342,10 @@ static void arrived(Receiver *r, Job *job, const AtpHeader *h) {
         job->has_top = 1;
         job->top = h->seq;
         job->echo = *h;
+        if (h->tlr < ATP_TLR_ONE && h->queue != job->grant_queue) { /* surplus (TLR 1.0) is in the lowest queue */
+            job->grant_queue = h->queue;                           /* whatever the job's priority */
+            r->grant_dirty = r->granting;
+        }
     }
     if (r->granting && (job->alloc == 0 || need_packets(job, r->max_payload) < job->alloc))
         r->grant_dirty = 1;
@@ -470,6 +475,8 @@ typedef struct {
 
 static int planned_cmp(const void *a, const void *b) {
     const Planned *x = a, *y = b;
+    if (x->job->grant_queue != y->job->grant_queue)
+        return x->job->grant_queue < y->job->grant_queue ? -1 : 1;
     if (x->need != y->need)
         return x->need < y->need ? -1 : 1;
     if (x->job->first_at != y->job->first_at)
@@ -477,7 +484,8 @@ static int planned_cmp(const void *a, const void *b) {
     return x->job->job_id < y->job->job_id ? -1 : x->job->job_id > y->job->job_id;
 }
 
-/* _schedule: share grant_budget packets in flight over the jobs, least data left to their MSR first */
+/* _schedule: share grant_budget packets in flight over the jobs, in the order the switches serve them (the queue
+ * stamped on each job's newest needed packet), then least data left to their MSR */
 static int schedule(Receiver *r) {
     r->grant_dirty = 0;
     Planned *plan = malloc((r->jobs.n ? r->jobs.n : 1) * sizeof(Planned));

@@ -93,6 +93,7 @@ typedef struct Job {
     int has_top, has_grant;
     uint32_t top, grant;
     AtpHeader echo;
+    uint8_t grant_queue; /* the switch queue stamped on its newest needed (TLR < 1) packet; 0xFF: none */
     long long alloc;
     int64_t data_packets, records, trimmed, need_bytes, payload; /* need_packets' inputs */
 } Job;

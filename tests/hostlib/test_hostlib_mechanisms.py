@@ -129,6 +129,27 @@ def test_the_receiver_grants_its_window_to_the_job_with_least_left_to_its_msr():
     assert grant_a[0].type == wire.PacketType.GRANT and grant_a[0].seq == 101 and grant_a[1] == 101 + 1 + 10
 
 
+def test_grants_follow_the_queue_the_switches_put_a_job_in_then_srpt():
+    """B needs more than A but the switches serve it first (queue 1, stamped on its packets, against A's queue 3):
+    B gets the window, so the grants do not hold back the job strict priority puts first. Surplus packets (TLR
+    1.0, lowest queue whatever the job) do not move a job back."""
+    def stamped(job_id, msg_id, seq, queue, tlr):
+        return wire.encode(wire.Header(flags=wire.Flags.APPROX, job_id=job_id, msg_id=msg_id, pkt_cnt=1, seq=seq,
+                                       queue=queue, tlr=tlr), b"d" * 100)
+
+    r = AtpReceiver(config=GRANTS)
+    peer_b = ("10.0.0.5", 4000)
+    r.receive_datagram(announce(1, [(0, 1.0, range(10))], 10, seq=100), SENDER_ADDR, 0.0)  # A: 9 more to go
+    r.receive_datagram(announce(2, [(0, 1.0, range(50))], 50, seq=500), peer_b, 0.0)  # B: 49 more to go
+    r.receive_datagram(stamped(1, 0, 101, 3, wire.tlr_to_q15(0.3)), SENDER_ADDR, 0.0)
+    r.receive_datagram(stamped(2, 0, 501, 1, wire.tlr_to_q15(0.1)), peer_b, 0.0)
+    grants = {h.job_id: grant for h, _, grant, _ in answers(r)}
+    assert grants == {2: 501 + 1 + 10, 1: 101 + 1}  # B first with the whole window; A: what B does not need (0)
+    r.receive_datagram(stamped(2, 1, 502, 7, wire.TLR_ONE), peer_b, 0.0)  # B's surplus, in the lowest queue
+    grants = {h.job_id: grant for h, _, grant, _ in answers(r)}
+    assert grants[2] == 502 + 1 + 10  # still first
+
+
 def test_a_granted_sender_sends_no_further_than_its_grant():
     job = JobSpec.uniform(1, messages=100, size=1368, msr=1.0)
     s = AtpSender(job, config=AtpConfig(max_rate_bps=1e9, initial_window=4), peer=RECEIVER_ADDR, now=0.0, isn=1000)
