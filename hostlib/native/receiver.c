@@ -652,6 +652,20 @@ static int duplicate(Receiver *r, Job *job, const AtpHeader *h, int ce) {
 
 static int on_packed(Receiver *r, Job *job, const AtpHeader *h, const uint8_t *payload, double now, int ce);
 
+/* _take: keep ``nbytes`` of payload costing ``cost`` bytes of the budget and acknowledge the packet: 1; 0 when the
+ * budget cannot hold it (counted, nothing kept, no ACK); -1 on error */
+static int take(Receiver *r, Job *job, const AtpHeader *h, long long cost, long long nbytes, double now, int ce) {
+    if (!fits(r, job, cost))
+        return drop(r, "memory_budget");
+    charge(r, job, cost);
+    r->buffered += nbytes;
+    job->payload += nbytes;
+    job->slot.progressed = 1;
+    job->slot.progress_at = now;
+    note_seq(job, h->seq);
+    return send_ack(r, job, h, ce) != 0 ? -1 : 1;
+}
+
 static int on_data(Receiver *r, Job *job, const AtpHeader *h, const uint8_t *payload, double now, int ce) {
     if (job->manifest == NULL)
         return drop(r, "before_announce");
@@ -683,16 +697,9 @@ static int on_data(Receiver *r, Job *job, const AtpHeader *h, const uint8_t *pay
         cost += h->pkt_cnt > 1 ? PARTIAL_BYTES : 0;
         cost += bm_needs_chunk(job, msg_id) ? CHUNK_BYTES : 0;
     }
-    if (!fits(r, job, cost))
-        return drop(r, "memory_budget");
-    charge(r, job, cost);
-    r->buffered += n;
-    job->payload += n;
-    job->slot.progressed = 1;
-    job->slot.progress_at = now;
-    note_seq(job, h->seq);
-    if (send_ack(r, job, h, ce) != 0)
-        return -1;
+    int kept = take(r, job, h, cost, n, now, ce);
+    if (kept <= 0)
+        return kept;
     if (part == NULL) {
         if (bm_reserve(job, msg_id) != 0)
             return -1;
@@ -828,16 +835,9 @@ static int on_packed(Receiver *r, Job *job, const AtpHeader *h, const uint8_t *p
     }
     if (nf == 0)
         return duplicate(r, job, h, ce);
-    if (!fits(r, job, cost))
-        return drop(r, "memory_budget");
-    charge(r, job, cost);
-    r->buffered += nbytes;
-    job->payload += nbytes;
-    job->slot.progressed = 1;
-    job->slot.progress_at = now;
-    note_seq(job, h->seq);
-    if (send_ack(r, job, h, ce) != 0)
-        return -1;
+    int kept = take(r, job, h, cost, nbytes, now, ce);
+    if (kept <= 0)
+        return kept;
     for (int f = 0; f < nf; f++) {
         const Record *x = &rec[fresh[f]];
         if (bm_reserve(job, x->msg_id) != 0)

@@ -141,11 +141,11 @@ def test_the_fabric_sprays_approximate_data_unless_told_otherwise(sim, protocol,
     class Probe(ns3_trial.Trial):
         def _collect(self, sim_end):
             out = super()._collect(sim_end)
-            sw, host_port = self.net.host_port(0)
-            ports = self.net.switches[sw].ports
+            sw, _ = self.net.host_port(0)
+            host_facing = {self.net.host_port(h.index) for h in self.net.hosts}
             out["uplink_tx"] = [sum(int(qd.Counters(q).transmitted) for q in range(8))
-                                for port, qd in sorted(ports.items()) if port != host_port and
-                                (sw, port) not in {self.net.host_port(h.index) for h in self.net.hosts}]
+                                for port, qd in sorted(self.net.switches[sw].ports.items())
+                                if (sw, port) not in host_facing]
             return out
 
     settings = ns3_trial.SimSettings(topology=TopologyConfig(kind="fattree", k=4), time_limit_ms=20)
