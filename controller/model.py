@@ -209,17 +209,37 @@ def prefix_split(lo: int, hi: int, bits: int) -> list[tuple[int, int]]:
     return out
 
 
-def queue_buffer_packets(qid: int, total_packets: int, approx: tuple[int, ...] = ()) -> int:
-    """Buffer of logical queue ``qid``: (8 - k) packets for k >= 1 (or ``approx[k - 1]``, the tuner's shares);
-    queue 0 gets the rest of ``total_packets``."""
+def queue_buffer_packets(qid: int, total_packets: int, approx: tuple[int, ...] = (), unit: int = 1) -> int:
+    """Buffer of logical queue ``qid``: ``unit`` x (8 - k) packets for k >= 1 (or ``unit`` x ``approx[k - 1]``,
+    the tuner's shares); queue 0 gets the rest of ``total_packets``. ``unit`` 1 is the NetApprox paper's k-MTU
+    buffers; a port with a large buffer may give the approximate queues more of it in the same proportions
+    (``approx_buffer_unit``: docs/controller.md, Queue buffers)."""
     _check_qid(qid)
+    check_buffer_unit(unit, total_packets)
     approx = approx or DEFAULT_APPROX_BUFFERS
     if qid == 0:
-        rest = total_packets - sum(approx)
+        rest = total_packets - unit * sum(approx)
         if rest < 1:
             raise ValueError(f"a total buffer of {total_packets} packets leaves nothing for queue 0")
         return rest
-    return approx[qid - 1]
+    return unit * approx[qid - 1]
+
+
+def check_buffer_unit(unit: int, total_packets: int) -> None:
+    """Raise ValueError unless ``unit`` x 28 packets of approximate queues leave queue 0 at least one packet of
+    a ``total_packets`` port (the tuner's shares keep the same total: ``TuningConfig.buffer_total``)."""
+    if isinstance(unit, bool) or not isinstance(unit, int) or unit < 1:
+        raise ValueError(f"approx_buffer_unit: need an integer >= 1, got {unit!r}")
+    if total_packets - unit * sum(DEFAULT_APPROX_BUFFERS) < 1:
+        raise ValueError(f"a total buffer of {total_packets} packets leaves nothing for queue 0 "
+                         f"(approximate queues of {unit} x 28 packets)")
+
+
+def half_buffer_unit(total_packets: int) -> int:
+    """The largest ``unit`` whose approximate queues (``unit`` x 28 packets) hold at most half of a
+    ``total_packets`` port, at least 1 (the k-MTU buffers): 1 for the testbed's 64-packet ports, 17 for the
+    simulations' 1000-packet ones."""
+    return max(1, total_packets // (2 * sum(DEFAULT_APPROX_BUFFERS)))
 
 
 @dataclasses.dataclass(frozen=True)

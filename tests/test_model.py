@@ -44,6 +44,23 @@ def test_buffer_sizes_follow_the_paper():
         model.queue_buffer_packets(0, 28)
 
 
+def test_a_buffer_unit_scales_the_approximate_queues_in_the_papers_proportions():
+    """``unit`` u gives queue k u x (8 - k) packets (and the tuner's shares u x theirs); queue 0 keeps the rest;
+    ``half_buffer_unit`` is the largest u that leaves queue 0 at least half of the port."""
+    assert [model.queue_buffer_packets(k, 1000, unit=17) for k in range(8)] == [524, 119, 102, 85, 68, 51, 34, 17]
+    assert [model.queue_buffer_packets(k, 1000, (12, 9, 2, 1, 1, 1, 2), unit=4) for k in range(8)] == \
+        [888, 48, 36, 8, 4, 4, 4, 8]
+    assert [model.half_buffer_unit(b) for b in (28, 64, 111, 112, 256, 1000)] == [1, 1, 1, 2, 4, 17]
+    for b in (29, 64, 100, 256, 1000, 4096):
+        u = model.half_buffer_unit(b)
+        assert model.queue_buffer_packets(0, b, unit=u) >= b / 2 or u == 1
+    with pytest.raises(ValueError, match="nothing for queue 0"):
+        model.queue_buffer_packets(3, 64, unit=3)
+    for bad in (0, -1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="approx_buffer_unit: need an integer >= 1"):
+            model.queue_buffer_packets(1, 1000, unit=bad)
+
+
 def test_rules_reject_bad_values():
     with pytest.raises(ValueError, match="queue id 8"):
         model.JobRule(job_id=1, qid=8)
