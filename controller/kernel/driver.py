@@ -22,7 +22,8 @@ controller's loop reconnects; bad options raise ``KernelDriverError``.
 - ECN: the ``ecn_thresholds`` entry of queue 0 becomes CE marking in queue 0's stamper (a virtual queue
   drained at line rate; changing the threshold re-attaches it, one write per port).
 - buffers: a state's ``queue_buffers`` (policy mode ``adaptive``: the tuner's shares of the approximate queues'
-  buffer, in MTUs) change the fifos' byte limits in place (one write per port; packets and counters stay).
+  buffer, in units of ``approx_buffer_unit`` MTUs) change the fifos' byte limits in place (one write per port;
+  packets and counters stay).
 
 Not implemented by this target (documented in docs/emulation.md): ``routes`` (the switch bridges),
 ECN thresholds on queues other than 0 (ignored, logged once), per-job hit counters (``job_packets`` is empty).
@@ -38,7 +39,7 @@ from pyroute2 import IPRoute
 from netapprox.controller.drivers import Driver
 from netapprox.controller.errors import KernelSwitchError, SwitchUnavailable
 from netapprox.controller.kernel import compiler, stamp, tc
-from netapprox.controller.model import Counters, QueueStats, SwitchState, WriteSummary
+from netapprox.controller.model import Counters, QueueStats, SwitchState, WriteSummary, check_buffer_unit
 from netapprox.hostlib.wire import DEFAULT_ATP_PORT
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,11 @@ class KernelDriverOptions:
     port_rates_mbit: Mapping[str, float] = dataclasses.field(default_factory=dict)
     """Per-interface line rates, Mbit/s."""
     buffer_packets: int = 256
-    """Port buffer in MTU-sized packets: queue k >= 1 holds 8 - k packets, queue 0 the rest."""
+    """Port buffer in MTU-sized packets: queue k >= 1 holds ``approx_buffer_unit`` x (8 - k) packets, queue 0
+    the rest."""
+    approx_buffer_unit: int = 1
+    """Scale of the approximate queues' buffers (and of the tuner's shares), MTUs: 1 is the NetApprox paper's
+    k-MTU queues (docs/controller.md, Queue buffers)."""
     atp_port: int = DEFAULT_ATP_PORT
     """UDP port that identifies ATP DATA (destination port)."""
     stamp_queue: bool = True
@@ -83,11 +88,17 @@ class KernelDriverOptions:
             ports = {name: i + 1 for i, name in enumerate(ports)}
         kwargs["ports"] = dict(ports)
         kwargs["port_rates_mbit"] = dict(kwargs.get("port_rates_mbit", {}))
-        return cls(**kwargs)
+        opts = cls(**kwargs)
+        try:
+            check_buffer_unit(opts.approx_buffer_unit, opts.buffer_packets)
+        except ValueError as e:
+            why = str(e) if str(e).startswith("approx_buffer_unit") else f"approx_buffer_unit: {e}"
+            raise KernelDriverError(f"option {why}") from None
+        return opts
 
     def shape(self, ifname: str) -> tc.PortShape:
         return tc.PortShape(rate_mbit=float(self.port_rates_mbit.get(ifname, self.rate_mbit)),
-                            buffer_packets=self.buffer_packets)
+                            buffer_packets=self.buffer_packets, approx_unit=self.approx_buffer_unit)
 
 
 class KernelDriver(Driver):

@@ -8,7 +8,8 @@ One egress port carries this tree (``tc`` handles in hex):
                                                 filter (the eBPF stamper, else a u32 pass) picks the leaf
     1:1q        htb prio q, ceil R              logical queue q (leaf); HTB prio 0 is served first
     1q:         bfifo: q = 0 the rest of the port buffer; q >= 1 (8 - q) MTUs (the NetApprox paper's k-MTU
-                queues: a byte limit, so a queue holds more small packets than full-size ones)
+                queues: a byte limit, so a queue holds more small packets than full-size ones), times
+                ``approx_unit`` (``model.queue_buffer_packets``)
 
 and one ``u32`` classifier (``FILTER_PRIO``) on ``1:`` holding the entries ``controller.kernel.compiler``
 makes. Functions here take a pyroute2 ``IPRoute`` bound to the switch's network namespace.
@@ -63,14 +64,17 @@ class PortShape:
     rate_mbit: float = 100.0
     """Line rate of the port (HTB root class rate and ceil), Mbit/s."""
     buffer_packets: int = 256
-    """Whole port buffer in MTUs; queue k >= 1 gets 8 - k of them, queue 0 the rest."""
+    """Whole port buffer in MTUs; queue k >= 1 gets ``approx_unit`` x (8 - k) of them, queue 0 the rest."""
     mtu_bytes: int = 1514
     """Bytes of an MTU (the queues' bfifo limits are their shares times this), and HTB quantum/burst."""
+    approx_unit: int = 1
+    """MTUs per unit of an approximate queue's buffer (the switch option ``approx_buffer_unit``): 1 is the
+    NetApprox paper's k-MTU queues; the tuner's shares are in these units too."""
 
     def queue_bytes(self, q: int, approx: tuple[int, ...] = ()) -> int:
-        """Byte limit of logical queue ``q``'s fifo (``approx``: the approximate queues' buffers in MTUs, as the
-        policy's tuner shares them out; empty: 8 - k)."""
-        return queue_buffer_packets(q, self.buffer_packets, approx) * self.mtu_bytes
+        """Byte limit of logical queue ``q``'s fifo (``approx``: the approximate queues' buffers in units of
+        ``approx_unit`` MTUs, as the policy's tuner shares them out; empty: 8 - k)."""
+        return queue_buffer_packets(q, self.buffer_packets, approx, self.approx_unit) * self.mtu_bytes
 
     def queue0_bytes(self) -> int:
         return self.queue_bytes(NON_APPROX_QUEUE)
@@ -113,8 +117,8 @@ def build_port(ipr, ifindex: int, shape: PortShape) -> None:
 
 
 def set_queue_limits(ipr, ifindex: int, shape: PortShape, approx: tuple[int, ...]) -> None:
-    """Change the byte limits of port ``ifindex``'s fifos in place (queues 1..7 ``approx`` MTUs, queue 0 the rest
-    of the buffer; empty: the k-MTU buffers); packets and counters stay."""
+    """Change the byte limits of port ``ifindex``'s fifos in place (queues 1..7 ``approx`` x ``shape.approx_unit``
+    MTUs, queue 0 the rest of the buffer; empty: the k-MTU buffers); packets and counters stay."""
     _register_bfifo()
     for q in range(NUM_QUEUES):
         ipr.tc("change", "bfifo", ifindex, leaf_handle(q), parent=queue_classid(q), limit=shape.queue_bytes(q, approx))

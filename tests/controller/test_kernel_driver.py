@@ -145,6 +145,33 @@ def test_tuners_queue_buffers_hold_bursts_and_survive_a_reconnect(lab):
     d.close()
 
 
+def fifo_limits(lab: NetnsLab, ifname: str) -> list[int]:
+    """Byte limits of the leaf fifos of queues 0..7 on ``ifname``, read with iproute2 (not pyroute2)."""
+    out = subprocess.run(ks.netns_prefix(lab.switch_ns) + ["tc", "-j", "qdisc", "show", "dev", ifname],
+                         capture_output=True, text=True, check=True).stdout
+    limits = {q["handle"]: q["options"]["limit"] for q in json.loads(out) if q["kind"] == "bfifo"}
+    return [limits[f"{0x10 + q:x}:"] for q in range(8)]
+
+
+def test_approx_buffer_unit_scales_the_fifos_and_the_tuners_shares(lab):
+    """``approx_buffer_unit`` 3 on a 256-MTU port: queue k >= 1 holds 3 x (8 - k) MTUs and queue 0 the rest; the
+    tuner's shares are in units of 3 MTUs; a driver with unit 1 finds the port not of its shape and rebuilds it
+    with the k-MTU buffers."""
+    d = KernelDriver.from_options("s1", {"netns": lab.switch_ns, "ports": lab.ports, "rate_mbit": 10,
+                                         "approx_buffer_unit": 3})
+    d.connect()
+    port = lab.ports[2]
+    mtu = d.options.shape(port).mtu_bytes
+    assert fifo_limits(lab, port) == [(256 - 3 * 28) * mtu] + [3 * (8 - k) * mtu for k in range(1, 8)]
+    tuned = (5, 3, 2, 12, 2, 2, 2)  # 28 units, as the tuner's default buffer_total
+    assert d.apply(base_state(queue_buffers=tuned)).writes > 0
+    assert fifo_limits(lab, port) == [(256 - 3 * 28) * mtu] + [3 * b * mtu for b in tuned]
+    d.close()
+    d = start_driver(lab, rate_mbit=10)
+    assert fifo_limits(lab, port) == [(256 - 28) * mtu] + [(8 - k) * mtu for k in range(1, 8)]
+    d.close()
+
+
 def test_queue0_absorbs_the_same_bursts(lab):
     d = start_driver(lab, rate_mbit=10)
     d.apply(base_state())
