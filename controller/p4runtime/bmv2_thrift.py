@@ -99,13 +99,10 @@ def bmv2_priority(qid: int) -> int:
     return NUM_QUEUES - 1 - qid
 
 
-def queue_depth_commands(ports: Iterable[int], total_packets: int) -> list[str]:
-    """``set_queue_depth`` commands: queue k >= 1 gets 8 - k packets, queue 0 the rest of ``total_packets``."""
-    commands = []
-    for port in sorted(set(ports)):
-        for qid in range(NUM_QUEUES):
-            commands.append(f"set_queue_depth {queue_buffer_packets(qid, total_packets)} {port} {bmv2_priority(qid)}")
-    return commands
+def queue_depth_commands(ports: Iterable[int], total_packets: int, unit: int = 1) -> list[str]:
+    """``set_queue_depth`` commands: queue k >= 1 gets ``unit`` x (8 - k) packets, queue 0 the rest of
+    ``total_packets``."""
+    return [f"set_queue_depth {depth} {port} {prio}" for port, prio, depth in queue_depths(ports, total_packets, unit)]
 
 
 def run_cli(commands: list[str], thrift_port: int, *, cli: str = "simple_switch_CLI", timeout: float = 20.0) -> str:
@@ -129,9 +126,10 @@ def run_cli(commands: list[str], thrift_port: int, *, cli: str = "simple_switch_
     return out
 
 
-def queue_depths(ports: Iterable[int], total_packets: int) -> list[tuple[int, int, int]]:
-    """(port, BMv2 priority, depth in packets) for every port and logical queue."""
-    return [(port, bmv2_priority(qid), queue_buffer_packets(qid, total_packets))
+def queue_depths(ports: Iterable[int], total_packets: int, unit: int = 1) -> list[tuple[int, int, int]]:
+    """(port, BMv2 priority, depth in packets) for every port and logical queue (``unit``: the switch option
+    ``approx_buffer_unit``, ``model.queue_buffer_packets``)."""
+    return [(port, bmv2_priority(qid), queue_buffer_packets(qid, total_packets, unit=unit))
             for port in sorted(set(ports)) for qid in range(NUM_QUEUES)]
 
 
@@ -228,9 +226,9 @@ class SimpleSwitchThrift:
 
 
 def set_queue_depths(ports: Iterable[int], total_packets: int, thrift_port: int, *, host: str = "127.0.0.1",
-                     cli: str | None = None) -> list[tuple[int, int, int]]:
+                     cli: str | None = None, unit: int = 1) -> list[tuple[int, int, int]]:
     """Size every (port, queue): over Thrift directly, or through ``cli`` when given. Returns what was set."""
-    depths = queue_depths(ports, total_packets)
+    depths = queue_depths(ports, total_packets, unit)
     if cli:
         run_cli([f"set_queue_depth {d} {p} {prio}" for p, prio, d in depths], thrift_port, cli=cli)
         return depths

@@ -5,6 +5,7 @@ import dataclasses
 from typing import Any, Mapping
 
 from netapprox.controller.errors import ConfigError, did_you_mean
+from netapprox.controller.model import check_buffer_unit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +55,11 @@ class P4RuntimeOptions:
     ports: tuple[int, ...] = ()
     """Data-plane ports: their queue buffers are configured and their counters read (empty: read all)."""
     buffer_packets: int = 64
-    """Per-port buffer to share out: queue k >= 1 gets 8 - k packets, queue 0 the rest."""
+    """Per-port buffer to share out: queue k >= 1 gets ``approx_buffer_unit`` x (8 - k) packets, queue 0 the
+    rest."""
+    approx_buffer_unit: int = 1
+    """Scale of the approximate queues' buffers, packets: 1 is the NetApprox paper's k-MTU queues
+    (docs/controller.md, Queue buffers)."""
     thrift_port: int | None = None
     """BMv2 Thrift port for ``set_queue_depth`` (None: leave BMv2's default of 64 packets per queue)."""
     cli: str | None = None
@@ -90,6 +95,11 @@ class P4RuntimeOptions:
                 raise ConfigError(f"option {name}={value!r}: a whole number >= 1")
         if not self.adopt_jobs_s >= 0:
             raise ConfigError(f"option adopt_jobs_s={self.adopt_jobs_s!r}: seconds >= 0")
+        try:
+            check_buffer_unit(self.approx_buffer_unit, self.buffer_packets)
+        except ValueError as e:
+            why = str(e) if str(e).startswith("approx_buffer_unit") else f"approx_buffer_unit: {e}"
+            raise ConfigError(f"option {why}") from None
 
 
 def options_from_mapping(name: str, options: Mapping[str, Any]) -> P4RuntimeOptions:
@@ -104,8 +114,8 @@ def options_from_mapping(name: str, options: Mapping[str, Any]) -> P4RuntimeOpti
             value = (0, int(value)) if isinstance(value, int) else tuple(int(v) for v in value)
         elif key == "ports":
             value = tuple(int(v) for v in value)
-        elif key in ("device_id", "replica", "buffer_packets", "cells_per_packet", "max_batch_updates",
-                     "max_write_bytes", "max_inflight_writes") or (key == "thrift_port" and value is not None):
+        elif key in ("device_id", "replica", "buffer_packets", "approx_buffer_unit", "cells_per_packet",
+                     "max_batch_updates", "max_write_bytes", "max_inflight_writes") or (key == "thrift_port" and value is not None):
             value = int(value)
         elif key in ("connect_timeout_s", "rpc_timeout_s", "max_updates_per_s", "adopt_jobs_s"):
             value = float(value)

@@ -52,7 +52,7 @@ class TrafficManager:
         try:
             if opts.target == "bmv2" and opts.thrift_port is not None and opts.ports:
                 set_queue_depths(opts.ports, opts.buffer_packets, opts.thrift_port,
-                                 host=opts.address.rsplit(":", 1)[0], cli=opts.cli)
+                                 host=opts.address.rsplit(":", 1)[0], cli=opts.cli, unit=opts.approx_buffer_unit)
             elif opts.target == "tofino" and opts.bfrt_address and opts.ports:
                 self._configure_tofino_tm()
         except QueueConfigError as e:
@@ -70,7 +70,8 @@ class TrafficManager:
                               timeout_s=opts.connect_timeout_s)
         try:
             self._tm_ports = configure_queues(client, opts.ports, opts.buffer_packets, prefix=opts.tm_prefix,
-                                              cells_per_packet=opts.cells_per_packet, pool=opts.tm_pool)
+                                              cells_per_packet=opts.cells_per_packet, pool=opts.tm_pool,
+                                              unit=opts.approx_buffer_unit)
         except BaseException:
             client.close()
             raise

@@ -8,7 +8,8 @@ hold (``tm_plan``):
   the highest), so the queues are strictly ordered;
 - buffer: ``pool_max_cells`` = packets x 19 (a 1500-byte packet takes 19 80-byte cells on Tofino 1) in the
   shared egress pool (option ``tm_pool``, default ``EG_APP_POOL_0``), no guaranteed cells, no dynamic burst
-  absorption, so queue ``k >= 1`` holds (8 - k) packets and queue 0 the rest of ``buffer_packets``.
+  absorption, so queue ``k >= 1`` holds ``unit`` x (8 - k) packets (the switch option ``approx_buffer_unit``,
+  1 by default: the NetApprox paper's k-MTU queues) and queue 0 the rest of ``buffer_packets``.
 
 (a) **Intel SDE / open-p4studio ``bf_switchd``** (P4Runtime is not usable there): ``configure_queues`` writes
 the plan over BfRt gRPC (``controller.p4runtime.bfrt``: subscribe, bind to the program, then
@@ -80,8 +81,10 @@ def tm_priority(qid: int) -> int:
 
 
 def tm_plan(ports: Iterable[PortQueues], buffer_packets: int, *, prefix: str = "tf1",
-            cells_per_packet: int = CELLS_PER_1500B_PACKET, pool: str = "EG_APP_POOL_0") -> list[TmWrite]:
-    """The TM writes for ``ports``: per queue, scheduling priority then buffer."""
+            cells_per_packet: int = CELLS_PER_1500B_PACKET, pool: str = "EG_APP_POOL_0", unit: int = 1
+            ) -> list[TmWrite]:
+    """The TM writes for ``ports``: per queue, scheduling priority then buffer (``model.queue_buffer_packets``
+    with ``unit``, in cells)."""
     ops = []
     for pq in sorted(ports, key=lambda p: p.dev_port):
         if len(pq.pg_queues) < NUM_QUEUES:
@@ -92,7 +95,7 @@ def tm_plan(ports: Iterable[PortQueues], buffer_packets: int, *, prefix: str = "
             prio = str(tm_priority(qid))  # BfRt: a string choice, "0" .. "7"
             ops.append(TmWrite(f"{prefix}.tm.queue.sched_cfg", pq.pipe, key,
                                (("scheduling_enable", True), ("min_priority", prio), ("max_priority", prio))))
-            cells = queue_buffer_packets(qid, buffer_packets) * cells_per_packet
+            cells = queue_buffer_packets(qid, buffer_packets, unit=unit) * cells_per_packet
             ops.append(TmWrite(f"{prefix}.tm.queue.buffer", pq.pipe, key,
                                (("guaranteed_cells", 0), ("pool_id", pool), ("pool_max_cells", cells),
                                 ("dynamic_baf", "DISABLE")), action=BUFFER_ACTION))
@@ -100,12 +103,12 @@ def tm_plan(ports: Iterable[PortQueues], buffer_packets: int, *, prefix: str = "
 
 
 def configure_queues(client: TmClient, dev_ports: Iterable[int], buffer_packets: int, *, prefix: str = "tf1",
-                     cells_per_packet: int = CELLS_PER_1500B_PACKET, pool: str = "EG_APP_POOL_0"
+                     cells_per_packet: int = CELLS_PER_1500B_PACKET, pool: str = "EG_APP_POOL_0", unit: int = 1
                      ) -> list[PortQueues]:
     """Look up each port's queues, write the plan, read every entry back from the hardware. Raises
     ``QueueConfigError`` listing every field that is not as asked. Returns the ports (for ``queue_drops``)."""
     ports = [client.port_queues(p) for p in sorted(set(dev_ports))]
-    ops = tm_plan(ports, buffer_packets, prefix=prefix, cells_per_packet=cells_per_packet, pool=pool)
+    ops = tm_plan(ports, buffer_packets, prefix=prefix, cells_per_packet=cells_per_packet, pool=pool, unit=unit)
     for op in ops:
         client.write(op)
     wrong = []
@@ -163,7 +166,8 @@ STRATUM_POOLS = {f"EG_APP_POOL_{i}": f"EGRESS_APP_POOL_{i}" for i in range(4)}
 
 
 def stratum_queue_config(dev_ports: Iterable[int], buffer_packets: int, *, node_id: int = 1,
-                         cells_per_packet: int = CELLS_PER_1500B_PACKET, pool: str = "EG_APP_POOL_0") -> str:
+                         cells_per_packet: int = CELLS_PER_1500B_PACKET, pool: str = "EG_APP_POOL_0",
+                         unit: int = 1) -> str:
     """The ``vendor_config`` block of a Stratum ``ChassisConfig`` (text format) that gives every port in
     ``dev_ports`` (SDK ports) the plan of ``tm_plan``: ``queue_mapping`` per logical queue with ``priority:
     PRIO_<7-k>`` (Stratum sets both scheduling priorities from it), the static buffer limit ``base_use_limit``
@@ -175,7 +179,7 @@ def stratum_queue_config(dev_ports: Iterable[int], buffer_packets: int, *, node_
     for port in sorted(set(dev_ports)):
         lines += ["        queue_configs {", f"          sdk_port: {port}"]
         for qid in range(NUM_QUEUES):
-            cells = queue_buffer_packets(qid, buffer_packets) * cells_per_packet
+            cells = queue_buffer_packets(qid, buffer_packets, unit=unit) * cells_per_packet
             lines += ["          queue_mapping {", f"            queue_id: {qid}",
                       f"            priority: PRIO_{tm_priority(qid)}", "            weight: 1",
                       "            minimum_guaranteed_cells: 0", f"            pool: {STRATUM_POOLS[pool]}",
@@ -204,9 +208,11 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             if not opts.ports:
                 raise QueueConfigError(f"switch {sw.name!r}: set the option ports (the SDK ports to configure)")
-            out.append(f"# switch {sw.name}: {len(opts.ports)} ports, {opts.buffer_packets} packets per port\n"
+            unit = opts.approx_buffer_unit
+            out.append(f"# switch {sw.name}: {len(opts.ports)} ports, {opts.buffer_packets} packets per port"
+                       + (f", approx_buffer_unit {unit}" if unit != 1 else "") + "\n"
                        + stratum_queue_config(opts.ports, opts.buffer_packets, node_id=args.node_id,
-                                              cells_per_packet=opts.cells_per_packet, pool=opts.tm_pool))
+                                              cells_per_packet=opts.cells_per_packet, pool=opts.tm_pool, unit=unit))
         if not out:
             raise QueueConfigError(f"{args.config}: no p4runtime switch with target = \"tofino\""
                                    + (f" named {args.switch!r}" if args.switch else ""))

@@ -30,6 +30,7 @@ from netapprox.controller.errors import (
 from netapprox.controller.runtime import Runtime
 from netapprox.controller.model import ClassRule, EcnRule, JobRule, Route, SwitchState, TableUpdates, TagRule, TlrRule
 from netapprox.controller.p4runtime import protos
+from netapprox.controller.p4runtime.bmv2_thrift import queue_depth_commands, queue_depths
 from netapprox.controller.p4runtime.connection import build_tofino_device_config
 from netapprox.controller.p4runtime.driver import P4RuntimeDriver
 from netapprox.controller.p4runtime.options import P4RuntimeOptions
@@ -481,6 +482,16 @@ def test_tofino_pipeline_packing_tm_config_and_ecn_cells(make_driver, fake_serve
     assert driver.stats()["queue_config_ok"] == 1.0
 
 
+def test_tofino_tm_buffers_scale_with_approx_buffer_unit(make_driver, fake_server, tmp_path, bfrt_server):
+    """``approx_buffer_unit`` 4 on a 400-packet port: queue k >= 1 gets 4 x (8 - k) packets' cells, queue 0 the
+    rest, written over BfRt and read back as asked."""
+    driver = tofino_driver(make_driver, tmp_path, bfrt_server, buffer_packets=400, approx_buffer_unit=4)
+    driver.connect()
+    assert driver.queue_config_error is None
+    assert [bfrt_server.field_value("tf1.tm.queue.buffer", 1, (1, 8 + q), "pool_max_cells") for q in range(8)] == \
+        [(400 - 4 * 28) * 19] + [4 * (8 - k) * 19 for k in range(1, 8)]
+
+
 def test_tofino_tm_not_as_asked_fails_loudly(make_driver, fake_server, tmp_path, bfrt_server, caplog):
     """The hardware keeps fewer cells than asked: the read-back names the field, the log says so at ERROR, the
     metric says 0; forwarding is still programmed."""
@@ -601,6 +612,34 @@ def test_bmv2_queue_depths_over_thrift_directly(make_driver):
                                 for q, d in enumerate([72, 7, 6, 5, 4, 3, 2, 1])]
     finally:
         switch.close()
+
+
+def test_bmv2_queue_depths_scale_with_approx_buffer_unit(make_driver, tmp_path):
+    """``approx_buffer_unit`` 2: queue k >= 1 gets 2 x (8 - k) packets and queue 0 the rest, in the commands, over
+    Thrift and through the CLI alike; unset, the paper's k-MTU queues (the tests above)."""
+    assert queue_depths([1], 100, 2) == [(1, 7 - q, d) for q, d in enumerate([44, 14, 12, 10, 8, 6, 4, 2])]
+    assert queue_depths([1], 100) == [(1, 7 - q, d) for q, d in enumerate([72, 7, 6, 5, 4, 3, 2, 1])]
+    two = ["set_queue_depth 8 1 7", "set_queue_depth 14 1 6", "set_queue_depth 12 1 5", "set_queue_depth 10 1 4",
+           "set_queue_depth 8 1 3", "set_queue_depth 6 1 2", "set_queue_depth 4 1 1", "set_queue_depth 2 1 0"]
+    commands = queue_depth_commands([2, 1], 64, 2)
+    assert commands[:8] == two and len(commands) == 16 and commands[8] == "set_queue_depth 8 2 7"
+    assert queue_depth_commands([1], 64)[:2] == ["set_queue_depth 36 1 7", "set_queue_depth 7 1 6"]
+    with pytest.raises(ValueError, match="leaves nothing for queue 0"):
+        queue_depths([1], 64, 3)
+    switch = FakeThriftSwitch()
+    try:
+        driver = make_driver(ports=(3,), thrift_port=switch.port, buffer_packets=100, approx_buffer_unit=2)
+        driver.connect()
+        assert driver.queue_config_error is None
+        assert switch.calls == [("simple_switch:set_egress_priority_queue_depth", (3, 7 - q, d))
+                                for q, d in enumerate([44, 14, 12, 10, 8, 6, 4, 2])]
+        driver.close()  # one controller per election id on a device at a time
+    finally:
+        switch.close()
+    cli, log = fake_cli(tmp_path)
+    driver = make_driver(ports=(1,), thrift_port=9090, cli=cli, buffer_packets=64, approx_buffer_unit=2)
+    driver.connect()
+    assert driver.queue_config_error is None and log.read_text().splitlines() == two
 
 
 def test_bmv2_thrift_refusal_is_reported(make_driver):

@@ -14,7 +14,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, te
 
 from netapprox.controller.p4runtime import bfrt
 from netapprox.controller.p4runtime.bfrt import SCHEMA
-from netapprox.controller.p4runtime.tofino_tm import stratum_queue_config
+from netapprox.controller.p4runtime.tofino_tm import PortQueues, stratum_queue_config, tm_plan
 from support import bfrt_wire
 from support.proto_text import proto_messages
 
@@ -249,6 +249,47 @@ def test_the_stratum_queue_section_is_a_valid_chassis_config_vendor_config():
     assert {enum["Baf"].values_by_number[m.baf].name for m in mappings} == {"DISABLE_BAF"}
     assert {enum["ApplicationPool"].values_by_number[m.pool].name for m in mappings} == {"EGRESS_APP_POOL_0"}
     assert {m.minimum_guaranteed_cells for m in mappings} == {0}
+
+
+def test_the_tm_plan_and_the_stratum_section_scale_with_approx_buffer_unit():
+    """``unit`` u: queue k >= 1 gets u x (8 - k) packets' cells, queue 0 the rest, in the BfRt plan and in the
+    Stratum section alike; unit 1 (the default) is the paper's k-MTU queues."""
+    port = PortQueues(dev_port=136, pipe=1, pg_id=1, pg_queues=tuple(range(8, 16)))
+    want = [(400 - 4 * 28) * 19] + [4 * (8 - k) * 19 for k in range(1, 8)]
+
+    def cells(ops):
+        return [dict(op.data)["pool_max_cells"] for op in ops if op.table == "tf1.tm.queue.buffer"]
+    assert cells(tm_plan([port], 400, unit=4)) == want
+    assert cells(tm_plan([port], 400)) == [(400 - 28) * 19] + [(8 - k) * 19 for k in range(1, 8)]
+    assert cells(tm_plan([port], 400, unit=2, cells_per_packet=10)) == [(400 - 56) * 10] + [2 * (8 - k) * 10
+                                                                                            for k in range(1, 8)]
+    text = stratum_queue_config([136, 144], 400, node_id=1, unit=4)
+    qos = text_format.Parse(text, _stratum_chassis_config_class()()).vendor_config.tofino_config.node_id_to_qos_config
+    assert list(qos) == [1]
+    assert [[m.base_use_limit for m in qc.queue_mapping] for qc in qos[1].queue_configs] == [want, want]
+    with pytest.raises(ValueError, match="leaves nothing for queue 0"):
+        stratum_queue_config([136], 400, unit=15)  # 15 x 28 = 420 > 400
+
+
+def test_the_stratum_cli_takes_approx_buffer_unit_from_the_config(tmp_path):
+    config = tmp_path / "tofino.toml"
+    example = (REPO / "controller/examples/tofino.toml").read_text()
+    config.write_text(example.replace("buffer_packets = 400", "buffer_packets = 400\napprox_buffer_unit = 4", 1))
+    res = subprocess.run([sys.executable, "-m", "netapprox.controller.p4runtime.tofino_tm", "--config", str(config)],
+                         capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                         cwd=REPO)
+    assert res.returncode == 0, res.stderr
+    head, body = res.stdout.split("\n", 1)
+    assert head == "# switch tor1: 2 ports, 400 packets per port, approx_buffer_unit 4"
+    assert body == stratum_queue_config([136, 144], 400, node_id=1, unit=4)
+    config.write_text(example.replace("buffer_packets = 400", "buffer_packets = 400\napprox_buffer_unit = 15", 1))
+    bad = subprocess.run([sys.executable, "-m", "netapprox.controller.p4runtime.tofino_tm", "--config", str(config)],
+                         capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                         cwd=REPO)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.strip() == (f"tofino_tm: {config}: [[switch]] 'tor1' options.approx_buffer_unit: a total "
+                                  "buffer of 400 packets leaves nothing for queue 0 (approximate queues of 15 x 28 "
+                                  "packets); at most 14 with buffer_packets 400")
 
 
 def _stratum_common_proto() -> Path | None:
