@@ -19,6 +19,7 @@ from netapprox.controller.model import (
     NUM_QUEUES,
     ClassRule,
     Route,
+    check_buffer_unit,
     check_thresholds,
 )
 from netapprox.hostlib import checks as C
@@ -99,12 +100,13 @@ class TuningConfig:
     """Also share the approximate queues' buffer out by load, where the target allows it (the simulated and
     the kernel switch); false: the k-MTU buffers stay."""
     buffer_min: int = 1
-    """Smallest buffer of an approximate queue (packets, MTUs on byte-counting targets)."""
+    """Smallest buffer of an approximate queue, in units of each switch's ``approx_buffer_unit`` packets (MTUs
+    on byte-counting targets; 1 packet per unit by default): a switch multiplies the shares by its unit."""
     buffer_max: int = 16
-    """Largest buffer of an approximate queue."""
+    """Largest buffer of an approximate queue, in the same units."""
     buffer_total: int = sum(DEFAULT_APPROX_BUFFERS)
-    """Buffer the approximate queues 1..7 share (28: as much as the paper's 7 + 6 + ... + 1, so queue 0 keeps
-    its share)."""
+    """Buffer the approximate queues 1..7 share, in the same units (28: as much as the paper's 7 + 6 + ... + 1,
+    so queue 0 keeps its share)."""
 
     def __post_init__(self) -> None:
         _check_fields(self, TUNING_KEYS, "[policy.tuning]")
@@ -212,6 +214,15 @@ class SwitchConfig:
             C.check_table(self.options, options, f"[[switch]] {self.name!r} options.")
         except C.CheckError as e:
             raise ConfigError(str(e).replace("options. ", "options.")) from None
+        if "approx_buffer_unit" in options:
+            unit = self.options.get("approx_buffer_unit", 1)
+            total = self.options.get("buffer_packets", DEFAULT_BUFFER_PACKETS[self.kind])
+            try:
+                check_buffer_unit(unit, total)
+            except ValueError as e:
+                raise ConfigError(f"[[switch]] {self.name!r} options.approx_buffer_unit: {e}; at most "
+                                  f"{max(1, (total - 1) // sum(DEFAULT_APPROX_BUFFERS))} with buffer_packets "
+                                  f"{total}") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -446,6 +457,7 @@ SWITCH_OPTIONS: dict[str, dict[str, C.Check]] = {
         "push_pipeline": C.boolean(),
         "ports": C.sequence(C.integer(ge=0, le=511)),
         "buffer_packets": C.integer(ge=29),
+        "approx_buffer_unit": C.integer(ge=1),
         "thrift_port": C.optional(C.port()),
         "cli": C.optional(C.string()),
         "bfrt_address": C.optional(C.host_port()),
@@ -472,11 +484,15 @@ SWITCH_OPTIONS: dict[str, dict[str, C.Check]] = {
         "rate_mbit": C.number(gt=0.0, le=1e6),
         "port_rates_mbit": C.mapping(C.string(), C.number(gt=0.0, le=1e6)),
         "buffer_packets": C.integer(ge=29),
+        "approx_buffer_unit": C.integer(ge=1),
         "atp_port": C.port(),
         "stamp_queue": C.boolean(),
     },
     "sim": {},  # controller.sim: the simulation hands SimDriver its switch object, nothing comes from a file
 }
+DEFAULT_BUFFER_PACKETS: dict[str, int] = {"p4runtime": 64, "kernel": 256}
+"""The drivers' default ``buffer_packets`` (``P4RuntimeOptions``, ``KernelDriverOptions``): with
+``approx_buffer_unit``, queue 0 must keep at least one packet of it (``model.check_buffer_unit``)."""
 
 
 # --- TOML -----------------------------------------------------------------------------------------------

@@ -175,10 +175,11 @@ class SwitchState:
     tlr_rules: frozenset[TlrRule] = frozenset()
     ecn_rules: frozenset[EcnRule] = frozenset()
     queue_buffers: tuple[int, ...] = ()
-    """Buffers of the approximate queues 1..7 (packets where the target counts packets, MTUs of bytes where it
-    counts bytes), as the online tuner (``controller.tuning``) shares them out; empty: the target's configured
+    """Buffers of the approximate queues 1..7 as the online tuner (``controller.tuning``) shares them out, in
+    units of the target's ``approx_buffer_unit`` (1 by default) packets, or MTUs of bytes where it counts
+    bytes: each driver multiplies them by its unit (``queue_buffer_packets``); empty: the target's configured
     k-MTU buffers. Written where the target allows it (the simulated and the kernel switch); the P4 drivers keep
-    the buffers they configure at connect (docs/controller.md, Tuning)."""
+    the buffers they configure at connect (docs/controller.md, Tuning and Queue buffers)."""
     fifo: bool = False
     """A network-oblivious switch (policy mode ``fifo``, where the papers run their baselines): every packet
     in queue 0, no approximate classification (surplus, job, tag and TLR tables, the queue-0 guard). The

@@ -18,10 +18,10 @@ from netapprox.controller.config import (
 )
 from netapprox.controller.drivers import build_driver, driver_class
 from netapprox.controller.errors import ConfigError
-from netapprox.controller.kernel.driver import KernelDriverOptions
+from netapprox.controller.kernel.driver import KernelDriverError, KernelDriverOptions
 from netapprox.controller.model import ClassRule, Route
 from netapprox.controller.p4runtime.driver import P4RuntimeDriver
-from netapprox.controller.p4runtime.options import P4RuntimeOptions
+from netapprox.controller.p4runtime.options import P4RuntimeOptions, options_from_mapping
 
 from ctl_fixtures import P4INFO
 
@@ -141,6 +141,52 @@ def test_bad_values_are_refused_at_load_in_one_line(data, field):
         config_from_dict(data, source="ctl.toml")
     message = str(e.value)
     assert message.startswith("ctl.toml: ") and field in message and "\n" not in message, message
+
+
+def test_approx_buffer_unit_is_a_switch_option_checked_against_the_port_buffer():
+    """``approx_buffer_unit`` (default 1: the paper's k-MTU queues) multiplies the approximate queues' buffers of
+    a P4 or kernel switch, in the drivers' options as in the file; a unit whose 28 x unit packets leave queue 0
+    nothing of ``buffer_packets`` (the driver's default when unset) is refused at load in one line."""
+    cfg = config_from_dict({"switch": [
+        {"name": "p", "options": {"buffer_packets": 400, "approx_buffer_unit": 4}},
+        {"name": "k", "kind": "kernel", "options": {"ports": ["a"], "approx_buffer_unit": 9}}]}, source="ctl.toml")
+    p, k = cfg.switches
+    assert options_from_mapping("p", p.options).approx_buffer_unit == 4
+    shape = KernelDriverOptions.from_mapping(k.options).shape("a")  # buffer_packets 256 by default
+    assert (shape.approx_unit, shape.buffer_packets) == (9, 256)
+    assert [shape.queue_bytes(q) // shape.mtu_bytes for q in range(8)] == [256 - 9 * 28] + [9 * (8 - q)
+                                                                                        for q in range(1, 8)]
+    assert all(shape.queue_bytes(q) % shape.mtu_bytes == 0 for q in range(8))
+    tuned = (12, 9, 2, 1, 1, 1, 2)  # the tuner's shares: 28 units, as the k-MTU buffers
+    assert [shape.queue_bytes(q, tuned) // shape.mtu_bytes for q in range(8)] == [4] + [9 * b for b in tuned]
+    assert P4RuntimeOptions().approx_buffer_unit == 1 == KernelDriverOptions(ports={"a": 1}).approx_buffer_unit
+    assert C.DEFAULT_BUFFER_PACKETS == {"p4runtime": P4RuntimeOptions.buffer_packets,
+                                        "kernel": KernelDriverOptions.buffer_packets}
+    assert config_from_dict({"switch": [{"name": "s1", "options": {"buffer_packets": 85, "approx_buffer_unit": 3}}]}
+                            ).switches[0].options["approx_buffer_unit"] == 3  # queue 0 keeps 85 - 84 = 1
+    nothing = "a total buffer of {} packets leaves nothing for queue 0 (approximate queues of {} x 28 packets)"
+    for options, kind, problem in [
+            ({"approx_buffer_unit": "2"}, "p4runtime", "expected an integer >= 1, got '2'"),
+            ({"approx_buffer_unit": 1.5}, "p4runtime", "expected an integer >= 1, got 1.5"),
+            ({"approx_buffer_unit": 0}, "kernel", "expected an integer >= 1, got 0"),
+            ({"approx_buffer_unit": True}, "kernel", "expected an integer >= 1, got True"),
+            ({"approx_buffer_unit": 3}, "p4runtime", nothing.format(64, 3) + "; at most 2 with buffer_packets 64"),
+            ({"approx_buffer_unit": 3, "buffer_packets": 84}, "p4runtime",
+             nothing.format(84, 3) + "; at most 2 with buffer_packets 84"),
+            ({"approx_buffer_unit": 10}, "kernel", nothing.format(256, 10) + "; at most 9 with buffer_packets 256")]:
+        options = {"ports": ["a"], **options} if kind == "kernel" else options
+        with pytest.raises(ConfigError) as e:
+            config_from_dict({"switch": [{"name": "s1", "kind": kind, "options": options}]}, source="ctl.toml")
+        assert str(e.value) == f"ctl.toml: [[switch]] 's1' options.approx_buffer_unit: {problem}"
+    # Options built in code (topo/, the drivers' own callers) are refused by the drivers the same way.
+    with pytest.raises(ConfigError, match="options.approx_buffer_unit: a total buffer of 64 packets"):
+        SwitchConfig(name="s1", options={"approx_buffer_unit": 3})
+    with pytest.raises(ConfigError, match="^option approx_buffer_unit: a total buffer of 64 packets leaves nothing"):
+        P4RuntimeOptions(approx_buffer_unit=3)
+    with pytest.raises(ConfigError, match="^option approx_buffer_unit: need an integer >= 1, got 0$"):
+        options_from_mapping("s1", {"approx_buffer_unit": 0})
+    with pytest.raises(KernelDriverError, match="^option approx_buffer_unit: a total buffer of 256 packets"):
+        KernelDriverOptions.from_mapping({"ports": ["a"], "approx_buffer_unit": 10})
 
 
 def _fields(cls) -> set[str]:
