@@ -1,8 +1,8 @@
 """Mininet switch classes: ``KernelSwitch`` (Linux bridge + HTB/u32, no P4 toolchain) and ``BMv2Switch``.
 
 Both shape every egress port with the same traffic manager (controller/kernel/tc.py: HTB root at the link
-rate, 8 strict-priority classes, a large bfifo under queue 0 and 8 - k packets under queue k). They differ
-in who classifies:
+rate, 8 strict-priority classes, a large bfifo under queue 0 and 8 - k packets under queue k, times
+``approx_buffer_unit``, 1 by default). They differ in who classifies:
 
 - ``KernelSwitch``: the switch is a bridge in its own network namespace; u32 filters on each egress port
   implement the logical tables. The controller programs them with ``controller.kernel.driver.KernelDriver``
@@ -70,13 +70,15 @@ class KernelSwitch(Switch):
 
     def __init__(self, name: str, rate_mbit: float = 100.0, buffer_packets: int = 64,
                  atp_port: int = DEFAULT_ATP_PORT, stp: bool = False, class_rules: tuple[ClassRule, ...] = (),
-                 tag: str | None = None, pcap_dir: str | None = None, **params: Any) -> None:
+                 tag: str | None = None, pcap_dir: str | None = None, approx_buffer_unit: int = 1,
+                 **params: Any) -> None:
         params["inNamespace"] = True
         super().__init__(name, **params)
         self.pcap_dir = pcap_dir
         self.captures: list[subprocess.Popen] = []
         self.rate_mbit = rate_mbit
         self.buffer_packets = buffer_packets
+        self.approx_buffer_unit = approx_buffer_unit
         self.atp_port = atp_port
         self.stp = stp
         self.class_rules = tuple(class_rules)
@@ -90,7 +92,8 @@ class KernelSwitch(Switch):
         """Options for ``controller.kernel.driver.KernelDriver.from_options`` (the controller's switch entry)."""
         rates = {intf.name: intf_rate(intf, self.rate_mbit) for intf in self.intfList() if intf.name != "lo"}
         return {"netns": self.netns_name, "ports": self.port_map(), "rate_mbit": self.rate_mbit,
-                "port_rates_mbit": rates, "buffer_packets": self.buffer_packets, "atp_port": self.atp_port}
+                "port_rates_mbit": rates, "buffer_packets": self.buffer_packets,
+                "approx_buffer_unit": self.approx_buffer_unit, "atp_port": self.atp_port}
 
     def default_state(self) -> SwitchState:
         """What the switch does before a controller connects: TLR thresholds and the class rules."""
@@ -147,7 +150,7 @@ class BMv2Switch(Switch):
     def __init__(self, name: str, json_path: str | None = None, rate_mbit: float = 100.0, buffer_packets: int = 64,
                  atp_port: int = DEFAULT_ATP_PORT, class_rules: tuple[ClassRule, ...] = (),
                  device_id: int = 0, log_dir: str | None = None, tag: str | None = None, pcap_dir: str | None = None,
-                 **params: Any) -> None:
+                 approx_buffer_unit: int = 1, **params: Any) -> None:
         params["inNamespace"] = False
         super().__init__(name, **params)
         self.intf_prefix = f"na{tag or unique_tag()[:3]}{name}"
@@ -156,6 +159,7 @@ class BMv2Switch(Switch):
         self.json_path = json_path
         self.rate_mbit = rate_mbit
         self.buffer_packets = buffer_packets
+        self.approx_buffer_unit = approx_buffer_unit
         self.atp_port = atp_port
         self.class_rules = tuple(class_rules)
         self.device_id = device_id
@@ -176,7 +180,8 @@ class BMv2Switch(Switch):
         # No thrift_port: BMv2's own queues keep their default depth (64 packets) so that they never drop;
         # the kernel qdisc behind each port is the traffic manager with the k-packet buffers.
         opts = {"address": self.grpc_address(), "device_id": self.device_id, "target": "bmv2",
-                "ports": sorted(self.port_map().values()), "buffer_packets": self.buffer_packets}
+                "ports": sorted(self.port_map().values()), "buffer_packets": self.buffer_packets,
+                "approx_buffer_unit": self.approx_buffer_unit}
         if self.json_path:
             opts["bmv2_json"] = self.json_path
             opts["p4info"] = str(Path(self.json_path).with_name("p4info.txtpb"))
@@ -204,7 +209,8 @@ class BMv2Switch(Switch):
                     continue
                 idx = ipr.link_lookup(ifname=intf.name)[0]
                 tc.build_port(ipr, idx, tc.PortShape(rate_mbit=intf_rate(intf, self.rate_mbit),
-                                                     buffer_packets=self.buffer_packets))
+                                                     buffer_packets=self.buffer_packets,
+                                                     approx_unit=self.approx_buffer_unit))
                 htid = None
                 for node in sorted(entries):
                     tc.write_entry(ipr, idx, htid, entries[node])
