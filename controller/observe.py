@@ -97,8 +97,8 @@ class RuntimeCollector(Collector):
         yield _gauge("netapprox_placement_cutoff", "Placement cutoff T_k (a job's TLR shifted by its remaining "
                      "work places it; mode adaptive).", [((str(q),), t) for q, t in enumerate(tuned.cutoffs)
                                                          if q >= 2], ["queue"])
-        yield _gauge("netapprox_queue_buffer_packets", "Buffer of approximate queue k as tuned (mode adaptive; "
-                     "no sample: the target's k-MTU buffers).",
+        yield _gauge("netapprox_queue_buffer_packets", "Buffer of approximate queue k as tuned, in units of "
+                     "the switch's approx_buffer_unit (mode adaptive; no sample: the target's k-MTU buffers).",
                      [((str(q + 1),), b) for q, b in enumerate(tuned.buffers)], ["queue"])
         for name, help_text, key in (("netapprox_job_queue", "Logical queue assigned to the job.", "queue"),
                                      ("netapprox_job_tlr", "TLR the job reported last (its lowest group).", "tlr"),

@@ -47,14 +47,16 @@ ATP_ABLATION: dict[str, dict[str, Any]] = {
     "atp-trim": {"mode": "adaptive", "mrdf": True, "trim": True},
     "atp-low": {"mode": "adaptive", "mrdf": True, "first_window_low": True},
     "atp-all": {"mode": "adaptive", "mrdf": True, "trim": True, "first_window_low": True},
+    "atp-kmtu": {"mode": "adaptive", "mrdf": True, "approx_buffer_unit": 1},
 }
 """Issue 23's ablation, in the ns-3 world only (docs/simulation.md), each against the simulation's ATP (hostlib's
 sender on a fabric that sprays approximate packets, with receiver grants: ``SimSettings.spray``,
 ``atp_receiver_grants``): ATP's start without each of its parts (``atp-before``: none of them, flow hashing, no
 grants), the fabric without spraying, the receivers without grants (both: the previous release), grants that
-the sender's window still bounds, and the other receiver-side mechanisms (trimming, the first window in the
-lowest queue). Keys that are not ``AtpConfig`` fields are the simulated network's: ``trim`` (the switches trim
-approximate packets instead of dropping them), ``spray`` (per-packet load balancing of approximate ATP DATA)."""
+the sender's window still bounds, the other receiver-side mechanisms (trimming, the first window in the
+lowest queue), and the paper's k-MTU approximate queues. Keys that are not ``AtpConfig`` fields are the simulated
+network's: ``trim`` (the switches trim approximate packets instead of dropping them), ``spray`` (per-packet load
+balancing of approximate ATP DATA), ``approx_buffer_unit`` (the approximate queues' buffers: 1, the paper's)."""
 
 SWITCHES = ("netapprox", "static", "fifo")
 """The switches a trial runs on: NetApprox queues re-mapped by the controller; the same queues with static

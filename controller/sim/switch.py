@@ -7,8 +7,9 @@
 
 ``write_state`` and ``write_job`` are the only code that turns ``controller.model`` values into the C++
 tables; the classification test (tests/controller/test_sim_switch.py) checks the result against
-``controller.reference.reference_queue`` for every rule kind. Port buffers follow the NetApprox paper (§5) as
-the other data planes do: queue k >= 1 holds 8 - k packets, queue 0 the rest (``model.queue_buffer_packets``).
+``controller.reference.reference_queue`` for every rule kind. Port buffers follow the rule of the other data
+planes: queue k >= 1 holds ``approx_unit`` x (8 - k) packets (1: the NetApprox paper's k-MTU buffers, §5),
+queue 0 the rest (``model.queue_buffer_packets``).
 A ``fifo`` port (the network-oblivious baseline switch) is the same queue disc with the controller's ``fifo``
 state (every packet in queue 0) and queue 0 holding the whole buffer.
 """
@@ -21,12 +22,12 @@ from netapprox.controller.reference import class_order, tag_order
 from netapprox.controller.sim import native
 
 
-def queue_limits(buffer_packets: int, *, fifo: bool = False, approx: tuple[int, ...] = ()) -> list[int]:
+def queue_limits(buffer_packets: int, *, fifo: bool = False, approx: tuple[int, ...] = (), unit: int = 1) -> list[int]:
     """Per logical queue buffer (packets) of a port with ``buffer_packets`` in all; ``approx``: the approximate
-    queues' buffers (``SwitchState.queue_buffers``; empty: 8 - k packets)."""
+    queues' buffers in units of ``unit`` packets (``SwitchState.queue_buffers``; empty: 8 - k units)."""
     if fifo:
         return [buffer_packets] + [1] * (NUM_QUEUES - 1)
-    return [queue_buffer_packets(q, buffer_packets, approx) for q in range(NUM_QUEUES)]
+    return [queue_buffer_packets(q, buffer_packets, approx, unit) for q in range(NUM_QUEUES)]
 
 
 def write_static(tables: Any, state: SwitchState) -> None:
@@ -67,13 +68,16 @@ def _installed_jobs(tables: Any) -> Iterable[int]:
 class SimSwitch:
     """A switch node's NetApprox data plane in ns-3. ``fifo``: the network-oblivious variant (one queue). ``trim``:
     approximate ATP DATA that finds its queue full is trimmed (its header goes on, flagged TRIM) instead of
-    dropped, a traffic-manager setting like the buffers (netapprox_switch.h)."""
+    dropped, a traffic-manager setting like the buffers (netapprox_switch.h). ``approx_unit``: approximate queue
+    k holds ``approx_unit`` x (8 - k) packets (the switch option ``approx_buffer_unit``; 1: the paper's k-MTU)."""
 
-    def __init__(self, name: str, *, buffer_packets: int, fifo: bool = False, trim: bool = False) -> None:
+    def __init__(self, name: str, *, buffer_packets: int, fifo: bool = False, trim: bool = False,
+                 approx_unit: int = 1) -> None:
         self.name = name
         self.buffer_packets = buffer_packets
         self.fifo = fifo
-        self.limits = queue_limits(buffer_packets, fifo=fifo)
+        self.approx_unit = approx_unit
+        self.limits = queue_limits(buffer_packets, fifo=fifo, unit=approx_unit)
         g = native.cpp()
         self._g = g
         self.tables = g.netapprox.Tables.Create()
@@ -90,11 +94,11 @@ class SimSwitch:
         return qd
 
     def set_queue_buffers(self, approx: tuple[int, ...]) -> None:
-        """Give every port's approximate queues 1..7 the buffers ``approx`` (packets; empty: 8 - k), queue 0 the
-        rest of the port buffer. A fifo switch keeps its one queue."""
+        """Give every port's approximate queues 1..7 the buffers ``approx`` (in units of ``approx_unit`` packets;
+        empty: 8 - k), queue 0 the rest of the port buffer. A fifo switch keeps its one queue."""
         if self.fifo:
             return
-        limits = queue_limits(self.buffer_packets, approx=approx)
+        limits = queue_limits(self.buffer_packets, approx=approx, unit=self.approx_unit)
         if limits == self.limits:
             return
         self.limits = limits

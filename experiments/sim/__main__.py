@@ -46,7 +46,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--senders", type=C.arg(C.integer(ge=1)), default=None,
                    help="all-to-all / incast: this many hosts send a job (default: every host)")
     p.add_argument("--buffer-packets", type=C.arg(C.integer(ge=29)), default=SimScale.buffer_packets,
-                   help=f"buffer of every switch port, packets; queues 1..7 take 28 (default {SimScale.buffer_packets})")
+                   help=f"buffer of every switch port, packets (default {SimScale.buffer_packets})")
+    p.add_argument("--approx-buffer-unit", type=C.arg(C.integer(ge=1)), default=None,
+                   help="approximate queue k holds this many times 8 - k packets (1: the paper's k-MTU buffers; "
+                        "default: the most that leaves queue 0 half of the port, 17 of 1000 packets)")
     p.add_argument("--workers", type=C.arg(C.integer(ge=1, le=256)), default=os.cpu_count() or 1,
                    help="trials in parallel on a Dask LocalCluster of this many worker processes (default: one per "
                         "core, here %(default)s); 1: every trial in this process")
@@ -63,9 +66,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     results.COMMAND[:] = ["python", "-m", "netapprox.experiments", "sim", *args_in]
     scale = dataclasses.replace(SimScale(), kind=args.topology, k=args.k, host_gbps=args.rate_gbps,
                                 senders=args.senders, fbkv_n=args.fbkv_n, fbhd_n=args.fbhd_n,
-                                buffer_packets=args.buffer_packets, tag=args.tag)
+                                buffer_packets=args.buffer_packets, approx_buffer_unit=args.approx_buffer_unit,
+                                tag=args.tag)
     try:
         scale.topology()
+        scale.settings()
         if args.tag and not args.tag.replace("-", "").replace("_", "").isalnum():
             raise ValueError(f"--tag {args.tag!r}: letters, digits, - and _ only")
     except ValueError as e:

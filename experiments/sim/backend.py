@@ -51,6 +51,7 @@ class SimScale:
     tag: str = ""
     """Files the results under results/sim/<experiment>-<tag> (a second run of an experiment, e.g. k=8)."""
     buffer_packets: int = SimSettings.buffer_packets
+    approx_buffer_unit: int | None = SimSettings.approx_buffer_unit
     ecn_threshold_pkts: int = SimSettings.ecn_threshold_pkts
     min_rto_us: float = SimSettings.min_rto_us
     epoch_us: float = SimSettings.epoch_us
@@ -66,6 +67,7 @@ class SimScale:
 
     def settings(self, **kw: Any) -> SimSettings:
         return SimSettings(topology=self.topology(), buffer_packets=self.buffer_packets,
+                           approx_buffer_unit=self.approx_buffer_unit,
                            ecn_threshold_pkts=self.ecn_threshold_pkts, min_rto_us=self.min_rto_us,
                            epoch_us=self.epoch_us, **kw)
 

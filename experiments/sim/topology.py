@@ -160,7 +160,8 @@ class Network:
     """Builds the topology into the current ns-3 simulation (call once per simulation run)."""
 
     def __init__(self, ns: Any, g: Any, topo: TopologyConfig, *, switch_mode: str, buffer_packets: int,
-                 host_queue_packets: int = 1000, seed: int = 1, trim: bool = False, spray: bool = False) -> None:
+                 host_queue_packets: int = 1000, seed: int = 1, trim: bool = False, spray: bool = False,
+                 approx_unit: int = 1) -> None:
         if switch_mode not in ("netapprox", "fifo"):
             raise ValueError(f"switch mode {switch_mode!r}: netapprox or fifo")
         self.topo = topo
@@ -173,7 +174,7 @@ class Network:
         rng = random.Random(seed)
         self.switches: dict[str, SimSwitch] = {
             n: SimSwitch(n, buffer_packets=buffer_packets, fifo=switch_mode == "fifo",
-                         trim=trim and switch_mode == "netapprox") for n in names}
+                         trim=trim and switch_mode == "netapprox", approx_unit=approx_unit) for n in names}
         stack = ns.InternetStackHelper()
         stack.SetRoutingHelper(ns.Ipv4StaticRoutingHelper())
         self._nodes: dict[str, Any] = {}

@@ -32,7 +32,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from netapprox.controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig, with_policy
-from netapprox.controller.model import queue_for_tlr
+from netapprox.controller.model import check_buffer_unit, half_buffer_unit, queue_for_tlr
 from netapprox.controller.observe import DecisionLog
 from netapprox.controller.runtime import Runtime
 from netapprox.controller.sim.driver import SimDriver
@@ -69,8 +69,14 @@ class SimSettings:
     topology: TopologyConfig = TopologyConfig()
     buffer_packets: int = 1000
     """Buffer of every switch port, packets (1.5 MB of 1500-byte packets, the NetApprox paper's switch buffer,
-    per port as in ns-2). NetApprox: queue k >= 1 holds 8 - k packets, queue 0 the rest; the oblivious switch:
-    one queue of all of it."""
+    per port as in ns-2). NetApprox: queue k >= 1 holds ``approx_unit`` x (8 - k) packets, queue 0 the rest;
+    the oblivious switch: one queue of all of it."""
+    approx_buffer_unit: int | None = None
+    """Approximate queue k >= 1 holds this many times the paper's 8 - k packets (the switch option
+    ``approx_buffer_unit``; 1: the paper's k-MTU buffers). None: ``model.half_buffer_unit``, the largest that
+    leaves queue 0 half of the port (17 of 1000 packets: queue 1 holds 119, queue 7 17, queue 0 524). The
+    k-MTU buffers lost 12-30% of ATP's payloads at 40 Gbit/s (docs/simulation.md, "Approximate queues' buffers");
+    an ATP variant may ask for another unit (``approx_buffer_unit``)."""
     ecn_threshold_pkts: int = 65
     """ECN marking threshold (packets in the queue ahead): DCTCP's K = 65 (Alizadeh et al. 2010, the NetApprox
     paper §7.1). Queue 0 of the NetApprox switch and the one queue of the oblivious switch."""
@@ -121,9 +127,18 @@ class SimSettings:
     def __post_init__(self) -> None:
         if self.atp_core not in ("native", "python"):
             raise ValueError(f"atp_core {self.atp_core!r}: choose native or python")
+        check_buffer_unit(self.approx_unit, self.buffer_packets)
+
+    @property
+    def approx_unit(self) -> int:
+        """The approximate queues' buffer unit in use (``approx_buffer_unit``, or half the port's)."""
+        if self.approx_buffer_unit is None:
+            return half_buffer_unit(self.buffer_packets)
+        return self.approx_buffer_unit
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
+        d["approx_unit"] = self.approx_unit
         d["topology"]["description"] = self.topology.describe()
         d["base_rtt_us"] = self.topology.base_rtt_s() * 1e6
         return d
@@ -143,7 +158,8 @@ def atp_config(settings: SimSettings, protocol: str) -> AtpConfig:
                   idle_timeout_s=settings.atp_idle_timeout_ms * 1e-3,
                   fin_timeout_s=max(20 * rtt, settings.min_rto_us * 1e-6 * 5),
                   finished_linger_s=settings.atp_idle_timeout_ms * 1e-3,
-                  queue_packets=tuple(queue_limits(settings.buffer_packets)),
+                  queue_packets=tuple(queue_limits(settings.buffer_packets,
+                                                   unit=network_knobs(protocol, settings)["approx_unit"])),
                   # a receiver serves every job sent to its host at once (incast: all the other hosts')
                   max_jobs=max(AtpConfig.max_jobs, topo.n_hosts),
                   receiver_grants=settings.atp_receiver_grants)
@@ -152,12 +168,14 @@ def atp_config(settings: SimSettings, protocol: str) -> AtpConfig:
     return AtpConfig(**{k: v for k, v in wanted.items() if k in known})
 
 
-def network_knobs(protocol: str, settings: SimSettings) -> dict[str, bool]:
+def network_knobs(protocol: str, settings: SimSettings) -> dict[str, Any]:
     """What the simulated network does for a trial of ``protocol``: ``trim`` (NetApprox switches trim approximate
     packets instead of dropping them; an ATP variant asks for it), ``spray`` (per-packet load balancing of
-    approximate ATP DATA: ``settings.spray`` unless the ATP variant says otherwise)."""
+    approximate ATP DATA: ``settings.spray`` unless the ATP variant says otherwise), ``approx_unit`` (the
+    approximate queues' buffer unit: ``settings.approx_unit`` unless the ATP variant says otherwise)."""
     v = atp_variant(protocol) if is_atp(protocol) else {}
-    return {"trim": bool(v.get("trim", False)), "spray": bool(v.get("spray", settings.spray))}
+    return {"trim": bool(v.get("trim", False)), "spray": bool(v.get("spray", settings.spray)),
+            "approx_unit": int(v.get("approx_buffer_unit", settings.approx_unit))}
 
 
 def _set_tcp_defaults(ns: Any, s: SimSettings) -> None:

@@ -190,6 +190,34 @@ def test_sim_driver_writes_the_tuners_queue_buffers(cpp):
     ns.Simulator.Destroy()
 
 
+def test_sim_switch_scales_the_approximate_queues_by_its_buffer_unit(cpp):
+    """``approx_unit`` u: queue k holds u x (8 - k) packets and the tuner's shares count in units of u; the
+    simulations' default unit leaves queue 0 half of a 1000-packet port; a unit too large for the port is an
+    error before any port is built."""
+    from netapprox.controller.sim import native
+    from netapprox.controller.sim.driver import SimDriver
+    from netapprox.controller.sim.switch import SimSwitch
+    from netapprox.experiments.sim.trial import SimSettings
+    ns = native.load()
+    nodes = ns.NodeContainer()
+    nodes.Create(2)
+    ns.InternetStackHelper().Install(nodes)
+    devices = ns.PointToPointHelper().Install(nodes.Get(0), nodes.Get(1))
+    unit = SimSettings().approx_unit
+    assert unit == 17 and SimSettings(approx_buffer_unit=1).approx_unit == 1
+    sw = SimSwitch("s1", buffer_packets=1000, approx_unit=unit)
+    qd = sw.add_port(devices.Get(0), port=1)
+    drv = SimDriver("s1", sw)
+    drv.connect()
+    drv.apply(SwitchState(tlr_rules=default_tlr_rules()))
+    assert [qd.Limit(q) for q in range(8)] == [524, 119, 102, 85, 68, 51, 34, 17]
+    drv.apply(SwitchState(tlr_rules=default_tlr_rules(), queue_buffers=(12, 9, 2, 2, 1, 1, 1)))
+    assert [qd.Limit(q) for q in range(8)] == [524, 204, 153, 34, 34, 17, 17, 17]
+    with pytest.raises(ValueError, match="nothing for queue 0"):
+        SimSettings(buffer_packets=100, approx_buffer_unit=4)
+    ns.Simulator.Destroy()
+
+
 def test_overlapping_entries_are_evaluated_in_reference_order(cpp):
     """Where entries overlap, the first in the reference's order wins: TLR rules by (lo, hi, qid), tag and
     class rules by rank (larger first)."""

@@ -24,19 +24,24 @@ def sim():
     return trial, TopologyConfig, make_job, pick_receivers
 
 
-def test_switch_queues_buffers_priority_and_stamp(sim):
+@pytest.mark.parametrize("buffer,unit,protocol,q4,q0", [(100, None, "atp", 4, 72), (1000, None, "atp", 68, 524),
+                                                        (1000, None, "atp-kmtu", 4, 972), (1000, 2, "atp", 8, 944)])
+def test_switch_queues_buffers_priority_and_stamp(sim, buffer, unit, protocol, q4, q0):
+    """Queue k >= 1 holds u x (8 - k) packets: u = 1 (the paper's k-MTU) at 100 packets a port, 17 by default at
+    1000 (half of the port), whatever ``approx_buffer_unit`` says, and 1 for the ``atp-kmtu`` variant."""
     ns3_trial, TopologyConfig, _make_job, _pick = sim
     topo = TopologyConfig(kind="clos", leaves=1, spines=1, hosts_per_leaf=3, host_gbps=10)
-    settings = ns3_trial.SimSettings(topology=topo, buffer_packets=100, time_limit_ms=5)
+    settings = ns3_trial.SimSettings(topology=topo, buffer_packets=buffer, approx_buffer_unit=unit,
+                                     time_limit_ms=5)
     rate = 10e9
-    # hosts 0 and 1 each blast at line rate into host 2: approximate (TLR 0.55 -> queue 4, 4 packets) and
-    # non-approximate (queue 0, 100 - 28 = 72 packets, strict priority)
+    # hosts 0 and 1 each blast at line rate into host 2: approximate (TLR 0.55 -> queue 4, q4 packets) and
+    # non-approximate (queue 0, the q0 packets left, strict priority)
     bg = [Background(0, 2, rate, 0.0, 1e-3, tlr=0.55), Background(1, 2, rate * 0.9, 0.0, 1e-3)]
-    r = ns3_trial.run_trial(settings, "atp", [], seed=1, background=bg)
+    r = ns3_trial.run_trial(settings, protocol, [], seed=1, background=bg)
     per_queue = r["queues"]["per_queue"]
-    assert per_queue[4]["max_backlog"] == 4, per_queue[4]
+    assert per_queue[4]["max_backlog"] == q4, per_queue[4]
     assert per_queue[4]["dropped"] > 0
-    assert per_queue[0]["dropped"] == 0 and per_queue[0]["max_backlog"] <= 72
+    assert per_queue[0]["dropped"] == 0 and per_queue[0]["max_backlog"] <= q0
     assert all(per_queue[q]["enqueued"] == 0 for q in (1, 2, 3, 5, 6, 7))
     seen = r["background_rx"][2]["queue_byte"]
     assert set(seen) == {0, 4}, seen  # the last switch stamped the logical queue into every ATP DATA packet
@@ -122,7 +127,9 @@ def test_trimming_switches_turn_drops_into_headers_the_receiver_answers(sim):
     finds its queue full, docs/wire-format.md, Trimmed DATA): an incast's drops become trims, the headers reach
     the receiver, which answers each with a TRIM ACK, and the senders learn those losses without a timer."""
     ns3_trial, TopologyConfig, make_job, _pick = sim
-    settings = ns3_trial.SimSettings(topology=TopologyConfig(kind="fattree", k=4), time_limit_ms=20)
+    # the paper's k-MTU buffers (the default's, 17 times larger, hold most of this incast)
+    settings = ns3_trial.SimSettings(topology=TopologyConfig(kind="fattree", k=4), time_limit_ms=20,
+                                     approx_buffer_unit=1)
     jobs = [JobPlan(200 + h, h, 0, make_job("fbkv", 800 + h, 300), 0.5) for h in range(1, 16)]
     r = ns3_trial.run_trial(settings, "atp-trim", jobs, seed=3)
     assert r["completed_all"] and all(j["msr_met"] for j in r["jobs"])
