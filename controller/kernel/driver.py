@@ -90,7 +90,8 @@ class KernelDriverOptions:
         kwargs["port_rates_mbit"] = dict(kwargs.get("port_rates_mbit", {}))
         opts = cls(**kwargs)
         try:
-            check_buffer_unit(opts.approx_buffer_unit, opts.buffer_packets)
+            if opts.approx_buffer_unit != 1 or isinstance(opts.approx_buffer_unit, bool):  # 1: the k-MTU queues
+                check_buffer_unit(opts.approx_buffer_unit, opts.buffer_packets)
         except ValueError as e:
             why = str(e) if str(e).startswith("approx_buffer_unit") else f"approx_buffer_unit: {e}"
             raise KernelDriverError(f"option {why}") from None

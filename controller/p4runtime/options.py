@@ -96,7 +96,8 @@ class P4RuntimeOptions:
         if not self.adopt_jobs_s >= 0:
             raise ConfigError(f"option adopt_jobs_s={self.adopt_jobs_s!r}: seconds >= 0")
         try:
-            check_buffer_unit(self.approx_buffer_unit, self.buffer_packets)
+            if self.approx_buffer_unit != 1 or isinstance(self.approx_buffer_unit, bool):  # 1: the k-MTU queues
+                check_buffer_unit(self.approx_buffer_unit, self.buffer_packets)
         except ValueError as e:
             why = str(e) if str(e).startswith("approx_buffer_unit") else f"approx_buffer_unit: {e}"
             raise ConfigError(f"option {why}") from None
@@ -115,7 +116,8 @@ def options_from_mapping(name: str, options: Mapping[str, Any]) -> P4RuntimeOpti
         elif key == "ports":
             value = tuple(int(v) for v in value)
         elif key in ("device_id", "replica", "buffer_packets", "approx_buffer_unit", "cells_per_packet",
-                     "max_batch_updates", "max_write_bytes", "max_inflight_writes") or (key == "thrift_port" and value is not None):
+                     "max_batch_updates", "max_write_bytes", "max_inflight_writes") or \
+                (key == "thrift_port" and value is not None):
             value = int(value)
         elif key in ("connect_timeout_s", "rpc_timeout_s", "max_updates_per_s", "adopt_jobs_s"):
             value = float(value)
