@@ -15,7 +15,7 @@ TLRs are Q1.15 integers as on the wire (``hostlib.wire.TLR_ONE`` = 1.0). Ranges 
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
+from typing import Any, Mapping
 
 from netapprox.hostlib.wire import TLR_ONE
 
@@ -234,6 +234,18 @@ def check_buffer_unit(unit: int, total_packets: int) -> None:
     if total_packets - unit * sum(DEFAULT_APPROX_BUFFERS) < 1:
         raise ValueError(f"a total buffer of {total_packets} packets leaves nothing for queue 0 "
                          f"(approximate queues of {unit} x 28 packets)")
+
+
+def buffer_unit_option_error(unit: Any, total_packets: int) -> str | None:
+    """What is wrong with a switch's ``approx_buffer_unit`` option, as "approx_buffer_unit: ...", or None. Unit
+    1 (the k-MTU queues) is left to the target's own buffer checks."""
+    if unit == 1 and not isinstance(unit, bool):
+        return None
+    try:
+        check_buffer_unit(unit, total_packets)
+    except ValueError as e:
+        return str(e) if str(e).startswith("approx_buffer_unit") else f"approx_buffer_unit: {e}"
+    return None
 
 
 def half_buffer_unit(total_packets: int) -> int:

@@ -39,7 +39,7 @@ from pyroute2 import IPRoute
 from netapprox.controller.drivers import Driver
 from netapprox.controller.errors import KernelSwitchError, SwitchUnavailable
 from netapprox.controller.kernel import compiler, stamp, tc
-from netapprox.controller.model import Counters, QueueStats, SwitchState, WriteSummary, check_buffer_unit
+from netapprox.controller.model import Counters, QueueStats, SwitchState, WriteSummary, buffer_unit_option_error
 from netapprox.hostlib.wire import DEFAULT_ATP_PORT
 
 log = logging.getLogger(__name__)
@@ -89,12 +89,9 @@ class KernelDriverOptions:
         kwargs["ports"] = dict(ports)
         kwargs["port_rates_mbit"] = dict(kwargs.get("port_rates_mbit", {}))
         opts = cls(**kwargs)
-        try:
-            if opts.approx_buffer_unit != 1 or isinstance(opts.approx_buffer_unit, bool):  # 1: the k-MTU queues
-                check_buffer_unit(opts.approx_buffer_unit, opts.buffer_packets)
-        except ValueError as e:
-            why = str(e) if str(e).startswith("approx_buffer_unit") else f"approx_buffer_unit: {e}"
-            raise KernelDriverError(f"option {why}") from None
+        why = buffer_unit_option_error(opts.approx_buffer_unit, opts.buffer_packets)
+        if why:
+            raise KernelDriverError(f"option {why}")
         return opts
 
     def shape(self, ifname: str) -> tc.PortShape:

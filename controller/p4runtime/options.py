@@ -5,7 +5,7 @@ import dataclasses
 from typing import Any, Mapping
 
 from netapprox.controller.errors import ConfigError, did_you_mean
-from netapprox.controller.model import check_buffer_unit
+from netapprox.controller.model import buffer_unit_option_error
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,12 +95,9 @@ class P4RuntimeOptions:
                 raise ConfigError(f"option {name}={value!r}: a whole number >= 1")
         if not self.adopt_jobs_s >= 0:
             raise ConfigError(f"option adopt_jobs_s={self.adopt_jobs_s!r}: seconds >= 0")
-        try:
-            if self.approx_buffer_unit != 1 or isinstance(self.approx_buffer_unit, bool):  # 1: the k-MTU queues
-                check_buffer_unit(self.approx_buffer_unit, self.buffer_packets)
-        except ValueError as e:
-            why = str(e) if str(e).startswith("approx_buffer_unit") else f"approx_buffer_unit: {e}"
-            raise ConfigError(f"option {why}") from None
+        why = buffer_unit_option_error(self.approx_buffer_unit, self.buffer_packets)
+        if why:
+            raise ConfigError(f"option {why}")
 
 
 def options_from_mapping(name: str, options: Mapping[str, Any]) -> P4RuntimeOptions:
