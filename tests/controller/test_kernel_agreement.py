@@ -22,6 +22,7 @@ import os
 import select
 import socket
 import threading
+import time
 
 import pytest
 from hypothesis import assume, given, settings
@@ -83,7 +84,16 @@ class KernelPort:
         self.rx.setblocking(False)
 
     def enqueued(self) -> list[int]:
-        by_q = {q.qid: q.enqueued for q in self.driver.read_counters().queues if q.port == 1}
+        """Packets each queue has taken, read once the queues are empty. ``enqueued`` is sent + dropped +
+        backlog, and the kernel's qdisc dump reads a fifo's length, then its sent counter, without the queue
+        lock: a dump that races the dequeue of the one packet in flight counts that packet twice. Callers read
+        after the frame has arrived (so it has left its queue); the loop covers the rest."""
+        for _ in range(100):
+            queues = [q for q in self.driver.read_counters().queues if q.port == 1]
+            if all(q.backlog == 0 for q in queues):
+                break
+            time.sleep(0.01)
+        by_q = {q.qid: q.enqueued for q in queues}
         return [by_q[q] for q in range(NUM_QUEUES)]
 
     def send(self, packet: bytes) -> None:
@@ -147,8 +157,8 @@ def test_the_real_kernel_classifier_agrees_with_the_reference(port):
         for spec in pkts:
             packet = spec.bytes()
             port.send(packet)
-            after = port.enqueued()
             frame = port.receive()
+            after = port.enqueued()
             moved = {q: after[q] - before[q] for q in range(NUM_QUEUES) if after[q] != before[q]}
             before = after
             assert len(moved) == 1 and list(moved.values()) == [1], (moved, spec)
