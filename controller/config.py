@@ -91,6 +91,10 @@ class TuningConfig:
     ``remaining_deadband``) takes this off the value the cutoffs place (TLR units: 1/8 is one queue of the
     paper's k/8). A job with more work left than the median keeps its TLR. 0 (the default: in the measurements
     of docs/results.md it cost more than it gave): the TLR alone places."""
+    demote_weight: float = 0.0
+    """How far a job's remaining work moves it down: each doubling of its remaining work above the median
+    (beyond ``remaining_deadband``) adds this to the value the cutoffs place. 0: a job with more work left than
+    the median keeps its TLR."""
     remaining_deadband: float = 1.0
     """Halvings below the median that move no job (jobs of about the same size keep the order of their TLRs)."""
     split_gap: float = 0.0625
@@ -160,6 +164,11 @@ class PolicyConfig:
     """A job losing for this many consecutive epochs moves one queue up (NetApprox Fig. 10)."""
     tuning: TuningConfig = dataclasses.field(default_factory=lambda: TuningConfig())
     """The online tuner of mode ``adaptive`` and its limits (``[policy.tuning]``)."""
+    finish_epochs: float = 1.0
+    """Modes ``netapprox`` and ``adaptive``: a job that, at the rate it reports, would have what its MSR needs
+    within this many epochs goes to the first approximate queue whatever its TLR (``policy.finishing``): it is
+    about to finish, and the jobs that arrive meanwhile (placed by their TLRs before the controller sees them)
+    do not hold it back. 0: the TLR alone places (the paper's policy)."""
 
     def __post_init__(self) -> None:
         _check_fields(self, POLICY_KEYS, "[policy]")
@@ -394,6 +403,7 @@ POLICY_KEYS: dict[str, C.Check] = {
     "loss_margin": C.fraction(),
     "promote_after_epochs": C.integer(ge=1),
     "tuning": _instance(TuningConfig),
+    "finish_epochs": C.number(ge=0.0, le=1e6),
 }
 TUNING_KEYS: dict[str, C.Check] = {
     "every_epochs": C.integer(ge=1, le=1_000_000),
@@ -402,6 +412,7 @@ TUNING_KEYS: dict[str, C.Check] = {
     "min_gap": C.number(ge=1 / 4096, lt=0.2),
     "hysteresis": C.number(ge=0.0, lt=1.0),
     "remaining_weight": C.number(ge=0.0, le=1.0),
+    "demote_weight": C.number(ge=0.0, le=1.0),
     "remaining_deadband": C.number(ge=0.0, le=32.0),
     "split_gap": C.number(ge=0.0, le=1.0),
     "buffers": C.boolean(),

@@ -132,6 +132,7 @@ class ControllerCore:
         ``adaptive`` starts (again) from the configured thresholds and the targets' buffers."""
         cfg = self.config.policy
         self._adaptive = cfg.mode == "adaptive"
+        self._valued = policy.placed_by_value(cfg)
         self._tuned = tuning.Tuned(cutoffs=tuple(cfg.thresholds), thresholds=tuple(cfg.thresholds))
         self._retuned = False
         self.switches: Mapping[str, SwitchConfig] = types.MappingProxyType(dict(switches))
@@ -236,18 +237,18 @@ class ControllerCore:
         elif group_id == job.min_group:
             if report.tlr != old.tlr or report.loss != old.loss:
                 self._dirty.add(report.job_id)
-            elif self._adaptive and job.value is not None and self._value(job, job.min_tlr) != job.value:
+            elif self._valued and job.value is not None and self._value(job, job.min_tlr) != job.value:
                 self._dirty.add(report.job_id)  # its remaining work moved it
         elif (report.tlr, group_id) < (job.min_tlr, job.min_group):
             self._dirty.add(report.job_id)
-        elif self._adaptive and job.value is not None and self._value(job, job.min_tlr) != job.value:
+        elif self._valued and job.value is not None and self._value(job, job.min_tlr) != job.value:
             self._dirty.add(report.job_id)
         self._reports.append(report)
         return report
 
     def _value(self, job: _Job, tlr: float) -> float:
-        """Mode ``adaptive``: the job's placement value now."""
-        return policy.job_value(job.groups, tlr, self._tuned.work_ref, self.config.policy.tuning)
+        """The job's placement value now (``policy.job_value``; modes that place by value)."""
+        return policy.job_value(job.groups, tlr, self._tuned.work_ref, self.config.policy, self.config.epoch_s)
 
     def ingest_batch(self, batch: Iterable[tuple[str, bytes | Report | str]], now: float) -> int:
         """``ingest`` each (source, report or reason) of ``reports.receive_batch``; returns how many
@@ -436,7 +437,7 @@ class ControllerCore:
         just changed, every job is placed afresh."""
         jobs, losing, assignments, tables = self._jobs, self._losing, self._assignments, self._tables
         place, margin, job_change = self._placer.place, self.config.policy.loss_margin, policy.JobChange
-        adaptive = self._adaptive
+        valued = self._valued
         for job_id in job_ids:
             job = jobs[job_id]
             groups = job.groups
@@ -456,7 +457,7 @@ class ControllerCore:
                 continue
             loss = report.loss
             old = job.qid
-            if adaptive:
+            if valued:
                 job.value = value = self._value(job, tlr)
                 new, reason, job.streak = place(tlr, loss, old, job.streak, value, retuned)
             else:
@@ -492,7 +493,7 @@ class ControllerCore:
             self._losing.discard(job.job_id)
         else:
             value = None
-            if self._adaptive:
+            if self._valued:
                 job.value = value = self._value(job, tlr)
             new, reason, job.streak = self._placer.place(tlr, loss, old, job.streak, value)
             if loss > tlr + cfg.loss_margin:  # losing: its streak moves every epoch, so decide it every epoch

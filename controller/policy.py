@@ -155,10 +155,45 @@ def job_tlr(groups: Mapping[int, GroupReport]) -> tuple[float, int]:
     return report.tlr, group_id
 
 
-def job_value(groups: Mapping[int, GroupReport], tlr: float, work_ref: float | None, config: TuningConfig) -> float:
-    """Mode ``adaptive``: the value the cutoffs place for a job with these groups and (lowest) TLR: the TLR
-    shifted by the job's remaining work (``tuning.value_of``)."""
-    return value_of(tlr, remaining_work(groups), work_ref, config)
+FINISH_VALUE = 0.0
+"""What a finishing job is placed as (``job_value``): below every T_1, so the first approximate queue."""
+
+
+def finishing(groups: Mapping[int, GroupReport], within_s: float) -> bool:
+    """The job would have what its MSR needs within ``within_s`` at the rate its groups report: its remaining
+    work (``remaining_work``, known once a message has been resolved) is more than nothing and at most that
+    rate times ``within_s``."""
+    if within_s <= 0.0:
+        return False
+    work = remaining_work(groups)
+    if not work:
+        return False
+    rate = 0.0
+    for r in groups.values():
+        rate += r.rate_bps
+    return work * 8.0 <= rate * within_s
+
+
+def placed_by_value(config: PolicyConfig) -> bool:
+    """Jobs are placed by ``job_value`` rather than by their TLR alone: mode ``adaptive``, or mode ``netapprox``
+    with ``finish_epochs`` > 0."""
+    return config.mode == "adaptive" or (config.mode == "netapprox" and config.finish_epochs > 0.0)
+
+
+def job_value(groups: Mapping[int, GroupReport], tlr: float, work_ref: float | None, config: PolicyConfig,
+              epoch_s: float) -> float:
+    """The value the thresholds (mode ``adaptive``: the cutoffs) place for a job with these groups and (lowest)
+    TLR: mode ``adaptive``, the TLR shifted by the job's remaining work (``tuning.value_of``); then, if it is
+    ``finishing`` within ``config.finish_epochs`` epochs, ``FINISH_VALUE``. Other modes: the TLR."""
+    if config.mode == "adaptive":
+        value = value_of(tlr, remaining_work(groups), work_ref, config.tuning)
+    elif config.mode == "netapprox":
+        value = tlr
+    else:
+        return tlr
+    if config.finish_epochs > 0.0 and finishing(groups, config.finish_epochs * epoch_s):
+        return min(value, FINISH_VALUE)
+    return value
 
 
 def quiet(report: GroupReport, now: float, epoch_s: float) -> bool:
@@ -192,14 +227,16 @@ def tuning_samples(jobs: Mapping[int, Mapping[int, GroupReport]], exclude: Itera
 def decide(jobs: Mapping[int, Mapping[int, GroupReport]], previous: Mapping[int, int], now: float,
            config: PolicyConfig, losing: Mapping[int, int] | None = None, *,
            values: Mapping[int, float] | None = None, cutoffs: tuple[float, ...] | None = None,
-           retuned: bool = False) -> Decision:
+           retuned: bool = False, epoch_s: float = 0.0) -> Decision:
     """Assign every live job a queue. ``jobs``: job id -> group id -> latest report; ``previous``: last epoch's
     assignments; ``losing``: last epoch's ``Decision.losing``. Mode ``adaptive``: ``values`` (job id -> what is
     placed instead of its TLR, ``tuning.value_of``), ``cutoffs`` (the tuner's, instead of ``config.thresholds``)
     and ``retuned`` (the cutoffs have just changed: every unpinned job is placed afresh, without hysteresis,
-    reason ``tuned``, except that a losing job never moves down). Deterministic: the same inputs give the same
-    ``Decision``."""
+    reason ``tuned``, except that a losing job never moves down). Without ``values``, each job's ``job_value``
+    (without a reference work) with ``epoch_s``, the controller's epoch (0: no job is ``finishing``).
+    Deterministic: the same inputs give the same ``Decision``."""
     losing = losing or {}
+    valued = values is None and placed_by_value(config) and epoch_s > 0.0
     values = values or {}
     pinned = dict(config.pinned)
     live: dict[int, Mapping[int, GroupReport]] = {}
@@ -217,8 +254,8 @@ def decide(jobs: Mapping[int, Mapping[int, GroupReport]], previous: Mapping[int,
         if job_id in pinned:
             new, reason = pinned[job_id], "new" if old is None else ("moved" if old != pinned[job_id] else None)
         else:
-            new, reason = _place(job_id, tlr, loss, old, losing, streaks, config, values.get(job_id, tlr),
-                                 retuned, cutoffs)
+            value = job_value(groups, tlr, None, config, epoch_s) if valued else values.get(job_id, tlr)
+            new, reason = _place(job_id, tlr, loss, old, losing, streaks, config, value, retuned, cutoffs)
         assignments[job_id] = new
         if reason is not None:
             changes.append(JobChange(job_id, reason, old, new, tlr, group_id, loss))

@@ -133,7 +133,8 @@ def value_range(config: TuningConfig) -> tuple[float, float]:
 
 
 def placement_value(tlr: float, work_bytes: float | None, work_ref: float | None, weight: float,
-                    limits: tuple[float, float] = (-4.0, 5.0), deadband: float = 0.0) -> float:
+                    limits: tuple[float, float] = (-4.0, 5.0), deadband: float = 0.0,
+                    demote: float = 0.0) -> float:
     """What the cutoffs place for a job: its TLR, minus ``weight`` for every halving of its remaining work below
     ``work_ref`` beyond the first ``deadband`` halvings. A job with much less left than the others moves up (a
     nearly done small job is not pushed below large ones: eq. 1 raises the TLR of a job that delivers without
@@ -142,11 +143,17 @@ def placement_value(tlr: float, work_bytes: float | None, work_ref: float | None
     scale goes below 0, so that jobs whose TLR has fallen to 0 (eq. 1 after heavy loss) are still ordered by
     their work. Unknown work, no reference, a zero weight, or nothing left (a job past its MSR sends surplus at
     TLR 1.0): its TLR. Within ``limits`` (``value_range``)."""
-    if weight <= 0.0 or work_bytes is None or work_ref is None or work_bytes <= 0.0 or work_ref <= 0.0:
+    if (weight <= 0.0 and demote <= 0.0) or work_bytes is None or work_ref is None or work_bytes <= 0.0 \
+            or work_ref <= 0.0:
         value = tlr
     else:
-        halvings = math.log2(work_ref / work_bytes) - deadband
-        value = tlr - weight * halvings if halvings > 0.0 else tlr
+        halvings = math.log2(work_ref / work_bytes)
+        if halvings > deadband:
+            value = tlr - weight * (halvings - deadband)
+        elif -halvings > deadband:
+            value = tlr + demote * (-halvings - deadband)
+        else:
+            value = tlr
     lo, hi = limits
     return lo if value < lo else hi if value > hi else value
 
@@ -171,7 +178,7 @@ def value_of(tlr: float, work_bytes: float | None, work_ref: float | None, confi
     that a report moves a job's value only when it moves it a little, and the core re-decides the job only
     then)."""
     value = placement_value(tlr, work_bytes, work_ref, config.remaining_weight, value_range(config),
-                            config.remaining_deadband)
+                            config.remaining_deadband, config.demote_weight)
     return value if value == tlr else round(value * 1024) / 1024
 
 

@@ -48,8 +48,24 @@ A name not listed here is checked against the type of the figure's default."""
 def set_checks(protocols: Sequence[str]) -> dict[str, C.Check]:
     """``SET_CHECKS`` with the protocol names of a back end."""
     return {**SET_CHECKS, "protocols": C.choice(protocols), "variants": C.choice(protocols),
-            "schemes": C.choice(("alone", *protocols, *(f"alone-{p}" for p in protocols if p.startswith("atp")),
-                                 *(f"{p}+adaptive" for p in protocols if p.startswith("atp"))))}
+            "schemes": _scheme_check(protocols)}
+
+
+def _scheme_check(protocols: Sequence[str]) -> C.Check:
+    """A scheme of ``exp_fairness``: ``alone``, a protocol, ``alone-<atp protocol>`` or ``<atp protocol>+<policy
+    setting>`` (a name of ``SHIFT_SETTINGS``)."""
+    plain = C.choice(("alone", *protocols, *(f"alone-{p}" for p in protocols if p.startswith("atp"))))
+    atp = C.choice(tuple(p for p in protocols if p.startswith("atp")))
+    setting = C.choice(tuple(SHIFT_SETTINGS))
+
+    def check(value, field):
+        proto, plus, name = str(value).partition("+")
+        if not plus:
+            return plain(value, field)
+        atp(proto, field)
+        setting(name, field)
+        return value
+    return check
 
 
 class UsageError(ValueError):

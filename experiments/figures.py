@@ -451,8 +451,12 @@ def fairness_scheme(scheme: str) -> tuple[str, bool, tuple[tuple[str, Any], ...]
         return "atp-full", True, ()
     if scheme.startswith("alone-"):
         return scheme[len("alone-"):], True, ()
-    if scheme.endswith("+adaptive"):
-        return scheme[:-len("+adaptive")], False, (("mode", "adaptive"),)
+    proto, plus, setting = scheme.partition("+")
+    if plus:
+        if setting not in SHIFT_SETTINGS:
+            raise ValueError(f"fairness scheme {scheme!r}: no policy setting {setting!r} "
+                             f"(one of {', '.join(SHIFT_SETTINGS)})")
+        return proto, False, SHIFT_SETTINGS[setting]
     return scheme, False, ()
 
 
@@ -477,17 +481,30 @@ MSR 0.9 jobs start (TLR 0.1) and where eq. 1 takes losing jobs; cut between the 
 (initial TLRs 0.1, 0.3, 0.5); fine at the high end, where eq. 1 takes jobs that deliver without loss; and k/10
 (the top queue from 0.7)."""
 SHIFT_SETTINGS: dict[str, tuple[tuple[str, Any], ...]] = {
+    "default": (),
     "adaptive": (("mode", "adaptive"),),
-    **{f"fixed-{name}": (("mode", "netapprox"), ("thresholds", t)) for name, t in FIXED_THRESHOLDS.items()},
+    **{f"fixed-{name}": (("mode", "netapprox"), ("thresholds", t), ("finish_epochs", 0.0))
+       for name, t in FIXED_THRESHOLDS.items()},
+    **{f"finish-{name}": (("mode", "netapprox"), ("thresholds", t)) for name, t in FIXED_THRESHOLDS.items()
+       if name != "k8"},
     "adaptive-remaining-work": (("mode", "adaptive"), ("tuning", (("remaining_weight", 0.125),))),
     "adaptive-no-buffers": (("mode", "adaptive"), ("tuning", (("buffers", False),))),
     "k8-remaining-work": (("mode", "adaptive"), ("tuning", (("remaining_weight", 0.125), ("hysteresis", 0.999),
                                                             ("buffers", False)))),
+    "k8-srpt": (("mode", "adaptive"), ("tuning", (("remaining_weight", 0.25), ("demote_weight", 0.25),
+                                                  ("remaining_deadband", 0.0), ("hysteresis", 0.999),
+                                                  ("buffers", False)))),
+    "k8-srpt-only": (("mode", "adaptive"), ("finish_epochs", 0.0),
+                     ("tuning", (("remaining_weight", 0.25), ("demote_weight", 0.25), ("remaining_deadband", 0.0),
+                                 ("hysteresis", 0.999), ("buffers", False)))),
 }
-"""Policy of each setting of ``exp_shift`` (``TrialPlan.policy``): the tuned policy (mode ``adaptive``, its
-defaults), every fixed threshold set, and three variants: the tuner with the remaining-work placement
-(``remaining_weight`` 1/8), the tuner without buffers, and the remaining-work placement on the paper's fixed
-thresholds (no retuning, no buffers)."""
+"""Policy of each setting of ``exp_shift`` (``TrialPlan.policy``): the default policy (mode ``netapprox``, the
+paper's k/8, a job about to finish in the first approximate queue: ``PolicyConfig.finish_epochs``); the tuned
+policy (mode ``adaptive``, its defaults); every fixed threshold set as the paper places jobs (by TLR alone,
+``finish_epochs`` 0) and, ``finish-<set>``, with the default's finishing rule; and variants: the tuner with the
+remaining-work placement (``remaining_weight`` 1/8), the tuner without buffers, the remaining-work placement on
+the paper's fixed thresholds (no retuning, no buffers), and SRPT-like placement both ways on them
+(``remaining_weight`` and ``demote_weight`` 1/4 per doubling, with and without the finishing rule)."""
 
 
 def shift_workload(backend: Any, seed: int, *, phase_s: float, load: float, receivers: int,
@@ -527,13 +544,20 @@ def shift_workload(backend: Any, seed: int, *, phase_s: float, load: float, rece
     return tuple(jobs), tuple(flows), phase_of
 
 
-def exp_shift(seeds: Sequence[int], out: Path, sweep: Sweep, *, settings=tuple(SHIFT_SETTINGS), phase_s: float = 3.0,
+SHIFT_RUN = ("default", "adaptive", *(f"fixed-{name}" for name in FIXED_THRESHOLDS),
+             *(f"finish-{name}" for name in FIXED_THRESHOLDS if name != "k8"))
+"""The settings ``exp_shift`` runs unless told: the two policies, every fixed set and every set with the
+finishing rule."""
+
+
+def exp_shift(seeds: Sequence[int], out: Path, sweep: Sweep, *, settings=SHIFT_RUN, phase_s: float = 3.0,
               load: float = 0.3, receivers: int = 1, msrs=(0.5, 0.7, 0.9)) -> R.ResultFile:
     """A workload whose mix shifts mid-run, FBKV-heavy -> FBHD-heavy -> a mix with web-search flows
     (``SHIFT_PHASES``, ``phase_s`` each), under the tuned policy and under every fixed threshold set
     (``SHIFT_SETTINGS``): mean JCT per phase (jobs by the phase they start in) and overall, and per seed the
-    tuned policy's over the best fixed setting's in hindsight (the fixed set with the lowest mean over the
-    seeds, chosen per phase and overall: setting ``adaptive/best-fixed``)."""
+    default and the tuned policy's over the best fixed setting's in hindsight (the fixed set with the lowest
+    mean over the seeds, chosen per phase and overall: settings ``default/best-fixed``,
+    ``adaptive/best-fixed``)."""
     sweep = as_sweep(sweep)
     backend = sweep.backend
     plans, phases = [], {}
@@ -578,7 +602,8 @@ def exp_shift(seeds: Sequence[int], out: Path, sweep: Sweep, *, settings=tuple(S
 
 def best_fixed_ratios(rf: R.ResultFile, fixed: Sequence[str]) -> None:
     """Per phase and overall: the fixed setting with the lowest mean JCT over the seeds (in hindsight), noted,
-    and per seed the ``adaptive`` setting's JCT over that setting's (rows ``adaptive/best-fixed``)."""
+    and per seed the ``default`` and ``adaptive`` settings' JCT over that setting's (rows
+    ``default/best-fixed``, ``adaptive/best-fixed``)."""
     keys = ["jct_mean_s"] + [f"jct_{name}_s" for name, _, _ in SHIFT_PHASES]
     by = {(r["params"]["setting"], r["seed"]): r["metrics"] for r in rf.runs if "/" not in r["params"]["setting"]}
     seeds = sorted({seed for _, seed in by})
@@ -592,14 +617,15 @@ def best_fixed_ratios(rf: R.ResultFile, fixed: Sequence[str]) -> None:
         if means:
             best[key] = min(means, key=means.get)
     rf.notes.append({"best_fixed_in_hindsight": best})
-    for seed in seeds:
-        m = by.get(("adaptive", seed))
-        if m is None:
-            continue
-        ratios = {f"{key[:-2]}_ratio": m[key] / by[(name, seed)][key] for key, name in best.items()
-                  if m.get(key) and (name, seed) in by and by[(name, seed)].get(key)}
-        if ratios:
-            rf.add(seed, {"setting": "adaptive/best-fixed"}, ratios, progress=False)
+    for policy_name in ("default", "adaptive"):
+        for seed in seeds:
+            m = by.get((policy_name, seed))
+            if m is None:
+                continue
+            ratios = {f"{key[:-2]}_ratio": m[key] / by[(name, seed)][key] for key, name in best.items()
+                      if m.get(key) and (name, seed) in by and by[(name, seed)].get(key)}
+            if ratios:
+                rf.add(seed, {"setting": f"{policy_name}/best-fixed"}, ratios, progress=False)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -20,7 +20,8 @@ MAX_PNG_BYTES = 200_000
 SHIFT_METRICS = ("jct_mean_s", "jct_fbkv_heavy_s", "jct_fbhd_heavy_s", "jct_mix_web_s", "jct_mean_ratio",
                  "jct_fbkv_heavy_ratio", "jct_fbhd_heavy_ratio", "jct_mix_web_ratio", "msr_met_frac", "tuning_changes")
 """The shifting workload (experiments.figures.exp_shift): mean JCT overall and per phase, and in the
-``adaptive/best-fixed`` rows the tuned policy's over the best fixed setting's in hindsight."""
+``default/best-fixed`` and ``adaptive/best-fixed`` rows the default and the tuned policy's over the best fixed
+setting's in hindsight."""
 
 # experiment -> (metrics shown, params that form a row, in order)
 TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from netapprox.controller import policy
-from netapprox.controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig
+from netapprox.controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig, TuningConfig
 from netapprox.controller.core import ControllerCore
 from netapprox.controller.model import JobRule
 from netapprox.hostlib.wire import Report
@@ -109,3 +109,66 @@ def test_expiry_runs_off_deadlines_and_deletes_the_entry_once():
     plan = core.step(1.0)
     assert dict(plan.updates["s1"].jobs) == {7: None} and [c.reason for c in plan.changes] == ["expired"]
     assert core.step(2.0).updates["s1"].empty
+
+
+def progress_report(seq: int, tlr: float, delivered: int, rate_kbps: int, job: int = 1) -> bytes:
+    return Report(job_id=job, group_id=0, seq=seq, tlr=tlr, loss=0.0, msr=0.5, rate_kbps=rate_kbps, total=100,
+                  delivered=delivered, lost=0, epoch=seq).encode()
+
+
+def test_a_job_about_to_finish_goes_to_the_first_approximate_queue():
+    """``finish_epochs`` (default 1): a job that would have what its MSR needs within an epoch at the rate it
+    reports is placed in queue 1 whatever its TLR; with 0, its TLR (0.6: queue 4) places it all along."""
+    epoch = 0.01
+    for finish, want in ((1.0, [4, 4, 1]), (0.0, [4, 4, 4])):
+        core = ControllerCore(ControllerConfig(switches=(SwitchConfig("s1"),), reports=REPORTS, epoch_s=epoch,
+                                               policy=PolicyConfig(finish_epochs=finish)))
+        got, finishing = [], []
+        # 1 Gbit/s: 1.25 MB an epoch. 20 messages resolved per 1.25 MB, 30 still needed (~1.9 MB): not within an
+        # epoch; then 45 resolved, 5 needed (~0.3 MB): within one.
+        for seq, delivered in enumerate((0, 20, 45), start=1):
+            now = (seq - 1) * epoch
+            assert core.ingest(progress_report(seq, 0.6, delivered, 1_000_000), "10.0.0.1", now) is not None
+            got.append(core.step(now).assignments[1])
+            finishing.append(policy.finishing(core.jobs[1], finish * epoch))
+        assert got == want, (finish, got)
+        assert finishing == [q == 1 for q in want]
+        # the reference policy decides the same from the same reports
+        d = policy.decide(core.jobs, {1: 4}, now, core.config.policy, epoch_s=epoch)
+        assert d.assignments[1] == want[-1]
+        assert [c.reason for c in d.changes] == (["moved"] if want[-1] != 4 else [])
+
+
+@settings(max_examples=100, deadline=None)
+@given(epochs=st.lists(st.lists(st.tuples(st.integers(1, 4), st.floats(0, 1), st.integers(0, 60),
+                                          st.sampled_from([1_000, 100_000, 1_000_000])), max_size=4),
+                       min_size=1, max_size=20),
+       mode=st.sampled_from(["netapprox", "adaptive"]))
+def test_incremental_core_places_finishing_jobs_as_the_policy(epochs, mode):
+    """The differential test above with reports that resolve messages at a rate (so the finishing rule acts):
+    the core and ``policy.decide`` (with the controller's epoch) assign every job the same queue."""
+    epoch = 0.01
+    cfg = PolicyConfig(job_timeout_s=0.5, mode=mode, tuning=TuningConfig(every_epochs=1_000_000))
+    core = ControllerCore(ControllerConfig(switches=(SwitchConfig("s1"),), policy=cfg, reports=REPORTS,
+                                           epoch_s=epoch))
+    jobs: dict[int, dict[int, policy.GroupReport]] = {}
+    assignments: dict[int, int] = {}
+    losing: dict[int, int] = {}
+    now, seq = 0.0, 0
+    for reports in epochs:
+        for job, tlr, delivered, rate in reports:
+            seq += 1
+            data = progress_report(seq, tlr, delivered, rate, job)
+            assert core.ingest(data, "10.0.0.1", now) is not None
+            r = Report.decode(data)
+            jobs.setdefault(job, {})[0] = policy.next_group_report(
+                jobs.get(job, {}).get(0), now, r.tlr, r.loss, r.rate_kbps * 1000.0, r.msr, r.total, r.delivered,
+                r.lost)
+        plan = core.step(now)
+        values = {j: policy.job_value(g, policy.job_tlr(g)[0], core.tuned.work_ref, cfg, epoch)
+                  for j, g in jobs.items()}
+        want = policy.decide(jobs, assignments, now, cfg, losing, values=values, cutoffs=core.tuned.cutoffs)
+        assert dict(plan.assignments) == dict(want.assignments)
+        jobs = {j: dict(g) for j, g in want.live.items()}
+        assignments, losing = dict(want.assignments), dict(want.losing)
+        now += epoch

@@ -208,6 +208,19 @@ def test_tuning_placement_moves_a_job_up_one_step_per_halving_of_its_remaining_w
     assert tuning.placement_value(0.3, 1.0, 1e12, w, (lo, hi)) == lo
 
 
+def test_demote_weight_moves_a_job_with_more_work_left_down():
+    """``demote_weight``: each doubling above the reference (beyond the deadband) adds it; below, only
+    ``remaining_weight`` moves; both 0 (the defaults): the TLR."""
+    assert tuning.placement_value(0.3, 4000, 1000, 0.0, demote=0.25) == pytest.approx(0.3 + 2 * 0.25)
+    assert tuning.placement_value(0.3, 4000, 1000, 0.0, deadband=1.0, demote=0.25) == pytest.approx(0.3 + 0.25)
+    assert tuning.placement_value(0.3, 250, 1000, 0.0, demote=0.25) == 0.3
+    assert tuning.placement_value(0.3, 250, 1000, 0.125, demote=0.25) == pytest.approx(0.3 - 2 * 0.125)
+    assert tuning.placement_value(0.3, 1e12, 1.0, 0.0, (-1.0, 1.5), demote=1.0) == 1.5
+    cfg = TuningConfig(demote_weight=0.25, remaining_deadband=0.0)
+    assert tuning.value_of(0.3, 2000, 1000, cfg) == pytest.approx(0.55, abs=1 / 1024)  # quantized
+    assert tuning.value_of(0.3, 2000, 1000, TuningConfig()) == 0.3
+
+
 def test_tuning_reference_work_is_the_load_weighted_median():
     samples = [sample(1, 0.1, 1e9, 1000.0), sample(2, 0.1, 1e9, 5000.0), sample(3, 0.1, 5e9, 9000.0),
                sample(4, 0.1, 1e9, None)]
@@ -238,6 +251,7 @@ def test_tuner_with_remaining_work_puts_a_small_job_above_large_jobs_whatever_th
     ({"buffer_total": 200, "buffer_max": 16}, "buffer_total: 7 queues of 1..16 packets hold 7..112, got 200"),
     ({"every_epochs": 0}, "every_epochs: expected an integer >= 1"),
     ({"remaining_weight": 2}, "remaining_weight: expected a number >= 0 and <= 1"),
+    ({"demote_weight": -0.5}, "demote_weight: expected a number >= 0 and <= 1"),
     ({"max_threshold": 9}, "max_threshold: expected a number >= -4 and <= 5"),
     ({"evry_epochs": 3}, "unknown key 'evry_epochs'. Did you mean 'every_epochs'?"),
 ])
@@ -385,7 +399,7 @@ class AdaptiveReference:
                                             self.assignments)
             self.tuned, change = tune(samples, self.tuned, self.cfg.tuning, self.cfg.thresholds)
             retuned = change is not None
-        values = {j: policy.job_value(gs, policy.job_tlr(gs)[0], self.tuned.work_ref, self.cfg.tuning)
+        values = {j: policy.job_value(gs, policy.job_tlr(gs)[0], self.tuned.work_ref, self.cfg, self.epoch_s)
                   for j, gs in live.items()}
         d = policy.decide(self.jobs, self.assignments, now, self.cfg, self.losing, values=values,
                           cutoffs=self.tuned.cutoffs, retuned=retuned)

@@ -55,9 +55,11 @@ def replay(core: ControllerCore, stream, epoch_s: float = EPOCH_S):
         k += 1
 
 
-def adaptive(**tuning_kw) -> ControllerConfig:
+def adaptive(finish_epochs: float = 0.0, **tuning_kw) -> ControllerConfig:
+    """Mode ``adaptive``; by default without the finishing rule, so that the tuner's own decisions show."""
     return ControllerConfig(switches=(SwitchConfig("s1"), SwitchConfig("s2")), reports=REPORTS, epoch_s=EPOCH_S,
-                            policy=PolicyConfig(mode="adaptive", tuning=TuningConfig(**tuning_kw)))
+                            policy=PolicyConfig(mode="adaptive", tuning=TuningConfig(**tuning_kw),
+                                                finish_epochs=finish_epochs))
 
 
 def test_tuner_on_the_recorded_fairness_stream_writes_these_thresholds():
@@ -125,7 +127,7 @@ def test_tuner_on_the_recorded_shift_stream_neither_lumps_the_grid_nor_demotes_l
     rewrites = 0
     for mode in ("netapprox", "adaptive"):
         core = ControllerCore(ControllerConfig(switches=(SwitchConfig("s1"),), reports=REPORTS, epoch_s=EPOCH_S,
-                                               policy=PolicyConfig(mode=mode)))
+                                               policy=PolicyConfig(mode=mode, finish_epochs=0.0)))
         margin = core.config.policy.loss_margin
         moves[mode] = 0
         for plan in replay(core, recorded(SHIFT)):
@@ -192,7 +194,7 @@ class RecordingDriver(Driver):
 def test_tuning_decision_log_shows_each_threshold_change(tmp_path):
     log = tmp_path / "decisions.jsonl"
     cfg = ControllerConfig(switches=(SwitchConfig("s1"),), reports=REPORTS, epoch_s=EPOCH_S, counters_every=0,
-                           decision_log=str(log), policy=PolicyConfig(mode="adaptive"))
+                           decision_log=str(log), policy=PolicyConfig(mode="adaptive", finish_epochs=0.0))
     driver = RecordingDriver("s1")
     clock = [0.0]
     rt = Runtime(cfg, drivers={"s1": driver}, clock=lambda: clock[0], connect_clock=lambda: clock[0],

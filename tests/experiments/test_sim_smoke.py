@@ -99,26 +99,31 @@ def test_an_exception_in_a_simulator_callback_stops_the_trial_and_is_raised(sim)
 def test_shifting_workload_runs_the_tuned_policy_against_fixed_thresholds(sim, tmp_path):
     """The shifting-workload figure end to end at a small scale: every setting's trial runs the same jobs, the
     tuned policy changes the thresholds (its decision log's 'tuning' events are in the record), a fixed one
-    never does, every job meets its MSR, and the adaptive/best-fixed rows hold a ratio per phase."""
+    never does, every job meets its MSR, and the default/best-fixed and adaptive/best-fixed rows hold a ratio per
+    phase."""
     from netapprox.experiments.figures import EXPERIMENTS, SHIFT_PHASES
     from netapprox.experiments.sim.backend import SimBackend, SimScale
     from netapprox.experiments.sweep import Sweep
     backend = SimBackend(SimScale(k=4, fbkv_n=200, fbhd_n=10))
-    rf = EXPERIMENTS["shift"]([1], tmp_path, Sweep(backend), settings=("adaptive", "fixed-k8"), phase_s=0.15e-3,
-                              load=0.7, receivers=2)
+    rf = EXPERIMENTS["shift"]([1], tmp_path, Sweep(backend), settings=("default", "adaptive", "fixed-k8"),
+                              phase_s=0.15e-3, load=0.7, receivers=2)
     runs = {r["params"]["setting"]: r for r in rf.runs}
-    assert set(runs) == {"adaptive", "fixed-k8", "adaptive/best-fixed"}
-    jobs = {s: sorted((j["job_id"], j["start_s"]) for j in runs[s]["raw"]["jobs"]) for s in ("adaptive", "fixed-k8")}
-    assert jobs["adaptive"] == jobs["fixed-k8"] and len(jobs["adaptive"]) >= 6
-    for s in ("adaptive", "fixed-k8"):
+    assert set(runs) == {"default", "adaptive", "fixed-k8", "default/best-fixed", "adaptive/best-fixed"}
+    jobs = {s: sorted((j["job_id"], j["start_s"]) for j in runs[s]["raw"]["jobs"])
+            for s in ("default", "adaptive", "fixed-k8")}
+    assert jobs["adaptive"] == jobs["fixed-k8"] == jobs["default"] and len(jobs["adaptive"]) >= 6
+    for s in ("default", "adaptive", "fixed-k8"):
         m = runs[s]["metrics"]
         assert m["msr_met_frac"] == 1.0 and m["jct_mean_s"] > 0
         assert all(m[f"jct_{name}_s"] is not None for name, _, _ in SHIFT_PHASES)
     assert runs["adaptive"]["metrics"]["tuning_changes"] > 0 and runs["fixed-k8"]["metrics"]["tuning_changes"] == 0
     assert runs["adaptive"]["raw"]["controller"]["policy_mode"] == "adaptive"
     assert runs["fixed-k8"]["raw"]["controller"]["policy_mode"] == "netapprox"
-    ratios = runs["adaptive/best-fixed"]["metrics"]
-    assert set(ratios) == {"jct_mean_ratio"} | {f"jct_{name}_ratio" for name, _, _ in SHIFT_PHASES}
+    assert runs["default"]["raw"]["controller"]["policy_mode"] == "netapprox"
+    assert runs["default"]["metrics"]["tuning_changes"] == 0
+    for row in ("default/best-fixed", "adaptive/best-fixed"):
+        ratios = runs[row]["metrics"]
+        assert set(ratios) == {"jct_mean_ratio"} | {f"jct_{name}_ratio" for name, _, _ in SHIFT_PHASES}
     assert rf.notes[-1]["best_fixed_in_hindsight"]["jct_mean_s"] == "fixed-k8"
 
 
