@@ -35,10 +35,10 @@ SEPARATE = {"ddp": ("netapprox.experiments.ddp", "exp_ddp")}
 SEPARATE_QUICK = {"ddp": {"variants": ("gloo", "atp"), "scenarios": ("idle", "straggler"), "iterations": 60,
                           "fills": ("zero", "error_feedback"), "fill_iterations": 40}}
 SEPARATE_CHECKS: dict[str, dict[str, C.Check]] = {
-    "ddp": {"variants": C.choice(("gloo", "gloo-low", "atp", "atp-low", "atp-spread", "atp-exact")),
+    "ddp": {"variants": C.choice(("gloo", "gloo-low", "atp", "atp-low", "atp-spread", "atp-exact", "atp-tail")),
             "scenarios": C.choice(("idle", "ws20", "ws50", "straggler", "straggler-both")),
             "fills": C.choice(("zero", "previous", "error_feedback")), "fill_loss": C.fraction(),
-            "msr": C.fraction(), "straggler_rate": C.number(gt=0.0, le=1.0), "target": C.fraction(),
+            "msr": C.fraction(), "msr_floor": C.number(gt=0.0, le=1.0), "straggler_rate": C.number(gt=0.0, le=1.0), "target": C.fraction(),
             "iterations": C.integer(ge=1), "eval_every": C.integer(ge=1), "flow_s": C.number(gt=0.0),
             "fill_iterations": C.integer(ge=1), "hidden": C.integer(ge=1)},
 }

@@ -19,6 +19,7 @@ and with each variant:
 | ``gloo`` | DDP's own allreduce (gloo's ring over TCP), stock settings | queue 0, with the flows |
 | ``atp`` | the ATP hook with both phases bounded at ``msr`` (``netapprox.ml.hook.bounded``: the smallest ``1 - msr`` of each contribution's packets at MSR 0, the largest ``msr`` of each reduced chunk gathered, early completion, error feedback) | reliable packets in queue 0 with the flows, the MSR-0 ones as surplus in queue 7 |
 | ``atp-spread`` | both phases at one MSR ``msr`` for every packet, the loss spread by the Hadamard transform, the workers agreeing on what the all-gather lost (``gather_mode="msr"``), early completion, error feedback | approximate packets by TLR (queues 1-7) |
+| ``atp-tail`` | ``atp`` with the tail-adaptive bound (``msr_floor``, ml/tail.py): a worker whose jobs to one peer take persistently longer per packet than to its others (>= 1.5x) sends what crosses that path, its contribution to that peer and its all-gather, at MSR ``msr_floor`` | as ``atp`` |
 | ``atp-exact`` | the ATP hook's defaults (paper group policy, reliable all-gather, every packet sent) | by TLR, the reliable all-gather in queue 0 |
 | ``gloo-low``, ``atp-low`` | as ``gloo`` / ``atp`` with all training traffic in queue 1 (class rules) | queue 1 |
 
@@ -59,7 +60,7 @@ from netapprox.experiments.sweep import Sweep, as_sweep
 from netapprox.experiments.workloads import web_search_flows
 from netapprox.topo.testbed import Testbed, read_json
 
-VARIANTS = ("gloo", "gloo-low", "atp", "atp-low", "atp-spread", "atp-exact")
+VARIANTS = ("gloo", "gloo-low", "atp", "atp-low", "atp-spread", "atp-exact", "atp-tail")
 SCENARIOS = ("idle", "ws20", "ws50", "straggler", "straggler-both")
 RENDEZVOUS_PORT = 29500
 ATP_PORT = 7600
@@ -122,7 +123,8 @@ def _frac(part: int, sent: int) -> float | None:
 
 
 def ddp_trial(tb: Testbed, scale: Scale, seed: int, variant: str, scenario: str, *, iterations: int, hidden: int,
-              flow_s: float, msr: float, eval_every: int, name: str, atp_args: str = "") -> tuple[dict, dict]:
+              flow_s: float, msr: float, eval_every: int, name: str, atp_args: str = "",
+              msr_floor: float = 0.5) -> tuple[dict, dict]:
     load_before = os.getloadavg()[0]
     wd = tb.workdir / name
     if wd.exists():
@@ -146,6 +148,8 @@ def ddp_trial(tb: Testbed, scale: Scale, seed: int, variant: str, scenario: str,
     hook_args = []
     if variant in ("atp", "atp-low"):
         hook_args = atp_args.split() or ["--bounded", f"{msr:g}"]
+    elif variant == "atp-tail":
+        hook_args = ["--bounded", f"{msr:g}", "--msr-floor", f"{msr_floor:g}"]
     elif variant == "atp-spread":
         hook_args = ["--policy", f"msr:{msr:g}", "--gather-msr", f"{msr:g}", "--gather-mode", "msr", "--transform",
                      "hadamard", "--fill", "error_feedback", "--completion", "early"]
@@ -202,6 +206,9 @@ def ddp_trial(tb: Testbed, scale: Scale, seed: int, variant: str, scenario: str,
             sessions = [s for r in ranks for s in r.get("sessions", {}).values()]
             jobs = sum(s["completed"] for s in sessions)
             m["zero_rtt_job_frac"] = sum(s["zero_rtt_jobs"] for s in sessions) / jobs if jobs else None
+            tails = [r["tail"] for r in ranks if r.get("tail")]
+            if tails:  # the tail-adaptive bound: share of buckets a worker sent with a slow path at the floor
+                m["tail_adapted_frac"] = sum(t["buckets_adapted"] for t in tails) / max(1, sum(t["buckets"] for t in tails))
     m["load_avg_1m"] = (load_before + os.getloadavg()[0]) / 2  # of the whole machine, before and after
     approx_sent = sum(q["sent_packets"] for port in queues for q in port[1:])
     approx_dropped = sum(q["dropped"] for port in queues for q in port[1:])
@@ -212,7 +219,8 @@ def ddp_trial(tb: Testbed, scale: Scale, seed: int, variant: str, scenario: str,
 
 
 def exp_ddp(seeds: Sequence[int], out: Path, sweep: Sweep, *, variants=("gloo", "atp"), scenarios=SCENARIOS,
-            iterations: int = 150, hidden: int = 256, msr: float = 0.7, straggler_rate: float = 0.5,
+            iterations: int = 150, hidden: int = 256, msr: float = 0.7, msr_floor: float = 0.5,
+            straggler_rate: float = 0.5,
             target: float = 0.9, eval_every: int = 5, flow_s: float = 240.0, atp_args: str = "",
             fills=("zero", "previous", "error_feedback"), fill_loss: float = 0.3, fill_policy: str = "msr:0.5",
             fill_iterations: int = 80, network: bool = True) -> R.ResultFile:
@@ -225,7 +233,7 @@ def exp_ddp(seeds: Sequence[int], out: Path, sweep: Sweep, *, variants=("gloo", 
 
     scale: Scale = as_sweep(sweep).backend.scale
     rf = R.ResultFile("ddp", {"scale": dataclasses.asdict(scale), "variants": list(variants),
-                              "scenarios": list(scenarios), "iterations": iterations, "hidden": hidden, "msr": msr,
+                              "scenarios": list(scenarios), "iterations": iterations, "hidden": hidden, "msr": msr, "msr_floor": msr_floor,
                               "straggler_rate": straggler_rate, "atp_args": atp_args, "straggler_host": STRAGGLER_HOST,
                               "target_test_acc": target, "eval_every": eval_every,
                               "model": f"MLP 64-{hidden}-{hidden}-10 on scikit-learn digits, Adam 1e-3, batch 32/worker",
@@ -243,7 +251,8 @@ def exp_ddp(seeds: Sequence[int], out: Path, sweep: Sweep, *, variants=("gloo", 
                         tb.pin_jobs([], class_rules=class_rules(variant))
                         m, raw = ddp_trial(tb, scale, seed, variant, scenario, iterations=iterations,
                                            hidden=hidden, flow_s=flow_s, msr=msr, eval_every=eval_every,
-                                           name=f"{scenario}-s{seed}-{variant}", atp_args=atp_args)
+                                           name=f"{scenario}-s{seed}-{variant}", atp_args=atp_args,
+                                           msr_floor=msr_floor)
                         if raw["curve"]:
                             m["time_to_target_s"] = time_to_accuracy(raw["curve"], target)
                         rf.add(seed, {"part": "network", "scenario": scenario, "variant": variant}, m, raw)

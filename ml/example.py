@@ -58,6 +58,8 @@ class TrainConfig:
     """``none`` or ``hadamard`` (``ml/transform.py``)."""
     bounded: float | None = None
     """Both phases bounded at this MSR (``netapprox.ml.hook.bounded``); overrides every other hook option."""
+    msr_floor: float | None = None
+    """The tail-adaptive bound (``netapprox.ml.hook.HookConfig.msr_floor``; with ``bounded``)."""
     loss: float = 0.0
     """Injected loss of the ATP hook (fraction of the datagrams each worker sends)."""
     iterations: int = 200
@@ -139,11 +141,12 @@ def train(rank: int, world: int, cfg: TrainConfig, *, ready_file: str | None = N
             host, _, port = cfg.report_to.rpartition(":")
             report = (host, int(port))
         if cfg.bounded is not None:
-            options = bounded(cfg.bounded, atp=AtpConfig(completion="early", **rate))
+            options = bounded(cfg.bounded, atp=AtpConfig(completion="early", **rate), msr_floor=cfg.msr_floor)
         else:
             options = {"policy": parse_policy(cfg.policy), "fill": cfg.fill, "gather_msr": cfg.gather_msr,
                        "gather_mode": cfg.gather_mode,
-                       "transform": cfg.transform, "atp": AtpConfig(completion=cfg.completion, **rate)}
+                       "transform": cfg.transform, "atp": AtpConfig(completion=cfg.completion, **rate),
+                       "msr_floor": cfg.msr_floor}
         state = netapprox.ml.register(model, loss=cfg.loss, seed=cfg.seed, port=cfg.atp_port, report_to=report,
                                       **options)
     elif cfg.hook != "gloo":
@@ -210,10 +213,24 @@ def train(rank: int, world: int, cfg: TrainConfig, *, ready_file: str | None = N
         out["missing_floats"] = int(sum(s["missing_floats"] for s in state.stats))
         out["reduced_floats"] = int(sum(s["floats"] for s in state.stats))
         out["tags"] = sorted({(s["bucket"], s["priority"]) for s in state.stats if s["priority"] is not None})
+        if state.tail is not None:
+            rows = [r["tail"] for r in state.stats if "tail" in r]
+            out["tail"] = {"buckets": len(rows), "buckets_adapted": sum(1 for r in rows if r["slow"]),
+                           "first_adapted_iteration": next((r["iteration"] for r in state.stats
+                                                            if r.get("tail", {}).get("slow")), None),
+                           "ratio_percentiles": _percentiles([r["ratio"] for r in rows if r["ratio"] is not None]),
+                           "final": state.tail.as_dict()}
         out["exchange"] = {"sent": state.exchange.datagrams_sent, "dropped": state.exchange.datagrams_dropped,
                            "received": state.exchange.datagrams_received}
         state.close()
     return out
+
+
+def _percentiles(xs: list[float]) -> dict[str, float] | None:
+    """50th, 90th percentile and maximum (None for no samples)."""
+    if not xs:
+        return None
+    return {"p50": float(np.percentile(xs, 50)), "p90": float(np.percentile(xs, 90)), "max": float(max(xs))}
 
 
 def _worker(rank: int, world: int, init: str, cfg: TrainConfig, queue: Any) -> None:
@@ -288,7 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--ready-file", help="one worker: rank 0 creates this file when training starts")
     for f in dataclasses.fields(TrainConfig):
         flag = "--" + f.name.replace("_", "-")
-        kind = float if f.name in ("rate_mbit", "bounded") else (str if f.default is None else type(f.default))
+        kind = float if f.name in ("rate_mbit", "bounded", "msr_floor") else (str if f.default is None else type(f.default))
         p.add_argument(flag, type=kind, default=f.default)
     args = p.parse_args(argv)
     cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)})

@@ -61,6 +61,7 @@ from netapprox.hostlib.config import AtpConfig, ConfigError, JobSpec, Message, T
 from netapprox.hostlib.exchange import AtpExchange, ExchangeError
 from netapprox.ml.layout import chunk_bounds, reduction_order
 from netapprox.ml.policy import GroupPolicy, paper_policy, smallest
+from netapprox.ml.tail import TailBound, TailConfig
 from netapprox.ml.transform import DEFAULT_BLOCK, Hadamard
 from netapprox.ml.vectors import RANGE, received_vector, vector_job
 
@@ -130,6 +131,13 @@ class HookConfig:
     timeout_s: float = 120.0
     """A bucket that has not been reduced after this long fails the backward pass with an error."""
 
+    msr_floor: float | None = None
+    """The tail-adaptive bound (``ml/tail.py``), off when None. Each worker measures how long its jobs to each
+    peer take per packet they need; to a peer whose path is persistently slower than its others (at least 2x
+    the fastest, with hysteresis) it sends its reduce-scatter contribution with this MSR instead of the
+    policy's, and its all-gather (one subset for every peer) too. Needs a ``smallest`` policy (MSR 0, then
+    the rest) and a bounded ``top`` all-gather, as ``bounded()`` sets."""
+
     def __post_init__(self) -> None:
         if self.fill not in FILL_MODES:
             raise ConfigError(f"fill {self.fill!r}: choose one of {', '.join(FILL_MODES)}")
@@ -145,16 +153,25 @@ class HookConfig:
             raise ConfigError(f"port {self.port}: must be 0..65535")
         if not self.timeout_s > 0:
             raise ConfigError("timeout_s must be > 0")
+        if self.msr_floor is not None:
+            TailConfig(self.msr_floor)  # checks the floor
+            p = self.policy
+            if not (p.relative and len(p.msrs) == 2 and p.msrs[0] == 0.0):
+                raise ConfigError("msr_floor needs a smallest(f, 0, m) policy (the packets it may leave out first)")
+            if not (self.gather_msr < 1.0 and self.gather_mode == "top"):
+                raise ConfigError("msr_floor needs a bounded all-gather in mode 'top' (gather_msr < 1)")
 
 
-def bounded(msr: float = 0.7, *, atp: AtpConfig = AtpConfig(completion="early")) -> dict[str, Any]:
+def bounded(msr: float = 0.7, *, atp: AtpConfig = AtpConfig(completion="early"),
+            msr_floor: float | None = None) -> dict[str, Any]:
     """``register`` options with both phases bounded at ``msr``: in the reduce-scatter the ``1 - msr`` of each
     contribution's packets with the smallest gradients go in an MSR-0 group (sent only as surplus), the rest
     reliably; the all-gather carries the ``msr`` of each reduced chunk's packets with the largest values
     (``gather_mode="top"``); jobs end once their MSR is met (``completion="early"``), and what a phase left out
-    goes with the next iteration (``error_feedback``). The ``ddp`` experiment (docs/ml.md) runs it as ``atp``."""
+    goes with the next iteration (``error_feedback``). The ``ddp`` experiment (docs/ml.md) runs it as ``atp``.
+    ``msr_floor``: the tail-adaptive bound (``HookConfig.msr_floor``; ``atp-tail`` in the experiment)."""
     return {"policy": smallest(1.0 - msr, 0.0, 1.0), "gather_msr": msr, "gather_mode": "top",
-            "fill": "error_feedback", "transform": "none", "atp": atp}
+            "fill": "error_feedback", "transform": "none", "atp": atp, "msr_floor": msr_floor}
 
 
 class IterationClock:
@@ -284,6 +301,8 @@ class AtpHookState:
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="atp-bucket")
         self._unsettled: set[concurrent.futures.Future] = set()
         self.stats: list[dict] = []
+        self.tail = None if config.msr_floor is None else TailBound(TailConfig(config.msr_floor),
+                                                                     [p for p in range(world) if p != rank])
         self._closed = False
         if world > 1:
             table: list[Any] = [None] * world
@@ -400,6 +419,14 @@ class AtpHookState:
         recv3 = {p: ex.receive(self._id(it, index, AGREE, p, rank)) for p in peers} if agree else {}
         group_msr = cfg.policy.group_msr()
         sent: list[tuple[str, concurrent.futures.Future]] = []
+        # the tail-adaptive bound: this bucket's MSRs, from what this worker measured so far (ml/tail.py)
+        policies = {j: self._policy_to(j) for j in peers}
+        gather_msr = cfg.gather_msr
+        if self.tail is not None:
+            with self._lock:
+                gather_msr = self.tail.gather_msr(cfg.gather_msr)
+                slow = sorted(self.tail.slow())
+                ratio = self.tail.ratio()
         # 1. reduce-scatter: my contribution to every other owner's chunk
         for j in peers:
             a, b = bounds[j]
@@ -410,10 +437,11 @@ class AtpHookState:
                 res = self._take_residual(index, j, b - a)
                 if res is not None:
                     chunk = chunk + res
-            groups = cfg.policy.classify(mags[a:b], fpp)
+            groups = policies[j].classify(mags[a:b], fpp)
             job = vector_job(self._id(it, index, REDUCE, rank, j), chunk, group_of_segment=groups,
                              group_msr=group_msr, floats_per_packet=fpp, tags=tags, rotate=it)
             f = ex.send(self.peers[j], job)
+            self._measure(f, j)
             sent.append(("reduce", f))
             if cfg.fill == "error_feedback":
                 res_fut: concurrent.futures.Future = concurrent.futures.Future()
@@ -449,10 +477,12 @@ class AtpHookState:
         out = np.empty(m, dtype=np.float32)
         missed: dict[int, np.ndarray] = {}
         if mine:
-            keep = self._gather_keep(reduced)
+            keep = self._gather_keep(reduced, gather_msr)
             for j in peers:
                 job = self._gather_job(self._id(it, index, GATHER, rank, j), reduced, keep, it, tags)
-                sent.append(("gather", ex.send(self.peers[j], job)))
+                f = ex.send(self.peers[j], job)
+                self._measure(f, j)
+                sent.append(("gather", f))
             if keep is not None:  # "top": the packets not sent are missed by every peer, so by the owner too
                 missed[rank] = np.flatnonzero(~keep).astype(np.int64)
         out[lo:hi] = reduced
@@ -501,6 +531,9 @@ class AtpHookState:
                "missing_floats": missing_floats, "gather_missing_floats": gather_missing, "groups": {},
                "gather_groups": {}, "jobs": {}, "priority": None if tags is None else tags.priority,
                "deadline_s": None if tags is None else tags.deadline_s}
+        if self.tail is not None:
+            row["tail"] = {"slow": slow, "gather_msr": gather_msr, "ratio": ratio,
+                           "reduce_msr": {j: 1.0 - policies[j].thresholds[0] for j in peers}}
         self._account(row, sent)
         return result
 
@@ -512,14 +545,45 @@ class AtpHookState:
         order = (np.arange(segs) - first) % segs  # position of each packet in this iteration's order
         return order >= math.ceil(self.config.gather_msr * segs - 1e-9)
 
-    def _gather_keep(self, reduced: np.ndarray) -> np.ndarray | None:
+    def _policy_to(self, j: int) -> GroupPolicy:
+        """The reduce-scatter policy of my contribution to ``j``'s chunk: the configured one, or with the
+        tail-adaptive bound and a slow path to ``j`` the same bands with at most ``msr_floor`` of the packets
+        outside the MSR-0 band."""
+        p = self.config.policy
+        if self.tail is None:
+            return p
+        with self._lock:
+            msr = self.tail.msr_to(j, 1.0 - p.thresholds[0])
+        if 1.0 - msr <= p.thresholds[0]:
+            return p
+        return dataclasses.replace(p, thresholds=(1.0 - msr,))
+
+    def _measure(self, f: concurrent.futures.Future, peer: int) -> None:
+        """With the tail-adaptive bound: the job's completion time and the packets its MSRs needed, once its
+        summary is in, as a sample of the path to ``peer``."""
+        tail = self.tail
+        if tail is None:
+            return
+
+        def done(f: concurrent.futures.Future) -> None:
+            if f.cancelled() or f.exception() is not None:
+                return
+            s = f.result()
+            with self._lock:
+                tail.on_transfer(peer, seconds=s.jct_s, packets=sum(g.required for g in s.groups))
+
+        f.add_done_callback(done)
+
+    def _gather_keep(self, reduced: np.ndarray, msr: float | None = None) -> np.ndarray | None:
         """``gather_mode="top"``: which packets of my reduced chunk the all-gather carries (a mask over the
-        packets), the ``ceil(gather_msr N)`` with the largest magnitudes; None in the other modes."""
+        packets), the ``ceil(msr N)`` with the largest magnitudes (``msr``: ``gather_msr`` unless given); None
+        in the other modes."""
         cfg = self.config
+        msr = cfg.gather_msr if msr is None else msr
         if cfg.gather_msr >= 1.0 or cfg.gather_mode != "top":
             return None
         segs = -(-len(reduced) // self.fpp)
-        dropped = segs - math.ceil(cfg.gather_msr * segs - 1e-9)
+        dropped = segs - math.ceil(msr * segs - 1e-9)
         return smallest(dropped / segs).classify(reduced, self.fpp) == 2
 
     def _gather_job(self, jid: int, reduced: np.ndarray, keep: np.ndarray | None, it: int, tags: Tags | None) -> Any:

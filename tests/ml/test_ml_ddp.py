@@ -185,3 +185,96 @@ def test_ddp_agreement_payload_round_trip_and_job_ids():
            for s in range(3) for d in range(3) if s != d for g in (0, 5)}
     assert len(ids) == 3 * 2 * 3 * 6 * 2 and all(0 < i < 2 ** 32 for i in ids)  # iteration 1024 reuses 1's ids
     assert hook.job_id(1, 0, 0, 0, 1, 3, 7) >> 29 == 7
+
+
+def _tail_worker(rank: int, world: int, init: str, q) -> None:
+    """Both phases bounded at 0.7 with the tail-adaptive bound (floor 0.5), 10 % of every datagram dropped; on
+    ranks 0 and 1 the bound is pinned to 'the path to rank 2 is slow' (a straggler's downlink), on rank 2 to
+    'nothing is slow', so what the hook does with a decision is checked whatever loopback's timing says."""
+    import numpy as np
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import netapprox.ml
+    from netapprox.ml.hook import bounded
+    from netapprox.ml.tail import TailBound, TailConfig
+
+    class Pinned(TailBound):
+        """A decision fixed by synthetic samples; the hook's real samples are counted, not used."""
+        def __init__(self, peers: list[int], slow: set[int]) -> None:
+            super().__init__(TailConfig(0.5, min_jobs=1, decay=0.0), peers)
+            for p in peers:
+                super().on_transfer(p, seconds=3.0 if p in slow else 1.0, packets=100)
+            self.samples = 0
+
+        def on_transfer(self, peer: int, *, seconds: float, packets: int) -> None:
+            self.samples += 1
+
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    try:
+        dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=60))
+        torch.manual_seed(0)
+        model = DDP(example.make_model(128), bucket_cap_mb=0.05)
+        state = netapprox.ml.register(model, loss=0.1, seed=4, **bounded(0.7, msr_floor=0.5))
+        peers = [p for p in range(world) if p != rank]
+        state.tail = Pinned(peers, {2} if rank != 2 else set())
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        gen = torch.Generator().manual_seed(rank)
+        hashes = []
+        for _ in range(8):
+            x, y = torch.randn(16, 64, generator=gen), torch.randint(0, 10, (16,), generator=gen)
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            hashes.append(example.parameter_hash(model))
+        every: list = [None] * world
+        dist.all_gather_object(every, hashes)
+        state.settle(30.0)
+        groups = list(state.group_loss().values()) + list(state.group_loss("gather").values())
+        tails = [s["tail"] for s in state.stats]
+        zeroed = sum(s["gather_missing_floats"] for s in state.stats) / sum(s["floats"] for s in state.stats)
+        q.put({"rank": rank, "identical": all(len(set(h)) == 1 for h in zip(*every)), "groups": groups,
+               "gather_msr": sorted({t["gather_msr"] for t in tails}), "slow": sorted({tuple(t["slow"]) for t in tails}),
+               "reduce_msr": sorted({tuple(sorted(t["reduce_msr"].items())) for t in tails}),
+               "samples": state.tail.samples, "zeroed": float(np.float64(zeroed))})
+        state.close()
+        dist.destroy_process_group()
+    except BaseException as exc:
+        q.put({"rank": rank, "error": repr(exc)})
+        raise
+    finally:
+        q.close()
+        q.join_thread()
+    os._exit(0)
+
+
+def test_ddp_tail_bound_lowers_the_slow_paths_msr_and_keeps_replicas_identical():
+    """What crosses the slow path goes at the floor (ranks 0 and 1: their contribution to rank 2 and their
+    all-gather), the rest at the configured MSR (rank 2 sends as configured); every group keeps the bound it
+    declared, the replicas stay identical, and every worker zeroes the same, larger share of the all-gather."""
+    import torch.multiprocessing as mp
+    import torch._dynamo  # noqa: F401  (imported once before the workers fork)
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    with tempfile.TemporaryDirectory() as tmp:
+        procs = [ctx.Process(target=_tail_worker, args=(r, WORLD, f"file://{tmp}/store", q), daemon=True)
+                 for r in range(WORLD)]
+        for p in procs:
+            p.start()
+        results = sorted((q.get(timeout=120) for _ in range(WORLD)), key=lambda r: r["rank"])
+        for p in procs:
+            p.join(10)
+    assert all("error" not in r for r in results), results
+    for r in results:
+        assert r["identical"], r
+        assert r["groups"] and all(g["within_bound"] for g in r["groups"]), r
+        assert r["samples"] > 0  # the hook measured its jobs
+    assert results[0]["slow"] == [(2,)] and results[0]["gather_msr"] == [0.5]
+    assert results[0]["reduce_msr"] == [((1, pytest.approx(0.7)), (2, 0.5))]
+    assert results[1]["reduce_msr"] == [((0, pytest.approx(0.7)), (2, 0.5))]
+    assert results[2]["slow"] == [()] and results[2]["gather_msr"] == [0.7]
+    assert results[2]["reduce_msr"] == [((0, pytest.approx(0.7)), (1, pytest.approx(0.7)))]
+    # the all-gather zeroes half of chunks 0 and 1 and 0.3 of chunk 2 (0.43 of a bucket, whole packets), the
+    # same on every worker; without the bound it would be 0.3
+    assert len({round(r["zeroed"], 9) for r in results}) == 1
+    assert 0.38 < results[0]["zeroed"] < 0.5
