@@ -300,7 +300,8 @@ def _brief(m: dict) -> str:
     ttt = m.get("time_to_target_s")
     return (f"time to target {'not reached' if ttt is None else f'{ttt:.1f} s'}, iteration "
             f"{m['iteration_mean_s'] * 1e3:.0f} ms, final test acc {m['final_test_acc']:.3f}, replicas identical "
-            f"{m['replicas_identical']}" + (f", bounds held {m['group_bound_held']}" if "group_bound_held" in m else ""))
+            f"{m['replicas_identical']}" + (f", bounds held {m['group_bound_held']}" if "group_bound_held" in m else "")
+            + (f", buckets at the floor {m['tail_adapted_frac']:.0%}" if "tail_adapted_frac" in m else ""))
 
 
 def _find(rf: R.ResultFile, seed: int, scenario: str, variant: str) -> dict | None:

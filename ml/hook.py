@@ -419,12 +419,14 @@ class AtpHookState:
         recv3 = {p: ex.receive(self._id(it, index, AGREE, p, rank)) for p in peers} if agree else {}
         group_msr = cfg.policy.group_msr()
         sent: list[tuple[str, concurrent.futures.Future]] = []
-        # the tail-adaptive bound: this bucket's MSRs, from what this worker measured so far (ml/tail.py)
-        policies = {j: self._policy_to(j) for j in peers}
+        # the tail-adaptive bound: this bucket's MSRs, one snapshot of what this worker measured so far
+        policies = {j: cfg.policy for j in peers}
         gather_msr = cfg.gather_msr
         if self.tail is not None:
             with self._lock:
                 gather_msr = self.tail.gather_msr(cfg.gather_msr)
+                policies = {j: _lowered(cfg.policy, self.tail.msr_to(j, 1.0 - cfg.policy.thresholds[0]))
+                            for j in peers}
                 slow = sorted(self.tail.slow())
                 ratio = self.tail.ratio()
         # 1. reduce-scatter: my contribution to every other owner's chunk
@@ -545,19 +547,6 @@ class AtpHookState:
         order = (np.arange(segs) - first) % segs  # position of each packet in this iteration's order
         return order >= math.ceil(self.config.gather_msr * segs - 1e-9)
 
-    def _policy_to(self, j: int) -> GroupPolicy:
-        """The reduce-scatter policy of my contribution to ``j``'s chunk: the configured one, or with the
-        tail-adaptive bound and a slow path to ``j`` the same bands with at most ``msr_floor`` of the packets
-        outside the MSR-0 band."""
-        p = self.config.policy
-        if self.tail is None:
-            return p
-        with self._lock:
-            msr = self.tail.msr_to(j, 1.0 - p.thresholds[0])
-        if 1.0 - msr <= p.thresholds[0]:
-            return p
-        return dataclasses.replace(p, thresholds=(1.0 - msr,))
-
     def _measure(self, f: concurrent.futures.Future, peer: int) -> None:
         """With the tail-adaptive bound: the job's completion time and the packets its MSRs needed, once its
         summary is in, as a sample of the path to ``peer``."""
@@ -648,6 +637,14 @@ class AtpHookState:
                 self.stats.append(row)
         for kind, f in sent:
             f.add_done_callback(lambda f, kind=kind: done(f, kind))
+
+
+def _lowered(policy: GroupPolicy, msr: float) -> GroupPolicy:
+    """A ``smallest(f, 0, m)`` policy with at most ``msr`` of the packets outside its MSR-0 band (the
+    tail-adaptive bound's contribution across a slow path); the policy itself if it already has."""
+    if 1.0 - msr <= policy.thresholds[0]:
+        return policy
+    return dataclasses.replace(policy, thresholds=(1.0 - msr,))
 
 
 def _subset_job(jid: int, values: np.ndarray, keep: np.ndarray, fpp: int, tags: Tags | None) -> JobSpec:
