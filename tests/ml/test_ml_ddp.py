@@ -278,3 +278,20 @@ def test_ddp_tail_bound_lowers_the_slow_paths_msr_and_keeps_replicas_identical()
     # same on every worker; without the bound it would be 0.3
     assert len({round(r["zeroed"], 9) for r in results}) == 1
     assert 0.38 < results[0]["zeroed"] < 0.5
+
+
+def test_ddp_tail_bound_config_needs_the_shapes_it_lowers():
+    from netapprox.hostlib.config import ConfigError
+    from netapprox.ml.hook import HookConfig, bounded
+    from netapprox.ml.policy import paper_policy
+
+    assert HookConfig(**bounded(0.7, msr_floor=0.5)).msr_floor == 0.5
+    assert HookConfig(**bounded(0.7)).msr_floor is None
+    with pytest.raises(ConfigError, match="msr_floor"):
+        HookConfig(**bounded(0.7, msr_floor=0.0))
+    with pytest.raises(ConfigError, match="smallest"):
+        HookConfig(**{**bounded(0.7, msr_floor=0.5), "policy": paper_policy()})
+    with pytest.raises(ConfigError, match="top"):
+        HookConfig(**{**bounded(0.7, msr_floor=0.5), "gather_mode": "msr"})
+    with pytest.raises(ConfigError, match="top"):
+        HookConfig(**{**bounded(0.7, msr_floor=0.5), "gather_msr": 1.0})
