@@ -61,6 +61,17 @@ def test_sim_cli_overrides_follow_the_experiment_signature():
         parse_overrides(["protocols=tcp-es"], exp_alltoall, checks)
     with pytest.raises(UsageError, match="msrs"):
         parse_overrides(["msrs=1.5"], exp_alltoall, checks)
+    from netapprox.experiments.figures import exp_fairness, fairness_scheme
+    # fairness schemes: a protocol, alone-<atp>, or <atp>+<a policy setting of the shifting workload>
+    assert parse_overrides(["schemes=alone,atp,atp+adaptive,atp-full+fixed-k8"], exp_fairness, checks) == {
+        "schemes": ("alone", "atp", "atp+adaptive", "atp-full+fixed-k8")}
+    assert fairness_scheme("atp-full+fixed-k8") == ("atp-full", False, (("mode", "netapprox"),
+                                                                       ("thresholds", tuple(k / 8 for k in range(8))),
+                                                                       ("finish_epochs", 0.0)))
+    for bad, named in (("atp+nope", "'nope' is not one of"), ("dctcp-es+adaptive", "'dctcp-es' is not one of"),
+                       ("quic", "'quic' is not one of")):
+        with pytest.raises(UsageError, match=named):
+            parse_overrides([f"schemes={bad}"], exp_fairness, checks)
 
 
 def test_sim_cli_mistakes_are_one_line(capsys):
