@@ -22,7 +22,7 @@ import dataclasses
 import types
 from typing import Iterable, Mapping, NamedTuple
 
-from netapprox.controller.config import CadentFlow, PolicyConfig, SwitchConfig, TuningConfig
+from netapprox.controller.config import CadentFlow, PolicyConfig, SwitchConfig
 from netapprox.controller.tuning import JobSample, value_of
 from netapprox.hostlib.config import required_messages
 from netapprox.controller.model import (
