@@ -133,6 +133,7 @@ class ControllerCore:
         cfg = self.config.policy
         self._adaptive = cfg.mode == "adaptive"
         self._valued = policy.placed_by_value(cfg)
+        self._finish_s = cfg.finish_epochs * self.config.epoch_s
         self._tuned = tuning.Tuned(cutoffs=tuple(cfg.thresholds), thresholds=tuple(cfg.thresholds))
         self._retuned = False
         self.switches: Mapping[str, SwitchConfig] = types.MappingProxyType(dict(switches))
@@ -247,8 +248,11 @@ class ControllerCore:
         return report
 
     def _value(self, job: _Job, tlr: float) -> float:
-        """The job's placement value now (``policy.job_value``; modes that place by value)."""
-        return policy.job_value(job.groups, tlr, self._tuned.work_ref, self.config.policy, self.config.epoch_s)
+        """The job's placement value now (``policy.job_value``; modes that place by value). Mode ``netapprox``:
+        the same, without its calls (a TLR is never below ``FINISH_VALUE``)."""
+        if self._adaptive:
+            return policy.job_value(job.groups, tlr, self._tuned.work_ref, self.config.policy, self.config.epoch_s)
+        return policy.FINISH_VALUE if policy.finishing(job.groups, self._finish_s) else tlr
 
     def ingest_batch(self, batch: Iterable[tuple[str, bytes | Report | str]], now: float) -> int:
         """``ingest`` each (source, report or reason) of ``reports.receive_batch``; returns how many

@@ -165,13 +165,26 @@ def finishing(groups: Mapping[int, GroupReport], within_s: float) -> bool:
     rate times ``within_s``."""
     if within_s <= 0.0:
         return False
-    work = remaining_work(groups)
-    if not work:
-        return False
-    rate = 0.0
+    # remaining_work and the rate in one pass (the core asks for every job it decides, at line rate)
+    rate = work = known_sum = 0.0
+    known = remaining = unknown = 0
     for r in groups.values():
         rate += r.rate_bps
-    return work * 8.0 <= rate * within_s
+        cost = r.message_bytes
+        if cost is not None:
+            known_sum += cost
+            known += 1
+            if r.remaining:
+                work += r.remaining * cost
+                remaining += r.remaining
+        elif r.remaining:
+            unknown += r.remaining
+    if not known:
+        return False  # no message resolved yet: the work is not known
+    if unknown:
+        work += unknown * (known_sum / known)
+        remaining += unknown
+    return remaining > 0 and work * 8.0 <= rate * within_s
 
 
 def placed_by_value(config: PolicyConfig) -> bool:

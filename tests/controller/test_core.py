@@ -172,3 +172,17 @@ def test_incremental_core_places_finishing_jobs_as_the_policy(epochs, mode):
         jobs = {j: dict(g) for j, g in want.live.items()}
         assignments, losing = dict(want.assignments), dict(want.losing)
         now += epoch
+
+
+@settings(max_examples=300, deadline=None)
+@given(groups=st.dictionaries(st.integers(0, 3), st.tuples(st.integers(0, 50), st.none() | st.floats(1.0, 1e6),
+                                                            st.floats(0.0, 1e10)), min_size=1, max_size=4),
+       within=st.sampled_from([0.0, 1e-6, 1e-3, 0.05, 1.0]))
+def test_finishing_is_the_remaining_work_within_the_rate(groups, within):
+    """``policy.finishing`` (one pass, for the core) says what ``remaining_work`` and the reported rates say."""
+    reports = {g: policy.GroupReport(0.3, 0.0, rate_bps=rate, remaining=left, message_bytes=cost)
+               for g, (left, cost, rate) in groups.items()}
+    work = policy.remaining_work(reports)
+    rate = sum(r.rate_bps for r in reports.values())
+    want = within > 0 and bool(work) and work * 8.0 <= rate * within * (1 + 1e-12)
+    assert policy.finishing(reports, within) == want or abs(work * 8.0 - rate * within) <= 1e-9 * rate * within
