@@ -61,22 +61,27 @@ def _compare_with_gloo(rank: int, world: int, init: str, q, options: dict | None
     os._exit(0)
 
 
-def _run_comparison(options: dict | None = None) -> list[dict]:
+def _run_workers(target, *extra) -> list[dict]:
+    """Fork ``WORLD`` workers running ``target(rank, WORLD, init, queue, *extra)``; their results by rank (each
+    puts one dict; none may report an error)."""
     import torch.multiprocessing as mp
     import torch._dynamo  # noqa: F401  (imported once before the workers fork)
     ctx = mp.get_context("fork")
     q = ctx.Queue()
     with tempfile.TemporaryDirectory() as tmp:
         init = f"file://{tmp}/store"
-        procs = [ctx.Process(target=_compare_with_gloo, args=(r, WORLD, init, q, options), daemon=True)
-                 for r in range(WORLD)]
+        procs = [ctx.Process(target=target, args=(r, WORLD, init, q, *extra), daemon=True) for r in range(WORLD)]
         for p in procs:
             p.start()
-        results = [q.get(timeout=120) for _ in range(WORLD)]
+        results = sorted((q.get(timeout=120) for _ in range(WORLD)), key=lambda r: r["rank"])
         for p in procs:
             p.join(10)
     assert all("error" not in r for r in results), results
     return results
+
+
+def _run_comparison(options: dict | None = None) -> list[dict]:
+    return _run_workers(_compare_with_gloo, options)
 
 
 def test_hook_gradients_equal_gloo_allreduce_without_loss():
@@ -252,19 +257,7 @@ def test_ddp_tail_bound_lowers_the_slow_paths_msr_and_keeps_replicas_identical()
     """What crosses the slow path goes at the floor (ranks 0 and 1: their contribution to rank 2 and their
     all-gather), the rest at the configured MSR (rank 2 sends as configured); every group keeps the bound it
     declared, the replicas stay identical, and every worker zeroes the same, larger share of the all-gather."""
-    import torch.multiprocessing as mp
-    import torch._dynamo  # noqa: F401  (imported once before the workers fork)
-    ctx = mp.get_context("fork")
-    q = ctx.Queue()
-    with tempfile.TemporaryDirectory() as tmp:
-        procs = [ctx.Process(target=_tail_worker, args=(r, WORLD, f"file://{tmp}/store", q), daemon=True)
-                 for r in range(WORLD)]
-        for p in procs:
-            p.start()
-        results = sorted((q.get(timeout=120) for _ in range(WORLD)), key=lambda r: r["rank"])
-        for p in procs:
-            p.join(10)
-    assert all("error" not in r for r in results), results
+    results = _run_workers(_tail_worker)
     for r in results:
         assert r["identical"], r
         assert r["groups"] and all(g["within_bound"] for g in r["groups"]), r
