@@ -131,7 +131,9 @@ class NetnsLab(Lifecycle):
             self._namespaces.append(ns)
             run(["ip", "link", "set", "lo", "up"], netns=ns)
         sw = self.switch_ns
-        run(["ip", "link", "add", "br0", "type", "bridge"], netns=sw)
+        # No multicast snooping: a snooping bridge joins 224.0.0.106 (multicast router discovery) and sends
+        # IGMP reports out of every port, into queue 0's counters, whenever its timers say.
+        run(["ip", "link", "add", "br0", "type", "bridge", "mcast_snooping", "0"], netns=sw)
         # No STP, forward immediately, and no bridge netfilter hooks.
         run(["ip", "link", "set", "br0", "type", "bridge", "stp_state", "0", "forward_delay", "0"], netns=sw)
         run(["ip", "link", "set", "br0", "up"], netns=sw)

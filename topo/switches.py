@@ -105,8 +105,11 @@ class KernelSwitch(Switch):
         for key in ("all", "default"):
             self.cmd(f"sysctl -qw net.ipv6.conf.{key}.disable_ipv6=1")
         stp = 1 if self.stp else 0
-        # Kernel STP timers: forward_delay 2 s (the minimum), hello 1 s; without STP forward at once.
-        self.cmd(f"ip link add br0 type bridge stp_state {stp} forward_delay {200 if stp else 0} hello_time 100")
+        # Kernel STP timers: forward_delay 2 s (the minimum), hello 1 s; without STP forward at once. No
+        # multicast snooping (multicast is flooded, as on the P4 switch): a snooping bridge sends IGMP reports
+        # of its own out of every port.
+        self.cmd(f"ip link add br0 type bridge stp_state {stp} forward_delay {200 if stp else 0} hello_time 100 "
+                 "mcast_snooping 0")
         for intf in self.intfList():
             if intf.name != "lo":
                 self.cmd(f"ip link set {intf.name} master br0 up")
