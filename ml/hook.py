@@ -223,7 +223,6 @@ def _default_address() -> str:
 
 
 MAX_WORLD = 45  # src * world + dst fits 11 bits
-HOLD_REGISTER_S = 0.5  # how long an all-gather to a slow peer waits for the iteration's other buckets to start
 
 
 def job_id(iteration: int, bucket: int, phase: int, src: int, dst: int, world: int, generation: int = 0) -> int:
@@ -299,13 +298,6 @@ class AtpHookState:
         self._gather_residual: dict[int, np.ndarray] = {}
         self._previous: dict[tuple[int, int], np.ndarray] = {}
         self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
-        # the tail-adaptive bound's ordering on a slow path: each backward pass's reduce-scatter jobs to each
-        # peer, and the buckets each pass had (what an all-gather to a slow peer waits for), by forward count
-        # (``clock.iterations``; the per-bucket counts that number jobs differ from it once DDP rebuilt its
-        # buckets after the first iteration)
-        self._reduce_jobs: dict[tuple[int, int], list[concurrent.futures.Future]] = {}
-        self._iteration_buckets: dict[int, set[int]] = {}
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="atp-bucket")
         self._unsettled: set[concurrent.futures.Future] = set()
         self.stats: list[dict] = []
@@ -383,7 +375,6 @@ class AtpHookState:
         with self._lock:
             it = self._calls[index] = self._calls.get(index, 0) + 1
         tags = self._tags(bucket.parameters(), time.monotonic())
-        step = self.clock.iterations  # forward passes so far: the same for every bucket of one backward pass
         # DDP without a hook divides while copying gradients into the bucket (by multiplying with the reciprocal
         # in float32); the same operation here keeps the lossless result identical to the process group's.
         local = buf.detach().numpy().copy()
@@ -391,7 +382,7 @@ class AtpHookState:
 
         def run() -> None:
             try:
-                out = self._reduce(it, index, local, values, tags, step)
+                out = self._reduce(it, index, local, values, tags)
                 buf.copy_(torch.from_numpy(out))
                 fut.set_result(buf)
             except BaseException as exc:  # the backward pass raises it
@@ -407,8 +398,7 @@ class AtpHookState:
     def _id(self, it: int, index: int, phase: int, src: int, dst: int) -> int:
         return job_id(it, index, phase, src, dst, self.world, self.generations[src] ^ self.generations[dst])
 
-    def _reduce(self, it: int, index: int, local: np.ndarray, values: np.ndarray, tags: Tags | None,
-                step: int = 0) -> np.ndarray:
+    def _reduce(self, it: int, index: int, local: np.ndarray, values: np.ndarray, tags: Tags | None) -> np.ndarray:
         cfg = self.config
         ex = self.exchange
         rank, world, fpp = self.rank, self.world, self.fpp
@@ -432,7 +422,6 @@ class AtpHookState:
         # the tail-adaptive bound: this bucket's MSRs, one snapshot of what this worker measured so far
         policies = {j: cfg.policy for j in peers}
         gather_msr = cfg.gather_msr
-        slow: list[int] = []
         if self.tail is not None:
             with self._lock:
                 gather_msr = self.tail.gather_msr(cfg.gather_msr)
@@ -456,8 +445,6 @@ class AtpHookState:
             f = ex.send(self.peers[j], job)
             self._measure(f, j)
             sent.append(("reduce", f))
-            if self.tail is not None:
-                self._reduce_sent(step, index, j, f)
             if cfg.fill == "error_feedback":
                 res_fut: concurrent.futures.Future = concurrent.futures.Future()
                 f.add_done_callback(lambda f, r=res_fut, c=chunk, spec=job: r.set_result(_residual_of(f, c, spec)))
@@ -491,15 +478,9 @@ class AtpHookState:
         # 3. all-gather: my chunk to every peer, theirs to me
         out = np.empty(m, dtype=np.float32)
         missed: dict[int, np.ndarray] = {}
-        held = {}
         if mine:
             keep = self._gather_keep(reduced, gather_msr)
-            # across a slow path the reduce-scatter goes first: the straggler sums its chunk only once every
-            # contribution crossed its link, and its peers then wait for its all-gather, so what this worker
-            # all-gathers to it waits until this iteration's contributions to it are in (fast peers first)
-            for j in sorted(peers, key=lambda j: j in slow):
-                if j in slow:
-                    held[j] = self._after_reduce(step, j)
+            for j in peers:
                 job = self._gather_job(self._id(it, index, GATHER, rank, j), reduced, keep, it, tags)
                 f = ex.send(self.peers[j], job)
                 self._measure(f, j)
@@ -554,7 +535,7 @@ class AtpHookState:
                "deadline_s": None if tags is None else tags.deadline_s}
         if self.tail is not None:
             row["tail"] = {"slow": slow, "gather_msr": gather_msr, "ratio": ratio,
-                           "reduce_msr": {j: 1.0 - policies[j].thresholds[0] for j in peers}, "held": held}
+                           "reduce_msr": {j: 1.0 - policies[j].thresholds[0] for j in peers}}
         self._account(row, sent)
         return result
 
@@ -565,32 +546,6 @@ class AtpHookState:
         first = int(it * 0.6180339887 * segs) % segs
         order = (np.arange(segs) - first) % segs  # position of each packet in this iteration's order
         return order >= math.ceil(self.config.gather_msr * segs - 1e-9)
-
-    def _reduce_sent(self, step: int, index: int, peer: int, f: concurrent.futures.Future) -> None:
-        """Note a reduce-scatter job to ``peer`` (backward pass ``step``, bucket ``index``) for
-        :meth:`_after_reduce`."""
-        with self._cond:
-            self._reduce_jobs.setdefault((step, peer), []).append(f)
-            self._iteration_buckets.setdefault(step, set()).add(index)
-            for key in [k for k in self._reduce_jobs if k[0] < step - 8]:
-                del self._reduce_jobs[key]
-            for key in [k for k in self._iteration_buckets if k < step - 8]:
-                del self._iteration_buckets[key]
-            self._cond.notify_all()
-
-    def _after_reduce(self, step: int, peer: int) -> dict:
-        """Wait until this worker's reduce-scatter jobs of backward pass ``step`` to ``peer`` are confirmed:
-        as many as the last earlier pass had buckets (those not started within ``HOLD_REGISTER_S`` are not
-        waited for), each until its DONE (or failure). Returns what it waited for, for the statistics."""
-        t0 = time.monotonic()
-        with self._cond:
-            earlier = [k for k in self._iteration_buckets if k < step]
-            want = len(self._iteration_buckets[max(earlier)]) if earlier else 0
-            self._cond.wait_for(lambda: len(self._reduce_jobs.get((step, peer), ())) >= want, HOLD_REGISTER_S)
-            jobs = list(self._reduce_jobs.get((step, peer), ()))
-        concurrent.futures.wait(jobs, timeout=self.config.timeout_s)
-        return {"step": step, "jobs": len(jobs), "expected": want, "done": sum(f.done() for f in jobs),
-                "held_s": time.monotonic() - t0}
 
     def _measure(self, f: concurrent.futures.Future, peer: int) -> None:
         """With the tail-adaptive bound: the job's completion time and the packets its MSRs needed, once its

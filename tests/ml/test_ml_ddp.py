@@ -241,8 +241,7 @@ def _tail_worker(rank: int, world: int, init: str, q) -> None:
         q.put({"rank": rank, "identical": all(len(set(h)) == 1 for h in zip(*every)), "groups": groups,
                "gather_msr": sorted({t["gather_msr"] for t in tails}), "slow": sorted({tuple(t["slow"]) for t in tails}),
                "reduce_msr": sorted({tuple(sorted(t["reduce_msr"].items())) for t in tails}),
-               "samples": state.tail.samples, "zeroed": float(np.float64(zeroed)),
-               "held": [(s["iteration"], t["held"]) for s, t in zip(state.stats, tails)]})
+               "samples": state.tail.samples, "zeroed": float(np.float64(zeroed))})
         state.close()
         dist.destroy_process_group()
     except BaseException as exc:
@@ -272,16 +271,6 @@ def test_ddp_tail_bound_lowers_the_slow_paths_msr_and_keeps_replicas_identical()
     # same on every worker; without the bound it would be 0.3
     assert len({round(r["zeroed"], 9) for r in results}) == 1
     assert 0.38 < results[0]["zeroed"] < 0.5
-    # across the slow path the reduce-scatter goes first: every all-gather of ranks 0 and 1 to rank 2 was sent
-    # once all of that iteration's contributions to rank 2 (one per bucket after the first iteration) were
-    # confirmed; rank 2 holds nothing back
-    for r in results[:2]:
-        assert len(r["held"]) >= 8 and all(set(h) == {2} for _it, h in r["held"]), r["held"]
-        for it, h in r["held"]:
-            assert h[2]["done"] == h[2]["jobs"] >= h[2]["expected"] and h[2]["jobs"] >= 1, (it, h)
-            if h[2]["step"] >= 3:  # DDP rebuilds its buckets after the first pass: several from then on
-                assert h[2]["expected"] >= 2, (it, h)
-    assert all(h == {} for _it, h in results[2]["held"])
 
 
 def test_ddp_tail_bound_config_needs_the_shapes_it_lowers():
