@@ -176,3 +176,17 @@ def test_the_placer_places_as_the_policy_does(tlr, loss, old, streak, hysteresis
     want = policy._place(1, tlr, loss, old, {1: streak}, streaks, cfg)
     assert policy.Placer(cfg).place(tlr, loss, old, streak) == (*want, streaks.get(1, 0))
     assert policy.Placer(cfg).queue_for(tlr) == queue_for_tlr(tlr, cfg.thresholds)
+
+
+@given(msr=st.floats(0.0, 1.0), total=st.integers(0, 2 ** 32 - 1))
+def test_the_memoised_required_count_is_required_messages(msr, total):
+    from netapprox.hostlib.config import required_messages
+    assert policy._required(msr, total) == required_messages(msr, total)
+    assert policy._required(msr, total) == required_messages(msr, total)  # from the memo this time
+
+
+def test_the_required_count_memo_stays_bounded_under_ever_new_values():
+    for total in range(policy._REQUIRED_MAX * 3):
+        policy._required(0.9, total)
+    assert 0 < len(policy._REQUIRED) <= policy._REQUIRED_MAX
+    assert policy._required(0.9, 10) == 9
