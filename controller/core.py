@@ -230,22 +230,33 @@ class ControllerCore:
                                                    report.job_id in self._tag_only)
         group_id = report.group_id
         old = job.groups.get(group_id)
-        job.groups[group_id] = policy.next_group_report(old, now, report.tlr, report.loss, report.rate_kbps * 1000.0,
-                                                        report.msr, report.total, report.delivered, report.lost)
+        new = job.groups[group_id] = policy.next_group_report(old, now, report.tlr, report.loss,
+                                                              report.rate_kbps * 1000.0, report.msr, report.total,
+                                                              report.delivered, report.lost)
         if old is None:
             heapq.heappush(self._expiry, (now + self.config.policy.job_timeout_s, report.job_id, group_id))
             self._dirty.add(report.job_id)
         elif group_id == job.min_group:
             if report.tlr != old.tlr or report.loss != old.loss:
                 self._dirty.add(report.job_id)
-            elif self._valued and job.value is not None and self._value(job, job.min_tlr) != job.value:
+            elif self._valued and job.value is not None and self._value_moved(job, old, new):
                 self._dirty.add(report.job_id)  # its remaining work moved it
         elif (report.tlr, group_id) < (job.min_tlr, job.min_group):
             self._dirty.add(report.job_id)
-        elif self._valued and job.value is not None and self._value(job, job.min_tlr) != job.value:
+        elif self._valued and job.value is not None and self._value_moved(job, old, new):
             self._dirty.add(report.job_id)
         self._reports.append(report)
         return report
+
+    def _value_moved(self, job: _Job, old: policy.GroupReport, new: policy.GroupReport) -> bool:
+        """Whether a group's new report moved its job's placement value away from the one it was decided with.
+        Mode ``netapprox``'s value reads only the groups' rates, remaining messages and costs per message
+        (``policy.finishing``), so a report that changed none of them cannot move it and is not tested again
+        (the common case, once per report)."""
+        if (not self._adaptive and old.rate_bps == new.rate_bps and old.remaining == new.remaining
+                and old.message_bytes == new.message_bytes):
+            return False
+        return self._value(job, job.min_tlr) != job.value
 
     def _value(self, job: _Job, tlr: float) -> float:
         """The job's placement value now (``policy.job_value``; modes that place by value). Mode ``netapprox``:

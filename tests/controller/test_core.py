@@ -139,6 +139,24 @@ def test_a_job_about_to_finish_goes_to_the_first_approximate_queue():
         assert [c.reason for c in d.changes] == (["moved"] if want[-1] != 4 else [])
 
 
+def test_a_faster_rate_alone_makes_a_job_finishing_and_unchanged_progress_keeps_it():
+    """The core tests a job's value again only when a report moves what ``policy.finishing`` reads (rates,
+    remaining messages, cost per message): a rate ten times higher with the same messages delivered makes the
+    job finishing (queue 1); the same report again changes nothing."""
+    epoch = 0.01
+    core = ControllerCore(ControllerConfig(switches=(SwitchConfig("s1"),), reports=REPORTS, epoch_s=epoch))
+    got = []
+    # 20 messages resolved per 1.25 MB at 1 Gbit/s, 30 still needed (~1.9 MB): not within an epoch at 1 Gbit/s,
+    # within one at 10 Gbit/s
+    for seq, (delivered, kbps) in enumerate(((0, 1_000_000), (20, 1_000_000), (20, 10_000_000), (20, 10_000_000)),
+                                            start=1):
+        now = (seq - 1) * epoch
+        assert core.ingest(progress_report(seq, 0.6, delivered, kbps), "10.0.0.1", now) is not None
+        got.append(core.step(now).assignments[1])
+    assert got == [4, 4, 1, 1]
+    assert policy.decide(core.jobs, {1: 1}, now, core.config.policy, epoch_s=epoch).assignments[1] == 1
+
+
 @settings(max_examples=100, deadline=None)
 @given(epochs=st.lists(st.lists(st.tuples(st.integers(1, 4), st.floats(0, 1), st.integers(0, 60),
                                           st.sampled_from([1_000, 100_000, 1_000_000])), max_size=4),
