@@ -190,3 +190,16 @@ def test_the_required_count_memo_stays_bounded_under_ever_new_values():
         policy._required(0.9, total)
     assert 0 < len(policy._REQUIRED) <= policy._REQUIRED_MAX
     assert policy._required(0.9, 10) == 9
+
+
+def test_next_group_report_builds_the_namedtuple_its_fields_say():
+    """``next_group_report`` builds its tuple by position (for speed): it must be the ``GroupReport`` the
+    named fields give, defaults included."""
+    first = policy.next_group_report(None, 1.0, 0.3, 0.01, 8e6, 0.9, 100, 10, 2)
+    assert first == GroupReport(0.3, 1.0, 0.01, 8e6, remaining=80, resolved=12)
+    assert type(first) is GroupReport and first.message_bytes is None and first.interval is None
+    second = policy.next_group_report(first, 1.5, 0.4, 0.0, 4e6, 0.9, 100, 30, 2)
+    # 8 Mbit/s for 0.5 s = 500,000 bytes over the 20 messages resolved since
+    assert second == GroupReport(0.4, 1.5, 0.0, 4e6, remaining=60, resolved=32, unresolved_bytes=0.0,
+                                 message_bytes=25_000.0, interval=0.5)
+    assert second.last_seen == 1.5 and second.rate_bps == 4e6
