@@ -19,7 +19,7 @@ and with each variant:
 | ``gloo`` | DDP's own allreduce (gloo's ring over TCP), stock settings | queue 0, with the flows |
 | ``atp`` | the ATP hook with both phases bounded at ``msr`` (``netapprox.ml.hook.bounded``: the smallest ``1 - msr`` of each contribution's packets at MSR 0, the largest ``msr`` of each reduced chunk gathered, early completion, error feedback) | reliable packets in queue 0 with the flows, the MSR-0 ones as surplus in queue 7 |
 | ``atp-spread`` | both phases at one MSR ``msr`` for every packet, the loss spread by the Hadamard transform, the workers agreeing on what the all-gather lost (``gather_mode="msr"``), early completion, error feedback | approximate packets by TLR (queues 1-7) |
-| ``atp-tail`` | ``atp`` with the tail-adaptive bound (``msr_floor``, ml/tail.py): a worker whose jobs to one peer take persistently longer per packet than to its others (>= 1.5x) sends what crosses that path, its contribution to that peer and its all-gather, at MSR ``msr_floor`` | as ``atp`` |
+| ``atp-tail`` | ``atp`` with the tail-adaptive bound (``msr_floor``, ml/tail.py): a worker whose jobs to one peer take persistently longer per packet than to its fastest peer (from 2x, until below 1.5x) sends what crosses that path, its contribution to that peer and its all-gather, at MSR ``msr_floor`` | as ``atp`` |
 | ``atp-exact`` | the ATP hook's defaults (paper group policy, reliable all-gather, every packet sent) | by TLR, the reliable all-gather in queue 0 |
 | ``gloo-low``, ``atp-low`` | as ``gloo`` / ``atp`` with all training traffic in queue 1 (class rules) | queue 1 |
 
@@ -233,7 +233,8 @@ def exp_ddp(seeds: Sequence[int], out: Path, sweep: Sweep, *, variants=("gloo", 
 
     scale: Scale = as_sweep(sweep).backend.scale
     rf = R.ResultFile("ddp", {"scale": dataclasses.asdict(scale), "variants": list(variants),
-                              "scenarios": list(scenarios), "iterations": iterations, "hidden": hidden, "msr": msr, "msr_floor": msr_floor,
+                              "scenarios": list(scenarios), "iterations": iterations, "hidden": hidden, "msr": msr,
+                              "msr_floor": msr_floor,
                               "straggler_rate": straggler_rate, "atp_args": atp_args, "straggler_host": STRAGGLER_HOST,
                               "target_test_acc": target, "eval_every": eval_every,
                               "model": f"MLP 64-{hidden}-{hidden}-10 on scikit-learn digits, Adam 1e-3, batch 32/worker",

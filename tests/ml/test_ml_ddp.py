@@ -17,41 +17,48 @@ pytestmark = pytest.mark.slow
 WORLD = 3
 
 
-def _compare_with_gloo(rank: int, world: int, init: str, q, options: dict | None = None) -> None:
+def _compare_with_gloo(rank: int, world: int, options: dict | None = None) -> dict:
     """Two copies of one model, stock DDP (gloo allreduce) and DDP with the ATP hook: same data, same steps;
     the gradients must be identical, bit for bit, after every step (``close``: within float32 rounding)."""
+    import netapprox.ml
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    torch.manual_seed(0)
+    stock = DDP(example.make_model(200), bucket_cap_mb=0.05)
+    atp = DDP(example.make_model(200), bucket_cap_mb=0.05)
+    atp.module.load_state_dict(stock.module.state_dict())
+    state = netapprox.ml.register(atp, **(options or {}))
+    gen = torch.Generator().manual_seed(rank)
+    equal, close = [], []
+    for _ in range(3):
+        x, y = torch.randn(16, 64, generator=gen), torch.randint(0, 10, (16,), generator=gen)
+        for m in (stock, atp):
+            m.zero_grad()
+            torch.nn.functional.cross_entropy(m(x), y).backward()
+        equal.append(all(torch.equal(a.grad, b.grad) for a, b in zip(stock.parameters(), atp.parameters())))
+        close.append(all(torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-6)
+                         for a, b in zip(stock.parameters(), atp.parameters())))
+        # the gradients are not trivially equal: they differ from this worker's own local gradient
+    local = example.make_model(200)
+    local.load_state_dict(stock.module.state_dict())
+    torch.nn.functional.cross_entropy(local(x), y).backward()
+    differs = any(not torch.equal(a.grad, b.grad) for a, b in zip(local.parameters(), atp.parameters()))
+    buckets = len({s["bucket"] for s in state.stats})
+    priorities = sorted({(s["bucket"], s["priority"]) for s in state.stats if s["iteration"] > 1})
+    state.close()
+    return {"equal": equal, "close": close, "differs_from_local": differs, "buckets": buckets,
+            "priorities": priorities}
+
+
+def _worker(target, rank: int, world: int, init: str, q, *extra) -> None:
+    """One forked worker: the process group over gloo, ``target(rank, world, *extra)``'s dict (or the error it
+    raised) put on ``q`` with the rank, then exit without running the parent's atexit handlers."""
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     try:
         dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=60))
-        import netapprox.ml
-        from torch.nn.parallel import DistributedDataParallel as DDP
-        torch.manual_seed(0)
-        stock = DDP(example.make_model(200), bucket_cap_mb=0.05)
-        atp = DDP(example.make_model(200), bucket_cap_mb=0.05)
-        atp.module.load_state_dict(stock.module.state_dict())
-        state = netapprox.ml.register(atp, **(options or {}))
-        gen = torch.Generator().manual_seed(rank)
-        equal, close = [], []
-        for _ in range(3):
-            x, y = torch.randn(16, 64, generator=gen), torch.randint(0, 10, (16,), generator=gen)
-            for m in (stock, atp):
-                m.zero_grad()
-                torch.nn.functional.cross_entropy(m(x), y).backward()
-            equal.append(all(torch.equal(a.grad, b.grad) for a, b in zip(stock.parameters(), atp.parameters())))
-            close.append(all(torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-6)
-                             for a, b in zip(stock.parameters(), atp.parameters())))
-            # the gradients are not trivially equal: they differ from this worker's own local gradient
-        local = example.make_model(200)
-        local.load_state_dict(stock.module.state_dict())
-        torch.nn.functional.cross_entropy(local(x), y).backward()
-        differs = any(not torch.equal(a.grad, b.grad) for a, b in zip(local.parameters(), atp.parameters()))
-        buckets = len({s["bucket"] for s in state.stats})
-        priorities = sorted({(s["bucket"], s["priority"]) for s in state.stats if s["iteration"] > 1})
-        state.close()
+        result = target(rank, world, *extra)
         dist.destroy_process_group()
-        q.put({"rank": rank, "equal": equal, "close": close, "differs_from_local": differs, "buckets": buckets,
-               "priorities": priorities})
+        q.put({"rank": rank, **result})
     except BaseException as exc:
         q.put({"rank": rank, "error": repr(exc)})
         raise
@@ -62,15 +69,16 @@ def _compare_with_gloo(rank: int, world: int, init: str, q, options: dict | None
 
 
 def _run_workers(target, *extra) -> list[dict]:
-    """Fork ``WORLD`` workers running ``target(rank, WORLD, init, queue, *extra)``; their results by rank (each
-    puts one dict; none may report an error)."""
+    """Fork ``WORLD`` workers running ``target(rank, WORLD, *extra)`` in a process group (``_worker``); their
+    results by rank (each returns one dict; none may report an error)."""
     import torch.multiprocessing as mp
     import torch._dynamo  # noqa: F401  (imported once before the workers fork)
     ctx = mp.get_context("fork")
     q = ctx.Queue()
     with tempfile.TemporaryDirectory() as tmp:
         init = f"file://{tmp}/store"
-        procs = [ctx.Process(target=target, args=(r, WORLD, init, q, *extra), daemon=True) for r in range(WORLD)]
+        procs = [ctx.Process(target=_worker, args=(target, r, WORLD, init, q, *extra), daemon=True)
+                 for r in range(WORLD)]
         for p in procs:
             p.start()
         results = sorted((q.get(timeout=120) for _ in range(WORLD)), key=lambda r: r["rank"])
@@ -192,7 +200,7 @@ def test_ddp_agreement_payload_round_trip_and_job_ids():
     assert hook.job_id(1, 0, 0, 0, 1, 3, 7) >> 29 == 7
 
 
-def _tail_worker(rank: int, world: int, init: str, q) -> None:
+def _tail_worker(rank: int, world: int) -> dict:
     """Both phases bounded at 0.7 with the tail-adaptive bound (floor 0.5), 10 % of every datagram dropped; on
     ranks 0 and 1 the bound is pinned to 'the path to rank 2 is slow' (a straggler's downlink), on rank 2 to
     'nothing is slow', so what the hook does with a decision is checked whatever loopback's timing says."""
@@ -214,43 +222,31 @@ def _tail_worker(rank: int, world: int, init: str, q) -> None:
         def on_transfer(self, peer: int, *, seconds: float, packets: int) -> None:
             self.samples += 1
 
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    try:
-        dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=60))
-        torch.manual_seed(0)
-        model = DDP(example.make_model(128), bucket_cap_mb=0.05)
-        state = netapprox.ml.register(model, loss=0.1, seed=4, **bounded(0.7, msr_floor=0.5))
-        peers = [p for p in range(world) if p != rank]
-        state.tail = Pinned(peers, {2} if rank != 2 else set())
-        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-        gen = torch.Generator().manual_seed(rank)
-        hashes = []
-        for _ in range(8):
-            x, y = torch.randn(16, 64, generator=gen), torch.randint(0, 10, (16,), generator=gen)
-            opt.zero_grad()
-            torch.nn.functional.cross_entropy(model(x), y).backward()
-            opt.step()
-            hashes.append(example.parameter_hash(model))
-        every: list = [None] * world
-        dist.all_gather_object(every, hashes)
-        state.settle(30.0)
-        groups = list(state.group_loss().values()) + list(state.group_loss("gather").values())
-        tails = [s["tail"] for s in state.stats]
-        zeroed = sum(s["gather_missing_floats"] for s in state.stats) / sum(s["floats"] for s in state.stats)
-        q.put({"rank": rank, "identical": all(len(set(h)) == 1 for h in zip(*every)), "groups": groups,
-               "gather_msr": sorted({t["gather_msr"] for t in tails}), "slow": sorted({tuple(t["slow"]) for t in tails}),
-               "reduce_msr": sorted({tuple(sorted(t["reduce_msr"].items())) for t in tails}),
-               "samples": state.tail.samples, "zeroed": float(np.float64(zeroed))})
-        state.close()
-        dist.destroy_process_group()
-    except BaseException as exc:
-        q.put({"rank": rank, "error": repr(exc)})
-        raise
-    finally:
-        q.close()
-        q.join_thread()
-    os._exit(0)
+    torch.manual_seed(0)
+    model = DDP(example.make_model(128), bucket_cap_mb=0.05)
+    state = netapprox.ml.register(model, loss=0.1, seed=4, **bounded(0.7, msr_floor=0.5))
+    peers = [p for p in range(world) if p != rank]
+    state.tail = Pinned(peers, {2} if rank != 2 else set())
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    gen = torch.Generator().manual_seed(rank)
+    hashes = []
+    for _ in range(8):
+        x, y = torch.randn(16, 64, generator=gen), torch.randint(0, 10, (16,), generator=gen)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        hashes.append(example.parameter_hash(model))
+    every: list = [None] * world
+    dist.all_gather_object(every, hashes)
+    state.settle(30.0)
+    groups = list(state.group_loss().values()) + list(state.group_loss("gather").values())
+    tails = [s["tail"] for s in state.stats]
+    zeroed = sum(s["gather_missing_floats"] for s in state.stats) / sum(s["floats"] for s in state.stats)
+    state.close()
+    return {"identical": all(len(set(h)) == 1 for h in zip(*every)), "groups": groups,
+            "gather_msr": sorted({t["gather_msr"] for t in tails}), "slow": sorted({tuple(t["slow"]) for t in tails}),
+            "reduce_msr": sorted({tuple(sorted(t["reduce_msr"].items())) for t in tails}),
+            "samples": state.tail.samples, "zeroed": float(np.float64(zeroed))}
 
 
 def test_ddp_tail_bound_lowers_the_slow_paths_msr_and_keeps_replicas_identical():
