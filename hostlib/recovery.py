@@ -6,8 +6,21 @@ declared lost when
 * a packet sent ``reorder_threshold`` sequence numbers later has been acknowledged (packet threshold),
 * it is older than 9/8 · max(srtt, latest RTT) (at least min_loss_timeout / 5) and a later packet has been
   acknowledged (time threshold),
-* or it is older than the tail timeout, max(min_loss_timeout, 2·srtt, srtt + 4·rttvar) (nothing later
-  acknowledged yet, e.g. every packet of the tail was dropped).
+* or, nothing later acknowledged yet (e.g. every packet of the tail was dropped), it is the oldest packet in
+  flight that rate control counts (control packets and surplus before it are declared with it: a surplus
+  packet is not sent again), older than the tail timeout T = max(min_loss_timeout, 2·srtt, srtt + 4·rttvar) x 2^k, and T has
+  passed since the last packet the tail timeout declared and since the last ACK that acknowledged something
+  (RFC 6298 restarts its timer so); k counts those declarations since that ACK, at most 2 (RFC 9002's probe
+  timeout: one packet per timeout, backing off), together with
+  the announce parts older than T (a receiver takes no data of a job before its announce). Its
+  retransmission is the probe: when its ACK comes back, the packets before it that are still missing are
+  lost by the thresholds above; when the packets were only queued behind a growing queue, their ACKs come
+  first and one packet was sent twice, not the window.
+
+The tail timeout declares one packet, not every packet past it: a queue that grows faster than the RTT
+estimate (two senders into a slow port, a job starting with a window learned on an empty path) delays the
+ACKs of a whole window by more than 2·srtt, and declaring the window lost then sent it twice into the same
+queue (measured on the rack's slowed port: a third of the retransmissions were of packets that had arrived).
 
 An ACK arriving after its packet was declared lost still counts (the receiver has the data). Listeners
 (the rate controller) hear about every packet through keyword-only ``on_packet_sent/acked/lost`` hooks.
@@ -16,10 +29,14 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 from typing import Iterable, Protocol
+
+from netapprox.hostlib.control import ANNOUNCE_MSG_ID
 
 K_TIME_THRESHOLD = 9 / 8
 _LATE_ACK_MEMORY = 16384
+_MAX_TAIL_BACKOFF = 2
 
 
 @dataclasses.dataclass
@@ -62,6 +79,13 @@ class LossRecovery:
         self.packets_acked = 0
         self.packets_lost = 0
         self.late_acks = 0
+        self.tail_backoff = 0
+        """Packets the tail timeout declared since a packet was last acknowledged: it doubles with each (at most
+        twice)."""
+        self._tail_at = -math.inf
+        """When the tail timeout last declared a packet or an ACK last acknowledged one, whichever is later (-inf:
+        neither yet): the tail timeout counts from there, as TCP restarts its retransmission timer on every ACK
+        of new data (RFC 6298, 5.3)."""
         self.lost_by = {"reorder": 0, "time": 0, "tail": 0, "trim": 0}
         """How losses were found: a packet ``reorder_threshold`` later acknowledged, the time threshold after a
         later packet was acknowledged, the tail timeout with nothing later acknowledged, or the receiver saying
@@ -71,7 +95,8 @@ class LossRecovery:
 
     @property
     def tail_timeout(self) -> float:
-        return max(self.min_loss_timeout_s, 2 * self.srtt, self.srtt + 4 * self.rttvar)
+        base = max(self.min_loss_timeout_s, 2 * self.srtt, self.srtt + 4 * self.rttvar)
+        return base * (1 << min(self.tail_backoff, _MAX_TAIL_BACKOFF))
 
     @property
     def time_threshold(self) -> float:
@@ -97,7 +122,7 @@ class LossRecovery:
         oldest = next(iter(self.in_flight.values()))
         if oldest.seq < self.largest_acked:
             return oldest.sent_time + self.time_threshold
-        return oldest.sent_time + self.tail_timeout
+        return max(oldest.sent_time, self._tail_at) + self.tail_timeout
 
     # -- events ------------------------------------------------------------------------------------
 
@@ -158,23 +183,34 @@ class LossRecovery:
         for p in reversed(keep):
             self.in_flight[p.seq] = p
             self.in_flight.move_to_end(p.seq, last=False)
+        if acked or late_acked:  # progress: the tail timeout counts from now, at its base value
+            self.tail_backoff, self._tail_at = 0, now
         self._account(acked, lost, now, late_acked)
         return acked + late_acked, lost
 
     def detect_lost(self, now: float) -> list[SentPacket]:
-        """Declare lost every packet past its deadline (call from the loss timer)."""
+        """Declare lost every packet past its time threshold, or the oldest one past the tail timeout (which
+        then doubles until something is acknowledged); call from the loss timer."""
         lost: list[SentPacket] = []
         tail = self.tail_timeout
         thr = self.time_threshold
         while self.in_flight:
             p = next(iter(self.in_flight.values()))
             later_acked = p.seq < self.largest_acked
-            limit = thr if later_acked else tail
-            if now < p.sent_time + limit:  # same expression as loss_deadline()
-                break
+            if now < (p.sent_time + thr if later_acked else max(p.sent_time, self._tail_at) + tail):
+                break  # the same expressions as loss_deadline()
             self.in_flight.popitem(last=False)
             self.lost_by["time" if later_acked else "tail"] += 1
             lost.append(p)
+            if not later_acked and p.group_id is not None:  # a probe: one needed packet per tail timeout
+                self.tail_backoff += 1
+                self._tail_at = now
+                # and the announce parts past it: the receiver takes no data of the job without them
+                for q in [q for q in self.in_flight.values() if q.msg_id == ANNOUNCE_MSG_ID and now >= q.sent_time + tail]:
+                    del self.in_flight[q.seq]
+                    self.lost_by["tail"] += 1
+                    lost.append(q)
+                break
         self._account([], lost, now)
         return lost
 

@@ -79,6 +79,8 @@ static void pmap_remove(PacketMap *m, int32_t k) {
 
 /* --- LossRecovery ------------------------------------------------------------------------------------------- */
 
+#define MAX_TAIL_BACKOFF 2 /* recovery.py _MAX_TAIL_BACKOFF */
+
 int recovery_init(Recovery *r, double initial_rtt_s, long long reorder_threshold, double min_loss_timeout_s,
                   RateCtl *rate) {
     r->reorder_threshold = reorder_threshold;
@@ -88,6 +90,8 @@ int recovery_init(Recovery *r, double initial_rtt_s, long long reorder_threshold
     r->latest_rtt = initial_rtt_s;
     r->min_rtt = INFINITY;
     r->largest_acked = -1;
+    r->tail_backoff = 0;
+    r->tail_at = -INFINITY;
     r->rate = rate;
     return pmap_init(&r->in_flight) != 0 || pmap_init(&r->declared_lost) != 0 ? -1 : 0;
 }
@@ -107,7 +111,7 @@ double recovery_tail_timeout(const Recovery *r) {
         m = b;
     if (c > m)
         m = c;
-    return m;
+    return m * (double)(1 << (r->tail_backoff < MAX_TAIL_BACKOFF ? r->tail_backoff : MAX_TAIL_BACKOFF));
 }
 
 static inline double time_threshold(const Recovery *r) {
@@ -141,7 +145,7 @@ int recovery_loss_deadline(const Recovery *r, double *out) {
     if ((int64_t)o->seq < r->largest_acked)
         *out = o->sent_time + time_threshold(r);
     else
-        *out = o->sent_time + recovery_tail_timeout(r);
+        *out = (o->sent_time > r->tail_at ? o->sent_time : r->tail_at) + recovery_tail_timeout(r);
     return 1;
 }
 
@@ -236,6 +240,10 @@ int recovery_on_ack(Recovery *r, uint32_t seq, const SackBlock *blocks, int nblo
         }
         cur = next;
     }
+    if (r->acked.n || r->late.n) { /* progress: the tail timeout counts from now, at its base value */
+        r->tail_backoff = 0;
+        r->tail_at = now;
+    }
     if (account(r) != 0)
         return -1;
     /* the sender sees acked + late_acked */
@@ -252,9 +260,9 @@ int recovery_detect_lost(Recovery *r, double now) {
     while (r->in_flight.len) {
         int32_t h = r->in_flight.head;
         const SentPkt *p = &r->in_flight.nodes.v[h].p;
-        int later_acked = (int64_t)p->seq < r->largest_acked;
-        double limit = later_acked ? thr : tail;
-        if (now < p->sent_time + limit) /* the same expression as loss_deadline() */
+        int later_acked = (int64_t)p->seq < r->largest_acked, needed = p->group_id >= 0;
+        double since = later_acked || p->sent_time > r->tail_at ? p->sent_time : r->tail_at;
+        if (now < since + (later_acked ? thr : tail)) /* the same expressions as loss_deadline() */
             break;
         if (later_acked)
             r->lost_time++;
@@ -262,6 +270,22 @@ int recovery_detect_lost(Recovery *r, double now) {
             r->lost_tail++;
         if (take(&r->in_flight, h, &r->lost) != 0)
             return -1;
+        if (!later_acked && needed) { /* a probe: one needed packet per tail timeout */
+            r->tail_backoff++;
+            r->tail_at = now;
+            /* and the announce parts past it: the receiver takes no data of the job without them */
+            for (int32_t cur = r->in_flight.head; cur >= 0;) {
+                const struct PNode *node = &r->in_flight.nodes.v[cur];
+                int32_t next = node->next;
+                if (node->p.msg_id == ANNOUNCE_MSG_ID && now >= node->p.sent_time + tail) {
+                    r->lost_tail++;
+                    if (take(&r->in_flight, cur, &r->lost) != 0)
+                        return -1;
+                }
+                cur = next;
+            }
+            break;
+        }
     }
     return account(r);
 }

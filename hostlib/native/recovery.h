@@ -37,6 +37,8 @@ typedef struct {
 typedef struct {
     double srtt, rttvar, latest_rtt, min_rtt, min_loss_timeout_s;
     int has_rtt_sample;
+    int tail_backoff; /* tail timeouts since the last acknowledgement (recovery.py tail_backoff) */
+    double tail_at;   /* the last tail declaration or acknowledgement, the later (recovery.py _tail_at) */
     int64_t largest_acked;
     long long reorder_threshold;
     PacketMap in_flight, declared_lost;

@@ -210,7 +210,8 @@ def test_senders_sign_with_the_admission_key_transparently():
     job = JobSpec.uniform(3, messages=200, size=1368, msr=0.9)
     run = run_job(job, dataclasses.replace(FAST, admission_key=key), forward=Path(loss=0.05, seed=3))
     assert run.summary.receiver_confirmed and run.summary.msr_met()
-    run = run_job(job, dataclasses.replace(FAST, idle_timeout_s=0.5), receiver_config=AtpConfig(admission_key=key),
+    # the announce goes again at every tail timeout, which backs off to 4x (30, 60, 120, 120 ... ms): ten in 1 s
+    run = run_job(job, dataclasses.replace(FAST, idle_timeout_s=1.0), receiver_config=AtpConfig(admission_key=key),
                   until=5)
     assert run.summary is None and "admission key" in run.sender.failure
     assert run.receiver.dropped["bad_auth"] >= 10 and run.receiver.jobs == {}

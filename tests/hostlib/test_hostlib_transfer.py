@@ -421,12 +421,35 @@ def test_exact_timer_deadlines():
     for want in (0.04, 0.08, 0.12, 0.15):
         assert s.get_timer() == pytest.approx(want, abs=1e-12)
         s.handle_timer(s.get_timer())
-    # the two packets sent at 0 are lost: the announce and (MSR = 1) message 0 are due again at once
+    # a probe: the oldest needed packet, message 0 (MSR = 1), is lost and due again at once, with the announce
+    # sent before it (control packets go with the probe); message 1, sent at t, is not: its ACK may only be late
     assert s.get_timer() <= 0.15
     again = [wire.decode(d)[0] for d, _ in s.datagrams_to_send(0.15)]
     assert [(h.msg_id, bool(h.flags & wire.Flags.RETX)) for h in again] == [(0xFFFFFFFF, False), (0, True)]
-    # next deadline: the packet sent at t times out at t + 0.15, before the epoch ends at 0.16
-    assert s.get_timer() == pytest.approx(t + 0.15, abs=1e-12)
+    # the tail timeout doubles: the next probe is due 0.30 after this one; meanwhile only epochs end
+    for want in (0.16, 0.20, 0.24, 0.28, 0.32, 0.36, 0.40, 0.44, 0.45):
+        assert s.get_timer() == pytest.approx(want, abs=1e-9)
+        s.handle_timer(s.get_timer())
+        if want < 0.45:
+            assert s.datagrams_to_send(want) == []
+    # then message 1 (the oldest needed packet now) and the announce sent at 0.15, past the tail timeout too
+    again = [wire.decode(d)[0] for d, _ in s.datagrams_to_send(0.45)]
+    assert sorted((h.msg_id, bool(h.flags & wire.Flags.RETX)) for h in again) == [(1, True), (0xFFFFFFFF, False)]
+    assert s.get_timer() == pytest.approx(0.48, abs=1e-9)  # an epoch end; the next probe is due at 0.45 + 0.60
+
+
+def test_acks_late_behind_a_growing_queue_are_not_losses():
+    """A 2 Mbit/s path with a 64-packet queue in front of a sender that starts with a 2 ms RTT and 32 packets: the
+    RTT grows to ~350 ms within the job, far beyond any tail timeout the first samples give. The tail timeout
+    restarts with every ACK of new data and declares one packet at a time, so nothing is sent twice (declaring
+    every packet past it lost, as before, sent 1,104 retransmissions into the same queue and lost 959)."""
+    job = JobSpec.uniform(5, messages=80, size=1368, msr=1.0)
+    cfg = AtpConfig(max_rate_bps=20e6, initial_rtt_s=0.002, initial_window=32, queue_packets=(40, 7, 6, 5, 4, 3, 2, 1))
+    path = Path(rate_bps=2e6, queue_packets=64, queue_byte=0)
+    run = run_job(job, cfg, forward=path)
+    assert_guarantee(run, job)
+    assert path.dropped == 0 and run.summary.retransmissions == 0 and run.summary.packets_lost == 0
+    assert run.summary.srtt_s > 0.1  # the queue was there
 
 
 def test_receiver_timers_abandon_silent_jobs_exactly():
