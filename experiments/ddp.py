@@ -158,7 +158,8 @@ def ddp_trial(tb: Testbed, scale: Scale, seed: int, variant: str, scenario: str,
         args = ["--rank", str(r), "--world", str(workers), "--init", init, "--ifname", "eth0", "--hook", hook,
                 "--iterations", str(iterations), "--hidden", str(hidden), "--seed", str(seed),
                 "--eval-every", str(eval_every), "--atp-addr", tb.ip(r), "--atp-port", str(ATP_PORT),
-                "--rate-mbit", f"{scale.rate_mbit:g}", "--json", str(wd / f"w{r}.json"),
+                "--rate-mbit", f"{scale.rate_mbit:g}",
+                "--queue-packets", ",".join(str(q) for q in tb.config.queue_packets), "--json", str(wd / f"w{r}.json"),
                 "--ready-file", str(train_ready), *hook_args]
         procs.append(tb.start_py(r, "netapprox.ml.example", args, f"{name}-w{r}"))
     tb.wait_file(train_ready, timeout=240)

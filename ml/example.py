@@ -71,8 +71,22 @@ class TrainConfig:
     bucket_cap_mb: float = 0.1
     rate_mbit: float | None = None
     """ATP sender's R_max (None: hostlib's default)."""
+    queue_packets: str | None = None
+    """Each switch queue's buffer in MTUs, 8 comma-separated sizes from queue 0 (``AtpConfig.queue_packets``;
+    None: hostlib's default). On the emulated rack: what its switch installs (``TestbedConfig.queue_packets``)."""
     atp_port: int = 0
     report_to: str | None = None
+
+
+def parse_queue_packets(text: str) -> tuple[int, ...]:
+    """``"36,7,6,5,4,3,2,1"`` -> the tuple ``AtpConfig.queue_packets`` takes (a ValueError says what is wrong)."""
+    try:
+        sizes = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise ValueError(f"queue_packets {text!r}: need 8 comma-separated integers") from None
+    if len(sizes) != 8 or any(q < 0 for q in sizes):
+        raise ValueError(f"queue_packets {text!r}: need 8 comma-separated integers >= 0")
+    return sizes
 
 
 def load_digits_arrays() -> tuple[np.ndarray, np.ndarray]:
@@ -135,7 +149,9 @@ def train(rank: int, world: int, cfg: TrainConfig, *, ready_file: str | None = N
     model = DistributedDataParallel(make_model(cfg.hidden), bucket_cap_mb=cfg.bucket_cap_mb)
     state = None
     if cfg.hook == "atp":
-        rate = {} if cfg.rate_mbit is None else {"max_rate_bps": cfg.rate_mbit * 1e6}
+        rate: dict = {} if cfg.rate_mbit is None else {"max_rate_bps": cfg.rate_mbit * 1e6}
+        if cfg.queue_packets is not None:
+            rate["queue_packets"] = parse_queue_packets(cfg.queue_packets)
         report = None
         if cfg.report_to:
             host, _, port = cfg.report_to.rpartition(":")
@@ -308,6 +324,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         kind = float if f.name in ("rate_mbit", "bounded", "msr_floor") else (str if f.default is None else type(f.default))
         p.add_argument(flag, type=kind, default=f.default)
     args = p.parse_args(argv)
+    if args.queue_packets is not None:
+        try:
+            parse_queue_packets(args.queue_packets)
+        except ValueError as exc:
+            p.error(str(exc))
     cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)})
     if args.rank is not None:
         if args.world is None or args.init is None:

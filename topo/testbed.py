@@ -44,6 +44,7 @@ from pyroute2 import IPRoute
 
 from netapprox.controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig, with_policy
 from netapprox.controller.kernel import tc
+from netapprox.controller.model import queue_buffer_packets
 from netapprox.controller.runtime import Runtime
 from netapprox.hostlib.wire import DEFAULT_REPORT_PORT
 from netapprox.topo.netns import Lifecycle, NetnsLab, socket_in_netns, stop_process
@@ -199,6 +200,15 @@ class TestbedConfig:
             raise ValueError("need at least two hosts")
         if self.buffer_packets <= APPROX_QUEUES_BUFFER:
             raise ValueError(f"buffer_packets must exceed {APPROX_QUEUES_BUFFER} (the approximate queues)")
+
+    @property
+    def queue_packets(self) -> tuple[int, ...]:
+        """Each logical queue's buffer in MTUs on every port, as ``AtpConfig.queue_packets`` takes it: what ATP
+        senders on these hosts should be told (hostlib's default, 64 for queue 0, is a larger port's). NetApprox:
+        queue 0 ``buffer_packets`` - 28, queue k >= 1 8 - k; FIFO: the whole buffer in queue 0."""
+        if self.switch == "fifo":
+            return (self.buffer_packets + APPROX_QUEUES_BUFFER,) + (0,) * (tc.NUM_QUEUES - 1)
+        return tuple(queue_buffer_packets(q, self.buffer_packets) for q in range(tc.NUM_QUEUES))
 
     @property
     def policy_mode(self) -> str:
