@@ -202,13 +202,19 @@ class TestbedConfig:
             raise ValueError(f"buffer_packets must exceed {APPROX_QUEUES_BUFFER} (the approximate queues)")
 
     @property
+    def port_buffer_packets(self) -> int:
+        """The whole buffer the kernel driver is given per port: ``buffer_packets``, and for FIFO 28 more, so that
+        its one queue (queue 0, the rest after the approximate queues) gets ``buffer_packets``."""
+        return self.buffer_packets + (APPROX_QUEUES_BUFFER if self.switch == "fifo" else 0)
+
+    @property
     def queue_packets(self) -> tuple[int, ...]:
         """Each logical queue's buffer in MTUs on every port, as ``AtpConfig.queue_packets`` takes it: what ATP
         senders on these hosts should be told (hostlib's default, 64 for queue 0, is a larger port's). NetApprox:
-        queue 0 ``buffer_packets`` - 28, queue k >= 1 8 - k; FIFO: the whole buffer in queue 0."""
-        if self.switch == "fifo":
-            return (self.buffer_packets + APPROX_QUEUES_BUFFER,) + (0,) * (tc.NUM_QUEUES - 1)
-        return tuple(queue_buffer_packets(q, self.buffer_packets) for q in range(tc.NUM_QUEUES))
+        queue 0 ``buffer_packets`` - 28, queue k >= 1 8 - k; FIFO: queue 0 ``buffer_packets`` (the driver gets 28
+        more for the approximate queues, which FIFO leaves unused)."""
+        sizes = tuple(queue_buffer_packets(q, self.port_buffer_packets) for q in range(tc.NUM_QUEUES))
+        return sizes[:1] + (0,) * (tc.NUM_QUEUES - 1) if self.switch == "fifo" else sizes
 
     @property
     def policy_mode(self) -> str:
@@ -279,7 +285,7 @@ class Testbed(Lifecycle):
         subnet_byte = 100 + (os.getpid() + int(time.time())) % 150
         self.lab = NetnsLab(hosts=cfg.hosts + 1, subnet=f"10.{subnet_byte}.{os.getpid() % 250}.0/24")
         self.lab.start()
-        buffer = cfg.buffer_packets + (APPROX_QUEUES_BUFFER if cfg.switch == "fifo" else 0)
+        buffer = cfg.port_buffer_packets
         ports = {name: i + 1 for i, name in enumerate(self.lab.ports)}
         self._port_names = {n: name for name, n in ports.items()}
         options = {"ports": ports, "netns": self.lab.switch_ns, "rate_mbit": cfg.rate_mbit, "buffer_packets": buffer}

@@ -284,3 +284,14 @@ def test_ddp_tail_bound_config_needs_the_shapes_it_lowers():
         HookConfig(**{**bounded(0.7, msr_floor=0.5), "gather_mode": "msr"})
     with pytest.raises(ConfigError, match="top"):
         HookConfig(**{**bounded(0.7, msr_floor=0.5), "gather_msr": 1.0})
+
+
+def test_the_example_takes_the_switchs_queue_sizes(capsys):
+    assert example.parse_queue_packets("36,7,6,5,4,3,2,1") == (36, 7, 6, 5, 4, 3, 2, 1)
+    for bad in ("1,2", "36,7,6,5,4,3,2,x", "36,7,6,5,4,3,2,-1"):
+        with pytest.raises(ValueError, match="queue_packets"):
+            example.parse_queue_packets(bad)
+        with pytest.raises(SystemExit):
+            example.main(["--queue-packets", bad, "--iterations", "1"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert "queue_packets" in err[-1] and "8 comma-separated integers" in err[-1]
