@@ -24,7 +24,8 @@ from netapprox.experiments.hostprog import add_start_at, address, emit_summary, 
 from netapprox.experiments.jobs import JobWorkload
 from netapprox.hostlib import api
 from netapprox.hostlib.config import (
-    COMPLETION_POLICIES, MODE_ALIASES, MODES, AtpConfig, JobSpec, Message, parse_rate, pattern_bytes)
+    COMPLETION_POLICIES, MODE_ALIASES, MODES, AtpConfig, ConfigError, JobSpec, Message, parse_queue_packets, parse_rate,
+    pattern_bytes)
 from netapprox.hostlib.wire import DEFAULT_ATP_PORT, DEFAULT_REPORT_PORT
 
 
@@ -48,6 +49,8 @@ def build_config(args: argparse.Namespace) -> AtpConfig:
     kw: dict[str, Any] = {"mode": args.mode, "mrdf": not args.no_mrdf, "completion": args.completion}
     if args.rate:
         kw["max_rate_bps"] = parse_rate(args.rate)
+    if args.queue_packets:
+        kw["queue_packets"] = parse_queue_packets(args.queue_packets)
     return AtpConfig(**kw)
 
 
@@ -117,6 +120,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         s.add_argument("--no-mrdf", action="store_true")
         s.add_argument("--completion", default="early", choices=list(COMPLETION_POLICIES))
         s.add_argument("--rate", default=None, help="R_max, e.g. 20M")
+        s.add_argument("--queue-packets", default=None,
+                       help="the switch queues' buffers in MTUs, 8 comma-separated sizes from queue 0 (default: hostlib's)")
         s.add_argument("--report-to", default=None)
         s.add_argument("--timeline", default=None)
         s.add_argument("--json")
@@ -128,6 +133,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--vector-out", default=None)
     r.add_argument("--json")
     args = p.parse_args(argv)
+    if getattr(args, "queue_packets", None):
+        try:
+            parse_queue_packets(args.queue_packets)
+        except ConfigError as exc:
+            p.error(str(exc))
     out = recv(args) if args.cmd == "recv" else send(args)
     emit_summary(out, args.json)
     return 0

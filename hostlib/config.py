@@ -439,6 +439,18 @@ def pattern_bytes(msg_id: int, size: int) -> bytes:
     return (unit * (size // 4 + 1))[:size]
 
 
+def parse_queue_packets(text: str) -> tuple[int, ...]:
+    """``"36,7,6,5,4,3,2,1"``: each switch queue's buffer in MTUs from queue 0, as ``AtpConfig.queue_packets``
+    takes it; a ConfigError (a ValueError) says what is wrong."""
+    try:
+        sizes = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise ConfigError(f"queue_packets {text!r}: need 8 comma-separated integers") from None
+    if len(sizes) != 8 or any(q < 0 for q in sizes):
+        raise ConfigError(f"queue_packets {text!r}: need 8 comma-separated integers >= 0")
+    return sizes
+
+
 def parse_rate(text: str) -> float:
     """``100M``, ``20m``, ``1.5G``, ``500k`` or a plain number: bit/s."""
     t = text.strip()

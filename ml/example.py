@@ -36,7 +36,7 @@ import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
 
 import netapprox.ml
-from netapprox.hostlib.config import AtpConfig
+from netapprox.hostlib.config import AtpConfig, parse_queue_packets
 from netapprox.ml.hook import bounded
 from netapprox.ml.policy import parse_policy
 
@@ -76,17 +76,6 @@ class TrainConfig:
     None: hostlib's default). On the emulated rack: what its switch installs (``TestbedConfig.queue_packets``)."""
     atp_port: int = 0
     report_to: str | None = None
-
-
-def parse_queue_packets(text: str) -> tuple[int, ...]:
-    """``"36,7,6,5,4,3,2,1"`` -> the tuple ``AtpConfig.queue_packets`` takes (a ValueError says what is wrong)."""
-    try:
-        sizes = tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise ValueError(f"queue_packets {text!r}: need 8 comma-separated integers") from None
-    if len(sizes) != 8 or any(q < 0 for q in sizes):
-        raise ValueError(f"queue_packets {text!r}: need 8 comma-separated integers >= 0")
-    return sizes
 
 
 def load_digits_arrays() -> tuple[np.ndarray, np.ndarray]:

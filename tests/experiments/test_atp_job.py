@@ -1,0 +1,31 @@
+"""The experiments' ATP host program takes the switch's queue sizes (the emulated rack's are not hostlib's default)."""
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from netapprox.experiments import atp_job
+from netapprox.hostlib.config import AtpConfig, ConfigError, parse_queue_packets
+
+
+def _args(**kw) -> argparse.Namespace:
+    base = {"mode": "adaptive", "no_mrdf": False, "completion": "early", "rate": "20M", "queue_packets": None}
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_the_sender_is_told_the_queue_sizes():
+    assert atp_job.build_config(_args(queue_packets="36,7,6,5,4,3,2,1")).queue_packets == (36, 7, 6, 5, 4, 3, 2, 1)
+    assert atp_job.build_config(_args()).queue_packets == AtpConfig().queue_packets
+
+
+@pytest.mark.parametrize("bad", ["1,2", "36,7,6,5,4,3,2,x", "36,7,6,5,4,3,2,-1", ""])
+def test_bad_queue_sizes_are_one_line(bad, capsys):
+    with pytest.raises(ConfigError, match="queue_packets"):
+        parse_queue_packets(bad)
+    if bad:
+        with pytest.raises(SystemExit):
+            atp_job.main(["send", "10.0.0.2:7600", "--job", "none.json", "--job-id", "1", "--msr", "0.5",
+                          "--queue-packets", bad])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert "queue_packets" in err[-1] and "8 comma-separated integers" in err[-1]
