@@ -8,14 +8,13 @@ declared lost when
   acknowledged (time threshold),
 * or, nothing later acknowledged yet (e.g. every packet of the tail was dropped), it is the oldest packet in
   flight that rate control counts (control packets and surplus before it are declared with it: a surplus
-  packet is not sent again), older than the tail timeout T = max(min_loss_timeout, 2·srtt, srtt + 4·rttvar) x 2^k, and T has
-  passed since the last packet the tail timeout declared and since the last ACK that acknowledged something
-  (RFC 6298 restarts its timer so); k counts those declarations since that ACK, at most 2 (RFC 9002's probe
-  timeout: one packet per timeout, backing off), together with
-  the announce parts older than T (a receiver takes no data of a job before its announce). Its
-  retransmission is the probe: when its ACK comes back, the packets before it that are still missing are
-  lost by the thresholds above; when the packets were only queued behind a growing queue, their ACKs come
-  first and one packet was sent twice, not the window.
+  packet is not sent again), older than the tail timeout T = max(min_loss_timeout, 2·srtt, srtt + 4·rttvar)
+  x 2^k, and T has passed since the last packet the tail timeout declared and since the last ACK that
+  acknowledged something (RFC 6298 restarts its timer so); k counts those declarations since that ACK, at most
+  2 (RFC 9002's probe timeout: one packet per timeout, backing off). The announce parts older than T go with
+  it (a receiver takes no data of a job before its announce). Its retransmission is the probe: when its ACK
+  comes back, the packets before it that are still missing are lost by the thresholds above; when the packets
+  were only queued behind a growing queue, their ACKs come first and one packet was sent twice, not the window.
 
 The tail timeout declares one packet, not every packet past it: a queue that grows faster than the RTT
 estimate (two senders into a slow port, a job starting with a window learned on an empty path) delays the
@@ -206,7 +205,8 @@ class LossRecovery:
                 self.tail_backoff += 1
                 self._tail_at = now
                 # and the announce parts past it: the receiver takes no data of the job without them
-                for q in [q for q in self.in_flight.values() if q.msg_id == ANNOUNCE_MSG_ID and now >= q.sent_time + tail]:
+                due = [q for q in self.in_flight.values() if q.msg_id == ANNOUNCE_MSG_ID and now >= q.sent_time + tail]
+                for q in due:
                     del self.in_flight[q.seq]
                     self.lost_by["tail"] += 1
                     lost.append(q)
