@@ -55,7 +55,7 @@ from pyroute2 import IPRoute
 from netapprox.controller.kernel import tc
 from netapprox.controller.model import ClassRule
 from netapprox.experiments import results as R
-from netapprox.experiments.emulated import Scale
+from netapprox.experiments.emulated import Scale, queue_packets_arg
 from netapprox.experiments.sweep import Sweep, as_sweep
 from netapprox.experiments.workloads import web_search_flows
 from netapprox.topo.testbed import Testbed, read_json
@@ -159,7 +159,7 @@ def ddp_trial(tb: Testbed, scale: Scale, seed: int, variant: str, scenario: str,
                 "--iterations", str(iterations), "--hidden", str(hidden), "--seed", str(seed),
                 "--eval-every", str(eval_every), "--atp-addr", tb.ip(r), "--atp-port", str(ATP_PORT),
                 "--rate-mbit", f"{scale.rate_mbit:g}",
-                "--queue-packets", ",".join(str(q) for q in tb.config.queue_packets), "--json", str(wd / f"w{r}.json"),
+                "--queue-packets", queue_packets_arg(tb), "--json", str(wd / f"w{r}.json"),
                 "--ready-file", str(train_ready), *hook_args]
         procs.append(tb.start_py(r, "netapprox.ml.example", args, f"{name}-w{r}"))
     tb.wait_file(train_ready, timeout=240)

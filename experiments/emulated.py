@@ -209,7 +209,7 @@ def _bg_port(b: Background, i: int) -> int:
     return ATP_PORT if b.tlr is not None else UDP_DEFAULT_PORT + 1 + i
 
 
-def _queue_arg(tb: Testbed) -> str:
+def queue_packets_arg(tb: Testbed) -> str:
     """The switch's queue buffers for an ATP sender's ``--queue-packets`` (hostlib's default is a larger port's)."""
     return ",".join(str(q) for q in tb.config.queue_packets)
 
@@ -319,7 +319,7 @@ def run_on_testbed(tb: Testbed, plan: TrialPlan, *, timeout: float = 60.0) -> di
             v = ATP_VARIANTS[protocol]
             args = ["send", f"{tb.ip(j.dst)}:{ATP_PORT}", "--job", str(job_file), "--job-id", jid,
                     "--msr", str(j.msr), "--mode", v["mode"], "--completion", v.get("completion", "early"),
-                    "--rate", _rate_arg(rate_bps), "--queue-packets", _queue_arg(tb), "--json", str(out),
+                    "--rate", _rate_arg(rate_bps), "--queue-packets", queue_packets_arg(tb), "--json", str(out),
                     "--timeline", str(wd / f"timeline{j.job_id}.jsonl"), *start]
             if not v["mrdf"]:
                 args.append("--no-mrdf")
@@ -471,7 +471,7 @@ def vector_trial(tb: Testbed, scale: Scale, vec: np.ndarray, vfile: Path, bound:
                                        f"{name}-bgtx")]
         time.sleep(0.2)
     args = ["send-vector", f"{tb.ip(1)}:7600", "--vector", str(vfile), "--job-id", str(jid), "--msr", str(msr),
-            "--rate", f"{rate / 1e6:g}M", "--queue-packets", _queue_arg(tb), "--json", str(wd / "tx.json")]
+            "--rate", f"{rate / 1e6:g}M", "--queue-packets", queue_packets_arg(tb), "--json", str(wd / "tx.json")]
     if tb.controller is not None:
         args += ["--report-to", f"{tb.report_addr[0]}:{tb.report_addr[1]}"]
     tx = tb.start_py(0, "netapprox.experiments.atp_job", args, f"{name}-tx")

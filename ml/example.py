@@ -138,19 +138,19 @@ def train(rank: int, world: int, cfg: TrainConfig, *, ready_file: str | None = N
     model = DistributedDataParallel(make_model(cfg.hidden), bucket_cap_mb=cfg.bucket_cap_mb)
     state = None
     if cfg.hook == "atp":
-        rate: dict = {} if cfg.rate_mbit is None else {"max_rate_bps": cfg.rate_mbit * 1e6}
+        atp_kw: dict = {} if cfg.rate_mbit is None else {"max_rate_bps": cfg.rate_mbit * 1e6}
         if cfg.queue_packets is not None:
-            rate["queue_packets"] = parse_queue_packets(cfg.queue_packets)
+            atp_kw["queue_packets"] = parse_queue_packets(cfg.queue_packets)
         report = None
         if cfg.report_to:
             host, _, port = cfg.report_to.rpartition(":")
             report = (host, int(port))
         if cfg.bounded is not None:
-            options = bounded(cfg.bounded, atp=AtpConfig(completion="early", **rate), msr_floor=cfg.msr_floor)
+            options = bounded(cfg.bounded, atp=AtpConfig(completion="early", **atp_kw), msr_floor=cfg.msr_floor)
         else:
             options = {"policy": parse_policy(cfg.policy), "fill": cfg.fill, "gather_msr": cfg.gather_msr,
                        "gather_mode": cfg.gather_mode,
-                       "transform": cfg.transform, "atp": AtpConfig(completion=cfg.completion, **rate),
+                       "transform": cfg.transform, "atp": AtpConfig(completion=cfg.completion, **atp_kw),
                        "msr_floor": cfg.msr_floor}
         state = netapprox.ml.register(model, loss=cfg.loss, seed=cfg.seed, port=cfg.atp_port, report_to=report,
                                       **options)
