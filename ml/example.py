@@ -54,10 +54,14 @@ class TrainConfig:
     """ATP completion policy (``early``: a job ends once its MSRs are met)."""
     gather_mode: str = "top"
     """Shape of a bounded all-gather (``netapprox.ml.hook.HookConfig.gather_mode``)."""
+    gather_fill: str | None = None
+    """What a value the bounded all-gather left out reads as (``HookConfig.gather_fill``: ``zero`` or
+    ``predicted``); None: ``predicted`` with ``bounded``, else ``zero``."""
     transform: str = "none"
     """``none`` or ``hadamard`` (``ml/transform.py``)."""
     bounded: float | None = None
-    """Both phases bounded at this MSR (``netapprox.ml.hook.bounded``); overrides every other hook option."""
+    """Both phases bounded at this MSR (``netapprox.ml.hook.bounded``); overrides every other hook option but
+    ``msr_floor`` and ``gather_fill``."""
     msr_floor: float | None = None
     """The tail-adaptive bound (``netapprox.ml.hook.HookConfig.msr_floor``; with ``bounded``)."""
     loss: float = 0.0
@@ -146,10 +150,11 @@ def train(rank: int, world: int, cfg: TrainConfig, *, ready_file: str | None = N
             host, _, port = cfg.report_to.rpartition(":")
             report = (host, int(port))
         if cfg.bounded is not None:
-            options = bounded(cfg.bounded, atp=AtpConfig(completion="early", **atp_kw), msr_floor=cfg.msr_floor)
+            options = bounded(cfg.bounded, atp=AtpConfig(completion="early", **atp_kw), msr_floor=cfg.msr_floor,
+                              gather_fill=cfg.gather_fill or "predicted")
         else:
             options = {"policy": parse_policy(cfg.policy), "fill": cfg.fill, "gather_msr": cfg.gather_msr,
-                       "gather_mode": cfg.gather_mode,
+                       "gather_mode": cfg.gather_mode, "gather_fill": cfg.gather_fill or "zero",
                        "transform": cfg.transform, "atp": AtpConfig(completion=cfg.completion, **atp_kw),
                        "msr_floor": cfg.msr_floor}
         state = netapprox.ml.register(model, loss=cfg.loss, seed=cfg.seed, port=cfg.atp_port, report_to=report,

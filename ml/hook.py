@@ -25,7 +25,11 @@ How a bucket is reduced (no root; every worker owns one chunk of every bucket, a
    so every worker misses the same ones; with ``msr`` and ``prefix`` the network may drop some, every worker
    tells every peer which packets of which owner's chunk it missed (one small reliable job per peer, phase
    ``AGREE``), and every worker, the owner included, zeroes the union. With ``error_feedback`` the owner adds
-   what was zeroed to its next all-gather of that chunk.
+   what was zeroed to its next all-gather of that chunk. With ``gather_fill="predicted"`` (what ``bounded``
+   sets) what the all-gather left out reads as a prediction instead of zero: a moving average of the values
+   every replica applied at those positions (identical on every worker, so the replicas stay identical), and
+   the owner's error feedback carries the difference, so the sum of what is applied over the iterations is
+   still the sum of the gradients.
 
 Without loss and without a transform the result is bit-for-bit the result of the process group's allreduce
 (gloo's summation order, DDP's division), which tests/ml checks against a real gloo process group.
@@ -68,6 +72,7 @@ from netapprox.ml.vectors import RANGE, received_vector, vector_job
 log = logging.getLogger(__name__)
 
 FILL_MODES = ("zero", "previous", "error_feedback")
+GATHER_FILLS = ("zero", "predicted")
 TRANSFORMS = ("none", "hadamard")
 GATHER_MODES = ("top", "msr", "prefix")
 ENV_ADDRESS = "NETAPPROX_ATP_ADDR"
@@ -93,6 +98,17 @@ class HookConfig:
     which can exceed 1 - MSR of a chunk (at most ``world - 1`` times it). ``prefix``: the first
     ``ceil(gather_msr N)`` packets (rotated every iteration) in a reliable group and the rest in an MSR-0 group
     sent only as surplus, with the agreement; what is zeroed never exceeds 1 - MSR of a chunk."""
+
+    gather_fill: str = "zero"
+    """What a value the bounded all-gather left out reads as, on every worker alike. ``zero``; or
+    ``predicted``: the moving average (``gather_fill_decay``) of the values every replica applied at that
+    position in the earlier iterations, which every worker computes from the same values, so the replicas stay
+    identical. Needs ``fill="error_feedback"``: the owner carries the difference between the true value and
+    the prediction to its next all-gather of that chunk, so what is applied sums to the true gradients."""
+
+    gather_fill_decay: float = 0.5
+    """``gather_fill="predicted"``: the prediction is ``decay * prediction + (1 - decay) * applied``, every
+    iteration and position (0: the value applied last iteration)."""
 
     transform: str = "none"
     """``none`` or ``hadamard``: send each bucket as its randomized Hadamard transform (``ml/transform.py``).
@@ -147,6 +163,13 @@ class HookConfig:
             raise ConfigError(f"gather_mode {self.gather_mode!r}: choose one of {', '.join(GATHER_MODES)}")
         if not 0.0 <= self.gather_msr <= 1.0:
             raise ConfigError(f"gather_msr {self.gather_msr}: must be in [0, 1]")
+        if self.gather_fill not in GATHER_FILLS:
+            raise ConfigError(f"gather_fill {self.gather_fill!r}: choose one of {', '.join(GATHER_FILLS)}")
+        if not 0.0 <= self.gather_fill_decay < 1.0:
+            raise ConfigError(f"gather_fill_decay {self.gather_fill_decay}: must be in [0, 1)")
+        if self.gather_fill == "predicted" and self.fill != "error_feedback":
+            raise ConfigError("gather_fill='predicted' needs fill='error_feedback' (the owner carries what the "
+                              "prediction missed to the next iteration)")
         if self.transform == "hadamard":
             Hadamard(1, block=self.transform_block)  # checks the block size
         if not 0 <= self.port < 65536:
@@ -163,15 +186,18 @@ class HookConfig:
 
 
 def bounded(msr: float = 0.7, *, atp: AtpConfig = AtpConfig(completion="early"),
-            msr_floor: float | None = None) -> dict[str, Any]:
+            msr_floor: float | None = None, gather_fill: str = "predicted") -> dict[str, Any]:
     """``register`` options with both phases bounded at ``msr``: in the reduce-scatter the ``1 - msr`` of each
     contribution's packets with the smallest gradients go in an MSR-0 group (sent only as surplus), the rest
     reliably; the all-gather carries the ``msr`` of each reduced chunk's packets with the largest values
     (``gather_mode="top"``); jobs end once their MSR is met (``completion="early"``), and what a phase left out
-    goes with the next iteration (``error_feedback``). The ``ddp`` experiment (docs/ml.md) runs it as ``atp``.
-    ``msr_floor``: the tail-adaptive bound (``HookConfig.msr_floor``; ``atp-tail`` in the experiment)."""
+    goes with the next iteration (``error_feedback``); what the all-gather left out reads as its prediction
+    (``gather_fill``, ``HookConfig.gather_fill``; ``"zero"`` for zeros). The ``ddp`` experiment (docs/ml.md)
+    runs it as ``atp``. ``msr_floor``: the tail-adaptive bound (``HookConfig.msr_floor``; ``atp-tail`` in the
+    experiment)."""
     return {"policy": smallest(1.0 - msr, 0.0, 1.0), "gather_msr": msr, "gather_mode": "top",
-            "fill": "error_feedback", "transform": "none", "atp": atp, "msr_floor": msr_floor}
+            "fill": "error_feedback", "gather_fill": gather_fill, "transform": "none", "atp": atp,
+            "msr_floor": msr_floor}
 
 
 class IterationClock:
@@ -296,6 +322,7 @@ class AtpHookState:
         self._transforms: dict[tuple[int, int], Hadamard] = {}
         self._residual: dict[tuple[int, int], concurrent.futures.Future] = {}
         self._gather_residual: dict[int, np.ndarray] = {}
+        self._predicted: dict[int, np.ndarray] = {}  # gather_fill="predicted": per bucket, what fills a gap
         self._previous: dict[tuple[int, int], np.ndarray] = {}
         self._lock = threading.Lock()
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="atp-bucket")
@@ -502,6 +529,9 @@ class AtpHookState:
         # 4. bounded all-gather: agree on what anyone missed (unless every worker misses the same) and zero it
         gather_missing = 0
         if bounded_gather:
+            pred = self._predicted.get(index) if cfg.gather_fill == "predicted" else None
+            if pred is not None and len(pred) != m:
+                pred = None
             payload = _agreement_payload(missed)
             for p in peers if agree else ():
                 job = vector_job(self._id(it, index, AGREE, rank, p), payload, group_of_segment=None, group_msr={},
@@ -523,9 +553,13 @@ class AtpHookState:
                 for s in segs:
                     drop[s * fpp:(s + 1) * fpp] = True
                 gather_missing += int(drop.sum())
+                fill = np.zeros(b - a, dtype=np.float32) if pred is None else pred[a:b]
                 if j == rank and cfg.fill == "error_feedback":
-                    self._gather_residual[index] = np.where(drop, out[a:b], np.float32(0))
-                out[a:b][drop] = 0.0
+                    self._gather_residual[index] = np.where(drop, out[a:b] - fill, np.float32(0))
+                out[a:b][drop] = fill[drop]
+            if cfg.gather_fill == "predicted":  # from what every replica applies: the same on every worker
+                d = np.float32(cfg.gather_fill_decay)
+                self._predicted[index] = out.copy() if pred is None else d * pred + (np.float32(1) - d) * out
         result = out if tr is None else tr.inverse(out)
         t_end = time.monotonic()
         row = {"iteration": it, "bucket": index, "floats": n, "elapsed_s": t_end - t0, "started": t0,

@@ -183,6 +183,63 @@ def test_ddp_bounded_hook_keeps_replicas_identical_and_every_bound_under_loss(mo
     assert zeroed > 0  # the all-gather left values out, and they were zeroed on every replica alike
 
 
+def _fill_worker(rank: int, world: int, gather_fill: str) -> dict:
+    """Both phases bounded at 0.5, no injected loss, the same batch every iteration and no optimizer step, so the
+    true averaged gradient G is the same every time: what the hook applies over T iterations, summed, and T G
+    (gloo's allreduce of the same gradient), the values it applied at the positions the all-gather left out in
+    the last iteration, and a digest of what it applied each time (to compare across the workers)."""
+    import hashlib
+
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import netapprox.ml
+    from netapprox.ml.hook import bounded
+    torch.manual_seed(0)
+    model = DDP(example.make_model(128), bucket_cap_mb=0.05)
+    local = example.make_model(128)
+    local.load_state_dict(model.module.state_dict())
+    state = netapprox.ml.register(model, seed=5, **bounded(0.5, gather_fill=gather_fill))
+    gen = torch.Generator().manual_seed(rank)
+    x, y = torch.randn(16, 64, generator=gen), torch.randint(0, 10, (16,), generator=gen)
+    torch.nn.functional.cross_entropy(local(x), y).backward()
+    true = torch.cat([p.grad.flatten() for p in local.parameters()])
+    dist.all_reduce(true)
+    true /= world
+    total = torch.zeros_like(true)
+    digests, applied = [], None
+    for _ in range(12):
+        model.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        applied = torch.cat([p.grad.flatten() for p in model.parameters()])
+        total += applied
+        digests.append(hashlib.blake2b(applied.numpy().tobytes(), digest_size=8).hexdigest())
+    state.settle(30.0)
+    left_out = sum(s["gather_missing_floats"] for s in state.stats if s["iteration"] == 12)
+    state.close()
+    return {"total": total.tolist(), "expected": (true * 12).tolist(), "digests": digests,
+            "zeros_last": int((applied == 0).sum()), "left_out_last": int(left_out)}
+
+
+@pytest.mark.parametrize("gather_fill", ["zero", "predicted"])
+def test_ddp_bounded_gather_fill_sums_to_the_true_gradients(gather_fill):
+    """What the all-gather leaves out reads as zero or as every replica's moving average of what it applied
+    there; either way every worker applies the same values, and error feedback carries what the fill missed,
+    so the applied gradients sum to the true ones up to what is still pending (a bounded residual, not a drift
+    that grows with every iteration: a fill counted twice or never corrected would add up to a whole
+    gradient's worth in 12 iterations)."""
+    import numpy as np
+    results = _run_workers(_fill_worker, gather_fill)
+    assert len({tuple(r["digests"]) for r in results}) == 1  # the replicas applied the same values every time
+    total, expected = np.array(results[0]["total"]), np.array(results[0]["expected"])
+    assert np.linalg.norm(total - expected) < 0.15 * np.linalg.norm(expected)
+    left_out = sum(r["left_out_last"] for r in results) // 3  # every worker counts the whole bucket's gaps
+    assert left_out > 0.3 * len(total)
+    if gather_fill == "zero":
+        assert results[0]["zeros_last"] >= left_out
+    else:  # the gaps read as predictions, not zeros (exact zeros only where the gradient itself is zero)
+        assert results[0]["zeros_last"] < 0.1 * left_out
+
+
 def test_ddp_agreement_payload_round_trip_and_job_ids():
     import numpy as np
 
@@ -284,6 +341,23 @@ def test_ddp_tail_bound_config_needs_the_shapes_it_lowers():
         HookConfig(**{**bounded(0.7, msr_floor=0.5), "gather_mode": "msr"})
     with pytest.raises(ConfigError, match="top"):
         HookConfig(**{**bounded(0.7, msr_floor=0.5), "gather_msr": 1.0})
+
+
+def test_gather_fill_config():
+    from netapprox.hostlib.config import ConfigError
+    from netapprox.ml.hook import HookConfig, bounded
+
+    assert HookConfig(**bounded(0.7)).gather_fill == "predicted"
+    assert HookConfig(**bounded(0.7, gather_fill="zero")).gather_fill == "zero"
+    assert HookConfig().gather_fill == "zero"
+    with pytest.raises(ConfigError, match="gather_fill 'guess'"):
+        HookConfig(**bounded(0.7, gather_fill="guess"))
+    with pytest.raises(ConfigError, match="error_feedback"):
+        HookConfig(**{**bounded(0.7), "fill": "zero"})
+    for bad in (1.0, -0.1):
+        with pytest.raises(ConfigError, match="gather_fill_decay"):
+            HookConfig(**bounded(0.7), gather_fill_decay=bad)
+    assert example.TrainConfig(bounded=0.7, gather_fill="zero").gather_fill == "zero"
 
 
 def test_the_example_takes_the_switchs_queue_sizes(capsys):
