@@ -17,7 +17,7 @@ and with each variant:
 | variant | gradients | queue of the training traffic |
 |---|---|---|
 | ``gloo`` | DDP's own allreduce (gloo's ring over TCP), stock settings | queue 0, with the flows |
-| ``atp`` | the ATP hook with both phases bounded at ``msr`` (``netapprox.ml.hook.bounded``: the smallest ``1 - msr`` of each contribution's packets at MSR 0, the largest ``msr`` of each reduced chunk gathered, early completion, error feedback) | reliable packets in queue 0 with the flows, the MSR-0 ones as surplus in queue 7 |
+| ``atp`` | the ATP hook with both phases bounded at ``msr`` (``netapprox.ml.hook.bounded``: the smallest ``1 - msr`` of each contribution's packets at MSR 0, the largest ``msr`` of each reduced chunk gathered, what it left out read as its prediction, early completion, error feedback) | reliable packets in queue 0 with the flows, the MSR-0 ones as surplus in queue 7 |
 | ``atp-spread`` | both phases at one MSR ``msr`` for every packet, the loss spread by the Hadamard transform, the workers agreeing on what the all-gather lost (``gather_mode="msr"``), early completion, error feedback | approximate packets by TLR (queues 1-7) |
 | ``atp-tail`` | ``atp`` with the tail-adaptive bound (``msr_floor``, ml/tail.py): a worker whose jobs to one peer take persistently longer per packet than to its fastest peer (from 2x, until below 1.5x) sends what crosses that path, its contribution to that peer and its all-gather, at MSR ``msr_floor`` | as ``atp`` |
 | ``atp-exact`` | the ATP hook's defaults (paper group policy, reliable all-gather, every packet sent) | by TLR, the reliable all-gather in queue 0 |
