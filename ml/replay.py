@@ -171,6 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--msr", type=float, default=0.7)
     p.add_argument("--msr-floor", type=float, default=0.5)
     p.add_argument("--straggler", action="store_true", help="ranks 0-1 send what crosses to rank 2 at the floor")
+    p.add_argument("--gather-fill-decay", type=float, default=0.5, help="the prediction's decay (default 0.5)")
     p.add_argument("--target", type=float, default=0.9)
     p.add_argument("--iterations", type=int, default=60)
     args = p.parse_args(argv)
@@ -178,7 +179,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         seeds = _seeds(args.seeds)
     except ValueError:
         p.error(f"--seeds {args.seeds!r}: expected numbers and ranges such as 1-6 or 1,3,101-140")
-    base = ReplayConfig(msr=args.msr, msr_floor=args.msr_floor, straggler=args.straggler, iterations=args.iterations)
+    if not 0.0 <= args.gather_fill_decay < 1.0:
+        p.error(f"--gather-fill-decay {args.gather_fill_decay}: must be in [0, 1)")
+    base = ReplayConfig(msr=args.msr, msr_floor=args.msr_floor, straggler=args.straggler, iterations=args.iterations,
+                        gather_fill_decay=args.gather_fill_decay)
     variants = {"gloo": dataclasses.replace(base, variant="gloo"),
                 "zero": dataclasses.replace(base, gather_fill="zero"),
                 "predicted": base}

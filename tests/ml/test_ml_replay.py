@@ -44,3 +44,6 @@ def test_replay_command_line(capsys):
     with pytest.raises(SystemExit):
         replay.main(["--seeds", "x-y"])
     assert "--seeds 'x-y'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        replay.main(["--gather-fill-decay", "1"])
+    assert "--gather-fill-decay 1.0: must be in [0, 1)" in capsys.readouterr().err
