@@ -33,6 +33,7 @@ from netapprox.bench import network as N
 from netapprox.bench import sim as bench_sim
 from netapprox.experiments.emulated import Scale
 from netapprox.experiments.results import Progress, environment, git_commit, now_utc, write_csv
+from netapprox.topo.netns import stop_on_signals
 
 NETWORK_SECTIONS = N.SECTIONS
 OTHER_SECTIONS = ("hostlib", "controller", "sim")
@@ -338,6 +339,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if net_sections and os.geteuid() != 0:
         print("bench: the network sections need root (namespaces, qdiscs); use --skip-network", file=sys.stderr)
         return 2
+    stop_on_signals()  # SIGTERM/SIGHUP clean up like Ctrl-C: every testbed's processes and namespaces go
     scale = Scale()
     t0 = time.monotonic()
     started = now_utc()

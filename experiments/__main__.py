@@ -26,6 +26,7 @@ from netapprox.experiments.emulated import PROTOCOLS, EmulatedBackend, Scale
 from netapprox.experiments.figures import EXPERIMENTS, Figure, figures_for
 from netapprox.experiments.sim.__main__ import main as sim_main
 from netapprox.hostlib import checks as C
+from netapprox.topo.netns import stop_on_signals
 
 SET_CHECKS = set_checks(PROTOCOLS)
 """The value checks of ``--set`` for the emulated experiments."""
@@ -80,6 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if os.geteuid() != 0:
         print("experiments need root: they create network namespaces and program qdiscs", file=sys.stderr)
         return 2
+    stop_on_signals()  # SIGTERM/SIGHUP clean up like Ctrl-C: every testbed's processes and namespaces go
     run_figures(names, figures, sweep, seeds=args.seeds, out=Path(args.out), quick=args.quick, overrides=overrides)
     return 0
 

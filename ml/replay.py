@@ -46,6 +46,9 @@ class ReplayConfig:
     gather_fill_decay: float = 0.5
     straggler: bool = True
     floor_from: int = 4
+    floor_phases: str = "both"
+    """Where the straggler's floor applies: ``both`` (the hook), or only ``reduce`` or ``gather`` (to see which
+    phase's left-out values cost iterations)."""
     surplus_loss: float = 0.2
     slow_surplus_loss: float = 0.85
     iterations: int = 60
@@ -76,8 +79,10 @@ def _buckets(sizes: list[int], cap_mb: float) -> list[list[int]]:
 
 def replay(seed: int, cfg: ReplayConfig) -> list[dict]:
     """The test accuracy curve (every ``eval_every`` iterations) of one run."""
-    if cfg.variant not in ("gloo", "bounded") or cfg.gather_fill not in ("zero", "predicted"):
-        raise ValueError(f"variant {cfg.variant!r} / gather_fill {cfg.gather_fill!r}: gloo|bounded, zero|predicted")
+    if cfg.variant not in ("gloo", "bounded") or cfg.gather_fill not in ("zero", "predicted") or \
+            cfg.floor_phases not in ("both", "reduce", "gather"):
+        raise ValueError(f"variant {cfg.variant!r} / gather_fill {cfg.gather_fill!r} / floor_phases "
+                         f"{cfg.floor_phases!r}: gloo|bounded, zero|predicted, both|reduce|gather")
     torch.manual_seed(seed)
     torch.set_num_threads(1)
     xtr, ytr, xte, yte = map(torch.from_numpy, load_digits_split())
@@ -125,7 +130,7 @@ def replay(seed: int, cfg: ReplayConfig) -> list[dict]:
                         if src == j:
                             continue
                         chunk = vals[src][a:c] + res_c.get((b, src, j), np.float32(0))
-                        slow = floor and j == STRAGGLER
+                        slow = floor and j == STRAGGLER and cfg.floor_phases != "gather"
                         keep = _keep(chunk, cfg.msr_floor if slow else cfg.msr)
                         loss = cfg.slow_surplus_loss if slow else cfg.surplus_loss
                         segs = -(-(c - a) // FPP)
@@ -133,7 +138,8 @@ def replay(seed: int, cfg: ReplayConfig) -> list[dict]:
                         res_c[(b, src, j)] = np.where(got, np.float32(0), chunk)
                         total = total + np.where(got, chunk, np.float32(0))
                     total = total + res_g.get((b, j), np.float32(0))
-                    keep = _keep(total, cfg.msr_floor if floor and j != STRAGGLER else cfg.msr)
+                    low = floor and j != STRAGGLER and cfg.floor_phases != "reduce"
+                    keep = _keep(total, cfg.msr_floor if low else cfg.msr)
                     fill = p[a:c] if cfg.gather_fill == "predicted" and p is not None else np.float32(0)
                     res_g[(b, j)] = np.where(keep, np.float32(0), total - fill)
                     out[a:c] = np.where(keep, total, fill)
@@ -171,6 +177,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--msr", type=float, default=0.7)
     p.add_argument("--msr-floor", type=float, default=0.5)
     p.add_argument("--straggler", action="store_true", help="ranks 0-1 send what crosses to rank 2 at the floor")
+    p.add_argument("--floor-phases", choices=("both", "reduce", "gather"), default="both",
+                   help="with --straggler: the phases the floor applies to (default both, as the hook)")
     p.add_argument("--gather-fill-decay", type=float, default=0.5, help="the prediction's decay (default 0.5)")
     p.add_argument("--target", type=float, default=0.9)
     p.add_argument("--iterations", type=int, default=60)
@@ -182,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not 0.0 <= args.gather_fill_decay < 1.0:
         p.error(f"--gather-fill-decay {args.gather_fill_decay}: must be in [0, 1)")
     base = ReplayConfig(msr=args.msr, msr_floor=args.msr_floor, straggler=args.straggler, iterations=args.iterations,
-                        gather_fill_decay=args.gather_fill_decay)
+                        gather_fill_decay=args.gather_fill_decay, floor_phases=args.floor_phases)
     variants = {"gloo": dataclasses.replace(base, variant="gloo"),
                 "zero": dataclasses.replace(base, gather_fill="zero"),
                 "predicted": base}
