@@ -26,9 +26,10 @@ and with each variant:
 Per run: time to reach ``target`` test accuracy (wall clock from the first iteration, evaluated every
 ``eval_every`` iterations on rank 0), final test and training accuracy, mean iteration time, whether the
 replicas' parameters were identical after every iteration (a digest per iteration, compared across workers at
-the end), and for ATP: the share of gradient values the reduce-scatter lost and the all-gather zeroed, whether
-every group of every job kept its bound (lost <= N - ceil(MSR N)), and the jobs each session started without
-an admission round trip. Per seed and scenario, ratios against ``gloo``.
+the end), and for ATP: the share of gradient values the reduce-scatter lost and the all-gather left out
+(``gather_zeroed_frac``: zeroed, or read as predictions), whether every group of every job kept its bound
+(lost <= N - ceil(MSR N)), and the jobs each session started without an admission round trip. Per seed and
+scenario, ratios against ``gloo``.
 
 The web-search flows are scheduled for ``flow_s`` seconds and stopped when training ends (their completion
 times are not part of this experiment). A straggler's downlink is its switch port's HTB rate, its uplink a
@@ -370,7 +371,7 @@ def tables(result: dict) -> str:
     cfg = result["config"]
     variants = cfg.get("variants", [])
     out = ["| scenario | variant | time to {:.0%} test acc (s) | final test acc | iteration (s) | values lost (RS) "
-           "| zeroed (AG) | bounds held | replicas identical |".format(cfg.get("target_test_acc", 0.9)),
+           "| left out (AG) | bounds held | replicas identical |".format(cfg.get("target_test_acc", 0.9)),
            "|---|---|---|---|---|---|---|---|---|"]
     for sc in cfg.get("scenarios", []):
         for v in variants:
