@@ -11,7 +11,7 @@ to rank 2 as slow from ``floor_from`` (what the tail-adaptive bound decides on t
 contributions to rank 2 and their all-gathers go at ``msr_floor``. ``gloo`` averages the three gradients.
 
 What it leaves out is timing: which surplus packets arrive depends on the queues, and the rack's time per
-iteration is measured there (``python -m netapprox.experiments ddp``). It answers one question, how much the
+iteration is measured there (the ``ddp`` experiment, docs/ml.md). It answers one question, how much the
 values a design leaves out cost in iterations::
 
     python -m netapprox.ml.replay --seeds 101-140 --straggler
