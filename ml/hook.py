@@ -64,7 +64,7 @@ from netapprox.hostlib import wire
 from netapprox.hostlib.config import AtpConfig, ConfigError, JobSpec, Message, Tags
 from netapprox.hostlib.exchange import AtpExchange, ExchangeError
 from netapprox.ml.layout import chunk_bounds, reduction_order
-from netapprox.ml.policy import GroupPolicy, paper_policy, smallest
+from netapprox.ml.policy import GroupPolicy, paper_policy, smallest, top_packets
 from netapprox.ml.tail import TailBound, TailConfig
 from netapprox.ml.transform import DEFAULT_BLOCK, Hadamard
 from netapprox.ml.vectors import RANGE, received_vector, vector_job
@@ -605,9 +605,7 @@ class AtpHookState:
         msr = cfg.gather_msr if msr is None else msr
         if cfg.gather_msr >= 1.0 or cfg.gather_mode != "top":
             return None
-        segs = -(-len(reduced) // self.fpp)
-        dropped = segs - math.ceil(msr * segs - 1e-9)
-        return smallest(dropped / segs).classify(reduced, self.fpp) == 2
+        return top_packets(reduced, msr, self.fpp)
 
     def _gather_job(self, jid: int, reduced: np.ndarray, keep: np.ndarray | None, it: int, tags: Tags | None) -> Any:
         cfg = self.config

@@ -17,6 +17,7 @@ Pure numpy: no torch, no I/O.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Sequence
 
 import numpy as np
@@ -118,6 +119,14 @@ def smallest(fraction: float, msr: float = 0.0, rest: float = 1.0) -> GroupPolic
     ``rest``: what the network may drop is always the least significant part, whatever the gradients' scale
     (the paper's fixed thresholds put ~97 % of the example's packets in one group)."""
     return GroupPolicy((fraction,), (msr, rest), relative=True)
+
+
+def top_packets(values: np.ndarray, fraction: float, floats_per_packet: int) -> np.ndarray:
+    """A mask over the packets of ``values`` (1-D, not empty): the ``ceil(fraction N)`` with the largest
+    magnitude, what a bounded ``top`` all-gather sends."""
+    segs = -(-len(values) // floats_per_packet)
+    dropped = segs - math.ceil(fraction * segs - 1e-9)
+    return smallest(dropped / segs).classify(values, floats_per_packet) == 2
 
 
 def parse_policy(text: str) -> GroupPolicy:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import sys
 from typing import Sequence
 
@@ -29,7 +28,7 @@ import torch
 
 from netapprox.ml.example import evaluate, load_digits_split, make_model
 from netapprox.ml.layout import chunk_bounds
-from netapprox.ml.policy import smallest
+from netapprox.ml.policy import top_packets
 
 WORLD = 3
 FPP = 340  # float32 values per 1400-byte packet (wire.floats_per_packet)
@@ -61,9 +60,7 @@ class ReplayConfig:
 
 def _keep(values: np.ndarray, msr: float) -> np.ndarray:
     """Per value: in one of the ``ceil(msr N)`` packets with the largest magnitude (the hook's ``top``)."""
-    segs = -(-len(values) // FPP)
-    dropped = segs - math.ceil(msr * segs - 1e-9)
-    return np.repeat(smallest(dropped / segs).classify(values, FPP) == 2, FPP)[:len(values)]
+    return np.repeat(top_packets(values, msr, FPP), FPP)[:len(values)]
 
 
 def _buckets(sizes: list[int], cap_mb: float) -> list[list[int]]:
