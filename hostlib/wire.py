@@ -16,7 +16,7 @@ from typing import NamedTuple, Sequence
 
 VERSION = 2
 """Version 2 (docs/wire-format.md): DATA packets carry ``count`` whole messages (packing), ACKs optional grant and
-token fields, the GRANT type and the TRIM/GRANT/TOKEN flags. Datagrams of any other version are malformed
+token fields, the GRANT and NEW_TOKEN types and the TRIM/GRANT/TOKEN flags. Datagrams of any other version are malformed
 (``bad_version``): both ends of a job must speak version 2."""
 HEADER_LEN = 32
 DEFAULT_ATP_PORT = 7600
@@ -68,6 +68,7 @@ class PacketType(enum.IntEnum):
     DONE = 4
     RETRY = 5
     GRANT = 6
+    NEW_TOKEN = 7
 
 
 class Flags(enum.IntFlag):
@@ -382,6 +383,25 @@ def decode_retry_payload(payload: bytes) -> bytes:
     """The token a RETRY carries (exactly ``TOKEN_LEN`` bytes, not all zero)."""
     if len(payload) != TOKEN_LEN or payload == NO_TOKEN:
         raise MalformedPacket("bad_retry", f"RETRY payload of {len(payload)} bytes, expected a {TOKEN_LEN}-byte token")
+    return bytes(payload)
+
+
+# --- NEW_TOKEN payload: an address-validation token for the sender's next jobs (QUIC's NEW_TOKEN) ----------
+
+def encode_new_token(announce: Header, token: bytes) -> bytes:
+    """The NEW_TOKEN answering the announce part that validated a job: its coordinates and ``seq`` echoed, the
+    address-validation token as payload (48 bytes, as a RETRY)."""
+    if len(token) != TOKEN_LEN:
+        raise ValueError(f"an address-validation token is {TOKEN_LEN} bytes, got {len(token)}")
+    return _HEADER.pack((VERSION << 4) | PacketType.NEW_TOKEN, 0, QUEUE_UNSET, 0, announce.job_id, announce.msg_id, 0,
+                        0, announce.pkt_idx, announce.pkt_cnt, announce.seq, NO_DEADLINE, 0, 0, TOKEN_LEN) + token
+
+
+def decode_new_token_payload(payload: bytes) -> bytes:
+    """The token a NEW_TOKEN carries (exactly ``TOKEN_LEN`` bytes, not all zero)."""
+    if len(payload) != TOKEN_LEN or payload == NO_TOKEN:
+        raise MalformedPacket("bad_new_token",
+                              f"NEW_TOKEN payload of {len(payload)} bytes, expected a {TOKEN_LEN}-byte token")
     return bytes(payload)
 
 

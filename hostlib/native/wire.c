@@ -28,7 +28,7 @@ int atp_decode(const uint8_t *d, size_t len, AtpHeader *h, const char **reason) 
         *reason = "bad_version";
         return -1;
     }
-    if (h->type < PT_DATA || h->type > PT_GRANT) {
+    if (h->type < PT_DATA || h->type > PT_NEW_TOKEN) {
         *reason = "bad_type";
         return -1;
     }

@@ -25,7 +25,7 @@
 #define ATP_OFF_JOB_ID 4
 #define ATP_OFF_COUNT 29
 
-enum { PT_DATA = 1, PT_ACK = 2, PT_REPORT = 3, PT_DONE = 4, PT_RETRY = 5, PT_GRANT = 6 };
+enum { PT_DATA = 1, PT_ACK = 2, PT_REPORT = 3, PT_DONE = 4, PT_RETRY = 5, PT_GRANT = 6, PT_NEW_TOKEN = 7 };
 enum { F_APPROX = 0x01, F_RETX = 0x02, F_ECE = 0x04, F_TAGGED = 0x08, F_CE = 0x10, F_TRIM = 0x20, F_GRANT = 0x40,
        F_TOKEN = 0x80 };
 

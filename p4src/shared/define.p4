@@ -33,7 +33,8 @@
 @noWarn("unused") const bit<4> ATP_TYPE_DONE = 4;
 @noWarn("unused") const bit<4> ATP_TYPE_RETRY = 5;  // admission token, receiver -> sender (never approximate)
 @noWarn("unused") const bit<4> ATP_TYPE_GRANT = 6;  // receiver -> sender: how far it may send (never approximate)
-@noWarn("unused") const bit<4> ATP_TYPE_MAX = ATP_TYPE_GRANT;
+@noWarn("unused") const bit<4> ATP_TYPE_NEW_TOKEN = 7;  // address-validation token, receiver -> sender (never approximate)
+@noWarn("unused") const bit<4> ATP_TYPE_MAX = ATP_TYPE_NEW_TOKEN;
 
 @noWarn("unused") const bit<8> ATP_FLAG_APPROX = 0x01;
 @noWarn("unused") const bit<8> ATP_FLAG_RETX = 0x02;

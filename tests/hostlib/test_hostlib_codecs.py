@@ -86,6 +86,19 @@ def test_ack_payload_round_trips(blocks):
     assert wire.decode_ack_payload(wire.encode_ack_payload(blocks)) == blocks
 
 
+def test_new_token_carries_an_address_validation_token_and_echoes_the_announce():
+    announce = wire.Header(job_id=9, msg_id=control.ANNOUNCE_MSG_ID, pkt_idx=1, pkt_cnt=2, seq=77)
+    token = bytes(range(1, 17))
+    data = wire.encode_new_token(announce, token)
+    h, payload = wire.decode(data)
+    assert len(data) == 48 and h.type == wire.PacketType.NEW_TOKEN
+    assert (h.job_id, h.msg_id, h.pkt_idx, h.pkt_cnt, h.seq) == (9, control.ANNOUNCE_MSG_ID, 1, 2, 77)
+    assert wire.decode_new_token_payload(payload) == token
+    for bad in (wire.NO_TOKEN, token[:15], token + b"x"):
+        with pytest.raises(wire.MalformedPacket, match="bad_new_token"):
+            wire.decode_new_token_payload(bad)
+
+
 def test_ack_payload_rejects_bad_blocks():
     assert wire.decode_ack_payload(b"") == []
     with pytest.raises(wire.MalformedPacket, match="bad_ack"):

@@ -110,6 +110,8 @@ def _cases() -> list[tuple[str, Any]]:
                             wire.encode_done_payloads([3, 17, 40, 41, 2**32 - 17, 2**32 - 2], 1368)[0])),
         ("DONE, nothing lost", _to_sender(ATP(type=4, job_id=6), wire.encode_done_payloads([], 1368)[0])),
         ("RETRY", _to_sender(ATP(type=5, job_id=7, msg_id=control.ANNOUNCE_MSG_ID, seq=5), b"\x01" * 4 + b"T" * 12)),
+        ("NEW_TOKEN", _wire_to_sender(wire.encode_new_token(
+            wire.Header(job_id=7, msg_id=control.ANNOUNCE_MSG_ID, seq=6), b"\x00\x01\x02\x03" + b"A" * 12))),
         ("bytes after length", _to_receiver(ATP(type=1, job_id=5, msg_id=1, length=4), b"abcdEXTRA")),
         # version 2: packing, grants, tokens, trimming (encoded by hostlib.wire)
         ("packed DATA, 4 records", _wire_to_receiver(_data(records, flags=F.APPROX | F.RETX, tlr=0x3000, count=4))),
@@ -132,6 +134,7 @@ def _cases() -> list[tuple[str, Any]]:
             wire.encode(wire.Header(version=1, flags=F.APPROX, job_id=5, msg_id=1, count=0), b"old"))),
         ("type 0", _to_receiver(ATP(type=0, job_id=5))),
         ("type 9", _to_receiver(ATP(type=9, job_id=5))),
+        ("NEW_TOKEN of 15 bytes", _to_sender(ATP(type=7, job_id=7, msg_id=control.ANNOUNCE_MSG_ID), b"T" * 15)),
         ("count 0", _wire_to_receiver(_data(b"abc", count=0))),
         ("packed DATA of a multi-packet message", _wire_to_receiver(_data(records, count=4, pkt_idx=0, pkt_cnt=2))),
         ("packed, count disagrees", _wire_to_receiver(_data(records, count=3))),
@@ -339,6 +342,8 @@ def _payload_fields(header: wire.Header, payload: bytes, data: bytes, vector_job
                 "natp.done.end": [b for _, b in ranges], "natp.done.lost": [sum(b - a for a, b in ranges)]}
     if header.type == T.RETRY:
         return {"natp.retry.token": [wire.decode_retry_payload(payload)]}
+    if header.type == T.NEW_TOKEN:
+        return {"natp.new_token.token": [wire.decode_new_token_payload(payload)]}
     raise AssertionError(f"no expectation for packet type {header.type!r}: describe its payload here")
 
 
@@ -398,7 +403,7 @@ def test_every_field_matches_hostlib_wire(tmp_path, natp_fields):
     reasons = {r["natp.error"][0] for r in rows if r["natp.error"]}
     assert reasons == {"truncated", "bad_version", "bad_type", "bad_tlr", "bad_index", "bad_count", "bad_pack",
                        "bad_trim", "bad_ack", "bad_grant", "bad_report", "bad_done", "bad_floats", "bad_announce",
-                       "bad_retry"}
+                       "bad_retry", "bad_new_token"}
 
 
 def test_every_packet_type_is_named_in_the_info_column(tmp_path):

@@ -8,7 +8,7 @@
 -- The protocol's filter name is "natp" (NetApprox ATP): Wireshark's "atp" is the AppleTalk Transaction Protocol.
 --
 -- Preferences (Edit > Preferences > Protocols > NATP, or tshark -o natp.port:7600 -o natp.report_port:7601):
---   natp.port         the ATP UDP port (DATA to it; ACK, GRANT, DONE and RETRY from it), 7600 by default
+--   natp.port         the ATP UDP port (DATA to it; ACK, GRANT, DONE, RETRY and NEW_TOKEN from it), 7600 by default
 --   natp.report_port  the controller's report port (REPORT to it), 7601 by default; 0 turns it off
 --   natp.floats       when a DATA payload is shown as a float32 range (bounded-loss vectors): auto (default),
 --                     announced, never (FLOAT_MODES below)
@@ -18,10 +18,11 @@
 -- defines them: the job announce (its admission token and auth tag, then the manifest) and FIN (reserved DATA
 -- message ids), packed records (count >= 2: one subtree per message), trimmed DATA (natp.trimmed), float
 -- ranges, ACK SACK blocks with the grant and token fields their flags announce, GRANT packets (the same
--- layout), the REPORT body (with its optional HMAC tag), DONE's lost message ids and RETRY's admission token.
+-- layout), the REPORT body (with its optional HMAC tag), DONE's lost message ids, RETRY's admission token and NEW_TOKEN's
+-- address-validation token.
 -- A packet hostlib would reject is marked malformed with the same reason tag (natp.error: bad_version (any
 -- version but 2, version 1 included), bad_type, bad_tlr, bad_index, bad_count, truncated, bad_pack, bad_trim,
--- bad_ack, bad_grant, bad_report, bad_done, bad_floats, bad_announce, bad_retry).
+-- bad_ack, bad_grant, bad_report, bad_done, bad_floats, bad_announce, bad_retry, bad_new_token).
 -- tests/tools/test_wireshark.py checks every field against hostlib.wire on a pcap written with the scapy layer
 -- and hostlib.wire.
 
@@ -37,7 +38,7 @@ local NO_VECTOR = 0xFFFFFFFF
 local MAX_SACK_BLOCKS = 16
 local REPORT_BODY_LEN = 24
 local REPORT_MAC_LEN = 16
-local TOKEN_LEN = 16 -- admission token (RETRY payload, first field of every announce part)
+local TOKEN_LEN = 16 -- admission token (RETRY and NEW_TOKEN payload, first field of every announce part)
 local AUTH_LEN = 16 -- announce HMAC tag under the shared admission key (all zero without one)
 local MANIFEST_HEAD_LEN = 18 -- "ATPJ" | total:u32 | vector_len:u32 | need_bytes:u32 | n_groups:u16
 local RECORD_HEADER_LEN = 6 -- a packed record: msg_id:u32 | len:u16 | data
@@ -55,7 +56,7 @@ local FLOAT_MODES = {
     { "never", "Never", FLOATS_NEVER },
 }
 atp.prefs.port = Pref.uint("ATP UDP port", 7600,
-    "UDP port of ATP DATA (destination), ACK, GRANT, DONE and RETRY (source)")
+    "UDP port of ATP DATA (destination), ACK, GRANT, DONE, RETRY and NEW_TOKEN (source)")
 atp.prefs.report_port = Pref.uint("Report UDP port", 7601,
     "UDP port of the controller's report socket (REPORT packets go there); 0: do not register")
 atp.prefs.floats = Pref.enum("Float ranges", FLOATS_AUTO,
@@ -71,7 +72,8 @@ f.error = ProtoField.string("natp.error", "Malformed", base.ASCII, "Why hostlib.
 f.payload = ProtoField.bytes("natp.payload", "Payload")
 f.trailing = ProtoField.bytes("natp.trailing", "Bytes after length", base.NONE,
     "UDP payload beyond 32 + length (ignored by receivers)")
-f.announce_token = ProtoField.bytes("natp.announce.token", "Admission token (echoed from a RETRY)")
+f.announce_token = ProtoField.bytes("natp.announce.token",
+    "Token (a RETRY's, an ACK's echoed, or an address-validation token from a NEW_TOKEN)")
 f.announce_auth = ProtoField.bytes("natp.announce.auth", "Admission HMAC tag")
 f.announce_part = ProtoField.bytes("natp.announce.part", "Announce part (not reassembled)")
 f.announce_magic = ProtoField.string("natp.announce.magic", "Magic")
@@ -114,6 +116,7 @@ f.done_first = ProtoField.uint32("natp.done.first", "First lost id")
 f.done_end = ProtoField.uint32("natp.done.end", "End (first id after the range)")
 f.done_lost = ProtoField.uint32("natp.done.lost", "Lost messages in this part")
 f.retry_token = ProtoField.bytes("natp.retry.token", "Admission token")
+f.new_token = ProtoField.bytes("natp.new_token.token", "Address-validation token")
 
 local malformed = ProtoExpert.new("natp.malformed", "Malformed ATP packet", expert.group.MALFORMED,
     expert.severity.ERROR)
@@ -401,6 +404,18 @@ local function dissect_retry(pl, tree, ctx)
     ctx.info = "admission token"
 end
 
+-- NEW_TOKEN: an address-validation token for the sender's next jobs (the RETRY's layout).
+local function dissect_new_token(pl, tree, ctx)
+    local n = pl:len()
+    local t = tree:add(atp, pl, "New token")
+    if n ~= TOKEN_LEN or all_zero(pl) then
+        return bad(ctx, t, pl, "bad_new_token",
+            string.format("NEW_TOKEN payload of %d bytes, expected a %d-byte token", n, TOKEN_LEN))
+    end
+    t:add(f.new_token, pl)
+    ctx.info = "address-validation token"
+end
+
 -- One entry per packet type (docs/wire-format.md "Payloads by type"): a new type is one line here (and, if it
 -- has a payload, its function above). Types missing here are malformed (bad_type), as in hostlib.wire.
 local TYPES = {
@@ -410,6 +425,7 @@ local TYPES = {
     [4] = { name = "DONE", payload = dissect_done },
     [5] = { name = "RETRY", payload = dissect_retry },
     [6] = { name = "GRANT", payload = dissect_grant },
+    [7] = { name = "NEW_TOKEN", payload = dissect_new_token },
 }
 
 -- Header -----------------------------------------------------------------------------------------------------
