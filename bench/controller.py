@@ -81,14 +81,8 @@ EPOCH_S = 0.02
 
 
 def fake_p4runtime_server():
-    """The test suite's in-process P4Runtime server (tests/support/fake_p4runtime.py): the benchmark runs from
-    a checkout, like the tests."""
-    support = REPO / "tests"
-    if not (support / "support" / "fake_p4runtime.py").exists():
-        raise RuntimeError("the latency benchmark needs the repository's tests/support (run it from a checkout)")
-    if str(support) not in sys.path:
-        sys.path.insert(0, str(support))
-    from support.fake_p4runtime import FakeP4RuntimeServer
+    """The package's in-process P4Runtime server (controller/p4runtime/fake_server.py)."""
+    from netapprox.controller.p4runtime.fake_server import FakeP4RuntimeServer
 
     return FakeP4RuntimeServer()
 
@@ -403,9 +397,8 @@ def bench_forged_flood(seconds: float, rate: float = 900.0, forged_rate: float =
 
 SWITCH = r"""
 import socket, struct, sys, time
-sys.path.insert(0, sys.argv[1])
-from support.fake_p4runtime import FakeP4RuntimeServer
-table_id, probe, notify = int(sys.argv[2]), int(sys.argv[3]), ("127.0.0.1", int(sys.argv[4]))
+from netapprox.controller.p4runtime.fake_server import FakeP4RuntimeServer
+table_id, probe, notify = int(sys.argv[1]), int(sys.argv[2]), ("127.0.0.1", int(sys.argv[3]))
 out = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 def on_write(request, stamp):
     for update in request.updates:
@@ -466,7 +459,7 @@ def bench_latency(samples: int, jobs: int, churn: float, losing: bool = False) -
     procs: list[subprocess.Popen] = []
     with tempfile.TemporaryDirectory() as tmp, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as notify:
         notify.bind(("127.0.0.1", 0))
-        switch = subprocess.Popen([sys.executable, "-c", SWITCH, str(REPO / "tests"), str(QUEUE_BY_JOB_ID),
+        switch = subprocess.Popen([sys.executable, "-c", SWITCH, str(QUEUE_BY_JOB_ID),
                                    str(probe), str(notify.getsockname()[1])],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=str(REPO))
         procs.append(switch)

@@ -36,6 +36,16 @@ def test_no_bare_top_level_imports():
     assert not offenders, "import through netapprox.<folder>:\n" + "\n".join(offenders)
 
 
+
+def test_no_package_module_edits_sys_path():
+    """Installed code imports what it needs through ``netapprox.*``; a module that puts a checkout folder (such
+    as tests/) on ``sys.path`` works only from a checkout."""
+    edit = re.compile(r"sys\.path\.(insert|append|extend)|sys\.path\s*(\+?=)")
+    offenders = [f"{path.relative_to(REPO)}:{text[:m.start()].count(chr(10)) + 1}"
+                 for folder in FOLDERS for path in sorted((REPO / folder).rglob("*.py"))
+                 for text in [path.read_text()] for m in edit.finditer(text)]
+    assert not offenders, "sys.path edited in package code: " + ", ".join(offenders)
+
 LAYERS = {"hostlib": (), "controller": ("hostlib",), "topo": ("hostlib", "controller"),
           "experiments": ("hostlib", "controller", "topo", "bench", "ml"), "bench": ("hostlib", "controller", "topo",
                                                                                       "experiments"),

@@ -7,7 +7,7 @@ import pytest
 
 from netapprox.controller.p4runtime.driver import P4RuntimeDriver
 from netapprox.controller.p4runtime.options import P4RuntimeOptions
-from support.fake_p4runtime import FakeP4RuntimeServer
+from netapprox.controller.p4runtime.fake_server import FakeP4RuntimeServer
 from ctl_fixtures import BMV2_JSON_BYTES, P4INFO
 
 

@@ -1,4 +1,4 @@
-"""P4Runtime driver and runtime against the in-process fake P4Runtime server (tests/support/fake_p4runtime.py).
+"""P4Runtime driver and runtime against the in-process fake P4Runtime server (controller/p4runtime/fake_server.py).
 
 Protobufs are compared as text: the exact pipeline push, the exact batched write of an epoch.
 """
@@ -39,7 +39,7 @@ from netapprox.controller.reference import reference_queue, tag_order
 from netapprox.hostlib import wire
 from netapprox.hostlib.wire import Report
 from support.fake_bfrt import FakeBfrtServer
-from support.fake_p4runtime import _entry_key
+from netapprox.controller.p4runtime.fake_server import _entry_key
 
 from ctl_fixtures import BMV2_JSON_BYTES, P4INFO
 from test_ctl_reports import frame

@@ -1,4 +1,4 @@
-"""Reconnects without an outage, against the fake P4Runtime server (tests/support/fake_p4runtime.py): a controller
+"""Reconnects without an outage, against the fake P4Runtime server (controller/p4runtime/fake_server.py): a controller
 killed and restarted, a switch restarted, ``push_pipeline = false``, reconciling exactly the difference, and
 persistent write errors (refused entries, a full queue_by_job) that never loop."""
 from __future__ import annotations
@@ -34,7 +34,7 @@ from netapprox.controller.p4runtime.driver import P4RuntimeDriver
 from netapprox.controller.p4runtime.options import P4RuntimeOptions
 from netapprox.controller.p4runtime.p4info import P4Info
 from netapprox.controller.runtime import Runtime
-from support.fake_p4runtime import _entry_key
+from netapprox.controller.p4runtime.fake_server import _entry_key
 
 from ctl_fixtures import (
     P4INFO,

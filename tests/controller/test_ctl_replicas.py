@@ -1,4 +1,4 @@
-"""Controller replicas on P4Runtime arbitration, against the fake P4Runtime server (tests/support/fake_p4runtime.py),
+"""Controller replicas on P4Runtime arbitration, against the fake P4Runtime server (controller/p4runtime/fake_server.py),
 which arbitrates as the P4Runtime specification says: the fake itself (raw clients), the replica's choice of
 election id, two and three replicas in one process (takeover within one epoch, returns in any order, per-switch
 primaries), and replica processes with a primary killed by SIGKILL."""
@@ -33,7 +33,7 @@ from netapprox.controller.p4runtime.options import P4RuntimeOptions
 from netapprox.controller.runtime import Runtime
 from netapprox.hostlib import api
 from netapprox.hostlib.wire import Report
-from support.fake_p4runtime import FakeP4RuntimeServer
+from netapprox.controller.p4runtime.fake_server import FakeP4RuntimeServer
 
 from ctl_fixtures import REPO, P4INFO, Hosts, controller_toml, free_udp_port, job_entries, report
 from ctl_fixtures import start_controller, stop_process, wait_until

@@ -31,7 +31,7 @@ import yaml
 from netapprox.controller.p4runtime.p4info import P4Info
 from netapprox.hostlib import wire
 from netapprox.topo.netns import NetnsLab, socket_in_netns, stop_process
-from support.fake_p4runtime import FakeP4RuntimeServer
+from netapprox.controller.p4runtime.fake_server import FakeP4RuntimeServer
 from support.skips import requires_root
 
 REPO = Path(__file__).resolve().parents[2]

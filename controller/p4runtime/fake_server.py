@@ -1,4 +1,5 @@
-"""An in-process fake P4Runtime server, for tests and benchmarks (no switch needed).
+"""An in-process fake P4Runtime server (no switch needed): the tests and the
+controller benchmark run against it.
 
 It behaves like a P4Runtime target where the controller can tell: client arbitration as the specification
 says (below), SetForwardingPipelineConfig (required before writes; clears the tables, meters and counters) and
