@@ -18,6 +18,7 @@ from netapprox.controller.model import (
     DEFAULT_THRESHOLDS,
     NUM_QUEUES,
     ClassRule,
+    EcmpRoute,
     Route,
     check_buffer_unit,
     check_thresholds,
@@ -169,6 +170,10 @@ class PolicyConfig:
     within this many epochs goes to the first approximate queue whatever its TLR (``policy.finishing``): it is
     about to finish, and the jobs that arrive meanwhile (placed by their TLRs before the controller sees them)
     do not hold it back. 0: the TLR alone places (the paper's policy)."""
+    spray: bool = True
+    """On switches with ECMP groups (``[[switch]] ecmp_routes``): spray approximate ATP DATA per packet over the
+    equal-cost next hops (the design); False: every packet by its flow's hash, as an ordinary ECMP switch
+    (the flow-hash variant). Mode ``fifo`` never sprays."""
 
     def __post_init__(self) -> None:
         _check_fields(self, POLICY_KEYS, "[policy]")
@@ -211,6 +216,9 @@ class SwitchConfig:
     """routes_v4 entries (P4 targets)."""
     class_rules: tuple[ClassRule, ...] = ()
     """queue_by_class entries for non-approximate traffic (default: everything to queue 0)."""
+    ecmp_routes: tuple[EcmpRoute, ...] = ()
+    """ECMP groups of a multi-path fabric (``controller.fabric.ecmp_routes`` computes them from a topology; the
+    kernel switch forwards by them, spraying approximate ATP DATA when the policy's ``spray`` is on)."""
     job_sources: tuple[str, ...] = ()
     """IPv4 prefixes of the hosts whose jobs cross this switch (a report's source address says where its job
     runs): only those jobs get ``queue_by_job`` entries here, so a switch's work follows the jobs crossing it.
@@ -404,6 +412,7 @@ POLICY_KEYS: dict[str, C.Check] = {
     "promote_after_epochs": C.integer(ge=1),
     "tuning": _instance(TuningConfig),
     "finish_epochs": C.number(ge=0.0, le=1e6),
+    "spray": C.boolean(),
 }
 TUNING_KEYS: dict[str, C.Check] = {
     "every_epochs": C.integer(ge=1, le=1_000_000),
@@ -434,6 +443,7 @@ SWITCH_KEYS: dict[str, C.Check] = {
     "options": _options,
     "routes": _instances(Route),
     "class_rules": _instances(ClassRule),
+    "ecmp_routes": _instances(EcmpRoute),
     "job_sources": C.sequence(_prefix),
 }
 TAGGED_FLOW_KEYS: dict[str, C.Check] = {
@@ -554,6 +564,10 @@ ROUTE_KEYS: dict[str, C.Check] = {
     "src_mac": C.mac_address(),
     "dst_mac": C.mac_address(),
 }
+ECMP_ROUTE_KEYS: dict[str, C.Check] = {
+    "prefix": _ipv4_prefix,
+    "ports": C.sequence(C.integer(ge=0, le=511)),
+}
 CLASS_RULE_KEYS: dict[str, C.Check] = {
     "rank": C.integer(ge=1, le=0xFFFF),
     "ip_proto": C.integer(ge=0, le=0xFF),
@@ -571,8 +585,8 @@ POLICY_TOML_KEYS: dict[str, C.Check] = {**{k: v for k, v in POLICY_KEYS.items() 
                                          "tuning": lambda v, f: v}  # a table, read below
 REPORT_TOML_KEYS: dict[str, C.Check] = {**REPORT_KEYS, "key": C.string(), "key_file": C.string()}
 SWITCH_TOML_KEYS: dict[str, C.Check] = {
-    **{k: v for k, v in SWITCH_KEYS.items() if k not in ("routes", "class_rules")},
-    "routes": lambda v, f: v, "class_rules": lambda v, f: v,  # arrays of tables, read below
+    **{k: v for k, v in SWITCH_KEYS.items() if k not in ("routes", "class_rules", "ecmp_routes")},
+    "routes": lambda v, f: v, "class_rules": lambda v, f: v, "ecmp_routes": lambda v, f: v,  # arrays of tables
 }
 TAGGED_FLOW_TOML_KEYS = TAGGED_FLOW_KEYS
 CADENTFLOW_TOML_KEYS: dict[str, C.Check] = {**CADENTFLOW_KEYS, "flows": lambda v, f: v}
@@ -583,6 +597,15 @@ def _route(t: Any, where: str) -> Route:
     net = t["prefix"]
     return Route(prefix=str(net.network_address), prefix_len=net.prefixlen, port=t["port"],
                  src_mac=t.get("src_mac", "00:00:00:00:00:00"), dst_mac=t.get("dst_mac", "00:00:00:00:00:00"))
+
+
+def _ecmp_route(t: Any, where: str) -> EcmpRoute:
+    t = _checked(t, ECMP_ROUTE_KEYS, where, required=("prefix", "ports"))
+    net = t["prefix"]
+    try:
+        return EcmpRoute(prefix=str(net.network_address), prefix_len=net.prefixlen, ports=tuple(t["ports"]))
+    except ValueError as e:
+        raise ConfigError(f"{where}: {e}") from None
 
 
 def _class_rule(t: Any, where: str) -> ClassRule:
@@ -656,6 +679,8 @@ def _config_from_dict(data: Mapping[str, Any], source: str, base_dir: Path | Non
                          for j, r in enumerate(_tables(s.get("routes", []), f"{where}.routes"))),
             class_rules=tuple(_class_rule(r, f"{where}.class_rules[{j}]")
                               for j, r in enumerate(_tables(s.get("class_rules", []), f"{where}.class_rules"))),
+            ecmp_routes=tuple(_ecmp_route(r, f"{where}.ecmp_routes[{j}]")
+                              for j, r in enumerate(_tables(s.get("ecmp_routes", []), f"{where}.ecmp_routes"))),
             job_sources=s.get("job_sources", ())))
     return ControllerConfig(switches=tuple(switches), policy=policy, reports=reports, **ctl)
 

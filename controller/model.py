@@ -15,7 +15,9 @@ TLRs are Q1.15 integers as on the wire (``hostlib.wire.TLR_ONE`` = 1.0). Ranges 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+import ipaddress
+import zlib
+from typing import Any, Iterable, Mapping
 
 from netapprox.hostlib.wire import TLR_ONE
 
@@ -49,6 +51,72 @@ class Route:
     port: int
     src_mac: str
     dst_mac: str
+
+
+ECMP_BUCKETS = 16
+"""Buckets of every ECMP group (a power of two, so a bucket is the low bits of a hash or a random number, as a
+Tofino selector or a P4 ``hash(..., max)`` takes them). Group members fill the buckets in port order, round
+robin (``ecmp_buckets``): 2, 4, 8 or 16 members share them evenly; 3 members get 6/5/5 buckets."""
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class EcmpRoute:
+    """ecmp_routes: IPv4 LPM -> a group of equal-cost egress ports (the ECMP group of a multi-path fabric).
+
+    Which member a packet leaves by (``controller.reference.reference_next_hops``): approximate ATP DATA, when
+    the switch sprays (``SwitchState.spray``), a new uniformly random bucket for every packet; every other
+    packet the bucket of its flow's hash (``flow_hash``), so a non-approximate flow never splits over paths.
+    The kernel switch forwards by it (controller/kernel/forward.bpf.c); on a switch that also bridges, a
+    packet no route matches is left to the bridge."""
+
+    prefix: str  # dotted quad, host bits zero
+    prefix_len: int
+    ports: tuple[int, ...]
+    """Egress ports of the equal-cost next hops, distinct, in any order (buckets take them sorted)."""
+
+    def __post_init__(self) -> None:
+        try:
+            net = ipaddress.IPv4Network(f"{self.prefix}/{self.prefix_len}")
+        except ValueError as e:
+            raise ValueError(f"ecmp route {self.prefix}/{self.prefix_len}: {e}") from None
+        if str(net.network_address) != self.prefix:
+            raise ValueError(f"ecmp route {self.prefix}/{self.prefix_len}: host bits set (use {net})")
+        if not self.ports or len(set(self.ports)) != len(self.ports) or not all(
+                isinstance(p, int) and 0 <= p < 512 for p in self.ports):
+            raise ValueError(f"ecmp route {net}: need distinct ports in 0..511, got {self.ports}")
+        if len(self.ports) > ECMP_BUCKETS:
+            raise ValueError(f"ecmp route {net}: at most {ECMP_BUCKETS} next hops, got {len(self.ports)}")
+
+    @property
+    def buckets(self) -> tuple[int, ...]:
+        return ecmp_buckets(self.ports)
+
+
+def ecmp_buckets(ports: Iterable[int]) -> tuple[int, ...]:
+    """The ``ECMP_BUCKETS`` members of a group: its ports sorted, repeated round robin (bucket b holds the
+    (b mod n)-th smallest port)."""
+    members = sorted(ports)
+    return tuple(members[b % len(members)] for b in range(ECMP_BUCKETS))
+
+
+def flow_hash(src: str | bytes, dst: str | bytes, proto: int, sport: int, dport: int) -> int:
+    """The flow hash of every data plane's ECMP decision: CRC-32 (IEEE 802.3, as zlib, P4's
+    ``HashAlgorithm.crc32`` and Tofino's ``CRC32``) of the 13 bytes source address, destination address,
+    protocol, source port, destination port, in network order. A bucket is its low bits."""
+    a = src if isinstance(src, bytes) else ipaddress.IPv4Address(src).packed
+    b = dst if isinstance(dst, bytes) else ipaddress.IPv4Address(dst).packed
+    return zlib.crc32(a + b + bytes([proto]) + sport.to_bytes(2, "big") + dport.to_bytes(2, "big"))
+
+
+def longest_match(routes: Iterable[EcmpRoute], dst: str | bytes) -> EcmpRoute | None:
+    """The route of ``routes`` with the longest prefix holding ``dst`` (None if none does)."""
+    addr = int.from_bytes(dst if isinstance(dst, bytes) else ipaddress.IPv4Address(dst).packed, "big")
+    best = None
+    for r in routes:
+        net = ipaddress.IPv4Network(f"{r.prefix}/{r.prefix_len}")
+        if addr & int(net.netmask) == int(net.network_address) and (best is None or r.prefix_len > best.prefix_len):
+            best = r
+    return best
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -174,6 +242,11 @@ class SwitchState:
     tag_rules: frozenset[TagRule] = frozenset()
     tlr_rules: frozenset[TlrRule] = frozenset()
     ecn_rules: frozenset[EcnRule] = frozenset()
+    ecmp_routes: frozenset[EcmpRoute] = frozenset()
+    """ECMP groups of a multi-path fabric (``controller.fabric.ecmp_routes`` computes them from the topology)."""
+    spray: bool = True
+    """Spray approximate ATP DATA per packet over an ECMP group's members (the design); False: every packet by
+    its flow's hash (an ordinary ECMP switch). Policy ``spray``; off on a ``fifo`` switch."""
     queue_buffers: tuple[int, ...] = ()
     """Buffers of the approximate queues 1..7 as the online tuner (``controller.tuning``) shares them out, in
     units of the target's ``approx_buffer_unit`` (1 by default) packets, or MTUs of bytes where it counts
@@ -190,6 +263,9 @@ class SwitchState:
         jobs = [r.job_id for r in self.job_rules]
         if len(jobs) != len(set(jobs)):
             raise ValueError("two queue_by_job rules for the same job id")
+        nets = [(r.prefix, r.prefix_len) for r in self.ecmp_routes]
+        if len(nets) != len(set(nets)):
+            raise ValueError("two ecmp routes for the same prefix")
         if self.queue_buffers and (len(self.queue_buffers) != NUM_QUEUES - 1 or min(self.queue_buffers) < 1):
             raise ValueError(f"queue_buffers: need {NUM_QUEUES - 1} buffers of at least 1 packet (queues "
                              f"1..{NUM_QUEUES - 1}), got {self.queue_buffers}")

@@ -426,8 +426,9 @@ def tag_rules(cadentflows: tuple[CadentFlow, ...]) -> frozenset[TagRule]:
 
 def fifo_state(switch: SwitchConfig, config: PolicyConfig) -> SwitchState:
     """A network-oblivious switch: every packet in queue 0 (whose buffer is then the port's whole buffer),
-    routes kept, queue 0's ECN marking kept."""
-    return SwitchState(routes=frozenset(switch.routes), fifo=True,
+    routes and ECMP groups kept (every packet by flow hash), queue 0's ECN marking kept."""
+    return SwitchState(routes=frozenset(switch.routes), fifo=True, ecmp_routes=frozenset(switch.ecmp_routes),
+                       spray=False,
                        ecn_rules=frozenset({EcnRule(qid=NON_APPROX_QUEUE, depth_pkts=config.ecn_threshold_pkts)}))
 
 
@@ -439,6 +440,8 @@ def static_state(switch: SwitchConfig, config: PolicyConfig, buffers: tuple[int,
         return fifo_state(switch, config)
     return SwitchState(
         routes=frozenset(switch.routes),
+        ecmp_routes=frozenset(switch.ecmp_routes),
+        spray=config.spray,
         class_rules=frozenset(switch.class_rules),
         tag_rules=tag_rules(config.cadentflows),
         tlr_rules=default_tlr_rules(config.thresholds) if config.install_tlr_rules else frozenset(),

@@ -17,18 +17,27 @@ queue_by_tag is evaluated on its rules' ranges; the P4 table holds their prefix 
 same packets.
 ``l4_dport`` follows the P4 parser: the TCP/UDP destination port of a first fragment without IP options,
 0 for every other packet.
+
+The egress decision of a multi-path fabric (``reference_next_hops``): the longest ``ecmp_routes`` prefix
+holding the destination address gives a group of equal-cost ports in ``ECMP_BUCKETS`` buckets; approximate
+ATP DATA (the packets ``approx_atp_header`` accepts, surplus included) on a spraying switch takes a uniformly
+random bucket per packet, every other packet the bucket ``flow_hash(src, dst, proto, sport, dport) mod
+ECMP_BUCKETS`` (ports as ``l4_dport`` reads them, 0 where it reads none), so a non-approximate flow never splits.
 """
 from __future__ import annotations
 
 import struct
 
 from netapprox.controller.model import (
+    ECMP_BUCKETS,
     FIRST_APPROX_QUEUE,
     LOWEST_QUEUE,
     NON_APPROX_QUEUE,
     ClassRule,
     SwitchState,
     TagRule,
+    flow_hash,
+    longest_match,
 )
 from netapprox.hostlib.wire import DEFAULT_ATP_PORT, HEADER_LEN, OFFSETS, TLR_ONE, VERSION, Flags, PacketType
 
@@ -111,3 +120,34 @@ def _approx_queue(state: SwitchState, atp: bytes) -> int:
         if r.tlr_lo <= tlr <= r.tlr_hi:
             return r.qid
     return LOWEST_QUEUE
+
+
+def flow_key(packet: bytes) -> tuple[bytes, bytes, int, int, int]:
+    """(source, destination, protocol, source port, destination port) as the ECMP hash reads them: the ports of
+    a TCP/UDP first fragment without IP options (as ``l4_dport``), 0 and 0 for every other packet."""
+    sport = dport = 0
+    if l4_dport(packet) is not None:
+        sport, dport = struct.unpack_from("!HH", packet, IPV4_MIN_HEADER)
+    return packet[12:16], packet[16:20], packet[9], sport, dport
+
+
+def sprays(state: SwitchState, packet: bytes, atp_port: int = DEFAULT_ATP_PORT) -> bool:
+    """Whether ``state``'s switch sprays ``packet`` per packet: approximate ATP DATA on a switch that sprays
+    (not ``fifo``)."""
+    return (state.spray and not state.fifo and len(packet) >= IPV4_MIN_HEADER and packet[0] >> 4 == 4
+            and approx_atp_header(packet, atp_port) is not None)
+
+
+def reference_next_hops(state: SwitchState, packet: bytes, atp_port: int = DEFAULT_ATP_PORT) -> dict[int, float]:
+    """The egress ports ``state``'s ``ecmp_routes`` give ``packet`` (bytes from the IPv4 header on), each with
+    the probability that the packet leaves by it: one port with 1.0 for a hashed packet, the group's bucket
+    shares for a sprayed one; {} when no route holds the destination (or the packet is not IPv4)."""
+    if len(packet) < IPV4_MIN_HEADER or packet[0] >> 4 != 4:
+        return {}
+    route = longest_match(state.ecmp_routes, packet[16:20])
+    if route is None:
+        return {}
+    buckets = route.buckets
+    if sprays(state, packet, atp_port):
+        return {p: buckets.count(p) / ECMP_BUCKETS for p in sorted(set(buckets))}
+    return {buckets[flow_hash(*flow_key(packet)) % ECMP_BUCKETS]: 1.0}

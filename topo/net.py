@@ -20,8 +20,9 @@ from typing import Any
 from mininet.log import setLogLevel
 from mininet.net import Mininet
 
+from netapprox.controller import fabric
 from netapprox.controller.config import SwitchConfig
-from netapprox.controller.model import ClassRule, Route
+from netapprox.controller.model import ClassRule, EcmpRoute, Route
 from netapprox.hostlib.wire import DEFAULT_ATP_PORT, DEFAULT_REPORT_PORT
 from netapprox.topo.netns import Lifecycle, socket_in_netns, unique_tag, wait_until
 from netapprox.topo.bmv2 import P4_TOOLS_HINT, bmv2_available
@@ -166,14 +167,32 @@ class Emulation(Lifecycle):
         return s
 
     def switch_configs(self):
-        """``controller.config.SwitchConfig`` for every switch, with this network's driver options."""
+        """``controller.config.SwitchConfig`` for every switch, with this network's driver options (and, for
+        kernel switches on a loop, their ECMP groups: ``ecmp_routes``)."""
+        groups = self.ecmp_routes()
         out = []
         for sw in self.net.switches:
             kind = "p4runtime" if isinstance(sw, BMv2Switch) else "kernel"
             routes = tuple(self.routes(sw)) if kind == "p4runtime" else ()
+            ecmp = tuple(sorted(groups.get(sw.name, ()))) if kind == "kernel" else ()
             out.append(SwitchConfig(name=sw.name, kind=kind, options=sw.driver_options(), routes=routes,
-                                    class_rules=tuple(self.config.class_rules)))
+                                    ecmp_routes=ecmp, class_rules=tuple(self.config.class_rules)))
         return tuple(out)
+
+    def ecmp_routes(self) -> dict[str, frozenset[EcmpRoute]]:
+        """Kernel target on a topology with a loop (the leaf-spine): every switch's ECMP groups, a /32 per host
+        over its ports on shortest paths (``controller.fabric.ecmp_routes``); empty for loop-free topologies,
+        whose switches bridge."""
+        if self.config.target != "kernel" or not self._loops():
+            return {}
+        names = {s.name for s in self.net.switches}
+        links = []
+        for link in self.net.links:
+            ends = []
+            for intf in (link.intf1, link.intf2):
+                ends += [intf.node.name, intf.node.port_map()[intf.name] if intf.node.name in names else None]
+            links.append(tuple(ends))
+        return fabric.ecmp_routes(names, {h.name: h.IP() for h in self.net.hosts}, links)
 
     def routes(self, switch) -> list[Route]:
         """BMv2 target: a /32 route per host on ``switch``, along a shortest path (BFS over the topology;

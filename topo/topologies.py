@@ -55,8 +55,9 @@ class Dumbbell(_Base):
 class LeafSpine(_Base):
     """``leaves`` leaf switches (``hosts`` hosts each) fully meshed to ``spines`` spine switches.
 
-    The kernel target bridges, so it runs STP on this topology (one active tree, no ECMP); the BMv2 target
-    routes (one spine per destination host, chosen by the route computation in topo/net.py).
+    The kernel target forwards unicast IPv4 by the ECMP groups the controller installs (every spine carries
+    traffic; approximate ATP DATA is sprayed per packet) and bridges the rest over an STP tree; the BMv2
+    target routes (one spine per destination host, chosen by the route computation in topo/net.py).
     """
 
     def build(self, hosts: int = 2, leaves: int = 2, spines: int = 2, rate_mbit: float = 100.0,

@@ -21,11 +21,16 @@ controller's loop reconnects; bad options raise ``KernelDriverError``.
 
 - ECN: the ``ecn_thresholds`` entry of queue 0 becomes CE marking in queue 0's stamper (a virtual queue
   drained at line rate; changing the threshold re-attaches it, one write per port).
+- ECMP (a multi-path fabric): a state's ``ecmp_routes`` become the forwarding program on every port's ingress
+  (``forward.py``, ``forward.bpf.c``: approximate ATP DATA sprayed per packet over a route's ports when the
+  state sprays, everything else by flow hash); packets no route holds, and every packet of a state without
+  routes, are bridged. A change of routes or of ``spray`` re-attaches it (one write per port).
 - buffers: a state's ``queue_buffers`` (policy mode ``adaptive``: the tuner's shares of the approximate queues'
   buffer, in units of ``approx_buffer_unit`` MTUs) change the fifos' byte limits in place (one write per port;
   packets and counters stay).
 
-Not implemented by this target (documented in docs/emulation.md): ``routes`` (the switch bridges),
+Not implemented by this target (documented in docs/emulation.md): ``routes`` (the switch bridges, or forwards
+by ``ecmp_routes``),
 ECN thresholds on queues other than 0 (ignored, logged once), per-job hit counters (``job_packets`` is empty).
 """
 from __future__ import annotations
@@ -38,7 +43,7 @@ from pyroute2 import IPRoute
 
 from netapprox.controller.drivers import Driver
 from netapprox.controller.errors import KernelSwitchError, SwitchUnavailable
-from netapprox.controller.kernel import compiler, stamp, tc
+from netapprox.controller.kernel import compiler, forward, stamp, tc
 from netapprox.controller.model import Counters, QueueStats, SwitchState, WriteSummary, buffer_unit_option_error
 from netapprox.hostlib.wire import DEFAULT_ATP_PORT
 
@@ -116,6 +121,7 @@ class KernelDriver(Driver):
         """Whether the queue stamper is attached (after ``connect``)."""
         self._ecn_q0: int | None = None
         self._buffers: tuple[int, ...] = ()  # the approximate queues' buffers on the ports (policy mode adaptive)
+        self._forward: tuple | None = None  # (ecmp routes, spray) attached; () none; None unknown (after connect)
 
     @classmethod
     def from_options(cls, name: str, options: Mapping[str, Any]) -> "KernelDriver":
@@ -152,6 +158,7 @@ class KernelDriver(Driver):
             except KernelSwitchError as exc:
                 log.warning("%s: no queue stamp (the ATP queue byte stays 0xFF): %s", self.name, exc)
         state, self._state, self._installed = self._state, SwitchState(), {}
+        self._forward = None
         self._job_nodes = compiler.JobNodes()
         self.apply(state)
 
@@ -183,6 +190,22 @@ class KernelDriver(Driver):
                 raise SwitchUnavailable(self.name, f"setting the queue buffers failed: {exc}") from exc
             self._buffers = desired.queue_buffers
             ecn_writes += len(self._ifindex)
+        want_forward = (desired.ecmp_routes, desired.spray and not desired.fifo) if desired.ecmp_routes else ()
+        if want_forward != self._forward:
+            ifnames = list(self._ifindex)
+            try:
+                if want_forward:
+                    ifindex = {self.options.ports[n]: i for n, i in self._ifindex.items()}
+                    obj = forward.forward_object(desired.ecmp_routes, ifindex, want_forward[1], self.options.atp_port)
+                    forward.attach_forward(self.options.netns, ifnames, obj)
+                else:
+                    forward.detach_forward(self.options.netns, ifnames)
+            except KernelSwitchError as exc:
+                if "no port" in str(exc):
+                    raise KernelDriverError(f"{self.name}: {exc}") from exc
+                raise SwitchUnavailable(self.name, f"setting the ECMP forwarding failed: {exc}") from exc
+            self._forward = want_forward
+            ecn_writes += len(self._ifindex) if want_forward or self._state.ecmp_routes else 0
         wanted = compiler.compile_filters(desired, self.options.atp_port, self._job_nodes)
         changed = [e for n, e in sorted(wanted.items()) if self._installed.get(n) != e]
         removed = sorted(set(self._installed) - set(wanted))

@@ -20,11 +20,8 @@ is not asked about.
 from __future__ import annotations
 
 import collections
-import ctypes
-import os
 import select
 import socket
-import threading
 import time
 
 import pytest
@@ -37,8 +34,9 @@ from netapprox.controller.model import NUM_QUEUES, JobRule, SwitchState, default
 from netapprox.controller.reference import DATA_V1, reference_queue
 from netapprox.hostlib import wire
 from netapprox.hostlib.wire import tlr_to_q15
-from netapprox.topo.netns import NetnsLab, netns_path
+from netapprox.topo.netns import NetnsLab
 from support.conformance import ATP_PORT, PacketSpec, headers_complete, kernel_states, packets, tag_entry_count
+from support.packet_sockets import packet_socket
 from support.skips import requires_root
 
 pytestmark = [requires_root, pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -48,31 +46,6 @@ PACKET_OUTGOING = 4
 EXAMPLES = 250
 MIN_EXAMPLES = 200
 DST_MAC = bytes.fromhex("020000000099")
-
-
-def packet_socket(netns: str, kind: int, proto: int) -> socket.socket:
-    """An AF_PACKET socket created inside ``netns`` (a short-lived thread enters it; this thread never moves)."""
-    box = {}
-
-    def worker() -> None:
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            fd = os.open(netns_path(netns), os.O_RDONLY)
-            try:
-                if libc.setns(fd, 0x40000000) != 0:
-                    raise OSError(ctypes.get_errno(), f"setns into {netns}")
-            finally:
-                os.close(fd)
-            box["sock"] = socket.socket(socket.AF_PACKET, kind, socket.htons(proto))
-        except BaseException as exc:  # handed to the caller
-            box["error"] = exc
-
-    t = threading.Thread(target=worker)
-    t.start()
-    t.join()
-    if "error" in box:
-        raise box["error"]
-    return box["sock"]
 
 
 class KernelPort:

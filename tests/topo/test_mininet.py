@@ -167,3 +167,44 @@ def test_bmv2_topologies_route(tmp_path, topology):
             assert ctl.connect(20)
             ctl.epoch()
             assert emu.net.pingAll(timeout=2) == 0.0
+
+
+def test_kernel_leafspine_controller_sprays_approximate_data():
+    """Kernel leaf-spine (2 leaves, 2 spines): the controller installs the ECMP groups of every switch from the
+    topology; h1 -> h3 approximate ATP DATA leaves leaf1 over both uplinks, a non-approximate flow over one,
+    and every datagram arrives."""
+    from netapprox.controller.config import ControllerConfig, ReportConfig
+    from netapprox.controller.runtime import Runtime
+    from netapprox.topo.net import Emulation, EmulationConfig
+
+    with Emulation(EmulationConfig(topology="leafspine", hosts=2, rate_mbit=50)) as emu:
+        switches = emu.switch_configs()
+        leaf = emu.net.get("leaf1")
+        uplinks = {leaf.ports[i] for i in leaf.intfList()
+                   if i.link and {i.link.intf1.node.name, i.link.intf2.node.name} & {"spine1", "spine2"}}
+        assert len(uplinks) == 2 and all(s.ecmp_routes for s in switches)
+        ccfg = ControllerConfig(switches=switches, reports=ReportConfig(port=-1), epoch_s=0.02)
+        with Runtime(ccfg) as ctl:
+            assert ctl.connect(20)
+            ctl.epoch()
+            assert emu.net.pingAll(timeout=2) == 0.0
+            h1, h3 = emu.hosts[0], emu.hosts[2]
+
+            def sent_up(*args: str) -> dict[int, int]:
+                before = ctl.epoch().counters["leaf1"]
+                rx = h3.popen(trafgen("recv", "--port", "7600", "--duration", "8", "--idle", "1").split(),
+                              stdout=-1, text=True)
+                assert json.loads(rx.stdout.readline()) == {"ready": True}
+                out = h1.cmd(trafgen("send", "--dst", h3.IP(), "--atp", "--rate-mbit", "4", "--count", "200",
+                                     "--size", "400", *args))
+                assert json.loads(out.strip().splitlines()[-1])["sent"] == 200
+                assert json.loads(rx.communicate(timeout=15)[0].strip().splitlines()[-1])["received"] == 200
+                time.sleep(0.1)
+                after = ctl.epoch().counters["leaf1"]
+                count = lambda c, p: sum(q.transmitted for q in c.queues if q.port == p)  # noqa: E731
+                return {p: count(after, p) - count(before, p) for p in uplinks}
+
+            sprayed = sent_up("--approx", "--tlr", "0.2", "--sport", "41000")
+            assert sum(sprayed.values()) >= 200 and min(sprayed.values()) >= 50, sprayed
+            hashed = sent_up("--sport", "41001")  # ATP without APPROX: one path
+            assert sum(hashed.values()) >= 200 and min(hashed.values()) <= 5, hashed
