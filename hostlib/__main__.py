@@ -1,8 +1,9 @@
 """Command line: ``python -m netapprox.hostlib send ...`` / ``python -m netapprox.hostlib recv ...`` (also ``atp-send``, ``atp-recv``).
 
-Exit status: 0 success, 1 the job failed or timed out, 2 bad input (one line on stderr naming the option,
-before any packet is sent; output files are checked then too). Quiet unless ``-v``: the job summary goes to
-stdout, diagnostics to stderr.
+Exit status: 0 success, 1 the job failed or timed out (a destination port nobody listens on fails at its first
+ICMP port unreachable, not after ``--idle-timeout``), 2 bad input or a port that cannot be bound (one line on
+stderr, ``PROG: error: ...``, naming the option, before any packet is sent; output files are checked then too).
+Quiet unless ``-v``: the job summary goes to stdout, diagnostics to stderr.
 """
 from __future__ import annotations
 
@@ -123,7 +124,7 @@ def send_parser() -> argparse.ArgumentParser:
     p.add_argument("--group", type=_group, action="append", default=[], metavar="ID:MSR:MESSAGES",
                    help="an extra group, e.g. 1:0.9:200 (repeatable)")
     p.add_argument("--vector", type=C.arg(C.integer(ge=1, le=MAX_MESSAGES)), default=None, metavar="N",
-                   help="send a float32 vector of N random values instead (bounded-loss mode)")
+                   help="send a float32 vector of N random values instead (bounded-loss mode; default: messages, not a vector)")
     p.add_argument("--rate", type=_rate, default=None,
                    help="R_max, e.g. 10G (bit/s; default: the speed of the interface the route to DEST leaves by, "
                         "10G to this host, 1G when the interface reports none; the summary says which)")
@@ -138,26 +139,27 @@ def send_parser() -> argparse.ArgumentParser:
     p.add_argument("--packet-size", type=C.arg(C.integer(ge=wire.HEADER_LEN + 16, le=65507)),
                    default=AtpConfig.packet_size, help="max ATP datagram bytes (48..65507)")
     p.add_argument("--epoch-ms", type=_positive(float), default=None, help="fixed epoch (default: one srtt)")
-    p.add_argument("--min-epoch-ms", type=_positive(float), default=AtpConfig.min_epoch_s * 1e3)
+    p.add_argument("--min-epoch-ms", type=_positive(float), default=AtpConfig.min_epoch_s * 1e3,
+                   help="shortest epoch when it follows the srtt")
     p.add_argument("--priority", type=C.arg(C.integer(ge=0, le=255)), default=None,
-                   help="CadentFlow priority 0..255 (0 most urgent)")
-    p.add_argument("--weight", type=C.arg(C.integer(ge=1, le=255)), default=None, help="CadentFlow weight 1..255")
+                   help="CadentFlow priority 0..255, 0 most urgent (default: untagged; 0 if --weight or --deadline-ms is given)")
+    p.add_argument("--weight", type=C.arg(C.integer(ge=1, le=255)), default=None, help="CadentFlow weight 1..255 (default: untagged; 1 if --priority or --deadline-ms is given)")
     p.add_argument("--deadline-ms", type=C.arg(C.number(ge=0.0)), default=None,
-                   help="CadentFlow deadline after job start")
+                   help="CadentFlow deadline after job start (default: none)")
     p.add_argument("--report-to", action="append", default=None, metavar="HOST[:PORT]",
-                   help="controller (port 7601 default); repeat it for each controller of a replica set")
-    p.add_argument("--report-key-file", type=Path, default=None, help="file holding the report HMAC key")
+                   help="controller (port 7601 default); repeat it for each controller of a replica set (default: no reports)")
+    p.add_argument("--report-key-file", type=Path, default=None, help="file holding the report HMAC key (default: unsigned reports)")
     p.add_argument("--admission-key-file", type=Path, default=None,
-                   help="file holding the receiver's shared admission key (signs the job announce)")
-    p.add_argument("--timeout", type=_positive(float), default=None, help="give up after this many seconds")
+                   help="file holding the receiver's shared admission key (signs the job announce; default: unsigned)")
+    p.add_argument("--timeout", type=_positive(float), default=None, help="give up after this many seconds (default: no limit but --idle-timeout)")
     p.add_argument("--idle-timeout", type=_positive(float), default=AtpConfig.idle_timeout_s,
                    help="give up when nothing is acknowledged for this long (default %(default)s s)")
-    p.add_argument("--seed", type=C.arg(C.integer()), default=None, help="seed for --vector values")
+    p.add_argument("--seed", type=C.arg(C.integer()), default=None, help="seed for --vector values (default: random)")
     p.add_argument("--json", type=C.arg(C.output_file(), str), default=None, metavar="FILE",
-                   help="write the summary as JSON")
+                   help="write the summary as JSON (default: stdout only)")
     p.add_argument("--timeline", type=C.arg(C.output_file(), str), default=None, metavar="FILE",
-                   help="per-epoch JSON lines")
-    p.add_argument("-v", "--verbose", action="count", default=0)
+                   help="per-epoch JSON lines (default: none written)")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="-v progress, -vv every epoch, on stderr")
     return p
 
 
@@ -210,15 +212,23 @@ def _send_config(args: argparse.Namespace) -> AtpConfig:
 
 
 def format_send_summary(s) -> str:
+    """The job's summary. A group's "not delivered" counts the messages the receiver lacks: lost in the network,
+    or never sent because the MSR was met first (completion ``early``); the packets line says how many packets
+    were declared lost in the network, so the difference was skipped. The rate is the pacer's, which runs
+    above R_max in adaptive mode (``AtpConfig.pacing_gain``) to catch up after a stall."""
     lines = [f"job {s.job_id}: {'MSR met' if s.msr_met() else 'MSR NOT met'} in JCT {s.jct_s * 1e3:.1f} ms "
              f"(mode {s.mode}, mrdf {'on' if s.mrdf else 'off'}, completion {s.completion}, "
              f"receiver {'confirmed' if s.receiver_confirmed else 'did not confirm'})"]
     for g in s.groups:
-        lines.append(f"  group {g.group_id}: delivered {g.delivered}/{g.total} (need {g.required}), lost {g.lost}, "
-                     f"loss {g.measured_loss:.3f} vs 1-MSR {g.target_loss:.3f}, final TLR {g.final_tlr:.3f}, "
+        lines.append(f"  group {g.group_id}: delivered {g.delivered}/{g.total} (need {g.required}), not delivered "
+                     f"{g.lost}, {g.measured_loss:.3f} vs 1-MSR {g.target_loss:.3f}, final TLR {g.final_tlr:.3f}, "
                      f"retransmissions {g.retransmissions}")
-    lines.append(f"  packets sent {s.packets_sent}, acked {s.packets_acked}, declared lost {s.packets_lost}, "
-                 f"retransmissions {s.retransmissions}, epochs {s.epochs}, final rate "
+    missing = sum(g.lost for g in s.groups)
+    if missing > s.packets_lost:
+        lines.append(f"  not delivered {missing}: at least {missing - s.packets_lost} never sent (skipped once the "
+                     f"MSR was met), at most {s.packets_lost} lost in the network")
+    lines.append(f"  packets sent {s.packets_sent}, acked {s.packets_acked}, declared lost in the network "
+                 f"{s.packets_lost}, retransmissions {s.retransmissions}, epochs {s.epochs}, final pacing rate "
                  f"{s.final_rate_bps / 1e6:.2f} Mbit/s, srtt {s.srtt_s * 1e3:.2f} ms")
     if s.rejected:
         lines.append(f"  rejected {sum(s.rejected.values())} datagram(s): {_counts(s.rejected)}")
@@ -254,13 +264,18 @@ def send_main(argv: Sequence[str] | None = None) -> int:
         summary = api.send_job(dest, job, config=config, report_to=report_to, timeline=args.timeline,
                                timeout=args.timeout, on_event=on_event)
     except _Interrupted as sig:
-        print(f"atp-send: interrupted ({sig}), job {job.job_id} not finished", file=sys.stderr)
+        print(f"atp-send: error: interrupted ({sig}), job {job.job_id} not finished", file=sys.stderr)
         return 1
+    except api.BindError as err:
+        print(f"atp-send: error: {C.one_line(err)}", file=sys.stderr)
+        return 2
     except (api.AtpError, OSError) as err:
-        print(f"atp-send: {err}", file=sys.stderr)
+        print(f"atp-send: error: {C.one_line(err)}", file=sys.stderr)
         return 1
     print(format_send_summary(summary))
-    print(f"  R_max {rmax.describe()}")
+    gain = config.pacing_gain if config.mode == "adaptive" else 1.0
+    print(f"  R_max {rmax.describe()}" + (f"; the pacer runs at up to {gain:g} x R_max to catch up after a stall"
+                                          if gain > 1.0 else ""))
     if args.json is not None:
         return _save("atp-send", args.json, {**summary.as_dict(), "max_rate_bps": rmax.rate_bps,
                                              "max_rate_source": rmax.source})
@@ -279,7 +294,8 @@ def recv_parser() -> argparse.ArgumentParser:
                       help="serve one job, then exit (default)")
     mode.add_argument("--serve", dest="once", action="store_false", help="keep serving jobs until signalled")
     p.add_argument("--timeout", type=_positive(float), default=None,
-                   help="--once: fail if no job finished within this many seconds; --serve: stop after it")
+                   help="--once: fail if no job finished within this many seconds; --serve: stop after it "
+                        "(default: no limit)")
     p.add_argument("--idle-timeout", type=_positive(float), default=AtpConfig.idle_timeout_s,
                    help="forget a job silent for this long (default %(default)s s)")
     p.add_argument("--max-messages", type=C.arg(C.integer(ge=1, le=MAX_MESSAGES)), default=AtpConfig.max_messages,
@@ -292,21 +308,25 @@ def recv_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-jobs-per-source", type=C.arg(C.integer(ge=1)), default=AtpConfig.max_jobs_per_source,
                    help="job slots one source host may hold (default %(default)s)")
     p.add_argument("--admission-key-file", type=Path, default=None,
-                   help="file holding a shared admission key: announces not signed with it are dropped")
+                   help="file holding a shared admission key: announces not signed with it are dropped "
+                        "(default: none, announces admitted by address validation)")
     p.add_argument("--json", type=C.arg(C.output_file(), str), default=None, metavar="FILE",
-                   help="write the job summary as JSON (--serve: one JSON line per job, appended as it finishes)")
+                   help="write the job summary as JSON (--serve: one JSON line per job, appended as it finishes; "
+                        "default: stdout only)")
     p.add_argument("--vector-out", type=C.arg(C.output_file(), str), default=None, metavar="FILE",
-                   help="--once, vector jobs: write the float32 vector (little-endian raw) here")
-    p.add_argument("-v", "--verbose", action="count", default=0)
+                   help="--once, vector jobs: write the float32 vector (little-endian raw) here (default: not "
+                        "written)")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="-v progress, -vv more, on stderr")
     return p
 
 
 def format_receive_result(r: api.ReceiveResult) -> str:
     lines = [f"job {r.job_id} from {r.peer[0]}:{r.peer[1]}: delivered {r.delivered}/{r.total}, "
-             f"lost {r.lost}, {r.packets} packets ({r.duplicates} duplicates) in {r.elapsed_s * 1e3:.1f} ms"]
+             f"not delivered {r.lost} (lost, or skipped by the sender once the MSR was met), {r.packets} packets "
+             f"({r.duplicates} duplicates) in {r.elapsed_s * 1e3:.1f} ms"]
     for g in r.groups:
-        lines.append(f"  group {g.group_id}: delivered {g.delivered}/{g.total}, lost {g.lost}, "
-                     f"loss {g.lost / g.total if g.total else 0:.3f} vs 1-MSR {1 - g.msr:.3f}")
+        lines.append(f"  group {g.group_id}: delivered {g.delivered}/{g.total}, not delivered {g.lost}, "
+                     f"{g.lost / g.total if g.total else 0:.3f} vs 1-MSR {1 - g.msr:.3f}")
     if r.vector_len is not None:
         ranges = r.lost_ranges
         lines.append(f"  vector of {r.vector_len} floats, {sum(b - a for a, b in ranges)} zero-filled in "
@@ -319,8 +339,10 @@ def format_receiver_stats(malformed: dict[str, int], dropped: dict[str, int], ad
                           memory: dict[str, int]) -> str:
     """One line: what the receiver refused, by reason, and its memory against the budget."""
     at_once = admission.get("admitted_without_token", 0)
+    retries = admission.get("retries", 0)
     parts = [f"admitted {admission.get('admitted', 0)} job(s)" + (f" ({at_once} without a token)" if at_once else "")
-             + f", {admission.get('retries', 0)} RETRY(s)"]
+             + f", {retries} RETRY(s)" + (" (address validation: a job's first announce gets a token to echo)"
+                                          if retries else "")]
     switches = {k[3:]: v for k, v in admission.items() if k in ("to_tokens", "to_open")}
     if switches:
         parts.append("switched to " + ", ".join(f"{k} {v}x" for k, v in switches.items()))
@@ -330,7 +352,9 @@ def format_receiver_stats(malformed: dict[str, int], dropped: dict[str, int], ad
     if malformed:
         parts.append(f"malformed {sum(malformed.values())} ({_counts(malformed)})")
     if dropped:
-        parts.append(f"dropped {sum(dropped.values())} ({_counts(dropped)})")
+        why = ("; unknown_job: of a job not admitted yet, e.g. sent before the RETRY's token came back, or "
+               "already closed") if "unknown_job" in dropped else ""
+        parts.append(f"dropped {sum(dropped.values())} ({_counts(dropped)}{why})")
     if memory:
         parts.append(f"memory peak {memory['peak'] / 2**20:.1f} of {memory['budget'] / 2**20:.1f} MiB")
     return "receiver: " + "; ".join(parts)
@@ -369,10 +393,13 @@ def recv_main(argv: Sequence[str] | None = None) -> int:
     except _Interrupted as sig:
         log.info("stopping on %s", sig)
         if args.once and not done:
-            print(f"atp-recv: interrupted ({sig}) before a job finished", file=sys.stderr)
+            print(f"atp-recv: error: interrupted ({sig}) before a job finished", file=sys.stderr)
             return 1
+    except api.BindError as err:
+        print(f"atp-recv: error: {C.one_line(err)}", file=sys.stderr)
+        return 2
     except (api.AtpError, OSError) as err:
-        print(f"atp-recv: {err}", file=sys.stderr)
+        print(f"atp-recv: error: {C.one_line(err)}", file=sys.stderr)
         return 1
     finally:
         if ep is not None and not args.once:
@@ -381,7 +408,7 @@ def recv_main(argv: Sequence[str] | None = None) -> int:
         if lines is not None:
             lines.close()
     if lines is not None and lines.error is not None:
-        print(f"atp-recv: --json {str(args.json)!r}: {lines.error}", file=sys.stderr)
+        print(f"atp-recv: error: --json {str(args.json)!r}: {lines.error}", file=sys.stderr)
         return 1
     if args.once and args.json is not None:
         return _save("atp-recv", args.json, done[0] if done else [])
@@ -421,7 +448,7 @@ class _JsonLines:
         self.thread.join()
         self.file.close()
         if self.dropped:
-            print(f"atp-recv: {self.dropped} job summaries not written to --json (the disk fell behind)",
+            print(f"atp-recv: error: {self.dropped} job summaries not written to --json (the disk fell behind)",
                   file=sys.stderr)
 
 
@@ -437,15 +464,31 @@ def _save(prog: str, path: Path, obj: Any) -> int:
     try:
         _write_json(path, obj)
     except OSError as err:
-        print(f"{prog}: --json {str(path)!r}: {err.strerror}", file=sys.stderr)
+        print(f"{prog}: error: --json {str(path)!r}: {err.strerror}", file=sys.stderr)
         return 1
     return 0
 
 
+USAGE = """usage: python -m netapprox.hostlib {send,recv} [OPTIONS]
+
+Send or receive ATP jobs over UDP.
+
+commands:
+  send    send one ATP job and print its summary (also installed as atp-send)
+  recv    receive ATP jobs and print a summary of each (also installed as atp-recv)
+
+python -m netapprox.hostlib send --help (or recv --help) lists a command's options and their defaults."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] in (["-h"], ["--help"]):
+        print(USAGE)
+        return 0
     if not argv or argv[0] not in ("send", "recv"):
-        print("usage: python -m netapprox.hostlib {send,recv} ...  (python -m netapprox.hostlib send -h for help)", file=sys.stderr)
+        got = f"unknown command {argv[0]!r}" if argv else "no command"
+        print(f"python -m netapprox.hostlib: error: {got}; usage: python -m netapprox.hostlib {{send,recv}} "
+              "[OPTIONS] (--help lists them)", file=sys.stderr)
         return 2
     return send_main(argv[1:]) if argv[0] == "send" else recv_main(argv[1:])
 

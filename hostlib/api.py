@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import array
 import dataclasses
+import errno
 import json
 import os
 import time
@@ -20,9 +21,11 @@ from netapprox.hostlib import core, events, link, wire
 from netapprox.hostlib.config import AtpConfig, JobSpec
 from netapprox.hostlib.errors import (  # noqa: F401 - hostlib's errors, importable from here too
     AtpError,
+    BindError,
     JobAbandonedError,
     JobFailedError,
     JobRejectedError,
+    PeerUnreachableError,
     ReceiveTimeout,
 )
 from netapprox.hostlib.receiver import AtpReceiver, GroupResult, JobResult
@@ -201,10 +204,15 @@ def send_job(dest: "str | Address", job: JobSpec, *, config: AtpConfig = AtpConf
     writer = TimelineWriter(timeline)
     try:
         if bind is not None:
+            local = parse_address(bind, 0, any_port=True)
             try:
-                sock.bind(parse_address(bind, 0, any_port=True))
+                sock.bind(local)
             except OSError as err:
-                raise AtpError(f"cannot bind sender socket to {bind}: {err.strerror}") from None
+                raise BindError(f"cannot bind UDP {local[0]}:{local[1]}: {err.strerror}") from None
+        try:  # connected: an ICMP port unreachable from the destination is reported to us (PeerUnreachableError)
+            sock.connect(peer)
+        except OSError as err:
+            raise AtpError(f"cannot reach UDP {dest_addr[0]}:{dest_addr[1]}: {err.strerror}") from None
         targets = report_addresses(report_to)
         if targets:
             report_sock, first = open_socket(targets[0], bind=False)
@@ -235,6 +243,11 @@ def send_job(dest: "str | Address", job: JobSpec, *, config: AtpConfig = AtpConf
                         on_event(ev)
                 if sender.summary is not None:
                     return sender.summary
+                if io.refused and not sender.recovery.has_rtt_sample:
+                    # nothing was ever acknowledged and the destination says no one listens: fail now, not
+                    # after --idle-timeout (a refusal after the receiver answered is a lost datagram, as before)
+                    raise PeerUnreachableError(f"cannot reach UDP {dest_addr[0]}:{dest_addr[1]}: "
+                                               f"{os.strerror(errno.ECONNREFUSED)} (ICMP port unreachable)")
                 if deadline is not None and now >= deadline:
                     raise JobFailedError(f"job {job.job_id} not finished after {timeout:g} s (timeout)")
                 if in_c:

@@ -292,8 +292,37 @@ def arg(check: Check, convert: Callable[[str], Any] | None = None) -> Callable[[
     return parse
 
 
+_NO_DEFAULT_ACTIONS = (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse._StoreConstAction,
+                       argparse._CountAction, argparse._HelpAction, argparse._VersionAction, argparse._AppendAction,
+                       argparse._AppendConstAction)
+
+
+def states_default(action: argparse.Action) -> bool:
+    """Whether ``--help`` tells an option's default: its text says it, or the option has none to tell (a flag,
+    a repeatable option, a required one, a positional argument)."""
+    if not action.option_strings or action.required or isinstance(action, _NO_DEFAULT_ACTIONS):
+        return True
+    return "default" in (action.help or "").lower()
+
+
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Appends ``(default X)`` to an option's help when the text does not say its default itself and there is
+    one to say (a flag's or ``None`` is said in words, by the help text)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if states_default(action) or action.default in (None, argparse.SUPPRESS) or action.default == []:
+            return text
+        return f"{text} (default %(default)s)" if text else "default %(default)s"
+
+
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a mistake is one line on stderr (``prog: error: argument --x: ...``), exit status 2."""
+    """argparse, but a mistake is one line on stderr (``prog: error: argument --x: ...``), exit status 2; ``--help``
+    states every option's default (``DefaultsHelpFormatter``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {one_line(message)}\n")

@@ -13,8 +13,18 @@ class AtpError(RuntimeError):
         self.partial: list[Any] = []
 
 
+class BindError(AtpError):
+    """A socket could not be bound to the address asked for (the port is in use, the address is not this
+    host's): ``cannot bind UDP HOST:PORT: REASON``."""
+
+
 class JobFailedError(AtpError):
     """The sender gave up on the job; the message says why."""
+
+
+class PeerUnreachableError(JobFailedError):
+    """The destination answered the job's first datagrams with ICMP port unreachable (nothing listens on that
+    UDP port): ``cannot reach UDP HOST:PORT: Connection refused``."""
 
 
 class ReceiveTimeout(AtpError, TimeoutError):

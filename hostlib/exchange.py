@@ -139,7 +139,7 @@ def _udp(bind: Address) -> socket.socket:
         sock.bind(bind)
     except OSError as err:
         sock.close()
-        raise ExchangeError(f"cannot bind the ATP socket to {bind[0]}:{bind[1]}: {err.strerror}") from None
+        raise ExchangeError(f"cannot bind UDP {bind[0]}:{bind[1]}: {err.strerror}") from None
     return sock
 
 

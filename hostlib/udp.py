@@ -15,7 +15,7 @@ import time
 from typing import Any, Callable, Iterable
 
 from netapprox.hostlib import core
-from netapprox.hostlib.errors import AtpError
+from netapprox.hostlib.errors import AtpError, BindError
 
 Address = tuple[str, int]
 RECV_BATCH = 256
@@ -26,7 +26,8 @@ _CMSG_LEN = socket.CMSG_SPACE(4)
 
 def open_socket(addr: Address, *, bind: bool) -> tuple[socket.socket, Address]:
     """A non-blocking UDP socket of ``addr``'s family with 4 MiB buffers, and ``addr`` resolved to the numeric
-    address datagrams come from. ``bind``: bound to ``addr`` (address reuse on, ECN marks reported)."""
+    address datagrams come from. ``bind``: bound to ``addr`` with ECN marks reported, or ``BindError``. No
+    ``SO_REUSEADDR``: on UDP it would let a second receiver bind a port in use and take its datagrams."""
     try:
         infos = socket.getaddrinfo(addr[0], addr[1], type=socket.SOCK_DGRAM)
     except socket.gaierror as err:
@@ -38,12 +39,11 @@ def open_socket(addr: Address, *, bind: bool) -> tuple[socket.socket, Address]:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
         if bind:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             enable_ecn_reception(sock, family)
             try:
                 sock.bind(sockaddr)
             except OSError as err:
-                raise AtpError(f"cannot bind UDP {addr[0]}:{addr[1]}: {err.strerror}") from None
+                raise BindError(f"cannot bind UDP {addr[0]}:{addr[1]}: {err.strerror}") from None
     except BaseException:
         sock.close()
         raise
@@ -70,24 +70,31 @@ def _ce_marked(ancdata: list) -> bool:
     return False
 
 
-def send_all(sock: socket.socket, datagrams: Iterable[tuple[bytes, Any]]) -> int:
+def send_all(sock: socket.socket, datagrams: Iterable[tuple[bytes, Any]],
+             on_refused: Callable[[], None] | None = None) -> int:
     """Send each (data, address); returns how many the kernel took. A full socket buffer or an ICMP error drops
-    the datagram (ATP sees it as loss)."""
+    the datagram (ATP sees it as loss); ``on_refused()`` is called for each ICMP port unreachable reported (a
+    connected socket's)."""
     n = 0
     for data, addr in datagrams:
         try:
             sock.sendto(data, addr)
             n += 1
-        except (BlockingIOError, ConnectionRefusedError):
+        except BlockingIOError:
             pass
+        except ConnectionRefusedError:
+            if on_refused is not None:
+                on_refused()
         except OSError as err:
             if err.errno not in (errno.ENOBUFS, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EPERM):
                 raise
     return n
 
 
-def recv_all(sock: socket.socket, feed: Callable[[bytes, Any], None]) -> int:
-    """``feed(data, address)`` for each datagram waiting (at most ``RECV_BATCH``); returns how many."""
+def recv_all(sock: socket.socket, feed: Callable[[bytes, Any], None],
+             on_refused: Callable[[], None] | None = None) -> int:
+    """``feed(data, address)`` for each datagram waiting (at most ``RECV_BATCH``); returns how many.
+    ``on_refused()`` for each ICMP port unreachable reported (a connected socket's)."""
     n = 0
     while n < RECV_BATCH:
         try:
@@ -95,6 +102,8 @@ def recv_all(sock: socket.socket, feed: Callable[[bytes, Any], None]) -> int:
         except (BlockingIOError, InterruptedError):
             break
         except ConnectionRefusedError:
+            if on_refused is not None:
+                on_refused()
             continue
         feed(data, addr)
         n += 1
@@ -126,13 +135,22 @@ class SocketIO:
         self.fd = sock.fileno()
         self.ecn = ecn
         self.native = core.is_native(core_obj)
+        self._refused = 0
         if self.native:
             core.enable_gro(sock)
+
+    @property
+    def refused(self) -> int:
+        """ICMP port unreachables the socket reported so far (only a connected socket gets them)."""
+        return getattr(self.core, "socket_refused", 0) if self.native else self._refused
+
+    def _count_refused(self) -> None:
+        self._refused += 1
 
     def send(self, now: float) -> int:
         if self.native:
             return self.core.transmit(self.fd, now)
-        return send_all(self.sock, self.core.datagrams_to_send(now))
+        return send_all(self.sock, self.core.datagrams_to_send(now), self._count_refused)
 
     def receive(self, now: float) -> int:
         if self.native:
@@ -140,7 +158,7 @@ class SocketIO:
         receive = self.core.receive_datagram
         if self.ecn:
             return recv_all_ecn(self.sock, lambda d, a, ce: receive(d, a, now, ce=ce))
-        return recv_all(self.sock, lambda d, a: receive(d, a, now))
+        return recv_all(self.sock, lambda d, a: receive(d, a, now), self._count_refused)
 
 
 def wait(socks: list[socket.socket], until: float | None, clock: Callable[[], float], cap: float

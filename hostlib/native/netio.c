@@ -160,6 +160,8 @@ Py_ssize_t batch_flush(SendBatch *b, int fd) {
             continue;
         }
         if (droppable(err)) {
+            if (err == ECONNREFUSED)
+                b->refused++;
             i += counts[0];
             continue;
         }
@@ -222,8 +224,10 @@ Py_ssize_t ring_receive(RecvRing *r, int fd, void *core, DatagramSink sink, doub
             int err = errno;
             if (err == EAGAIN || err == EWOULDBLOCK)
                 break;
-            if (err == ECONNREFUSED)
-                continue; /* an ICMP error for an earlier send: consumed, read on */
+            if (err == ECONNREFUSED) {
+                r->refused++; /* an ICMP error for an earlier send: consumed and counted, read on */
+                continue;
+            }
             if (err == EINTR) {
                 if (PyErr_CheckSignals() != 0)
                     return -1;

@@ -28,6 +28,7 @@ typedef struct {
     ARRAY(OutDatagram) d;
     ARRAY(NetAddr) addrs;
     int no_gso; /* the kernel refused GSO on this socket: one datagram per message from now on */
+    long long refused; /* sends that failed with ECONNREFUSED: an ICMP port unreachable on a connected socket */
 } SendBatch;
 
 void batch_free(SendBatch *b);
@@ -48,6 +49,7 @@ typedef struct {
     uint8_t *buf; /* nbufs x bufsize, NULL until the first ring_receive */
     size_t bufsize;
     unsigned nbufs;
+    long long refused; /* reads that returned ECONNREFUSED: an ICMP port unreachable on a connected socket */
 } RecvRing;
 
 void ring_free(RecvRing *r); /* safe on an empty ring */

@@ -558,11 +558,13 @@ FD_METHOD(Sender, receive_from, receive_from)
 /* run: hostlib.api.send_job's loop in C, until an event is queued, the job is over, or ``until`` (monotonic); the
  * events queued, or -1 with a Python error */
 static Py_ssize_t run(Sender *s, int fd, double until) {
+    long long refused = s->batch.refused + s->ring.refused;
     for (;;) {
         double now = monotonic_now();
         if (transmit(s, fd, now) < 0)
             return -1;
-        if (!RING_EMPTY(&s->ev) || s->state == S_DONE || s->state == S_FAILED || now >= until)
+        if (!RING_EMPTY(&s->ev) || s->state == S_DONE || s->state == S_FAILED || now >= until ||
+            s->batch.refused + s->ring.refused != refused)
             break;
         double t;
         int none = sender_timer_at(s, &t);
@@ -580,6 +582,8 @@ static Py_ssize_t run(Sender *s, int fd, double until) {
         Py_ssize_t got = receive_from(s, fd, now);
         if (got < 0)
             return -1;
+        if (s->batch.refused + s->ring.refused != refused)
+            break; /* the caller decides what an ICMP port unreachable means (hostlib.api.send_job) */
         if (got > 0)
             none = sender_timer_at(s, &t);
         if (!none && t <= now && sender_handle_timer(s, now) != 0)
@@ -595,7 +599,8 @@ FD_METHOD(Sender, run, run)
 static PyMethodDef Sender_methods[] = {
     {"run", (PyCFunction)Sender_run, METH_VARARGS,
      "run(fd, until) -> events: transmit, wait (1 ns timer slack: precise_timers), receive_from and handle_timer on "
-     "the UDP socket fd until an event is queued, the job is over, or time.monotonic() reaches until. The GIL is "
+     "the UDP socket fd until an event is queued, the job is over, the socket reports ICMP port unreachable "
+     "(socket_refused grows), or time.monotonic() reaches until. The GIL is "
      "released while it waits."},
     {"datagrams_to_send", (PyCFunction)Sender_datagrams_to_send, METH_O,
      "Datagrams the pacer allows now, as [(bytes, peer)]."},
@@ -679,6 +684,9 @@ static PyObject *get_recovery(Sender *s, void *c) {
                             (long long)r->lost_tail, "trim", (long long)r->lost_trim));
 }
 
+static PyObject *get_refused(Sender *s, void *c) {
+    return PyLong_FromLongLong(s->batch.refused + s->ring.refused);
+}
 static PyObject *get_surplus(Sender *s, void *c) { return PyLong_FromLongLong(s->packets_surplus); }
 static PyObject *get_retries_received(Sender *s, void *c) { return PyLong_FromLongLong(s->retries_received); }
 
@@ -687,6 +695,8 @@ static PyGetSetDef Sender_getset[] = {
     {"rate", (getter)get_rate_ns, NULL, "A snapshot of the pacing rate (rate_bps).", NULL},
     {"recovery", (getter)get_recovery, NULL, "A snapshot of the loss recovery's state (RTT, counts).", NULL},
     {"packets_surplus", (getter)get_surplus, NULL, "Packets sent as surplus.", NULL},
+    {"socket_refused", (getter)get_refused, NULL,
+     "ECONNREFUSED seen by transmit/receive_from/run (ICMP port unreachable on a connected socket).", NULL},
     {"retries_received", (getter)get_retries_received, NULL, "RETRYs that made the job start over.", NULL},
     {"job", (getter)get_job, NULL, "The JobSpec.", NULL},
     {"config", (getter)get_config, NULL, "The AtpConfig.", NULL},

@@ -111,9 +111,12 @@ def test_receive_jobs_serves_overlapping_jobs_and_keeps_partial_results_on_timeo
 
 
 def test_sender_fails_when_nobody_answers():
+    """A bound socket that never answers (a closed port fails sooner: test_hostlib_cli_exits.py)."""
     job = JobSpec.uniform(33, messages=5, size=100)
-    with pytest.raises(api.JobFailedError, match="no acknowledgement"):
-        api.send_job(("127.0.0.1", free_port()), job, config=AtpConfig(idle_timeout_s=0.3, max_rate_bps=1e6))
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as silent:
+        silent.bind(("127.0.0.1", 0))
+        with pytest.raises(api.JobFailedError, match="no acknowledgement"):
+            api.send_job(silent.getsockname(), job, config=AtpConfig(idle_timeout_s=0.3, max_rate_bps=1e6))
 
 
 def test_asyncio_adapter_both_ways():
@@ -208,7 +211,9 @@ def test_cli_receiver_serves_until_sigterm_and_exits_cleanly():
 
 
 def test_cli_sender_reports_failure_with_exit_1():
-    p = run_cli("send", f"127.0.0.1:{free_port()}", "--messages", "3", "--idle-timeout", "0.3")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as silent:  # bound, never answers
+        silent.bind(("127.0.0.1", 0))
+        p = run_cli("send", f"127.0.0.1:{silent.getsockname()[1]}", "--messages", "3", "--idle-timeout", "0.3")
     assert p.returncode == 1 and "no acknowledgement" in p.stderr and "Traceback" not in p.stderr
 
 
