@@ -51,12 +51,13 @@ from netapprox.controller import reports as reports_module
 from netapprox.controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig
 from netapprox.controller.p4runtime.arbitration import Arbitration
 from netapprox.controller.p4runtime.driver import P4RuntimeDriver
+from netapprox.controller.p4runtime.fake_server import SHIPPED_P4INFO
 from netapprox.controller.p4runtime.options import P4RuntimeOptions
 from netapprox.controller.runtime import Runtime
 from netapprox.hostlib.wire import Report
 
 REPO = Path(__file__).resolve().parents[1]
-P4INFO = REPO / "tests" / "controller" / "fixtures" / "p4info.txtpb"
+P4INFO = SHIPPED_P4INFO
 QUEUE_BY_JOB_ID = 33554435  # the fixture's queue_by_job table id
 JOB_TABLE_SIZE = 16384
 """queue_by_job's size in the benchmark's P4Info: room for every job (the fixture's 1024 is the BMv2 build's

@@ -148,6 +148,9 @@ class Runtime:
         simulators)."""
         self.config = config
         self.on_epoch = on_epoch
+        self.on_arrivals: Callable[[int, tuple, Mapping[str, WriteSummary]], None] | None = None
+        """Called with (epoch, job changes, writes per switch) when reports between epochs changed a job's queue
+        (``decide_arrivals``); the CLI's ``--dry-run`` prints them."""
         self._clock = clock
         self._connect_clock = connect_clock
         self._background_connect = background_connect
@@ -168,13 +171,21 @@ class Runtime:
                 self._switches[name] = _Switch(name, driver, config.reconnect_initial_s)
             if self._sock is None and config.reports.port >= 0:
                 self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-                self._sock.bind((config.reports.bind, config.reports.port))
+                try:
+                    self._sock.bind((config.reports.bind, config.reports.port))
+                except OSError as e:
+                    raise ControllerError(f"cannot bind UDP {config.reports.bind}:{config.reports.port} (reports): "
+                                          f"{e.strerror}") from None
             if self._sock is not None:
                 self._sock.setblocking(False)
                 _grow_receive_buffer(self._sock, config.reports.rcvbuf_bytes)
             self._metrics = Metrics(self)
             if config.metrics_port >= 0:
-                self._metrics.serve(config.metrics_bind, config.metrics_port)
+                try:
+                    self._metrics.serve(config.metrics_bind, config.metrics_port)
+                except OSError as e:
+                    raise ControllerError(f"cannot bind TCP {config.metrics_bind}:{config.metrics_port} (metrics): "
+                                          f"{e.strerror}") from None
         except BaseException:
             self.close()
             raise
@@ -202,6 +213,10 @@ class Runtime:
     def assignments(self) -> Mapping[int, int]:
         """job id -> logical queue, as of the last epoch."""
         return self.core.assignments
+
+    def never_connected(self) -> dict[str, str]:
+        """Switches that have not been connected once since the runtime started -> their last connect error."""
+        return {n: sw.last_error for n, sw in self._switches.items() if not sw.ever_connected}
 
     def driver(self, name: str) -> Driver:
         return self._switches[name].driver
@@ -400,6 +415,8 @@ class Runtime:
                 lambda: self.core.desired_state(name), update))
             if summary is not None:
                 writes[name] = summary
+        if changes and self.on_arrivals is not None:
+            self.on_arrivals(self.core.epoch, changes, types.MappingProxyType(writes))
         return writes
 
     def _pump_writes(self) -> bool:

@@ -1,5 +1,5 @@
-"""An in-process fake P4Runtime server (no switch needed): the tests and the
-controller benchmark run against it.
+"""An in-process fake P4Runtime server (no switch needed): the tests, the controller benchmark and
+``netapprox-controller --dry-run`` run against it.
 
 It behaves like a P4Runtime target where the controller can tell: client arbitration as the specification
 says (below), SetForwardingPipelineConfig (required before writes; clears the tables, meters and counters) and
@@ -43,6 +43,10 @@ bug fails here without BMv2:
 - meters are only MODIFYed, with an index below their size and ``cir <= pir``.
 
 Tests may refuse chosen updates with ``refuse = lambda update: (code, message) | None``.
+
+``SHIPPED_P4INFO`` is the P4Info of p4src/'s v1model program, written by hand (names, ids, widths) so that the
+tests, the benchmark and ``netapprox-controller --dry-run`` need no P4 compiler; tests/controller/test_ctl_bmv2.py
+checks it against p4c's wherever p4c is installed.
 """
 from __future__ import annotations
 
@@ -51,6 +55,7 @@ import concurrent.futures
 import queue
 import threading
 import time
+from pathlib import Path
 from typing import Callable, Iterator
 
 import grpc
@@ -59,6 +64,7 @@ from google.rpc import code_pb2, status_pb2
 from netapprox.controller.p4runtime.protos import p4info_pb2, p4runtime_pb2, p4runtime_pb2_grpc
 
 MT = p4info_pb2.MatchField
+SHIPPED_P4INFO = Path(__file__).with_name("p4info.txtpb")
 
 
 def _entry_key(entry: p4runtime_pb2.TableEntry) -> tuple:

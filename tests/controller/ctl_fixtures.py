@@ -12,13 +12,14 @@ import threading
 import time
 from pathlib import Path
 
+from netapprox.controller.p4runtime.fake_server import SHIPPED_P4INFO
 from netapprox.hostlib.wire import Report
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).parent / "fixtures"
-P4INFO = FIXTURES / "p4info.txtpb"
+P4INFO = SHIPPED_P4INFO
 BMV2_JSON_BYTES = b'{"program": "netapprox-test"}'
-QUEUE_BY_JOB_ID = 33554435  # NetApproxIngress.classification.queue_by_job in fixtures/p4info.txtpb
+QUEUE_BY_JOB_ID = 33554435  # NetApproxIngress.classification.queue_by_job in controller/p4runtime/p4info.txtpb
 
 
 def report(job: int, seq: int, tlr: float) -> bytes:

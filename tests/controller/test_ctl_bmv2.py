@@ -92,7 +92,7 @@ def _contract(p4info_path: Path) -> dict:
 
 
 def test_hand_written_p4info_fixture_matches_the_compiled_program(compiled):
-    """The fake-server tests use fixtures/p4info.txtpb; it must keep matching what p4c makes of p4src/."""
+    """The fake-server tests use controller/p4runtime/p4info.txtpb; it must keep matching what p4c makes of p4src/."""
     assert _contract(P4INFO) == _contract(compiled / "p4info.txtpb")
 
 

@@ -1,4 +1,4 @@
-"""The hand-written P4Info the controller tests run on (fixtures/p4info.txtpb) against the P4Info contract of
+"""The hand-written P4Info the controller tests run on (controller/p4runtime/p4info.txtpb) against the P4Info contract of
 docs/architecture.md, in every run: no p4c needed. The compiled program is held to the same contract
 (tests/dataplane/test_p4info_contract.py) where p4c is, and its sizes are read from p4src/shared/sizes.p4 here,
 so a fixture that drifts from the program fails in CI too. The mutation tests show the check is not vacuous:

@@ -15,7 +15,7 @@ from support.skips import requires_p4
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 P4INFO = REPO / "build" / "v1model" / "p4info.txtpb"
-FIXTURE = REPO / "tests" / "controller" / "fixtures" / "p4info.txtpb"
+FIXTURE = REPO / "controller" / "p4runtime" / "p4info.txtpb"
 
 pytestmark = [requires_p4, pytest.mark.p4]
 

@@ -2,7 +2,7 @@
 takes, without the toolchain. The case texts below are rendered by hand from p4c v1.2.5.8's template
 (backends/p4tools/modules/testgen/targets/bmv2/test_backend/protobuf.cpp, getTestCaseTemplate), with its value
 formatting (formatHexExpressionWithSeparators: the whole width, zero-padded, "\\x" per byte) and ids of the
-controller tests' P4Info fixture (tests/controller/fixtures/p4info.txtpb)."""
+controller tests' P4Info fixture (controller/p4runtime/p4info.txtpb)."""
 from __future__ import annotations
 
 import pathlib
@@ -16,7 +16,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "ptf" / "testgen"))
 import cases  # noqa: E402  (ptf/testgen/cases.py)
 
-FIXTURE = REPO / "tests" / "controller" / "fixtures" / "p4info.txtpb"
+FIXTURE = REPO / "controller" / "p4runtime" / "p4info.txtpb"
 
 # A routed packet: routes_v4 (LPM, 32-bit dst_addr; route(port 9, src_mac 48, dst_mac 48)) and queue_by_tag
 # (range priority 8, ternary deadline_us 32; set_queue(qid 3)), the input on port 1, the output on port 2 with

@@ -1,7 +1,7 @@
 """The P4Info contract of docs/architecture.md as data, and one check of a P4Info against it.
 
 Two things are held to it: the P4Info p4c makes of p4src/ (tests/dataplane/test_p4info_contract.py, with the
-toolchain) and the hand-written tests/controller/fixtures/p4info.txtpb the controller tests run on
+toolchain) and the hand-written controller/p4runtime/p4info.txtpb the controller tests run on
 (tests/controller/test_p4info_fixture.py, in every run). So a fixture that drifts from the program fails
 without p4c, and a program that drifts from the contract fails where p4c is. Table, counter and meter sizes
 are read from p4src/shared/sizes.p4, the one place the program takes them from.

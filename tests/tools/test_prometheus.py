@@ -31,11 +31,10 @@ import yaml
 from netapprox.controller.p4runtime.p4info import P4Info
 from netapprox.hostlib import wire
 from netapprox.topo.netns import NetnsLab, socket_in_netns, stop_process
-from netapprox.controller.p4runtime.fake_server import FakeP4RuntimeServer
+from netapprox.controller.p4runtime.fake_server import SHIPPED_P4INFO, FakeP4RuntimeServer
 from support.skips import requires_root
 
 REPO = Path(__file__).resolve().parents[2]
-FIXTURES = REPO / "tests" / "controller" / "fixtures"
 PROMETHEUS = shutil.which("prometheus")
 
 pytestmark = [
@@ -113,7 +112,7 @@ kind = "p4runtime"
 address = "{fake.address}"
 device_id = {fake.device_id}
 target = "bmv2"
-p4info = "{FIXTURES / 'p4info.txtpb'}"
+p4info = "{SHIPPED_P4INFO}"
 bmv2_json = "{bmv2_json}"
 check_bmv2_version = false
 ports = [1, 2]
@@ -131,7 +130,7 @@ def prometheus_config(path: Path, metrics_port: int) -> None:
 
 def fill_p4_counters(fake: FakeP4RuntimeServer) -> None:
     """What a P4 switch's counters hold after some traffic, one malformed packet among it."""
-    schema = P4Info.load(FIXTURES / "p4info.txtpb")
+    schema = P4Info.load(SHIPPED_P4INFO)
     enq = schema.counter_id("NetApproxIngress.enqueued_packets")
     txd = schema.counter_id("NetApproxEgress.transmitted_packets")
     bad = schema.counter_id("NetApproxIngress.malformed_packets")
