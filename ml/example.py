@@ -4,15 +4,18 @@ The data set ships with scikit-learn (1797 8x8 images, 10 classes; nothing is do
 20 % tests (a fixed split); each worker trains on its share of the training set. The model is an MLP
 64 -> hidden -> hidden -> 10 (hidden 256: 85k parameters, 340 kB of gradients per iteration) in
 DistributedDataParallel with small buckets, so a step has several buckets of different layers.
-``--hook atp`` adds the one line ``netapprox.ml.register(model, ...)``; ``--hook gloo`` is stock DDP.
+``--hook atp`` (default) adds the one line ``netapprox.ml.register(model, **netapprox.ml.hook.bounded(0.7))``,
+both phases bounded at MSR 0.7 as README shows (``--bounded none`` and ``--policy``, ``--fill``, ... for the
+per-option hook); ``--hook gloo`` is stock DDP.
 
 Three workers on this machine (loopback), gradients over ATP with 10 % of the packets dropped::
 
-    python -m netapprox.ml.example --workers 3 --hook atp --loss 0.1 --iterations 200
+    python -m netapprox.ml.example --workers 3 --loss 0.1 --iterations 200
 
 One worker per host (the experiments' testbed): ``--rank R --world W --init tcp://HOST:PORT``
-(``--ifname`` names the interface gloo uses). Rank 0 prints or writes (``--json``) the result: the
-accuracy curve against wall-clock time, per-group ATP loss, whether the replicas ended identical.
+(``--ifname`` names the interface gloo uses). Rank 0 prints a few summary lines: final accuracy, time,
+whether the replicas stayed identical, whether every ATP group's loss stayed within its bound. ``--json FILE``
+(or ``-`` for stdout) writes the whole result: the accuracy curve against wall-clock time, per-group ATP loss.
 """
 import argparse
 import dataclasses
@@ -36,6 +39,7 @@ import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
 
 import netapprox.ml
+from netapprox.hostlib import checks as C
 from netapprox.hostlib.config import AtpConfig, parse_queue_packets
 from netapprox.ml.hook import bounded
 from netapprox.ml.policy import parse_policy
@@ -302,22 +306,108 @@ def run_local(world: int, cfg: TrainConfig, *, timeout_s: float = 600.0, start_m
     return [results[r] for r in range(world)]
 
 
+FIELD_HELP = {
+    "hook": "atp (netapprox.ml.register) or gloo (stock DDP allreduce)",
+    "policy": "ATP group policy of the per-option hook (ml.policy.parse_policy: paper, msr:M, bands:...)",
+    "fill": "what a value the reduce-scatter left out becomes: zero, or error_feedback (the next iteration's)",
+    "gather_msr": "MSR of the all-gather, 1: reliable",
+    "completion": "ATP completion policy of the per-option hook: all_sent, or early (a job ends once its MSRs "
+                  "are met)",
+    "gather_mode": "shape of a bounded all-gather: top, msr (HookConfig.gather_mode)",
+    "gather_fill": "what a value the bounded all-gather left out reads as: zero or predicted (default: "
+                   "predicted with --bounded, else zero)",
+    "transform": "none or hadamard (ml/transform.py)",
+    "bounded": "both phases bounded at this MSR, netapprox.ml.hook.bounded(MSR) (default 0.7, what README shows, "
+               "unless a per-option hook flag --policy/--fill/--gather-msr/--gather-mode/--transform/--completion "
+               "is given; 'none': the per-option hook)",
+    "msr_floor": "the tail-adaptive bound, with --bounded (default: none)",
+    "loss": "injected loss of the ATP hook: the fraction of its datagrams each worker drops",
+    "iterations": "training iterations",
+    "batch": "samples per worker per iteration",
+    "hidden": "width of the MLP's two hidden layers",
+    "lr": "Adam learning rate",
+    "eval_every": "evaluate the test accuracy every this many iterations",
+    "seed": "seed of the data order and the injected loss",
+    "bucket_cap_mb": "DDP bucket size, MB",
+    "rate_mbit": "ATP sender's R_max, Mbit/s (default: hostlib's, the interface speed)",
+    "queue_packets": "each switch queue's buffer in MTUs, 8 comma-separated sizes from queue 0 (default: "
+                     "hostlib's)",
+    "atp_port": "UDP port of the hook's ATP socket, 0: any free port",
+    "report_to": "HOST:PORT of a controller for the ATP senders' REPORTs (default: none)",
+}
+PER_OPTION_HOOK = ("policy", "fill", "gather_msr", "gather_mode", "transform", "completion")
+DEFAULT_BOUNDED = 0.7
+_UNSET = object()
+
+
+def _optional_float(text: str) -> float | None:
+    if text.lower() in ("none", "off"):
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number or 'none'") from None
+
+
+def summary_lines(result: dict) -> list[str]:
+    """A few lines on a training result: final accuracy, time, whether the replicas stayed identical and whether
+    the ATP loss stayed within every group's bound."""
+    cfg = result["config"]
+    hook = "gloo" if cfg["hook"] == "gloo" else (f"atp bounded({cfg['bounded']:g})" if cfg["bounded"] is not None
+                                                 else f"atp policy {cfg['policy']}")
+    last = result["curve"][-1] if result.get("curve") else {}
+    lines = [f"{result['world']} workers, hook {hook}, {cfg['iterations']} iterations, injected loss "
+             f"{cfg['loss']:g}",
+             f"test accuracy {last.get('test_acc', float('nan')):.3f} (train {last.get('train_acc', float('nan')):.3f})"
+             f" after {result['elapsed_s']:.1f} s ({result['iteration_mean_s'] * 1e3:.1f} ms per iteration)"]
+    ranks = result.get("ranks") or [result]
+    same = all(r.get("replicas_identical") for r in ranks)
+    lines.append("replicas identical after every iteration" if same else
+                 f"replicas DIVERGED at iteration {result.get('first_divergence')}")
+    if "group_loss" in result:
+        groups = [(phase, gid, g) for r in ranks for phase in ("group_loss", "gather_loss")
+                  for gid, g in r.get(phase, {}).items()]
+        broken = [f"{'reduce' if phase == 'group_loss' else 'gather'} group {gid} (MSR {g['msr']:g}, worst loss "
+                  f"{g['worst_loss']:.3f})" for phase, gid, g in groups if not g["within_bound"]]
+        lines.append(f"bounds held: every ATP job of {len(ranks)} worker(s) lost at most 1 - MSR of each group"
+                     if not broken else "bounds NOT held: " + "; ".join(broken))
+    return lines
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m netapprox.ml.example", description=__doc__.split("\n\n")[0])
-    p.add_argument("--workers", type=int, default=3, help="local worker processes (default 3)")
-    p.add_argument("--rank", type=int, help="run one worker of a multi-host job (needs --world and --init)")
-    p.add_argument("--world", type=int)
-    p.add_argument("--init", help="torch.distributed init method, e.g. tcp://10.0.0.1:29500")
-    p.add_argument("--ifname", help="network interface for gloo (GLOO_SOCKET_IFNAME)")
+    p = C.OneLineParser(prog="python -m netapprox.ml.example", description=__doc__.split("\n\n")[0])
+    p.add_argument("--workers", type=int, default=3, help="local worker processes")
+    p.add_argument("--rank", type=int,
+                   help="run one worker of a multi-host job, needs --world and --init (default: --workers locally)")
+    p.add_argument("--world", type=int, help="workers of a multi-host job (default: none, a local run)")
+    p.add_argument("--init", help="torch.distributed init method of a multi-host job, e.g. tcp://10.0.0.1:29500 "
+                                  "(default: none, a local run)")
+    p.add_argument("--ifname", help="network interface for gloo, GLOO_SOCKET_IFNAME (default: gloo's choice; "
+                                    "lo for a local run)")
     p.add_argument("--atp-addr", help="local address of the ATP socket (default: the one that reaches the master)")
-    p.add_argument("--json", help="write the result here (local run: rank 0's, with every rank's summary; "
-                                  "one worker: its own) instead of printing it")
-    p.add_argument("--ready-file", help="one worker: rank 0 creates this file when training starts")
+    p.add_argument("--json", help="write the full result as JSON here, '-': to stdout (local run: rank 0's, with "
+                                  "every rank's summary; one worker: its own); default: only the summary lines")
+    p.add_argument("--ready-file", help="one worker: rank 0 creates this file when training starts (default: none)")
     for f in dataclasses.fields(TrainConfig):
         flag = "--" + f.name.replace("_", "-")
-        kind = float if f.name in ("rate_mbit", "bounded", "msr_floor") else (str if f.default is None else type(f.default))
-        p.add_argument(flag, type=kind, default=f.default)
+        if f.name == "bounded":
+            p.add_argument(flag, type=_optional_float, default=_UNSET, metavar="MSR|none", help=FIELD_HELP[f.name])
+            continue
+        kind = float if f.name in ("rate_mbit", "msr_floor") else (str if f.default is None else type(f.default))
+        # the per-option hook's flags: None here, so that giving one is seen (it turns the default --bounded off)
+        default = None if f.name in PER_OPTION_HOOK else f.default
+        text = FIELD_HELP[f.name] + (f" (default {f.default})" if f.name in PER_OPTION_HOOK else "")
+        p.add_argument(flag, type=kind, default=default, help=text)
     args = p.parse_args(argv)
+    explicit = [n for n in PER_OPTION_HOOK if getattr(args, n) is not None]
+    if args.bounded is _UNSET:
+        args.bounded = None if explicit else DEFAULT_BOUNDED
+    elif args.bounded is not None and explicit:
+        p.error(f"--bounded sets the whole hook; it cannot be combined with --{explicit[0].replace('_', '-')} "
+                "(give --bounded none for the per-option hook)")
+    for n in PER_OPTION_HOOK:
+        if getattr(args, n) is None:
+            setattr(args, n, next(f.default for f in dataclasses.fields(TrainConfig) if f.name == n))
     if args.queue_packets is not None:
         try:
             parse_queue_packets(args.queue_packets)
@@ -343,12 +433,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = dict(results[0])
     out["ranks"] = [{k: v for k, v in r.items() if k != "curve"} for r in results]
     text = json.dumps(out, indent=1)
+    if args.json == "-":
+        print(text)
+        return 0
     if args.json:
         Path(args.json).write_text(text + "\n")
-    elif not args.json:
-        print(text)
+    if args.rank in (None, 0):
+        print("\n".join(summary_lines(out)))
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -18,7 +18,6 @@ values a design leaves out cost in iterations::
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 from typing import Sequence
@@ -26,6 +25,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from netapprox.hostlib import checks as C
 from netapprox.ml.example import evaluate, load_digits_split, make_model
 from netapprox.ml.layout import chunk_bounds
 from netapprox.ml.policy import top_packets
@@ -169,16 +169,16 @@ def _seeds(text: str) -> list[int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m netapprox.ml.replay", description=__doc__.split("\n\n")[0])
+    p = C.OneLineParser(prog="python -m netapprox.ml.replay", description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", default="1-6", help="e.g. 1-6 or 1,3,101-140")
-    p.add_argument("--msr", type=float, default=0.7)
-    p.add_argument("--msr-floor", type=float, default=0.5)
+    p.add_argument("--msr", type=float, default=0.7, help="MSR of both bounded phases")
+    p.add_argument("--msr-floor", type=float, default=0.5, help="with --straggler: the tail-adaptive floor")
     p.add_argument("--straggler", action="store_true", help="ranks 0-1 send what crosses to rank 2 at the floor")
     p.add_argument("--floor-phases", choices=("both", "reduce", "gather"), default="both",
                    help="with --straggler: the phases the floor applies to (default both, as the hook)")
     p.add_argument("--gather-fill-decay", type=float, default=0.5, help="the prediction's decay (default 0.5)")
-    p.add_argument("--target", type=float, default=0.9)
-    p.add_argument("--iterations", type=int, default=60)
+    p.add_argument("--target", type=float, default=0.9, help="test accuracy counted to")
+    p.add_argument("--iterations", type=int, default=60, help="iterations per run")
     args = p.parse_args(argv)
     try:
         seeds = _seeds(args.seeds)
