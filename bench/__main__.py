@@ -17,7 +17,6 @@ line per trial while it runs. ``--sections`` runs a subset, ``--seeds`` changes 
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -32,6 +31,7 @@ from netapprox.bench import hostlib as bench_hostlib
 from netapprox.bench import network as N
 from netapprox.bench import sim as bench_sim
 from netapprox.experiments.emulated import Scale
+from netapprox.hostlib import checks as C
 from netapprox.experiments.results import Progress, environment, git_commit, now_utc, write_csv
 from netapprox.topo.netns import stop_on_signals
 
@@ -321,11 +321,12 @@ def tcp_environment() -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m netapprox.bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    p.add_argument("--out", default="results")
+    p = C.OneLineParser(prog="python -m netapprox.bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="seeds of the network sections")
+    p.add_argument("--out", default="results", help="directory of bench.json and bench.csv")
     p.add_argument("--sections", nargs="+", choices=NETWORK_SECTIONS + OTHER_SECTIONS,
-                   default=list(NETWORK_SECTIONS + OTHER_SECTIONS), help="run only these parts")
+                   default=list(NETWORK_SECTIONS + OTHER_SECTIONS),
+                   help="run only these parts (default: all of them)")
     p.add_argument("--skip-network", action="store_true", help="only hostlib, controller and sim (no root needed)")
     args = p.parse_args(argv)
     out = Path(args.out)

@@ -57,14 +57,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_in = list(sys.argv[1:] if argv is None else argv)
     if args_in[:1] == ["sim"]:
         return sim_main(args_in[1:])
-    p = C.OneLineParser(prog="python -m netapprox.experiments", description=__doc__.split("\n\n")[0])
+    p = C.OneLineParser(prog="python -m netapprox.experiments", description=__doc__.split("\n\n")[0],
+                        epilog="commands: python -m netapprox.experiments sim <name> runs the same figures at "
+                               "data-center scale in ns-3 (no root; python -m netapprox.experiments sim --help)")
     add_common_arguments(p, names=figures_for("emulated") + sorted(SEPARATE), fbkv_n=Scale.fbkv_n,
                          fbhd_n=Scale.fbhd_n, where="results/<name>")
     p.add_argument("--rate-mbit", type=C.arg(C.number(gt=0.0, le=10000.0)), default=Scale.rate_mbit,
                    help="line rate of every switch port, Mbit/s (default %(default)s)")
     p.add_argument("--hosts", type=C.arg(C.integer(ge=2, le=64)), default=Scale.hosts,
                    help="workload hosts (default %(default)s)")
-    p.add_argument("-v", "--verbose", action="store_true")
+    p.add_argument("-v", "--verbose", action="store_true", help="log each step on stderr")
     args = p.parse_args(args_in)
     names = figures_for("emulated") if args.experiment == "all" else [args.experiment]
     scale = dataclasses.replace(Scale(), rate_mbit=args.rate_mbit, hosts=args.hosts, fbkv_n=args.fbkv_n,

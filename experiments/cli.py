@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from netapprox.experiments.cache import TrialCache
 from netapprox.experiments.figures import COEXIST_PATTERNS, SHIFT_SETTINGS, Figure
+from netapprox.experiments.results import summarize
 from netapprox.experiments.sweep import SCHEDULER_ENV, Sweep
 from netapprox.hostlib import checks as C
 
@@ -175,8 +176,33 @@ def run_figures(names: Sequence[str], figures: Mapping[str, Figure], sweep: Swee
     trials failed); the sweep's cluster, if it started one, serves them all and stops at the end."""
     with sweep:
         for name in names:
-            t0 = time.monotonic()
+            t0, started = time.monotonic(), time.time()
+            sweep.trials = 0
             rf = figures[name](seeds, out, sweep, quick=quick, **overrides[name])
             path = rf.write()
             failed = f", {len(rf.errors)} trials FAILED (result.json 'errors')" if rf.errors else ""
-            say(f"{name}: {len(rf.runs)} runs in {(time.monotonic() - t0) / 60:.1f} min{failed} -> {path}")
+            count = f"{sweep.trials} trials" if sweep.trials else f"{len(rf.runs)} runs"
+            say(f"{name}: {count} in {(time.monotonic() - t0) / 60:.1f} min{failed} -> {path}")
+            ratios = headline_ratios(summarize(rf.runs))
+            if ratios:
+                say(f"  {name} headline: {ratios}")
+            plots = sorted(p for p in rf.out_dir.glob("*.png") if p.stat().st_mtime >= started - 1.0)
+            say(f"  {name} plots: " + (", ".join(str(p) for p in plots) if plots else "none"))
+
+
+def headline_ratios(summary: Sequence[Mapping[str, Any]], most: int = 6) -> str | None:
+    """A figure's headline in one line: its first ratio metric over the per-seed ratio rows (protocol
+    ``a/b``), mean [min, max] over seeds per setting (below 1: the first protocol is faster); None without
+    one."""
+    rows = [r for r in summary if r["metric"].endswith("_ratio") and "/" in str(r["params"].get("protocol", ""))
+            and r["n"] > 0]
+    if not rows:
+        return None
+    metric = rows[0]["metric"]
+    parts = []
+    for r in (r for r in rows if r["metric"] == metric):
+        where = " ".join(f"{k}={v}" for k, v in r["params"].items() if k != "protocol")
+        parts.append(f"{r['params']['protocol']}{' ' + where if where else ''} {r['mean']:.2f} "
+                     f"[{r['min']:.2f}, {r['max']:.2f}]")
+    more = f"; ... ({len(parts) - most} more in result.json)" if len(parts) > most else ""
+    return f"{metric} mean [min, max] over seeds: " + "; ".join(parts[:most]) + more

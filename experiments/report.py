@@ -8,12 +8,13 @@ netapprox.experiments sim``) get their own section, "At data-center scale (ns-3)
 """
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys
 from pathlib import Path
 from typing import Any, Sequence
+
+from netapprox.hostlib import checks as C
 
 MAX_PNG_BYTES = 200_000
 
@@ -314,11 +315,12 @@ def sim_section(res_dir: Path, img_dir: Path) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m netapprox.experiments.report", description=__doc__.split("\n\n")[0])
-    p.add_argument("--results", default="results")
-    p.add_argument("--doc", default="docs/results.md")
-    p.add_argument("--img", default="docs/img")
-    p.add_argument("--notes", default=None, help="markdown placed after the header (a written summary of the run)")
+    p = C.OneLineParser(prog="python -m netapprox.experiments.report", description=__doc__.split("\n\n")[0])
+    p.add_argument("--results", default="results", help="where the experiments wrote their results")
+    p.add_argument("--doc", default="docs/results.md", help="the page to write")
+    p.add_argument("--img", default="docs/img", help="where the figures go")
+    p.add_argument("--notes", default=None,
+                   help="markdown placed after the header, a written summary of the run (default: none)")
     args = p.parse_args(argv)
     render(Path(args.results), Path(args.doc), Path(args.img), Path(args.notes) if args.notes else None)
     print(f"wrote {args.doc}")

@@ -19,7 +19,10 @@ trials share nothing run there (``backend.cluster``: ns-3); the emulated testbed
 machine's whole timing, so its trials run here, one at a time, grouped by testbed (``backend.group_of``), and a
 cluster is refused. A progress line per trial says how many are done, running and left, the time spent and an
 estimate of what is left; the first says where the trials run (the Dask dashboard's address when there is one).
-A ``Sweep`` keeps its cluster for every figure it runs; ``close()`` (or leaving ``with``) stops it.
+A ``Sweep`` keeps its cluster for every figure it runs; ``close()`` (or leaving ``with``) stops it. A run with
+fewer trials to compute than ``workers`` (and no ``scheduler``, no cluster started yet) runs them here instead:
+starting a LocalCluster costs more than it saves then. ``trials`` counts the trials of the runs so far (from
+the cache too), which a figure's result rows (derived per-seed ratios among them) do not.
 """
 from __future__ import annotations
 
@@ -56,6 +59,8 @@ class Sweep:
         self.workers = workers
         self.scheduler = scheduler
         self.cache = cache
+        self.trials = 0
+        """Trials of the runs so far (computed or from the cache); set it to 0 to count a figure's."""
         self._cluster: Any = None
 
     @property
@@ -78,18 +83,21 @@ class Sweep:
         workdir = Path(workdir if workdir is not None else rf.out_dir).resolve()
         if not rf.expected:
             rf.progress.total = rf.expected = len(plans)
+        self.trials += len(plans)
         tracker = _Tracker(rf, plans, metrics, self.cache, self.backend)
         todo = [i for i in ordered(plans, self.backend) if not tracker.from_cache(i)]
         if not todo:
             return
-        if self.on_cluster:
+        small = not self.scheduler and self._cluster is None and len(todo) < self.workers
+        if self.on_cluster and not small:
             cluster = self.cluster()
             tracker.note(f"{len(todo)} trials on {cluster.describe()}")
             tracker.running = cluster.running
             for i, trial, error in cluster.run(self.backend, plans, todo, workdir):
                 tracker.done(i, trial, error)
         else:
-            tracker.note(f"{len(todo)} trials in this process")
+            tracker.note(f"{len(todo)} trials in this process" + (
+                f" (fewer than {self.workers} workers: no Dask cluster started)" if self.on_cluster else ""))
             tracker.running = lambda: 1
             with self.backend:
                 for i in todo:

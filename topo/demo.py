@@ -476,14 +476,15 @@ def _tail(path: Path, n: int = 2) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = C.OneLineParser(prog="python -m netapprox.topo.demo", description="Run the NetApprox demo experiment.")
-    ap.add_argument("--target", choices=["kernel", "bmv2"], default="kernel")
+    ap.add_argument("--target", choices=["kernel", "bmv2"], default="kernel",
+                    help="the switch: kernel (tc/eBPF) or bmv2 (simple_switch_grpc and p4c on PATH)")
     ap.add_argument("--results", default="results", help="output directory (default: results)")
     ap.add_argument("--bottleneck-mbit", type=C.arg(C.number(gt=0.0, le=10000.0)), default=DemoConfig.bottleneck_mbit,
                     help="rate of the s1-s2 link, Mbit/s (default %(default)s)")
     ap.add_argument("--messages", type=C.arg(C.integer(ge=1, le=MAX_MESSAGES)), default=None,
                     help="messages per job (default 20000)")
     ap.add_argument("--quick", action="store_true", help="a short run (smaller jobs and flow)")
-    ap.add_argument("--pcap", metavar="DIR", help="write one pcap per switch interface into DIR")
+    ap.add_argument("--pcap", metavar="DIR", help="write one pcap per switch interface into DIR (default: no capture)")
     ap.add_argument("--metrics-port", type=C.arg(C.port(allow=(-1, 0))), default=-1,
                     help="serve the controller's Prometheus metrics here (default -1: off)")
     ap.add_argument("--p4-build", metavar="DIR",

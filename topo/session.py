@@ -108,9 +108,9 @@ class Session(Lifecycle):
 def main(argv: list[str] | None = None) -> int:
     ap = C.OneLineParser(prog="python -m netapprox.topo.session", description=__doc__.splitlines()[0])
     ap.add_argument("topology", help="topology file (YAML or JSON; see topo/examples/)")
-    ap.add_argument("--pcap", metavar="DIR", help="write one pcap per switch interface into DIR")
+    ap.add_argument("--pcap", metavar="DIR", help="write one pcap per switch interface into DIR (default: no capture)")
     ap.add_argument("--metrics-port", type=C.arg(C.port(allow=(0,))),
-                    help="serve the controller's Prometheus metrics on this port")
+                    help="serve the controller's Prometheus metrics on this port (default: the topology file's, else off)")
     ap.add_argument("--results", default="results/session", help="logs and job summaries (default results/session)")
     ap.add_argument("--no-cli", action="store_true", help="run the jobs to completion (or --duration), no CLI")
     ap.add_argument("--duration", type=C.arg(C.number(gt=0.0)), default=120.0,

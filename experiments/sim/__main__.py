@@ -38,7 +38,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_common_arguments(p, names=figures_for("sim"), fbkv_n=SimScale.fbkv_n, fbhd_n=SimScale.fbhd_n,
                          where="results/sim/<name>")
     p.add_argument("--tag", default="", help="write results/sim/<name>-<TAG> instead (a second run of an experiment)")
-    p.add_argument("--topology", choices=("fattree", "clos"), default=SimScale.kind)
+    p.add_argument("--topology", choices=("fattree", "clos"), default=SimScale.kind,
+                   help="fattree (k-ary fat tree) or clos (leaf-spine)")
     p.add_argument("--k", type=C.arg(C.integer(ge=2, le=48)), default=SimScale.k,
                    help=f"fat-tree arity, even (default {SimScale.k})")
     p.add_argument("--rate-gbps", type=C.arg(C.number(gt=0.0, le=400.0)), default=SimScale.host_gbps,
