@@ -149,6 +149,8 @@ def ddp_trial(tb: Testbed, scale: Scale, seed: int, variant: str, scenario: str,
     hook_args = []
     if variant in ("atp", "atp-low"):
         hook_args = atp_args.split() or ["--bounded", f"{msr:g}"]
+    elif variant == "atp-exact":  # the hook's own defaults, not the example's (bounded(0.7))
+        hook_args = ["--bounded", "none"]
     elif variant == "atp-tail":
         hook_args = ["--bounded", f"{msr:g}", "--msr-floor", f"{msr_floor:g}"]
     elif variant == "atp-spread":
