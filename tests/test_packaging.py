@@ -7,7 +7,7 @@ import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-FOLDERS = ("hostlib", "controller", "topo", "experiments", "bench", "ml")
+FOLDERS = ("hostlib", "controller", "topo", "experiments", "bench", "ml", "analytics")
 
 
 def _setuptools() -> dict:
@@ -47,15 +47,15 @@ def test_no_package_module_edits_sys_path():
     assert not offenders, "sys.path edited in package code: " + ", ".join(offenders)
 
 LAYERS = {"hostlib": (), "controller": ("hostlib",), "topo": ("hostlib", "controller"),
-          "experiments": ("hostlib", "controller", "topo", "bench", "ml"), "bench": ("hostlib", "controller", "topo",
-                                                                                      "experiments"),
-          "ml": ("hostlib",)}
+          "experiments": ("hostlib", "controller", "topo", "bench", "ml", "analytics"),
+          "bench": ("hostlib", "controller", "topo", "experiments", "analytics"),
+          "ml": ("hostlib",), "analytics": ("hostlib",)}
 
 
 def test_imports_run_one_way():
     """hostlib <- controller <- topo <- experiments/bench (docs/architecture.md): no module imports a layer
     above its own."""
-    ref = re.compile(r"netapprox\.(hostlib|controller|topo|experiments|bench|ml)\b")
+    ref = re.compile(r"netapprox\.(hostlib|controller|topo|experiments|bench|ml|analytics)\b")
     offenders = []
     for folder, allowed in LAYERS.items():
         for path in (REPO / folder).rglob("*.py"):

@@ -1,0 +1,374 @@
+"""An analytics job: rows in, the aggregates a user asked for out, each with its error, over one ATP job.
+
+The sender side turns rows into ATP messages (one row per message), in a seeded random order of message ids, one
+ATP group per *stratum*: a user group crossed with a message size class (its packet count). The receiver side
+estimates every aggregate from what arrived, stratified by those strata. Why this gives unbiased estimates when a
+row's size and value are related is in docs/analytics.md (Unbiased samples).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+import struct
+from typing import Callable, Hashable, Iterable, Mapping, Sequence
+
+from netapprox.analytics import accuracy, estimators, link
+from netapprox.analytics.errors import AnalyticsError
+from netapprox.analytics.estimators import Estimate, RankEstimate, Stratum
+from netapprox.hostlib.config import AtpConfig, JobSpec, Message
+
+_ROW = struct.Struct("!dqH")
+AGGREGATES = ("avg", "sum", "count", "rank")
+MIN_STRATUM_ROWS = 20
+"""A packet count with fewer rows in a group is sent whole (MSR 1)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One record: the value aggregated, a key (rank), a user group, and the rest of the record (its bytes)."""
+
+    value: float
+    key: int = 0
+    group: int = 0
+    extra: bytes = b""
+
+    def encode(self) -> bytes:
+        return _ROW.pack(self.value, self.key, self.group) + self.extra
+
+    @classmethod
+    def decode(cls, data: bytes) -> "Row":
+        if len(data) < _ROW.size:
+            raise AnalyticsError(f"a row message of {len(data)} bytes; rows are at least {_ROW.size}")
+        value, key, group = _ROW.unpack_from(data)
+        return cls(value, key, group, bytes(data[_ROW.size:]))
+
+
+@dataclasses.dataclass(frozen=True)
+class Query:
+    """One aggregate and its bound: relative error ``e_max`` at ``confidence``, over all rows and, with
+    ``per_group``, within every group (``group_e_max`` gives some groups their own)."""
+
+    aggregate: str
+    e_max: float
+    confidence: float = 0.95
+    per_group: bool = False
+    group_e_max: tuple[tuple[int, float], ...] = ()
+    k: int = 15
+    """``rank``: how many keys."""
+    above: float | None = None
+    """``count``: count the rows whose value is above this."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.group_e_max, Mapping):
+            object.__setattr__(self, "group_e_max", tuple(sorted(self.group_e_max.items())))
+        if self.aggregate not in AGGREGATES:
+            raise AnalyticsError(f"aggregate {self.aggregate!r}: one of {', '.join(AGGREGATES)}")
+        accuracy.check_e_max(self.e_max)
+        for g, e in self.group_e_max:
+            accuracy.check_e_max(e, f"e_max of group {g}")
+        estimators.z_of(self.confidence)
+        if self.aggregate == "count" and self.above is None:
+            raise AnalyticsError("count needs a predicate: Query('count', e_max, above=X) counts rows with value > X")
+        if self.aggregate == "rank" and not (isinstance(self.k, int) and self.k >= 1):
+            raise AnalyticsError(f"rank k={self.k!r}: must be an integer >= 1")
+
+    @property
+    def name(self) -> str:
+        if self.aggregate == "count":
+            return f"count(value > {self.above:g})"
+        return f"top{self.k}" if self.aggregate == "rank" else self.aggregate
+
+    def bounds(self, groups: Iterable[int]) -> list[tuple[int | None, float]]:
+        """(group or ``None`` for all rows, e_max) of every bound this query states."""
+        own = dict(self.group_e_max)
+        out: list[tuple[int | None, float]] = [(None, self.e_max)]
+        for g in groups:
+            if self.per_group or g in own:
+                out.append((g, own.get(g, self.e_max)))
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class StratumPlan:
+    atp_group: int
+    group: int
+    packets: int
+    """Packets per message of its rows."""
+    rows: tuple[int, ...]
+    """Indices into the job's rows."""
+    whole: bool
+    """Sent whole (MSR 1): too few rows to sample."""
+
+    def msr(self, wanted: float) -> float:
+        """The MSR this stratum asks ATP for when its bounds want ``wanted``: 1 when sent whole, and enough for
+        two rows (a variance) otherwise."""
+        if self.whole:
+            return 1.0
+        return min(1.0, max(wanted, estimators.MIN_SAMPLE_PER_STRATUM / len(self.rows)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Answer:
+    query: Query
+    group: int | None
+    e_max: float
+    estimate: Estimate | RankEstimate | None
+    note: str = ""
+    """Why there is no estimate (the sample cannot support one yet)."""
+
+    @property
+    def error(self) -> float:
+        return self.estimate.relative_error if self.estimate is not None else math.inf
+
+    @property
+    def met(self) -> bool:
+        return self.error <= self.e_max
+
+    def as_dict(self) -> dict:
+        return {"aggregate": self.query.name, "group": self.group, "e_max": self.e_max, "met": self.met,
+                "error": self.error if math.isfinite(self.error) else None, "note": self.note,
+                "estimate": self.estimate.as_dict() if self.estimate is not None else None}
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    answers: tuple[Answer, ...]
+    received: int
+    total: int
+    jct_s: float | None = None
+    msr: tuple[tuple[int, float], ...] = ()
+    """The MSR of every ATP group at the end, as (atp group, MSR)."""
+
+    @property
+    def all_met(self) -> bool:
+        return all(a.met for a in self.answers)
+
+    def answer(self, aggregate: str, group: int | None = None) -> Answer:
+        for a in self.answers:
+            if a.query.aggregate == aggregate and a.group == group:
+                return a
+        raise KeyError((aggregate, group))
+
+    def as_dict(self) -> dict:
+        return {"received": self.received, "total": self.total, "jct_s": self.jct_s, "all_met": self.all_met,
+                "msr": dict(self.msr), "answers": [a.as_dict() for a in self.answers]}
+
+
+class AnalyticsJob:
+    """Rows, the queries on them, and the ATP job that carries them (see the module docstring)."""
+
+    def __init__(self, rows: Sequence[Row], queries: Sequence[Query], *, job_id: int = 1, seed: int = 0,
+                 max_payload: int = AtpConfig().max_payload, min_rows: int = accuracy.MIN_GROUP_ROWS) -> None:
+        if not queries:
+            raise AnalyticsError("no queries: state at least one aggregate and its e_max")
+        self.rows = list(rows)
+        self.queries = tuple(queries)
+        self.job_id = job_id
+        if len(self.rows) < min_rows:
+            raise AnalyticsError(f"the job has {len(self.rows)} rows; an error bound needs at least {min_rows}")
+        sizes: dict[int, int] = {}
+        for r in self.rows:
+            sizes[r.group] = sizes.get(r.group, 0) + 1
+        self.groups = sorted(sizes)
+        for q in self.queries:
+            for g, _ in q.group_e_max:
+                if g not in sizes:
+                    raise AnalyticsError(f"{q.name}: group {g} has a bound but no rows")
+            for g, e in q.bounds(self.groups):
+                if g is not None and sizes[g] < min_rows:
+                    raise AnalyticsError(f"{q.name}: group {g} has {sizes[g]} rows; a bound of e_max {e:g} needs at "
+                                         f"least {min_rows} (merge it with another group, or drop its bound)")
+        self._payload = [r.encode() for r in self.rows]
+        self.order = list(range(len(self.rows)))
+        random.Random(seed).shuffle(self.order)
+        """Message id ``i`` carries row ``order[i]``: a random order, so what is sent last is a random sample."""
+        self.strata = self._plan_strata(max_payload)
+        self._stratum_of = [0] * len(self.rows)
+        for s in self.strata:
+            for i in s.rows:
+                self._stratum_of[i] = s.atp_group
+
+    def _plan_strata(self, max_payload: int) -> list[StratumPlan]:
+        """One stratum per (group, packet count): every packet count gets its own MSR guarantee, so the sample
+        of each is a random one of it whatever its loss rate. A packet count with fewer than
+        ``MIN_STRATUM_ROWS`` rows of a group is sent whole (MSR 1): the large rare messages of a heavy tail would
+        otherwise be the ones missing."""
+        by_group: dict[int, dict[int, list[int]]] = {}
+        self._packets = [max(1, -(-len(data) // max_payload)) for data in self._payload]
+        for i, pkts in enumerate(self._packets):
+            by_group.setdefault(self.rows[i].group, {}).setdefault(pkts, []).append(i)
+        out: list[StratumPlan] = []
+        for g in self.groups:
+            for pkts in sorted(by_group[g]):
+                rows = by_group[g][pkts]
+                out.append(StratumPlan(len(out), g, pkts, tuple(rows), len(rows) < MIN_STRATUM_ROWS))
+        if len(out) > 0xFFFF:
+            raise AnalyticsError(f"{len(out)} strata; ATP carries at most 65536 groups")
+        return out
+
+    # --- the MSR ---------------------------------------------------------------------------------------------
+
+    def _bounds_by_stratum(self) -> dict[int, list[float]]:
+        out: dict[int, list[float]] = {s.atp_group: [] for s in self.strata}
+        for q in self.queries:
+            for g, e in q.bounds(self.groups):
+                for s in self.strata:
+                    if g is None or s.group == g:
+                        out[s.atp_group].append(e)
+        return out
+
+    def initial_msr(self) -> dict[int, float]:
+        """Per ATP group: the paper's heuristic for the tightest bound its rows serve."""
+        return {s.atp_group: s.msr(accuracy.initial_msr(min(self._bounds_by_stratum()[s.atp_group])))
+                for s in self.strata}
+
+    def needed_msr(self, received: Mapping[int, bytes]) -> dict[int, float] | None:
+        """Per ATP group: the MSR the sample so far says every bound needs (``None`` while it cannot tell)."""
+        samples = self._samples(received)
+        need = {s.atp_group: 0.0 for s in self.strata}
+        for q in self.queries:
+            for g, e in q.bounds(self.groups):
+                members = [s for s in self.strata if g is None or s.group == g]
+                fractions = []
+                sets = self._value_sets(q, members, samples)
+                for values in sets:
+                    f = accuracy.needed_fraction(values, e, self._level(q, len(sets)))
+                    if f is None:
+                        return None
+                    fractions.append(f)
+                f = max(fractions, default=0.0)
+                for s in members:
+                    need[s.atp_group] = max(need[s.atp_group], f)
+        return {s.atp_group: s.msr(accuracy.msr_from_fraction(need[s.atp_group])) for s in self.strata}
+
+    @staticmethod
+    def _level(q: Query, k: int) -> float:
+        return 1.0 - (1.0 - q.confidence) / k if q.aggregate == "rank" else q.confidence
+
+    def _value_sets(self, q: Query, members: list[StratumPlan], samples: dict[int, list[Row]]
+                    ) -> list[list[Stratum]]:
+        """The strata of values a query's mean is taken over (rank: one set per top-k key of the sample)."""
+        cells = self._post_strata(members, samples)
+        if q.aggregate in ("avg", "sum"):
+            return [[Stratum(big_n, tuple(r.value for r in rows)) for big_n, rows in cells]]
+        if q.aggregate == "count":
+            return [[Stratum(big_n, tuple(1.0 if r.value > q.above else 0.0 for r in rows)) for big_n, rows in cells]]
+        freq: dict[int, int] = {}
+        for _, rows in cells:
+            for r in rows:
+                freq[r.key] = freq.get(r.key, 0) + 1
+        top = sorted(freq, key=lambda k: (-freq[k], k))[:q.k]
+        return [[Stratum(big_n, tuple(1.0 if r.key == key else 0.0 for r in rows)) for big_n, rows in cells]
+                for key in top]
+
+    # --- ATP ---------------------------------------------------------------------------------------------------
+
+    def job_spec(self, msr: Mapping[int, float] | float | None = None) -> JobSpec:
+        """The ATP job: message ``i`` is row ``order[i]`` in its stratum's group; ``msr`` per ATP group, or one for
+        all (strata sent whole keep MSR 1), by default :meth:`initial_msr`."""
+        if msr is None:
+            msr = self.initial_msr()
+        if not isinstance(msr, Mapping):
+            msr = {s.atp_group: s.msr(float(msr)) for s in self.strata}
+        messages = tuple(Message(self._payload[i], group_id=self._stratum_of[i]) for i in self.order)
+        return JobSpec(self.job_id, messages, msr=1.0, group_msr=dict(msr))
+
+    @staticmethod
+    def config(base: AtpConfig = AtpConfig()) -> AtpConfig:
+        """ATP options for an unbiased sample: messages in (random) id order, MRDF off (docs/analytics.md)."""
+        return dataclasses.replace(base, mrdf=False)
+
+    @classmethod
+    def config_for(cls, base: AtpConfig) -> Callable[["AnalyticsJob"], AtpConfig]:
+        """``job -> config(base)``, for callers that build the configuration per job."""
+        return lambda job: cls.config(base)
+
+    def run(self, *, msr: Mapping[int, float] | float | None = None, config: AtpConfig = AtpConfig(),
+            forward: link.LossyPath | None = None, reverse: link.LossyPath | None = None) -> Result:
+        """The job over a simulated lossy link in virtual time (:mod:`netapprox.analytics.link`), at a fixed MSR
+        (by default :meth:`initial_msr`), with :meth:`config`'s ordering; its answers."""
+        spec = self.job_spec(msr)
+        t = link.run(spec, self.config(config), forward=forward, reverse=reverse)
+        if t.failure is not None:
+            raise AnalyticsError(f"job {self.job_id} failed: {t.failure}")
+        return self.estimate(t.received, jct_s=t.summary.jct_s,
+                             msr={g: spec.msr_of(g) for g in spec.group_sizes()})
+
+    # --- estimates ------------------------------------------------------------------------------------------
+
+    def _samples(self, received: Mapping[int, bytes]) -> dict[int, list[Row]]:
+        """The rows that arrived by ATP group."""
+        out: dict[int, list[Row]] = {}
+        for msg_id, data in received.items():
+            if not 0 <= msg_id < len(self.order):
+                raise AnalyticsError(f"message id {msg_id} is not one of this job's {len(self.order)}")
+            i = self.order[msg_id]
+            out.setdefault(self._stratum_of[i], []).append(Row.decode(data))
+        return out
+
+    def _post_strata(self, members: list[StratumPlan], samples: dict[int, list[Row]]
+                     ) -> list[tuple[int, list[Row]]]:
+        """(population, sampled rows) of the estimation strata over ``members``: the ATP groups, one per packet
+        count (a message of more packets is lost more often: docs/analytics.md). Should a stratum hold fewer than
+        two sampled rows (and not all of its rows; its MSR guarantees two unless the sample is read before the job
+        ended), it is merged into its neighbour."""
+        out: list[tuple[int, list[Row]]] = []
+        for g in sorted({s.group for s in members}):
+            cells: list[list] = []  # [population, rows], by packet count
+            for s in (m for m in members if m.group == g):
+                rows = list(samples.get(s.atp_group, ()))
+                if cells and _thin(cells[-1]):
+                    cells[-1][0] += len(s.rows)
+                    cells[-1][1] += rows
+                else:
+                    cells.append([len(s.rows), rows])
+            while len(cells) > 1 and _thin(cells[-1]):
+                last = cells.pop()
+                cells[-1][0] += last[0]
+                cells[-1][1] += last[1]
+            out.extend((big_n, rows) for big_n, rows in cells)
+        return out
+
+    def estimate(self, received: Mapping[int, bytes], *, jct_s: float | None = None,
+                 msr: Mapping[int, float] | None = None) -> Result:
+        """Every query's answers (overall and per group) from the messages that arrived."""
+        samples = self._samples(received)
+        answers = []
+        for q in self.queries:
+            for g, e in q.bounds(self.groups):
+                members = [s for s in self.strata if g is None or s.group == g]
+                try:
+                    est = self._estimate(q, members, samples)
+                    answers.append(Answer(q, g, e, est))
+                except AnalyticsError as err:
+                    answers.append(Answer(q, g, e, None, str(err)))
+        return Result(tuple(answers), len(received), len(self.rows), jct_s, tuple(sorted((msr or {}).items())))
+
+    def _estimate(self, q: Query, members: list[StratumPlan], samples: dict[int, list[Row]]
+                  ) -> Estimate | RankEstimate:
+        if q.aggregate == "rank":
+            return estimators.rank([(big_n, [r.key for r in rows]) for big_n, rows in self._post_strata(members, samples)],
+                                   q.k, q.confidence)
+        (values,) = self._value_sets(q, members, samples)
+        fn = {"avg": estimators.avg, "sum": estimators.total, "count": estimators.count}[q.aggregate]
+        return fn(values, q.confidence, q.name)
+
+    def truth(self, q: Query, group: int | None = None) -> float | dict[int, float]:
+        """The exact answer over all rows (tests and the evaluation compare with it)."""
+        rows = [r for r in self.rows if group is None or r.group == group]
+        if q.aggregate == "avg":
+            return math.fsum(r.value for r in rows) / len(rows)
+        if q.aggregate == "sum":
+            return math.fsum(r.value for r in rows)
+        if q.aggregate == "count":
+            return float(sum(1 for r in rows if r.value > q.above))
+        freq: dict[int, float] = {}
+        for r in rows:
+            freq[r.key] = freq.get(r.key, 0.0) + 1.0
+        return freq
+
+
+def _thin(cell: list) -> bool:
+    big_n, rows = cell
+    return len(rows) < estimators.MIN_SAMPLE_PER_STRATUM and len(rows) < big_n
