@@ -25,8 +25,10 @@ test: setup
 demo: setup
 	$(PY) -m netapprox.topo.demo --target $(TARGET)
 
+# Also docs/bench-headline.json (committed) and README's "What the numbers say" table generated from it.
 bench: setup
-	$(PY) -m netapprox.bench
+	$(PY) -m netapprox.bench --headline-doc docs/bench-headline.json
+	$(PY) -m netapprox.experiments.report --no-doc --readme README.md
 
 # Every experiment with 3 seeds (~17 min on 2 cores), then docs/results.md and docs/img/ from results/.
 experiments: setup

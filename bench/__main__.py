@@ -30,6 +30,7 @@ from netapprox.bench import controller as bench_controller
 from netapprox.bench import hostlib as bench_hostlib
 from netapprox.bench import network as N
 from netapprox.bench import sim as bench_sim
+from netapprox.experiments import headline as headline_doc
 from netapprox.experiments.emulated import Scale
 from netapprox.hostlib import checks as C
 from netapprox.experiments.results import Progress, environment, git_commit, now_utc, write_csv
@@ -44,6 +45,34 @@ HEADLINE_KEYS = (
     "sim_atp_p99_over_dctcp_es", "sim_atp_network_drop_frac",
     "hostlib_jct_under_flood_over_alone", "hostlib_jct_under_receiver_attacks_over_alone",
 )
+HEADLINE_ABOUT = {
+    "atp_over_tcp_es_fifo": "all-to-all FBKV, ATP JCT / TCP-ES JCT on a FIFO switch, per MSR",
+    "atp_over_tcp_ss_fifo": "the same against TCP-SS",
+    "atp_over_tcp_es_background": "one job next to 70 % approximate background, ATP / TCP-ES",
+    "atp_over_bound_idle": "ATP alone on an idle link, JCT / physical bound, per Mbit/s and MSR",
+    "msr_met_fraction": "ATP jobs that met their MSR",
+    "nonapprox_fct_netapprox_over_fifo": "web-search flows' FCT next to ATP on NetApprox / next to TCP-ES on FIFO",
+    "hostlib_pps_over_raw_udp": "ATP sender + receiver packets/s / a raw UDP loop's",
+    "hostlib_loopback_gbps": "ATP goodput over loopback, Gbit/s",
+    "controller_epoch_ms_10k": "controller epoch at 10,000 jobs, ms",
+    "controller_reports_per_s": "reports/s the controller accepts of 100,000 offered",
+    "sim_atp_over_dctcp_es": "ns-3 k=4 fat-tree, all-to-all FBKV, ATP / DCTCP-ES mean JCT",
+    "sim_atp_over_dctcp_ss": "the same against DCTCP-SS",
+    "sim_atp_p99_over_dctcp_es": "the same, p99 JCT",
+    "sim_atp_network_drop_frac": "ns-3: ATP payloads the network dropped or trimmed",
+    "hostlib_jct_under_flood_over_alone": "a job's JCT under a forged flood / alone",
+    "hostlib_jct_under_receiver_attacks_over_alone": "a job's JCT under receiver attacks / alone",
+}
+"""What each headline key measures, in a few words (README's table; a key without one shows its name only)."""
+HEADLINE_BARS = {
+    "atp_over_tcp_es_fifo": "<= 0.5", "atp_over_tcp_es_background": "<= 0.5", "atp_over_bound_idle": "<= 1.10",
+    "msr_met_fraction": "== 1", "nonapprox_fct_netapprox_over_fifo": "<= 0.3",
+    "controller_epoch_ms_10k": "median < 10", "controller_reports_per_s": ">= 100000",
+    "sim_atp_over_dctcp_es": "< 0.7", "sim_atp_p99_over_dctcp_es": "<= 1", "sim_atp_network_drop_frac": "<= 0.05",
+    "hostlib_jct_under_flood_over_alone": "<= 2", "hostlib_jct_under_receiver_attacks_over_alone": "<= 2",
+}
+"""Each headline key's bar, ``[leaf] op limit`` (every number of the value, or its leaves named ``leaf``, must
+meet it; experiments/headline.py checks it for README's table). A key without a bar has none to meet."""
 
 
 def _mean(xs: Iterable[float | None]) -> float | None:
@@ -328,6 +357,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                    default=list(NETWORK_SECTIONS + OTHER_SECTIONS),
                    help="run only these parts (default: all of them)")
     p.add_argument("--skip-network", action="store_true", help="only hostlib, controller and sim (no root needed)")
+    p.add_argument("--headline-doc", default=None, metavar="FILE",
+                   help="also merge this run's headline into FILE (make bench: docs/bench-headline.json, README's "
+                        "table; experiments/headline.py), keeping the keys this run did not measure (default: none)")
     args = p.parse_args(argv)
     out = Path(args.out)
     try:
@@ -369,6 +401,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_csv(rows, out / "bench.csv")
     print(markdown(doc))
     print(f"wrote {out / 'bench.json'}, {out / 'bench.md'}" + (f", {out / 'bench.csv'}" if rows else ""))
+    if args.headline_doc:
+        path = Path(args.headline_doc)
+        old = json.loads(path.read_text()) if path.exists() else None
+        headline_doc.write_file(path, headline_doc.merge(old, h, meta, HEADLINE_BARS, HEADLINE_ABOUT))
+        print(f"wrote {path} (README's table: python -m netapprox.experiments.report --readme README.md --no-doc)")
     return 0
 
 

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from netapprox.experiments import headline
 from netapprox.hostlib import checks as C
 
 MAX_PNG_BYTES = 200_000
@@ -321,9 +322,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--img", default="docs/img", help="where the figures go")
     p.add_argument("--notes", default=None,
                    help="markdown placed after the header, a written summary of the run (default: none)")
+    p.add_argument("--readme", default=None, metavar="README",
+                   help="also write README's section 'What the numbers say' from --headline (default: not)")
+    p.add_argument("--headline", default="docs/bench-headline.json",
+                   help="the committed bench headline (python -m netapprox.bench --headline-doc writes it)")
+    p.add_argument("--no-doc", action="store_true", help="do not rewrite --doc (only --readme)")
     args = p.parse_args(argv)
-    render(Path(args.results), Path(args.doc), Path(args.img), Path(args.notes) if args.notes else None)
-    print(f"wrote {args.doc}")
+    if not args.no_doc:
+        render(Path(args.results), Path(args.doc), Path(args.img), Path(args.notes) if args.notes else None)
+        print(f"wrote {args.doc}")
+    if args.readme:
+        try:
+            doc = json.loads(Path(args.headline).read_text())
+            headline.update_readme(Path(args.readme), doc)
+        except (OSError, ValueError) as e:
+            p.error(f"--readme: {e}")
+        print(f"wrote {args.readme} ({headline.SECTION!r} from {args.headline})")
     return 0
 
 
