@@ -6,6 +6,16 @@
   keyed BLAKE2s over ``issued_ms | job_id | sender address`` under a secret that never leaves the receiver,
   so it is valid for one job from one address for ``token_lifetime_s``. An off-path host cannot see the
   RETRY sent to an address it forges, so it cannot make the receiver hold state for that address.
+* **Address-validation tokens** (model: QUIC's NEW_TOKEN, RFC 9000 §8.1.3). A job that proved its address (a
+  valid admission token, or the echo of its ACK token) gets a NEW_TOKEN: ``expires_ms:u32 | key_id:u8 |
+  mac:11``, the MAC a keyed BLAKE2s over ``expires_ms | key_id | host`` under a receiver key replaced every
+  ``address_token_lifetime_s`` (each key a one-way hash of the one before, so a key once dropped cannot be
+  recomputed from what the receiver holds; the current and the previous key are kept, nothing per token). The
+  sender's next job to this receiver presents it in its announce and is admitted at once, validated, even
+  under pressure. Nothing else vouches for an address: no source address is trusted for having been validated.
+* **Accounts.** A job without a valid token is *unvalidated*; slots and manifest CPU are accounted per source
+  host and, separately, per unvalidated source host (:func:`account_of`), so announces forged in a host's name
+  share only that host's unvalidated account and never take what its validated jobs are given.
 * **Slots.** ``AtpConfig.max_jobs`` jobs at once, at most ``max_jobs_per_source`` from one source host. When
   every slot is taken, a new job takes the slot of a stalled job (no new data for ``stall_timeout_s``;
   jobs that never took any data go first), or else of the source holding the most slots if that is more
@@ -14,8 +24,9 @@
   each source host may have ``manifest_bytes_per_s`` decoded per second (:class:`SourceRate`), checked before
   any decoding; decoding itself checks the cheap things (sizes, counts) before the ranges.
 * **Budget.** One byte count for everything the receiver holds (what each structure is charged is listed
-  in hostlib/receiver.py): half of it guaranteed to the slots in equal parts, half a shared pool, so a
-  job admitted during a flood can always buffer its guarantee (:class:`MemoryBudget`).
+  in hostlib/receiver.py), its outgoing queue included: half of it guaranteed to the slots in equal parts, a
+  reserve for the replies not yet sent, the rest a shared pool, so a job admitted during a flood can always
+  buffer its guarantee and replies always have room (:class:`MemoryBudget`).
 
 The data structures are plain counters, a dict and fixed-size records, so the C receiver can keep them.
 """
@@ -33,6 +44,8 @@ from netapprox.hostlib import wire
 _ISSUED = struct.Struct("!I")
 _MAC_INPUT = struct.Struct("!II")
 _MAC_LEN = wire.TOKEN_LEN - _ISSUED.size
+_ADDRESS_HEAD = struct.Struct("!IB")  # expires_ms, key_id
+_ADDRESS_MAC_LEN = wire.TOKEN_LEN - _ADDRESS_HEAD.size
 
 
 def address_bytes(addr: Any) -> bytes:
@@ -49,14 +62,84 @@ def source_of(addr: Any) -> Any:
     return addr
 
 
-class TokenMinter:
-    """Mints and checks admission tokens (see the module docstring)."""
+def account_of(source: Any, validated: bool) -> Any:
+    """The account a job's slot and manifest CPU are charged to: its source host when the job proved its address,
+    else ``("unvalidated", host)``, so what is sent in a host's name without proof never uses the host's own."""
+    return source if validated else ("unvalidated", source)
 
-    def __init__(self, *, lifetime_s: float, secret: bytes | None = None) -> None:
+
+class TokenMinter:
+    """Mints and checks admission tokens and address-validation tokens (see the module docstring)."""
+
+    def __init__(self, *, lifetime_s: float, secret: bytes | None = None, address_lifetime_s: float = 3600.0,
+                 now: float = 0.0) -> None:
         self._key = secret if secret is not None else os.urandom(32)
         if not 1 <= len(self._key) <= 32:
             raise ValueError("token secret must be 1..32 bytes")
         self.lifetime_ms = int(lifetime_s * 1000)
+        self.address_lifetime_s = address_lifetime_s
+        self.address_lifetime_ms = int(address_lifetime_s * 1000)
+        self.key_id = 0
+        """Rotations of the address-token key so far (tokens carry its low byte)."""
+        self._address_key = hashlib.blake2s(b"address-validation token key", key=self._key).digest()
+        self._previous_key: bytes | None = None
+        self._rotate_at = now + address_lifetime_s
+
+    def rotate(self) -> None:
+        """Replace the address-token key by a one-way hash of it; the one before is dropped, so tokens signed
+        under it are refused from now on (an operator may call this to revoke every outstanding token at once,
+        twice)."""
+        self._previous_key = self._address_key
+        self._address_key = hashlib.blake2s(b"rotate", key=self._address_key).digest()
+        self.key_id += 1
+
+    def _advance(self, now: float) -> None:
+        """Rotate once per ``address_lifetime_s`` passed (one hash each, however the time passed was cut up)."""
+        if now < self._rotate_at:
+            return
+        n = int((now - self._rotate_at) // self.address_lifetime_s) + 1
+        for _ in range(n):
+            self.rotate()
+        self._rotate_at += n * self.address_lifetime_s
+
+    def _address_mac(self, key: bytes, expires: int, key_id: int, addr: Any) -> bytes:
+        data = _ADDRESS_HEAD.pack(expires, key_id) + str(source_of(addr)).encode()
+        return hashlib.blake2s(data, key=key, digest_size=_ADDRESS_MAC_LEN).digest()
+
+    def mint_address(self, addr: Any, now: float) -> bytes:
+        """An address-validation token for the host of ``addr``, valid for ``address_lifetime_s``."""
+        self._advance(now)
+        expires = (int(now * 1000) + self.address_lifetime_ms) & 0xFFFFFFFF
+        kid = self.key_id & 0xFF
+        return _ADDRESS_HEAD.pack(expires, kid) + self._address_mac(self._address_key, expires, kid, addr)
+
+    def check_address(self, token: bytes, addr: Any, now: float) -> str | None:
+        """``None`` if ``token`` is a valid address-validation token for the host of ``addr`` now, else why not
+        (``bad_token``: not one of ours for this host, or signed under a key rotated out; ``expired_token``)."""
+        self._advance(now)
+        expires, kid = _ADDRESS_HEAD.unpack_from(token)
+        if kid == self.key_id & 0xFF:
+            key = self._address_key
+        elif kid == (self.key_id - 1) & 0xFF and self._previous_key is not None:
+            key = self._previous_key
+        else:
+            return "bad_token"
+        if not hmac.compare_digest(token[_ADDRESS_HEAD.size:], self._address_mac(key, expires, kid, addr)):
+            return "bad_token"
+        if (expires - int(now * 1000)) & 0xFFFFFFFF > self.address_lifetime_ms:
+            return "expired_token"
+        return None
+
+    def check_announce(self, token: bytes, job_id: int, addr: Any, now: float) -> str:
+        """What a non-zero token on an announce for a job not held proves: ``"job"`` (an admission token for this
+        job and address), ``"address"`` (an address-validation token for its host), else the reason it is refused
+        (``bad_token``, ``expired_token``). At most two keyed hashes, nothing kept."""
+        bad = self.check(token, job_id, addr, now)
+        if bad is None:
+            return "job"
+        if bad == "expired_token":
+            return bad
+        return self.check_address(token, addr, now) or "address"
 
     def _mac(self, issued: int, job_id: int, addr: Any) -> bytes:
         data = _MAC_INPUT.pack(issued, job_id) + address_bytes(addr)
@@ -148,6 +231,16 @@ class SlotTable:
             if not self.per_source[job.source]:
                 del self.per_source[job.source]
 
+    def rekey(self, job: SlotHolder, account: Any) -> None:
+        """``job`` is charged to ``account`` from now on (it proved its address: :func:`account_of`); it keeps its
+        place among the holders."""
+        if job in self.holders:
+            self.per_source[job.source] -= 1
+            if not self.per_source[job.source]:
+                del self.per_source[job.source]
+            self.per_source[account] += 1
+        job.source = account
+
     def choose(self, source: Any, now: float) -> tuple[str | None, SlotHolder | None, str]:
         """``(refusal, victim, why)`` for a new job from ``source``: ``refusal`` is a drop reason when it gets
         no slot; otherwise ``victim`` (or ``None`` for a free slot) is the job whose slot it takes, ``why``
@@ -183,22 +276,26 @@ def _progress_key(job: SlotHolder) -> tuple[bool, float]:
 
 
 class MemoryBudget:
-    """Bytes charged against one limit, shared fairly between job slots.
+    """Bytes charged against one limit, shared fairly between job slots, the outgoing queue included.
 
-    Half the budget is a guarantee split evenly over the slots (``guarantee`` bytes each); the other half
-    is a pool anyone may use. A job holding a slot is charged against its guarantee first and the pool
+    Half the budget is a guarantee split evenly over the slots (``guarantee`` bytes each); ``reserve`` bytes
+    are for the replies waiting to be sent (:meth:`out_charge`); the rest is a pool anyone may use. A job holding a slot is charged against its guarantee first and the pool
     for the rest; records without a slot (finished jobs keeping their DONE) only use the pool. So one job
     or one source can take at most the pool plus its own guarantees, and every admitted job can always
     buffer ``guarantee`` bytes, however full the pool is. ``used`` never exceeds ``limit``."""
 
-    __slots__ = ("limit", "guarantee", "pool_limit", "used", "pool", "peak")
+    __slots__ = ("limit", "guarantee", "reserve", "pool_limit", "used", "pool", "out", "peak")
 
-    def __init__(self, limit: int, slots: int) -> None:
+    def __init__(self, limit: int, slots: int, reserve: int = 0) -> None:
         self.limit = limit
         self.guarantee = limit // (2 * slots)
-        self.pool_limit = limit - slots * self.guarantee
+        self.reserve = reserve
+        self.pool_limit = limit - slots * self.guarantee - reserve
+        if self.pool_limit < 0:
+            raise ValueError(f"a reserve of {reserve} bytes does not fit a budget of {limit}")
         self.used = 0
         self.pool = 0
+        self.out = 0
         self.peak = 0
 
     def _over(self, charged: int, slot: bool) -> int:
@@ -215,6 +312,21 @@ class MemoryBudget:
         if self.used > self.peak:
             self.peak = self.used
 
+    def out_charge(self, n: int) -> bool:
+        """Charge a reply of ``n`` bytes waiting to be sent, if the reserve has room (else it is not queued)."""
+        if self.out + n > self.reserve:
+            return False
+        self.out += n
+        self.used += n
+        if self.used > self.peak:
+            self.peak = self.used
+        return True
+
+    def out_release(self) -> None:
+        """The waiting replies went to the socket."""
+        self.used -= self.out
+        self.out = 0
+
     def leave_slot(self, charged: int) -> None:
         """A job with ``charged`` bytes gives up its slot: all of it is pool from now on."""
         self.pool += charged - self._over(charged, True)
@@ -224,4 +336,5 @@ class MemoryBudget:
         return self.pool > self.pool_limit
 
     def as_dict(self) -> dict[str, int]:
-        return {"used": self.used, "peak": self.peak, "budget": self.limit, "guarantee_per_job": self.guarantee}
+        return {"used": self.used, "peak": self.peak, "budget": self.limit, "guarantee_per_job": self.guarantee,
+                "replies_queued": self.out, "replies_reserve": self.reserve}

@@ -168,7 +168,9 @@ async def send_job_async(dest: "str | api.Address", job: JobSpec, *, config: Atp
     if native:
         sock, _peer = open_socket(addr, bind=False)
     config, _ = link.resolve_rate(config, addr)
-    sender = core.AtpSender(job, config=config, peer=addr, now=loop.time(), message_events=False)
+    presented = api.ADDRESS_TOKENS.get(addr)
+    sender = core.AtpSender(job, config=config, peer=addr, now=loop.time(), message_events=False,
+                            address_token=presented)
     transport: Any = None
 
     def on_event(ev: events.Event) -> None:
@@ -193,6 +195,7 @@ async def send_job_async(dest: "str | api.Address", job: JobSpec, *, config: Atp
     try:
         return await result
     finally:
+        api.ADDRESS_TOKENS.update(addr, presented, sender)
         transport.close()
         writer.close()
 

@@ -10,10 +10,12 @@ Measured numbers: docs/hostlib.md.
 from __future__ import annotations
 
 import array
+import collections
 import dataclasses
 import errno
 import json
 import os
+import threading
 import time
 from typing import Any, Callable, Sequence
 
@@ -202,6 +204,7 @@ def send_job(dest: "str | Address", job: JobSpec, *, config: AtpConfig = AtpConf
     report_sock = None
     report_addrs: list[Address] = []
     writer = TimelineWriter(timeline)
+    sender = presented = None
     try:
         if bind is not None:
             local = parse_address(bind, 0, any_port=True)
@@ -220,7 +223,9 @@ def send_job(dest: "str | Address", job: JobSpec, *, config: AtpConfig = AtpConf
         start = clock()
         deadline = None if timeout is None else start + timeout
         config, _ = link.resolve_rate(config, peer)
-        sender = core.AtpSender(job, config=config, peer=peer, now=start, message_events=on_event is not None)
+        presented = ADDRESS_TOKENS.get(peer)
+        sender = core.AtpSender(job, config=config, peer=peer, now=start, message_events=on_event is not None,
+                                address_token=presented)
         io = SocketIO(sock, sender)
         in_c = io.native and clock is time.monotonic  # the native core runs this loop itself (sender.run)
         with core.precise_timers(io.native):
@@ -262,10 +267,52 @@ def send_job(dest: "str | Address", job: JobSpec, *, config: AtpConfig = AtpConf
                 if timer is not None and timer <= now:
                     sender.handle_timer(now)
     finally:
+        if sender is not None:
+            ADDRESS_TOKENS.update(peer, presented, sender)
         writer.close()
         sock.close()
         if report_sock is not None:
             report_sock.close()
+
+
+class AddressTokenStore:
+    """The address-validation tokens this process was given (NEW_TOKEN), one per receiver address (the newest), so
+    that its next job to that receiver is admitted at once even under pressure (QUIC clients keep NEW_TOKEN tokens
+    the same way). At most ``limit`` receivers, the least recently used forgotten first; thread-safe."""
+
+    def __init__(self, limit: int = 1024) -> None:
+        self.limit = limit
+        self._tokens: collections.OrderedDict[tuple, bytes] = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, peer: Address) -> bytes | None:
+        with self._lock:
+            key = tuple(peer[:2])
+            token = self._tokens.get(key)
+            if token is not None:
+                self._tokens.move_to_end(key)
+            return token
+
+    def update(self, peer: Address, presented: bytes | None, sender: Any) -> None:
+        """After a job to ``peer`` that presented ``presented``: keep the token its NEW_TOKEN carried, or forget the
+        one presented if the receiver refused it (it answered with a RETRY and gave no new one)."""
+        key = tuple(peer[:2])
+        with self._lock:
+            if sender.new_token is not None:
+                self._tokens[key] = sender.new_token
+                self._tokens.move_to_end(key)
+                while len(self._tokens) > self.limit:
+                    self._tokens.popitem(last=False)
+            elif presented is not None and sender.retries_received and self._tokens.get(key) == presented:
+                del self._tokens[key]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._tokens.clear()
+
+
+ADDRESS_TOKENS = AddressTokenStore()
+"""This process's address-validation tokens (``send_job`` and ``aio.send_job_async`` use and refresh them)."""
 
 
 class ReceiverEndpoint:

@@ -174,14 +174,19 @@ class AtpConfig:
     slot is taken; jobs that never took any data go first."""
 
     token_lifetime_s: float = 10.0
-    """Receiver: how long an admission token (RETRY) stays valid, and how long a source that echoed a valid one
-    counts as validated (admitted without a round trip even under pressure)."""
+    """Receiver: how long an admission token (a RETRY's, or an ACK's to an unvalidated job) stays valid."""
+
+    address_token_lifetime_s: float = 3600.0
+    """Receiver: how long an address-validation token (NEW_TOKEN, given to a validated sender's host for its next
+    jobs) stays valid; the key that signs them is replaced this often (the previous one is kept for the tokens it
+    signed). A returning sender presenting a valid one is admitted at once, validated, even under pressure."""
 
     open_admission_share: float = 0.5
     """Receiver: admit a job announced without a token at once (no round trip; its first window of data is
     kept) while fewer than this share of the job slots and of the memory budget are in use and its source holds
     fewer than this share of ``max_jobs_per_source``; otherwise, *under pressure*, answer with a RETRY and keep
-    nothing, like TCP's SYN cookies (a recently validated source is still admitted at once). A job admitted
+    nothing, like TCP's SYN cookies (a sender with a valid address-validation token is still admitted at once:
+``address_token_lifetime_s``). A job admitted
     without a token is *unvalidated* until the sender echoes the token its ACKs carry: it may hold at most its
     slot's guarantee of memory and is sent at most as many bytes as it sent. 0: always RETRY (one round trip per
     job). A receiver serving a fixed number of jobs (``accept_jobs``) always asks for a token."""
@@ -244,9 +249,12 @@ class AtpConfig:
         if not 1 <= self.ack_every <= wire.MAX_SACK_BLOCKS:
             raise ConfigError(f"ack_every must be in 1..{wire.MAX_SACK_BLOCKS}, got {self.ack_every}")
         for name in ("initial_rtt_s", "min_epoch_s", "min_loss_timeout_s", "idle_timeout_s", "fin_timeout_s",
-                     "finished_linger_s", "stall_timeout_s", "token_lifetime_s", "manifest_bytes_per_s"):
+                     "finished_linger_s", "stall_timeout_s", "token_lifetime_s", "address_token_lifetime_s",
+                     "manifest_bytes_per_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
+        if not 1.0 <= self.address_token_lifetime_s <= 2**31 / 1000:
+            raise ConfigError(f"address_token_lifetime_s must be 1 s .. 24 days, got {self.address_token_lifetime_s}")
         if self.epoch_s is not None and not self.epoch_s > 0:
             raise ConfigError(f"epoch_s must be > 0 or None, got {self.epoch_s}")
         if self.initial_window is not None and not 1 <= self.initial_window <= self.max_window:

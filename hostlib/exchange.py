@@ -96,6 +96,9 @@ class PeerSession:
     """Completed jobs that needed no RETRY."""
     resets: int = 0
     """Times :meth:`AtpExchange.reset_peer` started this session over."""
+    address_token: bytes | None = None
+    """The address-validation token of the peer's last NEW_TOKEN: the next job's announce presents it, so the peer
+    admits it at once even under pressure."""
 
     def job_config(self, base: AtpConfig, queue_share: float = 1.0) -> AtpConfig:
         """``base`` with what this session learned: the RTT, and its last window shared among the jobs under
@@ -220,7 +223,8 @@ class AtpExchange:
                 session = self.sessions[dest] = PeerSession(dest)
             try:
                 config, _ = link.resolve_rate(session.job_config(self.config, self.queue_share), dest)
-                sender = core.AtpSender(job, config=config, peer=dest, now=now, message_events=False)
+                sender = core.AtpSender(job, config=config, peer=dest, now=now, message_events=False,
+                                        address_token=session.address_token)
             except ConfigError as err:
                 fut.set_exception(err)
                 return
@@ -388,6 +392,8 @@ class AtpExchange:
     def _settle(self, job: _Job, ev: Any, key: tuple[int, Address]) -> None:
         s = job.session
         s.active = max(0, s.active - 1)
+        if job.sender.new_token is not None:
+            s.address_token = job.sender.new_token
         if isinstance(ev, events.JobCompleted):
             s.completed += 1
             s.zero_rtt_jobs += not job.retried

@@ -70,9 +70,16 @@ OUT_BYTES = 128
 """A datagram waiting to be sent, on top of its length."""
 
 OUT_QUEUE_SHARE = 64
-"""The outgoing queue (replies not yet handed to the socket) holds at most 1/64 of ``memory_budget_bytes`` (at
-least 64 KiB) on top of the budget, so it can never take what the budget guarantees to jobs; a reply that does
-not fit is dropped and counted (``replies["dropped_queue_full"]``), as the network could drop it."""
+"""The outgoing queue (replies not yet handed to the socket) is inside ``memory_budget_bytes``: a reserve of 1/64
+of it (at least 64 KiB, or a quarter of a smaller budget) taken from the pool, charged and reported with the rest
+(``memory["replies_queued"]``), so it never takes what the budget guarantees to jobs and jobs never take its room;
+a reply that does not fit is dropped and counted (``replies["dropped_queue_full"]``), as the network could drop
+it."""
+
+
+def out_reserve(budget: int) -> int:
+    """The outgoing queue's reserve within a budget of ``budget`` bytes (``OUT_QUEUE_SHARE``)."""
+    return max(min(64 << 10, budget // 4), budget // OUT_QUEUE_SHARE)
 
 REPLY_FACTOR = 3
 """A job's replies (ACKs, DONE) total at most this many times the bytes its sender sent it (QUIC's limit for an
@@ -332,15 +339,15 @@ class AtpReceiver:
         self.jobs_seen = 0
         self.jobs: dict[int, _Job] = {}
         self._finished: collections.OrderedDict[int, None] = collections.OrderedDict()  # finish order
-        self.tokens = admission.TokenMinter(lifetime_s=config.token_lifetime_s, secret=token_secret)
+        self.tokens = admission.TokenMinter(lifetime_s=config.token_lifetime_s, secret=token_secret,
+                                            address_lifetime_s=config.address_token_lifetime_s, now=now)
         self.slots = admission.SlotTable(max_jobs=config.max_jobs, max_per_source=config.max_jobs_per_source,
                                          stall_s=config.stall_timeout_s)
-        self.memory = admission.MemoryBudget(config.memory_budget_bytes, config.max_jobs)
+        self.memory = admission.MemoryBudget(config.memory_budget_bytes, config.max_jobs,
+                                             out_reserve(config.memory_budget_bytes))
         self.manifest_rate = admission.SourceRate(config.manifest_bytes_per_s, 4 * config.max_jobs,
                                                   total_rate=2 * config.manifest_bytes_per_s, small=SMALL_MANIFEST)
-        self._out: list[tuple[bytes, Address]] = []
-        self._out_charged = 0  # what the outgoing queue holds (OUT_BYTES per datagram on top of its length)
-        self.out_limit = max(64 << 10, config.memory_budget_bytes // OUT_QUEUE_SHARE)
+        self._out: list[tuple[bytes, Address]] = []  # charged to memory.out (OUT_BYTES per datagram on top of it)
         self._events: collections.deque[events.Event] = collections.deque()
         self.buffered = 0
         """Payload bytes held for incomplete or not-yet-in-order messages (part of ``memory.used``)."""
@@ -366,9 +373,6 @@ class AtpReceiver:
         self._grant_dirty = False
         self.trimmed = 0
         """DATA packets that arrived trimmed (a switch cut their payload): answered at once with a TRIM ACK."""
-        self._validated: collections.OrderedDict[Any, float] = collections.OrderedDict()
-        """Sources (hosts) that echoed a valid token, and when: admitted at once for ``token_lifetime_s`` even under
-        pressure. At most ``max_jobs`` entries, the oldest forgotten first (a fixed bound, like the slot table)."""
 
     # -- public sans-I/O interface -----------------------------------------------------------------
 
@@ -424,7 +428,7 @@ class AtpReceiver:
             if chunk is not None:
                 echo = not job.validated and payload[:wire.TOKEN_LEN] != wire.NO_TOKEN
                 if echo:
-                    self._validate(job, payload[:wire.TOKEN_LEN], now)
+                    self._validate(job, header, payload[:wire.TOKEN_LEN], now)
                 self._on_announce(job, header, chunk, now, echo=echo)
         else:
             self._on_data(job, header, payload, now, ce)
@@ -436,7 +440,7 @@ class AtpReceiver:
         for job in list(self._pending):
             self._flush_ack(job)
         out, self._out = self._out, []
-        self._out_charged = 0
+        self.memory.out_release()
         return out
 
     def get_timer(self) -> float | None:
@@ -486,12 +490,11 @@ class AtpReceiver:
         return (REPLY_FACTOR if job.validated else 1) * job.rx_bytes - job.tx_bytes
 
     def _queue(self, datagram: bytes, addr: Address) -> bool:
-        """Queue a datagram to send, within ``out_limit`` until ``datagrams_to_send`` hands it over."""
-        n = len(datagram) + OUT_BYTES
-        if self._out_charged + n > self.out_limit:
+        """Queue a datagram to send, within the budget's reserve for replies until ``datagrams_to_send`` hands it
+        over."""
+        if not self.memory.out_charge(len(datagram) + OUT_BYTES):
             self.replies["dropped_queue_full"] += 1
             return False
-        self._out_charged += n
         self._out.append((datagram, addr))
         return True
 
@@ -516,7 +519,9 @@ class AtpReceiver:
 
     def _on_new_announce(self, h: wire.Header, payload: bytes, addr: Address, now: float) -> None:
         """An announce for a job this receiver does not hold: admit it (at once while not under pressure, else
-        with a valid token), answer with a RETRY, or drop it. Holds nothing unless it admits."""
+        with a valid token: a RETRY's, or an address-validation token), answer with a RETRY, or drop it. Holds
+        nothing unless it admits. Without a valid token the job is unvalidated whatever its source address, and
+        is accounted apart from its host's validated jobs (``admission.account_of``)."""
         if self.accept_jobs is not None and self.jobs_seen >= self.accept_jobs:
             self.dropped["not_accepting_jobs"] += 1
             return
@@ -524,25 +529,23 @@ class AtpReceiver:
         if chunk is None:
             return
         token = payload[:wire.TOKEN_LEN]
-        source = admission.source_of(addr)
-        refusal, victim, why = self.slots.choose(source, now)
+        proof = None if token == wire.NO_TOKEN else self.tokens.check_announce(token, h.job_id, addr, now)
+        validated = proof in ("job", "address")
+        account = admission.account_of(admission.source_of(addr), validated)
+        refusal, victim, why = self.slots.choose(account, now)
         if refusal is not None:
             self.dropped[refusal] += 1
             return
-        if token == wire.NO_TOKEN:
-            if not self._admits_without_token(h, source, now):
-                self._retry(h, addr, now)
-                return
-            validated = False
-        else:
-            bad = self.tokens.check(token, h.job_id, addr, now)
-            if bad is not None:
-                self.dropped[bad] += 1
-                self._retry(h, addr, now)
-                return
-            validated = True
+        if proof is not None and not validated:
+            self.dropped[proof] += 1
+            self._retry(h, addr, now)
+            return
+        if proof is None and not self._admits_without_token(h, account, now):
+            self._retry(h, addr, now)
+            return
         job = _Job(h.job_id, addr, now)
         job.validated = validated
+        job.source = account
         if not self._make_room(job, JOB_BYTES):
             self.dropped["memory_budget"] += 1
             return
@@ -557,17 +560,20 @@ class AtpReceiver:
         self.jobs_seen += 1
         self.admission["admitted"] += 1
         if validated:
-            self._validated_source(source, now)
+            if proof == "address":
+                self.admission["admitted_by_address_token"] += 1
+            self._new_token(job, h, now)
         else:
             self.admission["admitted_without_token"] += 1
             job.token = self.tokens.mint(h.job_id, addr, now)
         self._on_announce(job, h, chunk, now)
 
-    def _admits_without_token(self, h: wire.Header, source: Any, now: float) -> bool:
+    def _admits_without_token(self, h: wire.Header, account: Any, now: float) -> bool:
         """Whether a token-less announce is admitted at once (``open_admission_share``): not under pressure (fewer
-        than that share of the slots and of the budget in use) and its source below that share of its own limit;
-        under pressure, a source validated in the last ``token_lifetime_s``. A multi-part announce (a manifest
-        larger than one datagram) always asks for a token. Notes every switch of ``admission_mode``."""
+        than that share of the slots and of the budget in use) and its source's unvalidated ``account`` below that
+        share of its own limit. Under pressure never: no source address is trusted for having been validated
+        before (a returning sender presents its address-validation token instead). A multi-part announce (a
+        manifest larger than one datagram) always asks for a token. Notes every switch of ``admission_mode``."""
         cfg = self.config
         share = cfg.open_admission_share
         if self.accept_jobs is not None or share <= 0:
@@ -578,16 +584,15 @@ class AtpReceiver:
         if mode != self.admission_mode:
             self.admission_mode = mode
             self.admission[f"to_{mode}"] += 1
-        if h.pkt_cnt > 1:
+        if h.pkt_cnt > 1 or pressure:
             return False
-        if pressure:
-            at = self._validated.get(source)
-            return at is not None and now - at <= cfg.token_lifetime_s
-        return self.slots.per_source.get(source, 0) < max(1.0, share * cfg.max_jobs_per_source)
+        return self.slots.per_source.get(account, 0) < max(1.0, share * cfg.max_jobs_per_source)
 
-    def _validate(self, job: _Job, token: bytes, now: float) -> None:
-        """An unvalidated job's sender echoed a token: if it is the one minted for this job and address, the
-        address is the sender's (an off-path forger never saw the ACK that carried it)."""
+    def _validate(self, job: _Job, h: wire.Header, token: bytes, now: float) -> None:
+        """An unvalidated job's sender echoed a token (announce part ``h``): if it is the one minted for this job and
+        address, the address is the sender's (an off-path forger never saw the ACK that carried it). The job moves
+        to its host's validated account (beyond ``max_jobs_per_source`` there if it must: it holds its slot
+        already) and gets an address-validation token for the host's next jobs."""
         bad = self.tokens.check(token, job.job_id, job.peer, now)
         if bad is not None:
             self.dropped[bad] += 1
@@ -595,13 +600,13 @@ class AtpReceiver:
         job.validated = True
         job.token = None
         self.admission["validated"] += 1
-        self._validated_source(job.source, now)
+        self.slots.rekey(job, admission.account_of(admission.source_of(job.peer), True))
+        self._new_token(job, h, now)
 
-    def _validated_source(self, source: Any, now: float) -> None:
-        self._validated[source] = now
-        self._validated.move_to_end(source)
-        while len(self._validated) > self.config.max_jobs:
-            self._validated.popitem(last=False)
+    def _new_token(self, job: _Job, h: wire.Header, now: float) -> None:
+        """Give a job that proved its address an address-validation token (NEW_TOKEN, echoing announce part ``h``),
+        within its reply room like any reply."""
+        self._reply_within(job, wire.encode_new_token(h, self.tokens.mint_address(job.peer, now)), "new_token")
 
     def _retry(self, h: wire.Header, addr: Address, now: float) -> None:
         """Answer with a fresh token. A RETRY is 48 bytes, an announce at least 64: no amplification."""

@@ -18,7 +18,10 @@ Admission (hostlib/admission.py): the announce goes out first, without a token, 
 right behind it. A receiver that is not under pressure admits the job at once and keeps the data; its ACKs then
 carry a token, which the sender echoes once (announce part 0 again) so the receiver knows the address is really
 the sender's. A receiver under pressure answers with a RETRY carrying a token and keeps nothing: the sender
-starts over at once with the token on every announce part (one round trip, as TCP with SYN cookies).
+starts over at once with the token on every announce part (one round trip, as TCP with SYN cookies). Once the
+job has proved its address the receiver sends a NEW_TOKEN: an address-validation token (``new_token``) the owner
+keeps and hands to the next job to the same receiver (``address_token``), whose announce then carries it and is
+admitted at once, validated, even under pressure (QUIC's NEW_TOKEN).
 
 Only datagrams from ``peer`` for this job that answer something this sender sent move it: an ACK must echo
 a sequence number it used (they start at a random value below 2^31) with the message and packet index that
@@ -214,12 +217,17 @@ class AtpSender:
     """Sends one job to one receiver. See the module docstring for the state machine."""
 
     def __init__(self, job: JobSpec, *, config: AtpConfig = AtpConfig(), peer: Address = None,
-                 now: float, message_events: bool = True, isn: int | None = None) -> None:
+                 now: float, message_events: bool = True, isn: int | None = None,
+                 address_token: bytes | None = None) -> None:
         """``peer``: the receiver address returned with every datagram. ``now``: creation time; the job's
         clock (JCT, epochs, deadlines) starts at the first :meth:`datagrams_to_send`. ``message_events``:
         emit a :class:`hostlib.events.MessageAcked` per delivered message (owners that ignore them, such as
         ``api.send_job`` without ``on_event``, turn them off). ``isn``: the first sequence number (default:
-        random below 2^31; simulations and tests pass one to be reproducible)."""
+        random below 2^31; simulations and tests pass one to be reproducible). ``address_token``: an
+        address-validation token from an earlier job's NEW_TOKEN from this receiver (``new_token``), presented in
+        the announce."""
+        if address_token is not None and (len(address_token) != wire.TOKEN_LEN or address_token == wire.NO_TOKEN):
+            raise ConfigError(f"address_token must be {wire.TOKEN_LEN} bytes, not all zero")
         if isn is not None and not 0 <= isn <= 0xFFFFFFFF:
             raise ConfigError(f"isn {isn}: must be 0..4294967295")
         if config.max_rate_bps is None:  # no socket here to ask the link: the documented default
@@ -277,7 +285,9 @@ class AtpSender:
         self.retransmissions = 0
         self.rejected: collections.Counter[str] = collections.Counter()
         # admission and what answers may echo
-        self._token: bytes | None = None
+        self._token: bytes | None = address_token
+        self.new_token: bytes | None = None
+        """The address-validation token of the receiver's NEW_TOKEN, for the next job to it (``address_token``)."""
         self._admitted = False  # an ACK came: the receiver holds the job
         self.retries_received = 0  # RETRYs that made the job start over
         self._echo_next = 0.0  # earliest time the token may be echoed again (validation of a job admitted at once)
@@ -471,6 +481,8 @@ class AtpSender:
             self._on_done(header, payload, now)
         elif header.type == wire.PacketType.RETRY:
             self._on_retry(header, payload, now)
+        elif header.type == wire.PacketType.NEW_TOKEN:
+            self._on_new_token(header, payload)
         else:
             self.rejected["not_for_sender"] += 1
 
@@ -755,6 +767,17 @@ class AtpSender:
         self._control = collections.deque((control.ANNOUNCE_MSG_ID, i) for i in range(len(self._announce)))
         self._epoch_end = now + self._epoch_length()
         self._last_progress = now
+
+    def _on_new_token(self, header: wire.Header, payload: bytes) -> None:
+        """The receiver holds the job validated and gives this host an address-validation token for its next jobs:
+        kept in ``new_token`` if it answers one of this job's announce parts."""
+        if self._carried(header.seq) != (control.ANNOUNCE_MSG_ID, header.pkt_idx):
+            self.rejected["new_token_unsent_seq"] += 1
+            return
+        try:
+            self.new_token = wire.decode_new_token_payload(payload)
+        except wire.MalformedPacket:
+            self.rejected["malformed"] += 1
 
     def _on_token(self, token: bytes, now: float) -> None:
         """An ACK carried an admission token: the receiver admitted the job without one and waits for this sender

@@ -1,11 +1,12 @@
 /* The receiver's memory budget and job slots (admission.h; hostlib/admission.py is the specification). */
 #include "admission.h"
 
-void budget_init(MemoryBudget *m, long long limit, long long slots) {
+void budget_init(MemoryBudget *m, long long limit, long long slots, long long reserve) {
     m->limit = limit;
     m->guarantee = limit / (2 * slots);
-    m->pool_limit = limit - slots * m->guarantee;
-    m->used = m->pool = m->peak = 0;
+    m->reserve = reserve;
+    m->pool_limit = limit - slots * m->guarantee - reserve;
+    m->used = m->pool = m->out = m->peak = 0;
 }
 
 int slots_init(SlotTable *t, long long max_jobs, long long max_per_source, double stall_s) {
@@ -45,6 +46,16 @@ int slots_remove(SlotTable *t, SlotHolder *job) {
     if (!ARRAY_REMOVE(&t->holders, job))
         return 0;
     return count_source(t, job->source, -1);
+}
+
+int slots_rekey(SlotTable *t, SlotHolder *job, PyObject *account) {
+    int held = 0;
+    for (size_t i = 0; i < t->holders.n && !held; i++)
+        held = t->holders.v[i] == job;
+    if (held && (count_source(t, job->source, -1) != 0 || count_source(t, account, 1) != 0))
+        return -1;
+    Py_SETREF(job->source, Py_NewRef(account));
+    return 0;
 }
 
 /* _progress_key order: jobs that never progressed first, then the longest without progress */

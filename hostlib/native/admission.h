@@ -1,6 +1,7 @@
 /* Who gets receiver state, and how much (hostlib/admission.py): the memory budget (half guaranteed to the job
  * slots in equal parts, half a shared pool) and the job slots (per source, with the choice of the slot a newcomer
- * may take). Admission tokens stay in Python (admission.TokenMinter: a keyed BLAKE2s, once per job). */
+ * may take). Admission and address-validation tokens stay in Python (admission.TokenMinter: a keyed BLAKE2s, once
+ * or twice per job). */
 #ifndef NETAPPROX_ADMISSION_H
 #define NETAPPROX_ADMISSION_H
 
@@ -9,10 +10,11 @@
 
 /* admission.MemoryBudget */
 typedef struct {
-    long long limit, guarantee, pool_limit, used, pool, peak;
+    long long limit, guarantee, reserve, pool_limit, used, pool, out, peak;
 } MemoryBudget;
 
-void budget_init(MemoryBudget *m, long long limit, long long slots);
+/* ``reserve``: bytes for the replies waiting to be sent, taken from the pool */
+void budget_init(MemoryBudget *m, long long limit, long long slots, long long reserve);
 
 /* What of a job's ``charged`` bytes is pool: beyond the guarantee when it holds a slot, all of it otherwise. */
 static inline long long budget_over(const MemoryBudget *m, long long charged, int slot) {
@@ -32,6 +34,23 @@ static inline void budget_charge(MemoryBudget *m, long long charged, int slot, l
     m->used += n;
     if (m->used > m->peak)
         m->peak = m->used;
+}
+
+/* MemoryBudget.out_charge: a reply of ``n`` bytes waiting to be sent, if the reserve has room (1), else 0. */
+static inline int budget_out_charge(MemoryBudget *m, long long n) {
+    if (m->out + n > m->reserve)
+        return 0;
+    m->out += n;
+    m->used += n;
+    if (m->used > m->peak)
+        m->peak = m->used;
+    return 1;
+}
+
+/* MemoryBudget.out_release: the waiting replies went to the socket. */
+static inline void budget_out_release(MemoryBudget *m) {
+    m->used -= m->out;
+    m->out = 0;
 }
 
 /* A job with ``charged`` bytes gives up its slot: all of it is pool from now on. */
@@ -60,6 +79,8 @@ void slots_free(SlotTable *t);
 int slots_add(SlotTable *t, SlotHolder *job);
 /* Give up the slot ``job`` holds, if it holds one: 0, or -1 with a Python error set. */
 int slots_remove(SlotTable *t, SlotHolder *job);
+/* SlotTable.rekey: ``job`` is charged to ``account`` from now on, keeping its place: 0, or -1 with a Python error. */
+int slots_rekey(SlotTable *t, SlotHolder *job, PyObject *account);
 /* SlotTable.choose for a new job from ``source``: *refusal a drop reason when it gets no slot; otherwise *victim
  * (NULL: a free slot) is the job whose slot it takes, *why "stalled" or "share". 0, or -1 with a Python error. */
 int slots_choose(SlotTable *t, PyObject *source, double now, const char **refusal, SlotHolder **victim,

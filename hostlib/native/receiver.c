@@ -33,13 +33,11 @@ static inline void charge(Receiver *r, Job *job, long long n) {
 
 /* --- outgoing datagrams -------------------------------------------------------------------------------- */
 
-/* _queue's check: 1 and ``len`` + OUT_BYTES counted in out_charged, 0 when the outgoing queue is full (the datagram
- * is dropped and counted), -1 on error. */
+/* _queue's check: 1 and ``len`` + OUT_BYTES charged to the budget's reserve for replies, 0 when the reserve is full
+ * (the datagram is dropped and counted), -1 on error. */
 static int out_room(Receiver *r, uint32_t len) {
-    long long n = (long long)len + OUT_BYTES;
-    if (r->out_charged + n > r->out_limit)
+    if (!budget_out_charge(&r->memory, (long long)len + OUT_BYTES))
         return count_replies(r, "dropped_queue_full", 1) != 0 ? -1 : 0;
-    r->out_charged += n;
     return 1;
 }
 
@@ -67,7 +65,7 @@ void receiver_out_clear(Receiver *r) {
         Py_DECREF(r->out.v[i].peer);
     r->out.n = 0;
     r->obuf.n = 0;
-    r->out_charged = 0;
+    budget_out_release(&r->memory);
     /* give back what a burst of replies grew (the next burst grows it again, from a small first size) */
     if (r->obuf.cap > OBUF_KEEP)
         ARRAY_FREE(&r->obuf);
@@ -1305,30 +1303,37 @@ static int retry(Receiver *r, const AtpHeader *h, PyObject *addr, const NetAddr 
     return 0;
 }
 
-/* _validated_source: ``source`` echoed a valid token now (at most max_jobs sources kept, the oldest dropped) */
-static int validated_source(Receiver *r, PyObject *source, double now) {
-    PyObject *t = PyFloat_FromDouble(now);
-    if (t == NULL)
+/* _new_token: an address-validation token (NEW_TOKEN echoing announce part ``h``) to a job that proved its address,
+ * within its reply room */
+static int new_token(Receiver *r, Job *job, const AtpHeader *h, double now) {
+    PyObject *token = PyObject_CallMethod(r->tokens, "mint_address", "Od", job->peer, now);
+    if (token == NULL)
         return -1;
-    int have = PyDict_Contains(r->validated, source);
-    if (have < 0 || (have && PyDict_DelItem(r->validated, source) != 0) ||
-        PyDict_SetItem(r->validated, source, t) != 0) {
-        Py_DECREF(t);
+    if (!PyBytes_Check(token) || PyBytes_GET_SIZE(token) != ATP_TOKEN_LEN) {
+        Py_DECREF(token);
+        PyErr_SetString(PyExc_RuntimeError, "TokenMinter.mint_address returned an unexpected token");
         return -1;
     }
-    Py_DECREF(t);
-    while (PyDict_GET_SIZE(r->validated) > r->slots.max_jobs) {
-        Py_ssize_t pos = 0;
-        PyObject *k, *v;
-        PyDict_Next(r->validated, &pos, &k, &v);
-        if (PyDict_DelItem(r->validated, k) != 0)
-            return -1;
+    uint8_t *p;
+    int ok = reply_within(r, job, ATP_HEADER_LEN + ATP_TOKEN_LEN, "new_token", &p);
+    if (ok > 0) {
+        AtpHeader nh = {.version = ATP_VERSION, .type = PT_NEW_TOKEN, .queue = ATP_QUEUE_UNSET, .job_id = h->job_id,
+                        .msg_id = h->msg_id, .pkt_idx = h->pkt_idx, .pkt_cnt = h->pkt_cnt, .seq = h->seq,
+                        .deadline_us = ATP_NO_DEADLINE, .length = ATP_TOKEN_LEN};
+        atp_encode(p, &nh);
+        memcpy(p + ATP_HEADER_LEN, PyBytes_AS_STRING(token), ATP_TOKEN_LEN);
     }
-    return 0;
+    Py_DECREF(token);
+    return ok < 0 ? -1 : 0;
 }
 
-/* _validate: an unvalidated job's sender echoed ``token`` (16 bytes) */
-static int validate(Receiver *r, Job *job, const uint8_t *token, double now) {
+/* admission.account_of: the source host for a validated job, ("unvalidated", host) otherwise (new reference) */
+static PyObject *account_of(PyObject *source, int validated) {
+    return validated ? Py_NewRef(source) : Py_BuildValue("(sO)", "unvalidated", source);
+}
+
+/* _validate: an unvalidated job's sender echoed ``token`` (16 bytes) on announce part ``h`` */
+static int validate(Receiver *r, Job *job, const AtpHeader *h, const uint8_t *token, double now) {
     PyObject *t = PyBytes_FromStringAndSize((const char *)token, ATP_TOKEN_LEN);
     PyObject *bad = t == NULL ? NULL
                   : PyObject_CallMethod(r->tokens, "check", "OkOd", t, (unsigned long)job->job_id, job->peer, now);
@@ -1346,12 +1351,15 @@ static int validate(Receiver *r, Job *job, const uint8_t *token, double now) {
     Py_CLEAR(job->token);
     if (count_admission(r, "validated") != 0)
         return -1;
-    return validated_source(r, job->slot.source, now);
+    PyObject *host = source_of(job->peer);
+    int rc = slots_rekey(&r->slots, &job->slot, host);
+    Py_DECREF(host);
+    return rc != 0 ? -1 : new_token(r, job, h, now);
 }
 
 /* _admits_without_token: 1 when a token-less announce is admitted at once, 0 when it gets a RETRY, -1 on error;
  * notes every switch of admission_mode */
-static int admits_without_token(Receiver *r, const AtpHeader *h, PyObject *source, double now) {
+static int admits_without_token(Receiver *r, const AtpHeader *h, PyObject *account) {
     double share = r->open_share;
     if (r->accept_jobs != Py_None || share <= 0)
         return 0;
@@ -1362,15 +1370,9 @@ static int admits_without_token(Receiver *r, const AtpHeader *h, PyObject *sourc
         if (count_admission(r, pressure ? "to_tokens" : "to_open") != 0)
             return -1;
     }
-    if (h->pkt_cnt > 1)
+    if (h->pkt_cnt > 1 || pressure)
         return 0;
-    if (pressure) {
-        PyObject *at = PyDict_GetItemWithError(r->validated, source);
-        if (at == NULL)
-            return PyErr_Occurred() ? -1 : 0;
-        return now - PyFloat_AS_DOUBLE(at) <= r->token_lifetime_s;
-    }
-    PyObject *held = PyDict_GetItemWithError(r->slots.per_source, source);
+    PyObject *held = PyDict_GetItemWithError(r->slots.per_source, account);
     if (held == NULL && PyErr_Occurred())
         return -1;
     long long n = held == NULL ? 0 : PyLong_AsLongLong(held);
@@ -1380,8 +1382,8 @@ static int admits_without_token(Receiver *r, const AtpHeader *h, PyObject *sourc
     return (double)n < (fair > 1.0 ? fair : 1.0);
 }
 
-/* _on_new_announce: admit (at once while not under pressure, else with a valid token), RETRY, or drop; ``addr`` is
- * the Python address (built by the caller) */
+/* _on_new_announce: admit (at once while not under pressure, else with a valid token: a RETRY's or an
+ * address-validation token), RETRY, or drop; ``addr`` is the Python address (built by the caller) */
 static int on_new_announce(Receiver *r, const AtpHeader *h, const uint8_t *payload, PyObject *addr,
                            const NetAddr *na, double now) {
     if (r->accept_jobs != Py_None) {
@@ -1394,45 +1396,53 @@ static int on_new_announce(Receiver *r, const AtpHeader *h, const uint8_t *paylo
     int ok = announce_chunk(r, h, payload);
     if (ok <= 0)
         return ok;
-    PyObject *source = source_of(addr);
-    const char *refusal, *why;
-    SlotHolder *holder;
-    int rc = slots_choose(&r->slots, source, now, &refusal, &holder, &why);
-    Job *victim = (Job *)holder; /* a Job starts with its SlotHolder */
-    if (rc != 0 || refusal != NULL) {
-        Py_DECREF(source);
-        return rc != 0 ? -1 : drop(r, refusal);
-    }
     int zero = 1;
     for (int i = 0; i < ATP_TOKEN_LEN; i++)
         if (payload[i])
             zero = 0;
-    int validated;
+    /* what the token proves (admission.TokenMinter.check_announce): "job", "address", or why it is refused */
+    PyObject *proof = NULL;
+    if (!zero) {
+        PyObject *token = PyBytes_FromStringAndSize((const char *)payload, ATP_TOKEN_LEN);
+        proof = token == NULL ? NULL
+              : PyObject_CallMethod(r->tokens, "check_announce", "OkOd", token, (unsigned long)h->job_id, addr, now);
+        Py_XDECREF(token);
+        if (proof == NULL)
+            return -1;
+    }
+    const char *said = proof == NULL ? NULL : PyUnicode_AsUTF8(proof);
+    if (proof != NULL && said == NULL) {
+        Py_DECREF(proof);
+        return -1;
+    }
+    int by_address = said != NULL && strcmp(said, "address") == 0;
+    int validated = said != NULL && (by_address || strcmp(said, "job") == 0);
+    PyObject *host = source_of(addr);
+    PyObject *source = account_of(host, validated);
+    Py_DECREF(host);
+    if (source == NULL) {
+        Py_XDECREF(proof);
+        return -1;
+    }
+    const char *refusal, *why;
+    SlotHolder *holder;
+    int rc = slots_choose(&r->slots, source, now, &refusal, &holder, &why);
+    Job *victim = (Job *)holder; /* a Job starts with its SlotHolder */
+    if (rc != 0 || refusal != NULL || (said != NULL && !validated)) {
+        if (rc == 0)
+            rc = refusal != NULL ? drop(r, refusal)
+                 : drop(r, said) != 0 ? -1 : retry(r, h, addr, na, now);
+        Py_XDECREF(proof);
+        Py_DECREF(source);
+        return rc != 0 ? -1 : 0;
+    }
+    Py_XDECREF(proof);
     if (zero) {
-        int at_once = admits_without_token(r, h, source, now);
+        int at_once = admits_without_token(r, h, source);
         if (at_once <= 0) {
             Py_DECREF(source);
             return at_once < 0 ? -1 : retry(r, h, addr, na, now);
         }
-        validated = 0;
-    } else {
-        PyObject *token = PyBytes_FromStringAndSize((const char *)payload, ATP_TOKEN_LEN);
-        PyObject *bad = token == NULL ? NULL
-                      : PyObject_CallMethod(r->tokens, "check", "OkOd", token, (unsigned long)h->job_id, addr, now);
-        Py_XDECREF(token);
-        if (bad == NULL) {
-            Py_DECREF(source);
-            return -1;
-        }
-        if (bad != Py_None) {
-            const char *reason = PyUnicode_AsUTF8(bad);
-            rc = reason == NULL || drop(r, reason) != 0 ? -1 : retry(r, h, addr, na, now);
-            Py_DECREF(bad);
-            Py_DECREF(source);
-            return rc;
-        }
-        Py_DECREF(bad);
-        validated = 1;
     }
     Job *job = job_new(h->job_id, addr, na, now);
     if (job == NULL) {
@@ -1440,6 +1450,7 @@ static int on_new_announce(Receiver *r, const AtpHeader *h, const uint8_t *paylo
         return -1;
     }
     job->validated = validated;
+    Py_SETREF(job->slot.source, Py_NewRef(source));
     int room = make_room(r, job, JOB_BYTES);
     if (room <= 0) {
         job_free(job);
@@ -1474,7 +1485,10 @@ static int on_new_announce(Receiver *r, const AtpHeader *h, const uint8_t *paylo
     r->jobs_seen++;
     rc = count_admission(r, "admitted");
     if (rc == 0 && validated) {
-        rc = validated_source(r, source, now);
+        if (by_address)
+            rc = count_admission(r, "admitted_by_address_token");
+        if (rc == 0)
+            rc = new_token(r, job, h, now);
     } else if (rc == 0) {
         rc = count_admission(r, "admitted_without_token");
         if (rc == 0) {
@@ -1735,7 +1749,7 @@ int receiver_receive(Receiver *r, const uint8_t *data, size_t len, PyObject *add
             if (payload[i])
                 zero = 0;
         int echo = !job->validated && !zero;
-        if (echo && validate(r, job, payload, now) != 0)
+        if (echo && validate(r, job, &h, payload, now) != 0)
             return -1;
         return on_announce(r, job, &h, payload + ANNOUNCE_PREFIX_LEN, h.length - ANNOUNCE_PREFIX_LEN, now, echo);
     }

@@ -114,12 +114,9 @@ typedef struct {
     PyObject *config, *accept_jobs, *malformed, *dropped, *admission, *tokens, *collected;
     PyObject *replies;       /* collections.Counter: amplification (receiver.py's ``replies``) */
     PyObject *manifest_rate; /* admission.SourceRate: manifest bytes decoded per source and second */
-    long long out_charged;   /* what the outgoing datagrams hold (OUT_BYTES each on top of their length) */
-    long long out_limit;     /* receiver.py's out_limit */
     long long max_messages, max_packets, max_payload, ack_every;
     double linger_s, idle_timeout_s, token_lifetime_s, open_share;
     int tokens_mode;          /* admission_mode: 0 "open", 1 "tokens" */
-    PyObject *validated;      /* dict: source -> when it echoed a valid token (insertion order = age) */
     int granting, grant_dirty; /* AtpConfig.receiver_grants; the schedule must be recomputed */
     long long grant_budget;   /* packets in flight towards this receiver over all the jobs it grants */
     long long trimmed;        /* DATA packets that arrived trimmed */

@@ -16,7 +16,6 @@ static void Receiver_dealloc(Receiver *r) {
     Py_CLEAR(r->replies);
     Py_CLEAR(r->manifest_rate);
     Py_CLEAR(r->admission_key);
-    Py_CLEAR(r->validated);
     for (size_t i = 0; i < r->jobs.n; i++)
         job_free(r->jobs.v[i]);
     ARRAY_FREE(&r->jobs);
@@ -43,7 +42,6 @@ static int Receiver_traverse(Receiver *r, visitproc visit, void *arg) {
     Py_VISIT(r->manifest_rate);
     Py_VISIT(r->slots.per_source);
     Py_VISIT(r->collected);
-    Py_VISIT(r->validated);
     return events_traverse(&r->ev, visit, arg);
 }
 
@@ -127,9 +125,6 @@ static int Receiver_init(Receiver *r, PyObject *args, PyObject *kwds) {
     Py_DECREF(gw);
     if (cfg_int(config, gw_none ? "bdp_packets" : "grant_window_packets", &r->grant_budget) != 0)
         return -1;
-    r->validated = PyDict_New();
-    if (r->validated == NULL)
-        return -1;
     PyObject *rx_module = PyImport_ImportModule("netapprox.hostlib.receiver");
     long long small = 0;
     int bad = rx_module == NULL || cfg_int(rx_module, "SMALL_MANIFEST", &small);
@@ -146,13 +141,18 @@ static int Receiver_init(Receiver *r, PyObject *args, PyObject *kwds) {
     r->admission_key = PyObject_GetAttrString(config, "admission_key");
     if (r->admission_key == NULL)
         return -1;
-    PyObject *kw = Py_BuildValue("{s:d,s:O}", "lifetime_s", lifetime, "secret", secret);
+    double address_lifetime;
+    if (cfg_double(config, "address_token_lifetime_s", &address_lifetime) != 0)
+        return -1;
+    PyObject *kw = Py_BuildValue("{s:d,s:O,s:d,s:d}", "lifetime_s", lifetime, "secret", secret, "address_lifetime_s",
+                                 address_lifetime, "now", now);
     r->tokens = kw == NULL ? NULL : PyObject_Call(R.TokenMinter, R.empty_tuple, kw);
     Py_XDECREF(kw);
     if (r->tokens == NULL)
         return -1;
-    budget_init(&r->memory, budget, max_jobs); /* admission.MemoryBudget(memory_budget_bytes, max_jobs) */
-    r->out_limit = budget / OUT_QUEUE_SHARE > (64 << 10) ? budget / OUT_QUEUE_SHARE : (64 << 10);
+    /* admission.MemoryBudget(memory_budget_bytes, max_jobs, receiver.out_reserve(memory_budget_bytes)) */
+    long long quarter = budget / 4, floor = quarter < (64 << 10) ? quarter : (64 << 10);
+    budget_init(&r->memory, budget, max_jobs, budget / OUT_QUEUE_SHARE > floor ? budget / OUT_QUEUE_SHARE : floor);
     return 0;
 }
 
@@ -291,14 +291,14 @@ static PyObject *Receiver_take_messages(Receiver *r, PyObject *arg) {
 
 /* admission.MemoryBudget with the current figures (a copy: what the reference exposes as ``memory``) */
 static PyObject *memory_snapshot(Receiver *r) {
-    PyObject *m = PyObject_CallFunction(R.MemoryBudget, "LL", r->memory.limit, r->slots.max_jobs);
+    PyObject *m = PyObject_CallFunction(R.MemoryBudget, "LLL", r->memory.limit, r->slots.max_jobs, r->memory.reserve);
     if (m == NULL)
         return NULL;
     struct {
         const char *name;
         long long v;
-    } f[] = {{"used", r->memory.used}, {"pool", r->memory.pool}, {"peak", r->memory.peak}};
-    for (size_t i = 0; i < 3; i++) {
+    } f[] = {{"used", r->memory.used}, {"pool", r->memory.pool}, {"peak", r->memory.peak}, {"out", r->memory.out}};
+    for (size_t i = 0; i < 4; i++) {
         PyObject *v = PyLong_FromLongLong(f[i].v);
         if (v == NULL || PyObject_SetAttrString(m, f[i].name, v) != 0) {
             Py_XDECREF(v);

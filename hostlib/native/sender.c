@@ -992,6 +992,25 @@ static const char *ack_rejection(Sender *s, const AtpHeader *h, const SackBlock 
 
 int sender_reset_transfer(Sender *s);
 
+/* _on_new_token: an address-validation token for this host's next jobs to the receiver, kept in ``new_token`` if it
+ * answers one of this job's announce parts */
+static int on_new_token(Sender *s, const AtpHeader *h, const uint8_t *payload, size_t len) {
+    uint32_t cm, ci;
+    if (!carried(s, h->seq, &cm, &ci) || cm != ANNOUNCE_MSG_ID || ci != h->pkt_idx)
+        return reject(s, "new_token_unsent_seq");
+    int zero = 1;
+    for (size_t i = 0; i < len; i++)
+        if (payload[i])
+            zero = 0;
+    if (len != ATP_TOKEN_LEN || zero)
+        return reject(s, "malformed");
+    PyObject *token = PyBytes_FromStringAndSize((const char *)payload, ATP_TOKEN_LEN);
+    if (token == NULL)
+        return -1;
+    Py_XSETREF(s->new_token, token);
+    return 0;
+}
+
 /* _on_retry: the receiver did not admit the job (under pressure, or the token held expired) and sent a token:
  * nothing sent so far reached it, so the job starts over at once, the announce with the token first and the data
  * right behind it */
@@ -1098,6 +1117,8 @@ int sender_receive(Sender *s, const uint8_t *data, size_t len, int from_peer, do
         return on_done(s, &h, payload, h.length, now);
     if (h.type == PT_RETRY)
         return on_retry(s, &h, payload, h.length, now);
+    if (h.type == PT_NEW_TOKEN)
+        return on_new_token(s, &h, payload, h.length);
     return reject(s, "not_for_sender");
 }
 

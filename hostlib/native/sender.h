@@ -105,6 +105,7 @@ typedef struct {
     PyObject *rejected; /* collections.Counter by reason */
     /* admission, grants, and what answers may echo */
     PyObject *token;         /* bytes: the admission token held (from a RETRY or an ACK), or NULL */
+    PyObject *new_token;     /* bytes: the address-validation token of the receiver's NEW_TOKEN, or NULL */
     PyObject *admission_key; /* bytes or None */
     int admitted;            /* an ACK came: the receiver holds the job */
     long long retries_received;

@@ -15,6 +15,7 @@ static void Sender_dealloc(Sender *s) {
     Py_CLEAR(s->done_parts);
     Py_CLEAR(s->rejected);
     Py_CLEAR(s->token);
+    Py_CLEAR(s->new_token);
     Py_CLEAR(s->admission_key);
     ARRAY_FREE(&s->sent_msg);
     ARRAY_FREE(&s->sent_idx);
@@ -339,12 +340,12 @@ static int read_isn(Sender *s, PyObject *isn) {
 }
 
 static int Sender_init(Sender *s, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"job", "config", "peer", "now", "message_events", "isn", NULL};
-    PyObject *job, *config = NULL, *peer = Py_None, *isn = Py_None;
+    static char *kwlist[] = {"job", "config", "peer", "now", "message_events", "isn", "address_token", NULL};
+    PyObject *job, *config = NULL, *peer = Py_None, *isn = Py_None, *address_token = Py_None;
     double now;
     int message_events = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|$OOdpO:AtpSender", kwlist, &job, &config, &peer, &now,
-                                     &message_events, &isn))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|$OOdpOO:AtpSender", kwlist, &job, &config, &peer, &now,
+                                     &message_events, &isn, &address_token))
         return -1;
     if (kwds == NULL || PyDict_GetItemString(kwds, "now") == NULL) {
         PyErr_SetString(PyExc_TypeError, "AtpSender() missing required keyword-only argument: 'now'");
@@ -356,6 +357,15 @@ static int Sender_init(Sender *s, PyObject *args, PyObject *kwds) {
     }
     if (config == NULL)
         config = R.default_config;
+    if (address_token != Py_None) {
+        int ok = 0; /* 16 bytes, not all zero */
+        if (PyBytes_Check(address_token) && PyBytes_GET_SIZE(address_token) == ATP_TOKEN_LEN)
+            for (int i = 0; i < ATP_TOKEN_LEN; i++)
+                ok |= PyBytes_AS_STRING(address_token)[i] != 0;
+        if (!ok)
+            return config_error("address_token must be %d bytes, not all zero", ATP_TOKEN_LEN);
+        s->token = Py_NewRef(address_token);
+    }
     s->job = Py_NewRef(job);
     s->config = Py_NewRef(config);
     s->peer = Py_NewRef(peer);
@@ -689,6 +699,7 @@ static PyObject *get_refused(Sender *s, void *c) {
 }
 static PyObject *get_surplus(Sender *s, void *c) { return PyLong_FromLongLong(s->packets_surplus); }
 static PyObject *get_retries_received(Sender *s, void *c) { return PyLong_FromLongLong(s->retries_received); }
+static PyObject *get_new_token(Sender *s, void *c) { return new_ref_or_none(s->new_token); }
 
 static PyGetSetDef Sender_getset[] = {
     {"window", (getter)get_window, NULL, "adaptive: a snapshot of the window controller's state, else None.", NULL},
@@ -698,6 +709,8 @@ static PyGetSetDef Sender_getset[] = {
     {"socket_refused", (getter)get_refused, NULL,
      "ECONNREFUSED seen by transmit/receive_from/run (ICMP port unreachable on a connected socket).", NULL},
     {"retries_received", (getter)get_retries_received, NULL, "RETRYs that made the job start over.", NULL},
+    {"new_token", (getter)get_new_token, NULL, "The address-validation token of the receiver's NEW_TOKEN, or None.",
+     NULL},
     {"job", (getter)get_job, NULL, "The JobSpec.", NULL},
     {"config", (getter)get_config, NULL, "The AtpConfig.", NULL},
     {"peer", (getter)get_peer, NULL, "The receiver address returned with every datagram.", NULL},

@@ -152,7 +152,8 @@ def test_sender_event_sequences(seed, mode, mrdf, steps, sizes):
                     fin_timeout_s=0.2, completion=rng.choice(["early", "all_sent"]),
                     pack_messages=rng.random() < 0.8, surplus=rng.random() < 0.8,
                     first_window_low=rng.random() < 0.2, initial_window=rng.choice([None, 1, 3, 16]))
-    s = TwinSender(job, config=cfg, peer=RECEIVER, now=0.0)
+    s = TwinSender(job, config=cfg, peer=RECEIVER, now=0.0,
+                   address_token=rng.choice([None, bytes(rng.randrange(1, 256) for _ in range(wire.TOKEN_LEN))]))
     now = 0.0
     sent: list[wire.Header] = []
     if rng.random() < 0.8:
@@ -164,6 +165,11 @@ def test_sender_event_sequences(seed, mode, mrdf, steps, sizes):
             token = rng.choice([bytes(wire.TOKEN_LEN), b"N" * wire.TOKEN_LEN])
             s.receive_datagram(wire.encode_retry(h, token)[:rng.choice([None, 40])], rng.choice([RECEIVER, SENDER]),
                                now)
+        elif op < 0.08 and sent:  # a NEW_TOKEN: echoing something sent (an announce part, or not), or cut short
+            h = rng.choice(sent)
+            token = rng.choice([bytes(wire.TOKEN_LEN), b"A" * wire.TOKEN_LEN, b"B" * wire.TOKEN_LEN])
+            s.receive_datagram(wire.encode_new_token(h, token)[:rng.choice([None, None, 40])],
+                               rng.choice([RECEIVER, RECEIVER, SENDER]), now)
         elif op < 0.3:
             sent += [wire.decode(d)[0] for d, _ in s.datagrams_to_send(now)]
         elif op < 0.6 and sent:
@@ -248,6 +254,7 @@ def test_receiver_event_sequences(seed, steps, ack_every):
                     memory_budget_bytes=max_jobs * (32 << 10) * rng.choice([1, 2, 8]), max_messages=rng.choice([8, 1000]),
                     idle_timeout_s=0.05, finished_linger_s=0.05, stall_timeout_s=rng.choice([0.01, 1.0]),
                     packet_size=rng.choice([60, 1400]), admission_key=key, token_lifetime_s=rng.choice([0.02, 10.0]),
+                    address_token_lifetime_s=rng.choice([1.0, 3600.0]),
                     open_admission_share=rng.choice([0.0, 0.5, 0.5, 1.0]), receiver_grants=rng.random() < 0.5,
                     grant_window_packets=rng.choice([None, 1, 5]))
     r = TwinReceiver(config=cfg, now=0.0, accept_jobs=rng.choice([None, 1, 2, 5]), collect_messages=rng.random() < 0.3)
@@ -264,7 +271,11 @@ def test_receiver_event_sequences(seed, steps, ack_every):
         elif op < 0.62:
             token = rng.choice([wire.NO_TOKEN, wire.NO_TOKEN, r.tokens.mint(job, peer, now), r.tokens.mint(job, peer, now),
                                 r.tokens.mint(job, peer, max(0.0, now - 0.05)),  # expired with a short lifetime
-                                r.tokens.mint(job + 1, peer, now), b"x" * wire.TOKEN_LEN])
+                                r.tokens.mint(job + 1, peer, now), b"x" * wire.TOKEN_LEN,
+                                # address-validation tokens: this host's, another host's, one near or past its expiry
+                                r.tokens.mint_address(peer, now), r.tokens.mint_address(peer, now),
+                                r.tokens.mint_address(rng.choice(peers), now),
+                                r.tokens.mint_address(peer, max(0.0, now - rng.choice([0.5, 1.5, 3.0])))])
             for part in _announce(rng, job, totals[job], token, key):
                 if rng.random() < 0.9:
                     r.receive_datagram(part, peer, now)

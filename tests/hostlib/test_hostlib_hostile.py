@@ -65,7 +65,11 @@ def test_an_announce_without_token_is_admitted_at_once_while_not_under_pressure(
     assert [e.msg_id for e in iter(r.next_event, None)] == [3]  # the first window's data was kept
     assert r.admission == {"admitted": 1, "admitted_without_token": 1} and r.stats()["admission_mode"] == "open"
     r.receive_datagram(announce(7, G10, 10, seq=44, token=token), SENDER_ADDR, 0.001)  # the echo
-    ((h, payload), _), = out(r)
+    answers = out(r, 0.001)
+    assert [h.type for (h, _), _ in answers] == [wire.PacketType.NEW_TOKEN, wire.PacketType.ACK]
+    (h, new_token), addr = answers[0]  # an address-validation token for the host's next jobs, echoing the echo
+    assert addr == SENDER_ADDR and h.seq == 44 and r.tokens.check_address(new_token, SENDER_ADDR, 0.001) is None
+    (h, payload), _ = answers[1]
     assert h.type == wire.PacketType.ACK and not h.flags & wire.Flags.TOKEN and r.jobs[7].validated
     assert r.admission["validated"] == 1
 
@@ -85,7 +89,8 @@ def test_a_token_admits_one_job_from_one_address_for_a_limited_time():
         assert h.type == wire.PacketType.RETRY and addr == src, reason  # a fresh token, nothing kept
         assert r.dropped[reason] >= 1 and r.jobs == {} and r.memory.used == 0
     r.receive_datagram(announce(7, G10, 10, token=token), SENDER_ADDR, 1.0)
-    assert [h.type for (h, _), _ in out(r)] == [wire.PacketType.ACK] and 7 in r.jobs and r.jobs[7].validated
+    assert [h.type for (h, _), _ in out(r)] == [wire.PacketType.NEW_TOKEN, wire.PacketType.ACK]
+    assert 7 in r.jobs and r.jobs[7].validated
     assert r.admission["admitted"] == 1 and r.memory.used > 0
     r.receive_datagram(wire.encode(wire.Header(flags=1, job_id=7, msg_id=3, seq=5), b"x"), ("10.0.0.9", 4), 1.0)
     assert r.dropped["wrong_source"] == 1 and out(r) == []  # the job is bound to the admitted address
@@ -93,8 +98,8 @@ def test_a_token_admits_one_job_from_one_address_for_a_limited_time():
 
 def test_pressure_switches_the_receiver_to_tokens_and_back():
     """Slots: at most half (``open_admission_share``) are given without a token; then token-less announces get a
-    RETRY until jobs finish. A source validated recently is admitted at once even under pressure. Every switch is
-    counted."""
+    RETRY until jobs finish, whatever their source address: a source validated a moment ago gets one too, and is
+    admitted at once only with the address-validation token its last job was given. Every switch is counted."""
     cfg = AtpConfig(max_jobs=4, max_jobs_per_source=4, memory_budget_bytes=1 << 20)
     r = AtpReceiver(config=cfg)
     peers = [(f"10.0.0.{i}", 9) for i in range(1, 6)]
@@ -104,11 +109,16 @@ def test_pressure_switches_the_receiver_to_tokens_and_back():
     r.receive_datagram(announce(3, G10, 10), peers[3], 0.0)  # 2 of 4 slots held: under pressure
     assert [h.type for (h, _), _ in out(r)] == [wire.PacketType.RETRY] and 3 not in r.jobs
     assert r.stats()["admission_mode"] == "tokens" and r.admission["to_tokens"] == 1
-    admit(r, 4, G10, 10, peer=peers[4], now=0.1)  # with the token of its RETRY: validated
+    answers = admit(r, 4, G10, 10, peer=peers[4], now=0.1)  # with the token of its RETRY: validated
+    (new_token,) = [p for h, p in answers if h.type == wire.PacketType.NEW_TOKEN]
     r.receive_datagram(wire.encode(wire.Header(job_id=4, msg_id=control.FIN_MSG_ID, seq=2000)), peers[4], 0.2)
-    r.receive_datagram(announce(5, G10, 10), peers[4], 0.3)  # its source was validated 0.2 s ago: no RETRY
-    assert [h.type for (h, _), _ in out(r)][-1] == wire.PacketType.ACK and 5 in r.jobs
-    for j, p in ((1, peers[1]), (2, peers[2]), (5, peers[4])):
+    out(r)
+    r.receive_datagram(announce(5, G10, 10), peers[4], 0.3)  # validated 0.2 s ago, but no token: a RETRY
+    assert [h.type for (h, _), _ in out(r)] == [wire.PacketType.RETRY] and 5 not in r.jobs
+    r.receive_datagram(announce(5, G10, 10, token=new_token), (peers[4][0], 10), 0.3)  # another port, same host
+    assert [h.type for (h, _), _ in out(r)] == [wire.PacketType.NEW_TOKEN, wire.PacketType.ACK] and 5 in r.jobs
+    assert r.jobs[5].validated and r.admission["admitted_by_address_token"] == 1
+    for j, p in ((1, peers[1]), (2, peers[2]), (5, (peers[4][0], 10))):
         r.receive_datagram(wire.encode(wire.Header(job_id=j, msg_id=control.FIN_MSG_ID, seq=2000)), p, 0.4)
     out(r)
     r.receive_datagram(announce(6, G10, 10), peers[3], 0.5)
@@ -362,8 +372,11 @@ def test_one_source_cannot_hold_more_than_its_share():
     greedy = ("10.0.0.1", 9)
     for j in (1, 2, 3):
         admit(r, j, G10, 10, peer=greedy, now=0.0)
-    r.receive_datagram(announce(4, G10, 10), greedy, 0.0)
-    assert out(r) == [] and r.dropped["source_share"] == 1  # per-source cap: not even a RETRY
+    r.receive_datagram(announce(4, G10, 10), greedy, 0.0)  # no token: not the host's (anyone may forge its address)
+    answers = out(r)
+    assert [h.type for (h, _), _ in answers] == [wire.PacketType.RETRY] and 4 not in r.jobs  # under pressure
+    r.receive_datagram(announce(4, G10, 10, token=answers[0][0][1]), greedy, 0.0)  # validated: the host's account
+    assert out(r) == [] and r.dropped["source_share"] == 1 and 4 not in r.jobs  # per-source cap: not even a RETRY
     admit(r, 5, G10, 10, peer=("10.0.0.2", 9), now=0.1)  # the last free slot
     admit(r, 6, G10, 10, peer=("10.0.0.3", 9), now=0.2)  # full: greedy holds 3 > 4 // 3 sources
     assert r.admission["evicted_share"] == 1 and r.slots.per_source[greedy[0]] == 2

@@ -121,7 +121,7 @@ def _native_gro(sock):
 
 def test_receive_from_feeds_what_receive_datagram_would():
     """The same datagrams to a native receiver through the socket and to the reference by hand: the job admitted
-    (announce, its ACK carrying a token, the announce echoing it), then the same ACKs (sent back with transmit),
+    (announce, its ACK carrying a token, the announce echoing it, answered with a NEW_TOKEN), then the same ACKs (sent back with transmit),
     events and counters; a CE-marked packet's ACK has ECE."""
     from netapprox.hostlib import _native
     rx, tx = udp_pair()
@@ -143,7 +143,9 @@ def test_receive_from_feeds_what_receive_datagram_would():
         assert ack.type == wire.PacketType.ACK and token is not None and native.admission["admitted_without_token"] == 1
         tx.sendto(announce(3, groups, 50, token=token), dst)
         assert select.select([rx], [], [], 1.0)[0] and native.receive_from(rx.fileno(), 1.0) == 1
-        assert native.transmit(rx.fileno(), 1.0) == 1 and wire.decode(tx.recv(2048))[0].type == wire.PacketType.ACK
+        assert native.transmit(rx.fileno(), 1.0) == 2  # validated: a NEW_TOKEN for the next jobs, then the ACK
+        assert [wire.decode(tx.recv(2048))[0].type for _ in range(2)] == [wire.PacketType.NEW_TOKEN,
+                                                                         wire.PacketType.ACK]
         assert native.admission["validated"] == 1 and native.jobs[3].peer == src
         datagrams = []
         for seq in range(40):

@@ -80,17 +80,17 @@ class _Twin:
 
 
 class TwinSender(_Twin):
-    def __init__(self, job, *, config, peer, now, isn=None, log=None):
+    def __init__(self, job, *, config, peer, now, isn=None, log=None, address_token=None):
         isn = random.randrange(1 << 31) if isn is None else isn  # both draw the same first sequence number
-        super().__init__(core.PyAtpSender(job, config=config, peer=peer, now=now, isn=isn),
-                         core.NativeAtpSender(job, config=config, peer=peer, now=now, isn=isn), log)
+        kw = {"config": config, "peer": peer, "now": now, "isn": isn, "address_token": address_token}
+        super().__init__(core.PyAtpSender(job, **kw), core.NativeAtpSender(job, **kw), log)
 
     def receive_datagram(self, data, addr, now):
         return self._both("receive_datagram", data, addr, now)
 
     def check_state(self):
         self.compare("state", "summary", "failure", "packets_sent", "retransmissions", "datagrams_ignored", "epoch",
-                     "done", "start_time", "packets_surplus", "rejected")
+                     "done", "start_time", "packets_surplus", "rejected", "new_token")
 
     @property
     def done(self):
@@ -146,7 +146,7 @@ class TwinReceiver(_Twin):
 
     def check_state(self):
         self.compare("buffered", "datagrams", "malformed", "dropped", "jobs_seen", "admission")
-        for name in ("used", "pool", "peak", "limit", "guarantee", "pool_limit"):
+        for name in ("used", "pool", "peak", "limit", "guarantee", "pool_limit", "reserve", "out"):
             a, b = getattr(self.py.memory, name), getattr(self.native.memory, name)
             if a != b:
                 raise Divergence(f"memory.{name}: python {a}, native {b}")
@@ -160,7 +160,7 @@ class TwinReceiver(_Twin):
         for job_id, pj in py_jobs.items():
             nj = nat_jobs[job_id]
             for name in ("packets", "duplicates", "rejected", "peer", "charged", "finished_at", "progressed",
-                         "progress_at", "manifest"):
+                         "progress_at", "manifest", "validated"):
                 if comparable(getattr(pj, name)) != comparable(getattr(nj, name)):
                     raise Divergence(f"job {job_id} {name}: python {getattr(pj, name)!r}, native {getattr(nj, name)!r}")
 
