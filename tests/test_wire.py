@@ -25,7 +25,7 @@ def test_header_is_32_bytes_and_fields_sit_at_documented_offsets():
     [
         (lambda b: b[:20], "truncated"),
         (lambda b: bytes([0x11]) + b[1:], "bad_version"),  # a version-1 DATA packet: both ends speak version 2
-        (lambda b: bytes([0x27]) + b[1:], "bad_type"),
+        (lambda b: bytes([0x28]) + b[1:], "bad_type"),  # type 8: 0 and 8..15 are not types
         (lambda b: b[:14] + bytes([0x80, 0x01]) + b[16:], "bad_tlr"),
         (lambda b: b[:16] + bytes([0, 5, 0, 5]) + b[20:], "bad_index"),
         (lambda b: b[:18] + bytes([0, 0]) + b[20:], "bad_index"),

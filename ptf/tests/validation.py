@@ -37,7 +37,7 @@ class MalformedAtpTest(QosHelper):
             (MALFORMED_BAD_VERSION, atp_packet(version=3, flags=APPROX), "version 3"),
             (MALFORMED_BAD_VERSION, atp_packet(version=0, flags=APPROX), "version 0"),
             (MALFORMED_BAD_TYPE, atp_packet(type=0, flags=APPROX), "type 0"),
-            (MALFORMED_BAD_TYPE, atp_packet(type=7, flags=APPROX), "type 7 (6 is GRANT)"),
+            (MALFORMED_BAD_TYPE, atp_packet(type=8, flags=APPROX), "type 8 (7 is NEW_TOKEN)"),
             (MALFORMED_BAD_TYPE, atp_packet(type=15, flags=APPROX), "type 15"),
             (MALFORMED_BAD_TLR, atp_packet(flags=APPROX, tlr=0x8001), "tlr 0x8001"),
             (MALFORMED_BAD_TLR, atp_packet(flags=APPROX, tlr=0xFFFF), "tlr 0xffff"),
