@@ -340,8 +340,9 @@ def format_receiver_stats(malformed: dict[str, int], dropped: dict[str, int], ad
     """One line: what the receiver refused, by reason, and its memory against the budget."""
     at_once = admission.get("admitted_without_token", 0)
     retries = admission.get("retries", 0)
+    by_address = admission.get("admitted_by_address_token", 0)
     parts = [f"admitted {admission.get('admitted', 0)} job(s)" + (f" ({at_once} without a token)" if at_once else "")
-             + f", {retries} RETRY(s)" + (" (address validation: a job's first announce gets a token to echo)"
+             + (f", {by_address} by address-validation token" if by_address else "") + f", {retries} RETRY(s)" + (" (address validation: a job's first announce gets a token to echo)"
                                           if retries else "")]
     switches = {k[3:]: v for k, v in admission.items() if k in ("to_tokens", "to_open")}
     if switches:

@@ -11,7 +11,9 @@ How a job gets in (hostlib/admission.py, hostlib/control.py): the sender's first
 announce* (reserved msg_id 0xFFFFFFFF: N, the groups with their MSR and message ids). The receiver answers
 an announce for an unknown job with a RETRY carrying an admission token and keeps nothing; the job is
 created when an announce echoing a valid token arrives from the address the token was minted for, and
-only if a job slot and the memory budget allow. From then on the job is bound to that address: datagrams
+only if a job slot and the memory budget allow; a job that proved its address gets a NEW_TOKEN, an
+address-validation token its host's next jobs present to be admitted at once (admission.py). From then on the
+job is bound to that address: datagrams
 for it from anywhere else are dropped. Data is accepted once the whole announce has arrived. The
 sender's FIN (msg_id 0xFFFFFFFE) ends the job: the receiver answers with DONE listing every message id
 it does not have, and repeats that answer for repeated FINs during ``finished_linger_s``. A job silent

@@ -115,7 +115,7 @@ typedef struct {
     PyObject *replies;       /* collections.Counter: amplification (receiver.py's ``replies``) */
     PyObject *manifest_rate; /* admission.SourceRate: manifest bytes decoded per source and second */
     long long max_messages, max_packets, max_payload, ack_every;
-    double linger_s, idle_timeout_s, token_lifetime_s, open_share;
+    double linger_s, idle_timeout_s, open_share;
     int tokens_mode;          /* admission_mode: 0 "open", 1 "tokens" */
     int granting, grant_dirty; /* AtpConfig.receiver_grants; the schedule must be recomputed */
     long long grant_budget;   /* packets in flight towards this receiver over all the jobs it grants */

@@ -116,7 +116,6 @@ static int Receiver_init(Receiver *r, PyObject *args, PyObject *kwds) {
         cfg_double(config, "open_admission_share", &r->open_share) ||
         cfg_bool(config, "receiver_grants", &r->granting))
         return -1;
-    r->token_lifetime_s = lifetime;
     r->tokens_mode = !(accept == Py_None && r->open_share > 0);
     PyObject *gw = PyObject_GetAttrString(config, "grant_window_packets");
     if (gw == NULL)

@@ -258,3 +258,17 @@ def test_a_forged_announce_costs_a_counter_and_a_retry_never_a_slot_or_memory_un
     assert (dict(r.slots.per_source), r.memory.used - r.memory.out, set(r.jobs)) == before
     out = answers(r, 0.5)
     assert set(types(out)) == {wire.PacketType.RETRY} and all(len(wire.encode_retry(h, p)) == 48 for (h, p), _ in out)
+
+
+def test_address_token_keys_rotate_by_time_and_a_long_idle_drops_them_all():
+    from netapprox.hostlib.admission import TokenMinter
+    t = TokenMinter(lifetime_s=10.0, secret=b"k" * 32, address_lifetime_s=60.0)
+    old = t.mint_address(CLIENT, 0.0)
+    assert t.check_address(old, (CLIENT[0], 1), 59.0) is None and t.key_id == 0
+    assert t.check_address(old, CLIENT, 61.0) == "expired_token" and t.key_id == 1  # its key is the previous one
+    fresh = t.mint_address(CLIENT, 61.0)
+    assert t.check_address(fresh, CLIENT, 100.0) is None
+    assert t.check_address(fresh, CLIENT, 1e6) == "bad_token"  # thousands of lifetimes later: its key is gone
+    late = t.mint_address(CLIENT, 1e6)
+    assert t.check_address(late, CLIENT, 1e6 + 1) is None and t.check_address(late, ("10.0.0.2", 1), 1e6) == \
+        "bad_token"
