@@ -285,15 +285,20 @@ class AnalyticsJob:
         return lambda job: cls.config(base)
 
     def run(self, *, msr: Mapping[int, float] | float | None = None, config: AtpConfig = AtpConfig(),
-            forward: link.LossyPath | None = None, reverse: link.LossyPath | None = None) -> Result:
-        """The job over a simulated lossy link in virtual time (:mod:`netapprox.analytics.link`), at a fixed MSR
-        (by default :meth:`initial_msr`), with :meth:`config`'s ordering; its answers."""
+            forward: link.LossyPath | None = None, reverse: link.LossyPath | None = None,
+            adapt: bool = False) -> Result:
+        """The job over a simulated lossy link in virtual time (:mod:`netapprox.analytics.link`) with
+        :meth:`config`'s ordering, starting at ``msr`` (by default :meth:`initial_msr`); its answers. ``adapt``:
+        the MSR follows the running estimate while the job runs, and the job ends as soon as every bound holds
+        (:class:`_LiveMsr`)."""
         spec = self.job_spec(msr)
-        t = link.run(spec, self.config(config), forward=forward, reverse=reverse)
+        live = _LiveMsr(self, spec) if adapt else None
+        t = link.run(spec, self.config(config), forward=forward, reverse=reverse,
+                     on_step=live.step if live is not None else None)
         if t.failure is not None:
             raise AnalyticsError(f"job {self.job_id} failed: {t.failure}")
-        return self.estimate(t.received, jct_s=t.summary.jct_s,
-                             msr={g: spec.msr_of(g) for g in spec.group_sizes()})
+        final = {g["group_id"]: g["msr"] for g in t.summary.as_dict()["groups"]}
+        return self.estimate(t.received, jct_s=t.summary.jct_s, msr=final)
 
     # --- estimates ------------------------------------------------------------------------------------------
 
@@ -372,3 +377,44 @@ class AnalyticsJob:
 def _thin(cell: list) -> bool:
     big_n, rows = cell
     return len(rows) < estimators.MIN_SAMPLE_PER_STRATUM and len(rows) < big_n
+
+
+class _LiveMsr:
+    """The MSR at run time (docs/analytics.md, How the MSR follows the bound): every ``CHECK_FRACTION`` of the rows
+    that arrive, estimate every answer from what arrived; when every bound holds, lower each group's MSR to what it
+    has delivered, which ends the job; otherwise set each group's MSR to what the running sample says its bounds
+    need (``AnalyticsJob.needed_msr``). Strata sent whole keep MSR 1."""
+
+    CHECK_FRACTION = 0.02
+    STEP = 0.01
+    """A needed MSR this close to the current one is left alone."""
+
+    def __init__(self, job: AnalyticsJob, spec: JobSpec) -> None:
+        self.job = job
+        self.msr = {g: spec.msr_of(g) for g in spec.group_sizes()}
+        self.every = max(1, int(self.CHECK_FRACTION * len(job.rows)))
+        self.checked = 0
+        self.changes = 0
+
+    def step(self, now: float, sender, received: Mapping[int, bytes]) -> None:
+        if len(received) - self.checked < self.every or sender.state.value != "sending":
+            return
+        self.checked = len(received)
+        if self.job.estimate(received).all_met:
+            for s in self.job.strata:
+                if not s.whole:
+                    self._set(sender, s.atp_group, sender.delivered(s.atp_group) / len(s.rows), now)
+            return
+        need = self.job.needed_msr(received)
+        if need is None:
+            return
+        for s in self.job.strata:
+            if not s.whole and abs(need[s.atp_group] - self.msr[s.atp_group]) >= self.STEP:
+                self._set(sender, s.atp_group, need[s.atp_group], now)
+
+    def _set(self, sender, group: int, msr: float, now: float) -> None:
+        msr = min(msr, 0.999)
+        if sender.state.value == "sending" and msr != self.msr[group]:
+            sender.set_msr(group, msr, now)
+            self.msr[group] = msr
+            self.changes += 1

@@ -503,6 +503,32 @@ class AtpSender:
 
     # -- sending ---------------------------------------------------------------------------------
 
+    def set_msr(self, group_id: int, msr: float, now: float) -> None:
+        """Change a live group's MSR (docs/hostlib.md, A live MSR change). From now on the group needs
+        ``ceil(msr * N_g)`` messages delivered: its loss budget, its TLR (eq. 1, at once) and its surplus follow;
+        raised, damaged messages beyond the new budget are repaired; lowered, the job completes as soon as every
+        group has what it now needs. Messages already delivered stay delivered. An approximate group stays below 1
+        (an MSR of 1 makes a group exact, which the receiver learns from the announce); a group announced at 1
+        cannot change. Only while SENDING: once the job completes its guarantee is settled."""
+        g = self.groups[group_id]
+        if isinstance(msr, bool) or not (isinstance(msr, (int, float)) and 0.0 <= msr < 1.0):
+            raise ConfigError(f"MSR {msr!r} for group {group_id}: a live change must be in [0, 1)")
+        if not g.approx:
+            raise ConfigError(f"group {group_id} was announced with MSR 1 (exact, in order): its MSR cannot change")
+        if self.state != SenderState.SENDING:
+            raise ConfigError(f"job {self.job.job_id} is {self.state.value}: its MSR can no longer change")
+        g.msr = float(msr)
+        g.required = required_messages(g.msr, g.total)
+        g.budget = g.total - g.required
+        g.tlr = g.next_tlr()
+        for mid in g.parked:  # the group may now be short: what was held back as surplus is offered again
+            p = self.messages[mid]
+            if p.state == ACTIVE and p.next_new < p.cnt:
+                self.scheduler.update(mid, remaining=p.remaining, repair=False, retries=p.retries)
+        g.parked.clear()
+        self._plan_repairs(g)
+        self._check_complete(now)
+
     def _start(self, now: float) -> None:
         """The job starts at the first datagrams_to_send(), not at construction (which may be slow)."""
         self._started = True

@@ -768,6 +768,24 @@ static int check_complete(Sender *s, double now) {
     return 0;
 }
 
+int sender_set_msr(Sender *s, size_t gi, double msr, int64_t required, double now) {
+    Group *g = &s->groups[gi];
+    g->msr = msr;
+    g->required = required;
+    g->budget = g->total - required;
+    s->tlr[gi] = next_tlr(g);
+    for (size_t k = 0; k < g->parked.n; k++) { /* the group may now be short: what was held back is offered again */
+        uint32_t pid = g->parked.v[k];
+        Msg *p = &s->msgs[pid];
+        if (p->state == M_ACTIVE && p->next_new < p->cnt && sched_update(&s->sched, pid, p->remaining, 0, p->retries))
+            return -1;
+    }
+    g->parked.n = 0;
+    if (plan_repairs(s, g) != 0)
+        return -1;
+    return check_complete(s, now);
+}
+
 static int cmp_u64(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? -1 : x > y;

@@ -136,6 +136,8 @@ int sender_produce(Sender *s, double now, Room room, void *ctx);
 /* receive_datagram on raw bytes; ``from_peer``: whether the source is the peer (sender_from_peer_*). */
 int sender_receive(Sender *s, const uint8_t *data, size_t len, int from_peer, double now);
 int sender_handle_timer(Sender *s, double now);
+/* AtpSender.set_msr after its checks: group index ``gi`` needs ``required`` of its messages from now on. */
+int sender_set_msr(Sender *s, size_t gi, double msr, int64_t required, double now);
 /* get_timer: 0 and *out, or 1 for None. */
 int sender_timer_at(Sender *s, double *out);
 /* _from_peer for a Python address (1, 0, or -1 with a Python error) and for a socket address (1 or 0). */

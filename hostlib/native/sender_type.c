@@ -523,6 +523,52 @@ static PyObject *Sender_delivered(Sender *s, PyObject *arg) {
     return gi < 0 ? NULL : PyLong_FromLongLong(s->groups[gi].delivered);
 }
 
+static PyObject *Sender_set_msr(Sender *s, PyObject *args) {
+    PyObject *gid, *msr_obj;
+    double now;
+    if (!PyArg_ParseTuple(args, "OOd", &gid, &msr_obj, &now))
+        return NULL;
+    int gi = group_arg(s, gid);
+    if (gi < 0)
+        return NULL;
+    Group *g = &s->groups[gi];
+    double msr = (PyLong_Check(msr_obj) && !PyBool_Check(msr_obj)) || PyFloat_Check(msr_obj)
+                     ? PyFloat_AsDouble(msr_obj) : -1.0;
+    if (msr == -1.0 && PyErr_Occurred())
+        return NULL;
+    if (!(msr >= 0.0 && msr < 1.0)) {
+        PyObject *r = PyObject_Repr(msr_obj);
+        if (r != NULL) {
+            config_error("MSR %U for group %lld: a live change must be in [0, 1)", r, g->group_id);
+            Py_DECREF(r);
+        }
+        return NULL;
+    }
+    if (!g->approx) {
+        config_error("group %lld was announced with MSR 1 (exact, in order): its MSR cannot change", g->group_id);
+        return NULL;
+    }
+    if (s->state != S_SENDING) {
+        PyObject *st = s->state == S_CLOSING ? R.st_closing : s->state == S_DONE ? R.st_done : R.st_failed;
+        PyObject *v = PyObject_GetAttrString(st, "value");
+        if (v != NULL) {
+            config_error("job %lld is %U: its MSR can no longer change", (long long)s->job_id, v);
+            Py_DECREF(v);
+        }
+        return NULL;
+    }
+    PyObject *req = PyObject_CallFunction(R.required_messages, "dL", msr, (long long)g->total);
+    if (req == NULL)
+        return NULL;
+    long long required = PyLong_AsLongLong(req);
+    Py_DECREF(req);
+    if (required == -1 && PyErr_Occurred())
+        return NULL;
+    if (sender_set_msr(s, (size_t)gi, msr, required, now) != 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 /* --- socket fast path ---------------------------------------------------------------------------------- */
 
 /* a send batch as the Room of sender_produce */
@@ -620,6 +666,8 @@ static PyMethodDef Sender_methods[] = {
     {"next_event", (PyCFunction)Sender_next_event, METH_NOARGS, "The next event, or None."},
     {"tlr", (PyCFunction)Sender_tlr, METH_O, "tlr(group_id): the group's current TLR."},
     {"delivered", (PyCFunction)Sender_delivered, METH_O, "delivered(group_id): messages fully acknowledged."},
+    {"set_msr", (PyCFunction)Sender_set_msr, METH_VARARGS,
+     "set_msr(group_id, msr, now): change a live group's MSR (hostlib.sender.AtpSender.set_msr)."},
     {"transmit", (PyCFunction)Sender_transmit, METH_VARARGS,
      "transmit(fd, now) -> sent: what datagrams_to_send(now) returns, written straight to the UDP socket fd "
      "(GSO / sendmmsg)."},

@@ -344,3 +344,37 @@ def _announce_part(job, groups, total, token):
         control.GroupShape.from_ids(g, msr, ids) for g, msr, ids in groups)).encode()
     payload = control.encode_announce_part(chunk, job_id=job, pkt_idx=0, pkt_cnt=1, token=token)
     return wire.encode(wire.Header(job_id=job, msg_id=control.ANNOUNCE_MSG_ID, seq=10), payload)
+
+
+@pytest.mark.parametrize("mode", ["adaptive", "paper", "fixtlr"])
+@pytest.mark.parametrize("path", ["clean", "lossy"])
+def test_live_msr_change_equal(mode, path):
+    """set_msr on a live job (raised, lowered, refused) gives the same datagrams, TLRs, errors and summary."""
+    job = JobSpec.uniform(21, messages=200, size=700, msr=0.5, groups=[(1, 0.6, 80), (2, 1.0, 20)])
+    holder = []
+    changes = [(5, 0, 0.9), (30, 1, 0.2), (60, 0, 0.3)]  # (step, group, MSR)
+    steps = [0]
+
+    def make(job, **kw):
+        holder.append(TwinSender(job, **kw))
+        return holder[-1]
+
+    def on_step(now, receiver):
+        s = holder[0]
+        steps[0] += 1
+        while changes and steps[0] >= changes[0][0] and s.state.value == "sending":
+            _, gid, msr = changes.pop(0)
+            s.set_msr(gid, msr, now)
+            for g in (0, 1, 2):
+                s.tlr(g)
+        for bad in ((2, 0.5), (0, 1.0), (0, True), (9, 0.5)):
+            with pytest.raises(RuntimeError):
+                s.set_msr(*bad, now)
+
+    run = run_job(job, AtpConfig(mode=mode), sender_cls=make, receiver_cls=lambda **kw: TwinReceiver(**kw),
+                  on_step=on_step, **PATHS[path])
+    run.sender.check_state()
+    assert not changes, "the job ended before every change was made"
+    assert [g["msr"] for g in run.summary.as_dict()["groups"]] == [0.3, 0.2, 1.0]
+    with pytest.raises(RuntimeError, match="MSR can no longer change"):
+        run.sender.set_msr(0, 0.5, run.now)

@@ -88,6 +88,12 @@ class TwinSender(_Twin):
     def receive_datagram(self, data, addr, now):
         return self._both("receive_datagram", data, addr, now)
 
+    def set_msr(self, group_id, msr, now):
+        return self._both("set_msr", group_id, msr, now)
+
+    def tlr(self, group_id):
+        return self._both("tlr", group_id)
+
     def check_state(self):
         self.compare("state", "summary", "failure", "packets_sent", "retransmissions", "datagrams_ignored", "epoch",
                      "done", "start_time", "packets_surplus", "rejected", "new_token")
