@@ -54,6 +54,7 @@ from netapprox.controller.p4runtime.driver import P4RuntimeDriver
 from netapprox.controller.p4runtime.fake_server import SHIPPED_P4INFO
 from netapprox.controller.p4runtime.options import P4RuntimeOptions
 from netapprox.controller.runtime import Runtime
+from netapprox.hostlib.reporting import ReportSink
 from netapprox.hostlib.wire import Report
 
 REPO = Path(__file__).resolve().parents[1]
@@ -146,8 +147,8 @@ class _Done:
 
 
 def report(job: int, seq: int, tlr: float, key: bytes | None = None, loss: float = 0.0) -> bytes:
-    return Report(job_id=job, group_id=0, seq=seq, tlr=tlr, loss=loss, msr=0.9, rate_kbps=1000, total=100,
-                  delivered=0, lost=0, epoch=seq).encode(key)
+    return ReportSink(None, key).encode(Report(job_id=job, group_id=0, seq=seq, tlr=tlr, loss=loss, msr=0.9,
+                                               rate_kbps=1000, total=100, delivered=0, lost=0, epoch=seq))
 
 
 def tlr_of(job: int, flips: int) -> float:

@@ -21,6 +21,7 @@ from typing import Any, Sequence
 
 from netapprox.hostlib import api, events, link, wire
 from netapprox.hostlib import checks as C
+from netapprox.hostlib.reporting import read_report_key
 from netapprox.hostlib.config import (
     COMPLETION_POLICIES,
     MAX_MESSAGES,
@@ -191,15 +192,7 @@ def _build_job(args: argparse.Namespace) -> JobSpec:
 
 
 def _read_key(path: Path | None, flag: str) -> bytes | None:
-    if path is None:
-        return None
-    try:
-        key = path.read_bytes().strip()
-    except OSError as err:
-        raise ConfigError(f"{flag} {path}: {err.strerror}") from None
-    if not key:
-        raise ConfigError(f"{flag} {path} is empty")
-    return key
+    return None if path is None else read_report_key(path, flag)
 
 
 def _send_config(args: argparse.Namespace) -> AtpConfig:

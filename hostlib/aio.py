@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 
 from netapprox.hostlib import api, core, events, link
 from netapprox.hostlib.config import AtpConfig, JobSpec
+from netapprox.hostlib.reporting import ReportSink
 from netapprox.hostlib.errors import JobAbandonedError, JobFailedError, JobRejectedError, ReceiveTimeout
 from netapprox.hostlib.sender import SendSummary
 from netapprox.hostlib.udp import open_socket, send_all
@@ -161,7 +162,7 @@ async def send_job_async(dest: "str | api.Address", job: JobSpec, *, config: Atp
     addr = api.parse_address(dest)
     family, _, _, _, sockaddr = socket.getaddrinfo(addr[0], addr[1], type=socket.SOCK_DGRAM)[0]
     addr = sockaddr[:2]  # the numeric address answers come from: the sender accepts nothing else
-    report_addrs = api.report_addresses(report_to)
+    reports = ReportSink(report_to, config.report_key)
     writer = api.TimelineWriter(timeline)
     result: asyncio.Future[SendSummary] = loop.create_future()
     native = core.is_native(core.AtpSender)
@@ -174,10 +175,10 @@ async def send_job_async(dest: "str | api.Address", job: JobSpec, *, config: Atp
     transport: Any = None
 
     def on_event(ev: events.Event) -> None:
-        if isinstance(ev, events.ReportReady) and report_addrs and transport is not None:
-            data = ev.report.encode(config.report_key)
-            for addr in report_addrs:
-                transport.sendto(data, addr)
+        if isinstance(ev, events.ReportReady):
+            if transport is not None:
+                for data, target in reports.datagrams(ev):
+                    transport.sendto(data, target)
         elif isinstance(ev, events.EpochEnded):
             writer(ev.as_dict())
         elif isinstance(ev, events.JobCompleted) and not result.done():

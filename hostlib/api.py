@@ -32,7 +32,8 @@ from netapprox.hostlib.errors import (  # noqa: F401 - hostlib's errors, importa
 )
 from netapprox.hostlib.receiver import AtpReceiver, GroupResult, JobResult
 from netapprox.hostlib.sender import SendSummary
-from netapprox.hostlib.udp import Address, SocketIO, open_socket, send_all, wait
+from netapprox.hostlib.reporting import ReportSink, report_addresses  # noqa: F401 - report_addresses: here too
+from netapprox.hostlib.udp import Address, SocketIO, open_socket, parse_address, send_all, wait  # noqa: F401
 from netapprox.hostlib.vector import assemble
 
 _RUN_SLICE_S = 0.5  # longest a native core's run() keeps the loop in C without an event
@@ -123,42 +124,6 @@ class ReceiveResult:
         return d
 
 
-def parse_address(text: "str | Address | int", default_port: int = wire.DEFAULT_ATP_PORT, *,
-                  any_port: bool = False) -> Address:
-    """``host``, ``host:port``, ``[v6]:port``, a port number or a ``(host, port)`` tuple.
-    ``any_port`` allows port 0 (let the kernel choose, for local addresses)."""
-    if isinstance(text, tuple):
-        return (str(text[0]), int(text[1]))
-    if isinstance(text, int):
-        return ("0.0.0.0", text)
-    t = text.strip()
-    if t.startswith("["):
-        host, _, rest = t[1:].partition("]")
-        port = rest[1:] if rest.startswith(":") else ""
-    elif t.count(":") == 1:
-        host, _, port = t.partition(":")
-    else:
-        host, port = t, ""
-    if not host:
-        raise ValueError(f"address {text!r}: missing host")
-    try:
-        p = int(port) if port else default_port
-    except ValueError:
-        raise ValueError(f"address {text!r}: port {port!r} is not a number") from None
-    if not (0 if any_port else 1) <= p < 65536:
-        raise ValueError(f"address {text!r}: port {p} out of range")
-    return (host, p)
-
-
-def report_addresses(report_to: "str | Address | Sequence[str | Address] | None") -> list[Address]:
-    """The controllers a sender reports to: none, one address, or a list of them (every replica of a set of
-    controllers takes the same reports: docs/controller.md, "Running two controllers"); port 7601 if omitted."""
-    if report_to is None:
-        return []
-    targets = [report_to] if isinstance(report_to, (str, tuple, int)) else list(report_to)
-    return [parse_address(t, wire.DEFAULT_REPORT_PORT) for t in targets]
-
-
 class TimelineWriter:
     """The sender's timeline: each ``EpochEnded.as_dict()`` as a JSON line to a path, a text file or a callable
     (``timeline`` of ``send_job``; ``None``: nowhere)."""
@@ -201,8 +166,7 @@ def send_job(dest: "str | Address", job: JobSpec, *, config: AtpConfig = AtpConf
     """
     dest_addr = parse_address(dest)
     sock, peer = open_socket(dest_addr, bind=False)
-    report_sock = None
-    report_addrs: list[Address] = []
+    reports = ReportSink(report_to, config.report_key)
     writer = TimelineWriter(timeline)
     sender = presented = None
     try:
@@ -216,10 +180,7 @@ def send_job(dest: "str | Address", job: JobSpec, *, config: AtpConfig = AtpConf
             sock.connect(peer)
         except OSError as err:
             raise AtpError(f"cannot reach UDP {dest_addr[0]}:{dest_addr[1]}: {err.strerror}") from None
-        targets = report_addresses(report_to)
-        if targets:
-            report_sock, first = open_socket(targets[0], bind=False)
-            report_addrs = [first, *targets[1:]]
+        reports.open()
         start = clock()
         deadline = None if timeout is None else start + timeout
         config, _ = link.resolve_rate(config, peer)
@@ -237,10 +198,8 @@ def send_job(dest: "str | Address", job: JobSpec, *, config: AtpConfig = AtpConf
                 else:
                     io.send(now)
                 while (ev := sender.next_event()) is not None:
-                    if isinstance(ev, events.ReportReady) and report_sock is not None:
-                        data = ev.report.encode(config.report_key)
-                        send_all(report_sock, [(data, addr) for addr in report_addrs])
-                    elif isinstance(ev, events.EpochEnded):
+                    reports.send(ev)  # a REPORT, to each controller; any other event: nothing
+                    if isinstance(ev, events.EpochEnded):
                         writer(ev.as_dict())
                     elif isinstance(ev, events.JobFailed):
                         raise JobFailedError(f"job {job.job_id} to {dest_addr[0]}:{dest_addr[1]}: {ev.reason}")
@@ -271,8 +230,7 @@ def send_job(dest: "str | Address", job: JobSpec, *, config: AtpConfig = AtpConf
             ADDRESS_TOKENS.update(peer, presented, sender)
         writer.close()
         sock.close()
-        if report_sock is not None:
-            report_sock.close()
+        reports.close()
 
 
 class AddressTokenStore:

@@ -43,12 +43,13 @@ import socket
 import struct
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from netapprox.hostlib import core, events, link, wire
 from netapprox.hostlib.config import AtpConfig, ConfigError, JobSpec
 from netapprox.hostlib.errors import ExchangeError
 from netapprox.hostlib.receiver import GroupResult
+from netapprox.hostlib.reporting import ReportSink
 from netapprox.hostlib.udp import recv_all, send_all, wait
 
 log = logging.getLogger(__name__)
@@ -153,7 +154,8 @@ class AtpExchange:
     (``source``). Close it when done."""
 
     def __init__(self, bind: Address = ("127.0.0.1", 0), *, config: AtpConfig = AtpConfig(), loss: float = 0.0,
-                 seed: int | None = None, report_to: Address | None = None, generation: int | None = None,
+                 seed: int | None = None,
+                 report_to: "str | Address | Sequence[str | Address] | None" = None, generation: int | None = None,
                  queue_share: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
         if not 0.0 <= loss < 1.0:
             raise ConfigError(f"injected loss {loss}: must be in [0, 1)")
@@ -172,7 +174,9 @@ class AtpExchange:
         self.clock = clock
         self.loss = loss
         self._rng = random.Random(seed)
-        self.report_to = report_to
+        self.reports = ReportSink(report_to, config.report_key)
+        """Where the senders' REPORTs go (``report_to``: a controller, or each replica of a set; signed with
+        ``config.report_key``); they leave on the sending socket."""
         self.generation = generation if generation is not None else os.urandom(1)[0] % GENERATIONS
         self.rx = _udp(bind)
         try:
@@ -383,8 +387,8 @@ class AtpExchange:
         else:
             self._transmit(self.tx, sender.datagrams_to_send(now))
         while (ev := sender.next_event()) is not None:
-            if isinstance(ev, events.ReportReady) and self.report_to is not None:
-                self._transmit(self.tx, [(ev.report.encode(self.config.report_key), self.report_to)])
+            if isinstance(ev, events.ReportReady):
+                self._transmit(self.tx, self.reports.datagrams(ev))
             elif isinstance(ev, (events.JobCompleted, events.JobFailed)):
                 self._jobs.pop(key, None)
                 self._settle(job, ev, key)

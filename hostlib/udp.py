@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any, Callable, Iterable
 
-from netapprox.hostlib import core
+from netapprox.hostlib import core, wire
 from netapprox.hostlib.errors import AtpError, BindError
 
 Address = tuple[str, int]
@@ -22,6 +22,33 @@ RECV_BATCH = 256
 """Datagrams read per call at most (``recv_all``), so that timers and sends get their turn."""
 SHORT_WAIT_S = 0.001
 _CMSG_LEN = socket.CMSG_SPACE(4)
+
+
+def parse_address(text: "str | Address | int", default_port: int = wire.DEFAULT_ATP_PORT, *,
+                  any_port: bool = False) -> Address:
+    """``host``, ``host:port``, ``[v6]:port``, a port number or a ``(host, port)`` tuple.
+    ``any_port`` allows port 0 (let the kernel choose, for local addresses)."""
+    if isinstance(text, tuple):
+        return (str(text[0]), int(text[1]))
+    if isinstance(text, int):
+        return ("0.0.0.0", text)
+    t = text.strip()
+    if t.startswith("["):
+        host, _, rest = t[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    elif t.count(":") == 1:
+        host, _, port = t.partition(":")
+    else:
+        host, port = t, ""
+    if not host:
+        raise ValueError(f"address {text!r}: missing host")
+    try:
+        p = int(port) if port else default_port
+    except ValueError:
+        raise ValueError(f"address {text!r}: port {port!r} is not a number") from None
+    if not (0 if any_port else 1) <= p < 65536:
+        raise ValueError(f"address {text!r}: port {p} out of range")
+    return (host, p)
 
 
 def open_socket(addr: Address, *, bind: bool) -> tuple[socket.socket, Address]:

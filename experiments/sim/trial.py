@@ -47,6 +47,7 @@ from netapprox.hostlib import core as hostlib_core
 from netapprox.hostlib import events, wire
 from netapprox.hostlib import sim as host_sim
 from netapprox.hostlib.config import AtpConfig, JobSpec, Message, required_messages
+from netapprox.hostlib.reporting import ReportSink
 
 TCP_PROTOCOLS = ("dctcp-es", "dctcp-ss")
 PROTOCOLS = tuple(ATP_VARIANTS) + tuple(ATP_ABLATION) + TCP_PROTOCOLS + ("udp",)
@@ -58,6 +59,9 @@ UDP_JOB_PORT = 7700
 IP_UDP = 28
 UDP_DRAIN_US = 200.0
 """UDP baseline: a job's trial waits this long after its last datagram left before counting arrivals."""
+SIM_CONTROLLER = ("controller", wire.DEFAULT_REPORT_PORT)
+"""The simulated controller's report target: a name the sink addresses REPORTs to, never resolved (the trial
+hands each datagram to the controller's runtime after ``report_delay_us``)."""
 MTU = 1500
 """IP MTU of every simulated link: ATP datagrams are at most MTU - IP - UDP bytes, as TCP's segments fill it."""
 
@@ -424,13 +428,14 @@ class Trial:
         st["start"] = self.clock()
         sender = self._cores()[0](spec, config=cfg, peer=(dst.ip, ATP_PORT), now=st["start"])
         timeline = st["timeline"] if job.job_id == self.timeline_job else None
-        report_key = cfg.report_key
+        reports = ReportSink(SIM_CONTROLLER, cfg.report_key)
         source = src.ip_str
 
         def on_event(ev: events.Event) -> None:
             if isinstance(ev, events.ReportReady):
-                data = ev.report.encode(report_key)
-                self._schedule(self.settings.report_delay_us * 1e-6, lambda: self._deliver_report(data, source))
+                for data, _controller in reports.datagrams(ev):
+                    self._schedule(self.settings.report_delay_us * 1e-6,
+                                   lambda data=data: self._deliver_report(data, source))
             elif isinstance(ev, events.EpochEnded):
                 if timeline is not None:
                     timeline.append(ev.as_dict())
