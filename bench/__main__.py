@@ -365,12 +365,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        print(f"bench: cannot create --out {out}: {exc.strerror}", file=sys.stderr)
+        print(f"{p.prog}: error: cannot create --out {out}: {exc.strerror}", file=sys.stderr)
         return 2
     sections = [s for s in args.sections if not (args.skip_network and s in NETWORK_SECTIONS)]
     net_sections = [s for s in sections if s in NETWORK_SECTIONS]
     if net_sections and os.geteuid() != 0:
-        print("bench: the network sections need root (namespaces, qdiscs); use --skip-network", file=sys.stderr)
+        print(f"{p.prog}: error: the network sections need root (namespaces, qdiscs); use --skip-network",
+              file=sys.stderr)
         return 2
     stop_on_signals()  # SIGTERM/SIGHUP clean up like Ctrl-C: every testbed's processes and namespaces go
     scale = Scale()

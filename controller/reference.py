@@ -8,7 +8,7 @@ prefix expansion) so that it is easy to check by reading, and it reads every ATP
 
     qid = reference_queue(state, packet)      # packet: bytes from the IPv4 header on
 
-Order (docs/architecture.md): approximate ATP DATA (IPv4 without options, UDP to the ATP port, a complete
+Order (docs/architecture.md): an ATP packet of another version is dropped (``DROPPED``); approximate ATP DATA (IPv4 without options, UDP to the ATP port, a complete
 ATP header of the current version (hostlib.wire.VERSION) and type DATA, flag APPROX) with TLR 1.0 (surplus) goes to the lowest queue; other
 approximate ATP DATA goes through queue_by_job, then queue_by_tag (TAGGED packets only), then queue_by_tlr,
 then the lowest queue, and a result of queue 0 becomes queue 1 (the guard: approximate traffic never uses
@@ -39,10 +39,14 @@ from netapprox.controller.model import (
     flow_hash,
     longest_match,
 )
-from netapprox.hostlib.wire import DEFAULT_ATP_PORT, HEADER_LEN, OFFSETS, TLR_ONE, VERSION, Flags, PacketType
+from netapprox.hostlib.wire import (
+    DEFAULT_ATP_PORT, DEFAULT_REPORT_PORT, HEADER_LEN, OFFSETS, TLR_ONE, VERSION, Flags, PacketType)
 
 IPV4_MIN_HEADER = 20
 UDP_HEADER = 8
+DROPPED = -1
+"""``reference_queue``'s answer for a packet every NetApprox switch drops (and counts, ``bad_version``): an ATP
+packet of another version (``other_atp_version``)."""
 IPPROTO_TCP = 6
 IPPROTO_UDP = 17
 DATA_V1 = (VERSION << 4) | int(PacketType.DATA)
@@ -78,10 +82,32 @@ def approx_atp_header(packet: bytes, atp_port: int = DEFAULT_ATP_PORT) -> bytes 
     return atp
 
 
+def other_atp_version(packet: bytes, atp_port: int = DEFAULT_ATP_PORT,
+                      report_port: int = DEFAULT_REPORT_PORT) -> bool:
+    """Whether ``packet`` (bytes from the IPv4 header on) is an ATP packet of another version than this one
+    (``hostlib.wire.VERSION``): what the P4 parser takes for ATP (IPv4 without options, not a non-first fragment,
+    UDP to the ATP or the report port or from the ATP port, a whole 32-byte header after the UDP header) with a
+    version other than ``VERSION`` in byte 0's high nibble. Every NetApprox switch drops it and counts it as
+    malformed (``bad_version``): the P4 program's validation, the kernel switch's drop entries, the ns-3 queue
+    disc (docs/wire-format.md, Versions)."""
+    if len(packet) < IPV4_MIN_HEADER + UDP_HEADER + HEADER_LEN or packet[0] != 0x45 or packet[9] != IPPROTO_UDP:
+        return False
+    if struct.unpack_from("!H", packet, 6)[0] & 0x1FFF:
+        return False
+    sport, dport = struct.unpack_from("!HH", packet, IPV4_MIN_HEADER)
+    if dport not in (atp_port, report_port) and sport != atp_port:
+        return False
+    return packet[IPV4_MIN_HEADER + UDP_HEADER] >> 4 != VERSION
+
+
 def reference_queue(state: SwitchState, packet: bytes, atp_port: int = DEFAULT_ATP_PORT) -> int:
-    """The logical queue ``state``'s tables give ``packet`` (bytes from the IPv4 header on)."""
+    """The logical queue ``state``'s tables give ``packet`` (bytes from the IPv4 header on), or ``DROPPED`` for an
+    ATP packet of another version (``other_atp_version``; a FIFO switch, the baselines' network-oblivious one,
+    knows nothing of ATP and queues it in queue 0)."""
     if len(packet) < IPV4_MIN_HEADER or packet[0] >> 4 != 4 or state.fifo:
         return NON_APPROX_QUEUE
+    if other_atp_version(packet, atp_port):
+        return DROPPED
     atp = approx_atp_header(packet, atp_port)
     if atp is not None:
         return approx_guard(_approx_queue(state, atp))

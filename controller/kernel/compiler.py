@@ -4,8 +4,9 @@ One ``u32`` classifier (one filter priority) on the root HTB qdisc of every egre
 mirror the P4 tables of docs/architecture.md in order. u32 evaluates the entries of one hash bucket in
 increasing node id, so the table order is a node-id layout:
 
-    node 0x001          (surplus)        approximate ATP DATA and tlr == 1.0            -> queue 7
-    node 0x002..0x3ff   queue_by_job     approximate ATP DATA and job_id == J           -> 1:2q
+    node 0x001..0x00c   (atp_version)    an ATP packet of another version               -> drop
+    node 0x010          (surplus)        approximate ATP DATA and tlr == 1.0            -> queue 7
+    node 0x011..0x3ff   queue_by_job     approximate ATP DATA and job_id == J           -> 1:2q
     node 0x400..0x9ff   queue_by_tag     ... and TAGGED, priority x deadline ranges     -> 1:2q
     node 0xa00..0xdff   queue_by_tlr     ... and tlr range                              -> 1:2q
     node 0xe00          (default)        any approximate ATP DATA                       -> queue 7
@@ -13,7 +14,10 @@ increasing node id, so the table order is a node-id layout:
     node 0xfff          (default)        any packet                                     -> 1:20 (queue 0)
     (not IPv4)          htb default      -> 1:10 (queue 0)
 
-Approximate rules (job, tag, TLR) that name queue 0 are compiled to queue 1: the P4 program's guard
+The atp_version entries drop what ``controller.reference.other_atp_version`` names (IPv4 without options, not a
+non-first fragment, UDP to the ATP or report port or from the ATP port, a whole ATP header, a version nibble other
+than this one: the versions as prefixes), as the P4 program's validation does; tc counts their matches
+(``tc -s filter``). Approximate rules (job, tag, TLR) that name queue 0 are compiled to queue 1: the P4 program's guard
 (``controller.reference.approx_guard``; approximate traffic never uses queue 0), applied here at compile time,
 so the kernel switch has no per-packet count of it.
 "Approximate ATP DATA" is the conjunction: IPv4 (version 4) without options (ihl 5), not a non-first fragment,
@@ -44,6 +48,7 @@ from netapprox.controller.model import (
 )
 from netapprox.controller.reference import (
     DATA_V1 as _DATA_V1,
+    DROPPED,
     IPPROTO_UDP,
     IPV4_MIN_HEADER,
     UDP_HEADER,
@@ -51,7 +56,7 @@ from netapprox.controller.reference import (
     class_order,
     tag_order,
 )
-from netapprox.hostlib.wire import DEFAULT_ATP_PORT, OFFSETS, TLR_ONE, Flags
+from netapprox.hostlib.wire import DEFAULT_ATP_PORT, DEFAULT_REPORT_PORT, OFFSETS, TLR_ONE, VERSION, Flags
 
 
 class TableFull(KernelSwitchError):
@@ -59,8 +64,9 @@ class TableFull(KernelSwitchError):
 
 
 # Node-id layout of the u32 root hash table (12-bit node ids, evaluated in increasing order).
-SURPLUS_NODE = 0x001
-JOB_NODES = range(0x002, 0x400)
+VERSION_NODES = range(0x001, 0x010)
+SURPLUS_NODE = 0x010
+JOB_NODES = range(0x011, 0x400)
 TAG_NODES = range(0x400, 0xA00)
 TLR_NODES = range(0xA00, 0xE00)
 APPROX_DEFAULT_NODE = 0xE00
@@ -136,6 +142,20 @@ def _approx_data_keys(atp_port: int, extra_flags: int = 0, atp0_low: tuple[int, 
         Key(_OFF_PORTS, atp_port, 0x0000FFFF),
         Key(_OFF_ATP0, (_DATA_V1 << 24) | (flags << 16) | low_value, 0xFF000000 | (flags << 16) | low_mask),
     ]
+
+
+def other_version_key_sets(atp_port: int, report_port: int = DEFAULT_REPORT_PORT) -> list[tuple[Key, ...]]:
+    """The atp_version entries' keys: UDP to the ATP or report port or from the ATP port, a version nibble other
+    than ``VERSION`` (as prefixes of 0..15). No key asks for the whole ATP header: pyroute2 puts zero-mask keys
+    first, so one would stop the classifier on every short packet; a packet cut inside its ATP header is one
+    the P4 program drops as truncated (docs/emulation.md)."""
+    versions = [(v, m) for lo, hi in ((0, VERSION - 1), (VERSION + 1, 15)) if lo <= hi
+                for v, m in prefix_split(lo, hi, 4)]
+    ports = (Key(_OFF_PORTS, atp_port, 0x0000FFFF), Key(_OFF_PORTS, report_port, 0x0000FFFF),
+             Key(_OFF_PORTS, atp_port << 16, 0xFFFF0000))
+    return [tuple(_l4_parsed() + [Key(_OFF_PROTO_WORD, IPPROTO_UDP << 16, 0x00FF0000), port,
+                                  Key(_OFF_ATP0, v << 28, m << 28)])
+            for port in ports for v, m in versions]
 
 
 def job_keys(rule: JobRule, atp_port: int) -> tuple[Key, ...]:
@@ -261,7 +281,9 @@ def compile_filters(state: SwitchState, atp_port: int = DEFAULT_ATP_PORT,
     if state.fifo:  # one queue: everything goes by the catch-all entry
         return {CATCH_ALL_NODE: U32Entry(CATCH_ALL_NODE, (Key(0, 0, 0),), NON_APPROX_QUEUE, "default")}
     nodes = (job_nodes or JobNodes()).assign(r.job_id for r in state.job_rules)
-    entries: list[U32Entry] = [U32Entry(SURPLUS_NODE, tuple(_approx_data_keys(atp_port)) + (
+    entries: list[U32Entry] = _place("atp_version", VERSION_NODES,
+                                     ((ks, DROPPED) for ks in other_version_key_sets(atp_port)))
+    entries += [U32Entry(SURPLUS_NODE, tuple(_approx_data_keys(atp_port)) + (
         Key(_OFF_TLR_WORD, TLR_ONE, 0xFFFF),), LOWEST_QUEUE, "surplus")]
     for rule in state.job_rules:
         entries.append(U32Entry(nodes[rule.job_id], job_keys(rule, atp_port), approx_guard(rule.qid), "queue_by_job"))

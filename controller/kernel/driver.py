@@ -240,6 +240,7 @@ class KernelDriver(Driver):
             raise KernelDriverError(f"{self.name}: read_counters() before connect()")
         try:
             stats = tc.read_stats(self._ipr, self._ifindex.values())
+            bad_version = tc.read_dropped(self._ipr, self._ifindex.values())
         except Exception as exc:
             raise SwitchUnavailable(self.name, f"reading queue statistics failed: {exc}") from exc
         queues = []
@@ -249,7 +250,7 @@ class KernelDriver(Driver):
                 queues.append(QueueStats(port=port, qid=s.qid, enqueued=s.packets + s.drops + s.backlog_packets,
                                          transmitted=s.packets, dropped=s.drops, transmitted_bytes=s.bytes,
                                          backlog=s.backlog_packets))
-        return Counters(queues=tuple(queues))
+        return Counters(queues=tuple(queues), malformed={"bad_version": bad_version} if bad_version else {})
 
     def close(self) -> None:
         if self._ipr is not None:

@@ -10,6 +10,10 @@ One egress port carries this tree (``tc`` handles in hex):
     1q:         bfifo: q = 0 the rest of the port buffer; q >= 1 (8 - q) MTUs (the NetApprox paper's k-MTU
                 queues: a byte limit, so a queue holds more small packets than full-size ones), times
                 ``approx_unit`` (``model.queue_buffer_packets``)
+    1:30        htb ceil R                      the drop class: the atp_version entries point here
+    30:         bfifo limit 0                   drops every packet and counts it (ATP packets of another
+                                                version; a tc action would need act_gact, not every kernel
+                                                has it loaded)
 
 and one ``u32`` classifier (``FILTER_PRIO``) on ``1:`` holding the entries ``controller.kernel.compiler``
 makes. Functions here take a pyroute2 ``IPRoute`` bound to the switch's network namespace.
@@ -24,6 +28,7 @@ from pyroute2.netlink.rtnl.tcmsg import plugins, sched_pfifo
 
 from netapprox.controller.errors import KernelSwitchError
 from netapprox.controller.kernel.compiler import Key, U32Entry
+from netapprox.controller.reference import DROPPED
 from netapprox.controller.model import NON_APPROX_QUEUE, NUM_QUEUES, queue_buffer_packets
 
 ETH_P_IP = 0x0800
@@ -35,6 +40,10 @@ LINK_CLASSID = 0x00010001
 FILTER_PRIO = 10  # the one u32 classifier instance (tc "pref") holding every NetApprox entry
 STAMP_PRIO = 1  # the eBPF stamper on 1:2q
 PASS_PRIO = 2  # u32 match-all on 1:2q -> leaf, used when the stamper is absent
+
+
+DROP_CLASSID = ROOT_HANDLE | 0x30
+DROP_LEAF = 0x30 << 16
 
 
 def queue_classid(qid: int) -> int:
@@ -114,6 +123,9 @@ def build_port(ipr, ifindex: int, shape: PortShape) -> None:
         ipr.tc("add-filter", "u32", ifindex, 0, parent=stamp_classid(q), prio=PASS_PRIO, protocol=ETH_P_ALL,
                target=queue_classid(q), keys=Key(0, 0, 0).specs())
         ipr.tc("add", "bfifo", ifindex, leaf_handle(q), parent=queue_classid(q), limit=shape.queue_bytes(q))
+    ipr.tc("add-class", "htb", ifindex, DROP_CLASSID, parent=LINK_CLASSID, rate="8kbit", ceil=rate,
+           prio=NUM_QUEUES - 1, quantum=mtu, burst=mtu, cburst=mtu)
+    ipr.tc("add", "bfifo", ifindex, DROP_LEAF, parent=DROP_CLASSID, limit=0)
 
 
 def set_queue_limits(ipr, ifindex: int, shape: PortShape, approx: tuple[int, ...]) -> None:
@@ -128,17 +140,20 @@ def port_has_shape(ipr, ifindex: int, shape: PortShape, approx: tuple[int, ...] 
     """True when ``ifindex`` already carries exactly the tree ``build_port`` makes (so counters survive), with
     the approximate queues' buffers ``approx`` (``set_queue_limits``; empty: the k-MTU buffers)."""
     leaves = {}
-    root_ok = False
+    root_ok = drop_ok = False
     for msg in ipr.get_qdiscs(index=ifindex):
         kind = msg.get_attr("TCA_KIND")
         handle, parent = msg["handle"], msg["parent"]
         if parent == 0xFFFFFFFF:
             root_ok = kind == "htb" and handle == ROOT_HANDLE
+        elif handle == DROP_LEAF:
+            opts = msg.get_attr("TCA_OPTIONS")
+            drop_ok = kind == "bfifo" and parent == DROP_CLASSID and opts is not None and opts.get("limit") == 0
         elif handle in {leaf_handle(q) for q in range(NUM_QUEUES)}:
             opts = msg.get_attr("TCA_OPTIONS")
             limit = opts.get("limit") if opts is not None and hasattr(opts, "get") else None
             leaves[(handle >> 16) - 0x10] = (kind, parent, limit)
-    if not root_ok or len(leaves) != NUM_QUEUES:
+    if not root_ok or not drop_ok or len(leaves) != NUM_QUEUES:
         return False
     for q in range(NUM_QUEUES):
         kind, parent, limit = leaves[q]
@@ -169,8 +184,9 @@ def root_htid(ipr, ifindex: int) -> int | None:
 def write_entry(ipr, ifindex: int, htid: int | None, entry: U32Entry) -> None:
     """Add or replace one entry. ``htid`` None: the classifier does not exist yet (the kernel creates it)."""
     handle = (htid or 0) | entry.node
+    target = DROP_CLASSID if entry.qid == DROPPED else stamp_classid(entry.qid)  # DROPPED: the drop class
     ipr.tc("replace-filter" if htid is not None else "add-filter", "u32", ifindex, handle,
-           parent=ROOT_HANDLE, prio=FILTER_PRIO, protocol=ETH_P_IP, target=stamp_classid(entry.qid),
+           parent=ROOT_HANDLE, prio=FILTER_PRIO, protocol=ETH_P_IP, target=target,
            keys=[spec for k in entry.keys for spec in k.specs()])
 
 
@@ -184,7 +200,7 @@ def entry_bytes(keys) -> dict[int, tuple[int, int]]:
 
 def read_entries(netns: str | None, ifname: str) -> dict[int, tuple[dict[int, tuple[int, int]], int]]:
     """What the kernel holds in our classifier on ``ifname``, read with iproute2's ``tc`` (an independent
-    decoder): node -> (byte-level keys, logical queue of its target)."""
+    decoder): node -> (byte-level keys, logical queue of its target, or ``DROPPED`` for an entry to the drop class)."""
     res = subprocess.run(netns_prefix(netns) + ["tc", "filter", "show", "dev", ifname, "parent", "1:"],
                          capture_output=True, text=True, check=True)
     out: dict[int, tuple[dict[int, tuple[int, int]], int]] = {}
@@ -197,7 +213,8 @@ def read_entries(netns: str | None, ifname: str) -> dict[int, tuple[dict[int, tu
                 continue
             node = int(words[words.index("fh") + 1].split("::")[1], 16)
             flowid = words[words.index("*flowid") + 1] if "*flowid" in words else words[words.index("flowid") + 1]
-            out[node] = ({}, int(flowid.split(":")[1], 16) - 0x20)
+            minor = int(flowid.split(":")[1], 16)
+            out[node] = ({}, DROPPED if minor == DROP_CLASSID & 0xFFFF else minor - 0x20)
         elif line.startswith("filter "):
             node = None
         elif node is not None and words and words[0] == "match":
@@ -237,6 +254,13 @@ def _fifo_stats(q: int, msg) -> FifoStats:
         stats = msg.get_attr("TCA_STATS")
         return FifoStats(q, stats["packets"], stats["drops"], stats["qlen"], stats["bytes"])
     return FifoStats(q, basic["packets"], queue["drops"], queue["qlen"], basic["bytes"])
+
+
+def read_dropped(ipr, ifindexes) -> int:
+    """Packets the drop class's fifo dropped on the ports ``ifindexes`` (ATP packets of another version)."""
+    wanted = set(ifindexes)
+    return sum(_fifo_stats(-1, msg).drops for msg in ipr.get_qdiscs()
+               if msg["handle"] == DROP_LEAF and msg["index"] in wanted)
 
 
 def read_stats(ipr, ifindexes) -> dict[int, list[FifoStats]]:

@@ -108,13 +108,15 @@ class SimDriver(Driver):
 
     def read_counters(self) -> Counters:
         stats = []
+        bad_version = 0
         for port, qd in sorted(self.switch.ports.items()):
+            bad_version += int(qd.BadVersion())
             for q in range(NUM_QUEUES):
                 c = qd.Counters(q)
                 stats.append(QueueStats(port=port, qid=q, enqueued=int(c.enqueued), transmitted=int(c.transmitted),
                                         dropped=int(c.dropped), transmitted_bytes=int(c.transmittedBytes),
                                         backlog=int(qd.Backlog(q))))
-        return Counters(queues=tuple(stats))
+        return Counters(queues=tuple(stats), malformed={"bad_version": bad_version} if bad_version else {})
 
     def close(self) -> None:
         pass  # the simulation owns the switch

@@ -42,6 +42,8 @@ def wire_macros() -> str:
     lines = {
         "NA_ATP_PORT": wire.DEFAULT_ATP_PORT,
         "NA_HEADER_LEN": wire.HEADER_LEN,
+        "NA_REPORT_PORT": wire.DEFAULT_REPORT_PORT,
+        "NA_VERSION": wire.VERSION,
         "NA_DATA_V1": (wire.VERSION << 4) | int(wire.PacketType.DATA),
         "NA_FLAG_APPROX": int(wire.Flags.APPROX),
         "NA_FLAG_TAGGED": int(wire.Flags.TAGGED),

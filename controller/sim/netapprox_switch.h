@@ -45,6 +45,7 @@ constexpr int kQueues = 8;
 constexpr int kNonApproxQueue = 0;
 constexpr int kFirstApproxQueue = 1;
 constexpr int kLowestQueue = kQueues - 1;
+constexpr int kDropped = -1; // Classify's answer for an ATP packet of another version (controller/reference.py)
 constexpr uint32_t kIpv4Header = 20;
 constexpr uint32_t kUdpHeader = 8;
 constexpr uint32_t kAtpOffset = kIpv4Header + kUdpHeader;
@@ -163,7 +164,25 @@ class Tables
         return Be16(pkt + kIpv4Header + 2);
     }
 
-    // True for an ATP DATA packet (UDP to the ATP port, a complete version-1 DATA header): the packets
+    // True for an ATP packet of another version than this one (controller.reference.other_atp_version): what the
+    // P4 parser takes for ATP (IPv4 without options, not a non-first fragment, UDP to the ATP or report port or
+    // from the ATP port, a whole ATP header) whose version nibble is not NA_VERSION. Dropped and counted
+    // (bad_version), as the P4 program's validation does.
+    bool IsOtherAtpVersion(const uint8_t* pkt, uint32_t len) const
+    {
+        if (len < kAtpOffset + NA_HEADER_LEN || pkt[0] != 0x45 || pkt[9] != 17 || (Be16(pkt + 6) & 0x1FFF))
+        {
+            return false;
+        }
+        uint16_t sport = Be16(pkt + kIpv4Header), dport = Be16(pkt + kIpv4Header + 2);
+        if (dport != atpPort && dport != NA_REPORT_PORT && sport != atpPort)
+        {
+            return false;
+        }
+        return (pkt[kAtpOffset] >> 4) != NA_VERSION;
+    }
+
+    // True for an ATP DATA packet (UDP to the ATP port, a complete DATA header of this version): the packets
     // whose queue byte the switch stamps.
     bool IsAtpData(const uint8_t* pkt, uint32_t len) const
     {
@@ -177,6 +196,10 @@ class Tables
         if (len < kIpv4Header || (pkt[0] >> 4) != 4 || fifo)
         {
             return kNonApproxQueue;
+        }
+        if (IsOtherAtpVersion(pkt, len))
+        {
+            return kDropped;
         }
         if (IsAtpData(pkt, len) && (pkt[kAtpOffset + NA_OFF_FLAGS] & NA_FLAG_APPROX))
         {
@@ -365,6 +388,12 @@ class NetApproxQueueDisc : public ns3::QueueDisc
         return m_counters[q];
     }
 
+    // ATP packets of another version dropped (malformed, bad_version), since the start.
+    uint64_t BadVersion() const
+    {
+        return m_badVersion;
+    }
+
     double CountersSince() const
     {
         return m_since;
@@ -419,6 +448,12 @@ class NetApproxQueueDisc : public ns3::QueueDisc
             n = kIpv4Header + packet->CopyData(buf + kIpv4Header, kPeek);
         }
         int q = m_tables ? m_tables->Classify(buf, n) : kNonApproxQueue;
+        if (q == kDropped)
+        {
+            m_badVersion++;
+            DropBeforeEnqueue(item, "ATP version");
+            return false;
+        }
         QueueCounters& c = m_counters[q];
         c.enqueued++;
         if (m_len[q] >= m_limits[q])
@@ -537,6 +572,7 @@ class NetApproxQueueDisc : public ns3::QueueDisc
     uint32_t m_limits[kQueues];
     uint32_t m_len[kQueues];
     QueueCounters m_counters[kQueues];
+    uint64_t m_badVersion = 0;
     double m_last = 0;
     double m_since = 0;
 };

@@ -59,10 +59,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         overrides = overrides_of(names, EXPERIMENTS, args.set, lambda name: set_checks())
     except UsageError as e:
-        print(f"sim: {e}", file=sys.stderr)
+        print(f"{p.prog}: error: {C.one_line(e)}", file=sys.stderr)
         return 2
     if not native.available():
-        print("the simulations need ns-3: pip install -e '.[sim]' (make setup installs it)", file=sys.stderr)
+        print(f"{p.prog}: error: the simulations need ns-3: pip install -e '.[sim]' (make setup installs it)",
+              file=sys.stderr)
         return 2
     results.COMMAND[:] = ["python", "-m", "netapprox.experiments", "sim", *args_in]
     scale = dataclasses.replace(SimScale(), kind=args.topology, k=args.k, host_gbps=args.rate_gbps,
@@ -75,17 +76,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.tag and not args.tag.replace("-", "").replace("_", "").isalnum():
             raise ValueError(f"--tag {args.tag!r}: letters, digits, - and _ only")
     except ValueError as e:
-        print(f"sim: {e}", file=sys.stderr)
+        print(f"{p.prog}: error: {C.one_line(e)}", file=sys.stderr)
         return 2
     try:
         sweep = sweep_of(SimBackend(scale, progress=say), args, workers=args.workers)
         if sweep.scheduler:
             sweep.cluster()  # an unreachable scheduler is one line here, not a traceback later
     except UsageError as e:
-        print(f"sim: {e}", file=sys.stderr)
+        print(f"{p.prog}: error: {C.one_line(e)}", file=sys.stderr)
         return 2
     except OSError as e:
-        print(f"sim: cannot reach the Dask scheduler at {sweep.scheduler}: {e}", file=sys.stderr)
+        print(f"{p.prog}: error: cannot reach the Dask scheduler at {sweep.scheduler}: {C.one_line(e)}", file=sys.stderr)
         return 2
     say(f"sim {', '.join(names)}: {scale.topology().describe()}, seeds {args.seeds}")
     run_figures(names, EXPERIMENTS, sweep, seeds=args.seeds, out=Path(args.out), quick=args.quick,

@@ -20,6 +20,7 @@ is not asked about.
 from __future__ import annotations
 
 import collections
+import errno
 import select
 import socket
 import time
@@ -31,7 +32,7 @@ from hypothesis import strategies as st
 from netapprox.controller.kernel import compiler
 from netapprox.controller.kernel.driver import KernelDriver
 from netapprox.controller.model import NUM_QUEUES, JobRule, SwitchState, default_tlr_rules
-from netapprox.controller.reference import DATA_V1, reference_queue
+from netapprox.controller.reference import DATA_V1, DROPPED, reference_queue
 from netapprox.hostlib import wire
 from netapprox.hostlib.wire import tlr_to_q15
 from netapprox.topo.netns import NetnsLab
@@ -175,6 +176,23 @@ def check_example(port, state, pkts, seen: collections.Counter) -> None:
     before = port.enqueued()
     for spec in pkts:
         packet = spec.bytes()
+        if compiler.u32_queue(entries, packet) == DROPPED:
+            # an ATP packet of another version: the drop class takes it (the qdisc's drop makes the packet
+            # socket's send fail with ENOBUFS), no queue moves, nothing arrives, bad_version counts it
+            dropped = port.driver.read_counters().malformed.get("bad_version", 0)
+            try:
+                port.send(packet)
+            except OSError as exc:
+                assert exc.errno == errno.ENOBUFS, exc
+            frame, strays = port.receive_own(packet, timeout=0.3)
+            assert frame is None, ("an ATP packet of another version left the port", spec)
+            assert port.driver.read_counters().malformed.get("bad_version", 0) == dropped + 1, spec
+            assert headers_complete(packet) is False or reference_queue(state, packet, ATP_PORT) == DROPPED, spec
+            seen["strays"] += len(strays)
+            before = port.enqueued()
+            seen["dropped"] += 1
+            seen["packets"] += 1
+            continue
         port.send(packet)
         frame, strays = port.receive_own(packet)
         after = port.enqueued()
@@ -231,6 +249,12 @@ def test_the_real_kernel_classifier_agrees_with_the_reference(port):
     for state, pkts in every_queue_cases():
         check_example(port, state, pkts, seen)
     assert all(seen[f"q{q}"] > 0 for q in range(NUM_QUEUES)), seen
+    # and an ATP packet of another version, to the ATP port and from it (docs/wire-format.md, Versions)
+    other = [PacketSpec(atp=wire.Header(type=wire.PacketType.DATA, flags=0x01, job_id=7, tlr=0, pkt_cnt=1,
+                                        version=v), sport=s, dport=d)
+             for v in (1, 3) for s, d in ((40000, ATP_PORT), (ATP_PORT, 40000))]
+    check_example(port, SwitchState(tlr_rules=default_tlr_rules()), other, seen)
+    assert seen["dropped"] >= len(other), seen
     if port.driver.stamping:
         assert seen["stamped"] > 0, seen
     print(f"real kernel vs reference: {dict(seen)}; frames not the test's: {seen_strays[:6]}")
