@@ -44,6 +44,8 @@ DRIVER_STATS: dict[str, tuple[str, str, str]] = {
                         "Times the switch's primary changed (another one, or none), as this controller saw it."),
     "primary_since_seconds": ("netapprox_switch_primary_since_seconds", "gauge",
                               "Unix time of the last change of the switch's primary."),
+    "primary_vacancies": ("netapprox_switch_primary_vacancies", "counter",
+                          "Times the switch said its primary had gone (a crash detected; replicas only)."),
 }
 """Driver.stats() key -> (metric, kind, help); a switch whose driver does not report a key has no sample."""
 

@@ -119,6 +119,7 @@ class _Switch:
         self.last_error = ""
         self.needs_full = True  # a (re)connected switch missed the updates of the epochs before: whole state
         self.primary: bool | None = None  # this controller may write to it (None: not looked at since connect)
+        self.vacancies = 0  # times the switch said its primary had gone, as of the last epoch (replicas)
         self.updates = {"insert": 0, "modify": 0, "delete": 0}
         self.write_errors = 0
         self.counters: Counters | None = None
@@ -433,6 +434,8 @@ class Runtime:
     def _follow_primary(self, sw: _Switch) -> bool | None:
         """Whether this controller may write to the switch now (``Driver.is_primary``; None: the switch is gone).
         A change is logged; to primary (a takeover), the next write is the whole desired state."""
+        if self.config.replica:
+            self._note_vacancy(sw)
         primary = self._call(sw, lambda d: d.is_primary())
         if primary is None or primary == sw.primary:
             return primary
@@ -443,6 +446,16 @@ class Runtime:
         if primary:
             sw.needs_full = True
         return primary
+
+    def _note_vacancy(self, sw: _Switch) -> None:
+        """Replicas: log the epoch at which this controller learns that the switch's primary has gone (the
+        decision log's ``primary_lost``: a crash detected, where a takeover starts in this controller's epochs;
+        docs/controller.md, "Running two controllers")."""
+        vacancies = self._call(sw, lambda d: d.stats().get("primary_vacancies", 0))
+        if vacancies and vacancies > sw.vacancies:
+            sw.vacancies = int(vacancies)
+            log.warning("switch %r: its primary has gone (epoch %d)", sw.name, self.core.epoch)
+            self.decision_log.write("primary_lost", epoch=self.core.epoch, switch=sw.name)
 
     # --- calling drivers ----------------------------------------------------------------------------------
 

@@ -46,6 +46,9 @@ class Arbitration:
     """Times the primary changed (another id, or none), as this controller saw it."""
     since: float = 0.0
     """Unix time of the last change."""
+    vacancies: int = 0
+    """Times the switch said a primary had gone and there was none (NOT_FOUND after a primary): how a backup
+    detects the primary's crash (its stream to the switch broke)."""
 
 MAX_TERM = (1 << 64) - 1
 

@@ -267,7 +267,8 @@ class P4RuntimeDriver(Driver):
                 "report_meter_ok": float(self.tm.meter_config_error is None),
                 "queue0_guard_packets": self.counters.queue0_guard_packets,
                 "primary": float(self.connection.primary), "primary_replica": rank_of(arbitration.primary_id),
-                "primary_changes": arbitration.changes, "primary_since_seconds": arbitration.since}
+                "primary_changes": arbitration.changes, "primary_since_seconds": arbitration.since,
+                "primary_vacancies": arbitration.vacancies}
 
     def close(self) -> None:
         with self._lock:

@@ -200,6 +200,8 @@ class P4RuntimeSession:
         past = (update.election_id.high, update.election_id.low) if update.HasField("election_id") else None
         state = self.arbitration
         primary_id = past if status != code_pb2.NOT_FOUND else None
+        if primary_id is None and state.primary_id is not None:
+            state.vacancies += 1
         if primary_id != state.primary_id:
             state.changes += 1
             state.since = time.time()
