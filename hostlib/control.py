@@ -18,6 +18,9 @@ reserved ``msg_id``; the receiver acknowledges them like any other packet.
   ranges: its size follows the announce's bytes, never the N it declares.
 * ``FIN_MSG_ID`` (0xFFFFFFFE): the sender has finished; the receiver answers with DONE (lost message ids)
   and keeps answering repeated FINs for ``AtpConfig.finished_linger_s``.
+* ``MSR_MSG_ID`` (0xFFFFFFFC): a live MSR change of the header's group (``AtpSender.set_msr``), one packet,
+  payload ``change:u32 | msr:u16 Q1.15``: ``change`` numbers the sender's changes (from 1, +1 per change of any
+  group), so a receiver applies a group's change only if it is newer than the last it applied; ``msr`` < 1.
 """
 from __future__ import annotations
 
@@ -37,7 +40,11 @@ from netapprox.hostlib import wire
 
 ANNOUNCE_MSG_ID = 0xFFFFFFFF
 FIN_MSG_ID = 0xFFFFFFFE
-CONTROL_MSG_IDS = (ANNOUNCE_MSG_ID, FIN_MSG_ID)
+MSR_MSG_ID = 0xFFFFFFFC
+CONTROL_MSG_IDS = (ANNOUNCE_MSG_ID, FIN_MSG_ID, MSR_MSG_ID)
+MSR_CHANGE_LEN = 6
+MSR_CHANGE = struct.Struct("!IH")
+"""An MSR change's payload: change:u32 | msr:u16 (Q1.15)."""
 NO_VECTOR = 0xFFFFFFFF
 _MAGIC = b"ATPJ"
 _HEAD = struct.Struct("!4sIIIH")
@@ -259,3 +266,20 @@ def announce_auth_ok(key: bytes, header: wire.Header, token: bytes, auth: bytes,
     want = announce_auth(key, job_id=header.job_id, pkt_idx=header.pkt_idx, pkt_cnt=header.pkt_cnt, token=token,
                          chunk=chunk)
     return hmac.compare_digest(auth, want)
+
+
+def encode_msr_change(change: int, msr: float) -> bytes:
+    """The payload of an MSR change: ``change:u32 | msr:u16`` (Q1.15)."""
+    return MSR_CHANGE.pack(change, wire.tlr_to_q15(msr))
+
+
+def decode_msr_change(payload: bytes) -> tuple[int, float]:
+    """(change number, MSR) of an MSR change's payload; ``MalformedPacket("bad_msr_change")`` unless it is 6 bytes
+    with a change number >= 1 and an MSR below 1."""
+    if len(payload) != MSR_CHANGE_LEN:
+        raise wire.MalformedPacket("bad_msr_change", f"{len(payload)} bytes, an MSR change has {MSR_CHANGE_LEN}")
+    change, q = MSR_CHANGE.unpack(payload)
+    if change == 0 or q >= wire.TLR_ONE:
+        raise wire.MalformedPacket("bad_msr_change", f"change {change}, msr {q}/32768: change >= 1, msr < 1")
+    return change, wire.q15_to_tlr(q)
+

@@ -228,7 +228,7 @@ class _Job:
         "held", "seq_firsts", "seq_lasts", "packets", "duplicates", "charged", "done_datagrams", "finished_at",
         "rejected", "pending_ack", "pending_count", "rx_bytes", "tx_bytes", "done_next", "validated", "token",
         "required", "top", "grant", "alloc", "data_packets", "records", "trimmed", "echo", "grant_queue", "need_bytes",
-        "payload")
+        "payload", "msr", "msr_change")
 
     def __init__(self, job_id: int, peer: Address, now: float) -> None:
         self.job_id = job_id
@@ -267,6 +267,8 @@ class _Job:
         ``REPLY_FACTOR`` times that."""
         self.token: bytes | None = None
         self.required: list[int] = []  # per group index: messages the MSR needs
+        self.msr: list[float] = []  # per group index: the MSR, as announced or as last changed (MSR change)
+        self.msr_change: list[int] = []  # per group index: number of the last MSR change applied (0: none)
         # receiver grants (AtpConfig.receiver_grants): the newest sequence number that arrived (data, announce or a
         # trimmed header), the grant given (the sender may send below it), the packets it may have in flight
         self.top: int | None = None
@@ -393,7 +395,7 @@ class AtpReceiver:
             self.malformed["job_zero"] += 1
             return
         trimmed = header.flags & wire.Flags.TRIM
-        if trimmed and (header.flags & wire.Flags.APPROX or header.length or header.msg_id >= control.FIN_MSG_ID):
+        if trimmed and (header.flags & wire.Flags.APPROX or header.length or header.msg_id >= control.MSR_MSG_ID):
             self.malformed["bad_trim"] += 1  # a switch leaves just the header of approximate data, APPROX cleared
             return
         job = self.jobs.get(header.job_id)
@@ -425,6 +427,8 @@ class AtpReceiver:
             self._on_trimmed(job, header, now)
         elif header.msg_id == control.FIN_MSG_ID:
             self._on_fin(job, header, now)
+        elif header.msg_id == control.MSR_MSG_ID:
+            self._on_msr_change(job, header, payload)
         elif header.msg_id == control.ANNOUNCE_MSG_ID:
             chunk = self._announce_chunk(header, payload)
             if chunk is not None:
@@ -991,6 +995,8 @@ class AtpReceiver:
         job.ordered = [g.msr >= 1.0 for g in manifest.groups]
         job.delivered_per_group = [0] * len(manifest.groups)
         job.required = [required_messages(g.msr, g.count) for g in manifest.groups]
+        job.msr = [g.msr for g in manifest.groups]
+        job.msr_change = [0] * len(manifest.groups)
         job.need_bytes = manifest.need_bytes
         self._grant_dirty = self.granting
         for k, g in enumerate(manifest.groups):
@@ -1002,6 +1008,31 @@ class AtpReceiver:
         self._release(job)
         self._finish_record(job, now)
         self._events.append(events.JobRejected(job.job_id, reason))
+
+    def _on_msr_change(self, job: _Job, h: wire.Header, payload: bytes) -> None:
+        """A live MSR change of group ``h.group_id``: applied when newer than the group's last (changes may be
+        reordered or repeated), acknowledged either way; the job's result reports the group's MSR as changed."""
+        try:
+            change, msr = control.decode_msr_change(payload)
+        except wire.MalformedPacket as err:
+            self.malformed[err.reason] += 1
+            return
+        m = job.manifest
+        if m is None:
+            self.dropped["msr_before_announce"] += 1
+            return
+        k = next((i for i, g in enumerate(m.groups) if g.group_id == h.group_id), None)
+        if k is None:
+            self.dropped["msr_unknown_group"] += 1
+            return
+        if job.ordered[k]:
+            self.dropped["msr_exact_group"] += 1
+            return
+        if change > job.msr_change[k]:
+            job.msr_change[k] = change
+            job.msr[k] = msr
+            job.required[k] = required_messages(msr, m.groups[k].count)
+        self._ack(job, h)
 
     def _on_fin(self, job: _Job, h: wire.Header, now: float) -> None:
         m = job.manifest
@@ -1018,7 +1049,7 @@ class AtpReceiver:
         result = JobResult(
             job_id=job.job_id, peer=job.peer, total=m.total, vector_len=m.vector_len,
             lost_ranges=tuple(zip(lost[::2], lost[1::2])),
-            groups=tuple(GroupResult(g.group_id, g.msr, g.count, job.delivered_per_group[k])
+            groups=tuple(GroupResult(g.group_id, job.msr[k], g.count, job.delivered_per_group[k])
                          for k, g in enumerate(m.groups)),
             packets=job.packets, duplicates=job.duplicates, first_packet_at=job.first_at, finished_at=now)
         parts = wire.encode_done_payloads(lost, self.config.max_payload)

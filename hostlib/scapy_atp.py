@@ -13,8 +13,11 @@ Left unset (``None``), ``count`` and ``length`` are filled in when the packet is
 of packed records under an ``ATPRecords`` payload, else 1 for DATA and 0 for the other types; ``length`` is the
 payload's size. An ``ATPAck`` payload (ACK and GRANT) with ``grant`` or ``token`` set adds the ``GRANT`` or
 ``TOKEN`` flag to the header, as ``hostlib.wire.encode_ack`` does. When dissecting, a DATA packet with
-``count >= 2`` gets an ``ATPRecords`` payload and an ACK or GRANT an ``ATPAck`` payload whose ``grant`` and
-``token`` are read when the header's flags say they are there; other payloads stay ``Raw``.
+``count >= 2`` gets an ``ATPRecords`` payload, a DATA packet with the MSR change's message id (not trimmed) an
+``ATPMsrChange`` payload, and an ACK or GRANT an ``ATPAck`` payload whose ``grant`` and ``token`` are read when the
+header's flags say they are there; other payloads stay ``Raw``.
+
+    >>> change = ATP(type=1, job_id=7, msg_id=MSR_MSG_ID, group_id=2) / ATPMsrChange(change=1, msr=0x2000)
 
 Importing this module needs scapy (a dev/test dependency, not a hostlib runtime dependency). Header field names
 and widths are taken from ``hostlib.wire.HEADER_FIELDS`` so the layer cannot drift from the encoder.
@@ -27,6 +30,7 @@ from scapy.layers.inet import UDP
 from scapy.packet import Packet, Raw, bind_layers, split_layers
 
 from netapprox.hostlib import wire
+from netapprox.hostlib.control import MSR_MSG_ID
 
 
 class Q15Field(BitField):
@@ -94,6 +98,8 @@ class ATP(Packet):
     def guess_payload_class(self, payload: bytes):
         if self.type == wire.PacketType.DATA and self.count is not None and self.count >= 2:
             return ATPRecords
+        if self.type == wire.PacketType.DATA and self.msg_id == MSR_MSG_ID and not self.flags & wire.Flags.TRIM:
+            return ATPMsrChange
         if self.type in (wire.PacketType.ACK, wire.PacketType.GRANT):
             return ATPAck
         return Raw
@@ -125,6 +131,19 @@ class ATPRecords(Packet):
 
     def mysummary(self) -> str:
         return "records " + ",".join(str(r.msg_id) for r in self.records if isinstance(r, ATPRecord))
+
+
+# --- DATA payload of an MSR change (msg_id MSR_MSG_ID): change:u32 | msr:u16 (Q1.15) --------------------------
+
+
+class ATPMsrChange(Packet):
+    """A live MSR change of the header's group: the sender's change number (from 1) and the new MSR (below 1)."""
+
+    name = "ATP MSR change"
+    fields_desc = [IntField("change", 1), Q15Field("msr", 0, 16)]
+
+    def mysummary(self) -> str:
+        return f"MSR change {self.change}: {wire.q15_to_tlr(self.msr):g}"
 
 
 # --- ACK and GRANT payload: n:u16, n SACK blocks, then grant:u32 (GRANT flag), token:16 (TOKEN flag) -----------

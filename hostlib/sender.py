@@ -294,6 +294,12 @@ class AtpSender:
         self._token_pending = False  # the last ACK carried a token: the receiver still waits for the echo
         self._sent_msg = array.array("I")  # per sequence number used (seq - ISN): the msg_id and pkt_idx it
         self._sent_idx = array.array("H")  # carried, so answers can be checked (6 bytes per packet sent)
+        # live MSR changes (set_msr): the latest per group, what the receiver acknowledged, what is in flight
+        self._msr_changes = 0
+        self._msr_latest: dict[int, tuple[int, float]] = {}  # group id -> (change number, MSR)
+        self._msr_acked: dict[int, int] = {}  # group id -> highest change number acknowledged
+        self._msr_queued: set[int] = set()  # groups with an MSR change in the control queue
+        self._msr_sent: dict[int, tuple[int, int]] = {}  # sequence number -> (group id, change number)
 
     def _reset_transfer(self) -> None:
         """Message, group, scheduler, loss-recovery and rate state as at the start of the job. Called again when a
@@ -509,7 +515,9 @@ class AtpSender:
         raised, damaged messages beyond the new budget are repaired; lowered, the job completes as soon as every
         group has what it now needs. Messages already delivered stay delivered. An approximate group stays below 1
         (an MSR of 1 makes a group exact, which the receiver learns from the announce); a group announced at 1
-        cannot change. Only while SENDING: once the job completes its guarantee is settled."""
+        cannot change. Only while SENDING: once the job completes its guarantee is settled. The MSR is rounded to
+        Q1.15, as the wire carries it, and the change goes to the receiver as an MSR change control message
+        (docs/wire-format.md), repeated until acknowledged."""
         g = self.groups[group_id]
         if isinstance(msr, bool) or not (isinstance(msr, (int, float)) and 0.0 <= msr < 1.0):
             raise ConfigError(f"MSR {msr!r} for group {group_id}: a live change must be in [0, 1)")
@@ -517,7 +525,16 @@ class AtpSender:
             raise ConfigError(f"group {group_id} was announced with MSR 1 (exact, in order): its MSR cannot change")
         if self.state != SenderState.SENDING:
             raise ConfigError(f"job {self.job.job_id} is {self.state.value}: its MSR can no longer change")
-        g.msr = float(msr)
+        msr = wire.q15_to_tlr(wire.tlr_to_q15(msr))  # what the wire carries, so both ends agree on ceil(MSR·N)
+        self._apply_msr(g, msr)
+        self._msr_changes += 1
+        self._msr_latest[group_id] = (self._msr_changes, msr)
+        self._queue_msr_change(group_id)
+        self._plan_repairs(g)
+        self._check_complete(now)
+
+    def _apply_msr(self, g: _Group, msr: float) -> None:
+        g.msr = msr
         g.required = required_messages(g.msr, g.total)
         g.budget = g.total - g.required
         g.tlr = g.next_tlr()
@@ -526,8 +543,12 @@ class AtpSender:
             if p.state == ACTIVE and p.next_new < p.cnt:
                 self.scheduler.update(mid, remaining=p.remaining, repair=False, retries=p.retries)
         g.parked.clear()
-        self._plan_repairs(g)
-        self._check_complete(now)
+
+    def _queue_msr_change(self, group_id: int) -> None:
+        """The group's latest change goes out (once queued; a newer change replaces what is not sent yet)."""
+        if group_id not in self._msr_queued:
+            self._msr_queued.add(group_id)
+            self._control.append((control.MSR_MSG_ID, group_id))
 
     def _start(self, now: float) -> None:
         """The job starts at the first datagrams_to_send(), not at construction (which may be slow)."""
@@ -596,6 +617,8 @@ class AtpSender:
             return control.ANNOUNCE_PREFIX_LEN + len(self._announce[idx])
         if msg_id == control.FIN_MSG_ID:
             return 0
+        if msg_id == control.MSR_MSG_ID:
+            return control.MSR_CHANGE_LEN
         m = self.messages[msg_id]
         mp = self.config.max_payload
         return min(mp, len(m.data) - idx * mp) if m.data else 0
@@ -607,6 +630,10 @@ class AtpSender:
             msg_id, idx = ctl[0]
             if msg_id == control.ANNOUNCE_MSG_ID and self._announce_acked[idx]:
                 ctl.popleft()
+                continue
+            if msg_id == control.MSR_MSG_ID and self._msr_acked.get(idx, 0) >= self._msr_latest[idx][0]:
+                ctl.popleft()
+                self._msr_queued.discard(idx)
                 continue
             return msg_id, idx
         if self.state != SenderState.SENDING:
@@ -645,10 +672,17 @@ class AtpSender:
             self.packets_sent += 1
             self.recovery.on_packet_sent(SentPacket(seq, msg_id, 0, None, self._payload_len(msg_id, 0), now))
             return self._announce_datagram(0, seq)
-        seq = self._next_seq(msg_id, idx)
+        seq = self._next_seq(msg_id, 0 if msg_id == control.MSR_MSG_ID else idx)
         self.packets_sent += 1
         if msg_id in control.CONTROL_MSG_IDS:
             self._control.popleft()
+            if msg_id == control.MSR_MSG_ID:  # idx: the group
+                self._msr_queued.discard(idx)
+                change, msr = self._msr_latest[idx]
+                self._msr_sent[seq] = (idx, change)
+                self.recovery.on_packet_sent(SentPacket(seq, msg_id, 0, None, control.MSR_CHANGE_LEN, now))
+                return wire.encode(wire.Header(job_id=self.job.job_id, msg_id=msg_id, group_id=idx, seq=seq),
+                                   control.encode_msr_change(change, msr))
             if msg_id == control.ANNOUNCE_MSG_ID:
                 self.recovery.on_packet_sent(SentPacket(seq, msg_id, idx, None, self._payload_len(msg_id, idx), now))
                 return self._announce_datagram(idx, seq)
@@ -791,6 +825,13 @@ class AtpSender:
         self._free_until = ((self._seq - self._isn) & 0xFFFFFFFF) + max(self.config.first_window, len(self._announce))
         self._grant = None
         self._control = collections.deque((control.ANNOUNCE_MSG_ID, i) for i in range(len(self._announce)))
+        # live MSR changes made so far hold on: applied again, and sent again behind the announce
+        self._msr_sent.clear()
+        self._msr_acked.clear()
+        self._msr_queued.clear()
+        for gid, (_, msr) in sorted(self._msr_latest.items()):
+            self._apply_msr(self.groups[gid], msr)
+            self._queue_msr_change(gid)
         self._epoch_end = now + self._epoch_length()
         self._last_progress = now
 
@@ -884,6 +925,11 @@ class AtpSender:
         if p.msg_id == control.ANNOUNCE_MSG_ID:
             self._announce_acked[p.pkt_idx] = 1
             return
+        if p.msg_id == control.MSR_MSG_ID:
+            gid, change = self._msr_sent.pop(p.seq, (0, 0))
+            if change > self._msr_acked.get(gid, 0):
+                self._msr_acked[gid] = change
+            return
         if not p.more:
             self._message_packet_acked(self.messages[p.msg_id], p.pkt_idx, p.size)
             return
@@ -927,6 +973,11 @@ class AtpSender:
             if p.msg_id == control.ANNOUNCE_MSG_ID:
                 if not self._announce_acked[p.pkt_idx]:
                     self._control.append((p.msg_id, p.pkt_idx))
+                continue
+            if p.msg_id == control.MSR_MSG_ID:
+                gid, change = self._msr_sent.pop(p.seq, (0, 0))
+                if change and change == self._msr_latest[gid][0] and self._msr_acked.get(gid, 0) < change:
+                    self._queue_msr_change(gid)
                 continue
             for mid in (p.msg_id, *p.more):
                 self._message_packet_lost(self.messages[mid], p.pkt_idx, p.retransmission, touched)

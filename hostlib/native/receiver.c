@@ -1509,6 +1509,41 @@ static int on_new_announce(Receiver *r, const AtpHeader *h, const uint8_t *paylo
 
 /* ============================== FIN, DONE ============================== */
 
+/* _on_msr_change: a live MSR change of group h->group_id, applied when newer than the group's last, acknowledged
+ * either way */
+static int on_msr_change(Receiver *r, Job *job, const AtpHeader *h, const uint8_t *payload) {
+    if (h->length != MSR_CHANGE_LEN)
+        return malformed(r, "bad_msr_change");
+    uint32_t change = (uint32_t)payload[0] << 24 | (uint32_t)payload[1] << 16 | (uint32_t)payload[2] << 8 | payload[3];
+    uint16_t q = (uint16_t)(payload[4] << 8 | payload[5]);
+    if (change == 0 || q >= ATP_TLR_ONE)
+        return malformed(r, "bad_msr_change");
+    if (job->manifest == NULL)
+        return drop(r, "msr_before_announce");
+    MGroup *g = NULL;
+    for (size_t k = 0; k < job->ngroups && g == NULL; k++)
+        if (job->groups[k].group_id == h->group_id)
+            g = &job->groups[k];
+    if (g == NULL)
+        return drop(r, "msr_unknown_group");
+    if (g->ordered)
+        return drop(r, "msr_exact_group");
+    if (change > g->msr_change) {
+        double msr = q / 32768.0;
+        PyObject *req = PyObject_CallFunction(R.required_messages, "dL", msr, (long long)g->count);
+        if (req == NULL)
+            return -1;
+        long long required = PyLong_AsLongLong(req);
+        Py_DECREF(req);
+        if (required == -1 && PyErr_Occurred())
+            return -1;
+        g->msr_change = change;
+        g->msr = msr;
+        g->required = required;
+    }
+    return send_ack(r, job, h, 0);
+}
+
 static int on_fin(Receiver *r, Job *job, const AtpHeader *h, double now) {
     if (job->manifest == NULL)
         return drop(r, "fin_before_announce");
@@ -1689,7 +1724,7 @@ int receiver_receive(Receiver *r, const uint8_t *data, size_t len, PyObject *add
     if (h.job_id == 0)
         return malformed(r, "job_zero");
     int trimmed = (h.flags & F_TRIM) != 0;
-    if (trimmed && ((h.flags & F_APPROX) || h.length || h.msg_id >= FIN_MSG_ID))
+    if (trimmed && ((h.flags & F_APPROX) || h.length || h.msg_id >= MSR_MSG_ID))
         return malformed(r, "bad_trim"); /* a switch leaves just the header of approximate data, APPROX cleared */
     Job *job = receiver_find_job(r, h.job_id);
     const uint8_t *payload = data + ATP_HEADER_LEN;
@@ -1740,6 +1775,8 @@ int receiver_receive(Receiver *r, const uint8_t *data, size_t len, PyObject *add
         return on_trimmed(r, job, &h);
     if (h.msg_id == FIN_MSG_ID)
         return on_fin(r, job, &h, now);
+    if (h.msg_id == MSR_MSG_ID)
+        return on_msr_change(r, job, &h, payload);
     if (h.msg_id == ANNOUNCE_MSG_ID) {
         int ok = announce_chunk(r, &h, payload);
         if (ok <= 0)

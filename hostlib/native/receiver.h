@@ -49,6 +49,7 @@ typedef struct {
     uint32_t ri, nxt; /* cursor (ordered groups) */
     int64_t delivered;
     int64_t required; /* messages the MSR needs */
+    uint32_t msr_change; /* number of the last MSR change applied (0: none) */
 } MGroup;
 
 /* _Job; starts with what the slot table reads (source, progressed, progress_at) */

@@ -42,7 +42,7 @@ double sender_epoch_length(const Sender *s) {
 }
 
 static inline int is_control(uint32_t msg_id) {
-    return msg_id == ANNOUNCE_MSG_ID || msg_id == FIN_MSG_ID || msg_id == ECHO_MSG_ID;
+    return msg_id == ANNOUNCE_MSG_ID || msg_id == FIN_MSG_ID || msg_id == ECHO_MSG_ID || msg_id == MSR_MSG_ID;
 }
 
 /* the offset of the next sequence number from the ISN */
@@ -102,6 +102,8 @@ static inline Py_ssize_t payload_len(Sender *s, uint32_t msg_id, uint32_t idx) {
         return ANNOUNCE_PREFIX_LEN + PyBytes_GET_SIZE(s->announce[idx]);
     if (msg_id == FIN_MSG_ID)
         return 0;
+    if (msg_id == MSR_MSG_ID)
+        return MSR_CHANGE_LEN;
     Msg *m = &s->msgs[msg_id];
     Py_ssize_t len = PyBytes_GET_SIZE(m->data);
     if (len == 0)
@@ -114,6 +116,25 @@ static int ctl_append(Sender *s, uint32_t msg_id, uint32_t idx) {
     return RING_PUSH(&s->ctl, ((CtlItem){msg_id, idx}), 8);
 }
 
+/* _queue_msr_change: the group's latest change goes out (once queued) */
+static int queue_msr_change(Sender *s, size_t gi) {
+    if (s->msr_queued[gi])
+        return 0;
+    s->msr_queued[gi] = 1;
+    return ctl_append(s, MSR_MSG_ID, (uint32_t)gi);
+}
+
+/* the MSR change sequence number ``seq`` carried, taken off the list: 1, or 0 when there is none */
+static int msr_sent_take(Sender *s, uint32_t seq, MsrSent *out) {
+    for (size_t k = 0; k < s->msr_sent.n; k++)
+        if (s->msr_sent.v[k].seq == seq) {
+            *out = s->msr_sent.v[k];
+            s->msr_sent.v[k] = s->msr_sent.v[--s->msr_sent.n];
+            return 1;
+        }
+    return 0;
+}
+
 /* _peek: the next (msg_id, idx) to send: 1, or 0 when there is none, -1 on error. ``plan`` (_peek(now) rather than
  * _peek(None)): a damaged message smaller than the next new one is repaired first (adaptive, MRDF). */
 static int peek(Sender *s, int plan, uint32_t *msg_id, uint32_t *idx) {
@@ -121,6 +142,11 @@ static int peek(Sender *s, int plan, uint32_t *msg_id, uint32_t *idx) {
         CtlItem c = RING_FRONT(&s->ctl);
         if (c.msg_id == ANNOUNCE_MSG_ID && s->announce_acked[c.idx]) {
             RING_POP(&s->ctl);
+            continue;
+        }
+        if (c.msg_id == MSR_MSG_ID && s->msr_acked[c.idx] >= s->msr_latest[c.idx]) {
+            RING_POP(&s->ctl);
+            s->msr_queued[c.idx] = 0;
             continue;
         }
         *msg_id = c.msg_id;
@@ -262,9 +288,32 @@ static int emit(Sender *s, uint32_t msg_id, uint32_t idx, double now, size_t *le
         *len = (size_t)(ATP_HEADER_LEN + p.size);
         return announce_datagram(s, 0, seq, out);
     }
-    if (next_seq(s, msg_id, idx, &seq) != 0)
+    if (next_seq(s, msg_id, msg_id == MSR_MSG_ID ? 0 : idx, &seq) != 0)
         return -1;
     s->packets_sent++;
+    if (msg_id == MSR_MSG_ID) { /* idx: the group index */
+        RING_POP(&s->ctl);
+        s->msr_queued[idx] = 0;
+        MsrSent ms = {seq, idx, s->msr_latest[idx]};
+        if (ARRAY_PUSH(&s->msr_sent, ms, 4) != 0)
+            return -1;
+        SentPkt p = {.seq = seq, .msg_id = msg_id, .pkt_idx = 0, .size = MSR_CHANGE_LEN, .group_id = -1,
+                     .sent_time = now};
+        if (recovery_on_sent(&s->recovery, &p) != 0)
+            return -1;
+        AtpHeader mh = {.version = ATP_VERSION, .type = PT_DATA, .queue = ATP_QUEUE_UNSET,
+                        .job_id = (uint32_t)s->job_id, .msg_id = msg_id, .group_id = (uint16_t)s->groups[idx].group_id,
+                        .pkt_cnt = 1, .seq = seq, .deadline_us = ATP_NO_DEADLINE, .count = 1,
+                        .length = MSR_CHANGE_LEN};
+        atp_encode(out, &mh);
+        uint8_t *b = out + ATP_HEADER_LEN;
+        uint32_t ch = ms.change;
+        uint16_t q = atp_q15(s->groups[idx].msr);
+        b[0] = (uint8_t)(ch >> 24), b[1] = (uint8_t)(ch >> 16), b[2] = (uint8_t)(ch >> 8), b[3] = (uint8_t)ch;
+        b[4] = (uint8_t)(q >> 8), b[5] = (uint8_t)q;
+        *len = ATP_HEADER_LEN + MSR_CHANGE_LEN;
+        return 0;
+    }
     AtpHeader h = {.version = ATP_VERSION, .type = PT_DATA, .queue = ATP_QUEUE_UNSET, .job_id = (uint32_t)s->job_id,
                    .msg_id = msg_id, .pkt_idx = (uint16_t)idx, .seq = seq, .deadline_us = ATP_NO_DEADLINE,
                    .count = 1};
@@ -516,6 +565,12 @@ static int on_packet_acked(Sender *s, const SentPkt *p) {
         s->announce_acked[p->pkt_idx] = 1;
         return 0;
     }
+    if (p->msg_id == MSR_MSG_ID) {
+        MsrSent ms;
+        if (msr_sent_take(s, p->seq, &ms) && ms.change > s->msr_acked[ms.gi])
+            s->msr_acked[ms.gi] = ms.change;
+        return 0;
+    }
     if (p->more_n == 0)
         return message_packet_acked(s, p->msg_id, p->pkt_idx, p->size);
     /* a packed packet: each message whole, in its one packet */
@@ -649,6 +704,12 @@ static int on_lost(Sender *s, const SentPkt *lost, size_t n) {
                 rc = ctl_append(s, p->msg_id, p->pkt_idx);
             continue;
         }
+        if (p->msg_id == MSR_MSG_ID) {
+            MsrSent ms;
+            if (msr_sent_take(s, p->seq, &ms) && ms.change == s->msr_latest[ms.gi] && s->msr_acked[ms.gi] < ms.change)
+                rc = queue_msr_change(s, ms.gi);
+            continue;
+        }
         rc = message_packet_lost(s, p->msg_id, p->pkt_idx, p->retx, touched);
         for (uint32_t k = 0; k < p->more_n && rc == 0; k++)
             rc = message_packet_lost(s, s->more_ids.v[p->more_off + k], 0, p->retx, touched);
@@ -770,6 +831,7 @@ static int check_complete(Sender *s, double now) {
 
 int sender_set_msr(Sender *s, size_t gi, double msr, int64_t required, double now) {
     Group *g = &s->groups[gi];
+    s->msr_latest[gi] = ++s->msr_changes;
     g->msr = msr;
     g->required = required;
     g->budget = g->total - required;
@@ -781,7 +843,7 @@ int sender_set_msr(Sender *s, size_t gi, double msr, int64_t required, double no
             return -1;
     }
     g->parked.n = 0;
-    if (plan_repairs(s, g) != 0)
+    if (queue_msr_change(s, gi) != 0 || plan_repairs(s, g) != 0)
         return -1;
     return check_complete(s, now);
 }
@@ -888,7 +950,7 @@ static int on_ack(Sender *s, const AtpHeader *h, const SackBlock *blocks, int nb
     if (h->msg_id == FIN_MSG_ID)
         return 0;
     int trimmed = (h->flags & F_TRIM) != 0; /* the packet arrived without its payload: lost, no timer */
-    if (h->msg_id != ANNOUNCE_MSG_ID && !trimmed) {
+    if (!is_control(h->msg_id) && !trimmed) {
         s->path_queue = h->queue;
         int gi = rate_group_index(&s->rate, h->group_id);
         if (gi >= 0) {
@@ -1060,6 +1122,14 @@ static int on_retry(Sender *s, const AtpHeader *h, const uint8_t *payload, size_
     for (size_t i = 0; i < s->nannounce; i++)
         if (ctl_append(s, ANNOUNCE_MSG_ID, (uint32_t)i) != 0)
             return -1;
+    /* live MSR changes made so far hold on (reset keeps each group's MSR): sent again behind the announce */
+    s->msr_sent.n = 0;
+    for (size_t i = 0; i < s->ngroups; i++) {
+        s->msr_acked[i] = 0;
+        s->msr_queued[i] = 0;
+        if (s->msr_latest[i] && (s->tlr[i] = next_tlr(&s->groups[i]), queue_msr_change(s, i) != 0))
+            return -1;
+    }
     s->epoch_end = now + sender_epoch_length(s);
     s->last_progress = now;
     return 0;

@@ -59,6 +59,11 @@ typedef struct {
     uint32_t msg_id, idx;
 } CtlItem;
 
+/* an MSR change in flight (sender._msr_sent) */
+typedef struct {
+    uint32_t seq, gi, change;
+} MsrSent;
+
 typedef struct {
     PyObject_HEAD
     PyObject *job, *config, *peer, *summary, *failure;
@@ -120,6 +125,12 @@ typedef struct {
     ARRAY(uint32_t) sent_msg; /* per sequence number used (seq - isn): the msg_id and pkt_idx it carried */
     ARRAY(uint16_t) sent_idx;
     EventQueue ev;
+    /* live MSR changes (set_msr; sender._msr_*), per group index */
+    uint32_t msr_changes;  /* changes made so far */
+    uint32_t *msr_latest;  /* number of the group's latest change (0: none) */
+    uint32_t *msr_acked;   /* highest change of the group the receiver acknowledged */
+    uint8_t *msr_queued;   /* the group has an MSR change in the control queue */
+    ARRAY(MsrSent) msr_sent;
     /* socket I/O */
     SendBatch batch;
     RecvRing ring;

@@ -36,6 +36,10 @@ static void Sender_dealloc(Sender *s) {
         free(s->groups);
     }
     free(s->tlr);
+    free(s->msr_latest);
+    free(s->msr_acked);
+    free(s->msr_queued);
+    ARRAY_FREE(&s->msr_sent);
     if (s->announce) {
         for (size_t i = 0; i < s->nannounce; i++)
             Py_XDECREF(s->announce[i]);
@@ -135,8 +139,12 @@ static int read_groups(Sender *s, PyObject *job) {
     size_t n = s->ngroups ? s->ngroups : 1;
     s->groups = calloc(n, sizeof(Group));
     s->tlr = calloc(n, sizeof(double));
+    s->msr_latest = calloc(n, sizeof(uint32_t));
+    s->msr_acked = calloc(n, sizeof(uint32_t));
+    s->msr_queued = calloc(n, 1);
     ids = calloc(n, sizeof(long long));
-    if (s->groups == NULL || s->tlr == NULL || ids == NULL) {
+    if (s->groups == NULL || s->tlr == NULL || ids == NULL || s->msr_latest == NULL || s->msr_acked == NULL ||
+        s->msr_queued == NULL) {
         PyErr_NoMemory();
         goto out;
     }
@@ -557,6 +565,7 @@ static PyObject *Sender_set_msr(Sender *s, PyObject *args) {
         }
         return NULL;
     }
+    msr = atp_q15(msr) / 32768.0; /* what the wire carries, so both ends agree on ceil(MSR * N) */
     PyObject *req = PyObject_CallFunction(R.required_messages, "dL", msr, (long long)g->total);
     if (req == NULL)
         return NULL;

@@ -32,6 +32,8 @@ enum { F_APPROX = 0x01, F_RETX = 0x02, F_ECE = 0x04, F_TAGGED = 0x08, F_CE = 0x1
 /* hostlib/control.py: the reserved message ids and the announce part's prefix (token | auth) */
 #define ANNOUNCE_MSG_ID 0xFFFFFFFFu
 #define FIN_MSG_ID 0xFFFFFFFEu
+#define MSR_MSG_ID 0xFFFFFFFCu /* a live MSR change (control.MSR_MSG_ID): payload change:u32 | msr:u16 */
+#define MSR_CHANGE_LEN 6
 #define ANNOUNCE_PREFIX_LEN (ATP_TOKEN_LEN + ATP_AUTH_LEN)
 
 typedef struct {

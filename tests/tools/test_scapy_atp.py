@@ -11,7 +11,7 @@ from hypothesis import strategies as st  # noqa: E402
 from scapy.all import IP, UDP, Raw  # noqa: E402
 
 from netapprox.hostlib import control, wire  # noqa: E402
-from netapprox.hostlib.scapy_atp import ATP, ATPAck, ATPRecord, ATPRecords, ATPSackBlock, bind_port  # noqa: E402
+from netapprox.hostlib.scapy_atp import ATP, ATPAck, ATPMsrChange, ATPRecord, ATPRecords, ATPSackBlock, bind_port  # noqa: E402
 
 F = wire.Flags
 
@@ -106,6 +106,20 @@ def test_trimmed_data_and_announce_round_trip():
     _token, _auth, chunk = control.decode_announce_part(payload)
     assert control.Manifest.decode(chunk, max_messages=10).need_bytes == 4000
     assert bytes(ATP(announce)) == announce
+
+
+def test_msr_change_builds_and_dissects_as_hostlib_control():
+    data = wire.encode(wire.Header(job_id=7, msg_id=control.MSR_MSG_ID, group_id=2, seq=11),
+                       control.encode_msr_change(3, 0.25))
+    built = ATP(type=1, job_id=7, msg_id=control.MSR_MSG_ID, group_id=2, seq=11) / ATPMsrChange(change=3, msr=0x2000)
+    assert bytes(built) == data
+    pkt = ATP(data)
+    assert isinstance(pkt.payload, ATPMsrChange) and (pkt.payload.change, pkt.payload.msr) == (3, 0x2000)
+    assert control.decode_msr_change(bytes(pkt.payload)) == (3, 0.25)
+    assert "MSR change 3: 0.25" in pkt.payload.mysummary()
+    # a trimmed one is a bare header (malformed for a receiver): no payload to dissect
+    trimmed = wire.encode(wire.Header(flags=F.TRIM, job_id=7, msg_id=control.MSR_MSG_ID))
+    assert not isinstance(ATP(trimmed).payload, ATPMsrChange)
 
 
 # --- property tests: scapy builds what hostlib.wire decodes, and dissects what it encodes --------------------

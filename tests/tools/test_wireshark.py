@@ -98,6 +98,8 @@ def _cases() -> list[tuple[str, Any]]:
             ATP(type=1, job_id=23, msg_id=control.ANNOUNCE_MSG_ID, pkt_idx=1, pkt_cnt=2),
             announce_part(23, b"\x00\x01" * 20, pkt_idx=1, pkt_cnt=2))),
         ("FIN", _to_receiver(ATP(type=1, job_id=VECTOR_JOB, msg_id=control.FIN_MSG_ID, seq=99))),
+        ("MSR change", _wire_to_receiver(wire.encode(wire.Header(job_id=5, msg_id=control.MSR_MSG_ID, group_id=3,
+                                                                 seq=77), control.encode_msr_change(2, 0.25)))),
         ("ACK with SACK blocks", _to_sender(
             ATP(type=2, flags=F.ECE, queue=2, job_id=5, msg_id=12, group_id=1, seq=1000),
             wire.encode_ack_payload([(990, 1000), (900, 980), (0, 0)]))),
@@ -148,6 +150,11 @@ def _cases() -> list[tuple[str, Any]]:
         ("trimmed, APPROX still set", _wire_to_receiver(_data(flags=F.TRIM | F.APPROX, tlr=0x1000))),
         ("trimmed, with a payload", _wire_to_receiver(_data(b"rest", flags=F.TRIM))),
         ("trimmed FIN", _wire_to_receiver(_data(flags=F.TRIM, msg_id=control.FIN_MSG_ID))),
+        ("trimmed MSR change", _wire_to_receiver(_data(flags=F.TRIM, msg_id=control.MSR_MSG_ID))),
+        ("MSR change of 5 bytes", _wire_to_receiver(wire.encode(wire.Header(job_id=5, msg_id=control.MSR_MSG_ID),
+                                                                b"\x00\x00\x00\x01\x10"))),
+        ("MSR change to 1", _wire_to_receiver(wire.encode(wire.Header(job_id=5, msg_id=control.MSR_MSG_ID),
+                                                          struct.pack("!IH", 1, wire.TLR_ONE)))),
         ("ACK, flags promise a grant and a token", _wire_to_sender(
             wire.encode(wire.Header(type=wire.PacketType.ACK, flags=F.GRANT | F.TOKEN, job_id=5), b"\x00" * 12))),
         ("ACK, all-zero token", _wire_to_sender(_ack(blocks=[(1, 2)], token=wire.NO_TOKEN))),
@@ -268,7 +275,7 @@ def expected_fields(data: bytes, vector_jobs: set[int]) -> dict[str, list]:
 def _bad_trim(header: wire.Header) -> bool:
     """docs/wire-format.md, "Trimmed DATA": a header no switch could have made (hostlib's receivers count it)."""
     return (header.type == wire.PacketType.DATA and bool(header.flags & wire.Flags.TRIM)
-            and (header.approx or header.length > 0 or header.msg_id >= control.FIN_MSG_ID))
+            and (header.approx or header.length > 0 or header.msg_id >= control.MSR_MSG_ID))
 
 
 def _payload_fields(header: wire.Header, payload: bytes, data: bytes, vector_jobs: set[int]) -> dict[str, list]:
@@ -301,6 +308,10 @@ def _payload_fields(header: wire.Header, payload: bytes, data: bytes, vector_job
             return exp
         if header.msg_id == control.FIN_MSG_ID:
             return {"natp.payload": [payload]} if payload else {}
+        if header.msg_id == control.MSR_MSG_ID:
+            change, msr = control.decode_msr_change(payload)
+            return {"natp.msr_change.change": [change], "natp.msr_change.msr": [wire.tlr_to_q15(msr)],
+                    "natp.msr_change.msr_fraction": [msr]}
         if header.count > 1:
             records = wire.decode_records(payload, header)
             return {"natp.record.msg_id": [m for m, _ in records], "natp.record.len": [len(d) for _, d in records],
@@ -361,7 +372,7 @@ def _same(shown: str, want) -> bool:
 
 PARTIAL = "partial payload"
 PAYLOAD_FIELDS = ("natp.announce.", "natp.floats.", "natp.sack.", "natp.report.", "natp.done.", "natp.retry.",
-                  "natp.ack.", "natp.record.", "natp.trimmed")
+                  "natp.ack.", "natp.record.", "natp.trimmed", "natp.msr_change.")
 EXPERT_FIELDS = ("natp.malformed",)  # expert items; natp.error carries the reason
 
 
@@ -403,7 +414,7 @@ def test_every_field_matches_hostlib_wire(tmp_path, natp_fields):
     reasons = {r["natp.error"][0] for r in rows if r["natp.error"]}
     assert reasons == {"truncated", "bad_version", "bad_type", "bad_tlr", "bad_index", "bad_count", "bad_pack",
                        "bad_trim", "bad_ack", "bad_grant", "bad_report", "bad_done", "bad_floats", "bad_announce",
-                       "bad_retry", "bad_new_token"}
+                       "bad_retry", "bad_new_token", "bad_msr_change"}
 
 
 def test_every_packet_type_is_named_in_the_info_column(tmp_path):

@@ -15,14 +15,14 @@
 --
 -- Every header field is a filter field named as in hostlib/wire.py (natp.job_id, natp.tlr, ...); the TLR is
 -- also shown as a fraction (natp.tlr_fraction = tlr / 32768). Payloads are decoded as far as the wire format
--- defines them: the job announce (its admission token and auth tag, then the manifest) and FIN (reserved DATA
+-- defines them: the job announce (its admission token and auth tag, then the manifest), FIN and the MSR change (reserved DATA
 -- message ids), packed records (count >= 2: one subtree per message), trimmed DATA (natp.trimmed), float
 -- ranges, ACK SACK blocks with the grant and token fields their flags announce, GRANT packets (the same
 -- layout), the REPORT body (with its optional HMAC tag), DONE's lost message ids, RETRY's admission token and NEW_TOKEN's
 -- address-validation token.
 -- A packet hostlib would reject is marked malformed with the same reason tag (natp.error: bad_version (any
 -- version but 2, version 1 included), bad_type, bad_tlr, bad_index, bad_count, truncated, bad_pack, bad_trim,
--- bad_ack, bad_grant, bad_report, bad_done, bad_floats, bad_announce, bad_retry, bad_new_token).
+-- bad_ack, bad_grant, bad_report, bad_done, bad_floats, bad_announce, bad_retry, bad_new_token, bad_msr_change).
 -- tests/tools/test_wireshark.py checks every field against hostlib.wire on a pcap written with the scapy layer
 -- and hostlib.wire.
 
@@ -34,6 +34,7 @@ local TLR_ONE = 0x8000 -- Q1.15: 0x8000 is 1.0
 local APPROX, TRIM, GRANT, TOKEN = 0x01, 0x20, 0x40, 0x80 -- flag bits (every bit of the flags byte is defined)
 local ANNOUNCE_MSG_ID = 0xFFFFFFFF
 local FIN_MSG_ID = 0xFFFFFFFE
+local MSR_MSG_ID = 0xFFFFFFFC -- a live MSR change: change:u32 | msr:u16 (Q1.15, below 1)
 local NO_VECTOR = 0xFFFFFFFF
 local MAX_SACK_BLOCKS = 16
 local REPORT_BODY_LEN = 24
@@ -85,6 +86,9 @@ f.announce_n_groups = ProtoField.uint16("natp.announce.n_groups", "Groups")
 f.announce_group_id = ProtoField.uint16("natp.announce.group_id", "Group id")
 f.announce_msr = ProtoField.uint16("natp.announce.msr", "MSR (Q1.15)", base.HEX)
 f.announce_msr_fraction = ProtoField.double("natp.announce.msr_fraction", "MSR")
+f.msr_change = ProtoField.uint32("natp.msr_change.change", "MSR change number")
+f.msr_change_msr = ProtoField.uint16("natp.msr_change.msr", "New MSR (Q1.15)", base.HEX)
+f.msr_change_fraction = ProtoField.double("natp.msr_change.msr_fraction", "New MSR")
 f.announce_count = ProtoField.uint32("natp.announce.count", "Messages in group")
 f.announce_n_ranges = ProtoField.uint32("natp.announce.n_ranges", "Id ranges")
 f.announce_range_first = ProtoField.uint32("natp.announce.range_first", "First message id")
@@ -254,7 +258,7 @@ end
 -- Trimmed DATA: a switch whose queue was full forwarded the header alone, TRIM set, APPROX cleared, length 0,
 -- never on a control message (hostlib's receivers count anything else as bad_trim).
 local function dissect_trimmed(pl, tree, ctx)
-    if bit.band(ctx.flags, APPROX) ~= 0 or ctx.length ~= 0 or ctx.msg_id >= FIN_MSG_ID then
+    if bit.band(ctx.flags, APPROX) ~= 0 or ctx.length ~= 0 or ctx.msg_id >= MSR_MSG_ID then
         bad(ctx, tree, ctx.flags_range, "bad_trim",
             "TRIM with APPROX still set, with a payload or on a control message")
         if pl:len() > 0 then tree:add(f.payload, pl) end
@@ -264,11 +268,28 @@ local function dissect_trimmed(pl, tree, ctx)
     ctx.info = "trimmed (header only)"
 end
 
+-- A live MSR change of the header's group: change:u32 | msr:u16 (Q1.15); change >= 1, msr < 1.
+local function dissect_msr_change(pl, tree, ctx)
+    if pl:len() ~= 6 then
+        return bad(ctx, tree, pl, "bad_msr_change", string.format("%d bytes, an MSR change has 6", pl:len()))
+    end
+    local change, q = pl(0, 4):uint(), pl(4, 2):uint()
+    tree:add(f.msr_change, pl(0, 4))
+    tree:add(f.msr_change_msr, pl(4, 2))
+    tree:add(f.msr_change_fraction, pl(4, 2), q / 32768):set_generated()
+    if change == 0 or q >= 0x8000 then
+        return bad(ctx, tree, pl, "bad_msr_change", "change >= 1 and msr < 1")
+    end
+    ctx.info = string.format("MSR change %d: group %d MSR %.4f", change, ctx.group_id, q / 32768)
+end
+
 local function dissect_data(pl, tree, ctx)
     if bit.band(ctx.flags, TRIM) ~= 0 then
         return dissect_trimmed(pl, tree, ctx)
     elseif ctx.msg_id == ANNOUNCE_MSG_ID then
         return dissect_announce_part(pl, tree, ctx)
+    elseif ctx.msg_id == MSR_MSG_ID then
+        return dissect_msr_change(pl, tree, ctx)
     elseif ctx.msg_id == FIN_MSG_ID then
         ctx.info = "FIN"
         if pl:len() > 0 then tree:add(f.payload, pl) end
@@ -430,7 +451,8 @@ local TYPES = {
 
 -- Header -----------------------------------------------------------------------------------------------------
 
-local SPECIAL_MSG_IDS = { [ANNOUNCE_MSG_ID] = " (job announce)", [FIN_MSG_ID] = " (FIN)" }
+local SPECIAL_MSG_IDS = { [ANNOUNCE_MSG_ID] = " (job announce)", [FIN_MSG_ID] = " (FIN)",
+                          [MSR_MSG_ID] = " (MSR change)" }
 local type_names = {}
 for code, t in pairs(TYPES) do type_names[code] = t.name end
 
@@ -489,7 +511,7 @@ function atp.dissector(buf, pinfo, root)
     end
     local vt, flags, tlr = buf(0, 1):uint(), buf(1, 1):uint(), buf(14, 2):uint()
     local version, ptype = bit.rshift(vt, 4), bit.band(vt, 0x0F)
-    ctx.job_id, ctx.msg_id = buf(4, 4):uint(), buf(8, 4):uint()
+    ctx.job_id, ctx.msg_id, ctx.group_id = buf(4, 4):uint(), buf(8, 4):uint(), buf(12, 2):uint()
     ctx.pkt_idx, ctx.pkt_cnt = buf(16, 2):uint(), buf(18, 2):uint()
     ctx.flags, ctx.flags_range, ctx.count = flags, buf(1, 1), buf(29, 1):uint()
     local length = buf(30, 2):uint()
