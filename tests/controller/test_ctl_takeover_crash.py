@@ -67,6 +67,7 @@ def test_takeover_after_a_crash_of_the_primary_within_one_epoch_of_detection(fak
                 assert wait_until(lambda: fake_server.primary() == (0, 2) and len(fake_server.arbitrations) >= 3 - rank,
                                   20), logs[rank].read_text()[-2000:]
             assert wait_until(lambda: job_entries(fake_server) == {5: 2, 6: 6}, 20), logs[2].read_text()[-2000:]
+            assert wait_until(lambda: first(decisions(log1), "backup", switch="s1"), 20), logs[1].read_text()[-2000:]
             assert wait_until(lambda: first(decisions(log1), "job", job=5), 20), logs[1].read_text()[-2000:]
 
             procs[2].send_signal(signal.SIGSTOP)  # the primary stops writing; the switch does not know
