@@ -61,7 +61,10 @@ balancing of approximate ATP DATA), ``approx_buffer_unit`` (the approximate queu
 SWITCHES = ("netapprox", "static", "fifo")
 """The switches a trial runs on: NetApprox queues re-mapped by the controller; the same queues with static
 TLR thresholds and pinned jobs (ATP_FixPrio); a network-oblivious switch, one FIFO per port with the same
-total buffer (where the papers run their baselines)."""
+total buffer (where the papers run their baselines). The ns-3 back end also runs ``pfabric`` (``PEER_SWITCHES``)."""
+
+PEER_SWITCHES = {"pfabric-es": "pfabric", "pfabric-ss": "pfabric"}
+"""ns-3 only: the switch each peer transport runs on, its own (pFabric's priority queue)."""
 
 
 def is_atp(protocol: str) -> bool:
@@ -76,9 +79,11 @@ def atp_variant(protocol: str) -> dict[str, Any]:
 def switch_for(protocol: str) -> str:
     """The switch a protocol runs on in a comparison, as the papers compare: ATP on NetApprox switches with the
     controller (ATP_FixPrio without it: its job pinned to its first queue), the baselines (TCP-ES, TCP-SS, the
-    UDP blast) on the network-oblivious switch."""
+    UDP blast) on the network-oblivious switch, each peer transport on its own (``PEER_SWITCHES``)."""
     if protocol == "atp-fixprio":
         return "static"
+    if protocol in PEER_SWITCHES:
+        return PEER_SWITCHES[protocol]
     return "netapprox" if is_atp(protocol) else "fifo"
 
 

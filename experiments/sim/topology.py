@@ -6,7 +6,8 @@
 
 Every switch port (the egress of a switch-side device) carries a NetApprox queue disc (``SimSwitch``); in
 ``switch_mode="fifo"`` the same queue disc with one queue holding the whole buffer (the network-oblivious
-baseline). Hosts have a FIFO of ``host_queue_packets`` under their NIC. Devices hold one packet
+baseline); in ``switch_mode="pfabric"`` pFabric's queue on every switch port and host NIC (experiments.sim.peers).
+Hosts have a FIFO of ``host_queue_packets`` under their NIC. Devices hold one packet
 (``TxQueue`` 1p), so packets wait in the queue discs, where the policy applies. Switches route with
 ``EcmpRouting`` (netapprox_sim_apps.h): for every host, every next hop on a shortest path, chosen per
 flow by a hash of the 5-tuple and a per-switch seed.
@@ -25,6 +26,7 @@ import random
 from typing import Any
 
 from netapprox.controller.sim.switch import SimSwitch
+from netapprox.experiments.sim.peers import PfabricSwitch
 
 PPP_HEADER = 2
 """Bytes ns-3's point-to-point device adds to an IP packet."""
@@ -161,9 +163,12 @@ class Network:
 
     def __init__(self, ns: Any, g: Any, topo: TopologyConfig, *, switch_mode: str, buffer_packets: int,
                  host_queue_packets: int = 1000, seed: int = 1, trim: bool = False, spray: bool = False,
-                 approx_unit: int = 1) -> None:
-        if switch_mode not in ("netapprox", "fifo"):
-            raise ValueError(f"switch mode {switch_mode!r}: netapprox or fifo")
+                 approx_unit: int = 1, pfabric_packets: int = 0) -> None:
+        """``switch_mode="pfabric"``: every switch port and every host NIC runs pFabric's queue
+        (``experiments.sim.peers``), switch ports of ``pfabric_packets`` packets, host NICs of
+        ``host_queue_packets``."""
+        if switch_mode not in ("netapprox", "fifo", "pfabric"):
+            raise ValueError(f"switch mode {switch_mode!r}: netapprox, fifo or pfabric")
         self.topo = topo
         self.switch_mode = switch_mode
         self.spray = spray
@@ -172,9 +177,13 @@ class Network:
         else:
             names, host_at, links = _clos(topo.leaves, topo.spines, topo.hosts_per_leaf)
         rng = random.Random(seed)
-        self.switches: dict[str, SimSwitch] = {
-            n: SimSwitch(n, buffer_packets=buffer_packets, fifo=switch_mode == "fifo",
-                         trim=trim and switch_mode == "netapprox", approx_unit=approx_unit) for n in names}
+        if switch_mode == "pfabric":
+            self.switches: dict[str, SimSwitch] = {n: PfabricSwitch(n, capacity_packets=pfabric_packets)
+                                                   for n in names}
+        else:
+            self.switches = {
+                n: SimSwitch(n, buffer_packets=buffer_packets, fifo=switch_mode == "fifo",
+                             trim=trim and switch_mode == "netapprox", approx_unit=approx_unit) for n in names}
         stack = ns.InternetStackHelper()
         stack.SetRoutingHelper(ns.Ipv4StaticRoutingHelper())
         self._nodes: dict[str, Any] = {}
@@ -206,7 +215,10 @@ class Network:
         for (sw, idx), hnode in zip(host_at, host_nodes):
             devs = p2p.Install(hnode, self._nodes[sw])
             hdev, sdev = devs.Get(0), devs.Get(1)
-            host_tc.Install(hdev)
+            if switch_mode == "pfabric":  # pFabric hosts also send the flow with the least remaining first
+                g.netapprox.InstallPfabricQueueDisc(hdev, 0, host_queue_packets)
+            else:
+                host_tc.Install(hdev)
             self.switches[sw].add_port(sdev, len(self._ports[sw]) + 1)
             ifs = addr.Assign(devs)
             addr.NewNetwork()

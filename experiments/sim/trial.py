@@ -18,6 +18,7 @@ Protocols (``PROTOCOLS``; the ATP variants are experiments.plans.ATP_VARIANTS):
 | ``atp-early``, ``atp-all-sent`` | ATP with the completion policy ``early`` / ``all_sent`` | NetApprox | ``netapprox`` |
 | ``dctcp-es``, ``dctcp-ss`` | EarlySend / SampleSend over ns-3 ``TcpDctcp`` | network-oblivious (one queue, ECN) | ``fifo`` |
 | ``udp`` | every message once as ATP-format DATA at line rate | network-oblivious | ``fifo`` |
+| ``pfabric-es``, ``pfabric-ss`` | EarlySend / SampleSend over pFabric's host transport (``netapprox_peers.h``) | pFabric (2 BDP, least remaining first) | ``fifo`` (nothing to program) |
 
 Every switch is programmed by ``controller.sim.driver.SimDriver`` through the controller's one runtime
 (``controller.runtime.Runtime``), whose ``epoch(now)`` runs every ``SimSettings.epoch_us`` of simulated time;
@@ -41,6 +42,7 @@ from netapprox.experiments import metrics as M
 from netapprox.experiments.baselines import TCP_JOB_HEADER, TCP_MSG_HEADER, msr_target, sample_messages
 from netapprox.experiments.plans import ATP_ABLATION, ATP_VARIANTS, Background, JobPlan, atp_variant, is_atp, switch_for
 from netapprox.experiments.sim import native
+from netapprox.experiments.sim.peers import PFABRIC_HEADER, bdp_packets, pfabric_buffer_packets
 from netapprox.experiments.sim.topology import PPP_HEADER, Network, TopologyConfig
 from netapprox.experiments.workloads import Flow, JobWorkload
 from netapprox.hostlib import core as hostlib_core
@@ -50,7 +52,8 @@ from netapprox.hostlib.config import AtpConfig, JobSpec, Message, required_messa
 from netapprox.hostlib.reporting import ReportSink
 
 TCP_PROTOCOLS = ("dctcp-es", "dctcp-ss")
-PROTOCOLS = tuple(ATP_VARIANTS) + tuple(ATP_ABLATION) + TCP_PROTOCOLS + ("udp",)
+PFABRIC_PROTOCOLS = ("pfabric-es", "pfabric-ss")
+PROTOCOLS = tuple(ATP_VARIANTS) + tuple(ATP_ABLATION) + TCP_PROTOCOLS + ("udp",) + PFABRIC_PROTOCOLS
 ATP_PORT = wire.DEFAULT_ATP_PORT
 BG_PORT = ATP_PORT
 TCP_JOB_PORT0 = 20000
@@ -64,6 +67,8 @@ SIM_CONTROLLER = ("controller", wire.DEFAULT_REPORT_PORT)
 hands each datagram to the controller's runtime after ``report_delay_us``)."""
 MTU = 1500
 """IP MTU of every simulated link: ATP datagrams are at most MTU - IP - UDP bytes, as TCP's segments fill it."""
+PFABRIC_MSS = MTU - IP_UDP - PFABRIC_HEADER
+"""pFabric's payload per packet (1448 bytes, the TCP baselines' MSS)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,6 +127,13 @@ class SimSettings:
     """ATP receivers schedule what their jobs send beyond the first window (hostlib's ``receiver_grants``; granted
     data is not held by the sender's window, ``grant_overrides_window``). hostlib leaves grants off by default;
     at data-center scale they are measured better (docs/simulation.md). A protocol variant may say otherwise."""
+    pfabric_buffer_packets: int | None = None
+    """pFabric: every switch port's buffer, packets; None: two bandwidth-delay products of the topology
+    (``peers.pfabric_buffer_packets``, pFabric's §4 setting)."""
+    pfabric_rto_rtts: float = 3.0
+    """pFabric: the fixed retransmission timeout, in unloaded RTTs of the longest path (pFabric's §4: ~3 RTTs)."""
+    pfabric_probe_after: int = 5
+    """pFabric: consecutive timeouts after which a flow enters probe mode (header-only probes until an ACK)."""
     atp_core: str = "native"
     """Which implementation of hostlib's cores the ATP hosts run: ``native`` (the C cores, when the extension is
     built; else, and under NETAPPROX_PURE_PYTHON=1, the reference) or ``python`` (the reference). Both produce
@@ -261,8 +273,8 @@ class Trial:
         if protocol not in PROTOCOLS:
             raise ValueError(f"protocol {protocol!r}: choose one of {', '.join(PROTOCOLS)}")
         self.switch = switch or switch_for(protocol)
-        if self.switch not in ("netapprox", "static", "fifo"):
-            raise ValueError(f"switch {self.switch!r}: choose netapprox, static or fifo")
+        if self.switch not in ("netapprox", "static", "fifo", "pfabric"):
+            raise ValueError(f"switch {self.switch!r}: choose netapprox, static, fifo or pfabric")
         self.policy_overrides = tuple(policy)
         if self.policy_overrides and self.switch != "netapprox":
             raise ValueError(f"a policy for the controller needs the netapprox switch, not {self.switch!r}")
@@ -295,10 +307,11 @@ class Trial:
         ns.RngSeedManager.SetSeed(1)
         ns.RngSeedManager.SetRun(max(1, self.seed))
         _set_tcp_defaults(ns, s)
-        mode = "fifo" if self.switch == "fifo" else "netapprox"
+        mode = self.switch if self.switch in ("fifo", "pfabric") else "netapprox"
         self._keep: list[Any] = []  # ns-3 objects the trial must keep alive
         self.net = Network(ns, g, s.topology, switch_mode=mode, buffer_packets=s.buffer_packets,
                            host_queue_packets=s.host_queue_packets, seed=self.seed,
+                           pfabric_packets=self.pfabric_packets,
                            **network_knobs(self.protocol, self.settings))
         self.clock = _Clock(ns)
         self._start_controller()
@@ -310,6 +323,8 @@ class Trial:
             self._start_atp()
         elif self.protocol in TCP_PROTOCOLS:
             self._start_tcp()
+        elif self.protocol in PFABRIC_PROTOCOLS:
+            self._start_pfabric()
         else:
             self._start_udp()
         self._start_background()
@@ -354,7 +369,8 @@ class Trial:
             pinned = tuple(sorted((j.job_id, queue_for_tlr(1 - j.msr)) for j in self.jobs))
             policy = PolicyConfig(mode="static", pinned=pinned, ecn_threshold_pkts=s.ecn_threshold_pkts)
         else:
-            policy = PolicyConfig(mode=self.switch, ecn_threshold_pkts=s.ecn_threshold_pkts)
+            policy = PolicyConfig(mode="fifo" if self.switch == "pfabric" else self.switch,
+                                  ecn_threshold_pkts=s.ecn_threshold_pkts)
             if self.policy_overrides:
                 policy = with_policy(policy, self.policy_overrides, f"trial {self.label!r}")
         self.policy = policy
@@ -480,6 +496,37 @@ class Trial:
             tx.SetStartTime(ns.NanoSeconds(int(round(job.start_s * 1e9))))
             self._job_state[job.job_id] = {"job": job, "tx": tx, "rx": rx, "total": total, "target": target}
 
+    @property
+    def pfabric_packets(self) -> int:
+        """pFabric's per-port switch buffer in this trial, packets."""
+        s = self.settings
+        return s.pfabric_buffer_packets or pfabric_buffer_packets(s.topology)
+
+    def _start_pfabric(self) -> None:
+        """pFabric hosts: one flow per job carrying the DCTCP baseline's byte stream (EarlySend: every message,
+        done when the first ceil(MSR N) arrived; SampleSend: the sampled messages), in packets of
+        ``pfabric_mss`` bytes, the window one BDP, the timeout ``pfabric_rto_rtts`` RTTs."""
+        ns, g, s = self.ns, self.g, self.settings
+        topo = s.topology
+        window = bdp_packets(topo)
+        rto_ns = int(round(s.pfabric_rto_rtts * topo.base_rtt_s() * 1e9))
+        receivers: dict[int, Any] = {}
+        for job in self.jobs:
+            tcp_like = "dctcp-ss" if self.protocol == "pfabric-ss" else "dctcp-es"
+            total, target = tcp_stream(job.workload, job.msr, tcp_like, self.seed * 1000 + job.job_id)
+            rx = receivers.get(job.dst)
+            if rx is None:
+                rx = receivers[job.dst] = ns.CreateObject[g.netapprox.PfabricReceiver]()
+                rx.Setup(self.net.hosts[job.dst].ip)
+                self.net.hosts[job.dst].node.AddApplication(rx)
+                rx.SetStartTime(ns.Seconds(0))
+            tx = ns.CreateObject[g.netapprox.PfabricSender]()
+            tx.Setup(self.net.hosts[job.dst].ip, job.job_id, total, target, PFABRIC_MSS, window, rto_ns,
+                     s.pfabric_probe_after, self.protocol == "pfabric-es")
+            self.net.hosts[job.src].node.AddApplication(tx)
+            tx.SetStartTime(ns.NanoSeconds(int(round(job.start_s * 1e9))))
+            self._job_state[job.job_id] = {"job": job, "tx": tx, "rx": rx, "total": total, "target": target}
+
     def _atp_datagrams(self, job_id: int, workload: JobWorkload, *, tlr: float | None) -> list[bytes]:
         chunk = 1400 - wire.HEADER_LEN
         flags = int(wire.Flags.APPROX) if tlr is not None else 0
@@ -564,7 +611,7 @@ class Trial:
         for st in self._job_state.values():
             if is_atp(self.protocol):
                 n += st.get("summary") is not None or st.get("failed") is not None
-            elif self.protocol in TCP_PROTOCOLS:
+            elif self.protocol in TCP_PROTOCOLS or self.protocol in PFABRIC_PROTOCOLS:
                 n += st["tx"].DoneNs() >= 0
             else:  # every datagram sent, and time for the last one to arrive (or be dropped)
                 last = st["tx"].LastNs()
@@ -678,6 +725,19 @@ class Trial:
                      segments=int(stats.segments), retransmissions=int(stats.retransmissions),
                      timeouts=int(stats.timeouts), ecn_reductions=int(stats.cwr), stream_bytes=st["total"],
                      bytes_received=received, delivered_bytes_frac=M.tcp_delivered_bytes_frac(wl, received, delivered))
+        elif self.protocol in PFABRIC_PROTOCOLS:
+            tx, rx = st["tx"], st["rx"]
+            done = tx.DoneNs()
+            received = min(st["total"], int(rx.Contiguous(self.net.hosts[job.src].ip, job.job_id)) * PFABRIC_MSS)
+            tcp_like = "dctcp-ss" if self.protocol == "pfabric-ss" else "dctcp-es"
+            delivered = _messages_in_stream(wl, received, tcp_like, self.seed * 1000 + job.job_id, job.msr)
+            sent = int(tx.Sent())
+            m.update(jct_s=(done - tx.StartNs()) * 1e-9 if done >= 0 else None, msr_met=done >= 0,
+                     delivered=delivered, msg_loss=0.0 if done >= 0 else None,
+                     pkt_loss=int(tx.Retransmissions()) / sent if sent else None, packets_sent=sent,
+                     retransmissions=int(tx.Retransmissions()), timeouts=int(tx.Timeouts()),
+                     probes=int(tx.Probes()), stream_bytes=st["total"], bytes_received=received,
+                     delivered_bytes_frac=M.tcp_delivered_bytes_frac(wl, received, delivered))
         else:
             tx, rx = st["tx"], st["rx"]
             t = rx.TargetNs(job.job_id)

@@ -1,0 +1,787 @@
+// The transports a user would pick instead of ATP, as ns-3 data plane: pFabric (Alizadeh et al., SIGCOMM 2013).
+//
+// Loaded by experiments/sim/native.py after netapprox_sim_apps.h. docs/simulation.md ("Peer transports") says
+// what is modelled and what is not.
+//
+// pFabric packets are UDP datagrams to port kPfPort whose payload starts with a 24-byte header (big endian):
+//   magic 'P' (1) | type (1: DATA, 2: ACK, 3: PROBE) | flags (1; ACK: bit 0 = the receiver holds its target) |
+//   reserved (1) | job (4) | seq (4: packet index in the flow; ACK: the packet acknowledged) |
+//   remaining (4: the flow's bytes not yet sent when this packet first left, the packet's priority; ACK 0) |
+//   packets (4: the flow's packets) | target (4: packets the receiver needs, a prefix of the flow)
+// followed on DATA by the payload (up to MSS bytes).
+//
+// - PfabricQueueDisc: one queue of `capacity` packets per port (about two bandwidth-delay products). Every
+//   packet has a priority: a pFabric DATA packet its `remaining`, any other packet 0 (the highest: ACKs,
+//   probes). Dequeue: the flow (source address, job) of the packet with the smallest priority value sends its
+//   earliest queued packet (pFabric's starvation-free rule, which also keeps a flow in order). Enqueue into a
+//   full queue: the packet with the largest priority value (the arrival included; on ties the latest queued)
+//   is dropped. Its counters take the NetApproxQueueDisc's shape, all in queue 0, so the trial's queue
+//   statistics read either.
+// - PfabricSender: one flow per job, started at line rate: a window of `window` packets (one BDP) in flight
+//   from the first RTT; every DATA packet is acknowledged on its own (selective); a fixed retransmission
+//   timeout `rtoNs` (about 3 RTTs) retransmits every unacknowledged packet, halves ssthresh and sets the
+//   window to 1 (then slow start back, additive increase above ssthresh, never above `window`); after
+//   `probeAfter` timeouts in a row the flow sends only a header-sized PROBE per timeout until an ACK arrives
+//   (probe mode). Done when an ACK says the receiver holds its target: EarlySend then stops sending.
+// - PfabricReceiver: acknowledges every DATA packet and PROBE; counts, per (source, job), the packets of the
+//   target prefix; records when all of them arrived.
+#ifndef NETAPPROX_PEERS_H
+#define NETAPPROX_PEERS_H
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <deque>
+#include <iterator>
+#include <string>
+#include <limits>
+#include <map>
+#include <unordered_map>
+#include <vector>
+
+#include "ns3/core-module.h"
+#include "ns3/internet-module.h"
+#include "ns3/ipv4-queue-disc-item.h"
+#include "ns3/network-module.h"
+#include "ns3/queue-disc.h"
+
+namespace netapprox
+{
+
+constexpr uint16_t kPfPort = 7800;
+constexpr uint32_t kPfHeader = 24;
+constexpr uint8_t kPfMagic = 'P';
+constexpr uint8_t kPfData = 1;
+constexpr uint8_t kPfAck = 2;
+constexpr uint8_t kPfProbe = 3;
+constexpr uint8_t kPfFlagDone = 1;
+
+struct PfHeader
+{
+    uint8_t type = 0;
+    uint8_t flags = 0;
+    uint32_t job = 0;
+    uint32_t seq = 0;
+    uint32_t remaining = 0;
+    uint32_t packets = 0;
+    uint32_t target = 0;
+
+    void Write(uint8_t* b) const
+    {
+        b[0] = kPfMagic;
+        b[1] = type;
+        b[2] = flags;
+        b[3] = 0;
+        uint32_t v[5] = {job, seq, remaining, packets, target};
+        for (int k = 0; k < 5; k++)
+        {
+            b[4 + 4 * k] = uint8_t(v[k] >> 24);
+            b[5 + 4 * k] = uint8_t(v[k] >> 16);
+            b[6 + 4 * k] = uint8_t(v[k] >> 8);
+            b[7 + 4 * k] = uint8_t(v[k]);
+        }
+    }
+
+    bool Read(const uint8_t* b)
+    {
+        if (b[0] != kPfMagic || b[1] < kPfData || b[1] > kPfProbe)
+        {
+            return false;
+        }
+        type = b[1];
+        flags = b[2];
+        job = Be32(b + 4);
+        seq = Be32(b + 8);
+        remaining = Be32(b + 12);
+        packets = Be32(b + 16);
+        target = Be32(b + 20);
+        return true;
+    }
+};
+
+// A pFabric header built from Python (tests): the datagram's bytes.
+inline std::string
+PfabricDatagram(uint8_t type, uint32_t job, uint32_t seq, uint32_t remaining, uint32_t packets, uint32_t target,
+                uint32_t payload)
+{
+    std::string s(kPfHeader + payload, '\0');
+    PfHeader h;
+    h.type = type;
+    h.job = job;
+    h.seq = seq;
+    h.remaining = remaining;
+    h.packets = packets;
+    h.target = target;
+    h.Write(reinterpret_cast<uint8_t*>(&s[0]));
+    return s;
+}
+
+// The pFabric queue's storage: an ns-3 queue of queue disc items from which any position can leave (sent or
+// dropped), so that ns-3's own packet accounting of the queue disc holds.
+class PfabricStore : public ns3::Queue<ns3::QueueDiscItem>
+{
+  public:
+    static ns3::TypeId GetTypeId()
+    {
+        static ns3::TypeId tid = ns3::TypeId("netapprox::PfabricStore")
+                                     .SetParent<ns3::Queue<ns3::QueueDiscItem>>()
+                                     .SetGroupName("NetApprox");
+        return tid;
+    }
+
+    bool Enqueue(ns3::Ptr<ns3::QueueDiscItem> item) override
+    {
+        return DoEnqueue(GetContainer().end(), item);
+    }
+
+    ns3::Ptr<ns3::QueueDiscItem> Dequeue() override
+    {
+        return DoDequeue(GetContainer().begin());
+    }
+
+    ns3::Ptr<ns3::QueueDiscItem> Remove() override
+    {
+        return DoRemove(GetContainer().begin());
+    }
+
+    ns3::Ptr<const ns3::QueueDiscItem> Peek() const override
+    {
+        return DoPeek(GetContainer().begin());
+    }
+
+    ns3::Ptr<ns3::QueueDiscItem> DequeueAt(std::size_t i)
+    {
+        return DoDequeue(std::next(GetContainer().begin(), i));
+    }
+
+    ns3::Ptr<ns3::QueueDiscItem> RemoveAt(std::size_t i)
+    {
+        return DoRemove(std::next(GetContainer().begin(), i));
+    }
+};
+
+class PfabricQueueDisc : public ns3::QueueDisc
+{
+  public:
+    static ns3::TypeId GetTypeId()
+    {
+        static ns3::TypeId tid = ns3::TypeId("netapprox::PfabricQueueDisc")
+                                     .SetParent<ns3::QueueDisc>()
+                                     .SetGroupName("NetApprox");
+        return tid;
+    }
+
+    PfabricQueueDisc()
+        : ns3::QueueDisc(ns3::QueueDiscSizePolicy::NO_LIMITS)
+    {
+    }
+
+    void Configure(uint32_t port, uint32_t capacity)
+    {
+        m_port = port;
+        m_capacity = capacity;
+    }
+
+    uint32_t Port() const
+    {
+        return m_port;
+    }
+
+    uint32_t Capacity() const
+    {
+        return m_capacity;
+    }
+
+    uint32_t Backlog(int q) const
+    {
+        return q == 0 ? uint32_t(m_meta.size()) : 0;
+    }
+
+    // The NetApproxQueueDisc's counters: everything in queue 0, queues 1-7 empty.
+    const QueueCounters& Counters(int q)
+    {
+        Account();
+        return q == 0 ? m_counters : m_empty;
+    }
+
+    double CountersSince() const
+    {
+        return m_since;
+    }
+
+    void SetLimits(const std::vector<uint32_t>&)
+    {
+    }
+
+    // The priorities of the queued packets in queue order (tests).
+    std::vector<uint32_t> QueuedPriorities() const
+    {
+        std::vector<uint32_t> out;
+        for (const auto& e : m_meta)
+        {
+            out.push_back(e.prio);
+        }
+        return out;
+    }
+
+    // Priorities of the packets dropped, in drop order (tests; the first 4096).
+    const std::vector<uint32_t>& DroppedPriorities() const
+    {
+        return m_droppedPrios;
+    }
+
+    // The priority of a packet: a pFabric DATA packet's remaining bytes, 0 for anything else; *flow: (source
+    // address, job) of a pFabric DATA packet, else 0.
+    static uint32_t Priority(ns3::Ptr<ns3::QueueDiscItem> item, uint64_t* flow)
+    {
+        auto ip = ns3::DynamicCast<ns3::Ipv4QueueDiscItem>(item);
+        *flow = 0;
+        if (!ip)
+        {
+            return 0;
+        }
+        const ns3::Ipv4Header& h = ip->GetHeader();
+        uint8_t b[kUdpHeader + kPfHeader];
+        if (h.GetProtocol() != 17 || h.GetFragmentOffset() != 0 ||
+            item->GetPacket()->CopyData(b, sizeof(b)) < sizeof(b) || Be16(b + 2) != kPfPort)
+        {
+            return 0;
+        }
+        PfHeader ph;
+        if (!ph.Read(b + kUdpHeader) || ph.type != kPfData)
+        {
+            return 0;
+        }
+        *flow = (uint64_t(h.GetSource().Get()) << 32) | ph.job;
+        return ph.remaining;
+    }
+
+  private:
+    struct Meta
+    {
+        uint32_t prio;
+        uint64_t flow;
+    };
+
+    void Account()
+    {
+        double now = ns3::Simulator::Now().GetSeconds();
+        double dt = now - m_last;
+        if (dt > 0)
+        {
+            m_counters.backlogIntegral += dt * m_meta.size();
+        }
+        m_last = now;
+    }
+
+    void NoteDrop(uint32_t prio)
+    {
+        m_counters.dropped++;
+        if (m_droppedPrios.size() < 4096)
+        {
+            m_droppedPrios.push_back(prio);
+        }
+    }
+
+    PfabricStore* Store()
+    {
+        return static_cast<PfabricStore*>(ns3::PeekPointer(GetInternalQueue(0)));
+    }
+
+    bool DoEnqueue(ns3::Ptr<ns3::QueueDiscItem> item) override
+    {
+        Account();
+        uint64_t flow;
+        uint32_t prio = Priority(item, &flow);
+        m_counters.enqueued++;
+        if (m_meta.size() >= m_capacity)
+        {
+            // the worst packet, the arrival included: largest priority value, the latest queued among equals
+            std::size_t worst = 0;
+            for (std::size_t i = 1; i < m_meta.size(); i++)
+            {
+                if (m_meta[i].prio >= m_meta[worst].prio)
+                {
+                    worst = i;
+                }
+            }
+            if (m_meta.empty() || prio >= m_meta[worst].prio)
+            {
+                NoteDrop(prio);
+                DropBeforeEnqueue(item, "pfabric: lowest priority");
+                return false;
+            }
+            NoteDrop(m_meta[worst].prio);
+            m_meta.erase(m_meta.begin() + worst);
+            Store()->RemoveAt(worst); // ns-3 counts it dropped after dequeue
+        }
+        if (!Store()->Enqueue(item))
+        {
+            return false; // cannot happen: the store holds more than the capacity
+        }
+        m_meta.push_back({prio, flow});
+        if (m_meta.size() > m_counters.maxBacklog)
+        {
+            m_counters.maxBacklog = uint32_t(m_meta.size());
+        }
+        return true;
+    }
+
+    ns3::Ptr<ns3::QueueDiscItem> DoDequeue() override
+    {
+        if (m_meta.empty())
+        {
+            return nullptr;
+        }
+        Account();
+        std::size_t best = 0;
+        for (std::size_t i = 1; i < m_meta.size(); i++)
+        {
+            if (m_meta[i].prio < m_meta[best].prio)
+            {
+                best = i;
+            }
+        }
+        std::size_t pick = best;
+        if (m_meta[best].flow != 0)
+        {
+            for (std::size_t i = 0; i < best; i++)
+            {
+                if (m_meta[i].flow == m_meta[best].flow)
+                {
+                    pick = i; // the flow's earliest queued packet
+                    break;
+                }
+            }
+        }
+        m_meta.erase(m_meta.begin() + pick);
+        ns3::Ptr<ns3::QueueDiscItem> item = Store()->DequeueAt(pick);
+        m_counters.transmitted++;
+        m_counters.transmittedBytes += item->GetSize();
+        return item;
+    }
+
+    bool CheckConfig() override
+    {
+        if (GetNQueueDiscClasses() > 0 || GetNPacketFilters() > 0 || m_capacity == 0)
+        {
+            return false;
+        }
+        if (GetNInternalQueues() == 0)
+        {
+            auto store = ns3::CreateObject<PfabricStore>();
+            store->SetMaxSize(ns3::QueueSize(ns3::QueueSizeUnit::PACKETS, m_capacity + 1));
+            AddInternalQueue(store);
+        }
+        return GetNInternalQueues() == 1;
+    }
+
+    void InitializeParams() override
+    {
+        m_last = m_since = ns3::Simulator::Now().GetSeconds();
+    }
+
+    std::deque<Meta> m_meta; // in the store's order
+    uint32_t m_port = 0;
+    uint32_t m_capacity = 1;
+    QueueCounters m_counters;
+    QueueCounters m_empty;
+    std::vector<uint32_t> m_droppedPrios;
+    double m_last = 0;
+    double m_since = 0;
+};
+
+// A queue disc item as a switch port sees it (tests): a UDP datagram from srcIp to port `dport` whose payload
+// is a pFabric header of `type` for `job` with priority `remaining` and `payload` more bytes.
+inline ns3::Ptr<ns3::QueueDiscItem>
+MakePfabricItem(uint32_t srcIp, uint16_t dport, uint8_t type, uint32_t job, uint32_t remaining, uint32_t payload)
+{
+    std::string d = PfabricDatagram(type, job, 0, remaining, 1, 1, payload);
+    auto p = ns3::Create<ns3::Packet>(reinterpret_cast<const uint8_t*>(d.data()), uint32_t(d.size()));
+    ns3::UdpHeader udp;
+    udp.SetSourcePort(9);
+    udp.SetDestinationPort(dport);
+    p->AddHeader(udp);
+    ns3::Ipv4Header ip;
+    ip.SetSource(ns3::Ipv4Address(srcIp));
+    ip.SetDestination(ns3::Ipv4Address(0x0A0000FE));
+    ip.SetProtocol(17);
+    ip.SetPayloadSize(p->GetSize());
+    return ns3::Create<ns3::Ipv4QueueDiscItem>(p, ns3::Address(), 0x0800, ip);
+}
+
+// The pFabric priority of a queue disc item (tests): what the switch reads.
+inline uint32_t
+PfabricPriorityOf(ns3::Ptr<ns3::QueueDiscItem> item)
+{
+    uint64_t flow;
+    return PfabricQueueDisc::Priority(item, &flow);
+}
+
+inline ns3::Ptr<PfabricQueueDisc>
+InstallPfabricQueueDisc(ns3::Ptr<ns3::NetDevice> device, uint32_t port, uint32_t capacity)
+{
+    auto tc = device->GetNode()->GetObject<ns3::TrafficControlLayer>();
+    if (tc->GetRootQueueDiscOnDevice(device))
+    {
+        tc->DeleteRootQueueDiscOnDevice(device);
+    }
+    auto qd = ns3::CreateObject<PfabricQueueDisc>();
+    qd->Configure(port, capacity);
+    tc->SetRootQueueDiscOnDevice(device, qd);
+    return qd;
+}
+
+// One pFabric flow per job: see the file's comment.
+class PfabricSender : public SocketApp<PfabricSender>
+{
+  public:
+    static constexpr const char* kTypeName = "netapprox::PfabricSender";
+
+    // streamBytes in packets of mss payload bytes; the receiver needs the first targetBytes.
+    void Setup(uint32_t ip, uint32_t job, uint64_t streamBytes, uint64_t targetBytes, uint32_t mss, uint32_t window,
+               int64_t rtoNs, uint32_t probeAfter, bool stopAtTarget)
+    {
+        m_peer = ns3::InetSocketAddress(ns3::Ipv4Address(ip), kPfPort);
+        m_job = job;
+        m_bytes = streamBytes;
+        m_mss = mss;
+        m_packets = uint32_t(std::max<uint64_t>(1, (streamBytes + mss - 1) / mss));
+        m_target = uint32_t(std::min<uint64_t>(m_packets, std::max<uint64_t>(1, (targetBytes + mss - 1) / mss)));
+        m_maxWindow = std::max<uint32_t>(1, window);
+        m_cwnd = m_maxWindow;
+        m_ssthresh = m_maxWindow;
+        m_rto = ns3::NanoSeconds(rtoNs);
+        m_probeAfter = probeAfter;
+        m_stopAtTarget = stopAtTarget;
+        m_acked.assign(m_packets, false);
+        m_outstanding.assign(m_packets, false);
+    }
+
+    int64_t StartNs() const
+    {
+        return m_startNs;
+    }
+
+    int64_t DoneNs() const
+    {
+        return m_doneNs;
+    }
+
+    uint32_t Packets() const
+    {
+        return m_packets;
+    }
+
+    uint64_t Sent() const
+    {
+        return m_sent;
+    }
+
+    uint64_t Retransmissions() const
+    {
+        return m_retx;
+    }
+
+    uint64_t Timeouts() const
+    {
+        return m_timeouts;
+    }
+
+    uint64_t Probes() const
+    {
+        return m_probes;
+    }
+
+  private:
+    void StartApplication() override
+    {
+        m_startNs = ns3::Simulator::Now().GetNanoSeconds();
+        m_socket = ns3::Socket::CreateSocket(GetNode(), ns3::UdpSocketFactory::GetTypeId());
+        m_socket->Bind();
+        m_socket->SetRecvCallback(ns3::MakeCallback(&PfabricSender::OnRecv, this));
+        Pump();
+        ArmTimer();
+    }
+
+    void StopApplication() override
+    {
+        m_timer.Cancel();
+        SocketApp::StopApplication();
+    }
+
+    bool Finished() const
+    {
+        return m_doneNs >= 0 && (m_stopAtTarget || m_ackedCount == m_packets);
+    }
+
+    void SendPacket(uint8_t type, uint32_t seq)
+    {
+        PfHeader h;
+        h.type = type;
+        h.job = m_job;
+        h.seq = seq;
+        uint64_t offset = uint64_t(seq) * m_mss;
+        h.remaining = uint32_t(std::min<uint64_t>(m_bytes - std::min(offset, m_bytes), 0xFFFFFFFFu));
+        h.packets = m_packets;
+        h.target = m_target;
+        uint32_t payload = 0;
+        if (type == kPfData)
+        {
+            payload = uint32_t(std::min<uint64_t>(m_mss, m_bytes > offset ? m_bytes - offset : 0));
+        }
+        std::vector<uint8_t> buf(kPfHeader + payload, 0);
+        h.Write(buf.data());
+        m_socket->SendTo(ns3::Create<ns3::Packet>(buf.data(), buf.size()), 0, m_peer);
+        if (type == kPfData)
+        {
+            m_sent++;
+        }
+        else
+        {
+            m_probes++;
+        }
+    }
+
+    // Send while the window allows: retransmissions first, then new packets.
+    void Pump()
+    {
+        if (Finished() || m_probing)
+        {
+            return;
+        }
+        while (m_inflight < uint32_t(m_cwnd))
+        {
+            uint32_t seq;
+            if (!m_lost.empty())
+            {
+                seq = m_lost.front();
+                m_lost.pop_front();
+                if (m_acked[seq] || m_outstanding[seq])
+                {
+                    continue;
+                }
+                m_retx++;
+            }
+            else if (m_next < m_packets)
+            {
+                seq = m_next++;
+            }
+            else
+            {
+                break;
+            }
+            m_outstanding[seq] = true;
+            m_inflight++;
+            SendPacket(kPfData, seq);
+        }
+    }
+
+    void ArmTimer()
+    {
+        m_timer.Cancel();
+        if (!Finished())
+        {
+            m_timer = ns3::Simulator::Schedule(m_rto, &PfabricSender::OnTimeout, this);
+        }
+    }
+
+    void OnTimeout()
+    {
+        if (Finished())
+        {
+            return;
+        }
+        m_timeouts++;
+        m_consecutive++;
+        for (uint32_t s = 0; s < m_packets; s++)
+        {
+            if (m_outstanding[s])
+            {
+                m_outstanding[s] = false;
+                m_lost.push_back(s);
+            }
+        }
+        m_inflight = 0;
+        m_ssthresh = std::max(2.0, m_cwnd / 2);
+        m_cwnd = 1;
+        if (m_consecutive >= m_probeAfter)
+        {
+            m_probing = true;
+            SendPacket(kPfProbe, m_lost.empty() ? 0 : m_lost.front());
+        }
+        else
+        {
+            Pump();
+        }
+        ArmTimer();
+    }
+
+    void OnRecv(ns3::Ptr<ns3::Socket> s)
+    {
+        while (auto p = s->Recv())
+        {
+            uint8_t b[kPfHeader];
+            PfHeader h;
+            if (p->CopyData(b, kPfHeader) < kPfHeader || !h.Read(b) || h.type != kPfAck || h.job != m_job)
+            {
+                continue;
+            }
+            m_consecutive = 0;
+            m_probing = false;
+            if ((h.flags & kPfFlagDone) && m_doneNs < 0)
+            {
+                m_doneNs = ns3::Simulator::Now().GetNanoSeconds();
+            }
+            if (h.seq < m_packets && !m_acked[h.seq])
+            {
+                m_acked[h.seq] = true;
+                m_ackedCount++;
+                if (m_outstanding[h.seq])
+                {
+                    m_outstanding[h.seq] = false;
+                    m_inflight--;
+                }
+                m_cwnd += m_cwnd < m_ssthresh ? 1.0 : 1.0 / m_cwnd;
+                m_cwnd = std::min(m_cwnd, double(m_maxWindow));
+                ArmTimer(); // progress: the timeout counts from the last new acknowledgement
+            }
+            Pump();
+            if (Finished())
+            {
+                m_timer.Cancel();
+            }
+        }
+    }
+
+    ns3::Address m_peer;
+    uint32_t m_job = 0;
+    uint64_t m_bytes = 0;
+    uint32_t m_mss = 1400;
+    uint32_t m_packets = 1;
+    uint32_t m_target = 1;
+    uint32_t m_maxWindow = 1;
+    double m_cwnd = 1;
+    double m_ssthresh = 1;
+    ns3::Time m_rto;
+    uint32_t m_probeAfter = 5;
+    bool m_stopAtTarget = true;
+    std::vector<bool> m_acked;
+    std::vector<bool> m_outstanding;
+    std::deque<uint32_t> m_lost;
+    uint32_t m_next = 0;
+    uint32_t m_inflight = 0;
+    uint32_t m_ackedCount = 0;
+    uint32_t m_consecutive = 0;
+    bool m_probing = false;
+    uint64_t m_sent = 0;
+    uint64_t m_retx = 0;
+    uint64_t m_timeouts = 0;
+    uint64_t m_probes = 0;
+    int64_t m_startNs = -1;
+    int64_t m_doneNs = -1;
+    ns3::EventId m_timer;
+};
+
+class PfabricReceiver : public SocketApp<PfabricReceiver>
+{
+  public:
+    static constexpr const char* kTypeName = "netapprox::PfabricReceiver";
+
+    void Setup(uint32_t ip)
+    {
+        m_ip = ip;
+    }
+
+    // Packets of the flow's prefix that arrived in order (from packet 0 on, without a gap).
+    uint32_t Contiguous(uint32_t srcIp, uint32_t job) const
+    {
+        auto it = m_flows.find((uint64_t(srcIp) << 32) | job);
+        return it == m_flows.end() ? 0 : it->second.contiguous;
+    }
+
+    int64_t TargetNs(uint32_t srcIp, uint32_t job) const
+    {
+        auto it = m_flows.find((uint64_t(srcIp) << 32) | job);
+        return it == m_flows.end() ? -1 : it->second.targetNs;
+    }
+
+    uint64_t Duplicates() const
+    {
+        return m_duplicates;
+    }
+
+  private:
+    struct Flow
+    {
+        std::vector<bool> got;
+        uint32_t inTarget = 0;
+        uint32_t contiguous = 0;
+        int64_t targetNs = -1;
+    };
+
+    void StartApplication() override
+    {
+        m_socket = ns3::Socket::CreateSocket(GetNode(), ns3::UdpSocketFactory::GetTypeId());
+        m_socket->SetAttribute("RcvBufSize", ns3::UintegerValue(64u << 20));
+        m_socket->Bind(ns3::InetSocketAddress(ns3::Ipv4Address(m_ip), kPfPort));
+        m_socket->SetRecvCallback(ns3::MakeCallback(&PfabricReceiver::OnRecv, this));
+    }
+
+    void OnRecv(ns3::Ptr<ns3::Socket> s)
+    {
+        ns3::Address from;
+        while (auto p = s->RecvFrom(from))
+        {
+            uint8_t b[kPfHeader];
+            PfHeader h;
+            if (p->CopyData(b, kPfHeader) < kPfHeader || !h.Read(b) || h.type == kPfAck || h.packets == 0 ||
+                h.packets > (1u << 24) || h.target > h.packets)
+            {
+                continue;
+            }
+            auto src = ns3::InetSocketAddress::ConvertFrom(from);
+            Flow& f = m_flows[(uint64_t(src.GetIpv4().Get()) << 32) | h.job];
+            if (f.got.empty())
+            {
+                f.got.assign(h.packets, false);
+            }
+            if (h.type == kPfData && h.seq < f.got.size())
+            {
+                if (f.got[h.seq])
+                {
+                    m_duplicates++;
+                }
+                else
+                {
+                    f.got[h.seq] = true;
+                    f.inTarget += h.seq < h.target;
+                    while (f.contiguous < f.got.size() && f.got[f.contiguous])
+                    {
+                        f.contiguous++;
+                    }
+                    if (f.targetNs < 0 && f.inTarget >= h.target)
+                    {
+                        f.targetNs = ns3::Simulator::Now().GetNanoSeconds();
+                    }
+                }
+            }
+            PfHeader ack;
+            ack.type = kPfAck;
+            ack.flags = f.targetNs >= 0 ? kPfFlagDone : 0;
+            ack.job = h.job;
+            ack.seq = h.type == kPfData ? h.seq : 0xFFFFFFFFu;
+            uint8_t out[kPfHeader];
+            ack.Write(out);
+            s->SendTo(ns3::Create<ns3::Packet>(out, kPfHeader), 0, from);
+        }
+    }
+
+    uint32_t m_ip = 0;
+    std::unordered_map<uint64_t, Flow> m_flows;
+    uint64_t m_duplicates = 0;
+};
+
+} // namespace netapprox
+
+#endif // NETAPPROX_PEERS_H
