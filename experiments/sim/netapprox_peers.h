@@ -213,6 +213,13 @@ class PfabricQueueDisc : public ns3::QueueDisc
     {
     }
 
+    // ATP packets of another version dropped (the NetApprox queue disc's counter): pFabric's switch reads no
+    // ATP header, so none.
+    uint64_t BadVersion() const
+    {
+        return 0;
+    }
+
     // The priorities of the queued packets in queue order (tests).
     std::vector<uint32_t> QueuedPriorities() const
     {
