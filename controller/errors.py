@@ -36,6 +36,11 @@ class ConfigError(ControllerError, ValueError):
     """The configuration (TOML file, CLI flags or a driver's options) is invalid."""
 
 
+class BindError(ControllerError, OSError):
+    """The report or metrics socket could not be bound (the port is in use, the address is not this host's):
+    ``cannot bind UDP HOST:PORT (reports): REASON``. Command lines report it in one line, exit status 2."""
+
+
 class SwitchUnavailable(ControllerError, ConnectionError):
     """A driver cannot reach its switch (connection refused or lost, switch restarted).
 

@@ -36,7 +36,7 @@ from prometheus_client import generate_latest
 from netapprox.controller.config import ControllerConfig
 from netapprox.controller.core import ControllerCore, EpochPlan
 from netapprox.controller.drivers import Driver, build_driver
-from netapprox.controller.errors import ControllerError, SwitchUnavailable, WriteError
+from netapprox.controller.errors import BindError, ControllerError, SwitchUnavailable, WriteError
 from netapprox.controller.model import Counters, TableUpdates, WriteSummary
 from netapprox.controller.observe import DecisionLog, Metrics
 from netapprox.controller.reports import RECV_BATCH, receive_batch
@@ -175,7 +175,7 @@ class Runtime:
                 try:
                     self._sock.bind((config.reports.bind, config.reports.port))
                 except OSError as e:
-                    raise ControllerError(f"cannot bind UDP {config.reports.bind}:{config.reports.port} (reports): "
+                    raise BindError(f"cannot bind UDP {config.reports.bind}:{config.reports.port} (reports): "
                                           f"{e.strerror}") from None
             if self._sock is not None:
                 self._sock.setblocking(False)
@@ -185,7 +185,7 @@ class Runtime:
                 try:
                     self._metrics.serve(config.metrics_bind, config.metrics_port)
                 except OSError as e:
-                    raise ControllerError(f"cannot bind TCP {config.metrics_bind}:{config.metrics_port} (metrics): "
+                    raise BindError(f"cannot bind TCP {config.metrics_bind}:{config.metrics_port} (metrics): "
                                           f"{e.strerror}") from None
         except BaseException:
             self.close()

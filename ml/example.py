@@ -41,6 +41,7 @@ from torch.nn.parallel import DistributedDataParallel
 import netapprox.ml
 from netapprox.hostlib import checks as C
 from netapprox.hostlib.config import AtpConfig, parse_queue_packets
+from netapprox.hostlib.errors import AtpError
 from netapprox.ml.hook import bounded
 from netapprox.ml.policy import parse_policy
 
@@ -257,13 +258,15 @@ def _worker(rank: int, world: int, init: str, cfg: TrainConfig, queue: Any) -> N
             queue.put(train(rank, world, cfg))
         finally:
             dist.destroy_process_group()
-    except BaseException as exc:
+    except BaseException as exc:  # the parent reports it, in one line: no traceback of its own here
         queue.put({"rank": rank, "error": f"{type(exc).__name__}: {exc}"})
-        raise
+        failed = True
+    else:
+        failed = False
     finally:
         queue.close()
         queue.join_thread()
-    os._exit(0)  # skip interpreter teardown (seconds with PyTorch loaded); the result is already sent
+    os._exit(1 if failed else 0)  # skip interpreter teardown (seconds with PyTorch loaded); the result is sent
 
 
 def run_local(world: int, cfg: TrainConfig, *, timeout_s: float = 600.0, start_method: str = "fork") -> list[dict]:
@@ -414,22 +417,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValueError as exc:
             p.error(str(exc))
     cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)})
-    if args.rank is not None:
-        if args.world is None or args.init is None:
-            p.error("--rank needs --world and --init")
-        if args.ifname:
-            os.environ["GLOO_SOCKET_IFNAME"] = args.ifname
-        if args.atp_addr:
-            os.environ["NETAPPROX_ATP_ADDR"] = args.atp_addr
-        dist.init_process_group("gloo", init_method=args.init, rank=args.rank, world_size=args.world,
-                                timeout=datetime.timedelta(seconds=120))
-        try:
-            res = train(args.rank, args.world, cfg, ready_file=args.ready_file)
-        finally:
-            dist.destroy_process_group()
-        results = [res]
-    else:
-        results = run_local(args.workers, cfg)
+    try:
+        results = _run(args, cfg, p)
+    except (RuntimeError, AtpError) as e:  # a worker failed: one line; a port in use is exit status 2
+        print(f"{p.prog}: error: {C.one_line(e)}", file=sys.stderr)
+        return 2 if "cannot bind" in str(e) else 1
     out = dict(results[0])
     out["ranks"] = [{k: v for k, v in r.items() if k != "curve"} for r in results]
     text = json.dumps(out, indent=1)
@@ -441,6 +433,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.rank in (None, 0):
         print("\n".join(summary_lines(out)))
     return 0
+
+
+def _run(args: argparse.Namespace, cfg: TrainConfig, p: argparse.ArgumentParser) -> list[dict]:
+    """Every rank's result: this process's rank of a multi-host job, or ``--workers`` local processes."""
+    if args.rank is None:
+        return run_local(args.workers, cfg)
+    if args.world is None or args.init is None:
+        p.error("--rank needs --world and --init")
+    if args.ifname:
+        os.environ["GLOO_SOCKET_IFNAME"] = args.ifname
+    if args.atp_addr:
+        os.environ["NETAPPROX_ATP_ADDR"] = args.atp_addr
+    dist.init_process_group("gloo", init_method=args.init, rank=args.rank, world_size=args.world,
+                            timeout=datetime.timedelta(seconds=120))
+    try:
+        return [train(args.rank, args.world, cfg, ready_file=args.ready_file)]
+    finally:
+        dist.destroy_process_group()
+
 
 if __name__ == "__main__":
     sys.exit(main())

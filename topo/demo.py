@@ -37,6 +37,7 @@ from pyroute2 import IPRoute
 from netapprox.controller.config import ControllerConfig, ReportConfig
 from netapprox.controller.kernel import tc
 from netapprox.controller.model import queue_for_tlr
+from netapprox.controller.errors import BindError
 from netapprox.controller.runtime import Runtime
 from netapprox.hostlib import checks as C
 from netapprox.hostlib import wire
@@ -533,6 +534,9 @@ def main(argv: list[str] | None = None) -> int:
     stop_on_signals()
     try:
         return demo.run()
+    except BindError as e:  # a port in use (--metrics-port): one line, exit status 2
+        print(f"{ap.prog}: error: {C.one_line(e)}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted: everything the demo started has been stopped and removed", file=sys.stderr)
         return 130

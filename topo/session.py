@@ -22,6 +22,7 @@ from pathlib import Path
 
 from mininet.cli import CLI
 
+from netapprox.controller.errors import BindError
 from netapprox.controller.runtime import Runtime
 from netapprox.hostlib import checks as C
 from netapprox.hostlib.wire import DEFAULT_ATP_PORT
@@ -144,8 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted: everything the session started has been stopped", file=sys.stderr)
         return 130
+    except BindError as e:  # a port in use: one line, exit status 2, like every command line
+        print(f"{ap.prog}: error: {C.one_line(e)}", file=sys.stderr)
+        return 2
     except (RuntimeError, OSError) as e:
-        print(f"netapprox-session: {e}", file=sys.stderr)
+        print(f"{ap.prog}: error: {C.one_line(e)}", file=sys.stderr)
         return 1
 
 

@@ -101,3 +101,14 @@ def test_dry_run_places_the_jobs_hosts_report(tmp_path):
             proc.wait()
     assert proc.returncode == 0, err
     assert "  job 77: new, queue " in out, out
+
+
+def test_a_metrics_port_in_use_is_one_line_and_exit_status_2(tmp_path):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        res = controller("--config", str(config(tmp_path)), "--metrics-bind", "127.0.0.1", "--metrics-port",
+                         str(port), "--duration", "1", cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == [
+        f"netapprox-controller: error: cannot bind TCP 127.0.0.1:{port} (metrics): Address already in use"], res.stderr

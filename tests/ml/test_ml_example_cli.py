@@ -40,3 +40,13 @@ def test_json_only_when_asked(tmp_path):
 def test_the_whole_hook_and_one_of_its_options_is_one_line():
     res = example("--bounded", "0.7", "--policy", "paper")
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1 and "--policy" in res.stderr
+
+
+def test_an_atp_port_in_use_is_one_line_and_exit_status_2():
+    import socket
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
+        taken.bind(("0.0.0.0", 0))
+        res = example(*SMALL, "--atp-port", str(taken.getsockname()[1]))
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 1 and "cannot bind UDP" in lines[0], res.stderr
+    assert lines[0].startswith("python -m netapprox.ml.example: error: worker ")
