@@ -353,8 +353,8 @@ class AnalyticsJob:
     def _estimate(self, q: Query, members: list[StratumPlan], samples: dict[int, list[Row]]
                   ) -> Estimate | RankEstimate:
         if q.aggregate == "rank":
-            return estimators.rank([(big_n, [r.key for r in rows]) for big_n, rows in self._post_strata(members, samples)],
-                                   q.k, q.confidence)
+            cells = self._post_strata(members, samples)
+            return estimators.rank([(big_n, [r.key for r in rows]) for big_n, rows in cells], q.k, q.confidence)
         (values,) = self._value_sets(q, members, samples)
         fn = {"avg": estimators.avg, "sum": estimators.total, "count": estimators.count}[q.aggregate]
         return fn(values, q.confidence, q.name)
