@@ -13,7 +13,11 @@ Every number is a ratio of two things measured in this run, on this machine, wit
 
 Writes ``results/bench.json`` (its ``headline`` object keeps the same keys across versions; a value is null
 when it was not measured), ``results/bench.md`` and ``results/bench.csv`` (one row per trial), and prints a
-line per trial while it runs. ``--sections`` runs a subset, ``--seeds`` changes the seeds.
+line per trial while it runs. ``--sections`` runs a subset, ``--seeds`` changes the seeds. ``--headline-doc FILE``
+(``make bench``: docs/bench-headline.json, committed) merges the headline into FILE with each key's bar
+(``HEADLINE_BARS``) and description (``HEADLINE_ABOUT``); README's results table is generated from it
+(experiments/headline.py). A new headline key needs only its entry in ``HEADLINE_KEYS`` (and, for the table, in
+those two dicts).
 """
 from __future__ import annotations
 
