@@ -15,7 +15,8 @@ payload's size. An ``ATPAck`` payload (ACK and GRANT) with ``grant`` or ``token`
 ``TOKEN`` flag to the header, as ``hostlib.wire.encode_ack`` does. When dissecting, a DATA packet with
 ``count >= 2`` gets an ``ATPRecords`` payload, a DATA packet with the MSR change's message id (not trimmed) an
 ``ATPMsrChange`` payload, and an ACK or GRANT an ``ATPAck`` payload whose ``grant`` and ``token`` are read when the
-header's flags say they are there; other payloads stay ``Raw``.
+header's flags say they are there; other payloads stay ``Raw`` (a RETRY's or a NEW_TOKEN's 16-byte token among
+them).
 
     >>> change = ATP(type=1, job_id=7, msg_id=MSR_MSG_ID, group_id=2) / ATPMsrChange(change=1, msr=0x2000)
 

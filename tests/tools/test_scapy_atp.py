@@ -37,6 +37,10 @@ def test_count_flags_and_types_of_version_2():
     assert wire.decode(bytes(ATP(type=2, job_id=1)))[0].count == 0  # ... 0 for the other types
     assert bytes(ATP(type=1, count=0))[29] == 0  # set: as given (a malformed DATA, for tests)
     assert ATP(bytes(ATP(type=6)))[ATP].sprintf("%ATP.type%") == "GRANT"
+    new_token = wire.encode_new_token(wire.Header(job_id=3, msg_id=control.ANNOUNCE_MSG_ID, seq=12), b"A" * 16)
+    pkt = ATP(new_token)
+    assert pkt.sprintf("%ATP.type%") == "NEW_TOKEN" and pkt.seq == 12 and bytes(pkt[Raw]) == b"A" * 16
+    assert bytes(ATP(type=7, job_id=3, msg_id=control.ANNOUNCE_MSG_ID, seq=12) / Raw(b"A" * 16)) == new_token
     shown = ATP(flags=F.TRIM | F.GRANT | F.TOKEN).sprintf("%ATP.flags%")
     assert shown == "TRIM+GRANT+TOKEN"
     for flag in F:
