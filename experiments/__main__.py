@@ -81,7 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     results.COMMAND[:] = ["python", "-m", "netapprox.experiments", *args_in]
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if os.geteuid() != 0:
-        print("experiments need root: they create network namespaces and program qdiscs", file=sys.stderr)
+        print(f"{p.prog}: error: experiments need root: they create network namespaces and program qdiscs",
+              file=sys.stderr)
         return 2
     stop_on_signals()  # SIGTERM/SIGHUP clean up like Ctrl-C: every testbed's processes and namespaces go
     run_figures(names, figures, sweep, seeds=args.seeds, out=Path(args.out), quick=args.quick, overrides=overrides)

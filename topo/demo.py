@@ -514,19 +514,21 @@ def main(argv: list[str] | None = None) -> int:
             print(line)
         return 0
     if os.geteuid() != 0:
-        print("make demo needs root (network namespaces, qdiscs): run it with sudo.", file=sys.stderr)
+        print(f"{ap.prog}: error: make demo needs root (network namespaces, qdiscs): run it with sudo.", file=sys.stderr)
         return 2
     missing = [t for t in ("mnexec", "ethtool", "tc") if shutil.which(t) is None]
     if missing:
-        print(f"missing tools: {', '.join(missing)}. Run `make setup` (tools/setup-system.sh installs them).",
+        print(f"{ap.prog}: error: missing tools: {', '.join(missing)}. Run `make setup` (tools/setup-system.sh "
+              "installs them).",
               file=sys.stderr)
         return 2
     if args.target == "bmv2":
         if not bmv2_available():
-            print(f"make demo TARGET=bmv2: {P4_TOOLS_HINT}", file=sys.stderr)
+            print(f"{ap.prog}: error: make demo TARGET=bmv2: {P4_TOOLS_HINT}", file=sys.stderr)
             return 2
         if not cfg.bmv2_json().exists():
-            print(f"make demo TARGET=bmv2: {cfg.bmv2_json()} is missing; run `make p4` in the checkout first, or give "
+            print(f"{ap.prog}: error: make demo TARGET=bmv2: {cfg.bmv2_json()} is missing; run `make p4` in the "
+                  "checkout first, or give "
                   "--p4-build DIR with the compiled bmv2.json and p4info.txtpb.", file=sys.stderr)
             return 2
     demo = Demo(cfg)

@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     except (TopologyFileError, C.CheckError) as e:
         ap.error(str(e))
     if os.geteuid() != 0:
-        print("netapprox-session: needs root (Mininet, network namespaces, qdiscs): run it with sudo", file=sys.stderr)
+        print(f"{ap.prog}: error: needs root (Mininet, network namespaces, qdiscs): run it with sudo", file=sys.stderr)
         return 2
 
     stop_on_signals()  # SIGTERM/SIGHUP clean up like Ctrl-C
