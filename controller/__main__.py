@@ -16,7 +16,7 @@ import sys
 import threading
 from pathlib import Path
 
-from netapprox.controller.config import CONTROLLER_KEYS, REPORT_KEYS, ControllerConfig, load_config
+from netapprox.controller.config import CONTROLLER_KEYS, REPORT_KEYS, ControllerConfig, load_config, report_key
 from netapprox.controller.errors import ConfigError, ControllerError
 from netapprox.controller.dry_run import FakeSwitches, format_arrivals, format_epoch, read_recorded_reports, replay_epochs
 from netapprox.controller.runtime import EpochResult, Runtime
@@ -32,7 +32,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="epoch length in ms (default from config, else 20)")
     p.add_argument("--report-bind", type=C.arg(REPORT_KEYS["bind"], str), help="address of the UDP report socket (default from config, else 0.0.0.0)")
     p.add_argument("--report-port", type=C.arg(REPORT_KEYS["port"]), help="UDP report port, 0: any free port, -1: off (default from config, else 7601)")
-    p.add_argument("--report-key-file", help="file holding the shared HMAC key for reports (default from config, else unsigned reports)")
+    p.add_argument("--report-key-file", help="file holding the shared HMAC key for reports, given to the hosts too "
+                                             "(atp-send --report-key-file); default from config, else none")
+    p.add_argument("--create-report-key", action="store_true",
+                   help="with --report-key-file: create that file with a new key (mode 0600) if it is missing")
+    p.add_argument("--report-unauthenticated", action="store_true",
+                   help="accept unsigned reports on a report socket beyond loopback (default: refused without a "
+                        "key; anyone who reaches the port could then move jobs between queues)")
     p.add_argument("--metrics-bind", type=C.arg(CONTROLLER_KEYS["metrics_bind"], str),
                    help="address of the Prometheus endpoint (default 127.0.0.1)")
     p.add_argument("--metrics-port", type=C.arg(CONTROLLER_KEYS["metrics_port"]), help="Prometheus port, -1: off (default from config, else -1)")
@@ -73,12 +79,12 @@ def apply_flags(config: ControllerConfig, args: argparse.Namespace) -> Controlle
     if args.report_port is not None:
         reports["port"] = args.report_port
     if args.report_key_file is not None:
-        try:
-            reports["key"] = Path(args.report_key_file).read_bytes().strip()
-        except OSError as e:
-            raise ConfigError(f"--report-key-file: cannot read {args.report_key_file!r}: {e.strerror}") from None
-        if not reports["key"]:
-            raise ConfigError(f"--report-key-file: {args.report_key_file!r} is empty")
+        reports["key"] = report_key(Path(args.report_key_file), create=args.create_report_key,
+                                    where="--report-key-file")
+    elif args.create_report_key:
+        raise ConfigError("--create-report-key needs --report-key-file (the path of the key to create)")
+    if args.report_unauthenticated:
+        reports["unauthenticated"] = True
     if reports:
         top["reports"] = dataclasses.replace(config.reports, **reports)
     return dataclasses.replace(config, **top)

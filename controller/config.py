@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import os
+import secrets
+import socket
 import tomllib
 import types
 from pathlib import Path
@@ -24,6 +27,8 @@ from netapprox.controller.model import (
     check_thresholds,
 )
 from netapprox.hostlib import checks as C
+from netapprox.hostlib.config import ConfigError as HostConfigError
+from netapprox.hostlib.reporting import read_report_key
 from netapprox.hostlib.wire import DEFAULT_REPORT_PORT
 
 OBJECTIVES = ("priority", "deadline", "weight")
@@ -188,7 +193,11 @@ class ReportConfig:
     port: int = DEFAULT_REPORT_PORT
     """UDP report port; 0 picks a free port, -1 disables the socket (packet-in and ``Runtime.ingest`` only)."""
     key: bytes | None = None
-    """Shared HMAC key: when set, reports without a valid tag are dropped (``bad_mac``)."""
+    """Shared HMAC key: when set, reports without a valid tag are dropped (``bad_mac``). Required when the report
+    socket listens beyond loopback, unless ``unauthenticated`` (``check_report_listener``)."""
+    unauthenticated: bool = False
+    """Accept unsigned reports on a socket that listens beyond loopback: the explicit opt-out of the key (then
+    anyone who reaches the port can move any job between queues)."""
     rate_per_host: float = 1000.0
     """Token-bucket rate limit per reporting host, reports per second."""
     burst: int = 200
@@ -433,6 +442,7 @@ REPORT_KEYS: dict[str, C.Check] = {
     "bind": C.host(),
     "port": C.port(allow=(-1, 0)),
     "key": C.optional(_key),
+    "unauthenticated": C.boolean(),
     "rate_per_host": C.number(gt=0.0),
     "burst": C.integer(ge=1),
     "rcvbuf_bytes": C.integer(ge=4096),
@@ -583,7 +593,8 @@ CONTROLLER_TOML_KEYS: dict[str, C.Check] = {
 }
 POLICY_TOML_KEYS: dict[str, C.Check] = {**{k: v for k, v in POLICY_KEYS.items() if k != "cadentflows"},
                                          "tuning": lambda v, f: v}  # a table, read below
-REPORT_TOML_KEYS: dict[str, C.Check] = {**REPORT_KEYS, "key": C.string(), "key_file": C.string()}
+REPORT_TOML_KEYS: dict[str, C.Check] = {**REPORT_KEYS, "key": C.string(), "key_file": C.string(),
+                                         "create_key_file": C.boolean()}
 SWITCH_TOML_KEYS: dict[str, C.Check] = {
     **{k: v for k, v in SWITCH_KEYS.items() if k not in ("routes", "class_rules", "ecmp_routes")},
     "routes": lambda v, f: v, "class_rules": lambda v, f: v, "ecmp_routes": lambda v, f: v,  # arrays of tables
@@ -650,16 +661,14 @@ def _config_from_dict(data: Mapping[str, Any], source: str, base_dir: Path | Non
     policy = PolicyConfig(**pol, cadentflows=cadentflows)
 
     rep = _checked(top.get("reports", {}), REPORT_TOML_KEYS, "[reports]")
+    create = rep.pop("create_key_file", False)
     if "key_file" in rep:
         path = Path(rep.pop("key_file"))
         if base_dir is not None and not path.is_absolute():
             path = base_dir / path
-        try:
-            rep["key"] = path.read_bytes().strip()
-        except OSError as e:
-            raise ConfigError(f"[reports] key_file: cannot read {str(path)!r}: {e.strerror}") from None
-        if not rep["key"]:
-            raise ConfigError(f"[reports] key_file: {str(path)!r} is empty")
+        rep["key"] = report_key(path, create=create, where="[reports] key_file")
+    elif create:
+        raise ConfigError("[reports] create_key_file: needs key_file (the path of the key to create)")
     elif "key" in rep:
         rep["key"] = rep["key"].encode()
     reports = ReportConfig(**rep)
@@ -683,6 +692,51 @@ def _config_from_dict(data: Mapping[str, Any], source: str, base_dir: Path | Non
                               for j, r in enumerate(_tables(s.get("ecmp_routes", []), f"{where}.ecmp_routes"))),
             job_sources=s.get("job_sources", ())))
     return ControllerConfig(switches=tuple(switches), policy=policy, reports=reports, **ctl)
+
+
+def report_key(path: Path, *, create: bool = False, where: str = "[reports] key_file") -> bytes:
+    """The report key in the file at ``path``; with ``create``, a missing file is first created with a new key
+    (32 random bytes as 64 hex digits, mode 0600, its directory made): the hosts get the same file
+    (``atp-send --report-key-file``). An unreadable or empty file is a ``ConfigError`` naming ``where``."""
+    if create:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass  # made earlier (or by a replica started at the same moment): read it
+        except OSError as e:
+            raise ConfigError(f"{where}: cannot create {str(path)!r}: {e.strerror}") from None
+        else:
+            with os.fdopen(fd, "wb") as f:
+                f.write(secrets.token_hex(32).encode() + b"\n")
+    try:
+        return read_report_key(path, where)
+    except HostConfigError as e:
+        raise ConfigError(str(e)) from None
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or a name) is a loopback address; a name counts if every address it
+    resolves to is one (an unresolvable name is not)."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except socket.gaierror:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in infos)
+
+
+def check_report_listener(host: str, port: int, reports: ReportConfig) -> None:
+    """Refuse (``ConfigError``, one line) a report socket at ``host``:``port`` beyond loopback without a key,
+    unless ``reports.unauthenticated`` says the operator accepts unsigned reports there."""
+    if reports.key is None and not reports.unauthenticated and not is_loopback(host):
+        raise ConfigError(f"[reports] the report socket listens on {host}:{port}, beyond loopback, without a key: "
+                          "give one (key_file, create_key_file = true to make it; --report-key-file "
+                          "[--create-report-key]), bind 127.0.0.1, or accept unsigned reports (unauthenticated = "
+                          "true; --report-unauthenticated)")
 
 
 def _is_path_option(key: str) -> bool:

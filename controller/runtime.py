@@ -33,7 +33,7 @@ from typing import Any, Callable, Mapping, TypeVar
 
 from prometheus_client import generate_latest
 
-from netapprox.controller.config import ControllerConfig
+from netapprox.controller.config import ControllerConfig, check_report_listener
 from netapprox.controller.core import ControllerCore, EpochPlan
 from netapprox.controller.drivers import Driver, build_driver
 from netapprox.controller.errors import BindError, ControllerError, SwitchUnavailable, WriteError
@@ -178,6 +178,7 @@ class Runtime:
                     raise BindError(f"cannot bind UDP {config.reports.bind}:{config.reports.port} (reports): "
                                           f"{e.strerror}") from None
             if self._sock is not None:
+                check_report_listener(*self._sock.getsockname()[:2], config.reports)
                 self._sock.setblocking(False)
                 _grow_receive_buffer(self._sock, config.reports.rcvbuf_bytes)
             self._metrics = Metrics(self)

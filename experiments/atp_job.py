@@ -5,7 +5,7 @@ of a ``JobWorkload`` file, float-vector jobs, and several jobs per receiver, so 
 ``JobSpec`` and calls ``hostlib.api.send_job`` / ``receive_job``. It implements nothing of ATP itself.
 
     python -m netapprox.experiments.atp_job send HOST:PORT --job FILE --job-id J --msr 0.9 [--mode adaptive|paper|fixtlr|base]
-        [--no-mrdf] [--completion early|all_sent] [--rate 20M] [--report-to HOST:PORT]
+        [--no-mrdf] [--completion early|all_sent] [--rate 20M] [--report-to HOST:PORT] [--report-key-file FILE]
         [--json FILE] [--timeline FILE]
     python -m netapprox.experiments.atp_job send-vector HOST:PORT --vector FILE.npy --msr 0.85 ...
     python -m netapprox.experiments.atp_job recv ADDR:PORT --jobs K --timeout S --json FILE [--vector-out DIR]
@@ -26,6 +26,7 @@ from netapprox.hostlib import api
 from netapprox.hostlib.config import (
     COMPLETION_POLICIES, MODE_ALIASES, MODES, AtpConfig, ConfigError, JobSpec, Message, parse_queue_packets, parse_rate,
     pattern_bytes)
+from netapprox.hostlib.reporting import read_report_key
 from netapprox.hostlib.wire import DEFAULT_ATP_PORT, DEFAULT_REPORT_PORT
 
 
@@ -51,6 +52,8 @@ def build_config(args: argparse.Namespace) -> AtpConfig:
         kw["max_rate_bps"] = parse_rate(args.rate)
     if args.queue_packets:
         kw["queue_packets"] = parse_queue_packets(args.queue_packets)
+    if args.report_key_file:
+        kw["report_key"] = read_report_key(args.report_key_file, "--report-key-file")
     return AtpConfig(**kw)
 
 
@@ -123,6 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         s.add_argument("--queue-packets", default=None,
                        help="the switch queues' buffers in MTUs, 8 comma-separated sizes from queue 0 (default: hostlib's)")
         s.add_argument("--report-to", default=None)
+        s.add_argument("--report-key-file", default=None, help="the controller's report key (default: unsigned)")
         s.add_argument("--timeline", default=None)
         s.add_argument("--json")
         add_start_at(s)

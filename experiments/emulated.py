@@ -324,7 +324,7 @@ def run_on_testbed(tb: Testbed, plan: TrialPlan, *, timeout: float = 60.0) -> di
             if not v["mrdf"]:
                 args.append("--no-mrdf")
             if tb.controller is not None:
-                args += ["--report-to", f"{tb.report_addr[0]}:{tb.report_addr[1]}"]
+                args += tb.report_args
             module = "netapprox.experiments.atp_job"
         elif protocol in ("tcp-es", "tcp-ss"):
             args = ["tcp-send", f"{tb.ip(j.dst)}:{TCP_DEFAULT_PORT}", "--mode", protocol[-2:], "--msr", str(j.msr),
@@ -473,7 +473,7 @@ def vector_trial(tb: Testbed, scale: Scale, vec: np.ndarray, vfile: Path, bound:
     args = ["send-vector", f"{tb.ip(1)}:7600", "--vector", str(vfile), "--job-id", str(jid), "--msr", str(msr),
             "--rate", f"{rate / 1e6:g}M", "--queue-packets", queue_packets_arg(tb), "--json", str(wd / "tx.json")]
     if tb.controller is not None:
-        args += ["--report-to", f"{tb.report_addr[0]}:{tb.report_addr[1]}"]
+        args += tb.report_args
     tx = tb.start_py(0, "netapprox.experiments.atp_job", args, f"{name}-tx")
     tb.wait_all([tx], scale.timeout_s + 10)
     tb.wait_all([rx], 15)

@@ -201,7 +201,7 @@ class Demo:
         with Emulation(emu_cfg) as emu:
             self.emu = emu
             ccfg = ControllerConfig(switches=emu.switch_configs(), epoch_s=cfg.epoch_s, counters_every=5,
-                                    reports=ReportConfig(rate_per_host=100000.0, burst=10000),
+                                    reports=ReportConfig(rate_per_host=100000.0, burst=10000, key=emu.report_key()),
                                     metrics_port=cfg.metrics_port)
             # Kernel target: hosts report to the ctl host's address; BMv2 punts reports as packet-in.
             sock = emu.report_socket() if cfg.target == "kernel" else None
@@ -253,7 +253,7 @@ class Demo:
             senders[j.name] = start(hosts[j.src], "netapprox.hostlib", [
                 "send", f"{hosts[j.dst].IP()}:{wire.DEFAULT_ATP_PORT}", "--job-id", str(j.job_id),
                 "--messages", str(j.messages), "--msr", str(j.msr), "--rate", cfg.job_rate,
-                "--report-to", emu.report_target, "--timeout", str(int(cfg.time_limit_s)),
+                *emu.report_args, "--timeout", str(int(cfg.time_limit_s)),
                 "--json", str(self.out / f"demo-send-{j.name}.json"), "--timeline", str(tl)], f"demo-send-{j.name}")
         jobs_start = min(starts.values())
         bulk: Proc | None = None

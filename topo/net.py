@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import os
 import socket
+from pathlib import Path
 from typing import Any
 
 from mininet.log import setLogLevel
@@ -22,6 +23,7 @@ from mininet.net import Mininet
 
 from netapprox.controller import fabric
 from netapprox.controller.config import SwitchConfig
+from netapprox.controller.config import report_key as config_report_key
 from netapprox.controller.model import ClassRule, EcmpRoute, Route
 from netapprox.hostlib.wire import DEFAULT_ATP_PORT, DEFAULT_REPORT_PORT
 from netapprox.topo.netns import Lifecycle, socket_in_netns, unique_tag, wait_until
@@ -157,6 +159,28 @@ class Emulation(Lifecycle):
     def report_target(self) -> str:
         """Where hosts send REPORTs: ``ip:port`` of the controller's in-band address."""
         return f"{CTL_IP}:{DEFAULT_REPORT_PORT}"
+
+    @property
+    def report_key_file(self) -> str:
+        """The report key of this network's controller and hosts (``log_dir/report.key``, mode 0600)."""
+        return os.path.abspath(os.path.join(self.config.log_dir, "report.key"))
+
+    def report_key(self, key: bytes | None = None) -> bytes:
+        """The key the controller checks REPORTs with: ``key`` written to ``report_key_file`` (a topology
+        file's own), else the file's, created with a new key the first time."""
+        path = Path(self.report_key_file)
+        if key is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(key)
+            return key
+        return config_report_key(path, create=True, where="emulation report key")
+
+    @property
+    def report_args(self) -> list[str]:
+        """A sender's arguments to report to this network's controller, signed (``atp-send``)."""
+        return ["--report-to", self.report_target, "--report-key-file", self.report_key_file]
 
     def report_socket(self, port: int = DEFAULT_REPORT_PORT) -> socket.socket:
         """A UDP socket bound to ``port`` inside the ``ctl`` host: REPORTs sent to ``report_target`` arrive

@@ -7,7 +7,8 @@ Brings up the network described in FILE (topo/topofile.py) on its target (kernel
 10.0.0.254:7601, or as packet-in on BMv2), starts the file's ``jobs`` (an ``atp-recv`` on each destination, an
 ``atp-send`` on each source, reporting to the controller) and drops into the Mininet CLI, where the host
 shells have ``atp-send``/``atp-recv`` on their PATH (``h1 atp-send 10.0.0.2 --messages 500 --report-to
-10.0.0.254:7601``). Leaving the CLI (``exit``, Ctrl-D) or a signal stops everything it started: the jobs,
+10.0.0.254:7601 --report-key-file RESULTS/report.key``: reports are signed with the key the controller was
+given, the topology file's ``controller.reports.key`` or one made for the run). Leaving the CLI (``exit``, Ctrl-D) or a signal stops everything it started: the jobs,
 the controller, the captures, the switches and the network. ``--no-cli`` runs the jobs to completion (or
 ``--duration`` seconds) instead, for scripts and tests.
 """
@@ -56,6 +57,8 @@ class Session(Lifecycle):
                                              bmv2_json=str(REPO / "build" / "v1model" / "bmv2.json")))
         self.emu.start()
         config = controller_config(self.spec, self.emu.switch_configs())
+        config = dataclasses.replace(config, reports=dataclasses.replace(
+            config.reports, key=self.emu.report_key(config.reports.key)))  # the hosts get it: report_args
         if self.metrics_port is not None:
             config = dataclasses.replace(config, metrics_port=self.metrics_port)
         sock = self.emu.report_socket() if self.spec.target == "kernel" else None
@@ -74,7 +77,7 @@ class Session(Lifecycle):
             self._popen(job.name, hosts[job.src], [
                 "atp-send", f"{ip[job.dst]}:{DEFAULT_ATP_PORT}", "--job-id", str(1000 + i), "--messages",
                 str(job.messages), "--msr", str(job.msr), "--size", str(job.size), "--rate", job.rate,
-                "--report-to", self.emu.report_target, "--json", str((self.results / f"{job.name}.json").resolve())])
+                *self.emu.report_args, "--json", str((self.results / f"{job.name}.json").resolve())])
 
     def _popen(self, name: str, host, args: list[str]) -> None:
         with open(self.results / f"{name}.log", "w") as log:
@@ -132,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with Session(spec, pcap=args.pcap, metrics_port=args.metrics_port, results=args.results) as session:
             print(f"{spec.name}: {len(spec.switches)} {spec.target} switch(es), {len(spec.hosts)} hosts; controller "
-                  f"up (reports to {session.emu.report_target}, metrics {session.runtime.metrics_address})", flush=True)
+                  f"up (reports to {session.emu.report_target}, key {session.emu.report_key_file}, metrics {session.runtime.metrics_address})", flush=True)
             session.start_jobs()
             if args.no_cli:
                 codes = session.wait_jobs(args.duration)

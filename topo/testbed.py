@@ -42,7 +42,7 @@ from typing import Any, Callable, Sequence
 
 from pyroute2 import IPRoute
 
-from netapprox.controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig, with_policy
+from netapprox.controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig, report_key, with_policy
 from netapprox.controller.kernel import tc
 from netapprox.controller.model import queue_buffer_packets
 from netapprox.controller.runtime import Runtime
@@ -252,6 +252,17 @@ class Testbed(Lifecycle):
         return self.lab.host_ips[self.ctl_host], REPORT_PORT
 
     @property
+    def report_key_file(self) -> Path:
+        """The key the controller checks reports with (created with the first run in this work folder)."""
+        return self.workdir / "report.key"
+
+    @property
+    def report_args(self) -> list[str]:
+        """A sender's command-line arguments to report to this testbed's controller, signed."""
+        return ["--report-to", f"{self.report_addr[0]}:{self.report_addr[1]}",
+                "--report-key-file", str(self.report_key_file)]
+
+    @property
     def controller(self) -> Runtime | None:
         """The runtime when it re-maps jobs from their reports (``controller=True`` on the NetApprox switch),
         else None: senders only need ``--report-to`` when this is set."""
@@ -294,7 +305,8 @@ class Testbed(Lifecycle):
             switches=(SwitchConfig(name="s1", kind="kernel", options=options),),
             policy=with_policy(PolicyConfig(mode=cfg.policy_mode, pinned=tuple(cfg.job_queues)), cfg.policy,
                                "testbed policy"),
-            reports=ReportConfig(rate_per_host=100000.0, burst=10000),
+            reports=ReportConfig(rate_per_host=100000.0, burst=10000,
+                                 key=report_key(self.report_key_file, create=True, where="testbed report key")),
             epoch_s=cfg.epoch_s, counters_every=every,
         )
         sock = socket_in_netns(self.lab.host_ns[self.ctl_host])

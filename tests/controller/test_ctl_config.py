@@ -28,11 +28,13 @@ from ctl_fixtures import P4INFO
 EXAMPLES = Path(__file__).resolve().parents[2] / "controller" / "examples"
 
 
-def test_bmv2_example_loads():
+def test_bmv2_example_loads(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # its report key is made in the working directory: results/report.key
     cfg = load_config(EXAMPLES / "bmv2.toml")
     assert cfg.epoch_s == pytest.approx(0.020)
     assert cfg.metrics_port == 9601 and cfg.metrics_bind == "127.0.0.1"
-    assert cfg.reports.port == 7601 and cfg.reports.key is None
+    assert cfg.reports.port == 7601 and cfg.reports.bind == "0.0.0.0"
+    assert cfg.reports.key == (tmp_path / "results" / "report.key").read_bytes().strip()  # beyond loopback: a key
     assert cfg.policy.thresholds == tuple(k / 8 for k in range(8))
     (s1,) = cfg.switches
     assert (s1.name, s1.kind) == ("s1", "p4runtime")
@@ -45,7 +47,8 @@ def test_bmv2_example_loads():
 
 
 @pytest.mark.parametrize("name", ["tofino.toml", "kernel.toml"])
-def test_other_examples_load(name):
+def test_other_examples_load(name, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # each makes its report key in the working directory
     cfg = load_config(EXAMPLES / name)
     assert len(cfg.switches) == 1
 
@@ -244,7 +247,8 @@ def test_missing_file_and_bad_toml(tmp_path):
         load_config(bad)
 
 
-def test_cli_flags_override_the_file(tmp_path):
+def test_cli_flags_override_the_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     key = tmp_path / "k"
     key.write_bytes(b"secret\n")
     args = build_parser().parse_args(["--config", "x.toml", "--epoch-ms", "50", "--report-port", "0",
