@@ -292,13 +292,18 @@ class AnalyticsJob:
         the MSR follows the running estimate while the job runs, and the job ends as soon as every bound holds
         (:class:`_LiveMsr`)."""
         spec = self.job_spec(msr)
-        live = _LiveMsr(self, spec) if adapt else None
+        live = self.live_msr(spec) if adapt else None
         t = link.run(spec, self.config(config), forward=forward, reverse=reverse,
                      on_step=live.step if live is not None else None)
         if t.failure is not None:
             raise AnalyticsError(f"job {self.job_id} failed: {t.failure}")
         final = {g["group_id"]: g["msr"] for g in t.summary.as_dict()["groups"]}
         return self.estimate(t.received, jct_s=t.summary.jct_s, msr=final)
+
+    def live_msr(self, spec: JobSpec) -> "_LiveMsr":
+        """What adjusts the MSR of ``spec``'s sender while it runs: call ``.step(now, sender, received)`` after each
+        step of the sender (``link.run``'s ``on_step``; docs/analytics.md, How the MSR follows the bound)."""
+        return _LiveMsr(self, spec)
 
     # --- estimates ------------------------------------------------------------------------------------------
 
@@ -382,12 +387,14 @@ def _thin(cell: list) -> bool:
 class _LiveMsr:
     """The MSR at run time (docs/analytics.md, How the MSR follows the bound): every ``CHECK_FRACTION`` of the rows
     that arrive, estimate every answer from what arrived; when every bound holds, lower each group's MSR to what it
-    has delivered, which ends the job; otherwise set each group's MSR to what the running sample says its bounds
-    need (``AnalyticsJob.needed_msr``). Strata sent whole keep MSR 1."""
+    has delivered, which ends the job. Otherwise set each group's MSR to what the running sample says its bounds
+    need (``AnalyticsJob.needed_msr``), but never below what it has delivered plus two checks' worth of its rows:
+    ATP then never completes the job on its own before a check has seen the bounds hold. Strata sent whole keep
+    MSR 1."""
 
     CHECK_FRACTION = 0.02
     STEP = 0.01
-    """A needed MSR this close to the current one is left alone."""
+    """A lower MSR this close to the current one is left alone (a higher one is always set)."""
 
     def __init__(self, job: AnalyticsJob, spec: JobSpec) -> None:
         self.job = job
@@ -406,11 +413,16 @@ class _LiveMsr:
                     self._set(sender, s.atp_group, sender.delivered(s.atp_group) / len(s.rows), now)
             return
         need = self.job.needed_msr(received)
-        if need is None:
-            return
         for s in self.job.strata:
-            if not s.whole and abs(need[s.atp_group] - self.msr[s.atp_group]) >= self.STEP:
-                self._set(sender, s.atp_group, need[s.atp_group], now)
+            if s.whole:
+                continue
+            n = len(s.rows)
+            ahead = max(2, math.ceil(2 * self.CHECK_FRACTION * n))
+            floor = min(1.0, (sender.delivered(s.atp_group) + ahead) / n)
+            want = floor if need is None else max(need[s.atp_group], floor)
+            current = self.msr[s.atp_group]
+            if want > current or current - want >= self.STEP:
+                self._set(sender, s.atp_group, want, now)
 
     def _set(self, sender, group: int, msr: float, now: float) -> None:
         msr = min(msr, 0.999)
