@@ -1,4 +1,5 @@
-// The transports a user would pick instead of ATP, as ns-3 data plane: pFabric (Alizadeh et al., SIGCOMM 2013).
+// The transports a user would pick instead of ATP, as ns-3 data plane: pFabric (Alizadeh et al., SIGCOMM 2013)
+// and Homa (Montazeri et al., SIGCOMM 2018; below pFabric).
 //
 // Loaded by experiments/sim/native.py after netapprox_sim_apps.h. docs/simulation.md ("Peer transports") says
 // what is modelled and what is not.
@@ -787,6 +788,700 @@ class PfabricReceiver : public SocketApp<PfabricReceiver>
     uint32_t m_ip = 0;
     std::unordered_map<uint64_t, Flow> m_flows;
     uint64_t m_duplicates = 0;
+};
+
+
+// ---------------------------------------------------------------------------------------------------------
+// Homa (Montazeri et al., SIGCOMM 2018). Its packets are UDP datagrams to port kHomaPort with a 24-byte header:
+//   magic 'H' | type (1: DATA, 2: GRANT, 3: RESEND, 4: DONE) | prio (the switch queue the packet travels in,
+//   0 = the highest) | grant prio (GRANT: the level the granted packets are to use) | job (4) |
+//   seq (4: DATA the packet index; RESEND the first packet to send again) | packets (4) | target (4) |
+//   value (4: GRANT the packets granted, an exclusive limit; RESEND how many from seq)
+// - HomaQueueDisc: 8 strict-priority FIFOs sharing one port buffer (drop tail when it is full); a Homa packet
+//   goes to its prio byte, anything else to queue 0. No per-flow state.
+// - HomaSender: one message per job. The first `rttPackets` (RTTbytes) leave at once at the message's
+//   unscheduled level (`unschedPrio`, from the workload's cut-offs); the rest only as GRANTs allow, at the
+//   level each grant names. RESENDs are answered; after `timeoutNs` without word from the receiver the first
+//   unacknowledged packet is sent again (the receiver then learns of the message and asks for what it lacks).
+// - HomaReceiver: grants to the `overcommit` active messages with the fewest packets still to come, each up to
+//   what it received plus RTTbytes; the one with the fewest left gets the highest scheduled level, the others
+//   the next lower ones, from the lowest level up when fewer are active (Homa's §3.4); every `resendNs` a
+//   message that made no progress is asked for its missing granted packets (RESEND). DONE when the target
+//   prefix arrived.
+constexpr uint16_t kHomaPort = 7900;
+constexpr uint8_t kHomaMagic = 'H';
+constexpr uint8_t kHomaData = 1;
+constexpr uint8_t kHomaGrant = 2;
+constexpr uint8_t kHomaResend = 3;
+constexpr uint8_t kHomaDone = 4;
+
+struct HomaHeader
+{
+    uint8_t type = 0;
+    uint8_t prio = 0;
+    uint8_t grantPrio = 0;
+    uint32_t job = 0;
+    uint32_t seq = 0;
+    uint32_t packets = 0;
+    uint32_t target = 0;
+    uint32_t value = 0;
+
+    void Write(uint8_t* b) const
+    {
+        b[0] = kHomaMagic;
+        b[1] = type;
+        b[2] = prio;
+        b[3] = grantPrio;
+        uint32_t v[5] = {job, seq, packets, target, value};
+        for (int k = 0; k < 5; k++)
+        {
+            b[4 + 4 * k] = uint8_t(v[k] >> 24);
+            b[5 + 4 * k] = uint8_t(v[k] >> 16);
+            b[6 + 4 * k] = uint8_t(v[k] >> 8);
+            b[7 + 4 * k] = uint8_t(v[k]);
+        }
+    }
+
+    bool Read(const uint8_t* b)
+    {
+        if (b[0] != kHomaMagic || b[1] < kHomaData || b[1] > kHomaDone || b[2] >= kQueues || b[3] >= kQueues)
+        {
+            return false;
+        }
+        type = b[1];
+        prio = b[2];
+        grantPrio = b[3];
+        job = Be32(b + 4);
+        seq = Be32(b + 8);
+        packets = Be32(b + 12);
+        target = Be32(b + 16);
+        value = Be32(b + 20);
+        return true;
+    }
+};
+
+inline void
+HomaSend(ns3::Ptr<ns3::Socket> s, const HomaHeader& h, uint32_t payload, const ns3::Address& to)
+{
+    std::vector<uint8_t> buf(kPfHeader + payload, 0);
+    h.Write(buf.data());
+    s->SendTo(ns3::Create<ns3::Packet>(buf.data(), buf.size()), 0, to);
+}
+
+class HomaQueueDisc : public ns3::QueueDisc
+{
+  public:
+    static ns3::TypeId GetTypeId()
+    {
+        static ns3::TypeId tid = ns3::TypeId("netapprox::HomaQueueDisc")
+                                     .SetParent<ns3::QueueDisc>()
+                                     .SetGroupName("NetApprox");
+        return tid;
+    }
+
+    HomaQueueDisc()
+        : ns3::QueueDisc(ns3::QueueDiscSizePolicy::NO_LIMITS)
+    {
+        std::fill(m_len, m_len + kQueues, 0u);
+    }
+
+    void Configure(uint32_t port, uint32_t capacity)
+    {
+        m_port = port;
+        m_capacity = capacity;
+    }
+
+    uint32_t Backlog(int q) const
+    {
+        return m_len[q];
+    }
+
+    const QueueCounters& Counters(int q)
+    {
+        Account();
+        return m_counters[q];
+    }
+
+    double CountersSince() const
+    {
+        return m_since;
+    }
+
+    void SetLimits(const std::vector<uint32_t>&)
+    {
+    }
+
+    uint64_t BadVersion() const
+    {
+        return 0; // reads no ATP header
+    }
+
+    // The queue of a packet: a Homa packet's prio byte, anything else 0.
+    static int Level(ns3::Ptr<ns3::QueueDiscItem> item)
+    {
+        auto ip = ns3::DynamicCast<ns3::Ipv4QueueDiscItem>(item);
+        if (!ip)
+        {
+            return 0;
+        }
+        const ns3::Ipv4Header& h = ip->GetHeader();
+        uint8_t b[kUdpHeader + kPfHeader];
+        if (h.GetProtocol() != 17 || h.GetFragmentOffset() != 0 ||
+            item->GetPacket()->CopyData(b, sizeof(b)) < sizeof(b) || Be16(b + 2) != kHomaPort)
+        {
+            return 0;
+        }
+        HomaHeader hh;
+        return hh.Read(b + kUdpHeader) ? hh.prio : 0;
+    }
+
+  private:
+    void Account()
+    {
+        double now = ns3::Simulator::Now().GetSeconds();
+        double dt = now - m_last;
+        if (dt > 0)
+        {
+            for (int q = 0; q < kQueues; q++)
+            {
+                m_counters[q].backlogIntegral += dt * m_len[q];
+            }
+        }
+        m_last = now;
+    }
+
+    bool DoEnqueue(ns3::Ptr<ns3::QueueDiscItem> item) override
+    {
+        Account();
+        int q = Level(item);
+        QueueCounters& c = m_counters[q];
+        c.enqueued++;
+        if (m_total >= m_capacity)
+        {
+            c.dropped++;
+            DropBeforeEnqueue(item, "homa: port buffer full");
+            return false;
+        }
+        if (!GetInternalQueue(q)->Enqueue(item))
+        {
+            return false;
+        }
+        m_len[q]++;
+        m_total++;
+        c.maxBacklog = std::max(c.maxBacklog, m_len[q]);
+        return true;
+    }
+
+    ns3::Ptr<ns3::QueueDiscItem> DoDequeue() override
+    {
+        for (int q = 0; q < kQueues; q++)
+        {
+            if (m_len[q] == 0)
+            {
+                continue;
+            }
+            auto item = GetInternalQueue(q)->Dequeue();
+            if (item)
+            {
+                Account();
+                m_len[q]--;
+                m_total--;
+                m_counters[q].transmitted++;
+                m_counters[q].transmittedBytes += item->GetSize();
+                return item;
+            }
+        }
+        return nullptr;
+    }
+
+    bool CheckConfig() override
+    {
+        if (GetNQueueDiscClasses() > 0 || GetNPacketFilters() > 0 || m_capacity == 0)
+        {
+            return false;
+        }
+        if (GetNInternalQueues() == 0)
+        {
+            for (int q = 0; q < kQueues; q++)
+            {
+                auto queue = ns3::CreateObjectWithAttributes<ns3::DropTailQueue<ns3::QueueDiscItem>>(
+                    "MaxSize", ns3::QueueSizeValue(ns3::QueueSize(ns3::QueueSizeUnit::PACKETS, m_capacity + 1)));
+                AddInternalQueue(queue);
+            }
+        }
+        return GetNInternalQueues() == kQueues;
+    }
+
+    void InitializeParams() override
+    {
+        m_last = m_since = ns3::Simulator::Now().GetSeconds();
+    }
+
+    uint32_t m_port = 0;
+    uint32_t m_capacity = 1;
+    uint32_t m_total = 0;
+    uint32_t m_len[kQueues];
+    QueueCounters m_counters[kQueues];
+    double m_last = 0;
+    double m_since = 0;
+};
+
+inline ns3::Ptr<HomaQueueDisc>
+InstallHomaQueueDisc(ns3::Ptr<ns3::NetDevice> device, uint32_t port, uint32_t capacity)
+{
+    auto tc = device->GetNode()->GetObject<ns3::TrafficControlLayer>();
+    if (tc->GetRootQueueDiscOnDevice(device))
+    {
+        tc->DeleteRootQueueDiscOnDevice(device);
+    }
+    auto qd = ns3::CreateObject<HomaQueueDisc>();
+    qd->Configure(port, capacity);
+    tc->SetRootQueueDiscOnDevice(device, qd);
+    return qd;
+}
+
+// A Homa packet as a switch port sees it (tests).
+inline ns3::Ptr<ns3::QueueDiscItem>
+MakeHomaItem(uint32_t srcIp, uint8_t type, uint8_t prio, uint32_t job, uint32_t payload)
+{
+    std::vector<uint8_t> buf(kPfHeader + payload, 0);
+    HomaHeader h;
+    h.type = type;
+    h.prio = prio;
+    h.job = job;
+    h.packets = 1;
+    h.target = 1;
+    h.Write(buf.data());
+    auto p = ns3::Create<ns3::Packet>(buf.data(), uint32_t(buf.size()));
+    ns3::UdpHeader udp;
+    udp.SetSourcePort(9);
+    udp.SetDestinationPort(kHomaPort);
+    p->AddHeader(udp);
+    ns3::Ipv4Header ip;
+    ip.SetSource(ns3::Ipv4Address(srcIp));
+    ip.SetDestination(ns3::Ipv4Address(0x0A0000FE));
+    ip.SetProtocol(17);
+    ip.SetPayloadSize(p->GetSize());
+    return ns3::Create<ns3::Ipv4QueueDiscItem>(p, ns3::Address(), 0x0800, ip);
+}
+
+inline int
+HomaLevelOf(ns3::Ptr<ns3::QueueDiscItem> item)
+{
+    return HomaQueueDisc::Level(item);
+}
+
+class HomaSender : public SocketApp<HomaSender>
+{
+  public:
+    static constexpr const char* kTypeName = "netapprox::HomaSender";
+
+    void Setup(uint32_t ip, uint32_t job, uint64_t streamBytes, uint64_t targetBytes, uint32_t mss,
+               uint32_t rttPackets, uint8_t unschedPrio, int64_t timeoutNs, bool stopAtTarget)
+    {
+        m_peer = ns3::InetSocketAddress(ns3::Ipv4Address(ip), kHomaPort);
+        m_job = job;
+        m_bytes = streamBytes;
+        m_mss = mss;
+        m_packets = uint32_t(std::max<uint64_t>(1, (streamBytes + mss - 1) / mss));
+        m_target = uint32_t(std::min<uint64_t>(m_packets, std::max<uint64_t>(1, (targetBytes + mss - 1) / mss)));
+        m_granted = std::min(m_packets, std::max<uint32_t>(1, rttPackets));
+        m_unschedPrio = unschedPrio;
+        m_schedPrio = kQueues - 1;
+        m_timeout = ns3::NanoSeconds(timeoutNs);
+        m_stopAtTarget = stopAtTarget;
+        m_unsched = m_granted;
+    }
+
+    int64_t StartNs() const
+    {
+        return m_startNs;
+    }
+
+    int64_t DoneNs() const
+    {
+        return m_doneNs;
+    }
+
+    uint64_t Sent() const
+    {
+        return m_sent;
+    }
+
+    uint64_t Retransmissions() const
+    {
+        return m_retx;
+    }
+
+    uint64_t Grants() const
+    {
+        return m_grants;
+    }
+
+    uint64_t Timeouts() const
+    {
+        return m_timeouts;
+    }
+
+    uint32_t Granted() const
+    {
+        return m_granted;
+    }
+
+    // Levels the DATA packets left at (tests): packets sent at level q.
+    uint64_t SentAt(int q) const
+    {
+        return q >= 0 && q < kQueues ? m_sentAt[q] : 0;
+    }
+
+  private:
+    void StartApplication() override
+    {
+        m_startNs = ns3::Simulator::Now().GetNanoSeconds();
+        m_socket = ns3::Socket::CreateSocket(GetNode(), ns3::UdpSocketFactory::GetTypeId());
+        m_socket->Bind();
+        m_socket->SetRecvCallback(ns3::MakeCallback(&HomaSender::OnRecv, this));
+        Pump();
+        Arm();
+    }
+
+    void StopApplication() override
+    {
+        m_timer.Cancel();
+        SocketApp::StopApplication();
+    }
+
+    bool Finished() const
+    {
+        return m_doneNs >= 0 && m_stopAtTarget;
+    }
+
+    void SendData(uint32_t seq, bool retx)
+    {
+        HomaHeader h;
+        h.type = kHomaData;
+        h.prio = seq < m_unsched ? m_unschedPrio : m_schedPrio;
+        h.job = m_job;
+        h.seq = seq;
+        h.packets = m_packets;
+        h.target = m_target;
+        uint64_t offset = uint64_t(seq) * m_mss;
+        uint32_t payload = uint32_t(std::min<uint64_t>(m_mss, m_bytes > offset ? m_bytes - offset : 0));
+        HomaSend(m_socket, h, payload, m_peer);
+        m_sent++;
+        m_sentAt[h.prio]++;
+        m_retx += retx;
+    }
+
+    void Pump()
+    {
+        while (!Finished() && m_doneNs < 0 && m_next < m_granted)
+        {
+            SendData(m_next++, false);
+        }
+    }
+
+    void Arm()
+    {
+        m_timer.Cancel();
+        if (!Finished() && !(m_doneNs >= 0))
+        {
+            m_timer = ns3::Simulator::Schedule(m_timeout, &HomaSender::OnTimeout, this);
+        }
+    }
+
+    void OnTimeout()
+    {
+        if (m_doneNs >= 0)
+        {
+            return;
+        }
+        m_timeouts++;
+        SendData(0, true); // the receiver may know nothing of this message: it asks for the rest (RESEND)
+        Arm();
+    }
+
+    void OnRecv(ns3::Ptr<ns3::Socket> s)
+    {
+        while (auto p = s->Recv())
+        {
+            uint8_t b[kPfHeader];
+            HomaHeader h;
+            if (p->CopyData(b, kPfHeader) < kPfHeader || !h.Read(b) || h.job != m_job)
+            {
+                continue;
+            }
+            Arm();
+            if (h.type == kHomaDone)
+            {
+                if (m_doneNs < 0)
+                {
+                    m_doneNs = ns3::Simulator::Now().GetNanoSeconds();
+                }
+                m_timer.Cancel();
+                continue;
+            }
+            if (m_doneNs >= 0)
+            {
+                continue;
+            }
+            if (h.type == kHomaGrant)
+            {
+                m_grants++;
+                m_schedPrio = h.grantPrio;
+                m_granted = std::max(m_granted, std::min(h.value, m_packets));
+                Pump();
+            }
+            else if (h.type == kHomaResend)
+            {
+                uint32_t end = uint32_t(std::min<uint64_t>(uint64_t(h.seq) + h.value, m_next));
+                for (uint32_t q = h.seq; q < end; q++)
+                {
+                    SendData(q, true);
+                }
+            }
+        }
+    }
+
+    ns3::Address m_peer;
+    uint32_t m_job = 0;
+    uint64_t m_bytes = 0;
+    uint32_t m_mss = 1400;
+    uint32_t m_packets = 1;
+    uint32_t m_target = 1;
+    uint32_t m_granted = 1;
+    uint32_t m_unsched = 1;
+    uint32_t m_next = 0;
+    uint8_t m_unschedPrio = 0;
+    uint8_t m_schedPrio = kQueues - 1;
+    ns3::Time m_timeout;
+    bool m_stopAtTarget = true;
+    uint64_t m_sent = 0;
+    uint64_t m_retx = 0;
+    uint64_t m_grants = 0;
+    uint64_t m_timeouts = 0;
+    uint64_t m_sentAt[kQueues] = {};
+    int64_t m_startNs = -1;
+    int64_t m_doneNs = -1;
+    ns3::EventId m_timer;
+};
+
+class HomaReceiver : public SocketApp<HomaReceiver>
+{
+  public:
+    static constexpr const char* kTypeName = "netapprox::HomaReceiver";
+
+    // Scheduled levels are firstSched..7 (0..firstSched-1 carry unscheduled packets).
+    void Setup(uint32_t ip, uint32_t rttPackets, uint32_t overcommit, uint8_t firstSched, int64_t resendNs)
+    {
+        m_ip = ip;
+        m_rtt = std::max<uint32_t>(1, rttPackets);
+        m_overcommit = std::max<uint32_t>(1, overcommit);
+        m_firstSched = std::min<uint8_t>(firstSched, kQueues - 1);
+        m_resend = ns3::NanoSeconds(resendNs);
+    }
+
+    uint32_t Contiguous(uint32_t srcIp, uint32_t job) const
+    {
+        auto it = m_msgs.find((uint64_t(srcIp) << 32) | job);
+        return it == m_msgs.end() ? 0 : it->second.contiguous;
+    }
+
+    int64_t TargetNs(uint32_t srcIp, uint32_t job) const
+    {
+        auto it = m_msgs.find((uint64_t(srcIp) << 32) | job);
+        return it == m_msgs.end() ? -1 : it->second.targetNs;
+    }
+
+    uint64_t GrantsSent() const
+    {
+        return m_grantsSent;
+    }
+
+    uint64_t Resends() const
+    {
+        return m_resends;
+    }
+
+    // The most messages granted at once (tests: never above the overcommitment degree).
+    uint32_t MaxGrantedAtOnce() const
+    {
+        return m_maxGrantedAtOnce;
+    }
+
+    // Grants sent at level q (tests).
+    uint64_t GrantsAt(int q) const
+    {
+        return q >= 0 && q < kQueues ? m_grantsAt[q] : 0;
+    }
+
+  private:
+    struct Msg
+    {
+        ns3::Address from;
+        uint32_t job = 0;
+        std::vector<bool> got;
+        uint32_t received = 0;
+        uint32_t inTarget = 0;
+        uint32_t target = 0;
+        uint32_t contiguous = 0;
+        uint32_t granted = 0;
+        int64_t targetNs = -1;
+        int64_t progressNs = 0;
+    };
+
+    void StartApplication() override
+    {
+        m_socket = ns3::Socket::CreateSocket(GetNode(), ns3::UdpSocketFactory::GetTypeId());
+        m_socket->SetAttribute("RcvBufSize", ns3::UintegerValue(64u << 20));
+        m_socket->Bind(ns3::InetSocketAddress(ns3::Ipv4Address(m_ip), kHomaPort));
+        m_socket->SetRecvCallback(ns3::MakeCallback(&HomaReceiver::OnRecv, this));
+    }
+
+    void StopApplication() override
+    {
+        m_timer.Cancel();
+        SocketApp::StopApplication();
+    }
+
+    void Reply(Msg& m, uint8_t type, uint8_t grantPrio, uint32_t seq, uint32_t value)
+    {
+        HomaHeader h;
+        h.type = type;
+        h.prio = 0;
+        h.grantPrio = grantPrio;
+        h.job = m.job;
+        h.seq = seq;
+        h.packets = uint32_t(m.got.size());
+        h.target = m.target;
+        h.value = value;
+        HomaSend(m_socket, h, 0, m.from);
+    }
+
+    void OnRecv(ns3::Ptr<ns3::Socket> s)
+    {
+        ns3::Address from;
+        while (auto p = s->RecvFrom(from))
+        {
+            uint8_t b[kPfHeader];
+            HomaHeader h;
+            if (p->CopyData(b, kPfHeader) < kPfHeader || !h.Read(b) || h.type != kHomaData || h.packets == 0 ||
+                h.packets > (1u << 24) || h.target > h.packets || h.seq >= h.packets)
+            {
+                continue;
+            }
+            auto src = ns3::InetSocketAddress::ConvertFrom(from);
+            uint64_t key = (uint64_t(src.GetIpv4().Get()) << 32) | h.job;
+            Msg& m = m_msgs[key];
+            if (m.got.empty())
+            {
+                m.from = from;
+                m.job = h.job;
+                m.got.assign(h.packets, false);
+                m.target = h.target;
+                m.granted = std::min(h.packets, m_rtt);
+                m_active.push_back(key);
+            }
+            if (m.targetNs >= 0)
+            {
+                Reply(m, kHomaDone, 0, 0, 0);
+                continue;
+            }
+            if (!m.got[h.seq])
+            {
+                m.got[h.seq] = true;
+                m.received++;
+                m.inTarget += h.seq < m.target;
+                m.progressNs = ns3::Simulator::Now().GetNanoSeconds();
+                while (m.contiguous < m.got.size() && m.got[m.contiguous])
+                {
+                    m.contiguous++;
+                }
+            }
+            if (m.inTarget >= m.target)
+            {
+                m.targetNs = ns3::Simulator::Now().GetNanoSeconds();
+                Reply(m, kHomaDone, 0, 0, 0);
+                m_active.erase(std::remove(m_active.begin(), m_active.end(), key), m_active.end());
+            }
+            Schedule();
+        }
+    }
+
+    // Grants: the `overcommit` active messages with the fewest packets to come, SRPT levels.
+    void Schedule()
+    {
+        std::vector<std::pair<uint32_t, uint64_t>> order;
+        for (uint64_t key : m_active)
+        {
+            Msg& m = m_msgs[key];
+            if (m.granted < m.got.size())
+            {
+                order.push_back({uint32_t(m.got.size()) - m.received, key});
+            }
+        }
+        std::sort(order.begin(), order.end());
+        uint32_t n = std::min<uint32_t>(uint32_t(order.size()), m_overcommit);
+        m_maxGrantedAtOnce = std::max(m_maxGrantedAtOnce, n);
+        for (uint32_t i = 0; i < n; i++)
+        {
+            Msg& m = m_msgs[order[i].second];
+            int level = int(kQueues) - int(n) + int(i);
+            uint8_t prio = uint8_t(std::max<int>(m_firstSched, level));
+            uint32_t limit = std::min<uint32_t>(uint32_t(m.got.size()), m.received + m_rtt);
+            if (limit > m.granted)
+            {
+                m.granted = limit;
+                Reply(m, kHomaGrant, prio, 0, limit);
+                m_grantsSent++;
+                m_grantsAt[prio]++;
+            }
+        }
+        if (!m_active.empty() && !m_timer.IsPending())
+        {
+            m_timer = ns3::Simulator::Schedule(m_resend, &HomaReceiver::OnResendTimer, this);
+        }
+    }
+
+    // Messages without progress for a resend interval: ask for the granted packets still missing.
+    void OnResendTimer()
+    {
+        int64_t now = ns3::Simulator::Now().GetNanoSeconds();
+        for (uint64_t key : m_active)
+        {
+            Msg& m = m_msgs[key];
+            if (now - m.progressNs < m_resend.GetNanoSeconds())
+            {
+                continue;
+            }
+            uint32_t limit = std::min<uint32_t>(m.granted, uint32_t(m.got.size()));
+            uint32_t first = m.contiguous;
+            if (first >= limit)
+            {
+                continue;
+            }
+            Reply(m, kHomaResend, 0, first, limit - first);
+            m_resends++;
+            m.progressNs = now;
+        }
+        if (!m_active.empty())
+        {
+            m_timer = ns3::Simulator::Schedule(m_resend, &HomaReceiver::OnResendTimer, this);
+        }
+    }
+
+    uint32_t m_ip = 0;
+    uint32_t m_rtt = 1;
+    uint32_t m_overcommit = 1;
+    uint8_t m_firstSched = 1;
+    ns3::Time m_resend;
+    std::unordered_map<uint64_t, Msg> m_msgs;
+    std::vector<uint64_t> m_active;
+    uint64_t m_grantsSent = 0;
+    uint64_t m_resends = 0;
+    uint32_t m_maxGrantedAtOnce = 0;
+    uint64_t m_grantsAt[kQueues] = {};
+    ns3::EventId m_timer;
 };
 
 } // namespace netapprox

@@ -1,4 +1,5 @@
-"""The peer transports' simulated switches and their settings (C++ in ``netapprox_peers.h``).
+"""The peer transports' simulated switches and their settings (C++ in ``netapprox_peers.h``): pFabric,
+Homa.
 
     sw = PfabricSwitch("e0_0", capacity_packets=pfabric_buffer_packets(topo))
     sw.add_port(device, 1)           # a pFabric queue disc on that egress device
@@ -47,5 +48,61 @@ class PfabricSwitch(SimSwitch):
         if port in self._ports:
             raise ValueError(f"switch {self.name}: port {port} added twice")
         qd = switch_native.cpp().netapprox.InstallPfabricQueueDisc(device, port, self.capacity_packets)
+        self._ports[port] = qd
+        return qd
+
+
+HOMA_PORT = 7900
+"""UDP port of Homa's packets (``kHomaPort``)."""
+LEVELS = 8
+"""Priority queues per switch port (as the NetApprox switch: 8, queue 0 served first)."""
+
+
+def homa_levels(sizes: list[int] | tuple[int, ...], rtt_bytes: int) -> tuple[int, tuple[int, ...]]:
+    """Homa's unscheduled priorities from the workload (Montazeri et al. 2018, §3.4): (U, cut-offs). Levels
+    0..U-1 carry unscheduled packets, U in proportion to the share of the bytes that go unscheduled (the first
+    ``rtt_bytes`` of every message), at least 1 and at most 7 (one level is left for scheduled packets). The
+    cut-offs split the messages, smallest first, so that every unscheduled level carries the same unscheduled
+    bytes: a message of ``size`` bytes uses level ``homa_level(size, cutoffs)``."""
+    if not sizes or rtt_bytes < 1:
+        raise ValueError("homa_levels needs message sizes and a positive RTTbytes")
+    ordered = sorted(int(s) for s in sizes)
+    unsched = [min(s, rtt_bytes) for s in ordered]
+    total = sum(ordered)
+    u = min(LEVELS - 1, max(1, round(LEVELS * sum(unsched) / total))) if total else 1
+    cutoffs, acc, level, whole = [], 0, 0, sum(unsched)
+    for s, b in zip(ordered, unsched):
+        acc += b
+        while level < u - 1 and acc >= whole * (level + 1) / u:
+            cutoffs.append(s)
+            level += 1
+    while len(cutoffs) < u - 1:
+        cutoffs.append(ordered[-1])
+    cutoffs.append(ordered[-1])
+    return u, tuple(cutoffs)
+
+
+def homa_level(size: int, cutoffs: tuple[int, ...]) -> int:
+    """The unscheduled level of a message of ``size`` bytes: the first whose cut-off is at least ``size``."""
+    for i, c in enumerate(cutoffs):
+        if size <= c:
+            return i
+    return len(cutoffs) - 1
+
+
+class HomaSwitch(SimSwitch):
+    """A switch node whose every port runs ``netapprox::HomaQueueDisc``: 8 strict-priority queues sharing
+    ``capacity_packets`` (the NetApprox port's buffer), a Homa packet in the queue its header names."""
+
+    def __init__(self, name: str, *, capacity_packets: int) -> None:
+        if capacity_packets < 1:
+            raise ValueError(f"homa switch {name}: capacity_packets {capacity_packets} < 1")
+        super().__init__(name, buffer_packets=capacity_packets, fifo=True)
+        self.capacity_packets = capacity_packets
+
+    def add_port(self, device: Any, port: int) -> Any:
+        if port in self._ports:
+            raise ValueError(f"switch {self.name}: port {port} added twice")
+        qd = switch_native.cpp().netapprox.InstallHomaQueueDisc(device, port, self.capacity_packets)
         self._ports[port] = qd
         return qd

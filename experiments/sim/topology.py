@@ -6,7 +6,8 @@
 
 Every switch port (the egress of a switch-side device) carries a NetApprox queue disc (``SimSwitch``); in
 ``switch_mode="fifo"`` the same queue disc with one queue holding the whole buffer (the network-oblivious
-baseline); in ``switch_mode="pfabric"`` pFabric's queue on every switch port and host NIC (experiments.sim.peers).
+baseline); in ``switch_mode="pfabric"`` / ``"homa"`` pFabric's queue / Homa's priority queues on every switch port
+and host NIC (experiments.sim.peers).
 Hosts have a FIFO of ``host_queue_packets`` under their NIC. Devices hold one packet
 (``TxQueue`` 1p), so packets wait in the queue discs, where the policy applies. Switches route with
 ``EcmpRouting`` (netapprox_sim_apps.h): for every host, every next hop on a shortest path, chosen per
@@ -26,7 +27,7 @@ import random
 from typing import Any
 
 from netapprox.controller.sim.switch import SimSwitch
-from netapprox.experiments.sim.peers import PfabricSwitch
+from netapprox.experiments.sim.peers import HomaSwitch, PfabricSwitch
 
 PPP_HEADER = 2
 """Bytes ns-3's point-to-point device adds to an IP packet."""
@@ -166,9 +167,10 @@ class Network:
                  approx_unit: int = 1, pfabric_packets: int = 0) -> None:
         """``switch_mode="pfabric"``: every switch port and every host NIC runs pFabric's queue
         (``experiments.sim.peers``), switch ports of ``pfabric_packets`` packets, host NICs of
-        ``host_queue_packets``."""
-        if switch_mode not in ("netapprox", "fifo", "pfabric"):
-            raise ValueError(f"switch mode {switch_mode!r}: netapprox, fifo or pfabric")
+        ``host_queue_packets``. ``switch_mode="homa"``: Homa's 8 priority queues sharing ``buffer_packets`` on every
+        switch port, ``host_queue_packets`` on every host NIC."""
+        if switch_mode not in ("netapprox", "fifo", "pfabric", "homa"):
+            raise ValueError(f"switch mode {switch_mode!r}: netapprox, fifo, pfabric or homa")
         self.topo = topo
         self.switch_mode = switch_mode
         self.spray = spray
@@ -180,6 +182,8 @@ class Network:
         if switch_mode == "pfabric":
             self.switches: dict[str, SimSwitch] = {n: PfabricSwitch(n, capacity_packets=pfabric_packets)
                                                    for n in names}
+        elif switch_mode == "homa":
+            self.switches = {n: HomaSwitch(n, capacity_packets=buffer_packets) for n in names}
         else:
             self.switches = {
                 n: SimSwitch(n, buffer_packets=buffer_packets, fifo=switch_mode == "fifo",
@@ -217,6 +221,8 @@ class Network:
             hdev, sdev = devs.Get(0), devs.Get(1)
             if switch_mode == "pfabric":  # pFabric hosts also send the flow with the least remaining first
                 g.netapprox.InstallPfabricQueueDisc(hdev, 0, host_queue_packets)
+            elif switch_mode == "homa":  # Homa hosts send by the same priorities
+                g.netapprox.InstallHomaQueueDisc(hdev, 0, host_queue_packets)
             else:
                 host_tc.Install(hdev)
             self.switches[sw].add_port(sdev, len(self._ports[sw]) + 1)

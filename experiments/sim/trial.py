@@ -19,6 +19,7 @@ Protocols (``PROTOCOLS``; the ATP variants are experiments.plans.ATP_VARIANTS):
 | ``dctcp-es``, ``dctcp-ss`` | EarlySend / SampleSend over ns-3 ``TcpDctcp`` | network-oblivious (one queue, ECN) | ``fifo`` |
 | ``udp`` | every message once as ATP-format DATA at line rate | network-oblivious | ``fifo`` |
 | ``pfabric-es``, ``pfabric-ss`` | EarlySend / SampleSend over pFabric's host transport (``netapprox_peers.h``) | pFabric (2 BDP, least remaining first) | ``fifo`` (nothing to program) |
+| ``homa-es``, ``homa-ss`` | EarlySend / SampleSend over Homa (RTTbytes unscheduled, receiver grants) | Homa (8 priority queues) | ``fifo`` (nothing to program) |
 
 Every switch is programmed by ``controller.sim.driver.SimDriver`` through the controller's one runtime
 (``controller.runtime.Runtime``), whose ``epoch(now)`` runs every ``SimSettings.epoch_us`` of simulated time;
@@ -42,7 +43,7 @@ from netapprox.experiments import metrics as M
 from netapprox.experiments.baselines import TCP_JOB_HEADER, TCP_MSG_HEADER, msr_target, sample_messages
 from netapprox.experiments.plans import ATP_ABLATION, ATP_VARIANTS, Background, JobPlan, atp_variant, is_atp, switch_for
 from netapprox.experiments.sim import native
-from netapprox.experiments.sim.peers import PFABRIC_HEADER, bdp_packets, pfabric_buffer_packets
+from netapprox.experiments.sim.peers import PFABRIC_HEADER, bdp_packets, homa_level, homa_levels, pfabric_buffer_packets
 from netapprox.experiments.sim.topology import PPP_HEADER, Network, TopologyConfig
 from netapprox.experiments.workloads import Flow, JobWorkload
 from netapprox.hostlib import core as hostlib_core
@@ -53,7 +54,9 @@ from netapprox.hostlib.reporting import ReportSink
 
 TCP_PROTOCOLS = ("dctcp-es", "dctcp-ss")
 PFABRIC_PROTOCOLS = ("pfabric-es", "pfabric-ss")
-PROTOCOLS = tuple(ATP_VARIANTS) + tuple(ATP_ABLATION) + TCP_PROTOCOLS + ("udp",) + PFABRIC_PROTOCOLS
+HOMA_PROTOCOLS = ("homa-es", "homa-ss")
+PEER_PROTOCOLS = PFABRIC_PROTOCOLS + HOMA_PROTOCOLS
+PROTOCOLS = tuple(ATP_VARIANTS) + tuple(ATP_ABLATION) + TCP_PROTOCOLS + ("udp",) + PEER_PROTOCOLS
 ATP_PORT = wire.DEFAULT_ATP_PORT
 BG_PORT = ATP_PORT
 TCP_JOB_PORT0 = 20000
@@ -134,6 +137,11 @@ class SimSettings:
     """pFabric: the fixed retransmission timeout, in unloaded RTTs of the longest path (pFabric's §4: ~3 RTTs)."""
     pfabric_probe_after: int = 5
     """pFabric: consecutive timeouts after which a flow enters probe mode (header-only probes until an ACK)."""
+    homa_overcommit: int | None = None
+    """Homa: messages a receiver grants to at once; None: its scheduled priority levels (8 - unscheduled)."""
+    homa_resend_rtts: float = 10.0
+    """Homa: a receiver asks for a granted message's missing packets after this many unloaded RTTs without
+    progress; a sender without word from its receiver sends its first packet again after twice that."""
     atp_core: str = "native"
     """Which implementation of hostlib's cores the ATP hosts run: ``native`` (the C cores, when the extension is
     built; else, and under NETAPPROX_PURE_PYTHON=1, the reference) or ``python`` (the reference). Both produce
@@ -273,8 +281,8 @@ class Trial:
         if protocol not in PROTOCOLS:
             raise ValueError(f"protocol {protocol!r}: choose one of {', '.join(PROTOCOLS)}")
         self.switch = switch or switch_for(protocol)
-        if self.switch not in ("netapprox", "static", "fifo", "pfabric"):
-            raise ValueError(f"switch {self.switch!r}: choose netapprox, static, fifo or pfabric")
+        if self.switch not in ("netapprox", "static", "fifo", "pfabric", "homa"):
+            raise ValueError(f"switch {self.switch!r}: choose netapprox, static, fifo, pfabric or homa")
         self.policy_overrides = tuple(policy)
         if self.policy_overrides and self.switch != "netapprox":
             raise ValueError(f"a policy for the controller needs the netapprox switch, not {self.switch!r}")
@@ -307,7 +315,7 @@ class Trial:
         ns.RngSeedManager.SetSeed(1)
         ns.RngSeedManager.SetRun(max(1, self.seed))
         _set_tcp_defaults(ns, s)
-        mode = self.switch if self.switch in ("fifo", "pfabric") else "netapprox"
+        mode = self.switch if self.switch in ("fifo", "pfabric", "homa") else "netapprox"
         self._keep: list[Any] = []  # ns-3 objects the trial must keep alive
         self.net = Network(ns, g, s.topology, switch_mode=mode, buffer_packets=s.buffer_packets,
                            host_queue_packets=s.host_queue_packets, seed=self.seed,
@@ -325,6 +333,8 @@ class Trial:
             self._start_tcp()
         elif self.protocol in PFABRIC_PROTOCOLS:
             self._start_pfabric()
+        elif self.protocol in HOMA_PROTOCOLS:
+            self._start_homa()
         else:
             self._start_udp()
         self._start_background()
@@ -369,7 +379,7 @@ class Trial:
             pinned = tuple(sorted((j.job_id, queue_for_tlr(1 - j.msr)) for j in self.jobs))
             policy = PolicyConfig(mode="static", pinned=pinned, ecn_threshold_pkts=s.ecn_threshold_pkts)
         else:
-            policy = PolicyConfig(mode="fifo" if self.switch == "pfabric" else self.switch,
+            policy = PolicyConfig(mode="fifo" if self.switch in ("pfabric", "homa") else self.switch,
                                   ecn_threshold_pkts=s.ecn_threshold_pkts)
             if self.policy_overrides:
                 policy = with_policy(policy, self.policy_overrides, f"trial {self.label!r}")
@@ -527,6 +537,40 @@ class Trial:
             tx.SetStartTime(ns.NanoSeconds(int(round(job.start_s * 1e9))))
             self._job_state[job.job_id] = {"job": job, "tx": tx, "rx": rx, "total": total, "target": target}
 
+    def _start_homa(self) -> None:
+        """Homa hosts: one message per job carrying the DCTCP baseline's byte stream (as pFabric's flows), RTTbytes
+        (one BDP) unscheduled at the level of the workload's cut-offs (``peers.homa_levels`` over this trial's
+        messages), the rest granted by the receiver."""
+        ns, g, s = self.ns, self.g, self.settings
+        topo = s.topology
+        rtt_pkts = bdp_packets(topo)
+        rtt_ns = topo.base_rtt_s() * 1e9
+        tcp_like = "dctcp-ss" if self.protocol == "homa-ss" else "dctcp-es"
+        streams = {job.job_id: tcp_stream(job.workload, job.msr, tcp_like, self.seed * 1000 + job.job_id)
+                   for job in self.jobs}
+        if not streams:
+            return
+        u, cutoffs = homa_levels([t for t, _ in streams.values()], rtt_pkts * PFABRIC_MSS)
+        overcommit = s.homa_overcommit or (8 - u)
+        self.homa = {"unscheduled_levels": u, "cutoffs": list(cutoffs), "overcommit": overcommit,
+                     "rtt_packets": rtt_pkts}
+        receivers: dict[int, Any] = {}
+        self._homa_receivers = receivers
+        for job in self.jobs:
+            total, target = streams[job.job_id]
+            rx = receivers.get(job.dst)
+            if rx is None:
+                rx = receivers[job.dst] = ns.CreateObject[g.netapprox.HomaReceiver]()
+                rx.Setup(self.net.hosts[job.dst].ip, rtt_pkts, overcommit, u, int(s.homa_resend_rtts * rtt_ns))
+                self.net.hosts[job.dst].node.AddApplication(rx)
+                rx.SetStartTime(ns.Seconds(0))
+            tx = ns.CreateObject[g.netapprox.HomaSender]()
+            tx.Setup(self.net.hosts[job.dst].ip, job.job_id, total, target, PFABRIC_MSS, rtt_pkts,
+                     homa_level(total, cutoffs), int(2 * s.homa_resend_rtts * rtt_ns), self.protocol == "homa-es")
+            self.net.hosts[job.src].node.AddApplication(tx)
+            tx.SetStartTime(ns.NanoSeconds(int(round(job.start_s * 1e9))))
+            self._job_state[job.job_id] = {"job": job, "tx": tx, "rx": rx, "total": total, "target": target}
+
     def _atp_datagrams(self, job_id: int, workload: JobWorkload, *, tlr: float | None) -> list[bytes]:
         chunk = 1400 - wire.HEADER_LEN
         flags = int(wire.Flags.APPROX) if tlr is not None else 0
@@ -611,7 +655,7 @@ class Trial:
         for st in self._job_state.values():
             if is_atp(self.protocol):
                 n += st.get("summary") is not None or st.get("failed") is not None
-            elif self.protocol in TCP_PROTOCOLS or self.protocol in PFABRIC_PROTOCOLS:
+            elif self.protocol in TCP_PROTOCOLS or self.protocol in PEER_PROTOCOLS:
                 n += st["tx"].DoneNs() >= 0
             else:  # every datagram sent, and time for the last one to arrive (or be dropped)
                 last = st["tx"].LastNs()
@@ -657,6 +701,11 @@ class Trial:
                 for dst, sink in self._bg_sinks.items()}
         if self.protocol in TCP_PROTOCOLS or self.flows:
             out["tcp_attributes"] = tcp_attributes(self.ns)
+        if getattr(self, "homa", None):
+            out["homa"] = {**self.homa, "receivers": {
+                str(dst): {"grants": int(rx.GrantsSent()), "max_granted": int(rx.MaxGrantedAtOnce()),
+                           "grants_at": [int(rx.GrantsAt(q)) for q in range(8)], "resends": int(rx.Resends())}
+                for dst, rx in self._homa_receivers.items()}}
         if is_atp(self.protocol):
             out["atp_config"] = dataclasses.asdict(self.atp_config)
             reasons: dict[str, int] = {}
@@ -725,19 +774,23 @@ class Trial:
                      segments=int(stats.segments), retransmissions=int(stats.retransmissions),
                      timeouts=int(stats.timeouts), ecn_reductions=int(stats.cwr), stream_bytes=st["total"],
                      bytes_received=received, delivered_bytes_frac=M.tcp_delivered_bytes_frac(wl, received, delivered))
-        elif self.protocol in PFABRIC_PROTOCOLS:
+        elif self.protocol in PEER_PROTOCOLS:
             tx, rx = st["tx"], st["rx"]
             done = tx.DoneNs()
             received = min(st["total"], int(rx.Contiguous(self.net.hosts[job.src].ip, job.job_id)) * PFABRIC_MSS)
-            tcp_like = "dctcp-ss" if self.protocol == "pfabric-ss" else "dctcp-es"
+            tcp_like = "dctcp-ss" if self.protocol.endswith("-ss") else "dctcp-es"
             delivered = _messages_in_stream(wl, received, tcp_like, self.seed * 1000 + job.job_id, job.msr)
             sent = int(tx.Sent())
             m.update(jct_s=(done - tx.StartNs()) * 1e-9 if done >= 0 else None, msr_met=done >= 0,
                      delivered=delivered, msg_loss=0.0 if done >= 0 else None,
                      pkt_loss=int(tx.Retransmissions()) / sent if sent else None, packets_sent=sent,
                      retransmissions=int(tx.Retransmissions()), timeouts=int(tx.Timeouts()),
-                     probes=int(tx.Probes()), stream_bytes=st["total"], bytes_received=received,
+                     stream_bytes=st["total"], bytes_received=received,
                      delivered_bytes_frac=M.tcp_delivered_bytes_frac(wl, received, delivered))
+            if self.protocol in PFABRIC_PROTOCOLS:
+                m["probes"] = int(tx.Probes())
+            else:
+                m["grants"] = int(tx.Grants())
         else:
             tx, rx = st["tx"], st["rx"]
             t = rx.TargetNs(job.job_id)

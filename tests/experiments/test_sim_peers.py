@@ -108,3 +108,72 @@ def test_pfabric_end_to_end_short_flow_overtakes_and_losses_recovered(sim):
     assert min(jct[1], jct[2]) > 5 * jct[3]
     dctcp = trial.run_trial(settings, "dctcp-es", jobs, seed=1)
     assert jct[3] < {j["job_id"]: j["jct_s"] for j in dctcp["jobs"]}[3]
+
+
+def test_homa_levels_from_the_workload():
+    from netapprox.experiments.sim.peers import homa_level, homa_levels
+    # half of the bytes go unscheduled: 4 unscheduled levels, each with the same unscheduled bytes
+    u, cut = homa_levels([1000] * 8 + [9000] * 2, 1000)
+    assert u == round(8 * 10_000 / 26_000) == 3 and len(cut) == 3
+    assert [homa_level(s, cut) for s in (500, 1000, 9000)] == [0, 0, 2]
+    assert homa_levels([100_000] * 4, 1000) == (1, (100_000,))  # almost all scheduled: one unscheduled level
+    assert homa_levels([10] * 4, 1000)[0] == 7  # all unscheduled: every level but one
+    with pytest.raises(ValueError):
+        homa_levels([], 1000)
+
+
+def test_homa_switch_strict_priority_and_shared_buffer(sim):
+    _ns, g, _trial, _topo = sim
+    qd = g.ns3.CreateObject[g.netapprox.HomaQueueDisc]()
+    qd.Configure(1, 4)
+    qd.Initialize()
+    d, grant = g.netapprox.kHomaData, g.netapprox.kHomaGrant
+    for prio in (5, 2, 7):
+        assert qd.Enqueue(g.netapprox.MakeHomaItem(A, d, prio, 1, 100))
+    assert qd.Enqueue(g.netapprox.MakeHomaItem(B, grant, 0, 2, 0))
+    assert not qd.Enqueue(g.netapprox.MakeHomaItem(C, d, 0, 3, 100))  # the port's 4 packets are taken: tail drop
+    assert qd.Counters(0).dropped == 1 and [qd.Backlog(q) for q in (0, 2, 5, 7)] == [1, 1, 1, 1]
+    order = []
+    while True:
+        item = qd.Dequeue()
+        if not item:
+            break
+        order.append(int(g.netapprox.HomaLevelOf(item)))
+    assert order == [0, 2, 5, 7]
+    assert int(qd.GetStats().nTotalDroppedPackets) == 1 and int(qd.GetNPackets()) == 0
+
+
+def _homa_run(trial, TopologyConfig, jobs, hosts=6, **kw):
+    topo = TopologyConfig(kind="clos", leaves=1, spines=1, hosts_per_leaf=hosts, host_gbps=10)
+    return trial.run_trial(trial.SimSettings(topology=topo, time_limit_ms=20, **kw), "homa-es", jobs, seed=1)
+
+
+def test_homa_grants_srpt_and_overcommitment(sim):
+    """Four messages of different lengths arrive at one receiver at once, overcommitment 2: no more than two are
+    granted at a time, every grant names a scheduled level, the messages finish shortest first, and each got
+    its first RTTbytes without a grant."""
+    _ns, _g, trial, TopologyConfig = sim
+    sizes = (60_000, 120_000, 240_000, 480_000)
+    jobs = [JobPlan(i + 1, i, 5, JobWorkload("m", i, (s,), (0.0,)), 1.0) for i, s in enumerate(sizes)]
+    r = _homa_run(trial, TopologyConfig, jobs, homa_overcommit=2)
+    assert r["completed_all"], r["jobs"]
+    jct = [j["jct_s"] for j in sorted(r["jobs"], key=lambda j: j["job_id"])]
+    assert jct == sorted(jct), jct
+    assert all(j["grants"] > 0 and j["bytes_received"] == j["stream_bytes"] for j in r["jobs"])
+    homa = r["homa"]
+    assert homa["overcommit"] == 2 and homa["unscheduled_levels"] >= 1
+    rx = r["homa"]["receivers"]["5"]
+    assert rx["max_granted"] == 2
+    assert sum(rx["grants_at"][:homa["unscheduled_levels"]]) == 0 and sum(rx["grants_at"]) > 0
+    assert rx["grants_at"][7] > 0 and rx["grants_at"][6] > 0  # the two granted at once: the lowest two levels
+
+
+def test_homa_recovers_losses_by_resend(sim):
+    """Eleven senders' unscheduled bursts into one receiver port of 29 packets (the smallest port the
+    settings allow): drops, then RESENDs; every message completes."""
+    _ns, _g, trial, TopologyConfig = sim
+    jobs = [JobPlan(i + 1, i, 11, JobWorkload("m", i, (80_000,), (0.0,)), 1.0) for i in range(11)]
+    r = _homa_run(trial, TopologyConfig, jobs, hosts=12, buffer_packets=29)
+    assert r["queues"]["switch_drops"] > 0
+    assert r["completed_all"] and all(j["bytes_received"] == j["stream_bytes"] for j in r["jobs"]), r["jobs"]
+    assert sum(j["retransmissions"] for j in r["jobs"]) > 0 and r["homa"]["receivers"]["11"]["resends"] > 0
