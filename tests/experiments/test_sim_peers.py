@@ -150,8 +150,7 @@ def _homa_run(trial, TopologyConfig, jobs, hosts=6, **kw):
 
 def test_homa_grants_srpt_and_overcommitment(sim):
     """Four messages of different lengths arrive at one receiver at once, overcommitment 2: no more than two are
-    granted at a time, every grant names a scheduled level, the messages finish shortest first, and each got
-    its first RTTbytes without a grant."""
+    granted at a time, every grant names a scheduled level, and the messages finish shortest first."""
     _ns, _g, trial, TopologyConfig = sim
     sizes = (60_000, 120_000, 240_000, 480_000)
     jobs = [JobPlan(i + 1, i, 5, JobWorkload("m", i, (s,), (0.0,)), 1.0) for i, s in enumerate(sizes)]
