@@ -42,6 +42,7 @@ import netapprox.ml
 from netapprox.hostlib import checks as C
 from netapprox.hostlib.config import AtpConfig, parse_queue_packets
 from netapprox.hostlib.errors import AtpError
+from netapprox.hostlib.reporting import read_report_key
 from netapprox.ml.hook import bounded
 from netapprox.ml.policy import parse_policy
 
@@ -85,6 +86,8 @@ class TrainConfig:
     None: hostlib's default). On the emulated rack: what its switch installs (``TestbedConfig.queue_packets``)."""
     atp_port: int = 0
     report_to: str | None = None
+    report_key_file: str | None = None
+    """The controller's report key file (a controller beyond loopback drops unsigned REPORTs)."""
 
 
 def load_digits_arrays() -> tuple[np.ndarray, np.ndarray]:
@@ -150,6 +153,8 @@ def train(rank: int, world: int, cfg: TrainConfig, *, ready_file: str | None = N
         atp_kw: dict = {} if cfg.rate_mbit is None else {"max_rate_bps": cfg.rate_mbit * 1e6}
         if cfg.queue_packets is not None:
             atp_kw["queue_packets"] = parse_queue_packets(cfg.queue_packets)
+        if cfg.report_key_file is not None:
+            atp_kw["report_key"] = read_report_key(cfg.report_key_file, "--report-key-file")
         report = None
         if cfg.report_to:
             host, _, port = cfg.report_to.rpartition(":")
@@ -337,6 +342,7 @@ FIELD_HELP = {
                      "hostlib's)",
     "atp_port": "UDP port of the hook's ATP socket, 0: any free port",
     "report_to": "HOST:PORT of a controller for the ATP senders' REPORTs (default: none)",
+    "report_key_file": "the controller's report key file, to sign the REPORTs with (default: unsigned)",
 }
 PER_OPTION_HOOK = ("policy", "fill", "gather_msr", "gather_mode", "transform", "completion")
 DEFAULT_BOUNDED = 0.7
@@ -415,6 +421,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             parse_queue_packets(args.queue_packets)
         except ValueError as exc:
+            p.error(str(exc))
+    if args.report_key_file is not None:
+        try:
+            read_report_key(args.report_key_file, "--report-key-file")
+        except ValueError as exc:  # checked here: a worker would fail with it after the processes started
             p.error(str(exc))
     cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)})
     try:
