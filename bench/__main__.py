@@ -48,6 +48,7 @@ HEADLINE_KEYS = (
     "controller_epoch_ms_10k", "controller_reports_per_s", "sim_atp_over_dctcp_es", "sim_atp_over_dctcp_ss",
     "sim_atp_p99_over_dctcp_es", "sim_atp_network_drop_frac",
     "hostlib_jct_under_flood_over_alone", "hostlib_jct_under_receiver_attacks_over_alone",
+    "leafspine_atp_over_tcp_es", "leafspine_spray_over_flowhash",
 )
 HEADLINE_ABOUT = {
     "atp_over_tcp_es_fifo": "all-to-all FBKV, ATP JCT / TCP-ES JCT on a FIFO switch, per MSR",
@@ -158,6 +159,21 @@ def summarize(rows: Sequence[dict]) -> dict:
             a, t = _mean_jct(_pick(rs, protocol="atp")), _mean_jct(_pick(rs, protocol="tcp-es"))
             yld[str(msr)] = {"atp_jct_s": a, "tcp_es_in_queue0_jct_s": t, "atp_over_tcp_es": _ratio(a, t)}
     s["yield"] = yld
+    leafspine = {}
+    for msr in N.LEAFSPINE_MSRS:
+        rs = _pick(rows, section="leafspine", msr=msr)
+        if rs:
+            jct = {p: _mean_jct(_pick(rs, protocol=p)) for p in N.LEAFSPINE_PROTOCOLS}
+            leafspine[str(msr)] = {
+                "jct_mean_s": jct, "atp_over_tcp_es": _ratio(jct["atp"], jct["tcp-es"]),
+                "spray_over_flowhash": _ratio(jct["atp"], jct["atp-flowhash"]),
+                "atp_over_tcp_es_per_seed": _per_seed(rs, "atp", "tcp-es"),
+                "spray_over_flowhash_per_seed": _per_seed(rs, "atp", "atp-flowhash"),
+                "delivered_bytes_frac": {p: _mean(r.get("delivered_bytes_frac") for r in _pick(rs, protocol=p))
+                                         for p in N.LEAFSPINE_PROTOCOLS},
+                "jobs_done": {p: sum(1 for j in _jcts(_pick(rs, protocol=p)) if j is not None)
+                              for p in N.LEAFSPINE_PROTOCOLS}}
+    s["leafspine"] = leafspine
     atp_jobs = [m for r in rows if r.get("protocol", "").startswith("atp") for m in (r.get("msr_met") or [])]
     s["msr_met"] = {"jobs": len(atp_jobs), "met": sum(atp_jobs),
                     "fraction": sum(atp_jobs) / len(atp_jobs) if atp_jobs else None}
@@ -200,6 +216,10 @@ def headline(summary: dict | None, parts: dict) -> dict:
         co = summary["coexist"]
         if co:
             h["nonapprox_fct_netapprox_over_fifo"] = {"mean": co["fct_mean_ratio"], "p99": co["fct_p99_ratio"]}
+        ls = summary.get("leafspine") or {}
+        if ls:
+            h["leafspine_atp_over_tcp_es"] = {m: v["atp_over_tcp_es"] for m, v in ls.items()}
+            h["leafspine_spray_over_flowhash"] = {m: v["spray_over_flowhash"] for m, v in ls.items()}
     for part in parts.values():
         for k, v in ((part or {}).get("headline") or {}).items():
             if k in h:
@@ -224,6 +244,8 @@ def bars(h: dict, summary: dict | None) -> dict:
                                                      1.10)
         out["msr_met_fraction_is_1"] = None if h["msr_met_fraction"] is None else h["msr_met_fraction"] == 1.0
         out["nonapprox_fct_le_0.3_of_tcp_es_fifo"] = all_le(h["nonapprox_fct_netapprox_over_fifo"], 0.3)
+        out["leafspine_atp_over_tcp_es_le_0.5"] = all_le(h["leafspine_atp_over_tcp_es"], 0.5)
+        out["leafspine_spray_over_flowhash_le_0.9"] = all_le(h["leafspine_spray_over_flowhash"], 0.9)
     for key in ("hostlib_jct_under_flood_over_alone", "hostlib_jct_under_receiver_attacks_over_alone"):
         out[f"{key}_le_2"] = None if h.get(key) is None else h[key] <= 2.0
     return out
@@ -327,6 +349,17 @@ def markdown(doc: dict) -> str:
         for m, v in s["yield"].items():
             lines.append(f"| {m} | {_fmt(v['atp_jct_s'])} | {_fmt(v['tcp_es_in_queue0_jct_s'])} | "
                          f"{_fmt(v['atp_over_tcp_es'])} |")
+        if s.get("leafspine"):
+            lines += ["", "## Multi-path: all-to-all FBKV on an emulated leaf-spine (2 leaves x 2 spines, 2 hosts per "
+                      f"leaf, leaf-spine links at 1/{N.LEAFSPINE_OVERSUBSCRIPTION:g} of the host rate): ATP with "
+                      "spraying vs ATP with flow hashing vs TCP-ES on FIFO switches", "",
+                      "| MSR | ATP JCT (s) | ATP flow-hash JCT (s) | TCP-ES JCT (s) | ATP/ES | spray/flow-hash | "
+                      "ATP/ES per seed | spray/flow-hash per seed |", "|---|---|---|---|---|---|---|---|"]
+            for m, v in s["leafspine"].items():
+                j = v["jct_mean_s"]
+                lines.append(f"| {m} | {_fmt(j['atp'])} | {_fmt(j['atp-flowhash'])} | {_fmt(j['tcp-es'])} | "
+                             f"{_fmt(v['atp_over_tcp_es'])} | {_fmt(v['spray_over_flowhash'])} | "
+                             f"{_fmt(v['atp_over_tcp_es_per_seed'])} | {_fmt(v['spray_over_flowhash_per_seed'])} |")
         mm = s["msr_met"]
         lines += ["", f"ATP jobs that met every group's MSR: **{mm['met']}/{mm['jobs']}**."]
         if s["errors"]:

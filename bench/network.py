@@ -26,6 +26,10 @@ buffer (``experiments.plans.switch_for``). Each trial is a plan (experiments/pla
   much ATP yields to non-approximate traffic, not a race.
 - ``queues`` (extra row): web-search flows next to ATP jobs on NetApprox queues vs next to the same ATP jobs
   on the FIFO switch: what the queues alone do for non-approximate traffic.
+- ``leafspine`` (multi-path): all-to-all FBKV on an emulated leaf-spine of kernel switches (2 leaves with 2
+  hosts each, 2 spines, leaf-spine links at half the host rate: 2:1 oversubscribed, as leaf-spine fabrics are
+  built), MSR 0.5/0.7: ATP with the fabric spraying its approximate DATA (the design) vs ATP on the same fabric
+  hashing flows (``atp-flowhash``) vs TCP-ES on FIFO switches (flow hashing, as any ECMP fabric).
 
 ``trials(...)`` lists every trial up front (so progress can say what remains); ``run(...)`` runs them, one
 testbed per (switch kind, link rate), and returns one row per trial.
@@ -38,7 +42,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from netapprox.controller.model import queue_for_tlr
-from netapprox.experiments.emulated import EmulatedBackend, Scale
+from netapprox.experiments.emulated import EmulatedBackend, Scale, sprays
 from netapprox.experiments.figures import alltoall_jobs, coexist_plan, incast_jobs
 from netapprox.experiments.jobs import JobWorkload
 from netapprox.experiments.metrics import flow_fct_stats, job_summary
@@ -46,7 +50,7 @@ from netapprox.experiments.plans import Background, JobPlan, TrialPlan, switch_f
 from netapprox.experiments.results import Progress
 from netapprox.experiments.workloads import web_search_flows
 
-SECTIONS = ("contention", "background", "coexist", "idle", "background-same-queue", "yield", "queues")
+SECTIONS = ("contention", "background", "coexist", "idle", "background-same-queue", "yield", "queues", "leafspine")
 MSRS = (0.5, 0.7, 0.9)
 CONTENTION_PATTERNS = ("alltoall-fbkv", "alltoall-fbhd", "incast-fbkv")
 CONTENTION_PROTOCOLS = ("atp", "tcp-es", "tcp-ss")
@@ -64,6 +68,17 @@ YIELD_MSRS = (0.5, 0.9)
 YIELD_FLOW_LOAD = 0.3
 YIELD_START_S = 0.3
 """The job starts this long after the flows."""
+LEAFSPINE_MSRS = (0.5, 0.7)
+LEAFSPINE_PROTOCOLS = ("atp", "atp-flowhash", "tcp-es")
+LEAFSPINE_HOSTS = 4
+LEAFSPINE_OVERSUBSCRIPTION = 2.0
+"""Host links / leaf-spine links: each leaf's 2 hosts can send twice what its 2 uplinks carry."""
+
+
+def leafspine_scale(scale: Scale) -> Scale:
+    """The leaf-spine's scale: ``scale``'s rates and jobs on 2 leaves x 2 spines (``LEAFSPINE_HOSTS`` hosts)."""
+    return dataclasses.replace(scale, topology="leafspine", hosts=LEAFSPINE_HOSTS, leaves=2, spines=2,
+                               uplink_mbit=scale.rate_mbit / LEAFSPINE_OVERSUBSCRIPTION)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +93,8 @@ class Trial:
     plan: TrialPlan
     metrics: Callable[[dict], dict]
     """Trial record -> the row's metrics."""
+    topology: str = "rack"
+    """``rack`` or ``leafspine`` (``leafspine_scale``)."""
 
     @property
     def label(self) -> str:
@@ -104,10 +121,10 @@ def trials(seeds: Sequence[int], scale: Scale, *, sections: Sequence[str] | None
     rate = scale.rate_mbit
     out: list[Trial] = []
 
-    def add(section, params, seed, plan, metrics=jobs_metrics, kind=None, rate_mbit=rate):
+    def add(section, params, seed, plan, metrics=jobs_metrics, kind=None, rate_mbit=rate, topology="rack"):
         kind = kind or switch_for(plan.protocol)
         out.append(Trial(section, params, plan.protocol, seed, kind, rate_mbit,
-                         dataclasses.replace(plan, switch=kind), metrics))
+                         dataclasses.replace(plan, switch=kind), metrics, topology))
 
     if "contention" in want:
         for pattern in CONTENTION_PATTERNS:
@@ -164,22 +181,35 @@ def trials(seeds: Sequence[int], scale: Scale, *, sections: Sequence[str] | None
                 add("queues", {"switch": kind, "msr": COEXIST_MSR, "flow_load": COEXIST_FLOW_LOAD}, seed,
                     coexist_plan(backend, seed, "atp", COEXIST_MSR, COEXIST_FLOW_LOAD,
                                  window_ms=COEXIST_DURATION_S * 1e3), coexist_metrics, kind=kind)
+    if "leafspine" in want:
+        fabric = EmulatedBackend(leafspine_scale(scale))
+        for msr in LEAFSPINE_MSRS:
+            for seed in seeds:
+                jobs = alltoall_jobs(fabric, seed, "fbkv", msr)
+                for proto in LEAFSPINE_PROTOCOLS:
+                    params = {"pattern": "alltoall-fbkv", "msr": msr}
+                    add("leafspine", params, seed, TrialPlan(params, seed, proto, jobs), topology="leafspine")
     return out
 
 
 def run(plan: Sequence[Trial], scale: Scale, workdir: Path, progress: Progress) -> list[dict]:
-    """Run ``plan``: one testbed per (kind, rate) in order of first use, every trial of it, one row each."""
-    groups: dict[tuple[str, float], list[Trial]] = {}
+    """Run ``plan``: one testbed per (kind, rate, topology) in order of first use, every trial of it, one row
+    each (the emulated back end keeps a testbed while its trials need the same one)."""
+    groups: dict[tuple[str, float, str], list[Trial]] = {}
     for t in plan:
-        groups.setdefault((t.kind, t.rate_mbit), []).append(t)
+        groups.setdefault((t.kind, t.rate_mbit, t.topology), []).append(t)
     rows: list[dict] = []
-    for (kind, rate), ts in groups.items():
-        progress.note(f"testbed: {kind} switch, {rate:g} Mbit/s, {len(ts)} trials")
-        with EmulatedBackend(dataclasses.replace(scale, rate_mbit=rate)) as backend:
-            for t in ts:
+    for (kind, rate, topology), ts in groups.items():
+        progress.note(f"testbed: {kind} switch, {rate:g} Mbit/s, {topology}, {len(ts)} trials")
+        sc = dataclasses.replace(scale, rate_mbit=rate)
+        if topology == "leafspine":
+            sc = leafspine_scale(sc)
+        with EmulatedBackend(sc) as backend:
+            for t in sorted(ts, key=lambda t: not sprays(t.protocol)):  # stable: a testbed per spray setting
                 t0 = time.monotonic()
                 try:
-                    metrics = t.metrics(backend.run_trial(t.plan, workdir / f"{kind}-{rate:g}"))
+                    where = f"{kind}-{rate:g}" if topology == "rack" else f"{kind}-{rate:g}-{topology}"
+                    metrics = t.metrics(backend.run_trial(t.plan, workdir / where))
                     error = None
                 except Exception as exc:  # one broken trial is a row with its error, not a lost run
                     metrics, error = {}, f"{type(exc).__name__}: {exc}"

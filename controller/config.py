@@ -24,6 +24,7 @@ from netapprox.controller.model import (
     EcmpRoute,
     Route,
     check_buffer_unit,
+    resolve_buffer_unit,
     check_thresholds,
 )
 from netapprox.hostlib import checks as C
@@ -241,8 +242,8 @@ class SwitchConfig:
         except C.CheckError as e:
             raise ConfigError(str(e).replace("options. ", "options.")) from None
         if "approx_buffer_unit" in options:
-            unit = self.options.get("approx_buffer_unit", 1)
             total = self.options.get("buffer_packets", DEFAULT_BUFFER_PACKETS[self.kind])
+            unit = resolve_buffer_unit(self.options.get("approx_buffer_unit"), total)
             try:
                 check_buffer_unit(unit, total)
             except ValueError as e:
@@ -488,7 +489,7 @@ SWITCH_OPTIONS: dict[str, dict[str, C.Check]] = {
         "push_pipeline": C.boolean(),
         "ports": C.sequence(C.integer(ge=0, le=511)),
         "buffer_packets": C.integer(ge=29),
-        "approx_buffer_unit": C.integer(ge=1),
+        "approx_buffer_unit": C.optional(C.integer(ge=1)),
         "thrift_port": C.optional(C.port()),
         "cli": C.optional(C.string()),
         "bfrt_address": C.optional(C.host_port()),
@@ -515,7 +516,7 @@ SWITCH_OPTIONS: dict[str, dict[str, C.Check]] = {
         "rate_mbit": C.number(gt=0.0, le=1e6),
         "port_rates_mbit": C.mapping(C.string(), C.number(gt=0.0, le=1e6)),
         "buffer_packets": C.integer(ge=29),
-        "approx_buffer_unit": C.integer(ge=1),
+        "approx_buffer_unit": C.optional(C.integer(ge=1)),
         "atp_port": C.port(),
         "stamp_queue": C.boolean(),
     },

@@ -327,8 +327,16 @@ def buffer_unit_option_error(unit: Any, total_packets: int) -> str | None:
 def half_buffer_unit(total_packets: int) -> int:
     """The largest ``unit`` whose approximate queues (``unit`` x 28 packets) hold at most half of a
     ``total_packets`` port, at least 1 (the k-MTU buffers): 1 for the testbed's 64-packet ports, 17 for the
-    simulations' 1000-packet ones."""
+    simulations' 1000-packet ones. The one default of every data plane (``approx_buffer_unit`` unset:
+    ``resolve_buffer_unit``; docs/controller.md, Queue buffers)."""
     return max(1, total_packets // (2 * sum(DEFAULT_APPROX_BUFFERS)))
+
+
+def resolve_buffer_unit(unit: int | None, total_packets: int) -> int:
+    """A switch's ``approx_buffer_unit``: ``unit`` when set, else the one sizing policy of every data plane,
+    ``half_buffer_unit`` (the approximate queues get at most half of the port, in the paper's 7:6:...:1
+    proportions; never less than the paper's k-MTU queues)."""
+    return half_buffer_unit(total_packets) if unit is None else unit
 
 
 @dataclasses.dataclass(frozen=True)

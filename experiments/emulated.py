@@ -38,13 +38,17 @@ from netapprox.experiments import metrics as M
 from netapprox.experiments.baselines import TCP_DEFAULT_PORT, UDP_DEFAULT_PORT
 from netapprox.experiments.flows import FLOW_DEFAULT_PORT
 from netapprox.experiments.jobs import Flow, JobWorkload
-from netapprox.experiments.plans import ATP_VARIANTS, Background, JobPlan, TrialPlan, is_atp, switch_for
+from netapprox.experiments.plans import (
+    ATP_VARIANTS, Background, JobPlan, TrialPlan, atp_variant, is_atp, switch_for)
 from netapprox.experiments.workloads import make_job, web_search_flows
 from netapprox.hostlib.wire import DEFAULT_ATP_PORT as ATP_PORT
 from netapprox.topo.testbed import Proc, Testbed, TestbedConfig, read_json, read_json_lines
 
 BASELINES = ("tcp-es", "tcp-ss", "udp")
-PROTOCOLS = tuple(ATP_VARIANTS) + BASELINES
+NETWORK_VARIANTS = ("atp-flowhash",)
+"""ATP variants that differ only in what the network does (experiments.plans.ATP_ABLATION): ``atp-flowhash``, the
+leaf-spine hashing every flow instead of spraying approximate DATA (the policy's ``spray`` off)."""
+PROTOCOLS = tuple(ATP_VARIANTS) + NETWORK_VARIANTS + BASELINES
 START_LEAD_S = 0.4
 START_LEAD_PER_PROGRAM_S = 0.15
 """The start line is this far in the future when the programs are launched (process start-up, ~0.3 s of
@@ -64,6 +68,9 @@ class Scale:
     """Line rate of every switch port."""
     buffer_packets: int = 64
     """Port buffer (MTU packets); NetApprox gives 36 to queue 0 and 7..1 to queues 1..7."""
+    approx_buffer_unit: int | None = None
+    """The switches' ``approx_buffer_unit``; None: the one default of every data plane (``model.half_buffer_unit``:
+    1, the paper's k-MTU queues, for 64-packet ports)."""
     hosts: int = 4
     """Workload hosts on the single rack."""
     fbkv_n: int = 1000
@@ -80,6 +87,13 @@ class Scale:
     """A job that meets background starts this long after the background (process start-up time)."""
     slack_s: float = 1.0
     """Background outlasts the job it is set against by this much beyond the job's expected span."""
+    topology: str = "rack"
+    """``rack`` (one kernel switch) or ``leafspine`` (Mininet: ``leaves`` x ``spines`` kernel switches, the hosts
+    spread over the leaves; topo/testbed.py)."""
+    leaves: int = 2
+    spines: int = 2
+    uplink_mbit: float | None = None
+    """leafspine: every leaf-spine link's rate; None: ``rate_mbit``."""
 
     @property
     def rate_bps(self) -> float:
@@ -99,7 +113,10 @@ class Scale:
         return [h for h in hosts if h not in exclude]
 
     def testbed(self, **kw: Any) -> TestbedConfig:
-        base = {"hosts": self.hosts, "rate_mbit": self.rate_mbit, "buffer_packets": self.buffer_packets}
+        base = {"hosts": self.hosts, "rate_mbit": self.rate_mbit, "buffer_packets": self.buffer_packets,
+                "approx_buffer_unit": self.approx_buffer_unit,
+                "topology": self.topology, "leaves": self.leaves, "spines": self.spines,
+                "uplink_mbit": self.uplink_mbit}
         base.update(kw)
         return TestbedConfig(**base)
 
@@ -155,9 +172,12 @@ class EmulatedBackend:
 
     def describe(self, protocols: Sequence[str] = ()) -> dict:
         """What a result file records about where its trials ran."""
-        return {"scale": dataclasses.asdict(self.scale),
-                "testbed": f"one rack: {self.scale.hosts} hosts and a controller host on a kernel switch, "
-                           f"{self.scale.rate_mbit:g} Mbit/s ports, {self.scale.buffer_packets}-packet buffers",
+        sc = self.scale
+        where = (f"one rack: {sc.hosts} hosts and a controller host on a kernel switch" if sc.topology == "rack" else
+                 f"a leaf-spine of kernel switches ({sc.leaves} leaves, {sc.spines} spines, {sc.hosts // sc.leaves} hosts "
+                 f"per leaf, leaf-spine links at {sc.uplink_mbit or sc.rate_mbit:g} Mbit/s) and a controller host")
+        return {"scale": dataclasses.asdict(sc),
+                "testbed": f"{where}, {sc.rate_mbit:g} Mbit/s ports, {sc.buffer_packets}-packet buffers",
                 "switches": {p: switch_for(p) for p in protocols}}
 
     def result_dir(self, out: Path, name: str) -> tuple[str, Path]:
@@ -166,7 +186,7 @@ class EmulatedBackend:
 
     def group_of(self, plan: TrialPlan) -> tuple:
         """Trials of one group share a testbed; a sweep runs them in a row."""
-        return plan.switch_kind, plan.sample_queues, plan.policy
+        return plan.switch_kind, plan.sample_queues, plan.policy, sprays(plan.protocol)
 
     def check(self, plan: TrialPlan) -> None:
         if plan.protocol not in PROTOCOLS:
@@ -183,7 +203,7 @@ class EmulatedBackend:
         if self._tb is None or self._tb_key != key:
             self.close()
             cfg = self.scale.testbed(**SWITCH_CONFIG[kind], sample_queues_s=QUEUE_SAMPLE_S if plan.sample_queues else None,
-                                     policy=tuple(plan.policy))
+                                     policy=tuple(plan.policy), spray=sprays(plan.protocol))
             tb = Testbed(cfg, Path(workdir) / f"work-{kind}")
             tb.__enter__()
             self._tb, self._tb_key = tb, key
@@ -203,6 +223,12 @@ class EmulatedBackend:
 
 # --------------------------------------------------------------------------------------------------
 # One trial on a testbed
+
+
+def sprays(protocol: str) -> bool:
+    """Whether the network sprays approximate ATP DATA for ``protocol`` (the policy's default, unless the ATP
+    variant says otherwise; only a multi-path testbed has anything to spray over)."""
+    return bool(atp_variant(protocol).get("spray", True)) if is_atp(protocol) else True
 
 
 def _bg_port(b: Background, i: int) -> int:
@@ -316,7 +342,7 @@ def run_on_testbed(tb: Testbed, plan: TrialPlan, *, timeout: float = 60.0) -> di
         start = ["--start-at", repr(t_start + j.start_s)]
         jid = str(wire_id[j.job_id])
         if is_atp(protocol):
-            v = ATP_VARIANTS[protocol]
+            v = atp_variant(protocol)
             args = ["send", f"{tb.ip(j.dst)}:{ATP_PORT}", "--job", str(job_file), "--job-id", jid,
                     "--msr", str(j.msr), "--mode", v["mode"], "--completion", v.get("completion", "early"),
                     "--rate", _rate_arg(rate_bps), "--queue-packets", queue_packets_arg(tb), "--json", str(out),

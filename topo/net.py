@@ -51,7 +51,10 @@ class EmulationConfig:
     spines: int = 2
     """leafspine: number of spines."""
     buffer_packets: int = 64
-    """Per-port buffer, MTU-sized packets: queue k >= 1 holds 8 - k, queue 0 the rest."""
+    """Per-port buffer, MTU-sized packets: queue k >= 1 holds ``approx_buffer_unit`` x (8 - k), queue 0 the rest."""
+    approx_buffer_unit: int | None = None
+    """The switches' ``approx_buffer_unit``; None: every data plane's default (``model.half_buffer_unit``: 1 for
+    64-packet ports)."""
     target: str = "kernel"
     """``kernel`` (Linux bridge + HTB/u32) or ``bmv2`` (simple_switch_grpc + kernel qdisc as TM)."""
     atp_port: int = DEFAULT_ATP_PORT
@@ -101,10 +104,12 @@ class Emulation(Lifecycle):
             if not os.path.exists(cfg.bmv2_json):
                 raise TargetUnavailable(f"{cfg.bmv2_json} not found: run `make p4` first (needs p4c-bm2-ss)")
             switch = functools.partial(BMv2Switch, rate_mbit=cfg.rate_mbit, buffer_packets=cfg.buffer_packets,
+                                       approx_buffer_unit=cfg.approx_buffer_unit,
                                        atp_port=cfg.atp_port, class_rules=cfg.class_rules,
                                        json_path=cfg.bmv2_json, log_dir=cfg.log_dir, tag=self.tag, pcap_dir=cfg.pcap)
         else:
             switch = functools.partial(KernelSwitch, rate_mbit=cfg.rate_mbit, buffer_packets=cfg.buffer_packets,
+                                       approx_buffer_unit=cfg.approx_buffer_unit,
                                        atp_port=cfg.atp_port, class_rules=cfg.class_rules, stp=self._loops(),
                                        tag=self.tag, pcap_dir=cfg.pcap)
         if cfg.topology == "file":

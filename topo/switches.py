@@ -2,7 +2,8 @@
 
 Both shape every egress port with the same traffic manager (controller/kernel/tc.py: HTB root at the link
 rate, 8 strict-priority classes, a large bfifo under queue 0 and 8 - k packets under queue k, times
-``approx_buffer_unit``, 1 by default). They differ in who classifies:
+``approx_buffer_unit``; unset, every data plane's one default ``model.half_buffer_unit``: 1 on 64-packet
+ports). They differ in who classifies:
 
 - ``KernelSwitch``: the switch is a bridge in its own network namespace; u32 filters on each egress port
   implement the logical tables. The controller programs them with ``controller.kernel.driver.KernelDriver``
@@ -28,7 +29,7 @@ from pyroute2 import IPRoute
 
 from netapprox.controller.kernel import compiler, tc
 from netapprox.controller.kernel.driver import KernelDriver
-from netapprox.controller.model import ClassRule, SwitchState, default_tlr_rules
+from netapprox.controller.model import ClassRule, SwitchState, default_tlr_rules, resolve_buffer_unit
 from netapprox.hostlib.wire import DEFAULT_ATP_PORT
 from netapprox.topo.bmv2 import Bmv2Options, Bmv2Process, free_tcp_port
 from netapprox.topo.netns import run, stop_process, unique_tag
@@ -70,7 +71,7 @@ class KernelSwitch(Switch):
 
     def __init__(self, name: str, rate_mbit: float = 100.0, buffer_packets: int = 64,
                  atp_port: int = DEFAULT_ATP_PORT, stp: bool = False, class_rules: tuple[ClassRule, ...] = (),
-                 tag: str | None = None, pcap_dir: str | None = None, approx_buffer_unit: int = 1,
+                 tag: str | None = None, pcap_dir: str | None = None, approx_buffer_unit: int | None = None,
                  **params: Any) -> None:
         params["inNamespace"] = True
         super().__init__(name, **params)
@@ -78,7 +79,7 @@ class KernelSwitch(Switch):
         self.captures: list[subprocess.Popen] = []
         self.rate_mbit = rate_mbit
         self.buffer_packets = buffer_packets
-        self.approx_buffer_unit = approx_buffer_unit
+        self.approx_buffer_unit = resolve_buffer_unit(approx_buffer_unit, buffer_packets)
         self.atp_port = atp_port
         self.stp = stp
         self.class_rules = tuple(class_rules)
@@ -153,7 +154,7 @@ class BMv2Switch(Switch):
     def __init__(self, name: str, json_path: str | None = None, rate_mbit: float = 100.0, buffer_packets: int = 64,
                  atp_port: int = DEFAULT_ATP_PORT, class_rules: tuple[ClassRule, ...] = (),
                  device_id: int = 0, log_dir: str | None = None, tag: str | None = None, pcap_dir: str | None = None,
-                 approx_buffer_unit: int = 1, **params: Any) -> None:
+                 approx_buffer_unit: int | None = None, **params: Any) -> None:
         params["inNamespace"] = False
         super().__init__(name, **params)
         self.intf_prefix = f"na{tag or unique_tag()[:3]}{name}"
@@ -162,7 +163,7 @@ class BMv2Switch(Switch):
         self.json_path = json_path
         self.rate_mbit = rate_mbit
         self.buffer_packets = buffer_packets
-        self.approx_buffer_unit = approx_buffer_unit
+        self.approx_buffer_unit = resolve_buffer_unit(approx_buffer_unit, buffer_packets)
         self.atp_port = atp_port
         self.class_rules = tuple(class_rules)
         self.device_id = device_id

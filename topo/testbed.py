@@ -21,6 +21,10 @@ controller's decisions and, when asked, per-queue samples:
   queue 0, whose buffer is the whole ``buffer_packets`` (the 7 approximate queues are empty and unused). This
   is the network-oblivious switch the papers' baselines run on.
 
+With ``topology="leafspine"`` the same ``Testbed`` runs on a Mininet leaf-spine of kernel switches
+(``MininetLab`` over ``topo.net.Emulation``): the runtime drives every switch and installs its ECMP groups, so
+approximate ATP DATA is sprayed over the spines (``spray=False``: flow hashing, the ``atp-flowhash`` variant).
+
 Hosts 0..N-1 run the workload; one extra host, ``ctl``, is the controller's in-band address: REPORTs sent
 to ``testbed.report_addr`` (UDP 7601) reach the runtime's report socket, opened inside that host's namespace.
 Everything started here is stopped by PID in ``close()``, and the namespaces are deleted, also on errors and
@@ -44,7 +48,7 @@ from pyroute2 import IPRoute
 
 from netapprox.controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig, report_key, with_policy
 from netapprox.controller.kernel import tc
-from netapprox.controller.model import queue_buffer_packets
+from netapprox.controller.model import queue_buffer_packets, resolve_buffer_unit
 from netapprox.controller.runtime import Runtime
 from netapprox.hostlib.wire import DEFAULT_REPORT_PORT
 from netapprox.topo.netns import Lifecycle, NetnsLab, socket_in_netns, stop_process
@@ -167,6 +171,42 @@ def wait_file(path: Path, timeout: float = 10.0) -> None:
     raise TimeoutError(f"{path} did not appear within {timeout} s")
 
 
+class MininetLab:
+    """``NetnsLab``'s interface over a running Mininet ``topo.net.Emulation`` (the leaf-spine): host i is the
+    i-th workload host (``Emulation.hosts``), host N the controller host ``ctl``; programs run in a host's
+    network namespace (``nsenter``), in their own session so that ``stop_process`` stops exactly them."""
+
+    def __init__(self, emu: Any) -> None:
+        self.emu = emu
+        self.nodes = [*emu.hosts, emu.ctl]
+        self.host_ips = [h.IP() for h in self.nodes]
+        self.host_ns = [h.pid for h in self.nodes]
+        self.prefixlen = 24
+        self.ports = []  # the leaf interface facing each host
+        for h in self.nodes:
+            intf = h.intfList()[0].link
+            self.ports.append(intf.intf2.name if intf.intf1.node is h else intf.intf1.name)
+        self._procs: list[subprocess.Popen] = []
+
+    def popen(self, host: int, cmd: Sequence[str], **kw) -> subprocess.Popen:
+        p = subprocess.Popen(["nsenter", "-t", str(self.host_ns[host]), "-n", *cmd], start_new_session=True, **kw)
+        self._procs.append(p)
+        return p
+
+    def run(self, host: int, cmd: Sequence[str], check: bool = True, **kw) -> subprocess.CompletedProcess:
+        res = subprocess.run(["nsenter", "-t", str(self.host_ns[host]), "-n", *cmd], capture_output=True, text=True,
+                             **kw)
+        if check and res.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} on {self.nodes[host].name}: {res.stderr.strip()}")
+        return res
+
+    def close(self) -> None:
+        for p in self._procs:
+            stop_process(p)
+        self._procs.clear()
+        self.emu.close()
+
+
 @dataclasses.dataclass(frozen=True)
 class TestbedConfig:
     """Shape of the emulated rack."""
@@ -190,8 +230,29 @@ class TestbedConfig:
     """Controller epoch."""
     sample_queues_s: float | None = None
     """Sample every port's per-queue backlog this often (queue-length plots); None: do not sample."""
+    topology: str = "rack"
+    """``rack``: one kernel switch (``NetnsLab``). ``leafspine``: the Mininet leaf-spine of kernel switches
+    (``topo.net.Emulation``: ``leaves`` leaves with ``hosts / leaves`` hosts each, every leaf linked to every one
+    of ``spines`` spines at ``uplink_mbit``), the controller driving every switch and installing its ECMP groups."""
+    leaves: int = 2
+    """leafspine: leaf switches (the hosts are spread over them in order, the controller host on the first)."""
+    spines: int = 2
+    """leafspine: spine switches."""
+    uplink_mbit: float | None = None
+    """leafspine: rate of every leaf-spine link, Mbit/s; None: ``rate_mbit``."""
+    approx_buffer_unit: int | None = None
+    """The switches' ``approx_buffer_unit`` (queue k >= 1 holds it x (8 - k) packets); None: every data plane's
+    default, ``model.half_buffer_unit`` of the port (1 for 64-packet ports: the paper's k-MTU queues)."""
+    spray: bool = True
+    """The policy's ``spray`` (leafspine): approximate ATP DATA sprayed per packet over the equal-cost uplinks;
+    False: flow hashing for every packet (an ordinary ECMP fabric). The FIFO switch never sprays."""
 
     def __post_init__(self) -> None:
+        if self.topology not in ("rack", "leafspine"):
+            raise ValueError(f"topology {self.topology!r}: choose 'rack' or 'leafspine'")
+        if self.topology == "leafspine" and (self.leaves < 2 or self.spines < 2 or self.hosts % self.leaves):
+            raise ValueError(f"leafspine: need >= 2 leaves and >= 2 spines and hosts a multiple of the leaves "
+                             f"(got {self.hosts} hosts, {self.leaves} leaves, {self.spines} spines)")
         if self.policy and (self.switch != "netapprox" or not self.controller):
             raise ValueError("a policy for the controller needs switch='netapprox' and controller=True")
         if self.switch not in ("netapprox", "fifo"):
@@ -213,7 +274,8 @@ class TestbedConfig:
         senders on these hosts should be told (hostlib's default, 64 for queue 0, is a larger port's). NetApprox:
         queue 0 ``buffer_packets`` - 28, queue k >= 1 8 - k; FIFO: queue 0 ``buffer_packets`` (the driver gets 28
         more for the approximate queues, which FIFO leaves unused)."""
-        sizes = tuple(queue_buffer_packets(q, self.port_buffer_packets) for q in range(tc.NUM_QUEUES))
+        unit = resolve_buffer_unit(self.approx_buffer_unit, self.port_buffer_packets)
+        sizes = tuple(queue_buffer_packets(q, self.port_buffer_packets, unit=unit) for q in range(tc.NUM_QUEUES))
         return sizes[:1] + (0,) * (tc.NUM_QUEUES - 1) if self.switch == "fifo" else sizes
 
     @property
@@ -236,7 +298,7 @@ class Testbed(Lifecycle):
         self.epochs: list[dict] = []
         self.tuning: list[dict] = []
         self._aliases: dict[int, str] = {}
-        self._port_names: dict[int, str] = {}
+        self._port_names: dict[tuple[str, int], str] = {}  # (switch, port number) -> interface name
         self._epoch_done = threading.Condition()
 
     # -- addresses -----------------------------------------------------------------------------------------
@@ -293,13 +355,18 @@ class Testbed(Lifecycle):
     def start(self) -> None:
         cfg = self.config
         self.workdir.mkdir(parents=True, exist_ok=True)
+        if cfg.topology == "leafspine":
+            self._start_leafspine()
+            return
         subnet_byte = 100 + (os.getpid() + int(time.time())) % 150
         self.lab = NetnsLab(hosts=cfg.hosts + 1, subnet=f"10.{subnet_byte}.{os.getpid() % 250}.0/24")
         self.lab.start()
         buffer = cfg.port_buffer_packets
         ports = {name: i + 1 for i, name in enumerate(self.lab.ports)}
-        self._port_names = {n: name for name, n in ports.items()}
+        self._port_names = {("s1", n): name for name, n in ports.items()}
         options = {"ports": ports, "netns": self.lab.switch_ns, "rate_mbit": cfg.rate_mbit, "buffer_packets": buffer}
+        if cfg.approx_buffer_unit is not None:
+            options["approx_buffer_unit"] = cfg.approx_buffer_unit
         every = max(1, round(cfg.sample_queues_s / cfg.epoch_s)) if cfg.sample_queues_s else 0
         ccfg = ControllerConfig(
             switches=(SwitchConfig(name="s1", kind="kernel", options=options),),
@@ -321,19 +388,51 @@ class Testbed(Lifecycle):
                                "(see the controller's log messages above)")
         self.runtime.start()
 
+    def _start_leafspine(self) -> None:
+        from netapprox.topo.net import Emulation, EmulationConfig  # Mininet: imported only for this topology
+
+        cfg = self.config
+        emu = Emulation(EmulationConfig(topology="leafspine", hosts=cfg.hosts // cfg.leaves, leaves=cfg.leaves,
+                                        spines=cfg.spines, rate_mbit=cfg.rate_mbit, bottleneck_mbit=cfg.uplink_mbit,
+                                        buffer_packets=cfg.port_buffer_packets, approx_buffer_unit=cfg.approx_buffer_unit,
+                                        log_dir=str(self.workdir)))
+        emu.__enter__()
+        try:
+            self.lab = MininetLab(emu)
+        except BaseException:
+            emu.close()
+            raise
+        try:
+            switches = emu.switch_configs()
+            self._port_names = {(s.name, n): name for s in switches for name, n in s.options["ports"].items()}
+            every = max(1, round(cfg.sample_queues_s / cfg.epoch_s)) if cfg.sample_queues_s else 0
+            ccfg = ControllerConfig(
+                switches=switches,
+                policy=with_policy(PolicyConfig(mode=cfg.policy_mode, pinned=tuple(cfg.job_queues), spray=cfg.spray),
+                                   cfg.policy, "testbed policy"),
+                reports=ReportConfig(rate_per_host=100000.0, burst=10000),
+                epoch_s=cfg.epoch_s, counters_every=every)
+            self.runtime = Runtime(ccfg, on_epoch=self._on_epoch, report_socket=emu.report_socket(REPORT_PORT))
+            if not self.runtime.connect(30.0):
+                raise RuntimeError("the controller could not program the leaf-spine's switches within 30 s")
+            self.runtime.start()
+        except BaseException:
+            self.close()
+            raise
+
     def _on_epoch(self, result) -> None:
         if result.changes:
             self.epochs.append({"wall": time.time(), "epoch": result.epoch,
                                 "assignments": {str(k): v for k, v in result.assignments.items()}})
         for change in result.plan.tuning:  # policy mode adaptive: the tuner's new thresholds and buffers
             self.tuning.append({"wall": time.time(), "epoch": result.epoch, **change.as_log()})
-        counters = result.counters.get("s1")
-        if counters is not None:
+        if result.counters:
             row: dict[str, Any] = {"wall": time.time()}
-            for q in counters.queues:
-                port = self._port_names[q.port]
-                row.setdefault(port, [0] * 8)[q.qid] = q.backlog
-                row.setdefault(port + "_drops", [0] * 8)[q.qid] = q.dropped
+            for switch, counters in result.counters.items():
+                for q in counters.queues:
+                    port = self._port_names[(switch, q.port)]
+                    row.setdefault(port, [0] * 8)[q.qid] = q.backlog
+                    row.setdefault(port + "_drops", [0] * 8)[q.qid] = q.dropped
             self.queue_samples.append(row)
         with self._epoch_done:
             self._epoch_done.notify_all()
@@ -341,6 +440,9 @@ class Testbed(Lifecycle):
     def queue_counters(self, host: int) -> list[dict]:
         """Per-queue transmitted/dropped packets on the port facing ``host`` (its own netlink handle, so it
         never races the controller's)."""
+        if self.config.topology != "rack":
+            raise RuntimeError("queue_counters reads the rack's switch; on the leaf-spine read the controller's "
+                               "counters (the queue samples)")
         ipr = IPRoute(netns=self.lab.switch_ns)
         try:
             idx = ipr.link_lookup(ifname=self.port_of(host))[0]
@@ -386,7 +488,7 @@ class Testbed(Lifecycle):
         core = self.runtime.core
         self.runtime.reconfigure(
             policy_config=dataclasses.replace(core.config.policy, pinned=tuple(job_queues)),
-            switches=[dataclasses.replace(core.switches["s1"], class_rules=tuple(class_rules))])
+            switches=[dataclasses.replace(sw, class_rules=tuple(class_rules)) for sw in core.switches.values()])
         target = self.runtime.epochs + 2  # the epoch under way may have started before the change
         with self._epoch_done:
             if not self._epoch_done.wait_for(lambda: self.runtime.epochs >= target, timeout=10):

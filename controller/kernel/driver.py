@@ -44,7 +44,8 @@ from pyroute2 import IPRoute
 from netapprox.controller.drivers import Driver
 from netapprox.controller.errors import KernelSwitchError, SwitchUnavailable
 from netapprox.controller.kernel import compiler, forward, stamp, tc
-from netapprox.controller.model import Counters, QueueStats, SwitchState, WriteSummary, buffer_unit_option_error
+from netapprox.controller.model import (
+    Counters, QueueStats, SwitchState, WriteSummary, buffer_unit_option_error, resolve_buffer_unit)
 from netapprox.hostlib.wire import DEFAULT_ATP_PORT
 
 log = logging.getLogger(__name__)
@@ -70,9 +71,13 @@ class KernelDriverOptions:
     buffer_packets: int = 256
     """Port buffer in MTU-sized packets: queue k >= 1 holds ``approx_buffer_unit`` x (8 - k) packets, queue 0
     the rest."""
-    approx_buffer_unit: int = 1
+    approx_buffer_unit: int | None = None
     """Scale of the approximate queues' buffers (and of the tuner's shares), MTUs: 1 is the NetApprox paper's
-    k-MTU queues (docs/controller.md, Queue buffers)."""
+    k-MTU queues; unset, every data plane's one default, ``model.half_buffer_unit(buffer_packets)``
+    (docs/controller.md, Queue buffers)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "approx_buffer_unit", resolve_buffer_unit(self.approx_buffer_unit, self.buffer_packets))
     atp_port: int = DEFAULT_ATP_PORT
     """UDP port that identifies ATP DATA (destination port)."""
     stamp_queue: bool = True

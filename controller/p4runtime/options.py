@@ -5,7 +5,7 @@ import dataclasses
 from typing import Any, Mapping
 
 from netapprox.controller.errors import ConfigError, did_you_mean
-from netapprox.controller.model import buffer_unit_option_error
+from netapprox.controller.model import buffer_unit_option_error, resolve_buffer_unit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,9 +57,10 @@ class P4RuntimeOptions:
     buffer_packets: int = 64
     """Per-port buffer to share out: queue k >= 1 gets ``approx_buffer_unit`` x (8 - k) packets, queue 0 the
     rest."""
-    approx_buffer_unit: int = 1
-    """Scale of the approximate queues' buffers, packets: 1 is the NetApprox paper's k-MTU queues
-    (docs/controller.md, Queue buffers)."""
+    approx_buffer_unit: int | None = None
+    """Scale of the approximate queues' buffers, packets: 1 is the NetApprox paper's k-MTU queues; unset, every
+    data plane's one default, ``model.half_buffer_unit(buffer_packets)`` (1 for 64-packet ports;
+    docs/controller.md, Queue buffers)."""
     thrift_port: int | None = None
     """BMv2 Thrift port for ``set_queue_depth`` (None: leave BMv2's default of 64 packets per queue)."""
     cli: str | None = None
@@ -95,6 +96,7 @@ class P4RuntimeOptions:
                 raise ConfigError(f"option {name}={value!r}: a whole number >= 1")
         if not self.adopt_jobs_s >= 0:
             raise ConfigError(f"option adopt_jobs_s={self.adopt_jobs_s!r}: seconds >= 0")
+        object.__setattr__(self, "approx_buffer_unit", resolve_buffer_unit(self.approx_buffer_unit, self.buffer_packets))
         why = buffer_unit_option_error(self.approx_buffer_unit, self.buffer_packets)
         if why:
             raise ConfigError(f"option {why}")

@@ -107,3 +107,42 @@ def test_progress_says_what_remains():
     p.step("a", "ok")
     p.note("testbed")
     assert lines[0].startswith("[  1/4 ") and "left] a: ok" in lines[0] and "testbed" in lines[1]
+
+
+def test_leafspine_row_plans_spray_flowhash_and_tcp_es_on_the_leaf_spine():
+    plan = [t for t in N.trials([1, 2, 3], Scale()) if t.section == "leafspine"]
+    assert len(plan) == len(N.LEAFSPINE_MSRS) * 3 * len(N.LEAFSPINE_PROTOCOLS)
+    assert {t.topology for t in plan} == {"leafspine"} and {t.params["msr"] for t in plan} == {0.5, 0.7}
+    assert {(t.protocol, t.kind) for t in plan} == {("atp", "netapprox"), ("atp-flowhash", "netapprox"),
+                                                     ("tcp-es", "fifo")}
+    for seed in (1, 2, 3):  # every protocol of a seed runs the same jobs
+        assert len({t.plan.jobs for t in plan if t.seed == seed and t.params["msr"] == 0.5}) == 1
+    sc = N.leafspine_scale(Scale())
+    assert (sc.topology, sc.leaves, sc.spines, sc.hosts) == ("leafspine", 2, 2, 4)
+    assert sc.testbed().uplink_mbit == Scale().rate_mbit / 2
+    assert all(t.topology == "rack" for t in N.trials([1], Scale()) if t.section != "leafspine")
+
+
+def test_leafspine_summary_headline_and_bars():
+    rows = []
+    for seed in (1, 2):
+        for msr in N.LEAFSPINE_MSRS:
+            for proto, jct in (("atp", 0.2), ("atp-flowhash", 0.4), ("tcp-es", 1.0)):
+                rows.append(_row("leafspine", proto, seed, [jct * seed, jct * seed], pattern="alltoall-fbkv", msr=msr))
+    rows[0]["jcts_s"] = [0.2, 0.6]  # seed 1, MSR 0.5, ATP: mean 0.4 = flow hash's
+    s = summarize(rows)
+    assert s["leafspine"]["0.5"]["spray_over_flowhash_per_seed"] == [pytest.approx(1.0), pytest.approx(0.5)]
+    h = headline(s, {})
+    # mean JCT over every job of both seeds: MSR 0.5 ATP 0.4, flow hash 0.6, TCP-ES 1.5; MSR 0.7 0.3, 0.6, 1.5
+    assert h["leafspine_atp_over_tcp_es"] == {"0.5": pytest.approx(0.4 / 1.5), "0.7": pytest.approx(0.2)}
+    assert h["leafspine_spray_over_flowhash"] == {"0.5": pytest.approx(0.4 / 0.6), "0.7": pytest.approx(0.5)}
+    b = bars(h, s)
+    assert b["leafspine_atp_over_tcp_es_le_0.5"] is True and b["leafspine_spray_over_flowhash_le_0.9"] is True
+    rows[0]["jcts_s"] = [1.0, 1.4]  # ATP at MSR 0.5 now slower than flow hashing: the bar fails
+    h = headline(summarize(rows), {})
+    assert bars(h, summarize(rows))["leafspine_spray_over_flowhash_le_0.9"] is False
+    meta = {"finished_utc": "now", "git_commit": "abc", "seeds": [1, 2], "duration_s": 60.0,
+            "scale": {"rate_mbit": 20, "buffer_packets": 64},
+            "environment": {"tcp_cc": "cubic", "tcp_ecn": "2", "tcp_rto_min_ms": 200, "tcp_initcwnd": 10}}
+    md = markdown({"meta": meta, "summary": s, "headline": h, "bars": b})
+    assert "leaf-spine" in md and "| 0.7 | 0.300 | 0.600 | 1.500 | 0.200 | 0.500 |" in md

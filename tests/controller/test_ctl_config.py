@@ -19,7 +19,7 @@ from netapprox.controller.config import (
 from netapprox.controller.drivers import build_driver, driver_class
 from netapprox.controller.errors import ConfigError
 from netapprox.controller.kernel.driver import KernelDriverError, KernelDriverOptions
-from netapprox.controller.model import ClassRule, Route
+from netapprox.controller.model import ClassRule, Route, half_buffer_unit
 from netapprox.controller.p4runtime.driver import P4RuntimeDriver
 from netapprox.controller.p4runtime.options import P4RuntimeOptions, options_from_mapping
 
@@ -147,7 +147,8 @@ def test_bad_values_are_refused_at_load_in_one_line(data, field):
 
 
 def test_approx_buffer_unit_is_a_switch_option_checked_against_the_port_buffer():
-    """``approx_buffer_unit`` (default 1: the paper's k-MTU queues) multiplies the approximate queues' buffers of
+    """``approx_buffer_unit`` (unset: every data plane's one default, ``model.half_buffer_unit``: 1, the paper's
+    k-MTU queues, on a 64-packet port, 4 on the kernel driver's 256) multiplies the approximate queues' buffers of
     a P4 or kernel switch, in the drivers' options as in the file; a unit whose 28 x unit packets leave queue 0
     nothing of ``buffer_packets`` (the driver's default when unset) is refused at load in one line."""
     cfg = config_from_dict({"switch": [
@@ -162,7 +163,9 @@ def test_approx_buffer_unit_is_a_switch_option_checked_against_the_port_buffer()
     assert all(shape.queue_bytes(q) % shape.mtu_bytes == 0 for q in range(8))
     tuned = (12, 9, 2, 1, 1, 1, 2)  # the tuner's shares: 28 units, as the k-MTU buffers
     assert [shape.queue_bytes(q, tuned) // shape.mtu_bytes for q in range(8)] == [4] + [9 * b for b in tuned]
-    assert P4RuntimeOptions().approx_buffer_unit == 1 == KernelDriverOptions(ports={"a": 1}).approx_buffer_unit
+    assert P4RuntimeOptions().approx_buffer_unit == 1 == half_buffer_unit(64)
+    assert KernelDriverOptions(ports={"a": 1}).approx_buffer_unit == 4 == half_buffer_unit(256)
+    assert P4RuntimeOptions(buffer_packets=1000).approx_buffer_unit == 17
     assert C.DEFAULT_BUFFER_PACKETS == {"p4runtime": P4RuntimeOptions.buffer_packets,
                                         "kernel": KernelDriverOptions.buffer_packets}
     assert config_from_dict({"switch": [{"name": "s1", "options": {"buffer_packets": 85, "approx_buffer_unit": 3}}]}

@@ -314,7 +314,7 @@ def test_the_stratum_cli_prints_the_section_for_the_example_config():
                          env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=REPO)
     assert res.returncode == 0, res.stderr
     body = res.stdout.split("\n", 1)[1]
-    assert body == stratum_queue_config([136, 144], 400, node_id=1)
+    assert body == stratum_queue_config([136, 144], 400, node_id=1, unit=7)  # the default: half_buffer_unit(400)
     assert res.stdout.startswith("# switch tor1: 2 ports, 400 packets per port")
     bad = subprocess.run([sys.executable, "-m", "netapprox.controller.p4runtime.tofino_tm", "--config",
                           str(REPO / "controller/examples/bmv2.toml")], capture_output=True, text=True, timeout=60,
