@@ -67,6 +67,8 @@ HEADLINE_ABOUT = {
     "sim_atp_network_drop_frac": "ns-3: ATP payloads the network dropped or trimmed",
     "hostlib_jct_under_flood_over_alone": "a job's JCT under a forged flood / alone",
     "hostlib_jct_under_receiver_attacks_over_alone": "a job's JCT under receiver attacks / alone",
+    "leafspine_atp_over_tcp_es": "emulated 2x2 leaf-spine, all-to-all FBKV, ATP (spraying) / TCP-ES JCT, per MSR",
+    "leafspine_spray_over_flowhash": "the same, ATP with spraying / ATP with flow hashing, per MSR",
 }
 """What each headline key measures, in a few words (README's table; a key without one shows its name only)."""
 HEADLINE_BARS = {
@@ -75,6 +77,7 @@ HEADLINE_BARS = {
     "controller_epoch_ms_10k": "median < 10", "controller_reports_per_s": ">= 100000",
     "sim_atp_over_dctcp_es": "< 0.7", "sim_atp_p99_over_dctcp_es": "<= 1", "sim_atp_network_drop_frac": "<= 0.05",
     "hostlib_jct_under_flood_over_alone": "<= 2", "hostlib_jct_under_receiver_attacks_over_alone": "<= 2",
+    "leafspine_atp_over_tcp_es": "<= 0.5", "leafspine_spray_over_flowhash": "<= 0.9",
 }
 """Each headline key's bar, ``[leaf] op limit`` (every number of the value, or its leaves named ``leaf``, must
 meet it; experiments/headline.py checks it for README's table). A key without a bar has none to meet."""
