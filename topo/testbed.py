@@ -410,7 +410,8 @@ class Testbed(Lifecycle):
                 switches=switches,
                 policy=with_policy(PolicyConfig(mode=cfg.policy_mode, pinned=tuple(cfg.job_queues), spray=cfg.spray),
                                    cfg.policy, "testbed policy"),
-                reports=ReportConfig(rate_per_host=100000.0, burst=10000),
+                reports=ReportConfig(rate_per_host=100000.0, burst=10000,
+                                     key=report_key(self.report_key_file, create=True, where="testbed report key")),
                 epoch_s=cfg.epoch_s, counters_every=every)
             self.runtime = Runtime(ccfg, on_epoch=self._on_epoch, report_socket=emu.report_socket(REPORT_PORT))
             if not self.runtime.connect(30.0):
