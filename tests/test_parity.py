@@ -84,7 +84,7 @@ def test_parity_known_disagreements_between_simulation_and_hostlib(knob):
 def test_parity_emulated_atp_is_hostlib_default_but_for_scaled_knobs():
     tb = TbConfig()
     args = argparse.Namespace(mode="adaptive", no_mrdf=False, completion="early", rate=f"{Scale().rate_mbit:g}M",
-                              queue_packets=",".join(map(str, tb.queue_packets)))
+                              queue_packets=",".join(map(str, tb.queue_packets)), report_key_file=None)
     emu = differing(atp_job.build_config(args))
     assert set(emu) <= {"max_rate_bps", "queue_packets"}, emu
 
