@@ -194,6 +194,8 @@ SETTINGS_PARITY: dict[str, tuple[str, str]] = {
     "pfabric_buffer_packets": ("baseline", "pFabric's own switch buffers"),
     "pfabric_rto_rtts": ("baseline", "pFabric's fixed RTO"),
     "pfabric_probe_after": ("baseline", "pFabric's probe mode"),
+    "homa_overcommit": ("baseline", "Homa's overcommitment"),
+    "homa_resend_rtts": ("baseline", "Homa's RESEND timer"),
 }
 """Every ``SimSettings`` field and what it is elsewhere: ``shared`` — a design default every data plane has too,
 with the same value (tests/test_parity.py holds them to it); ``scaled`` — a size, rate or time of the network
