@@ -33,7 +33,7 @@ from netapprox.hostlib.errors import (  # noqa: F401 - hostlib's errors, importa
 from netapprox.hostlib.receiver import AtpReceiver, GroupResult, JobResult
 from netapprox.hostlib.sender import SendSummary
 from netapprox.hostlib.reporting import ReportSink, report_addresses  # noqa: F401 - report_addresses: here too
-from netapprox.hostlib.udp import Address, SocketIO, open_socket, parse_address, send_all, wait  # noqa: F401
+from netapprox.hostlib.udp import Address, SocketIO, open_socket, parse_address, wait  # noqa: F401 - parse_address too
 from netapprox.hostlib.vector import assemble
 
 _RUN_SLICE_S = 0.5  # longest a native core's run() keeps the loop in C without an event
