@@ -104,5 +104,6 @@ controller: {epoch_ms: 20}
             assert all(error == "" for _, _, error, _ in rows), pcap
             types |= {int(t) for t, job, _, _ in rows if job == "1000"}
             token_acks += sum(t == "2" and job == "1000" and token == "1" for t, job, _, token in rows)
-        assert types == {1, 2, 3, 4}, types  # DATA, ACK, REPORT (to ctl through s1), DONE
+        # DATA, ACK, REPORT (to ctl through s1), DONE, NEW_TOKEN (the job proved its address: a token for its next jobs)
+        assert types == {1, 2, 3, 4, 7}, types
         assert token_acks > 0  # admission (wire version 2): admitted at once, its ACKs carry a token to echo
