@@ -63,7 +63,8 @@ SWITCHES = ("netapprox", "static", "fifo")
 TLR thresholds and pinned jobs (ATP_FixPrio); a network-oblivious switch, one FIFO per port with the same
 total buffer (where the papers run their baselines). The ns-3 back end also runs ``pfabric`` (``PEER_SWITCHES``)."""
 
-PEER_SWITCHES = {"pfabric-es": "pfabric", "pfabric-ss": "pfabric", "homa-es": "homa", "homa-ss": "homa"}
+PEER_SWITCHES = {"pfabric-es": "pfabric", "pfabric-ss": "pfabric", "pfabric-sm": "pfabric",
+                 "homa-es": "homa", "homa-ss": "homa", "homa-sm": "homa"}
 """ns-3 only: the switch each peer transport runs on, its own (pFabric's priority queue; Homa's 8 priority
 queues)."""
 

@@ -17,6 +17,7 @@ Protocols (``PROTOCOLS``; the ATP variants are experiments.plans.ATP_VARIANTS):
 | ``atp-base``, ``atp-rc``, ``atp-mrdf`` | Fig. 12's ablation chain (``base``; ``fixtlr`` without / with MRDF) | NetApprox | ``netapprox`` |
 | ``atp-early``, ``atp-all-sent`` | ATP with the completion policy ``early`` / ``all_sent`` | NetApprox | ``netapprox`` |
 | ``dctcp-es``, ``dctcp-ss`` | EarlySend / SampleSend over ns-3 ``TcpDctcp`` | network-oblivious (one queue, ECN) | ``fifo`` |
+| ``dctcp-sm``, ``pfabric-sm``, ``homa-sm`` | SmallestSend: only the smallest ceil(MSR N) messages, smallest first | the transport's own | ``fifo`` |
 | ``udp`` | every message once as ATP-format DATA at line rate | network-oblivious | ``fifo`` |
 | ``pfabric-es``, ``pfabric-ss`` | EarlySend / SampleSend over pFabric's host transport (``netapprox_peers.h``) | pFabric (2 BDP, least remaining first) | ``fifo`` (nothing to program) |
 | ``homa-es``, ``homa-ss`` | EarlySend / SampleSend over Homa (RTTbytes unscheduled, receiver grants) | Homa (8 priority queues) | ``fifo`` (nothing to program) |
@@ -52,9 +53,9 @@ from netapprox.hostlib import sim as host_sim
 from netapprox.hostlib.config import AtpConfig, JobSpec, Message, required_messages
 from netapprox.hostlib.reporting import ReportSink
 
-TCP_PROTOCOLS = ("dctcp-es", "dctcp-ss")
-PFABRIC_PROTOCOLS = ("pfabric-es", "pfabric-ss")
-HOMA_PROTOCOLS = ("homa-es", "homa-ss")
+TCP_PROTOCOLS = ("dctcp-es", "dctcp-ss", "dctcp-sm")
+PFABRIC_PROTOCOLS = ("pfabric-es", "pfabric-ss", "pfabric-sm")
+HOMA_PROTOCOLS = ("homa-es", "homa-ss", "homa-sm")
 PEER_PROTOCOLS = PFABRIC_PROTOCOLS + HOMA_PROTOCOLS
 PROTOCOLS = tuple(ATP_VARIANTS) + tuple(ATP_ABLATION) + TCP_PROTOCOLS + ("udp",) + PEER_PROTOCOLS
 ATP_PORT = wire.DEFAULT_ATP_PORT
@@ -307,15 +308,32 @@ def tcp_attributes(ns: Any) -> dict[str, str]:
     return out
 
 
+def smallest_messages(sizes: Sequence[int], msr: float) -> list[int]:
+    """SmallestSend: the ids of the smallest ceil(MSR N) messages (ties: the lower id), smallest first: the choice
+    ATP's MRDF makes, made by the sender alone."""
+    k = msr_target(msr, len(sizes))
+    return sorted(range(len(sizes)), key=lambda i: (sizes[i], i))[:k]
+
+
+def stream_order(workload: JobWorkload, msr: float, protocol: str, seed: int) -> Sequence[int]:
+    """The message ids a baseline's stream carries, in order: SampleSend (``*-ss``) a seeded sample,
+    SmallestSend (``*-sm``) the smallest, EarlySend every message."""
+    if protocol.endswith("-ss"):
+        return sample_messages(workload.n, msr, seed)
+    if protocol.endswith("-sm"):
+        return smallest_messages(workload.sizes, msr)
+    return range(workload.n)
+
+
 def tcp_stream(workload: JobWorkload, msr: float, protocol: str, seed: int) -> tuple[int, int]:
-    """(bytes the sender writes, bytes after which the receiver answers) of a TCP baseline job: the stream of
-    the emulated baselines (experiments/baselines.py)."""
-    n = workload.n
-    if protocol == "dctcp-ss":
-        chosen = sample_messages(n, msr, seed)
+    """(bytes the sender writes, bytes after which the receiver answers) of a baseline job's stream (the
+    emulated baselines', experiments/baselines.py; pFabric's and Homa's carry the same): EarlySend every
+    message, done after the first ceil(MSR N); SampleSend and SmallestSend only their messages, all needed."""
+    if protocol.endswith(("-ss", "-sm")):
+        chosen = stream_order(workload, msr, protocol, seed)
         total = TCP_JOB_HEADER + sum(TCP_MSG_HEADER + workload.sizes[i] for i in chosen)
         return total, total
-    k = msr_target(msr, n)
+    k = msr_target(msr, workload.n)
     total = TCP_JOB_HEADER + sum(TCP_MSG_HEADER + s for s in workload.sizes)
     target = TCP_JOB_HEADER + sum(TCP_MSG_HEADER + s for s in workload.sizes[:k])
     return total, target
@@ -565,7 +583,7 @@ class Trial:
             self.net.hosts[job.dst].node.AddApplication(rx)
             rx.SetStartTime(ns.Seconds(0))
             tx = ns.CreateObject[g.netapprox.TcpJobSender]()
-            tx.Setup(self.net.hosts[job.dst].ip, port, total, self.protocol == "dctcp-es")
+            tx.Setup(self.net.hosts[job.dst].ip, port, total, self.protocol.endswith("-es"))
             self.net.hosts[job.src].node.AddApplication(tx)
             tx.SetStartTime(ns.NanoSeconds(int(round(job.start_s * 1e9))))
             self._job_state[job.job_id] = {"job": job, "tx": tx, "rx": rx, "total": total, "target": target}
@@ -586,8 +604,7 @@ class Trial:
         rto_ns = int(round(s.pfabric_rto_rtts * topo.base_rtt_s() * 1e9))
         receivers: dict[int, Any] = {}
         for job in self.jobs:
-            tcp_like = "dctcp-ss" if self.protocol == "pfabric-ss" else "dctcp-es"
-            total, target = tcp_stream(job.workload, job.msr, tcp_like, self.seed * 1000 + job.job_id)
+            total, target = tcp_stream(job.workload, job.msr, self.protocol, self.seed * 1000 + job.job_id)
             rx = receivers.get(job.dst)
             if rx is None:
                 rx = receivers[job.dst] = ns.CreateObject[g.netapprox.PfabricReceiver]()
@@ -596,7 +613,7 @@ class Trial:
                 rx.SetStartTime(ns.Seconds(0))
             tx = ns.CreateObject[g.netapprox.PfabricSender]()
             tx.Setup(self.net.hosts[job.dst].ip, job.job_id, total, target, PFABRIC_MSS, window, rto_ns,
-                     s.pfabric_probe_after, self.protocol == "pfabric-es")
+                     s.pfabric_probe_after, self.protocol.endswith("-es"))
             self.net.hosts[job.src].node.AddApplication(tx)
             tx.SetStartTime(ns.NanoSeconds(int(round(job.start_s * 1e9))))
             self._job_state[job.job_id] = {"job": job, "tx": tx, "rx": rx, "total": total, "target": target}
@@ -609,8 +626,7 @@ class Trial:
         topo = s.topology
         rtt_pkts = bdp_packets(topo)
         rtt_ns = topo.base_rtt_s() * 1e9
-        tcp_like = "dctcp-ss" if self.protocol == "homa-ss" else "dctcp-es"
-        streams = {job.job_id: tcp_stream(job.workload, job.msr, tcp_like, self.seed * 1000 + job.job_id)
+        streams = {job.job_id: tcp_stream(job.workload, job.msr, self.protocol, self.seed * 1000 + job.job_id)
                    for job in self.jobs}
         if not streams:
             return
@@ -630,7 +646,7 @@ class Trial:
                 rx.SetStartTime(ns.Seconds(0))
             tx = ns.CreateObject[g.netapprox.HomaSender]()
             tx.Setup(self.net.hosts[job.dst].ip, job.job_id, total, target, PFABRIC_MSS, rtt_pkts,
-                     homa_level(total, cutoffs), int(2 * s.homa_resend_rtts * rtt_ns), self.protocol == "homa-es")
+                     homa_level(total, cutoffs), int(2 * s.homa_resend_rtts * rtt_ns), self.protocol.endswith("-es"))
             self.net.hosts[job.src].node.AddApplication(tx)
             tx.SetStartTime(ns.NanoSeconds(int(round(job.start_s * 1e9))))
             self._job_state[job.job_id] = {"job": job, "tx": tx, "rx": rx, "total": total, "target": target}
@@ -842,8 +858,7 @@ class Trial:
             tx, rx = st["tx"], st["rx"]
             done = tx.DoneNs()
             received = min(st["total"], int(rx.Contiguous(self.net.hosts[job.src].ip, job.job_id)) * PFABRIC_MSS)
-            tcp_like = "dctcp-ss" if self.protocol.endswith("-ss") else "dctcp-es"
-            delivered = _messages_in_stream(wl, received, tcp_like, self.seed * 1000 + job.job_id, job.msr)
+            delivered = _messages_in_stream(wl, received, self.protocol, self.seed * 1000 + job.job_id, job.msr)
             sent = int(tx.Sent())
             m.update(jct_s=(done - tx.StartNs()) * 1e-9 if done >= 0 else None, msr_met=done >= 0,
                      delivered=delivered, msg_loss=0.0 if done >= 0 else None,
@@ -932,7 +947,7 @@ class Trial:
 
 def _messages_in_stream(wl: JobWorkload, received: int, protocol: str, seed: int, msr: float) -> int:
     """Complete messages in the first ``received`` bytes of a TCP baseline's stream."""
-    order = sample_messages(wl.n, msr, seed) if protocol == "dctcp-ss" else range(wl.n)
+    order = stream_order(wl, msr, protocol, seed)
     left = received - TCP_JOB_HEADER
     n = 0
     for i in order:
