@@ -224,8 +224,11 @@ class WindowController:
             self.cap_known = False
             self.cap = self.max_window
 
-    def on_ack(self, seq: int) -> None:
-        """A needed packet was acknowledged (not a late acknowledgement): open the window."""
+    def on_ack(self, seq: int, delivery: float = 1.0) -> None:
+        """A needed packet was acknowledged (not a late acknowledgement): open the window. ``delivery``: the share
+        of packets that arrive on a path that loses them without a queue (``LossRecovery.delivery``): past the
+        start, each ACK then stands for 1 / delivery packets sent, and the window regrows per round trip as on a
+        clean path (the start's one packet per ACK is not scaled: it doubles what arrives per round trip)."""
         if seq > self.largest_acked:
             self.largest_acked = seq
         if seq < self.recover_until:
@@ -237,18 +240,18 @@ class WindowController:
             # eq. 3's increase, R <- R + m R_max per epoch, as a window: m x the pipe per RTT (at least one
             # packet), so the window recovers from a cut in ~1/m RTTs at any bandwidth-delay product
             step = max(1.0, self.gain * self.cap) if self.cap_known else 1.0
-            w += step / w
+            w += step / w / delivery
             if not self.cap_known and w > self.cap:
                 self.cap += 1.0 / w
         self.window = min(w, self.cap)
 
     def on_loss(self, *, groups: "set[int] | list[int]", tlr: "dict[int, float]", next_seq: int,
-                first: bool = False) -> bool:
+                first: bool = False, queued: bool = True, drain: float = 0.0) -> bool:
         """Needed packets of ``groups`` were declared lost; ``next_seq`` is the next sequence number the
         sender will use; ``first``: every one of them was in the first window (sent before anything came back:
         first windows of jobs that start together collide at their receiver), so the window is cut but keeps
         ramping up (one packet per acknowledgement). Returns True when the window was cut."""
-        if self.largest_acked < self.recover_until:
+        if self.largest_acked < self.recover_until or not queued:
             return False
         worst = None
         for g in groups:
@@ -256,7 +259,7 @@ class WindowController:
             if est is not None and est > tlr.get(g, 0.0) + 1e-9 and (worst is None or est > worst):
                 worst = est
         if worst is not None:
-            self.window = max(self.min_window, self.window * (1.0 - worst / 2.0))
+            self.window = max(self.min_window, self.window * max(1.0 - worst / 2.0, drain))
         elif not self.cap_known:
             self.cap = max(2.0, self.window * 0.8)
             self.window = max(self.min_window, min(self.window, self.cap))

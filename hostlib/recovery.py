@@ -21,6 +21,17 @@ estimate (two senders into a slow port, a job starting with a window learned on 
 ACKs of a whole window by more than 2·srtt, and declaring the window lost then sent it twice into the same
 queue (measured on the rack's slowed port: a third of the retransmissions were of packets that had arrived).
 
+That is the rule while no loss is measured. Once packets are seen dying (``loss``: the loss rate of the counted
+packets whose fate is known), one probe per timeout is not enough: a probe that dies 9 times in 10 (and the
+doubling timeout after it) left the sender idle for most of a job at 90 % loss. Then a tail timeout declares as
+many packets as the loss rate needs for one to arrive (``probes()``: round(1 / (1 - p))), one more per timeout
+without an answer (bursts outlast the average), T does not double (a silence on this path is more loss, not a
+delay) and, from p = 1/3, T is max(min_loss_timeout, srtt + 4·rttvar, the time threshold). On a ``lossy`` path
+(loss measured, the latest RTT sample at the path's minimum: ``queued()``) the sender also sends copies of the
+needed packets in flight when it has nothing else to send (``copies()``), and the window neither shrinks for
+the loss nor grows slower for it (rate.py). With nothing ever acknowledged after two backed-off probes, every
+overdue packet is declared (``unanswered()``). docs/hostlib.md, "Loss recovery at each loss rate", has the table.
+
 An ACK arriving after its packet was declared lost still counts (the receiver has the data). Listeners
 (the rate controller) hear about every packet through keyword-only ``on_packet_sent/acked/lost`` hooks.
 """
@@ -32,10 +43,14 @@ import math
 from typing import Iterable, Protocol
 
 from netapprox.hostlib.control import ANNOUNCE_MSG_ID
+from netapprox.hostlib.rate import LossEstimate
 
 K_TIME_THRESHOLD = 9 / 8
 _LATE_ACK_MEMORY = 16384
 _MAX_TAIL_BACKOFF = 2
+_LOSS_MEMORY = 64
+_LOSS_MIN_SAMPLES = 1
+_MAX_LOSS = 0.95
 
 
 @dataclasses.dataclass
@@ -53,6 +68,11 @@ class SentPacket:
     first: bool = False
     """Sent in the job's first window (before anything came back): first windows of jobs that start together
     collide at their receiver, so losing them does not end the window's ramp (rate.py)."""
+    copy: bool = False
+    """A copy of a needed packet still in flight, sent when there was nothing else to send on a lossy path
+    (sender.py ``_copy_candidate``): not counted by rate control, its loss is nobody's concern."""
+    copies: int = 0
+    """Copies of this packet sent so far."""
 
 
 class PacketListener(Protocol):
@@ -85,6 +105,16 @@ class LossRecovery:
         """When the tail timeout last declared a packet or an ACK last acknowledged one, whichever is later (-inf:
         neither yet): the tail timeout counts from there, as TCP restarts its retransmission timer on every ACK
         of new data (RFC 6298, 5.3)."""
+        self.spare_probes = 0
+        """Probes the last tail timeout wanted (``probes()`` - 1 and one per silent timeout) beyond the overdue packets
+        it found: sent as copies of packets in flight (``copies``) when nothing else is to be sent, until an ACK
+        acknowledges something. So a last packet lost in a burst is sent more than once per tail timeout."""
+        self.every_overdue = False
+        """The last ``detect_lost`` declared every overdue packet (``unanswered``): the sender sends an announce part
+        it declared twice."""
+        self.loss = LossEstimate(memory=_LOSS_MEMORY, min_samples=_LOSS_MIN_SAMPLES)
+        """The loss rate of the counted packets (not control, not surplus) whose fate is known, over the last 64 to
+        128 of them: how many of the packets a tail timeout finds unacknowledged it declares lost."""
         self.lost_by = {"reorder": 0, "time": 0, "tail": 0, "trim": 0}
         """How losses were found: a packet ``reorder_threshold`` later acknowledged, the time threshold after a
         later packet was acknowledged, the tail timeout with nothing later acknowledged, or the receiver saying
@@ -94,8 +124,40 @@ class LossRecovery:
 
     @property
     def tail_timeout(self) -> float:
+        if self.probes() > 1:  # most packets die: an ACK is late by the RTT's variation at most, no backoff
+            return max(self.min_loss_timeout_s, self.srtt + 4 * self.rttvar, self.time_threshold)
         base = max(self.min_loss_timeout_s, 2 * self.srtt, self.srtt + 4 * self.rttvar)
+        if self.has_rtt_sample and self.loss.value:  # packets die here: a silence is more loss, not a delay
+            return base
         return base * (1 << min(self.tail_backoff, _MAX_TAIL_BACKOFF))
+
+    def probes(self) -> int:
+        """Packets a tail timeout declares lost: as many as the measured loss rate p needs for one of them to
+        arrive, round(1 / (1 - p)) (1 below p = 1/3, 2 up to 0.6, 10 at 0.9; at most 20)."""
+        p = self.loss.value
+        return int(1.0 / (1.0 - min(p, _MAX_LOSS)) + 0.5) if p is not None and self.has_rtt_sample else 1
+
+    def copies(self) -> int:
+        """How many copies of each needed packet in flight the sender sends when it has nothing else to send: on a
+        ``lossy`` path, as many as the loss rate needs for one transmission to arrive (``probes()`` - 1), one more
+        per tail timeout since the last acknowledgement (a burst of loss outlasts the average), at least one; else
+        the probes the last tail timeout wanted and found no overdue packets for (``spare_probes``)."""
+        return max(1, self.probes() - 1 + self.tail_backoff) if self.lossy() else self.spare_probes
+
+    def unanswered(self) -> bool:
+        """Nothing was ever acknowledged and the tail timeout has backed off to its longest: the path loses most of
+        what is sent (or the receiver is away), and what is sent again goes twice."""
+        return not self.has_rtt_sample and self.tail_backoff >= _MAX_TAIL_BACKOFF
+
+    def delivery(self) -> float:
+        """The share of what is sent that arrives, as the window should see it: 1 - the measured loss rate on a
+        ``lossy`` path (at least 1/20), else 1 (a loss with a queue in the path is the window's to react to)."""
+        return 1.0 - min(self.loss.value, _MAX_LOSS) if self.lossy() else 1.0
+
+    def lossy(self) -> bool:
+        """Packets die on this path (the measured loss rate is above 0) and no queue stands in it (``queued``): an
+        ACK that does not come within the RTT and its variation is a loss, not a delay."""
+        return self.has_rtt_sample and bool(self.loss.value) and not self.queued()
 
     @property
     def time_threshold(self) -> float:
@@ -103,6 +165,20 @@ class LossRecovery:
         of ``min_loss_timeout_s`` (1 ms at its default of 5 ms: the jitter of a loaded host's wake-ups; 40 µs
         with the 200 µs of a data-center simulation)."""
         return max(K_TIME_THRESHOLD * max(self.srtt, self.latest_rtt), self.min_loss_timeout_s / 5)
+
+    def queued(self) -> bool:
+        """Whether the latest RTT sample shows a queue in the path: above the smallest by more than a quarter of it
+        and more than ``min_loss_timeout_s`` / 5 (a loaded host's wake-up jitter). A drop-tail queue drops only
+        when full, so a loss is congestion when the packets around it waited: the ACK that shows the loss (of a
+        packet sent after the lost one) comes through the same full queue. A loss on a path whose RTT stays at
+        its minimum is the wire's (a lossy link, a policer, corruption): slowing down does not help."""
+        return self.latest_rtt - self.min_rtt > max(self.min_rtt / 4, self.min_loss_timeout_s / 5)
+
+    def drain(self) -> float:
+        """The share of the window that leaves the queue the latest RTT sample shows: min RTT / latest RTT (0
+        before a sample). A window cut need not go below it: on a path that loses packets without a queue, the
+        loss rate is no measure of how far the window overshot."""
+        return self.min_rtt / self.latest_rtt if self.has_rtt_sample else 0.0
 
     def _update_rtt(self, sample: float) -> None:
         sample = max(sample, 1e-6)
@@ -126,6 +202,8 @@ class LossRecovery:
     # -- events ------------------------------------------------------------------------------------
 
     def on_packet_sent(self, packet: SentPacket) -> None:
+        if packet.copy and self.spare_probes and not self.lossy():
+            self.spare_probes -= 1
         self.in_flight[packet.seq] = packet
         for listener in self.listeners:
             listener.on_packet_sent(group_id=packet.group_id, size=packet.size, now=packet.sent_time)
@@ -183,7 +261,7 @@ class LossRecovery:
             self.in_flight[p.seq] = p
             self.in_flight.move_to_end(p.seq, last=False)
         if acked or late_acked:  # progress: the tail timeout counts from now, at its base value
-            self.tail_backoff, self._tail_at = 0, now
+            self.tail_backoff, self._tail_at, self.spare_probes = 0, now, 0
         self._account(acked, lost, now, late_acked)
         return acked + late_acked, lost
 
@@ -193,6 +271,7 @@ class LossRecovery:
         lost: list[SentPacket] = []
         tail = self.tail_timeout
         thr = self.time_threshold
+        self.every_overdue = False
         while self.in_flight:
             p = next(iter(self.in_flight.values()))
             later_acked = p.seq < self.largest_acked
@@ -201,15 +280,23 @@ class LossRecovery:
             self.in_flight.popitem(last=False)
             self.lost_by["time" if later_acked else "tail"] += 1
             lost.append(p)
-            if not later_acked and p.group_id is not None:  # a probe: one needed packet per tail timeout
+            if not later_acked and p.group_id is not None:  # a probe
+                # and more needed packets past it while the loss rate says one of them must arrive (probes(), one
+                # more per tail timeout since the last acknowledgement: a burst of loss outlasts the average), the
+                # surplus and control packets between them, and the announce parts past it (a receiver takes no
+                # data of the job without them); with nothing ever acknowledged after two backed-off probes, every
+                # overdue packet (the path loses most of them, or the receiver is away)
+                more = self.probes() - 1 + (self.tail_backoff if self.has_rtt_sample else 0)
+                every = self.every_overdue = self.unanswered()
+                for q in [q for q in self.in_flight.values() if now >= max(q.sent_time, self._tail_at) + tail]:
+                    if q.msg_id == ANNOUNCE_MSG_ID or every or more > 0:
+                        del self.in_flight[q.seq]
+                        self.lost_by["tail"] += 1
+                        lost.append(q)
+                        more -= q.group_id is not None and q.msg_id != ANNOUNCE_MSG_ID
+                self.spare_probes = max(0, more)
                 self.tail_backoff += 1
                 self._tail_at = now
-                # and the announce parts past it: the receiver takes no data of the job without them
-                due = [q for q in self.in_flight.values() if q.msg_id == ANNOUNCE_MSG_ID and now >= q.sent_time + tail]
-                for q in due:
-                    del self.in_flight[q.seq]
-                    self.lost_by["tail"] += 1
-                    lost.append(q)
                 break
         self._account([], lost, now)
         return lost
@@ -218,14 +305,20 @@ class LossRecovery:
                  late_acked: list[SentPacket] = ()) -> None:
         for p in acked:
             self.packets_acked += 1
+            if p.group_id is not None:
+                self.loss.on_acked()
             for listener in self.listeners:
                 listener.on_packet_acked(group_id=p.group_id, size=p.size, now=now)
         for p in late_acked:  # acknowledged after being declared lost: the receiver has it after all
             self.packets_acked += 1
+            if p.group_id is not None:
+                self.loss.on_acked(late=True)
             for listener in self.listeners:
                 listener.on_packet_acked(group_id=p.group_id, size=p.size, now=now, late=True)
         for p in lost:
             self.packets_lost += 1
+            if p.group_id is not None:
+                self.loss.on_lost()
             self._declared_lost[p.seq] = p
             if len(self._declared_lost) > _LATE_ACK_MEMORY:
                 self._declared_lost.popitem(last=False)

@@ -373,6 +373,17 @@ class AtpSender:
         overhead = self.config.overhead_bytes
         while True:
             nxt = self._peek(now)
+            copy = self._copy_candidate(nxt)
+            if copy is not None:
+                if not self._window_open(copy.msg_id):
+                    break
+                size = wire.HEADER_LEN + copy.size + overhead
+                if not self.bucket.can_send(size):
+                    break
+                datagram = self._emit_copy(copy, now)
+                self.bucket.consume(len(datagram) + overhead)
+                out.append((datagram, self.peer))
+                continue
             if nxt is None:
                 break
             msg_id, idx = nxt
@@ -396,7 +407,12 @@ class AtpSender:
             if loss is not None:
                 times.append(loss)
             nxt = self._peek(None)
-            if nxt is not None and self._window_open(nxt[0]):
+            copy = self._copy_candidate(nxt)
+            if copy is not None:
+                if self._window_open(copy.msg_id):
+                    size = wire.HEADER_LEN + copy.size + self.config.overhead_bytes
+                    times.append(self.bucket.ready_at(size, self.rate.rate_bps))
+            elif nxt is not None and self._window_open(nxt[0]):
                 size = wire.HEADER_LEN + self._payload_len(*nxt) + self.config.overhead_bytes
                 times.append(self.bucket.ready_at(size, self.rate.rate_bps))
             return min(times)
@@ -701,6 +717,15 @@ class AtpSender:
         if retx:  # a packet that carries a retransmitted message (packed with new ones, perhaps)
             self.retransmissions += 1
             g.retransmissions += 1
+        # surplus packets are not counted by rate control (group None): their loss in the lowest queue is expected
+        self.recovery.on_packet_sent(SentPacket(seq, msg_id, idx, None if surplus else g.group_id, len(payload),
+                                                now, retx, more, first))
+        low = surplus or (first and self.config.first_window_low and g.approx)  # the lowest queue (TLR 1.0)
+        return self._data_datagram(m, idx, seq, payload, count, retx, low, now)
+
+    def _data_datagram(self, m: _Message, idx: int, seq: int, payload: bytes, count: int, retx: bool, low: bool,
+                       now: float) -> bytes:
+        g = m.group
         flags = (wire.Flags.APPROX if g.approx else 0) | (wire.Flags.RETX if retx else 0)
         priority = weight = 0
         deadline = wire.NO_DEADLINE
@@ -711,14 +736,57 @@ class AtpSender:
             if tags.deadline_s is not None:
                 slack = self.start_time + tags.deadline_s - now
                 deadline = min(_MAX_SLACK_US, max(0, int(slack * 1e6)))
-        # surplus packets are not counted by rate control (group None): their loss in the lowest queue is expected
-        self.recovery.on_packet_sent(SentPacket(seq, msg_id, idx, None if surplus else g.group_id, len(payload),
-                                                now, retx, more, first))
-        low = surplus or (first and self.config.first_window_low and g.approx)  # the lowest queue (TLR 1.0)
-        return wire.encode_data(flags=int(flags), priority=priority, job_id=self.job.job_id, msg_id=msg_id,
+        return wire.encode_data(flags=int(flags), priority=priority, job_id=self.job.job_id, msg_id=m.msg_id,
                                 group_id=g.group_id, tlr=wire.TLR_ONE if low else wire.tlr_to_q15(g.tlr),
                                 pkt_idx=idx, pkt_cnt=m.cnt, seq=seq, deadline_us=deadline, weight=weight,
                                 payload=payload, count=count)
+
+    def _copy_candidate(self, nxt: tuple[int, int] | None) -> SentPacket | None:
+        """A packet in flight to send a copy of now (``nxt``: what ``_peek`` offers): on a lossy path
+        (``LossRecovery.copies``), below the number of copies wanted, the oldest of those with the fewest copies
+        among the announce parts not yet acknowledged (before anything but a control packet: the receiver takes
+        no data of the job before them) and, when nothing else is to be sent, the needed packets that carried one
+        message or one part of one (not a packed one), not yet acknowledged. Keeps the sender busy when most of
+        what it sends dies and the rest would wait a tail timeout per round. ``adaptive`` only: the paper's rate
+        control (``paper`` and its ablations) sends what it always sent."""
+        if not self.adaptive or self.state != SenderState.SENDING or (
+                nxt is not None and (nxt[0] in control.CONTROL_MSG_IDS or nxt[0] == _ECHO)):
+            return None
+        want = self.recovery.copies()
+        if want == 0:
+            return None
+        announce: SentPacket | None = None
+        data: SentPacket | None = None
+        for p in self.recovery.in_flight.values():
+            if p.copy or p.copies >= want:
+                continue
+            if p.msg_id == control.ANNOUNCE_MSG_ID:
+                if not self._announce_acked[p.pkt_idx] and (announce is None or p.copies < announce.copies):
+                    announce = p
+            elif (nxt is None and p.group_id is not None and not p.more and p.msg_id < len(self.messages)
+                  and (data is None or p.copies < data.copies)
+                  and self.messages[p.msg_id].pkt_state[p.pkt_idx] == IN_FLIGHT):
+                data = p
+        return announce or data
+
+    def _emit_copy(self, orig: SentPacket, now: float) -> bytes:
+        """A copy of ``orig`` (``_copy_candidate``), not counted by rate control; a data packet's copy is a
+        retransmission in the lowest queue (TLR 1.0: it uses only spare capacity)."""
+        orig.copies += 1
+        seq = self._next_seq(orig.msg_id, orig.pkt_idx)
+        self.packets_sent += 1
+        if orig.msg_id == control.ANNOUNCE_MSG_ID:
+            self.recovery.on_packet_sent(SentPacket(seq, orig.msg_id, orig.pkt_idx, None, orig.size, now, copy=True))
+            return self._announce_datagram(orig.pkt_idx, seq)
+        m = self.messages[orig.msg_id]
+        mp = self.config.max_payload
+        payload = m.data[orig.pkt_idx * mp:(orig.pkt_idx + 1) * mp]
+        self.retransmissions += 1
+        m.group.retransmissions += 1
+        m.group.packets_sent += 1
+        self.recovery.on_packet_sent(SentPacket(seq, m.msg_id, orig.pkt_idx, None, len(payload), now, True,
+                                                copy=True))
+        return self._data_datagram(m, orig.pkt_idx, seq, payload, 1, True, True, now)
 
     def _take(self, m: _Message, idx: int) -> tuple[bytes, bool, bool]:
         """Packet ``idx`` of ``m`` leaves now: its payload, whether it is a retransmission, whether it is surplus
@@ -914,10 +982,11 @@ class AtpSender:
         window = self.window
         if window is not None and not trimmed:
             window.on_path(queue=header.queue, rtt=self.recovery.min_rtt + self.config.pacing_train_s)
+        delivery = self.recovery.delivery()
         for p in acked:
             self._on_packet_acked(p, now)
             if window is not None and p.group_id is not None:
-                window.on_ack(p.seq)
+                window.on_ack(p.seq, delivery)
         self._on_lost(lost, now)
         self._check_complete(now)
 
@@ -967,12 +1036,17 @@ class AtpSender:
             groups = {p.group_id for p in lost if p.group_id is not None}
             if groups:  # losses of first windows that collided do not end the ramp (rate.py)
                 self.window.on_loss(groups=groups, tlr={gid: g.tlr for gid, g in self.groups.items()},
-                                    next_seq=self._seq, first=all(p.first for p in lost if p.group_id is not None))
+                                    next_seq=self._seq, first=all(p.first for p in lost if p.group_id is not None),
+                                    queued=self.recovery.queued(), drain=self.recovery.drain())
         touched: set[int] = set()
         for p in lost:
+            if p.copy:  # the packet it copied is still in flight, or acknowledged
+                continue
             if p.msg_id == control.ANNOUNCE_MSG_ID:
                 if not self._announce_acked[p.pkt_idx]:
                     self._control.append((p.msg_id, p.pkt_idx))
+                    if self.recovery.every_overdue:  # twice: a receiver takes no data of the job before it
+                        self._control.append((p.msg_id, p.pkt_idx))
                 continue
             if p.msg_id == control.MSR_MSG_ID:
                 gid, change = self._msr_sent.pop(p.seq, (0, 0))

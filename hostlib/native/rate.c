@@ -164,7 +164,7 @@ void window_on_path(RateCtl *rc, int queue, double rtt) {
     }
 }
 
-void window_on_ack(RateCtl *rc, int64_t seq) {
+void window_on_ack(RateCtl *rc, int64_t seq, double delivery) {
     if (seq > rc->largest_acked)
         rc->largest_acked = seq;
     if (seq < rc->recover_until)
@@ -177,15 +177,16 @@ void window_on_ack(RateCtl *rc, int64_t seq) {
         double step = 1.0;
         if (rc->cap_known && rc->gain * rc->cap > 1.0)
             step = rc->gain * rc->cap;
-        w += step / w;
+        w += step / w / delivery;
         if (!rc->cap_known && w > rc->cap)
             rc->cap += 1.0 / w;
     }
     rc->window = w < rc->cap ? w : rc->cap;
 }
 
-void window_on_loss(RateCtl *rc, const uint8_t *touched, const double *tlr, int64_t next_seq, int first) {
-    if (rc->largest_acked < rc->recover_until)
+void window_on_loss(RateCtl *rc, const uint8_t *touched, const double *tlr, int64_t next_seq, int first,
+                    int queued, double drain) {
+    if (rc->largest_acked < rc->recover_until || !queued)
         return;
     int have_worst = 0;
     double worst = 0.0;
@@ -199,7 +200,10 @@ void window_on_loss(RateCtl *rc, const uint8_t *touched, const double *tlr, int6
         }
     }
     if (have_worst) {
-        double w = rc->window * (1.0 - worst / 2.0);
+        double f = 1.0 - worst / 2.0;
+        if (drain > f)
+            f = drain;
+        double w = rc->window * f;
         rc->window = rc->min_window < w ? w : rc->min_window;
     } else if (!rc->cap_known) {
         double c = rc->window * 0.8;

@@ -63,8 +63,11 @@ void ratectl_end_epoch(RateCtl *rc, const double *tlr, double rtt_s);
 /* WindowController.on_path, on_ack, on_loss (``touched``: group indexes with needed packets lost; ``first``: all
  * of them in the first window), end_epoch */
 void window_on_path(RateCtl *rc, int queue, double rtt);
-void window_on_ack(RateCtl *rc, int64_t seq);
-void window_on_loss(RateCtl *rc, const uint8_t *touched, const double *tlr, int64_t next_seq, int first);
+void window_on_ack(RateCtl *rc, int64_t seq, double delivery);
+/* ``queued``: the path shows a queue (recovery_queued), a loss without one cuts nothing; ``drain``: the cut keeps
+ * at least this share of the window (recovery_drain) */
+void window_on_loss(RateCtl *rc, const uint8_t *touched, const double *tlr, int64_t next_seq, int first,
+                    int queued, double drain);
 void window_end_epoch(RateCtl *rc, double duration_s);
 
 /* TokenBucket */

@@ -7,10 +7,6 @@
 #define K_TIME_THRESHOLD (9.0 / 8.0)
 #define LATE_ACK_MEMORY 16384
 
-struct PNode {
-    SentPkt p;
-    int32_t prev, next;
-};
 
 /* --- PacketMap ---------------------------------------------------------------------------------------------- */
 
@@ -80,6 +76,43 @@ static void pmap_remove(PacketMap *m, int32_t k) {
 /* --- LossRecovery ------------------------------------------------------------------------------------------- */
 
 #define MAX_TAIL_BACKOFF 2 /* recovery.py _MAX_TAIL_BACKOFF */
+#define LOSS_MEMORY 64.0    /* recovery.py _LOSS_MEMORY */
+#define LOSS_MIN_SAMPLES 1.0 /* recovery.py _LOSS_MIN_SAMPLES */
+
+/* recovery.py loss (rate.py LossEstimate) */
+static void loss_on_acked(Recovery *r, int late) {
+    if (late && r->loss_lost >= 1.0)
+        r->loss_lost -= 1.0;
+    r->loss_acked += 1.0;
+    if (r->loss_acked + r->loss_lost > LOSS_MEMORY) {
+        r->loss_acked *= 0.5;
+        r->loss_lost *= 0.5;
+    }
+}
+
+static void loss_on_lost(Recovery *r) {
+    r->loss_lost += 1.0;
+    if (r->loss_acked + r->loss_lost > LOSS_MEMORY) {
+        r->loss_acked *= 0.5;
+        r->loss_lost *= 0.5;
+    }
+}
+
+/* loss.value: 1 and *out, or 0 for None */
+static int loss_value(const Recovery *r, double *out) {
+    double n = r->loss_acked + r->loss_lost;
+    if (!(n >= LOSS_MIN_SAMPLES))
+        return 0;
+    *out = r->loss_lost / n;
+    return 1;
+}
+
+int recovery_unanswered(const Recovery *r) { return !r->has_rtt_sample && r->tail_backoff >= MAX_TAIL_BACKOFF; }
+
+int recovery_queued(const Recovery *r) {
+    double a = r->min_rtt / 4, b = r->min_loss_timeout_s / 5;
+    return r->latest_rtt - r->min_rtt > (a > b ? a : b);
+}
 
 int recovery_init(Recovery *r, double initial_rtt_s, long long reorder_threshold, double min_loss_timeout_s,
                   RateCtl *rate) {
@@ -92,6 +125,9 @@ int recovery_init(Recovery *r, double initial_rtt_s, long long reorder_threshold
     r->largest_acked = -1;
     r->tail_backoff = 0;
     r->tail_at = -INFINITY;
+    r->loss_acked = r->loss_lost = 0.0;
+    r->every_overdue = 0;
+    r->spare_probes = 0;
     r->rate = rate;
     return pmap_init(&r->in_flight) != 0 || pmap_init(&r->declared_lost) != 0 ? -1 : 0;
 }
@@ -104,13 +140,55 @@ void recovery_free(Recovery *r) {
     ARRAY_FREE(&r->lost);
 }
 
+static inline double time_threshold(const Recovery *r);
+
+#define MAX_LOSS 0.95 /* recovery.py _MAX_LOSS */
+
+int recovery_lossy(const Recovery *r) {
+    double rate = 0.0;
+    return r->has_rtt_sample && loss_value(r, &rate) && rate != 0.0 && !recovery_queued(r);
+}
+
+long long recovery_probes(const Recovery *r) {
+    double p;
+    if (!loss_value(r, &p) || !r->has_rtt_sample)
+        return 1;
+    return (long long)(1.0 / (1.0 - (p < MAX_LOSS ? p : MAX_LOSS)) + 0.5);
+}
+
+long long recovery_copies(const Recovery *r) {
+    if (!recovery_lossy(r))
+        return r->spare_probes;
+    long long c = recovery_probes(r) - 1 + r->tail_backoff;
+    return c > 1 ? c : 1;
+}
+
+double recovery_delivery(const Recovery *r) {
+    double p;
+    if (!recovery_lossy(r) || !loss_value(r, &p))
+        return 1.0;
+    return 1.0 - (p < MAX_LOSS ? p : MAX_LOSS);
+}
+
+double recovery_drain(const Recovery *r) { return r->has_rtt_sample ? r->min_rtt / r->latest_rtt : 0.0; }
+
 double recovery_tail_timeout(const Recovery *r) {
-    double a = r->min_loss_timeout_s, b = 2 * r->srtt, c = r->srtt + 4 * r->rttvar;
+    if (recovery_probes(r) > 1) { /* most packets die: an ACK is late by the RTT's variation at most, no backoff */
+        double m = r->min_loss_timeout_s, c = r->srtt + 4 * r->rttvar, t = time_threshold(r);
+        if (c > m)
+            m = c;
+        if (t > m)
+            m = t;
+        return m;
+    }
+    double a = r->min_loss_timeout_s, b = 2 * r->srtt, c = r->srtt + 4 * r->rttvar, p = 0.0;
     double m = a;
     if (b > m)
         m = b;
     if (c > m)
         m = c;
+    if (r->has_rtt_sample && loss_value(r, &p) && p != 0.0) /* packets die here: a silence is more loss */
+        return m;
     return m * (double)(1 << (r->tail_backoff < MAX_TAIL_BACKOFF ? r->tail_backoff : MAX_TAIL_BACKOFF));
 }
 
@@ -150,6 +228,8 @@ int recovery_loss_deadline(const Recovery *r, double *out) {
 }
 
 int recovery_on_sent(Recovery *r, const SentPkt *p) {
+    if (p->copy && r->spare_probes && !recovery_lossy(r))
+        r->spare_probes--;
     if (pmap_set(&r->in_flight, p) != 0)
         return -1;
     rate_on_sent(r->rate, p->group_id, p->size);
@@ -167,14 +247,20 @@ static int take(PacketMap *m, int32_t k, SentPkts *out) {
 static int account(Recovery *r) {
     for (size_t i = 0; i < r->acked.n; i++) {
         r->packets_acked++;
+        if (r->acked.v[i].group_id >= 0)
+            loss_on_acked(r, 0);
         rate_on_acked(r->rate, r->acked.v[i].group_id, r->acked.v[i].size, 0);
     }
     for (size_t i = 0; i < r->late.n; i++) {
         r->packets_acked++;
+        if (r->late.v[i].group_id >= 0)
+            loss_on_acked(r, 1);
         rate_on_acked(r->rate, r->late.v[i].group_id, r->late.v[i].size, 1);
     }
     for (size_t i = 0; i < r->lost.n; i++) {
         r->packets_lost++;
+        if (r->lost.v[i].group_id >= 0)
+            loss_on_lost(r);
         if (pmap_set(&r->declared_lost, &r->lost.v[i]) != 0)
             return -1;
         if (r->declared_lost.len > LATE_ACK_MEMORY)
@@ -243,6 +329,7 @@ int recovery_on_ack(Recovery *r, uint32_t seq, const SackBlock *blocks, int nblo
     if (r->acked.n || r->late.n) { /* progress: the tail timeout counts from now, at its base value */
         r->tail_backoff = 0;
         r->tail_at = now;
+        r->spare_probes = 0;
     }
     if (account(r) != 0)
         return -1;
@@ -257,6 +344,7 @@ int recovery_on_ack(Recovery *r, uint32_t seq, const SackBlock *blocks, int nblo
 int recovery_detect_lost(Recovery *r, double now) {
     r->acked.n = r->late.n = r->lost.n = 0;
     double tail = recovery_tail_timeout(r), thr = time_threshold(r);
+    r->every_overdue = 0;
     while (r->in_flight.len) {
         int32_t h = r->in_flight.head;
         const SentPkt *p = &r->in_flight.nodes.v[h].p;
@@ -270,20 +358,26 @@ int recovery_detect_lost(Recovery *r, double now) {
             r->lost_tail++;
         if (take(&r->in_flight, h, &r->lost) != 0)
             return -1;
-        if (!later_acked && needed) { /* a probe: one needed packet per tail timeout */
-            r->tail_backoff++;
-            r->tail_at = now;
-            /* and the announce parts past it: the receiver takes no data of the job without them */
+        if (!later_acked && needed) { /* a probe */
+            /* and more needed packets past it while the loss rate says one of them must arrive, the packets
+             * between them, the announce parts past it; every overdue packet when nothing was ever answered */
+            long long more = recovery_probes(r) - 1 + (r->has_rtt_sample ? r->tail_backoff : 0);
+            int every = r->every_overdue = recovery_unanswered(r);
             for (int32_t cur = r->in_flight.head; cur >= 0;) {
                 const struct PNode *node = &r->in_flight.nodes.v[cur];
                 int32_t next = node->next;
-                if (node->p.msg_id == ANNOUNCE_MSG_ID && now >= node->p.sent_time + tail) {
+                double at = node->p.sent_time > r->tail_at ? node->p.sent_time : r->tail_at;
+                if (now >= at + tail && (node->p.msg_id == ANNOUNCE_MSG_ID || every || more > 0)) {
                     r->lost_tail++;
+                    more -= node->p.group_id >= 0 && node->p.msg_id != ANNOUNCE_MSG_ID;
                     if (take(&r->in_flight, cur, &r->lost) != 0)
                         return -1;
                 }
                 cur = next;
             }
+            r->spare_probes = more > 0 ? more : 0;
+            r->tail_backoff++;
+            r->tail_at = now;
             break;
         }
     }

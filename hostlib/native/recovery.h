@@ -19,12 +19,20 @@ typedef struct {
     int32_t group_id; /* -1: None (a control packet, or one rate control does not count) */
     uint8_t retx;
     uint8_t first;    /* sent in the job's first window (recovery.SentPacket.first) */
+    uint8_t copy;     /* a copy of a packet in flight (SentPacket.copy) */
+    uint32_t copies;  /* copies of this packet sent so far (SentPacket.copies) */
     uint16_t more_n;  /* a packed packet: the other messages it carried (SentPacket.more), ... */
     uint32_t more_off; /* ... at Sender.more_ids[more_off .. more_off + more_n) */
     double sent_time;
 } SentPkt;
 
 typedef ARRAY(SentPkt) SentPkts;
+
+/* a node of a PacketMap: the packet, and its neighbours in the order of insertion (-1: none) */
+struct PNode {
+    SentPkt p;
+    int32_t prev, next;
+};
 
 /* Packets by sequence number in the order they were added (collections.OrderedDict semantics). */
 typedef struct {
@@ -39,6 +47,9 @@ typedef struct {
     int has_rtt_sample;
     int tail_backoff; /* tail timeouts since the last acknowledgement (recovery.py tail_backoff) */
     double tail_at;   /* the last tail declaration or acknowledgement, the later (recovery.py _tail_at) */
+    double loss_acked, loss_lost; /* recovery.py loss: the LossEstimate of the counted packets */
+    int every_overdue;            /* recovery.py every_overdue */
+    long long spare_probes;       /* recovery.py spare_probes */
     int64_t largest_acked;
     long long reorder_threshold;
     PacketMap in_flight, declared_lost;
@@ -54,6 +65,16 @@ int recovery_init(Recovery *r, double initial_rtt_s, long long reorder_threshold
                   RateCtl *rate);
 void recovery_free(Recovery *r);
 double recovery_tail_timeout(const Recovery *r);
+/* LossRecovery.queued(): the latest RTT sample shows a queue in the path. */
+int recovery_queued(const Recovery *r);
+/* LossRecovery.lossy(), probes(), copies(), delivery(), drain() */
+int recovery_lossy(const Recovery *r);
+long long recovery_probes(const Recovery *r);
+long long recovery_copies(const Recovery *r);
+double recovery_delivery(const Recovery *r);
+double recovery_drain(const Recovery *r);
+/* LossRecovery.unanswered(): nothing ever acknowledged, the tail timeout backed off to its longest */
+int recovery_unanswered(const Recovery *r);
 /* loss_deadline(): 1 and *out, or 0 for None (nothing in flight). */
 int recovery_loss_deadline(const Recovery *r, double *out);
 /* on_packet_sent: 0, or -1 with MemoryError set. */

@@ -271,6 +271,36 @@ static inline int same_tags(const Msg *a, const Msg *b) {
            (!a->has_deadline || a->deadline_s == b->deadline_s);
 }
 
+/* _data_datagram's header fields: flags, tags, group, TLR (``low``: TLR 1.0, the lowest queue), counts */
+static void data_header(Sender *s, const Msg *m, AtpHeader *h, int retx, int low, unsigned count, Py_ssize_t plen,
+                        double now) {
+    const Group *g = &s->groups[m->group];
+    uint8_t flags = (g->approx ? F_APPROX : 0) | (retx ? F_RETX : 0);
+    if (m->tagged) {
+        flags |= F_TAGGED;
+        h->priority = m->priority;
+        h->weight = m->weight;
+        if (m->has_deadline) {
+            double slack = s->start_time + m->deadline_s - now;
+            double us = slack * 1e6;
+            long long v;
+            if (!(us < (double)MAX_SLACK_US))
+                v = MAX_SLACK_US;
+            else
+                v = (long long)us; /* int() truncates towards zero */
+            if (v < 0)
+                v = 0;
+            h->deadline_us = (uint32_t)v;
+        }
+    }
+    h->flags = flags;
+    h->group_id = (uint16_t)g->group_id;
+    h->tlr = low ? ATP_TLR_ONE : atp_q15(s->tlr[m->group]);
+    h->pkt_cnt = (uint16_t)m->cnt;
+    h->count = (uint8_t)count;
+    h->length = (uint16_t)plen;
+}
+
 /* _emit: writes the datagram of (msg_id, idx) into s->scratch; its length in *len. With packing, the messages the
  * scheduler serves next go into the same packet as records (_pack). */
 static int emit(Sender *s, uint32_t msg_id, uint32_t idx, double now, size_t *len) {
@@ -389,24 +419,6 @@ static int emit(Sender *s, uint32_t msg_id, uint32_t idx, double now, size_t *le
         s->retransmissions++;
         g->retransmissions++;
     }
-    uint8_t flags = (g->approx ? F_APPROX : 0) | (retx ? F_RETX : 0);
-    if (m->tagged) {
-        flags |= F_TAGGED;
-        h.priority = m->priority;
-        h.weight = m->weight;
-        if (m->has_deadline) {
-            double slack = s->start_time + m->deadline_s - now;
-            double us = slack * 1e6;
-            long long v;
-            if (!(us < (double)MAX_SLACK_US))
-                v = MAX_SLACK_US;
-            else
-                v = (long long)us; /* int() truncates towards zero */
-            if (v < 0)
-                v = 0;
-            h.deadline_us = (uint32_t)v;
-        }
-    }
     /* surplus packets are not counted by rate control (group None): their loss in the lowest queue is expected */
     SentPkt p = {.seq = seq, .msg_id = msg_id, .pkt_idx = idx, .size = (uint32_t)plen,
                  .group_id = surplus ? -1 : (int32_t)g->group_id, .retx = (uint8_t)retx, .first = (uint8_t)first,
@@ -414,12 +426,72 @@ static int emit(Sender *s, uint32_t msg_id, uint32_t idx, double now, size_t *le
     if (recovery_on_sent(&s->recovery, &p) != 0)
         return -1;
     int low = surplus || (first && s->first_low && g->approx); /* the lowest queue (TLR 1.0) */
-    h.flags = flags;
-    h.group_id = (uint16_t)g->group_id;
-    h.tlr = low ? ATP_TLR_ONE : atp_q15(s->tlr[m->group]);
-    h.pkt_cnt = (uint16_t)m->cnt;
-    h.count = (uint8_t)count;
-    h.length = (uint16_t)plen;
+    data_header(s, m, &h, retx, low, count, plen, now);
+    atp_encode(out, &h);
+    *len = (size_t)(ATP_HEADER_LEN + plen);
+    return 0;
+}
+
+/* _copy_candidate: the node (in recovery.in_flight) of the packet to send a copy of now, -1 for none.
+ * ``have_next``/``next_msg``: what peek offers. */
+static int32_t copy_candidate(Sender *s, int have_next, uint32_t next_msg) {
+    if (!s->adaptive || s->state != S_SENDING || (have_next && is_control(next_msg)))
+        return -1;
+    long long want = recovery_copies(&s->recovery);
+    if (want == 0)
+        return -1;
+    const PacketMap *f = &s->recovery.in_flight;
+    int32_t ann = -1, data = -1;
+    for (int32_t cur = f->head; cur >= 0; cur = f->nodes.v[cur].next) {
+        const SentPkt *p = &f->nodes.v[cur].p;
+        if (p->copy || (long long)p->copies >= want)
+            continue;
+        if (p->msg_id == ANNOUNCE_MSG_ID) {
+            if (!s->announce_acked[p->pkt_idx] && (ann < 0 || p->copies < f->nodes.v[ann].p.copies))
+                ann = cur;
+        } else if (!have_next && p->group_id >= 0 && p->more_n == 0 && p->msg_id < s->nmsgs &&
+                   (data < 0 || p->copies < f->nodes.v[data].p.copies) &&
+                   s->pkt_state[s->msgs[p->msg_id].pkt_base + p->pkt_idx] == P_IN_FLIGHT) {
+            data = cur;
+        }
+    }
+    return ann >= 0 ? ann : data;
+}
+
+/* _emit_copy: the copy of in-flight node ``k`` into s->scratch; its length in *len */
+static int emit_copy(Sender *s, int32_t k, double now, size_t *len) {
+    SentPkt *o = &s->recovery.in_flight.nodes.v[k].p;
+    o->copies++;
+    uint32_t msg_id = o->msg_id, idx = o->pkt_idx, size = o->size; /* recovery_on_sent may move the nodes */
+    uint8_t *out = s->scratch;
+    uint32_t seq;
+    if (next_seq(s, msg_id, idx, &seq) != 0)
+        return -1;
+    s->packets_sent++;
+    if (msg_id == ANNOUNCE_MSG_ID) {
+        SentPkt p = {.seq = seq, .msg_id = msg_id, .pkt_idx = idx, .size = size, .group_id = -1, .copy = 1,
+                     .sent_time = now};
+        if (recovery_on_sent(&s->recovery, &p) != 0)
+            return -1;
+        *len = (size_t)(ATP_HEADER_LEN + size);
+        return announce_datagram(s, idx, seq, out);
+    }
+    Msg *m = &s->msgs[msg_id];
+    Group *g = &s->groups[m->group];
+    Py_ssize_t plen = payload_len(s, msg_id, idx);
+    if (plen)
+        memcpy(out + ATP_HEADER_LEN, PyBytes_AS_STRING(m->data) + (Py_ssize_t)idx * s->max_payload, (size_t)plen);
+    s->retransmissions++;
+    g->retransmissions++;
+    g->packets_sent++;
+    SentPkt p = {.seq = seq, .msg_id = msg_id, .pkt_idx = idx, .size = (uint32_t)plen, .group_id = -1, .retx = 1,
+                 .copy = 1, .sent_time = now};
+    if (recovery_on_sent(&s->recovery, &p) != 0)
+        return -1;
+    AtpHeader h = {.version = ATP_VERSION, .type = PT_DATA, .queue = ATP_QUEUE_UNSET, .job_id = (uint32_t)s->job_id,
+                   .msg_id = msg_id, .pkt_idx = (uint16_t)idx, .seq = seq, .deadline_us = ATP_NO_DEADLINE,
+                   .count = 1};
+    data_header(s, m, &h, 1, 1, 1, plen, now);
     atp_encode(out, &h);
     *len = (size_t)(ATP_HEADER_LEN + plen);
     return 0;
@@ -453,12 +525,20 @@ double sender_burst_bytes(const Sender *s, double rate_bps) {
 }
 
 /* The next datagram datagrams_to_send would produce: 1 with its (msg_id, idx) when the pacer allows it (its first
- * message's bytes; emit's length is charged), 0 when there is none, -1 on error. */
-static int next_datagram(Sender *s, uint32_t *msg_id, uint32_t *idx) {
+ * message's bytes; emit's length is charged), 2 with *copy (a node of recovery.in_flight) for a copy, 0 when there
+ * is none, -1 on error. */
+static int next_datagram(Sender *s, uint32_t *msg_id, uint32_t *idx, int32_t *copy) {
     int got = peek(s, 1, msg_id, idx);
-    if (got <= 0)
+    if (got < 0)
         return got;
-    if (!window_open(s, *msg_id))
+    *copy = copy_candidate(s, got, *msg_id);
+    if (*copy >= 0) {
+        const SentPkt *p = &s->recovery.in_flight.nodes.v[*copy].p;
+        if (!window_open(s, p->msg_id))
+            return 0;
+        return bucket_can_send(&s->bucket, (double)(ATP_HEADER_LEN + p->size + s->overhead)) ? 2 : 0;
+    }
+    if (got == 0 || !window_open(s, *msg_id))
         return 0;
     Py_ssize_t plen = payload_len(s, *msg_id, *idx);
     return bucket_can_send(&s->bucket, (double)(ATP_HEADER_LEN + plen + s->overhead));
@@ -473,10 +553,11 @@ int sender_produce(Sender *s, double now, Room room, void *ctx) {
     s->bucket.burst = sender_burst_bytes(s, rate);
     bucket_refill(&s->bucket, rate, now);
     uint32_t msg_id, idx;
+    int32_t copy;
     int got;
-    while ((got = next_datagram(s, &msg_id, &idx)) > 0) {
+    while ((got = next_datagram(s, &msg_id, &idx, &copy)) > 0) {
         size_t len;
-        if (emit(s, msg_id, idx, now, &len) != 0)
+        if ((got == 2 ? emit_copy(s, copy, now, &len) : emit(s, msg_id, idx, now, &len)) != 0)
             return -1;
         s->bucket.tokens -= (double)(len + (size_t)s->overhead); /* a packed packet: all its bytes */
         uint8_t *buf = room(ctx, len);
@@ -499,7 +580,18 @@ int sender_timer_at(Sender *s, double *out) {
         if (recovery_loss_deadline(&s->recovery, &x) && x < t)
             t = x;
         uint32_t msg_id, idx;
-        if (peek(s, 0, &msg_id, &idx) > 0 && window_open(s, msg_id)) {
+        int got = peek(s, 0, &msg_id, &idx);
+        if (got < 0)
+            got = 0;
+        int32_t copy = copy_candidate(s, got, msg_id);
+        if (copy >= 0) {
+            const SentPkt *p = &s->recovery.in_flight.nodes.v[copy].p;
+            if (window_open(s, p->msg_id)) {
+                x = bucket_ready_at(&s->bucket, (double)(ATP_HEADER_LEN + p->size + s->overhead), s->rate.rate_bps);
+                if (x < t)
+                    t = x;
+            }
+        } else if (got > 0 && window_open(s, msg_id)) {
             double size = (double)(ATP_HEADER_LEN + payload_len(s, msg_id, idx) + s->overhead);
             x = bucket_ready_at(&s->bucket, size, s->rate.rate_bps);
             if (x < t)
@@ -693,15 +785,21 @@ static int on_lost(Sender *s, const SentPkt *lost, size_t n) {
                 first = first && lost[i].first;
             }
         if (any) /* losses of first windows that collided do not end the ramp (rate.h) */
-            window_on_loss(&s->rate, touched, s->tlr, s->seq, first);
+            window_on_loss(&s->rate, touched, s->tlr, s->seq, first, recovery_queued(&s->recovery),
+                           recovery_drain(&s->recovery));
         memset(touched, 0, s->ngroups);
     }
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
         const SentPkt *p = &lost[i];
+        if (p->copy) /* the packet it copied is still in flight, or acknowledged */
+            continue;
         if (p->msg_id == ANNOUNCE_MSG_ID) {
-            if (!s->announce_acked[p->pkt_idx])
+            if (!s->announce_acked[p->pkt_idx]) {
                 rc = ctl_append(s, p->msg_id, p->pkt_idx);
+                if (rc == 0 && s->recovery.every_overdue) /* twice: no data is taken before it */
+                    rc = ctl_append(s, p->msg_id, p->pkt_idx);
+            }
             continue;
         }
         if (p->msg_id == MSR_MSG_ID) {
@@ -972,11 +1070,12 @@ static int on_ack(Sender *s, const AtpHeader *h, const SackBlock *blocks, int nb
     }
     if (s->adaptive && !trimmed)
         window_on_path(&s->rate, h->queue, r->min_rtt + s->pacing_train_s);
+    double delivery = recovery_delivery(r);
     for (size_t i = 0; i < r->acked.n; i++) {
         if (on_packet_acked(s, &r->acked.v[i]) != 0)
             return -1;
         if (s->adaptive && r->acked.v[i].group_id >= 0)
-            window_on_ack(&s->rate, r->acked.v[i].seq);
+            window_on_ack(&s->rate, r->acked.v[i].seq, delivery);
     }
     if (on_lost(s, r->lost.v, r->lost.n) != 0)
         return -1;
