@@ -146,3 +146,36 @@ def test_leafspine_summary_headline_and_bars():
             "environment": {"tcp_cc": "cubic", "tcp_ecn": "2", "tcp_rto_min_ms": 200, "tcp_initcwnd": 10}}
     md = markdown({"meta": meta, "summary": s, "headline": h, "bars": b})
     assert "leaf-spine" in md and "| 0.7 | 0.300 | 0.600 | 1.500 | 0.200 | 0.500 |" in md
+def test_loss_section_headline_and_bars():
+    """The loss section's summary: per pattern, the worse core's mean JCT / ideal over the seeds; a run that failed or
+    broke a guarantee leaves its pattern unknown, and an unknown pattern does not meet the bar."""
+    from netapprox.bench import loss
+
+    def row(pattern, impl, seed, ratio, guarantee=True):
+        return {"pattern": pattern, "impl": impl, "seed": seed, "jct_over_ideal": ratio, "guarantee": guarantee}
+    rows = [row(p, impl, seed, r + (0.2 if impl == "python" else 0.0))
+            for p, r in (("random_0.3", 1.1), ("random_0.6", 1.5), ("random_0.9", 2.5), ("burst", 2.0))
+            for impl in loss.IMPLS for seed in (1, 2, 3)]
+    s = loss.summarize(rows)
+    assert s["random_0.3"]["per_core"] == {"native": pytest.approx(1.1), "python": pytest.approx(1.3)}
+    assert s["random_0.3"]["worst"] == pytest.approx(1.3)
+    h = headline(None, {"loss": {"headline": {"atp_jct_under_loss_over_ideal": {p: v["worst"] for p, v in s.items()}}}})
+    assert h["atp_jct_under_loss_over_ideal"] == {"random_0.3": pytest.approx(1.3), "random_0.6": pytest.approx(1.7),
+                                                  "random_0.9": pytest.approx(2.7), "burst": pytest.approx(2.2)}
+    assert bars(h, None)["atp_jct_under_loss_over_ideal_le_2_le_3"] is True
+    rows[-1] = {"pattern": "burst", "impl": "python", "seed": 3, "error": "timed out"}
+    s = loss.summarize(rows)
+    assert s["burst"]["per_core"]["python"] is None and s["burst"]["worst"] is None
+    h["atp_jct_under_loss_over_ideal"] = {p: v["worst"] for p, v in s.items()}
+    assert bars(h, None)["atp_jct_under_loss_over_ideal_le_2_le_3"] is False
+    rows[0] = row("random_0.3", "native", 1, 1.0, guarantee=False)
+    assert loss.summarize(rows)["random_0.3"]["per_core"]["native"] is None
+
+
+def test_loss_ideal_is_the_needed_bytes_over_the_surviving_share_of_the_link():
+    from netapprox.bench import loss
+    need = 310 + 155  # MSR 1.0 of 310 messages, MSR 0.5 of 310
+    assert loss.ideal_s(0.0) == pytest.approx(need * (1000 + 32 + 42) * 8 / 20e6)
+    assert loss.ideal_s(0.9) == pytest.approx(10 * loss.ideal_s(0.0))
+    assert loss.PATTERNS["burst"][1] == pytest.approx(1 / 3)
+    assert len({loss.content(i) for i in range(loss.MESSAGES)}) == loss.MESSAGES
