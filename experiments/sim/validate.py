@@ -1,12 +1,13 @@
 """Each peer transport against its own paper's headline trend, in this simulator, before it is compared with ATP.
 
-    python -m netapprox.experiments.sim.validate pfabric [--loads 0.6 0.8] [--seeds 1 2] [--ms 2] [--out results]
+    python -m netapprox.experiments.sim.validate pfabric|homa [--loads 0.6 0.8] [--seeds 1 2] [--ms 2] [--out results]
 
 ``pfabric``: pFabric's §5 setting (Alizadeh et al. 2013): a 144-host leaf-spine (9 leaves x 16 hosts, 4 spines,
 10 Gbit/s hosts, 40 Gbit/s fabric), web-search flows with Poisson arrivals at a load of each host link,
 pFabric against DCTCP; the metric is the flow completion time normalized to the flow's unloaded time (its
 bytes at line rate plus its path's propagation and store-and-forward delay), mean and 99th percentile, for
-small flows ((0, 100 KB]) and all flows. Each flow is a one-message job with MSR 1 (``pfabric-es`` /
+small flows ((0, 100 KB]) and all flows. ``homa``: Homa against pFabric on the same setting (Homa's paper
+compares short messages' 99th-percentile slowdown with pFabric's and DCTCP's at high load). Each flow is a one-message job with MSR 1 (``pfabric-es`` /
 ``dctcp-es``: the same bytes on the wire). Writes ``<out>/sim/validate-<peer>/result.json`` and prints the table
 of docs/simulation.md ("Peer transports: validation"). CPU-heavy: run under ``nice -n 19``.
 """
@@ -68,16 +69,23 @@ def summarize(records: Sequence[dict], topo: TopologyConfig) -> dict[str, Any]:
             "all_p99": percentile(every, 99)}
 
 
+PAIRS = {"pfabric": ("pfabric-es", "dctcp-es"), "homa": ("homa-es", "pfabric-es")}
+"""Each peer's validation: (the peer, what its paper compares it with), both on the peer's own setting (Homa's
+on pFabric's leaf-spine and web search, the closest of its W1-W5 workloads at hand)."""
+
+
 def validate_pfabric(loads: Sequence[float], seeds: Sequence[int], duration_s: float,
-                     say: Any = print, save: Any = None) -> dict[str, Any]:
-    """Runs the trials; ``save(partial_result)`` after each one (a long sweep keeps what it finished)."""
+                     say: Any = print, save: Any = None, peer: str = "pfabric") -> dict[str, Any]:
+    """Runs the trials of ``peer`` (``PAIRS``); ``save(partial_result)`` after each one (a long sweep keeps what
+    it finished)."""
+    protocols = PAIRS[peer]
     topo = PFABRIC_TOPOLOGY
     settings = T.SimSettings(topology=topo, time_limit_ms=200.0)
     rows = []
     for load in loads:
         for seed in seeds:
             plans = pfabric_plans(seed, load, duration_s, topo)
-            for proto in ("pfabric-es", "dctcp-es"):
+            for proto in protocols:
                 t0 = time.perf_counter()
                 r = T.run_trial(settings, proto, plans, seed=seed)
                 s = summarize(r["jobs"], topo)
@@ -87,33 +95,37 @@ def validate_pfabric(loads: Sequence[float], seeds: Sequence[int], duration_s: f
                     f"{s['small_mean']:.2f} p99 {s['small_p99']:.2f}, all mean {s['all_mean']:.2f}, "
                     f"{time.perf_counter() - t0:.0f} s")
                 if save is not None:
-                    save(_result(topo, settings, duration_s, rows))
-    return _result(topo, settings, duration_s, rows)
+                    save(_result(topo, settings, duration_s, rows, peer))
+    return _result(topo, settings, duration_s, rows, peer)
 
 
-def _result(topo: TopologyConfig, settings: T.SimSettings, duration_s: float, rows: list[dict]) -> dict[str, Any]:
+def _result(topo: TopologyConfig, settings: T.SimSettings, duration_s: float, rows: list[dict],
+            peer: str = "pfabric") -> dict[str, Any]:
     done = [r for r in rows if sum(1 for o in rows if o["load"] == r["load"] and o["seed"] == r["seed"]) == 2]
-    return {"peer": "pfabric", "topology": topo.describe(), "settings": settings.to_dict(), "duration_s": duration_s,
-            "rows": rows, "table": table(done)}
+    return {"peer": peer, "topology": topo.describe(), "settings": settings.to_dict(), "duration_s": duration_s,
+            "rows": rows, "table": table(done, PAIRS[peer])}
 
 
-def table(rows: Sequence[dict]) -> list[dict]:
-    """Per load: each protocol's metrics averaged over seeds, and DCTCP over pFabric for each."""
+def table(rows: Sequence[dict], protocols: Sequence[str] = PAIRS["pfabric"]) -> list[dict]:
+    """Per load: each of the two protocols' metrics averaged over seeds (keyed by its name without ``-es``),
+    and the second over the first for each (``dctcp_over_pfabric``)."""
+    a, b = protocols
+    na, nb = a.split("-")[0], b.split("-")[0]
     out: list[dict] = []
     for load in sorted({r["load"] for r in rows}):
         by = {}
-        for proto in ("pfabric-es", "dctcp-es"):
+        for proto in (a, b):
             rs = [r for r in rows if r["load"] == load and r["protocol"] == proto]
             by[proto] = {k: sum(r[k] for r in rs) / len(rs) for k in ("small_mean", "small_p99", "all_mean", "all_p99")}
             by[proto]["failed"] = sum(r["failed"] for r in rs)
-        ratio = {k: by["dctcp-es"][k] / by["pfabric-es"][k] for k in by["pfabric-es"] if k != "failed"}
-        out.append({"load": load, "pfabric": by["pfabric-es"], "dctcp": by["dctcp-es"], "dctcp_over_pfabric": ratio})
+        ratio = {k: by[b][k] / by[a][k] for k in by[a] if k != "failed"}
+        out.append({"load": load, na: by[a], nb: by[b], f"{nb}_over_{na}": ratio})
     return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m netapprox.experiments.sim.validate", description=__doc__.split("\n\n")[0])
-    p.add_argument("peer", choices=("pfabric",))
+    p.add_argument("peer", choices=tuple(PAIRS))
     p.add_argument("--loads", type=float, nargs="+", default=[0.6, 0.8])
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     p.add_argument("--ms", type=float, default=2.0, help="flow arrivals for this long, simulated ms")
@@ -127,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     def save(res: dict) -> None:
         (out / "result.json").write_text(json.dumps(res, indent=1))
 
-    res = validate_pfabric(a.loads, a.seeds, a.ms * 1e-3, save=save)
+    res = validate_pfabric(a.loads, a.seeds, a.ms * 1e-3, save=save, peer=a.peer)
     save(res)
     for row in res["table"]:
         print(json.dumps(row))

@@ -23,3 +23,10 @@ def test_peer_validation_normalizes_by_the_unloaded_time_and_splits_small_flows(
     (t,) = V.table(rows)
     assert t["dctcp_over_pfabric"]["small_mean"] == pytest.approx(2.5)
 
+
+
+def test_peer_validation_pairs_name_their_ratio():
+    rows = [{"load": 0.8, "seed": 1, "protocol": p, "small_mean": m, "small_p99": m, "all_mean": m, "all_p99": m,
+             "failed": 0} for p, m in (("homa-es", 2.0), ("pfabric-es", 1.0))]
+    (t,) = V.table(rows, V.PAIRS["homa"])
+    assert t["homa"]["small_p99"] == 2.0 and t["pfabric_over_homa"]["small_p99"] == pytest.approx(0.5)
