@@ -18,7 +18,7 @@ from netapprox.controller.drivers import ARBITRATED_KINDS, DRIVER_CLASSES
 from netapprox.controller.errors import ConfigError, did_you_mean
 from netapprox.controller.model import (
     DEFAULT_APPROX_BUFFERS,
-    DEFAULT_THRESHOLDS,
+    POLICY_THRESHOLDS,
     NUM_QUEUES,
     ClassRule,
     EcmpRoute,
@@ -143,9 +143,11 @@ class TuningConfig:
 class PolicyConfig:
     """Inputs of the pure policy function (``controller.policy``)."""
 
-    thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS
-    """TLR thresholds T_0..T_7: TLR in [T_k, T_k+1) goes to queue k (queue 1 below T_1). Default k/8. Mode
-    ``adaptive`` starts from them and then tunes them online (``tuning``)."""
+    thresholds: tuple[float, ...] = POLICY_THRESHOLDS
+    """TLR thresholds T_0..T_7: TLR in [T_k, T_k+1) goes to queue k (queue 1 below T_1). Default
+    ``model.POLICY_THRESHOLDS`` (0, 0.3, 0.45, 0.6, 0.7, 0.8, 0.875, 0.95): with the finishing rule, the best fixed
+    configuration measured (docs/controller.md, The default policy); the paper's k/8 is
+    ``model.DEFAULT_THRESHOLDS``. Mode ``adaptive`` starts from them and then tunes them online (``tuning``)."""
     hysteresis: float = 0.02
     """A job leaves its queue only when its TLR is this far (in TLR units) outside the queue's range."""
     job_timeout_s: float = 1.0

@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from netapprox.controller.model import ClassRule, queue_for_tlr
-from netapprox.experiments import ddnn
+from netapprox.experiments import ddnn, hindsight
 from netapprox.experiments import results as R
 from netapprox.experiments.emulated import ddnn_trial, vector_trial
 from netapprox.experiments.metrics import flow_fct_stats, job_summary
@@ -485,8 +485,7 @@ SHIFT_SETTINGS: dict[str, tuple[tuple[str, Any], ...]] = {
     "adaptive": (("mode", "adaptive"),),
     **{f"fixed-{name}": (("mode", "netapprox"), ("thresholds", t), ("finish_epochs", 0.0))
        for name, t in FIXED_THRESHOLDS.items()},
-    **{f"finish-{name}": (("mode", "netapprox"), ("thresholds", t)) for name, t in FIXED_THRESHOLDS.items()
-       if name != "k8"},
+    **{f"finish-{name}": (("mode", "netapprox"), ("thresholds", t)) for name, t in FIXED_THRESHOLDS.items()},
     "adaptive-remaining-work": (("mode", "adaptive"), ("tuning", (("remaining_weight", 0.125),))),
     "adaptive-no-buffers": (("mode", "adaptive"), ("tuning", (("buffers", False),))),
     "k8-remaining-work": (("mode", "adaptive"), ("tuning", (("remaining_weight", 0.125), ("hysteresis", 0.999),
@@ -545,9 +544,11 @@ def shift_workload(backend: Any, seed: int, *, phase_s: float, load: float, rece
 
 
 SHIFT_RUN = ("default", "adaptive", *(f"fixed-{name}" for name in FIXED_THRESHOLDS),
-             *(f"finish-{name}" for name in FIXED_THRESHOLDS if name != "k8"))
-"""The settings ``exp_shift`` runs unless told: the two policies, every fixed set and every set with the
-finishing rule."""
+             *(f"finish-{name}" for name in FIXED_THRESHOLDS
+               if hindsight.resolved(SHIFT_SETTINGS[f"finish-{name}"]) != hindsight.resolved(SHIFT_SETTINGS["default"])))
+"""The settings ``exp_shift`` runs unless told: the two policies, every fixed set without and with the
+finishing rule (the one the default equals is run once, as ``default``): the whole baseline pool
+(``experiments.hindsight``)."""
 
 
 def exp_shift(seeds: Sequence[int], out: Path, sweep: Sweep, *, settings=SHIFT_RUN, phase_s: float = 3.0,
@@ -555,9 +556,10 @@ def exp_shift(seeds: Sequence[int], out: Path, sweep: Sweep, *, settings=SHIFT_R
     """A workload whose mix shifts mid-run, FBKV-heavy -> FBHD-heavy -> a mix with web-search flows
     (``SHIFT_PHASES``, ``phase_s`` each), under the tuned policy and under every fixed threshold set
     (``SHIFT_SETTINGS``): mean JCT per phase (jobs by the phase they start in) and overall, and per seed the
-    default and the tuned policy's over the best fixed setting's in hindsight (the fixed set with the lowest
-    mean over the seeds, chosen per phase and overall: settings ``default/best-fixed``,
-    ``adaptive/best-fixed``)."""
+    default and the tuned policy's over the best fixed configuration's in hindsight (the best of every fixed
+    setting the run contains, that seed's best per phase and overall: settings ``default/best-fixed``,
+    ``adaptive/best-fixed``); the notes hold the pool, the best on the mean and each policy's verdict
+    (``best_fixed_ratios``, ``experiments.hindsight``)."""
     sweep = as_sweep(sweep)
     backend = sweep.backend
     plans, phases = [], {}
@@ -592,7 +594,7 @@ def exp_shift(seeds: Sequence[int], out: Path, sweep: Sweep, *, settings=SHIFT_R
         return out
 
     sweep.run(rf, plans, metrics=metrics)
-    best_fixed_ratios(rf, [s for s in settings if s.startswith("fixed-")])
+    best_fixed_ratios(rf, settings)
     rf.write()
     R.plot_bars(plot_rows([r for r in rf.to_dict()["summary"] if "/" not in str(r["params"].get("setting"))], backend),
                 metric="jct_mean_s", group="setting", series="setting", path=rf.out_dir / "jct.png",
@@ -600,32 +602,26 @@ def exp_shift(seeds: Sequence[int], out: Path, sweep: Sweep, *, settings=SHIFT_R
     return rf
 
 
-def best_fixed_ratios(rf: R.ResultFile, fixed: Sequence[str]) -> None:
-    """Per phase and overall: the fixed setting with the lowest mean JCT over the seeds (in hindsight), noted,
-    and per seed the ``default`` and ``adaptive`` settings' JCT over that setting's (rows
+def best_fixed_ratios(rf: R.ResultFile, settings: Sequence[str]) -> None:
+    """Every policy of the run against the best of its whole baseline pool in hindsight (``experiments.hindsight``:
+    every fixed setting the run contains, with and without the finishing rule, the default among them): noted,
+    the pool, the best pool member on the mean per phase and overall, each judged policy's per-seed ratios and
+    verdict; and per seed the ``default`` and ``adaptive`` settings' JCT over that seed's best pool member (rows
     ``default/best-fixed``, ``adaptive/best-fixed``)."""
-    keys = ["jct_mean_s"] + [f"jct_{name}_s" for name, _, _ in SHIFT_PHASES]
-    by = {(r["params"]["setting"], r["seed"]): r["metrics"] for r in rf.runs if "/" not in r["params"]["setting"]}
-    seeds = sorted({seed for _, seed in by})
-    best = {}
-    for key in keys:
-        means = {}
-        for name in fixed:
-            vals = [by[(name, s)].get(key) for s in seeds if (name, s) in by]
-            if vals and all(v is not None for v in vals):
-                means[name] = float(np.mean(vals))
-        if means:
-            best[key] = min(means, key=means.get)
-    rf.notes.append({"best_fixed_in_hindsight": best})
-    for policy_name in ("default", "adaptive"):
-        for seed in seeds:
-            m = by.get((policy_name, seed))
-            if m is None:
-                continue
-            ratios = {f"{key[:-2]}_ratio": m[key] / by[(name, seed)][key] for key, name in best.items()
-                      if m.get(key) and (name, seed) in by and by[(name, seed)].get(key)}
-            if ratios:
-                rf.add(seed, {"setting": f"{policy_name}/best-fixed"}, ratios, progress=False)
+    pool, judgements = hindsight.judge_run({"runs": rf.runs}, SHIFT_SETTINGS, FIXED_THRESHOLDS)
+    rf.notes.append({
+        "baseline_pool": list(pool),
+        "best_fixed_in_hindsight": hindsight.best_fixed({"runs": rf.runs}, pool),
+        "judgements": {j.policy: {"verdict": j.verdict,
+                                  **{c.key: {"on_mean": c.on_mean, "best_on_mean": c.best_on_mean,
+                                             "per_seed": {str(seed): list(v) for seed, v in c.per_seed.items()}}
+                                     for c in j.criteria}} for j in judgements}})
+    for j in judgements:
+        if j.policy not in ("default", "adaptive"):
+            continue
+        for seed in sorted({seed for c in j.criteria for seed in c.per_seed}):
+            ratios = {f"{c.key[:-2]}_ratio": c.per_seed[seed][0] for c in j.criteria if seed in c.per_seed}
+            rf.add(seed, {"setting": f"{j.policy}/best-fixed"}, ratios, progress=False)
 
 
 # --------------------------------------------------------------------------------------------------

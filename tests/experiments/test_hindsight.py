@@ -1,0 +1,147 @@
+"""The shifting workload's judge (experiments.hindsight): a policy is held against the best of every fixed
+configuration the run contains, per seed and on the mean, and "met" needs every seed to agree."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from netapprox.experiments import figures as F
+from netapprox.experiments import hindsight as H
+from netapprox.experiments import results as R
+
+
+def _is_fixed_by_hand(setting: str) -> bool:
+    """Independently of the harness: a setting is fixed unless its keys ask for mode ``adaptive``."""
+    return dict(F.SHIFT_SETTINGS[setting]).get("mode") != "adaptive"
+
+
+def _by(jcts: dict[str, list[float]], phases: dict[str, list[float]] | None = None, msr: float = 1.0):
+    """(setting, seed) -> metrics: ``jcts[setting][i]`` is seed i+1's mean JCT; each phase the same unless
+    ``phases`` says."""
+    out = {}
+    for s, vals in jcts.items():
+        for i, v in enumerate(vals):
+            ph = (phases or {}).get(s, [v] * len(vals))[i]
+            out[(s, i + 1)] = {"jct_mean_s": v, "msr_met_frac": msr,
+                               **{k: (ph if k == "jct_fbkv_heavy_s" else v) for k in H.PHASE_KEYS}}
+    return out
+
+
+def test_baseline_pool_holds_every_fixed_setting_the_run_contains():
+    """Every setting of the default run that moves nothing online is a baseline: the default, each threshold set
+    without and with the finishing rule; only the tuner is not; and no grid configuration is missing."""
+    pool = H.baseline_pool(F.SHIFT_RUN, F.SHIFT_SETTINGS)
+    assert set(pool) == {s for s in F.SHIFT_RUN if _is_fixed_by_hand(s)}
+    assert "default" in pool and "adaptive" not in pool
+    assert {f"fixed-{n}" for n in F.FIXED_THRESHOLDS} <= set(pool)
+    assert H.grid_missing(F.SHIFT_RUN, F.SHIFT_SETTINGS, F.FIXED_THRESHOLDS) == []
+    # every finishing set is in the run, as itself or as the default it equals
+    for name in F.FIXED_THRESHOLDS:
+        assert f"finish-{name}" in pool or (H.resolved(F.SHIFT_SETTINGS[f"finish-{name}"])
+                                            == H.resolved(F.SHIFT_SETTINGS["default"]))
+
+
+def test_baseline_pool_takes_any_other_fixed_knob_and_no_online_one():
+    """A fixed setting of any other knob (hysteresis, buffers of the tuner turned off) is a baseline; a tuner
+    variant (mode adaptive, whatever it turns off) is not."""
+    table = {**F.SHIFT_SETTINGS, "fixed-k8-wide-band": (("thresholds", F.FIXED_THRESHOLDS["k8"]), ("hysteresis", 0.1))}
+    run = ("adaptive", "fixed-k8-wide-band", "k8-srpt-only", "fixed-k8")
+    assert H.baseline_pool(run, table) == ("fixed-k8-wide-band", "fixed-k8")
+    missing = H.grid_missing(run, table, F.FIXED_THRESHOLDS)
+    assert "finish-k8" in missing and "fixed-k8" not in missing
+
+
+def test_best_fixed_in_hindsight_is_a_finishing_set_when_one_wins():
+    """The best fixed configuration is chosen among all of them: here a set with the finishing rule, which a
+    pool of the ``fixed-*`` settings alone would miss (the tuner would look 0.8x of it instead of 1.0x)."""
+    by = _by({"adaptive": [200, 200, 200], "fixed-k8": [250, 250, 250], "finish-msr-classes": [200, 210, 190],
+              "default": [230, 230, 230]})
+    j = H.judge(by, "adaptive", ["default", "fixed-k8", "finish-msr-classes"], [1, 2, 3])
+    mean = j.criteria[0]
+    assert mean.best_on_mean == "finish-msr-classes" and mean.on_mean == pytest.approx(1.0)
+    assert mean.per_seed[2] == (pytest.approx(200 / 210), "finish-msr-classes")
+    assert mean.state == "not met" and j.verdict.startswith("not met")
+
+
+def test_best_fixed_per_seed_may_differ_from_the_best_on_the_mean():
+    """Per seed, the policy is held against that seed's best pool member, not the mean's."""
+    by = _by({"adaptive": [80, 80, 80], "a": [100, 100, 100], "b": [90, 120, 120]})
+    c = H.judge(by, "adaptive", ["a", "b"], [1, 2, 3]).criteria[0]
+    assert c.best_on_mean == "a" and c.on_mean == pytest.approx(0.8)
+    assert c.per_seed[1] == (pytest.approx(80 / 90), "b") and c.per_seed[2] == (pytest.approx(0.8), "a")
+    lo, hi, sd = c.spread
+    assert (lo, hi) == (pytest.approx(0.8), pytest.approx(80 / 90)) and sd > 0
+
+
+def test_hindsight_refuses_met_from_the_mean_when_seeds_disagree():
+    """0.85 on the mean, but one seed at 1.02: the verdict says so and is not "met"; all seeds at 0.85 with every
+    phase within 5% is met."""
+    by = _by({"adaptive": [85, 85, 102], "fixed-k8": [100, 100, 100]})
+    by[("adaptive", 3)]["jct_mean_s"] = 102
+    by[("adaptive", 1)]["jct_mean_s"] = by[("adaptive", 2)]["jct_mean_s"] = 70  # mean 80.7 / 100
+    j = H.judge(by, "adaptive", ["fixed-k8"], [1, 2, 3])
+    assert j.criteria[0].state == "disagree"
+    assert j.verdict != "met" and "not in every seed" in j.verdict
+    ok = H.judge(_by({"adaptive": [85, 85, 85], "fixed-k8": [100, 100, 100]}), "adaptive", ["fixed-k8"], [1, 2, 3])
+    assert ok.verdict == "met"
+    phase_bad = _by({"adaptive": [85, 85, 85], "fixed-k8": [100, 100, 100]}, phases={"adaptive": [106, 106, 106]})
+    assert "fbkv_heavy" in H.judge(phase_bad, "adaptive", ["fixed-k8"], [1, 2, 3]).verdict
+    missed = _by({"adaptive": [85, 85, 85], "fixed-k8": [100, 100, 100]}, msr=0.99)
+    assert "MSR" in H.judge(missed, "adaptive", ["fixed-k8"], [1, 2, 3]).verdict
+
+
+def _shift_result(tmp_path, settings, seeds, jct=None):
+    rf = R.ResultFile("sim-shift", {}, seeds, tmp_path)
+    for seed in seeds:
+        for i, s in enumerate(settings):
+            v = (jct or {}).get(s, 100.0 + i)
+            rf.add(seed, {"setting": s}, {"jct_mean_s": v, "msr_met_frac": 1.0, **{k: v for k in H.PHASE_KEYS}},
+                   progress=False)
+    return rf
+
+
+def test_shift_figure_notes_the_whole_baseline_pool_and_judges_against_it(tmp_path):
+    """exp_shift's ratios: the notes hold every fixed setting of the run as the pool, the best on the mean is a
+    finishing set when it wins, and the default/best-fixed and adaptive/best-fixed rows are against it."""
+    settings = F.SHIFT_RUN
+    rf = _shift_result(tmp_path, settings, [7, 8, 9], {"finish-high-fine": 50.0, "adaptive": 60.0})
+    F.best_fixed_ratios(rf, settings)
+    note = rf.notes[-1]
+    assert set(note["baseline_pool"]) == {s for s in settings if _is_fixed_by_hand(s)}
+    assert note["best_fixed_in_hindsight"]["jct_mean_s"] == "finish-high-fine"
+    rows = {(r["params"]["setting"], r["seed"]): r["metrics"] for r in rf.runs}
+    assert rows[("adaptive/best-fixed", 7)]["jct_mean_ratio"] == pytest.approx(60 / 50)
+    assert note["judgements"]["adaptive"]["verdict"].startswith("not met")
+
+
+def test_hindsight_does_not_judge_design_seeds_or_an_incomplete_pool(tmp_path):
+    """A run on design seeds, or without one of the grid's fixed configurations, is reported as such, never met."""
+    settings = F.SHIFT_RUN
+    good = {"adaptive": 10.0}
+    rf = _shift_result(tmp_path, settings, [1, 2, 3], good)
+    _, js = H.judge_run(rf.to_dict(), F.SHIFT_SETTINGS, F.FIXED_THRESHOLDS)
+    assert all(j.verdict.startswith("not judged") and "design seeds" in j.verdict for j in js)
+    partial = [s for s in settings if s != "finish-k10"]
+    rf = _shift_result(tmp_path, partial, [7, 8, 9], good)
+    _, js = H.judge_run(rf.to_dict(), F.SHIFT_SETTINGS, F.FIXED_THRESHOLDS)
+    assert all("finish-k10" in j.verdict for j in js)
+    rf = _shift_result(tmp_path, settings, [7, 8, 9], good)
+    _, js = H.judge_run(rf.to_dict(), F.SHIFT_SETTINGS, F.FIXED_THRESHOLDS)
+    assert {j.policy: j.verdict for j in js}["adaptive"] == "met"
+
+
+def test_hindsight_cli_prints_ratios_and_rejects_bad_input(tmp_path, capsys):
+    rf = _shift_result(tmp_path, F.SHIFT_RUN, [7, 8, 9], {"adaptive": 10.0})
+    path = rf.write()
+    assert H.main([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "seed 7" in out and "- adaptive: met" in out and "Baseline pool" in out
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    assert H.main([str(bad)]) == 2
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"experiment": "sim-alltoall", "runs": []}))
+    assert H.main([str(other)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 2 and "not a shifting-workload result" in err
