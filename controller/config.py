@@ -161,7 +161,7 @@ class PolicyConfig:
     """CadentFlow declarations, turned into queue_by_tag rules."""
     mode: str = "netapprox"
     """``netapprox``: jobs are re-mapped every epoch from their reports with the fixed ``thresholds`` (the
-    paper's k/8 by default); ``adaptive``: the same, with the thresholds and the approximate queues' buffers
+    default policy's unless set, ``model.POLICY_THRESHOLDS``); ``adaptive``: the same, with the thresholds and the approximate queues' buffers
     tuned online and a job's remaining work moving its queue (``tuning``); ``static``: only the TLR thresholds
     (each packet is queued by the TLR it carries) and ``pinned`` jobs; ``fifo``: a network-oblivious switch
     (every packet in queue 0, the baseline the papers compare against)."""

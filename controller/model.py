@@ -29,7 +29,7 @@ DEFAULT_THRESHOLDS: tuple[float, ...] = tuple(k / NUM_QUEUES for k in range(NUM_
 """TLR thresholds T_0..T_7 (T_k = k/8, NetApprox §5.2): TLR in [T_k, T_k+1) goes to queue k, below T_1 to queue
 1. The paper's thresholds: the switches' ``queue_by_tlr`` entries before a controller writes its own."""
 POLICY_THRESHOLDS: tuple[float, ...] = (0.0, 0.3, 0.45, 0.6, 0.7, 0.8, 0.875, 0.95)
-"""The default policy's thresholds (``PolicyConfig.thresholds``): queue 1 below 0.3, finer towards the top, where
+"""The default policy's thresholds (``PolicyConfig.thresholds``): queue 1 below 0.45, finer towards the top, where
 eq. 1 takes jobs that deliver without loss. With the finishing rule it is the best fixed configuration measured
 on the shifting workload (``finish-high-fine``, docs/results.md, Held-out seeds)."""
 DEFAULT_APPROX_BUFFERS: tuple[int, ...] = tuple(NUM_QUEUES - k for k in range(1, NUM_QUEUES))

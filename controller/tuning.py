@@ -8,7 +8,7 @@ and its queue. The value the cutoffs place is its TLR, moved up for a job with m
 others when ``remaining_weight`` > 0 (``placement_value``). What it decides (``Tuned``):
 
 - **Cutoffs** T_2..T_7 (queue 1 takes everything below T_2), anchored to the configured thresholds (``base``,
-  the paper's k/8 by default): jobs whose values lie closer than ``split_gap`` form a group, never split, unless
+  the default policy's unless configured): jobs whose values lie closer than ``split_gap`` form a group, never split, unless
   such a run of values reaches across a whole queue of ``base`` (then ``base``'s queues part it: many jobs
   spread over a wide range leave no gap between neighbours, and one group would lump them all); each
   group goes to the queue ``base`` gives its middle, groups that would share a queue are pushed apart (the

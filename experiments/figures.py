@@ -498,7 +498,8 @@ SHIFT_SETTINGS: dict[str, tuple[tuple[str, Any], ...]] = {
                                  ("hysteresis", 0.999), ("buffers", False)))),
 }
 """Policy of each setting of ``exp_shift`` (``TrialPlan.policy``): the default policy (mode ``netapprox``, the
-paper's k/8, a job about to finish in the first approximate queue: ``PolicyConfig.finish_epochs``); the tuned
+default thresholds, ``finish-high-fine``'s, a job about to finish in the first approximate queue:
+``PolicyConfig.finish_epochs``); the tuned
 policy (mode ``adaptive``, its defaults); every fixed threshold set as the paper places jobs (by TLR alone,
 ``finish_epochs`` 0) and, ``finish-<set>``, with the default's finishing rule; and variants: the tuner with the
 remaining-work placement (``remaining_weight`` 1/8), the tuner without buffers, the remaining-work placement on

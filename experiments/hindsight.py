@@ -232,6 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "netapprox.experiments sim shift)")
     ap.add_argument("--design-seeds", type=int, nargs="*", default=list(DESIGN_SEEDS),
                     help="seeds the policies were designed on (a run on any of them is not judged 'met')")
+    ap.add_argument("--seeds", type=int, nargs="*", help="judge on these seeds of the result only (default: all)")
     args = ap.parse_args(argv)
     try:
         result = json.loads(args.result.read_text())
@@ -242,8 +243,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {args.result}: not a shifting-workload result (experiment "
               f"{result.get('experiment')!r})", file=sys.stderr)
         return 2
+    if args.seeds:
+        result = {**result, "runs": [r for r in result["runs"] if r["seed"] in args.seeds]}
     pool, judgements = judge_run(result, SHIFT_SETTINGS, FIXED_THRESHOLDS, design_seeds=args.design_seeds)
-    print(f"{args.result}: seeds {result.get('seeds')}, commit {str(result.get('git_commit'))[:10]}")
+    seeds = sorted({r["seed"] for r in result["runs"]})
+    print(f"{args.result}: seeds {seeds}, commit {str(result.get('git_commit'))[:10]}")
     print(render(result, pool, judgements))
     return 0
 

@@ -17,10 +17,11 @@ from pathlib import Path
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from netapprox.controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig
+from netapprox.controller.config import ControllerConfig, ReportConfig, SwitchConfig
 from netapprox.controller.runtime import Runtime
 from netapprox.controller.model import Route
 from netapprox.hostlib.wire import Flags, Header, PacketType, Report, encode, tlr_to_q15
+from support.paper_policy import PolicyConfig
 
 H1_IP, H2_IP, CTL_IP = "10.0.0.1", "10.0.0.2", "10.0.0.100"
 JOB = 42

@@ -97,6 +97,9 @@ def controller_toml(*, address: str, p4info: object, bmv2_json: object, report_p
     defaults = {"epoch_ms": "20", "decision_log": f'"{decision_log}"', "reconnect_initial_s": "0.05",
                 "reconnect_max_s": "0.5"}
     controller_lines = "".join(f"{k} = {v}\n" for k, v in defaults.items() if k not in given)
+    # the expected queues of these tests are the paper's k/8 thresholds' (the default policy's differ)
+    if not any(line.split("=", 1)[0].strip() == "thresholds" for line in policy.splitlines() if "=" in line):
+        policy = "thresholds = [" + ", ".join(repr(k / 8) for k in range(8)) + "]\n" + policy
     return f"""
 [controller]
 {controller_lines}{controller}

@@ -6,10 +6,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from netapprox.controller import policy
-from netapprox.controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig, TuningConfig
+from netapprox.controller.config import ReportConfig, SwitchConfig, TuningConfig
 from netapprox.controller.core import ControllerCore
 from netapprox.controller.model import JobRule
 from netapprox.hostlib.wire import Report
+from support.paper_policy import ControllerConfig, PolicyConfig
 
 REPORTS = ReportConfig(port=-1, rate_per_host=1e9, burst=10 ** 9)
 

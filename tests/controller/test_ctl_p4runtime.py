@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from netapprox.controller.p4runtime.protos import p4info_pb2, p4runtime_pb2
 
-from netapprox.controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig
+from netapprox.controller.config import ReportConfig, SwitchConfig
 from netapprox.controller.errors import (
     NotPrimaryError,
     P4InfoError,
@@ -38,6 +38,7 @@ from netapprox.controller.p4runtime.p4info import P4Info
 from netapprox.controller.reference import reference_queue, tag_order
 from netapprox.hostlib import wire
 from netapprox.hostlib.wire import Report
+from support.paper_policy import ControllerConfig, PolicyConfig
 from support.fake_bfrt import FakeBfrtServer
 from netapprox.controller.p4runtime.fake_server import _entry_key
 

@@ -8,10 +8,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from netapprox.controller import policy
-from netapprox.controller.config import CadentFlow, PolicyConfig, SwitchConfig, TaggedFlow
-from netapprox.controller.model import EcnRule, JobRule, Route, TagRule, default_tlr_rules
+from netapprox.controller import config
+from netapprox.controller.config import CadentFlow, SwitchConfig, TaggedFlow
+from netapprox.controller.model import POLICY_THRESHOLDS, EcnRule, JobRule, Route, TagRule, default_tlr_rules
 from netapprox.controller.model import queue_for_tlr
 from netapprox.controller.policy import GroupReport, decide
+from support.paper_policy import PolicyConfig
 
 DEFAULT = PolicyConfig()
 NO_HYST = PolicyConfig(hysteresis=0.0)
@@ -31,6 +33,20 @@ def test_queue_for_tlr_agrees_with_the_installed_tlr_table():
     for value in range(0, 0x8001, 7):
         table_qid = next(r.qid for r in rules if r.tlr_lo <= value <= r.tlr_hi)
         assert queue_for_tlr(value / 0x8000, DEFAULT.thresholds) == table_qid, value
+
+
+def test_default_policy_is_the_best_fixed_configuration_with_its_tlr_table():
+    """The default ``[policy]``: ``POLICY_THRESHOLDS`` (finish-high-fine of the shifting workload) with the
+    finishing rule, and the ``queue_by_tlr`` entries it installs map every Q1.15 TLR as it places jobs."""
+    cfg = config.PolicyConfig()
+    assert cfg.thresholds == POLICY_THRESHOLDS == (0.0, 0.3, 0.45, 0.6, 0.7, 0.8, 0.875, 0.95)
+    assert cfg.finish_epochs == 1.0 and cfg.mode == "netapprox"
+    rules = policy.static_state(SwitchConfig(name="s1"), cfg).tlr_rules
+    for value in range(0, 0x8001, 7):
+        table_qid = next(r.qid for r in rules if r.tlr_lo <= value <= r.tlr_hi)
+        assert queue_for_tlr(value / 0x8000, cfg.thresholds) == table_qid, value
+    assert queue_for_tlr(0.449, cfg.thresholds) == 1 and queue_for_tlr(0.45, cfg.thresholds) == 2
+    assert queue_for_tlr(0.96, cfg.thresholds) == 7
 
 
 def test_custom_thresholds():

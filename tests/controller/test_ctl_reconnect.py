@@ -15,7 +15,7 @@ import pytest
 from google.protobuf import text_format
 from netapprox.controller.p4runtime.protos import p4info_pb2, p4runtime_pb2
 
-from netapprox.controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig
+from netapprox.controller.config import ControllerConfig, ReportConfig, SwitchConfig
 from netapprox.controller.errors import P4RuntimeWriteError, PipelineError
 from netapprox.controller.model import (
     ClassRule,
@@ -35,6 +35,7 @@ from netapprox.controller.p4runtime.options import P4RuntimeOptions
 from netapprox.controller.p4runtime.p4info import P4Info
 from netapprox.controller.runtime import Runtime
 from netapprox.controller.p4runtime.fake_server import _entry_key
+from support.paper_policy import PolicyConfig
 
 from ctl_fixtures import (
     P4INFO,

@@ -22,7 +22,7 @@ from google.rpc import code_pb2
 from netapprox.controller.p4runtime.protos import p4runtime_pb2, p4runtime_pb2_grpc
 
 from netapprox.controller.__main__ import apply_flags, build_parser
-from netapprox.controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig, config_from_dict
+from netapprox.controller.config import ControllerConfig, ReportConfig, SwitchConfig, config_from_dict
 from netapprox.controller.drivers import build_driver
 from netapprox.controller.errors import ConfigError
 from netapprox.controller.model import Route
@@ -34,6 +34,7 @@ from netapprox.controller.runtime import Runtime
 from netapprox.hostlib import api
 from netapprox.hostlib.wire import Report
 from netapprox.controller.p4runtime.fake_server import FakeP4RuntimeServer
+from support.paper_policy import PolicyConfig
 
 from ctl_fixtures import REPO, P4INFO, Hosts, controller_toml, free_udp_port, job_entries, report
 from ctl_fixtures import start_controller, stop_process, wait_until

@@ -11,8 +11,6 @@ from hypothesis import strategies as st
 
 from netapprox.controller import policy, tuning
 from netapprox.controller.config import (
-    ControllerConfig,
-    PolicyConfig,
     ReportConfig,
     SwitchConfig,
     TuningConfig,
@@ -23,6 +21,7 @@ from netapprox.controller.errors import ConfigError
 from netapprox.controller.model import DEFAULT_THRESHOLDS, check_thresholds, default_tlr_rules
 from netapprox.controller.tuning import JobSample, Tuned, cutoffs, queue_of, share_buffers, tune
 from netapprox.hostlib.wire import Report
+from support.paper_policy import ControllerConfig, PolicyConfig
 
 CFG = TuningConfig()
 Q = tuning.VALUE_QUANTUM

@@ -22,12 +22,13 @@ from pathlib import Path
 import pytest
 
 from netapprox.controller import tuning
-from netapprox.controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig, TuningConfig
+from netapprox.controller.config import ReportConfig, SwitchConfig, TuningConfig
 from netapprox.controller.core import ControllerCore
 from netapprox.controller.drivers import Driver
 from netapprox.controller.model import (
     DEFAULT_THRESHOLDS, Counters, JobRule, SwitchState, check_thresholds, default_tlr_rules, WriteSummary)
 from netapprox.controller.runtime import Runtime
+from support.paper_policy import ControllerConfig, PolicyConfig
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FAIRNESS = FIXTURES / "reports-fairness-k8-seed1.jsonl"

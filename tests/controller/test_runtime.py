@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import socket
 
-from netapprox.controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig
+from netapprox.controller.config import ReportConfig, SwitchConfig
 from netapprox.controller.drivers import Driver
 from netapprox.controller.errors import SwitchUnavailable
 from netapprox.controller.model import Counters, QueueStats, SwitchState, WriteSummary
 from netapprox.controller.runtime import Runtime
 from netapprox.hostlib.wire import Report
+from support.paper_policy import ControllerConfig, PolicyConfig
 
 
 class ScriptedDriver(Driver):

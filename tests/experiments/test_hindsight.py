@@ -105,11 +105,11 @@ def test_shift_figure_notes_the_whole_baseline_pool_and_judges_against_it(tmp_pa
     """exp_shift's ratios: the notes hold every fixed setting of the run as the pool, the best on the mean is a
     finishing set when it wins, and the default/best-fixed and adaptive/best-fixed rows are against it."""
     settings = F.SHIFT_RUN
-    rf = _shift_result(tmp_path, settings, [7, 8, 9], {"finish-high-fine": 50.0, "adaptive": 60.0})
+    rf = _shift_result(tmp_path, settings, [7, 8, 9], {"finish-msr-classes": 50.0, "adaptive": 60.0})
     F.best_fixed_ratios(rf, settings)
     note = rf.notes[-1]
     assert set(note["baseline_pool"]) == {s for s in settings if _is_fixed_by_hand(s)}
-    assert note["best_fixed_in_hindsight"]["jct_mean_s"] == "finish-high-fine"
+    assert note["best_fixed_in_hindsight"]["jct_mean_s"] == "finish-msr-classes"
     rows = {(r["params"]["setting"], r["seed"]): r["metrics"] for r in rf.runs}
     assert rows[("adaptive/best-fixed", 7)]["jct_mean_ratio"] == pytest.approx(60 / 50)
     assert note["judgements"]["adaptive"]["verdict"].startswith("not met")

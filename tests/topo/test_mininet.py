@@ -69,7 +69,8 @@ def test_kernel_topologies_forward(topology):
 
 def test_kernel_rack_controller_moves_a_reported_job():
     """REPORT from h1 -> ctl (in-band) -> controller -> KernelDriver -> u32: job 5's packets use queue 2."""
-    from netapprox.controller.config import ControllerConfig, ReportConfig
+    from netapprox.controller.config import ReportConfig
+    from support.paper_policy import ControllerConfig  # the queues below are k/8's
     from netapprox.controller.runtime import Runtime
     from netapprox.topo.net import Emulation, EmulationConfig
 
