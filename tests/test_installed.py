@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import sysconfig
+import time
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,20 @@ def test_the_wheel_is_what_runs(installed, tmp_path):
         assert path.startswith(site), f"{path} is not from the installed wheel"
 
 
+def _wait_until_bound(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    """Until ``proc`` holds UDP ``port`` on 127.0.0.1 (atp-recv binds without SO_REUSEADDR, so our bind then fails)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"atp-recv exited {proc.returncode}: {proc.communicate()[1]}"
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"atp-recv did not bind UDP 127.0.0.1:{port} within {timeout:.0f} s")
+
+
 def test_atp_send_and_recv_from_an_empty_folder(installed, tmp_path):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
@@ -78,6 +93,7 @@ def test_atp_send_and_recv_from_an_empty_folder(installed, tmp_path):
                            "--timeout", "60", "--json", "rx.json"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
     try:
+        _wait_until_bound(port, rx)  # a send to a port nobody has bound yet fails at once (ICMP port unreachable)
         tx = run(installed, tmp_path, str(installed / "atp-send"), f"127.0.0.1:{port}", "--messages", "300",
                  "--msr", "0.9", "--json", "tx.json")
         out, err = rx.communicate(timeout=60)

@@ -10,7 +10,8 @@ from netapprox.hostlib.config import AtpConfig, ConfigError, parse_queue_packets
 
 
 def _args(**kw) -> argparse.Namespace:
-    base = {"mode": "adaptive", "no_mrdf": False, "completion": "early", "rate": "20M", "queue_packets": None}
+    base = {"mode": "adaptive", "no_mrdf": False, "completion": "early", "rate": "20M", "queue_packets": None,
+            "report_key_file": None}
     return argparse.Namespace(**{**base, **kw})
 
 
