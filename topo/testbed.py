@@ -495,10 +495,15 @@ class Testbed(Lifecycle):
         self.runtime.reconfigure(
             policy_config=dataclasses.replace(core.config.policy, pinned=tuple(job_queues)),
             switches=[dataclasses.replace(sw, class_rules=tuple(class_rules)) for sw in core.switches.values()])
-        target = self.runtime.epochs + 2  # the epoch under way may have started before the change
+        self.wait_epochs(2)  # the epoch under way may have started before the change
+
+    def wait_epochs(self, n: int = 2, timeout: float = 10.0) -> None:
+        """Return once the controller has run ``n`` more epochs (what waited on its report socket is then
+        ingested: a job that ended just now may have REPORTs there still)."""
+        target = self.runtime.epochs + n
         with self._epoch_done:
-            if not self._epoch_done.wait_for(lambda: self.runtime.epochs >= target, timeout=10):
-                raise RuntimeError("the controller did not run an epoch within 10 s")
+            if not self._epoch_done.wait_for(lambda: self.runtime.epochs >= target, timeout=timeout):
+                raise RuntimeError(f"the controller did not run {n} epochs within {timeout:.0f} s")
 
     def wait_all(self, procs: Sequence[Proc], timeout: float) -> list[int | None]:
         """Wait for ``procs``; a process still running at the deadline is stopped (by PID) and gets None."""
