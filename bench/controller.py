@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from netapprox.controller import reports as reports_module
+from netapprox.controller.model import queue_for_tlr
 from netapprox.controller.config import ControllerConfig, PolicyConfig, ReportConfig, SwitchConfig
 from netapprox.controller.p4runtime.arbitration import Arbitration
 from netapprox.controller.p4runtime.driver import P4RuntimeDriver
@@ -493,10 +494,11 @@ def bench_latency(samples: int, jobs: int, churn: float, losing: bool = False) -
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
                 for i in range(2 * samples if losing else samples):
                     if losing:  # queue 2 without loss, then queue 1 with a loss above the TLR (timed)
-                        tlr, loss, want = (0.05, 0.5, 1) if i % 2 else (0.3, 0.0, 2)
+                        tlr, loss = (0.05, 0.5) if i % 2 else (0.5, 0.0)
                     else:
                         tlr, loss = (0.1, 0.0) if i % 2 else (0.9, 0.0)
-                        want = 1 if tlr < 0.25 else 7
+                    # the queue the policy's thresholds give this TLR (a loss above it: queue 1, the lowest)
+                    want = 1 if loss > tlr else queue_for_tlr(tlr, config.policy.thresholds)
                     time.sleep(EPOCH_S * ((i * 0.37) % 1.0) + 0.05)  # land at varying epoch phases
                     t0 = time.perf_counter()
                     s.sendto(report(probe, i + 1, tlr, loss=loss), (host, port))
