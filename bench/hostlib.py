@@ -163,8 +163,8 @@ def _batched_sender(port: int, out_q: Any, count: int, rate_bps: float | None) -
 
 # -- ATP ---------------------------------------------------------------------------------------------------------
 
-def _use(impl: str) -> None:
-    """Run the ``impl`` cores in this process (the ``cores`` test fixture does the same)."""
+def use_cores(impl: str) -> None:
+    """Run the ``impl`` cores in this process (the ``cores`` test fixture does the same; bench.loss too)."""
     if impl == "python":
         core.AtpSender, core.AtpReceiver = core.PyAtpSender, core.PyAtpReceiver
     elif core.NativeAtpSender is None:
@@ -175,7 +175,7 @@ def _use(impl: str) -> None:
 
 def _atp_receiver(port_q: Any, out_q: Any, impl: str, timeout: float) -> None:
     try:
-        _use(impl)
+        use_cores(impl)
         ep = api.ReceiverEndpoint(("127.0.0.1", 0), config=AtpConfig(), accept_jobs=1)
     except Exception as exc:  # reported in the row, never silently
         port_q.put(None)
@@ -197,7 +197,7 @@ def _atp_sender(port: int, out_q: Any, impl: str, count: int, rate_bps: float | 
     job = JobSpec(job_id=4242, messages=tuple(Message(payload) for _ in range(count)), msr=1.0)
     cfg = AtpConfig(max_rate_bps=UNPACED_ATP_RATE if rate_bps is None else rate_bps, packet_size=DATAGRAM)
     try:
-        _use(impl)
+        use_cores(impl)
         cpu0 = _cpu_s()
         s = api.send_job(("127.0.0.1", port), job, config=cfg, timeout=120)
         out_q.put({"jct_s": s.jct_s, "packets_sent": s.packets_sent, "retransmissions": s.retransmissions,

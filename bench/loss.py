@@ -36,7 +36,8 @@ import sys
 import time
 from typing import Any, Callable
 
-from netapprox.hostlib import api, core, wire
+from netapprox.bench.hostlib import use_cores
+from netapprox.hostlib import api, wire
 from netapprox.hostlib.config import AtpConfig, JobSpec, Message
 
 RATE_BPS = 20e6
@@ -157,18 +158,9 @@ def _relay(port_q: Any, stop: Any, out_q: Any, receiver_port: int, kind: str, lo
 
 # -- the endpoints -----------------------------------------------------------------------------------------------------
 
-def _use(impl: str) -> None:
-    if impl == "python":
-        core.AtpSender, core.AtpReceiver = core.PyAtpSender, core.PyAtpReceiver
-    elif core.NativeAtpSender is None:
-        raise RuntimeError(f"native cores unavailable: {core.native_error}")
-    else:
-        core.AtpSender, core.AtpReceiver = core.NativeAtpSender, core.NativeAtpReceiver
-
-
 def _receiver(port_q: Any, out_q: Any, impl: str) -> None:
     try:
-        _use(impl)
+        use_cores(impl)
         ep = api.ReceiverEndpoint(("127.0.0.1", 0), config=AtpConfig(), accept_jobs=1)
     except Exception as exc:  # reported in the row, never silently
         port_q.put(None)
@@ -191,7 +183,7 @@ def _receiver(port_q: Any, out_q: Any, impl: str) -> None:
 
 def _sender(port: int, out_q: Any, impl: str) -> None:
     try:
-        _use(impl)
+        use_cores(impl)
         s = api.send_job(("127.0.0.1", port), job(), config=AtpConfig(max_rate_bps=RATE_BPS, initial_rtt_s=2 * DELAY_S),
                          timeout=RUN_TIMEOUT_S)
         out_q.put({"jct_s": s.jct_s, "msr_met": s.msr_met(), "packets_sent": s.packets_sent,

@@ -1171,21 +1171,29 @@ static const char *ack_rejection(Sender *s, const AtpHeader *h, const SackBlock 
 
 int sender_reset_transfer(Sender *s);
 
+/* A token carried by a NEW_TOKEN or RETRY (ATP_TOKEN_LEN bytes, not all zero) as bytes in ``*out``: 0; a malformed
+ * one is counted as rejected: 1; -1 with a Python error set */
+static int read_token(Sender *s, const uint8_t *payload, size_t len, PyObject **out) {
+    int zero = 1;
+    for (size_t i = 0; i < len; i++)
+        if (payload[i])
+            zero = 0;
+    if (len != ATP_TOKEN_LEN || zero)
+        return reject(s, "malformed") < 0 ? -1 : 1;
+    *out = PyBytes_FromStringAndSize((const char *)payload, ATP_TOKEN_LEN);
+    return *out == NULL ? -1 : 0;
+}
+
 /* _on_new_token: an address-validation token for this host's next jobs to the receiver, kept in ``new_token`` if it
  * answers one of this job's announce parts */
 static int on_new_token(Sender *s, const AtpHeader *h, const uint8_t *payload, size_t len) {
     uint32_t cm, ci;
     if (!carried(s, h->seq, &cm, &ci) || cm != ANNOUNCE_MSG_ID || ci != h->pkt_idx)
         return reject(s, "new_token_unsent_seq");
-    int zero = 1;
-    for (size_t i = 0; i < len; i++)
-        if (payload[i])
-            zero = 0;
-    if (len != ATP_TOKEN_LEN || zero)
-        return reject(s, "malformed");
-    PyObject *token = PyBytes_FromStringAndSize((const char *)payload, ATP_TOKEN_LEN);
-    if (token == NULL)
-        return -1;
+    PyObject *token;
+    int bad = read_token(s, payload, len, &token);
+    if (bad != 0)
+        return bad < 0 ? -1 : 0;
     Py_XSETREF(s->new_token, token);
     return 0;
 }
@@ -1199,15 +1207,10 @@ static int on_retry(Sender *s, const AtpHeader *h, const uint8_t *payload, size_
     uint32_t cm, ci;
     if (!carried(s, h->seq, &cm, &ci) || cm != ANNOUNCE_MSG_ID || ci != h->pkt_idx)
         return reject(s, "retry_unsent_seq");
-    int zero = 1;
-    for (size_t i = 0; i < len; i++)
-        if (payload[i])
-            zero = 0;
-    if (len != ATP_TOKEN_LEN || zero)
-        return reject(s, "malformed");
-    PyObject *token = PyBytes_FromStringAndSize((const char *)payload, ATP_TOKEN_LEN);
-    if (token == NULL)
-        return -1;
+    PyObject *token;
+    int bad = read_token(s, payload, len, &token);
+    if (bad != 0)
+        return bad < 0 ? -1 : 0;
     Py_XSETREF(s->token, token);
     s->token_pending = 0;
     s->retries_received++;
