@@ -29,6 +29,7 @@ import heapq
 import json
 import math
 import multiprocessing as mp
+import os
 import random
 import select
 import socket
@@ -108,6 +109,7 @@ def _relay(port_q: Any, stop: Any, out_q: Any, receiver_port: int, kind: str, lo
     busy_until = 0.0
     n = 0
     counts = collections.Counter()
+    late: list[float] = []  # how long after its due time each datagram left: the relay's own scheduling delay
     while not stop.is_set():
         wait = min(0.05, max(0.0, due[0][0] - time.monotonic())) if due else 0.05
         readable, _, _ = select.select([front, back], [], [], wait)
@@ -141,7 +143,8 @@ def _relay(port_q: Any, stop: Any, out_q: Any, receiver_port: int, kind: str, lo
                 heapq.heappush(due, (busy_until + DELAY_S, n, 0, data))
         now = time.monotonic()
         while due and due[0][0] <= now:
-            _, _, to_sender, data = heapq.heappop(due)
+            when, _, to_sender, data = heapq.heappop(due)
+            late.append(now - when)
             try:
                 if to_sender:
                     if sender is not None:
@@ -151,7 +154,10 @@ def _relay(port_q: Any, stop: Any, out_q: Any, receiver_port: int, kind: str, lo
                     counts["delivered"] += 1
             except OSError:
                 counts["send_errors"] += 1
-    out_q.put(dict(counts))
+    late.sort()
+    pct = {f"p{round(100 * q)}": round(1e3 * late[min(len(late) - 1, int(q * len(late)))], 3) if late else None
+           for q in (0.5, 0.99)}
+    out_q.put({**counts, "late_ms": pct})
     front.close()
     back.close()
 
@@ -230,6 +236,7 @@ def measure(pattern: str, seed: int, impl: str) -> dict:
     ideal = ideal_s(loss)
     forwarded = path.get("offered", 0) - path.get("queue_drops", 0)
     return {**row, **t, "receiver": r, "path": path, "ideal_s": ideal, "jct_over_ideal": t["jct_s"] / ideal,
+            "relay_late_ms": path.get("late_ms"),
             "measured_loss": path.get("pattern_drops", 0) / forwarded if forwarded else None,
             "guarantee": bool(t["msr_met"] and r["msr_met"] and r["exact"])}
 
@@ -254,6 +261,7 @@ def summarize(rows: list[dict]) -> dict:
 def run(seeds: tuple[int, ...] = (1, 2, 3), progress: Callable[[str], None] = print) -> dict:
     rows = []
     t0 = time.monotonic()
+    load_before = os.getloadavg()
     for pattern in PATTERNS:
         for impl in IMPLS:
             for seed in seeds:
@@ -262,10 +270,14 @@ def run(seeds: tuple[int, ...] = (1, 2, 3), progress: Callable[[str], None] = pr
                 progress(f"{pattern} {impl} seed {seed}: " + (
                     f"error {row['error']}" if "error" in row else
                     f"JCT {row['jct_s']:.3f} s = {row['jct_over_ideal']:.2f} x ideal {row['ideal_s']:.3f} s, "
-                    f"measured loss {row['measured_loss']:.3f}, guarantee {'held' if row['guarantee'] else 'BROKEN'}"))
+                    f"measured loss {row['measured_loss']:.3f}, relay late p99 {row['relay_late_ms']['p99']} ms, "
+                    f"guarantee {'held' if row['guarantee'] else 'BROKEN'}"))
     summary = summarize(rows)
     return {"headline": {"atp_jct_under_loss_over_ideal": {p: v["worst"] for p, v in summary.items()}},
             "summary": summary, "rows": rows, "seconds": time.monotonic() - t0,
+            "machine": {"loadavg_before": load_before, "loadavg_after": os.getloadavg(),
+                        "relay_late_ms_p99_max": max((r["relay_late_ms"]["p99"] or 0.0 for r in rows
+                                                      if "relay_late_ms" in r), default=None)},
             "setup": {"rate_bps": RATE_BPS, "one_way_delay_s": DELAY_S, "queue_packets": QUEUE_PACKETS,
                       "messages": MESSAGES, "size": SIZE, "msrs": MSRS, "burst": BURST, "seeds": list(seeds)}}
 
