@@ -40,6 +40,13 @@ class Coverage:
                             "max": max(self.arrived)}, "runs": len(self.arrived), "all_met": self.all_met}
 
 
+def _stream(seed: int, k: int) -> int:
+    """The seed of stream ``k`` of run ``seed``: distinct, independent streams per run (SplitMix-style mix)."""
+    x = (seed * 0x9E3779B97F4A7C15 + (k + 1) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    x ^= x >> 31
+    return (x * 0x94D049BB133111EB & 0xFFFFFFFFFFFFFFFF) >> 16
+
+
 def measure(runs: int, *, rows: int = 1000, msr: float | None = 0.3, adapt: bool = False, loss: float = 0.1,
             rate_bps: float = 50e6, config: AtpConfig = CONFIG,
             config_for: Callable[[AnalyticsJob], AtpConfig] | None = None) -> Coverage:
@@ -51,11 +58,16 @@ def measure(runs: int, *, rows: int = 1000, msr: float | None = 0.3, adapt: bool
     covered: dict[tuple[str, int | None], list[bool]] = {}
     arrived, met = [], 0
     for seed in range(runs):
-        job = AnalyticsJob(correlated_rows(rows, seed=seed), QUERIES, seed=seed, max_payload=config.max_payload)
+        # the data, the job's order and each direction of the link draw from their own streams: random.Random
+        # of one seed gives one stream, and a link that lost the packets whose draws made the rows' values
+        # would be a network that reads the data
+        data_seed, order_seed, fwd_seed, rev_seed = (_stream(seed, k) for k in range(4))
+        job = AnalyticsJob(correlated_rows(rows, seed=data_seed), QUERIES, seed=order_seed,
+                           max_payload=config.max_payload)
         spec = job.job_spec(msr)
         t = link.run(spec, config_for(job) if config_for else job.config(config),
-                     forward=link.LossyPath(loss=loss, rate_bps=rate_bps, seed=seed),
-                     reverse=link.LossyPath(seed=seed + 1000), on_step=job.live_msr(spec).step if adapt else None)
+                     forward=link.LossyPath(loss=loss, rate_bps=rate_bps, seed=fwd_seed),
+                     reverse=link.LossyPath(seed=rev_seed), on_step=job.live_msr(spec).step if adapt else None)
         if t.failure is not None:
             raise AnalyticsError(f"run {seed}: the job failed: {t.failure}")
         result = job.estimate(t.received)

@@ -14,11 +14,6 @@ from netapprox.analytics.coverage import CONFIG, measure
 ROWS = 1000
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bar not met on main since the loss-recovery change fddf3b2 (passes at fddf3b2^): 82-85 % for Avg and Sum "
-    "over 100-200 runs, with or without the link's random loss (the 16-packet bottleneck queue still drops). "
-    "Suspected: rows of several packets now complete later than one-packet rows, so the rows that arrive before "
-    "the MSR is met lean to the small, low-valued ones (docs/analytics.md, Unbiased samples)"))
 def test_analytics_estimator_bounds_cover_the_truth_at_their_confidence():
     cov = measure(200, rows=ROWS, msr=0.3)
     # a real sample, not the whole job (a census covers trivially): MSR 0.3 without surplus
