@@ -65,12 +65,13 @@ def measure(runs: int, *, rows: int = 1000, msr: float | None = 0.3, adapt: bool
         job = AnalyticsJob(correlated_rows(rows, seed=data_seed), QUERIES, seed=order_seed,
                            max_payload=config.max_payload)
         spec = job.job_spec(msr)
+        live = job.live_msr(spec) if adapt else None
         t = link.run(spec, config_for(job) if config_for else job.config(config),
                      forward=link.LossyPath(loss=loss, rate_bps=rate_bps, seed=fwd_seed),
-                     reverse=link.LossyPath(seed=rev_seed), on_step=job.live_msr(spec).step if adapt else None)
+                     reverse=link.LossyPath(seed=rev_seed), on_step=live.step if live is not None else None)
         if t.failure is not None:
             raise AnalyticsError(f"run {seed}: the job failed: {t.failure}")
-        result = job.estimate(t.received)
+        result = live.result(t.received) if live is not None else job.estimate(t.received)
         arrived.append(len(t.received))
         met += result.all_met
         for a in result.answers:

@@ -229,8 +229,9 @@ class AnalyticsJob:
         return {s.atp_group: s.msr(accuracy.initial_msr(min(self._bounds_by_stratum()[s.atp_group])))
                 for s in self.strata}
 
-    def needed_msr(self, received: Mapping[int, bytes]) -> dict[int, float] | None:
-        """Per ATP group: the MSR the sample so far says every bound needs (``None`` while it cannot tell)."""
+    def needed_msr(self, received: Mapping[int, bytes], *, looks: int = 1) -> dict[int, float] | None:
+        """Per ATP group: the MSR the sample so far says every bound needs (``None`` while it cannot tell), each
+        bound at the level of one of ``looks`` looks (:meth:`estimate`)."""
         samples = self._samples(received)
         need = {s.atp_group: 0.0 for s in self.strata}
         for q in self.queries:
@@ -239,7 +240,7 @@ class AnalyticsJob:
                 fractions = []
                 sets = self._value_sets(q, members, samples)
                 for values in sets:
-                    f = accuracy.needed_fraction(values, e, self._level(q, len(sets)))
+                    f = accuracy.needed_fraction(values, e, self._level(q, len(sets) * looks))
                     if f is None:
                         return None
                     fractions.append(f)
@@ -304,6 +305,8 @@ class AnalyticsJob:
         if t.failure is not None:
             raise AnalyticsError(f"job {self.job_id} failed: {t.failure}")
         final = {g["group_id"]: g["msr"] for g in t.summary.as_dict()["groups"]}
+        if live is not None:
+            return live.result(t.received, jct_s=t.summary.jct_s, msr=final)
         return self.estimate(t.received, jct_s=t.summary.jct_s, msr=final)
 
     def live_msr(self, spec: JobSpec) -> "_LiveMsr":
@@ -347,28 +350,33 @@ class AnalyticsJob:
         return out
 
     def estimate(self, received: Mapping[int, bytes], *, jct_s: float | None = None,
-                 msr: Mapping[int, float] | None = None) -> Result:
-        """Every query's answers (overall and per group) from the messages that arrived."""
+                 msr: Mapping[int, float] | None = None, looks: int = 1) -> Result:
+        """Every query's answers (overall and per group) from the messages that arrived. ``looks``: the answer is
+        read at one of at most this many looks whose outcome decides when the job stops (:class:`_LiveMsr`); each
+        bound is then the interval at ``1 - (1 - confidence) / looks`` (Bonferroni over the looks), so it covers
+        the truth at ``confidence`` whichever look stopped the job."""
         samples = self._samples(received)
         answers = []
         for q in self.queries:
             for g, e in q.bounds(self.groups):
                 members = [s for s in self.strata if g is None or s.group == g]
                 try:
-                    est = self._estimate(q, members, samples)
+                    est = self._estimate(q, members, samples, looks)
                     answers.append(Answer(q, g, e, est))
                 except AnalyticsError as err:
                     answers.append(Answer(q, g, e, None, str(err)))
         return Result(tuple(answers), len(received), len(self.rows), jct_s, tuple(sorted((msr or {}).items())))
 
-    def _estimate(self, q: Query, members: list[StratumPlan], samples: dict[int, list[Row]]
+    def _estimate(self, q: Query, members: list[StratumPlan], samples: dict[int, list[Row]], looks: int = 1
                   ) -> Estimate | RankEstimate:
+        level = 1.0 - (1.0 - q.confidence) / looks
         if q.aggregate == "rank":
             cells = self._post_strata(members, samples)
-            return estimators.rank([(big_n, [r.key for r in rows]) for big_n, rows in cells], q.k, q.confidence)
+            est = estimators.rank([(big_n, [r.key for r in rows]) for big_n, rows in cells], q.k, level)
+            return dataclasses.replace(est, confidence=q.confidence)
         (values,) = self._value_sets(q, members, samples)
         fn = {"avg": estimators.avg, "sum": estimators.total, "count": estimators.count}[q.aggregate]
-        return fn(values, q.confidence, q.name)
+        return dataclasses.replace(fn(values, level, q.name), confidence=q.confidence)
 
     def truth(self, q: Query, group: int | None = None) -> float | dict[int, float]:
         """The exact answer over all rows (tests and the evaluation compare with it)."""
@@ -406,16 +414,25 @@ def _thin(cell: list) -> bool:
 
 
 class _LiveMsr:
-    """The MSR at run time (docs/analytics.md, How the MSR follows the bound): every ``CHECK_FRACTION`` of the rows
-    that arrive, estimate every answer from what arrived; when every bound holds, lower each group's MSR to what it
-    has delivered, which ends the job. Otherwise set each group's MSR to what the running sample says its bounds
-    need (``AnalyticsJob.needed_msr``), but never below what it has delivered plus two checks' worth of its rows:
-    ATP then never completes the job on its own before a check has seen the bounds hold. Strata sent whole keep
-    MSR 1."""
+    """The MSR at run time (docs/analytics.md, How the MSR follows the bound). Every ``CHECK_FRACTION`` of the rows
+    that arrive, it sets each group's MSR to what the running sample says its bounds need
+    (``AnalyticsJob.needed_msr``), but never below what it has delivered plus two checks' worth of its rows while it
+    may still stop the job itself: ATP then never completes the job before a look has seen the bounds hold.
+
+    Stopping when the bounds hold is a sequential test: a job that looks at its running interval after every
+    check and stops at the first that is narrow enough stops more often where the running variance happens to be
+    low, and its interval misses more often than its confidence says. So the job looks at most ``LOOKS`` times
+    (a look: a check at which every group has delivered what its bounds need), reads every bound at the
+    Bonferroni level ``1 - (1 - c) / LOOKS`` at each, and stops at the first look at which they all hold; its
+    answer is the sample of that look (rows still in flight then are left out: they could widen a bound past
+    ``e_max``). After ``LOOKS - 1`` looks that did not stop it, the last look is the job's end: the MSR follows the
+    need and ATP completes the job. Whichever look the job ends at, its bounds cover at ``c`` (union bound over
+    the at most ``LOOKS`` looks). Strata sent whole keep MSR 1."""
 
     CHECK_FRACTION = 0.02
     STEP = 0.01
     """A lower MSR this close to the current one is left alone (a higher one is always set)."""
+    LOOKS = 4
 
     def __init__(self, job: AnalyticsJob, spec: JobSpec) -> None:
         self.job = job
@@ -423,27 +440,45 @@ class _LiveMsr:
         self.every = max(1, int(self.CHECK_FRACTION * len(job.rows)))
         self.checked = 0
         self.changes = 0
+        self.looks = 0
+        self.stopped_at: dict[int, bytes] | None = None
+        """The sample of the look that stopped the job (``None``: ATP ended it, or it has not ended)."""
 
     def step(self, now: float, sender, received: Mapping[int, bytes]) -> None:
-        if len(received) - self.checked < self.every or sender.state.value != "sending":
+        if len(received) - self.checked < self.every or sender.state.value != "sending" or self.stopped_at:
             return
         self.checked = len(received)
-        if self.job.estimate(received).all_met:
-            for s in self.job.strata:
-                if not s.whole:
-                    self._set(sender, s.atp_group, sender.delivered(s.atp_group) / len(s.rows), now)
-            return
-        need = self.job.needed_msr(received)
+        need = self.job.needed_msr(received, looks=self.LOOKS)
+        early = self.looks < self.LOOKS - 1
+        if early and need is not None and all(
+                s.whole or sender.delivered(s.atp_group) >= need[s.atp_group] * len(s.rows) for s in self.job.strata):
+            self.looks += 1
+            if self.job.estimate(received, looks=self.LOOKS).all_met:
+                self.stopped_at = dict(received)
+                for s in self.job.strata:
+                    if not s.whole:
+                        self._set(sender, s.atp_group, sender.delivered(s.atp_group) / len(s.rows), now)
+                return
+            early = self.looks < self.LOOKS - 1
         for s in self.job.strata:
             if s.whole:
                 continue
             n = len(s.rows)
             ahead = max(2, math.ceil(2 * self.CHECK_FRACTION * n))
-            floor = min(1.0, (sender.delivered(s.atp_group) + ahead) / n)
-            want = floor if need is None else max(need[s.atp_group], floor)
+            floor = min(1.0, (sender.delivered(s.atp_group) + ahead) / n) if early else 0.0
+            want = max(floor, accuracy.MIN_MSR) if need is None else max(need[s.atp_group], floor)
+            if need is None and not early:
+                continue
+            want = s.msr(want)
             current = self.msr[s.atp_group]
             if want > current or current - want >= self.STEP:
                 self._set(sender, s.atp_group, want, now)
+
+    def result(self, received: Mapping[int, bytes], **kw) -> Result:
+        """The job's answers: from the sample of the look that stopped it, else from everything that arrived (the
+        last look), at the looks' level."""
+        return self.job.estimate(self.stopped_at if self.stopped_at is not None else received, looks=self.LOOKS,
+                                 **kw)
 
     def _set(self, sender, group: int, msr: float, now: float) -> None:
         msr = min(msr, 0.999)
