@@ -150,4 +150,55 @@ int receiver_handle_timer(Receiver *r, double now);
 Job *receiver_find_job(Receiver *r, uint32_t job_id);
 void job_free(Job *job);
 
+/* ---- shared by receiver.c (the data path, the FIN, forgetting jobs) and receiver_announce.c (admission, the
+ * announce, address validation, MSR changes); receiver.py's private helpers of the same names ---- */
+
+/* the receiver's counters (receiver.py's ``dropped``, ``malformed``, ``admission``, ``replies``) */
+static inline int drop(Receiver *r, const char *reason) { return counter_add(r->dropped, reason, 1); }
+static inline int malformed(Receiver *r, const char *reason) { return counter_add(r->malformed, reason, 1); }
+static inline int count_admission(Receiver *r, const char *what) { return counter_add(r->admission, what, 1); }
+static inline int count_replies(Receiver *r, const char *what, long long n) {
+    return counter_add(r->replies, what, (Py_ssize_t)n);
+}
+
+/* --- the memory budget, per job ---------------------------------------------------------------------- */
+
+static inline int holds_slot(Job *job) { return !job->finished; }
+static inline int fits(Receiver *r, Job *job, long long n) {
+    if (!job->validated && job->charged + n > r->memory.guarantee)
+        return 0; /* an unvalidated job: its slot's guarantee at most, never the pool */
+    return budget_fits(&r->memory, job->charged, holds_slot(job), n);
+}
+
+static inline void charge(Receiver *r, Job *job, long long n) {
+    budget_charge(&r->memory, job->charged, holds_slot(job), n);
+    job->charged += n;
+}
+
+/* _queue's check and the datagram it adds to the outgoing list (for ``peer``, not yet a job) */
+int receiver_out_room(Receiver *r, uint32_t len);
+uint8_t *receiver_out_add_to(Receiver *r, PyObject *peer, const NetAddr *na, uint32_t len);
+/* _reply: room under the job's amplification bound for ``len`` more reply bytes, counted as ``what`` */
+int receiver_reply_within(Receiver *r, Job *job, uint32_t len, const char *what, uint8_t **p);
+int receiver_send_ack(Receiver *r, Job *job, const AtpHeader *h, int ce);
+int receiver_duplicate(Receiver *r, Job *job, const AtpHeader *h, int ce);
+/* memory for ``n`` more bytes of ``job``, forgetting finished jobs if need be: 1 fits, 0 not, -1 error */
+int receiver_make_room(Receiver *r, Job *job, long long n);
+int receiver_abandon(Receiver *r, Job *job, const char *reason);
+int receiver_reject_job(Receiver *r, Job *job, PyObject *reason, double now);
+/* admission.source_of: the host part of a Python address (new reference) */
+PyObject *receiver_source_of(PyObject *addr);
+Job *job_new(uint32_t job_id, PyObject *peer, const NetAddr *na, double now);
+void job_note_seq(Job *job, uint32_t seq);
+void job_free_manifest_arrays(Job *job);
+
+/* receiver_announce.c: the packets of admission and the announce, dispatched by receiver_receive */
+int receiver_announce_chunk(Receiver *r, const AtpHeader *h, const uint8_t *payload);
+int receiver_on_announce(Receiver *r, Job *job, const AtpHeader *h, const uint8_t *chunk, Py_ssize_t clen,
+                         double now, int echo);
+int receiver_validate(Receiver *r, Job *job, const AtpHeader *h, const uint8_t *token, double now);
+int receiver_on_new_announce(Receiver *r, const AtpHeader *h, const uint8_t *payload, PyObject *addr,
+                             const NetAddr *na, double now);
+int receiver_on_msr_change(Receiver *r, Job *job, const AtpHeader *h, const uint8_t *payload);
+
 #endif

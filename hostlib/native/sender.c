@@ -303,6 +303,7 @@ static void data_header(Sender *s, const Msg *m, AtpHeader *h, int retx, int low
 
 /* _emit: writes the datagram of (msg_id, idx) into s->scratch; its length in *len. With packing, the messages the
  * scheduler serves next go into the same packet as records (_pack). */
+/* over 100 lines: sender.py's _emit in its order (header, packed records, pacing, accounting) */
 static int emit(Sender *s, uint32_t msg_id, uint32_t idx, double now, size_t *len) {
     uint8_t *out = s->scratch;
     uint32_t seq;
