@@ -14,7 +14,7 @@ import types
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from netapprox.controller.drivers import ARBITRATED_KINDS, DRIVER_CLASSES
+from netapprox.controller.drivers import ARBITRATED_KINDS, DEFAULT_KIND, DRIVER_CLASSES, parse_options, path_options
 from netapprox.controller.errors import ConfigError, did_you_mean
 from netapprox.controller.model import (
     DEFAULT_APPROX_BUFFERS,
@@ -23,8 +23,6 @@ from netapprox.controller.model import (
     ClassRule,
     EcmpRoute,
     Route,
-    check_buffer_unit,
-    resolve_buffer_unit,
     check_thresholds,
 )
 from netapprox.hostlib import checks as C
@@ -219,7 +217,7 @@ class SwitchConfig:
 
     name: str
     """Unique switch name (logs, metrics, decision log)."""
-    kind: str = "p4runtime"
+    kind: str = DEFAULT_KIND
     """A key of ``controller.drivers.DRIVER_CLASSES``: ``p4runtime`` (BMv2, Tofino), ``kernel`` (the Linux
     kernel switch) or ``sim`` (an ns-3 switch: the simulation builds its driver; no file options)."""
     options: Mapping[str, Any] = dataclasses.field(default_factory=lambda: types.MappingProxyType({}))
@@ -238,20 +236,7 @@ class SwitchConfig:
 
     def __post_init__(self) -> None:
         _check_fields(self, SWITCH_KEYS, f"[[switch]] {self.name!r}")
-        options = SWITCH_OPTIONS.get(self.kind, {})
-        try:
-            C.check_table(self.options, options, f"[[switch]] {self.name!r} options.")
-        except C.CheckError as e:
-            raise ConfigError(str(e).replace("options. ", "options.")) from None
-        if "approx_buffer_unit" in options:
-            total = self.options.get("buffer_packets", DEFAULT_BUFFER_PACKETS[self.kind])
-            unit = resolve_buffer_unit(self.options.get("approx_buffer_unit"), total)
-            try:
-                check_buffer_unit(unit, total)
-            except ValueError as e:
-                raise ConfigError(f"[[switch]] {self.name!r} options.approx_buffer_unit: {e}; at most "
-                                  f"{max(1, (total - 1) // sum(DEFAULT_APPROX_BUFFERS))} with buffer_packets "
-                                  f"{total}") from None
+        parse_options(self.kind, self.options, f"[[switch]] {self.name!r} options")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -471,62 +456,6 @@ CADENTFLOW_KEYS: dict[str, C.Check] = {
     "flows": _instances(TaggedFlow),
     "jobs": C.sequence(JOB_ID),
 }
-# [switch.options] per driver kind: types and ranges of the options the drivers read (the drivers report
-# unknown options themselves, with the closest known name).
-_PATH = C.string()
-SWITCH_OPTIONS: dict[str, dict[str, C.Check]] = {
-    "p4runtime": {  # controller.p4runtime.options.P4RuntimeOptions
-        "address": C.host_port(),
-        "device_id": C.integer(ge=0, le=(1 << 64) - 1),
-        "election_id": C.either(C.integer(ge=1, le=(1 << 64) - 1),
-                                C.sequence(C.integer(ge=0, le=(1 << 64) - 1), length=2),
-                                want="an integer or [high, low]"),
-        "target": C.choice(("bmv2", "tofino")),
-        "p4info": _PATH,
-        "bmv2_json": _PATH,
-        "device_config": C.optional(_PATH),
-        "tofino_bin": C.optional(_PATH),
-        "tofino_context": C.optional(_PATH),
-        "prog_name": C.string(),
-        "push_pipeline": C.boolean(),
-        "ports": C.sequence(C.integer(ge=0, le=511)),
-        "buffer_packets": C.integer(ge=29),
-        "approx_buffer_unit": C.optional(C.integer(ge=1)),
-        "thrift_port": C.optional(C.port()),
-        "cli": C.optional(C.string()),
-        "bfrt_address": C.optional(C.host_port()),
-        "tm_prefix": C.string(),
-        "tm_pool": C.string(),
-        "cells_per_packet": C.integer(ge=1),
-        "max_batch_updates": C.integer(ge=1),
-        "max_write_bytes": C.integer(ge=1024),
-        "max_inflight_writes": C.integer(ge=1),
-        "max_updates_per_s": C.number(ge=0.0),
-        "connect_timeout_s": SECONDS,
-        "rpc_timeout_s": SECONDS,
-        "adopt_jobs_s": C.number(ge=0.0),
-        "report_rate_pps": C.integer(ge=1),
-        "report_burst": C.integer(ge=1),
-        "check_bmv2_version": C.boolean(),
-        "bmv2_binary": C.string(),
-        "replica": C.integer(ge=0, le=(1 << 64) - 1),
-    },
-    "kernel": {  # controller.kernel.driver.KernelDriverOptions
-        "ports": C.either(C.sequence(C.string(), min_length=1), C.mapping(C.string(), C.integer(ge=0, le=0xFFFF)),
-                          want="a list of interface names or an {interface: port} table"),
-        "netns": C.optional(C.string()),
-        "rate_mbit": C.number(gt=0.0, le=1e6),
-        "port_rates_mbit": C.mapping(C.string(), C.number(gt=0.0, le=1e6)),
-        "buffer_packets": C.integer(ge=29),
-        "approx_buffer_unit": C.optional(C.integer(ge=1)),
-        "atp_port": C.port(),
-        "stamp_queue": C.boolean(),
-    },
-    "sim": {},  # controller.sim: the simulation hands SimDriver its switch object, nothing comes from a file
-}
-DEFAULT_BUFFER_PACKETS: dict[str, int] = {"p4runtime": 64, "kernel": 256}
-"""The drivers' default ``buffer_packets`` (``P4RuntimeOptions``, ``KernelDriverOptions``): with
-``approx_buffer_unit``, queue 0 must keep at least one packet of it (``model.check_buffer_unit``)."""
 
 
 # --- TOML -----------------------------------------------------------------------------------------------
@@ -641,8 +570,8 @@ def _cadentflow(t: Any, where: str) -> CadentFlow:
 def config_from_dict(data: Mapping[str, Any], *, source: str = "<config>",
                      base_dir: Path | None = None) -> ControllerConfig:
     """Build a ``ControllerConfig`` from parsed TOML (every value checked; a mistake raises ``ConfigError``, one
-    line naming the source and the key). Relative paths in switch options named ``*_path``, ``p4info``,
-    ``bmv2_json``, ``tofino_*`` are resolved against ``base_dir``."""
+    line naming the source and the key). Relative paths in the switch options that name files (the driver's
+    options dataclass marks them) are resolved against ``base_dir``."""
     try:
         return _config_from_dict(data, source, base_dir)
     except ConfigError as e:
@@ -681,12 +610,14 @@ def _config_from_dict(data: Mapping[str, Any], source: str, base_dir: Path | Non
         where = f"[[switch]][{i}]"
         s = _checked(s, SWITCH_TOML_KEYS, where, required=("name",))
         options = dict(s.get("options", {}))
-        if base_dir is not None:
+        kind = s.get("kind", DEFAULT_KIND)
+        if base_dir is not None and kind in DRIVER_CLASSES:
+            paths = path_options(kind)
             for key, value in options.items():
-                if isinstance(value, str) and _is_path_option(key) and not Path(value).is_absolute():
+                if isinstance(value, str) and key in paths and not Path(value).is_absolute():
                     options[key] = str(base_dir / value)
         switches.append(SwitchConfig(
-            name=s["name"], kind=s.get("kind", "p4runtime"), options=types.MappingProxyType(options),
+            name=s["name"], kind=kind, options=types.MappingProxyType(options),
             routes=tuple(_route(r, f"{where}.routes[{j}]")
                          for j, r in enumerate(_tables(s.get("routes", []), f"{where}.routes"))),
             class_rules=tuple(_class_rule(r, f"{where}.class_rules[{j}]")
@@ -740,10 +671,6 @@ def check_report_listener(host: str, port: int, reports: ReportConfig) -> None:
                           "give one (key_file, create_key_file = true to make it; --report-key-file "
                           "[--create-report-key]), bind 127.0.0.1, or accept unsigned reports (unauthenticated = "
                           "true; --report-unauthenticated)")
-
-
-def _is_path_option(key: str) -> bool:
-    return key in ("p4info", "bmv2_json", "device_config") or key.endswith("_path") or key.startswith("tofino_")
 
 
 def with_policy(base: PolicyConfig, overrides: Mapping[str, Any] | Iterable[tuple[str, Any]],

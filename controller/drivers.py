@@ -1,21 +1,27 @@
 """The driver interface every data plane implements, and the one registry of driver kinds.
 
-A switch's ``kind`` names its driver class; ``build_driver`` makes one from the config. Every driver class
-has ``from_options(name: str, options: Mapping[str, Any]) -> Driver``. Classes are imported lazily, so a
-controller for P4 switches never imports pyroute2 and vice versa.
+A switch's ``kind`` names its driver class; ``build_driver`` makes one from the config with
+``Driver.from_options(name, options)``. Each kind's options are a frozen dataclass in a light module of its own
+(``DRIVER_OPTIONS``; ``controller.options``: every option's check is field metadata), so the config checks a
+switch's options without importing its driver. Classes are imported lazily, so a controller for P4 switches never
+imports pyroute2 and vice versa.
 
 | kind        | data plane                                   | driver                                          |
 |-------------|----------------------------------------------|-------------------------------------------------|
 | `p4runtime` | the P4 program on BMv2 or Tofino (p4src/)    | ``controller.p4runtime.driver.P4RuntimeDriver`` |
 | `kernel`    | the Linux kernel switch (HTB + u32 + eBPF)   | ``controller.kernel.driver.KernelDriver``       |
 | `sim`       | a simulated switch in ns-3 (controller/sim/) | ``controller.sim.driver.SimDriver``             |
+
+Options: ``controller.p4runtime.options.P4RuntimeOptions``, ``controller.kernel.options.KernelDriverOptions``;
+``sim`` has none from a file (the simulation hands its driver the switch object).
 """
 from __future__ import annotations
 
 import abc
 import importlib
-from typing import Callable, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
+from netapprox.controller import options as O
 from netapprox.controller.errors import ConfigError, did_you_mean
 from netapprox.controller.model import Counters, SwitchState, TableUpdates, WriteSummary
 
@@ -25,6 +31,15 @@ DRIVER_CLASSES: Mapping[str, str] = {
     "sim": "netapprox.controller.sim.driver:SimDriver",
 }
 """kind -> "module:class" of its driver. ``controller.config`` accepts exactly these kinds."""
+DRIVER_OPTIONS: Mapping[str, str | None] = {
+    "p4runtime": "netapprox.controller.p4runtime.options:P4RuntimeOptions",
+    "kernel": "netapprox.controller.kernel.options:KernelDriverOptions",
+    "sim": None,
+}
+"""kind -> "module:class" of its options dataclass (a light module: no gRPC, no pyroute2); None: no options from
+a file."""
+DEFAULT_KIND = "p4runtime"
+"""A switch's kind when its config does not say."""
 ARBITRATED_KINDS = ("p4runtime",)
 """Kinds whose switch arbitrates between controllers (P4Runtime): only they can have a replica set of
 controllers (``[controller] replica``); the driver takes the option ``replica``."""
@@ -39,6 +54,14 @@ class Driver(abc.ABC):
     on), other ``ControllerError`` subclasses for everything else."""
 
     name: str
+    OPTIONS: ClassVar[str] = ""
+    """The kind whose options (``DRIVER_OPTIONS``) this driver takes."""
+
+    @classmethod
+    def from_options(cls, name: str, options: Mapping[str, Any]) -> "Driver":
+        """A driver for switch ``name`` from its ``[switch.options]`` table, checked and converted by its kind's
+        options dataclass (one-line ``ConfigError`` naming the switch and the option)."""
+        return cls(name, parse_options(cls.OPTIONS, options, f"switch {name!r} options"))
 
     @abc.abstractmethod
     def connect(self) -> None:
@@ -119,6 +142,32 @@ def driver_class(kind: str) -> type[Driver]:
     except ImportError as e:
         raise ConfigError(f"switch kind {kind!r} needs {module_name}, which cannot be imported: {e}") from e
     return getattr(module, class_name)
+
+
+def options_class(kind: str) -> type | None:
+    """The options dataclass of ``kind`` (``DRIVER_OPTIONS``), or None when it takes none from a file."""
+    target = DRIVER_OPTIONS.get(kind)
+    if target is None:
+        return None
+    module_name, _, class_name = target.partition(":")
+    return getattr(importlib.import_module(module_name), class_name)
+
+
+def path_options(kind: str) -> frozenset[str]:
+    """The options of ``kind`` that name files (``controller.options.option(path=True)``)."""
+    cls = options_class(kind)
+    return frozenset() if cls is None else O.paths(cls)
+
+
+def parse_options(kind: str, options: Mapping[str, Any], where: str) -> Any:
+    """``options`` read into ``kind``'s options dataclass (``controller.options.parse``); a kind without options
+    refuses every key."""
+    cls = options_class(kind)
+    if cls is None:
+        if options:
+            raise ConfigError(f"{where}: a {kind!r} switch takes no options from a file, got {', '.join(options)}")
+        return None
+    return O.parse(cls, options, where)
 
 
 def build_driver(switch, replica: int = 0) -> Driver:

@@ -325,7 +325,10 @@ def buffer_unit_option_error(unit: Any, total_packets: int) -> str | None:
     try:
         check_buffer_unit(unit, total_packets)
     except ValueError as e:
-        return str(e) if str(e).startswith("approx_buffer_unit") else f"approx_buffer_unit: {e}"
+        if str(e).startswith("approx_buffer_unit"):
+            return str(e)
+        most = max(1, (total_packets - 1) // sum(DEFAULT_APPROX_BUFFERS))
+        return f"approx_buffer_unit: {e}; at most {most} with buffer_packets {total_packets}"
     return None
 
 

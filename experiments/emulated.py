@@ -247,170 +247,202 @@ def _rate_arg(bps: float) -> str:
 def run_on_testbed(tb: Testbed, plan: TrialPlan, *, timeout: float = 60.0) -> dict:
     """Run ``plan`` on ``tb``: receivers, flow servers and background receivers first, then every sender,
     background source and flow client from one start line; wait; collect the per-job metrics."""
-    protocol = plan.protocol
     wd = tb.workdir / plan.name
     if wd.exists():  # a previous run's ready files and summaries must not be mistaken for this run's
         shutil.rmtree(wd)
     wd.mkdir(parents=True)
-    rate_bps = tb.config.rate_mbit * 1e6
-    wire_id = {j.job_id: next_job_id() for j in plan.jobs}
-    if protocol == "atp-fixprio":  # ATP_FixPrio: every job stays in the queue of 1 - MSR
-        tb.pin_jobs([(wire_id[j.job_id], queue_for_tlr(1 - j.msr)) for j in plan.jobs])
-    receivers: dict[int, Proc] = {}
-    rx_json: dict[int, Path] = {}
-    by_dst: dict[int, list[JobPlan]] = {}
-    for j in plan.jobs:
-        by_dst.setdefault(j.dst, []).append(j)
-    name = plan.name
+    run = _TrialRun(tb, plan, wd, timeout)
+    if plan.protocol == "atp-fixprio":  # ATP_FixPrio: every job stays in the queue of 1 - MSR
+        tb.pin_jobs([(run.wire_id[j.job_id], queue_for_tlr(1 - j.msr)) for j in plan.jobs])
+    run.start_receivers()
+    run.launch()
+    run.wait()
+    return run.collect()
 
-    # 1. receivers
-    for dst, js in by_dst.items():
-        out = wd / f"rx{dst}.json"
-        ready = wd / f"rx{dst}.ready"
-        rx_json[dst] = out
+
+class _TrialRun:
+    """One trial on the testbed, phase by phase: what each phase started, for the next to wait on and read."""
+
+    def __init__(self, tb: Testbed, plan: TrialPlan, wd: Path, timeout: float) -> None:
+        self.tb, self.plan, self.wd, self.timeout = tb, plan, wd, timeout
+        self.protocol, self.name = plan.protocol, plan.name
+        self.rate_bps = tb.config.rate_mbit * 1e6
+        self.wire_id = {j.job_id: next_job_id() for j in plan.jobs}
+        self.by_dst: dict[int, list[JobPlan]] = {}
+        for j in plan.jobs:
+            self.by_dst.setdefault(j.dst, []).append(j)
+        self.flow_pairs: dict[tuple[int, int], list[Flow]] = {}
+        for f in plan.flows:
+            self.flow_pairs.setdefault((f.src, f.dst), []).append(f)
+        self.bg_ports = [_bg_port(b, i) for i, b in enumerate(plan.background)]
+        self.receivers: dict[int, Proc] = {}
+        self.rx_json: dict[int, Path] = {}
+        self.flow_servers: list[Proc] = []
+        self.bg_rx: list[tuple[Proc, Path]] = []
+        self.bg_tx: list[Proc] = []
+        self.flow_clients: list[tuple[Proc, Path, tuple[int, int]]] = []
+        self.senders: list[tuple[Proc, Path, JobPlan]] = []
+        self.t_start = self.t_end = 0.0
+        self.codes: list = []
+        self.rx_codes: list = []
+        self.bg_codes: list = []
+
+    # 1. receivers, flow servers, background receivers
+    def start_receivers(self) -> None:
+        tb, wd, timeout, protocol, name = self.tb, self.wd, self.timeout, self.protocol, self.name
+        for dst, js in self.by_dst.items():
+            out = wd / f"rx{dst}.json"
+            ready = wd / f"rx{dst}.ready"
+            self.rx_json[dst] = out
+            if is_atp(protocol):
+                args = ["recv", f"{tb.ip(dst)}:{ATP_PORT}", "--jobs", str(len(js)), "--timeout", str(timeout),
+                        "--json", str(out)]
+                self.receivers[dst] = tb.start_py(dst, "netapprox.experiments.atp_job", args, f"{name}-rx{dst}")
+            elif protocol in ("tcp-es", "tcp-ss"):
+                args = ["tcp-recv", f"{tb.ip(dst)}:{TCP_DEFAULT_PORT}", "--jobs", str(len(js)), "--timeout",
+                        str(timeout), "--json", str(out), "--ready-file", str(ready)]
+                self.receivers[dst] = tb.start_py(dst, "netapprox.experiments.baselines", args, f"{name}-rx{dst}")
+                tb.wait_file(ready)
+            else:
+                args = ["udp-recv", f"{tb.ip(dst)}:{UDP_DEFAULT_PORT}", "--jobs", str(len(js)), "--timeout",
+                        str(timeout), "--msr", str(js[0].msr), "--n", str(js[0].workload.n), "--json", str(out),
+                        "--ready-file", str(ready)]
+                self.receivers[dst] = tb.start_py(dst, "netapprox.experiments.baselines", args, f"{name}-rx{dst}")
+                tb.wait_file(ready)
+        span = self.plan.span_s
+        for i, dst in enumerate(dict.fromkeys(dst for _, dst in self.flow_pairs)):
+            ready = wd / f"fsrv{i}.ready"
+            self.flow_servers.append(tb.start_py(dst, "netapprox.experiments.flows",
+                                                 ["server", f"{tb.ip(dst)}:{FLOW_DEFAULT_PORT}", "--duration",
+                                                  str(span + timeout + 5), "--ready-file", str(ready)],
+                                                 f"{name}-fsrv{i}"))
+            tb.wait_file(ready)
+        # Approximate-looking background must use the ATP port to be queued by TLR; it goes to a second
+        # address of the receiving host (same switch port), so no ATP receiver socket sees it. Segments to
+        # the same (host, port) share one receiver that counts them as separate jobs.
+        groups: dict[tuple[int, int], list[Background]] = {}
+        for b, port in zip(self.plan.background, self.bg_ports):
+            groups.setdefault((b.dst, port), []).append(b)
+        for i, ((dst, port), bs) in enumerate(groups.items()):
+            ready = wd / f"bgrx{i}.ready"
+            out = wd / f"bgrx{i}.json"
+            span_b = max(b.end_s for b in bs)
+            self.bg_rx.append((tb.start_py(dst, "netapprox.experiments.baselines",
+                                           ["udp-recv", f"{tb.alias_ip(dst)}:{port}", "--jobs", str(len(bs)),
+                                            "--timeout", str(span_b + timeout), "--json", str(out),
+                                            "--ready-file", str(ready)], f"{name}-bgrx{i}"), out))
+            tb.wait_file(ready)
         if is_atp(protocol):
-            args = ["recv", f"{tb.ip(dst)}:{ATP_PORT}", "--jobs", str(len(js)), "--timeout", str(timeout), "--json", str(out)]
-            receivers[dst] = tb.start_py(dst, "netapprox.experiments.atp_job", args, f"{name}-rx{dst}")
-        elif protocol in ("tcp-es", "tcp-ss"):
-            args = ["tcp-recv", f"{tb.ip(dst)}:{TCP_DEFAULT_PORT}", "--jobs", str(len(js)), "--timeout", str(timeout),
-                    "--json", str(out), "--ready-file", str(ready)]
-            receivers[dst] = tb.start_py(dst, "netapprox.experiments.baselines", args, f"{name}-rx{dst}")
-            tb.wait_file(ready)
-        else:
-            args = ["udp-recv", f"{tb.ip(dst)}:{UDP_DEFAULT_PORT}", "--jobs", str(len(js)), "--timeout", str(timeout),
-                    "--msr", str(js[0].msr), "--n", str(js[0].workload.n), "--json", str(out), "--ready-file", str(ready)]
-            receivers[dst] = tb.start_py(dst, "netapprox.experiments.baselines", args, f"{name}-rx{dst}")
-            tb.wait_file(ready)
-    span = plan.span_s
-    flow_pairs: dict[tuple[int, int], list[Flow]] = {}
-    for f in plan.flows:
-        flow_pairs.setdefault((f.src, f.dst), []).append(f)
-    flow_servers: list[Proc] = []
-    for i, dst in enumerate(dict.fromkeys(dst for _, dst in flow_pairs)):
-        ready = wd / f"fsrv{i}.ready"
-        flow_servers.append(tb.start_py(dst, "netapprox.experiments.flows",
-                                        ["server", f"{tb.ip(dst)}:{FLOW_DEFAULT_PORT}", "--duration",
-                                         str(span + timeout + 5), "--ready-file", str(ready)], f"{name}-fsrv{i}"))
-        tb.wait_file(ready)
-    bg_rx: list[tuple[Proc, Path]] = []
-    # Approximate-looking background must use the ATP port to be queued by TLR; it goes to a second
-    # address of the receiving host (same switch port), so no ATP receiver socket sees it. Segments to
-    # the same (host, port) share one receiver that counts them as separate jobs.
-    bg_ports = [_bg_port(b, i) for i, b in enumerate(plan.background)]
-    groups: dict[tuple[int, int], list[Background]] = {}
-    for b, port in zip(plan.background, bg_ports):
-        groups.setdefault((b.dst, port), []).append(b)
-    for i, ((dst, port), bs) in enumerate(groups.items()):
-        ready = wd / f"bgrx{i}.ready"
-        out = wd / f"bgrx{i}.json"
-        span_b = max(b.end_s for b in bs)
-        bg_rx.append((tb.start_py(dst, "netapprox.experiments.baselines",
-                                  ["udp-recv", f"{tb.alias_ip(dst)}:{port}", "--jobs", str(len(bs)),
-                                   "--timeout", str(span_b + timeout), "--json", str(out), "--ready-file", str(ready)],
-                                  f"{name}-bgrx{i}"), out))
-        tb.wait_file(ready)
-    if is_atp(protocol):
-        for dst in by_dst:
-            tb.wait_bound(dst, ATP_PORT)
+            for dst in self.by_dst:
+                tb.wait_bound(dst, ATP_PORT)
 
     # 2. background, flows and jobs, all from one start line (experiments.hostprog): every program is
     # launched first and waits for ``t_start``, so start-up costs do not stagger an "all at once" pattern.
-    launches = len(plan.background) + len(flow_pairs) + len(plan.jobs)
-    t_start = time.time() + START_LEAD_S + START_LEAD_PER_PROGRAM_S * launches
-    bg_tx = []
-    for i, (b, port) in enumerate(zip(plan.background, bg_ports)):
-        args = ["udp-send", f"{tb.alias_ip(b.dst)}:{port}", "--rate", str(b.rate_bps), "--duration", str(b.duration_s),
-                "--n", "50", "--fixed-size", "1368", "--job-id", str(900000 + i),
-                "--json", str(wd / f"bgtx{i}.json"), "--start-at", repr(t_start + b.start_s)]
-        if b.tlr is not None:
-            args += ["--tlr", str(b.tlr)]
-        bg_tx.append(tb.start_py(b.src, "netapprox.experiments.baselines", args, f"{name}-bgtx{i}"))
-    flow_clients: list[tuple[Proc, Path, tuple[int, int]]] = []
-    for i, ((src, dst), fl) in enumerate(flow_pairs.items()):
-        sched = wd / f"flows{i}.json"
-        sched.write_text(json.dumps([dataclasses.asdict(f) for f in fl]))
-        out = wd / f"fcli{i}.json"
-        flow_clients.append((tb.start_py(src, "netapprox.experiments.flows",
-                                         ["client", f"{tb.ip(dst)}:{FLOW_DEFAULT_PORT}", "--schedule", str(sched),
-                                          "--timeout", str(timeout), "--json", str(out),
-                                          "--start-at", repr(t_start)], f"{name}-fcli{i}"), out, (src, dst)))
-    senders: list[tuple[Proc, Path, JobPlan]] = []
-    for j in plan.jobs:
+    def launch(self) -> None:
+        tb, wd, timeout, name, plan = self.tb, self.wd, self.timeout, self.name, self.plan
+        launches = len(plan.background) + len(self.flow_pairs) + len(plan.jobs)
+        t_start = self.t_start = time.time() + START_LEAD_S + START_LEAD_PER_PROGRAM_S * launches
+        for i, (b, port) in enumerate(zip(plan.background, self.bg_ports)):
+            args = ["udp-send", f"{tb.alias_ip(b.dst)}:{port}", "--rate", str(b.rate_bps), "--duration",
+                    str(b.duration_s), "--n", "50", "--fixed-size", "1368", "--job-id", str(900000 + i),
+                    "--json", str(wd / f"bgtx{i}.json"), "--start-at", repr(t_start + b.start_s)]
+            if b.tlr is not None:
+                args += ["--tlr", str(b.tlr)]
+            self.bg_tx.append(tb.start_py(b.src, "netapprox.experiments.baselines", args, f"{name}-bgtx{i}"))
+        for i, ((src, dst), fl) in enumerate(self.flow_pairs.items()):
+            sched = wd / f"flows{i}.json"
+            sched.write_text(json.dumps([dataclasses.asdict(f) for f in fl]))
+            out = wd / f"fcli{i}.json"
+            self.flow_clients.append((tb.start_py(src, "netapprox.experiments.flows",
+                                                  ["client", f"{tb.ip(dst)}:{FLOW_DEFAULT_PORT}", "--schedule",
+                                                   str(sched), "--timeout", str(timeout), "--json", str(out),
+                                                   "--start-at", repr(t_start)], f"{name}-fcli{i}"), out, (src, dst)))
+        for j in plan.jobs:
+            module, args, out = self.sender_args(j)
+            self.senders.append((tb.start_py(j.src, module, args, f"{name}-tx{j.job_id}"), out, j))
+
+    def sender_args(self, j: JobPlan) -> tuple[str, list[str], Path]:
+        """The program and arguments that send job ``j`` with this trial's protocol, and where it writes."""
+        tb, wd, protocol = self.tb, self.wd, self.protocol
         job_file = wd / f"job{j.job_id}.json"
         job_file.write_text(json.dumps(j.workload.to_dict()))
         out = wd / f"tx{j.job_id}.json"
-        start = ["--start-at", repr(t_start + j.start_s)]
-        jid = str(wire_id[j.job_id])
+        start = ["--start-at", repr(self.t_start + j.start_s)]
+        jid = str(self.wire_id[j.job_id])
         if is_atp(protocol):
             v = atp_variant(protocol)
             args = ["send", f"{tb.ip(j.dst)}:{ATP_PORT}", "--job", str(job_file), "--job-id", jid,
                     "--msr", str(j.msr), "--mode", v["mode"], "--completion", v.get("completion", "early"),
-                    "--rate", _rate_arg(rate_bps), "--queue-packets", queue_packets_arg(tb), "--json", str(out),
+                    "--rate", _rate_arg(self.rate_bps), "--queue-packets", queue_packets_arg(tb), "--json", str(out),
                     "--timeline", str(wd / f"timeline{j.job_id}.jsonl"), *start]
             if not v["mrdf"]:
                 args.append("--no-mrdf")
             if tb.controller is not None:
                 args += tb.report_args
-            module = "netapprox.experiments.atp_job"
-        elif protocol in ("tcp-es", "tcp-ss"):
-            args = ["tcp-send", f"{tb.ip(j.dst)}:{TCP_DEFAULT_PORT}", "--mode", protocol[-2:], "--msr", str(j.msr),
-                    "--job", str(job_file), "--job-id", jid, "--seed", jid, "--timeout", str(timeout),
-                    "--json", str(out), *start]
-            module = "netapprox.experiments.baselines"
-        else:
-            args = ["udp-send", f"{tb.ip(j.dst)}:{UDP_DEFAULT_PORT}", "--rate", str(rate_bps), "--job", str(job_file),
-                    "--job-id", jid, "--json", str(out), *start]
-            module = "netapprox.experiments.baselines"
-        senders.append((tb.start_py(j.src, module, args, f"{name}-tx{j.job_id}"), out, j))
+            return "netapprox.experiments.atp_job", args, out
+        if protocol in ("tcp-es", "tcp-ss"):
+            return "netapprox.experiments.baselines", [
+                "tcp-send", f"{tb.ip(j.dst)}:{TCP_DEFAULT_PORT}", "--mode", protocol[-2:], "--msr", str(j.msr),
+                "--job", str(job_file), "--job-id", jid, "--seed", jid, "--timeout", str(self.timeout),
+                "--json", str(out), *start], out
+        return "netapprox.experiments.baselines", [
+            "udp-send", f"{tb.ip(j.dst)}:{UDP_DEFAULT_PORT}", "--rate", str(self.rate_bps), "--job", str(job_file),
+            "--job-id", jid, "--json", str(out), *start], out
 
     # 3. wait
-    lead = max(0.0, t_start - time.time())
-    codes = tb.wait_all([s[0] for s in senders], lead + timeout + max((j.start_s for j in plan.jobs), default=0) + 10)
-    rx_codes = tb.wait_all(list(receivers.values()), 15)
-    tb.wait_all([c[0] for c in flow_clients], max(0.0, t_start - time.time()) + timeout + span + 10)
-    for s in flow_servers:
-        tb.stop(s)
-    bg_codes = tb.wait_all(bg_tx, max(0.0, t_start - time.time()) + span + 10)
-    tb.wait_all([r for r, _ in bg_rx], 15)
-    t_end = time.time()
+    def wait(self) -> None:
+        tb, plan, timeout, t_start = self.tb, self.plan, self.timeout, self.t_start
+        lead = max(0.0, t_start - time.time())
+        self.codes = tb.wait_all([s[0] for s in self.senders],
+                                 lead + timeout + max((j.start_s for j in plan.jobs), default=0) + 10)
+        self.rx_codes = tb.wait_all(list(self.receivers.values()), 15)
+        tb.wait_all([c[0] for c in self.flow_clients], max(0.0, t_start - time.time()) + timeout + plan.span_s + 10)
+        for s in self.flow_servers:
+            tb.stop(s)
+        self.bg_codes = tb.wait_all(self.bg_tx, max(0.0, t_start - time.time()) + plan.span_s + 10)
+        tb.wait_all([r for r, _ in self.bg_rx], 15)
+        self.t_end = time.time()
 
     # 4. collect
-    rx_by_dst = {dst: read_json(path) or {} for dst, path in rx_json.items()}
-    jobs = []
-    for (proc, out, j), code in zip(senders, codes):
-        tx = read_json(out)
-        rx_jobs = rx_by_dst.get(j.dst, {}).get("jobs", [])
-        rx = next((r for r in rx_jobs if r.get("job_id") == wire_id[j.job_id]), None)
-        m = job_metrics(protocol, j, tx, rx, rate_bps)
-        m["exit_code"] = code
-        if tx is None:
-            m["error"] = proc.tail(600)
-        jobs.append(m)
-    flow_rows = []
-    for _proc, out, (src, dst) in flow_clients:
-        for f in (read_json(out) or {}).get("flows", []):
-            f["src"], f["dst"] = src, dst
-            flow_rows.append(f)
-    record: dict[str, Any] = {
-        "protocol": protocol, "seed": plan.seed, "jobs": jobs, "flows": flow_rows,
-        "background": [read_json(p) for _, p in bg_rx],
-        "background_tx": [read_json(wd / f"bgtx{i}.json") for i in range(len(plan.background))],
-        "start_wall": t_start, "end_wall": t_end, "receiver_exit_codes": rx_codes, "background_exit_codes": bg_codes}
-    if plan.sample_queues:
-        record["queues"] = queue_stats(tb, t_start, t_end, sorted(by_dst))
-    tuning = [t for t in tb.tuning if t_start - 1.0 <= t["wall"] <= t_end]
-    if tuning:  # policy mode adaptive: the tuner's changes during the trial
-        record["tuning"] = tuning
-    if plan.timeline_job is not None:
-        j = next(m for m in jobs if m["job_id"] == plan.timeline_job)
-        wid = str(wire_id[plan.timeline_job])
-        record.update(
-            timeline=read_json_lines(wd / f"timeline{plan.timeline_job}.jsonl"),
-            timeline_start=j.get("start_wall") or t_start,
-            queue_changes=[{"wall": e["wall"], "assignments": {str(plan.timeline_job): e["assignments"][wid]}}
-                           for e in tb.epochs if wid in e["assignments"]],
-            background_starts=[(b or {}).get("start_wall") for b in record["background_tx"]])
-    return record
+    def collect(self) -> dict:
+        tb, plan, wd, t_start, t_end = self.tb, self.plan, self.wd, self.t_start, self.t_end
+        rx_by_dst = {dst: read_json(path) or {} for dst, path in self.rx_json.items()}
+        jobs = []
+        for (proc, out, j), code in zip(self.senders, self.codes):
+            tx = read_json(out)
+            rx_jobs = rx_by_dst.get(j.dst, {}).get("jobs", [])
+            rx = next((r for r in rx_jobs if r.get("job_id") == self.wire_id[j.job_id]), None)
+            m = job_metrics(self.protocol, j, tx, rx, self.rate_bps)
+            m["exit_code"] = code
+            if tx is None:
+                m["error"] = proc.tail(600)
+            jobs.append(m)
+        flow_rows = []
+        for _proc, out, (src, dst) in self.flow_clients:
+            for f in (read_json(out) or {}).get("flows", []):
+                f["src"], f["dst"] = src, dst
+                flow_rows.append(f)
+        record: dict[str, Any] = {
+            "protocol": self.protocol, "seed": plan.seed, "jobs": jobs, "flows": flow_rows,
+            "background": [read_json(p) for _, p in self.bg_rx],
+            "background_tx": [read_json(wd / f"bgtx{i}.json") for i in range(len(plan.background))],
+            "start_wall": t_start, "end_wall": t_end, "receiver_exit_codes": self.rx_codes,
+            "background_exit_codes": self.bg_codes}
+        if plan.sample_queues:
+            record["queues"] = queue_stats(tb, t_start, t_end, sorted(self.by_dst))
+        tuning = [t for t in tb.tuning if t_start - 1.0 <= t["wall"] <= t_end]
+        if tuning:  # policy mode adaptive: the tuner's changes during the trial
+            record["tuning"] = tuning
+        if plan.timeline_job is not None:
+            j = next(m for m in jobs if m["job_id"] == plan.timeline_job)
+            wid = str(self.wire_id[plan.timeline_job])
+            record.update(
+                timeline=read_json_lines(wd / f"timeline{plan.timeline_job}.jsonl"),
+                timeline_start=j.get("start_wall") or t_start,
+                queue_changes=[{"wall": e["wall"], "assignments": {str(plan.timeline_job): e["assignments"][wid]}}
+                               for e in tb.epochs if wid in e["assignments"]],
+                background_starts=[(b or {}).get("start_wall") for b in record["background_tx"]])
+        return record
 
 
 def queue_stats(tb: Testbed, start_wall: float, end_wall: float, hosts: Sequence[int]) -> dict:

@@ -138,6 +138,7 @@ def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[
     return float((out.argmax(1) == y).float().mean()), float(torch.nn.functional.cross_entropy(out, y))
 
 
+# over 100 lines: the training loop as the example shows it to a reader, set-up, iterations, evaluation, in order
 def train(rank: int, world: int, cfg: TrainConfig, *, ready_file: str | None = None) -> dict:
     """Train on an initialised default process group; every rank returns its own view, rank 0 the curve.
     ``ready_file``: rank 0 creates it when every worker is set up and training starts."""

@@ -425,6 +425,7 @@ class AtpHookState:
     def _id(self, it: int, index: int, phase: int, src: int, dst: int) -> int:
         return job_id(it, index, phase, src, dst, self.world, self.generations[src] ^ self.generations[dst])
 
+    # over 100 lines: one bucket's reduce-scatter and all-gather over shared chunk state, in the order the wire sees them
     def _reduce(self, it: int, index: int, local: np.ndarray, values: np.ndarray, tags: Tags | None) -> np.ndarray:
         cfg = self.config
         ex = self.exchange

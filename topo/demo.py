@@ -218,6 +218,7 @@ class Demo:
                     runtime.stop()
                     self.programs.stop_all()
 
+    # over 100 lines: the demo as a reader follows it: receivers, background, jobs, progress lines, the report
     def _experiment(self, emu) -> int:
         cfg = self.cfg
         hosts = {int(h.name[1:]): h for h in emu.hosts}

@@ -5,7 +5,8 @@ strict-priority tree (8 logical queues) and one u32 classifier whose entries mir
 (docs/architecture.md, docs/emulation.md). This driver owns those trees and entries:
 
 Errors that mean "the switch is not (or no longer) there" raise ``controller.errors.SwitchUnavailable``, so the
-controller's loop reconnects; bad options raise ``KernelDriverError``.
+controller's loop reconnects; bad options raise ``ConfigError`` (``controller/kernel/options.py``), a wrong call order
+``KernelDriverError``.
 
 - ``connect()`` builds the queue tree on each port (kept when it already has the right shape, so counters
   survive a reconnect), removes any u32 entries it did not write, and re-installs the last applied state.
@@ -35,18 +36,16 @@ ECN thresholds on queues other than 0 (ignored, logged once), per-job hit counte
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
-from typing import Any, Mapping
+from typing import Mapping
 
 from pyroute2 import IPRoute
 
 from netapprox.controller.drivers import Driver
 from netapprox.controller.errors import KernelSwitchError, SwitchUnavailable
 from netapprox.controller.kernel import compiler, forward, stamp, tc
-from netapprox.controller.model import (
-    Counters, QueueStats, SwitchState, WriteSummary, buffer_unit_option_error, resolve_buffer_unit)
-from netapprox.hostlib.wire import DEFAULT_ATP_PORT
+from netapprox.controller.kernel.options import KernelDriverOptions
+from netapprox.controller.model import Counters, QueueStats, SwitchState, WriteSummary
 
 log = logging.getLogger(__name__)
 
@@ -55,62 +54,10 @@ class KernelDriverError(KernelSwitchError):
     """The kernel switch could not be programmed (bad options, call order); the message names the fix."""
 
 
-@dataclasses.dataclass(frozen=True)
-class KernelDriverOptions:
-    """Where the kernel switch is and how its ports are shaped."""
-
-    ports: Mapping[str, int]
-    """Egress interfaces of the switch (inside ``netns``) -> port numbers used in counters."""
-    netns: str | None = None
-    """Network namespace of the switch: a name under /var/run/netns or a path such as /proc/PID/ns/net.
-    ``None``: the namespace of this process."""
-    rate_mbit: float = 100.0
-    """Line rate of every port, Mbit/s (``port_rates_mbit`` overrides per port)."""
-    port_rates_mbit: Mapping[str, float] = dataclasses.field(default_factory=dict)
-    """Per-interface line rates, Mbit/s."""
-    buffer_packets: int = 256
-    """Port buffer in MTU-sized packets: queue k >= 1 holds ``approx_buffer_unit`` x (8 - k) packets, queue 0
-    the rest."""
-    approx_buffer_unit: int | None = None
-    """Scale of the approximate queues' buffers (and of the tuner's shares), MTUs: 1 is the NetApprox paper's
-    k-MTU queues; unset, every data plane's one default, ``model.half_buffer_unit(buffer_packets)``
-    (docs/controller.md, Queue buffers)."""
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "approx_buffer_unit", resolve_buffer_unit(self.approx_buffer_unit, self.buffer_packets))
-    atp_port: int = DEFAULT_ATP_PORT
-    """UDP port that identifies ATP DATA (destination port)."""
-    stamp_queue: bool = True
-    """Write the logical queue into the ATP queue byte of DATA packets (eBPF, needs clang and tc with BPF).
-    When the stamper cannot be attached the switch still classifies and queues; the byte stays 0xFF."""
-
-    @classmethod
-    def from_mapping(cls, options: Mapping[str, Any]) -> "KernelDriverOptions":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise KernelDriverError(f"unknown kernel driver option(s) {unknown}; known: {sorted(known)}")
-        if "ports" not in options:
-            raise KernelDriverError("kernel driver needs 'ports': a list of interface names or a {name: port} map")
-        kwargs = dict(options)
-        ports = kwargs["ports"]
-        if isinstance(ports, (list, tuple)):
-            ports = {name: i + 1 for i, name in enumerate(ports)}
-        kwargs["ports"] = dict(ports)
-        kwargs["port_rates_mbit"] = dict(kwargs.get("port_rates_mbit", {}))
-        opts = cls(**kwargs)
-        why = buffer_unit_option_error(opts.approx_buffer_unit, opts.buffer_packets)
-        if why:
-            raise KernelDriverError(f"option {why}")
-        return opts
-
-    def shape(self, ifname: str) -> tc.PortShape:
-        return tc.PortShape(rate_mbit=float(self.port_rates_mbit.get(ifname, self.rate_mbit)),
-                            buffer_packets=self.buffer_packets, approx_unit=self.approx_buffer_unit)
-
-
 class KernelDriver(Driver):
     """One kernel switch. Not thread-safe: call it from the controller's epoch loop only."""
+
+    OPTIONS = "kernel"
 
     def __init__(self, name: str, options: KernelDriverOptions) -> None:
         self.name = name
@@ -127,10 +74,6 @@ class KernelDriver(Driver):
         self._ecn_q0: int | None = None
         self._buffers: tuple[int, ...] = ()  # the approximate queues' buffers on the ports (policy mode adaptive)
         self._forward: tuple | None = None  # (ecmp routes, spray) attached; () none; None unknown (after connect)
-
-    @classmethod
-    def from_options(cls, name: str, options: Mapping[str, Any]) -> "KernelDriver":
-        return cls(name, KernelDriverOptions.from_mapping(options))
 
     # -- Driver --------------------------------------------------------------------------------------------
     def connect(self) -> None:

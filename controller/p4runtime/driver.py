@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
 from netapprox.controller.drivers import Driver
 from netapprox.controller.errors import ConfigError, NotPrimaryError, P4RuntimeWriteError
@@ -40,7 +40,7 @@ from netapprox.controller.p4runtime.counters import CounterReader
 from netapprox.controller.p4runtime.ecn import Ecn
 from netapprox.controller.p4runtime.forwarding import Forwarding
 from netapprox.controller.p4runtime.mirror import Change, TableMirror, pending_changes
-from netapprox.controller.p4runtime.options import P4RuntimeOptions, options_from_mapping
+from netapprox.controller.p4runtime.options import P4RuntimeOptions
 from netapprox.controller.p4runtime.p4info import P4Info
 from netapprox.controller.p4runtime.session import P4RuntimeSession
 from netapprox.controller.p4runtime.tm import TrafficManager
@@ -52,6 +52,8 @@ log = logging.getLogger("netapprox.controller.p4runtime")
 
 class P4RuntimeDriver(Driver):
     """A NetApprox switch over P4Runtime (BMv2 simple_switch_grpc, Tofino)."""
+
+    OPTIONS = "p4runtime"
 
     def __init__(self, name: str, options: P4RuntimeOptions, *, p4info: P4Info | None = None,
                  session: P4RuntimeSession | None = None) -> None:
@@ -80,10 +82,6 @@ class P4RuntimeDriver(Driver):
                                       self.validation, self.tm.drops)
         self._armed_term: int | None = None  # the arbitration term in which this driver armed the switch
         self._tm_pending = False  # a takeover configures the traffic manager after its first write
-
-    @classmethod
-    def from_options(cls, name: str, options: Mapping[str, Any]) -> "P4RuntimeDriver":
-        return cls(name, options_from_mapping(name, options))
 
     @property
     def controls(self) -> tuple[Forwarding | Classification | Ecn | Validation, ...]:

@@ -4,8 +4,10 @@
  *
  * The files, as hostlib's Python modules (docs/hostlib.md, The native path):
  *   wire.c        the ATP header and payload codecs (wire.py)
- *   sender.c      the sender's protocol (sender.py), with scheduler.c, recovery.c and rate.c
- *   receiver.c    the receiver's protocol (receiver.py), with admission.c (slots, memory budget)
+ *   sender.c      the sender's protocol (sender.py), with scheduler.c, recovery.c and rate.c; sender_ack.c
+ *                 (acknowledgements and losses), sender_announce.c (the announce, RETRY, NEW_TOKEN)
+ *   receiver.c    the receiver's protocol (receiver.py), with admission.c (slots, memory budget) and
+ *                 receiver_announce.c (admission, the announce, address validation, MSR changes)
  *   events.c      the event queue of a core (next_event; events.py has the classes)
  *   sender_type.c, receiver_type.c   the Python types: construction, methods, attributes, the socket fast path
  *   netio.c       batched UDP I/O (GSO/GRO, sendmmsg/recvmmsg), addresses, waiting

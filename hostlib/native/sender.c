@@ -8,7 +8,7 @@
 #define MAX_SLACK_US (ATP_NO_DEADLINE - 1)
 #define FIN_RETRY_MIN_S 0.02
 
-static int reject(Sender *s, const char *reason) { return counter_add(s->rejected, reason, 1); }
+int sender_reject(Sender *s, const char *reason) { return counter_add(s->rejected, reason, 1); }
 
 /* --- sequence numbers ----------------------------------------------------------------------------------- */
 
@@ -22,7 +22,7 @@ static int next_seq(Sender *s, uint32_t msg_id, uint32_t idx, uint32_t *seq) {
 }
 
 /* _carried: whether this sender used ``seq``, and for which (msg_id, pkt_idx) */
-static int carried(Sender *s, uint32_t seq, uint32_t *msg_id, uint32_t *idx) {
+int sender_carried(Sender *s, uint32_t seq, uint32_t *msg_id, uint32_t *idx) {
     uint32_t off = seq - s->isn;
     if (off >= s->sent_msg.n)
         return 0;
@@ -32,8 +32,6 @@ static int carried(Sender *s, uint32_t seq, uint32_t *msg_id, uint32_t *idx) {
 }
 
 /* --- what to send next ----------------------------------------------------------------------------------- */
-
-static int plan_repairs(Sender *s, Group *g);
 
 double sender_epoch_length(const Sender *s) {
     if (s->has_epoch_s)
@@ -46,14 +44,13 @@ static inline int is_control(uint32_t msg_id) {
 }
 
 /* the offset of the next sequence number from the ISN */
-static inline uint32_t next_off(const Sender *s) { return s->seq - s->isn; }
 
 /* _granted_first: the next sequence number is in the first window */
-static inline int granted_first(const Sender *s) { return next_off(s) < s->free_until; }
+static inline int granted_first(const Sender *s) { return sender_next_off(s) < s->free_until; }
 
 /* _granted: in the first window, or below the receiver's grant */
 static inline int granted(const Sender *s) {
-    uint32_t off = next_off(s);
+    uint32_t off = sender_next_off(s);
     return off < s->free_until || (int64_t)off < s->grant;
 }
 
@@ -64,7 +61,7 @@ static inline int window_open(Sender *s, uint32_t msg_id) {
     if (is_control(msg_id))
         return 1;
     if (s->grant >= 0) {
-        uint32_t off = next_off(s);
+        uint32_t off = sender_next_off(s);
         if (off >= s->free_until && (int64_t)off < s->grant && s->grant_overrides)
             return 1;
         if (!(granted(s) || s->probe))
@@ -112,20 +109,20 @@ static inline Py_ssize_t payload_len(Sender *s, uint32_t msg_id, uint32_t idx) {
     return rest < s->max_payload ? rest : s->max_payload;
 }
 
-static int ctl_append(Sender *s, uint32_t msg_id, uint32_t idx) {
+int sender_ctl_append(Sender *s, uint32_t msg_id, uint32_t idx) {
     return RING_PUSH(&s->ctl, ((CtlItem){msg_id, idx}), 8);
 }
 
 /* _queue_msr_change: the group's latest change goes out (once queued) */
-static int queue_msr_change(Sender *s, size_t gi) {
+int sender_queue_msr_change(Sender *s, size_t gi) {
     if (s->msr_queued[gi])
         return 0;
     s->msr_queued[gi] = 1;
-    return ctl_append(s, MSR_MSG_ID, (uint32_t)gi);
+    return sender_ctl_append(s, MSR_MSG_ID, (uint32_t)gi);
 }
 
 /* the MSR change sequence number ``seq`` carried, taken off the list: 1, or 0 when there is none */
-static int msr_sent_take(Sender *s, uint32_t seq, MsrSent *out) {
+int sender_msr_sent_take(Sender *s, uint32_t seq, MsrSent *out) {
     for (size_t k = 0; k < s->msr_sent.n; k++)
         if (s->msr_sent.v[k].seq == seq) {
             *out = s->msr_sent.v[k];
@@ -173,7 +170,7 @@ static int peek(Sender *s, int plan, uint32_t *msg_id, uint32_t *idx) {
             Group *g = &s->groups[m->group];
             if (plan && m->state == M_ACTIVE && m->next_new == 0 && g->idle.n && s->adaptive && s->sched.mrdf) {
                 int64_t before = g->repairing;
-                if (plan_repairs(s, g) != 0)
+                if (sender_plan_repairs(s, g) != 0)
                     return -1;
                 if (g->repairing != before)
                     continue;
@@ -190,49 +187,6 @@ static int peek(Sender *s, int plan, uint32_t *msg_id, uint32_t *idx) {
         }
         sched_remove(&s->sched, (uint32_t)id);
     }
-}
-
-/* _announce_datagram: announce part ``idx`` (token | auth | chunk) into ``out`` */
-static int announce_datagram(Sender *s, uint32_t idx, uint32_t seq, uint8_t *out) {
-    PyObject *chunk = s->announce[idx];
-    Py_ssize_t clen = PyBytes_GET_SIZE(chunk);
-    AtpHeader h = {.version = ATP_VERSION, .type = PT_DATA, .queue = ATP_QUEUE_UNSET, .job_id = (uint32_t)s->job_id,
-                   .msg_id = ANNOUNCE_MSG_ID, .pkt_idx = (uint16_t)idx, .pkt_cnt = (uint16_t)s->nannounce, .seq = seq,
-                   .deadline_us = ATP_NO_DEADLINE, .count = 1, .length = (uint16_t)(ANNOUNCE_PREFIX_LEN + clen)};
-    atp_encode(out, &h);
-    uint8_t *p = out + ATP_HEADER_LEN;
-    if (s->admission_key == Py_None) {
-        if (s->token != NULL)
-            memcpy(p, PyBytes_AS_STRING(s->token), ATP_TOKEN_LEN);
-        else
-            memset(p, 0, ATP_TOKEN_LEN);
-        memset(p + ATP_TOKEN_LEN, 0, ATP_AUTH_LEN);
-        memcpy(p + ANNOUNCE_PREFIX_LEN, PyBytes_AS_STRING(chunk), (size_t)clen);
-        return 0;
-    }
-    /* signed under the admission key: control.encode_announce_part (HMAC-SHA256) */
-    PyObject *token = s->token, *zero = NULL;
-    if (token == NULL && (token = zero = PyBytes_FromStringAndSize(NULL, ATP_TOKEN_LEN)) != NULL)
-        memset(PyBytes_AS_STRING(zero), 0, ATP_TOKEN_LEN);
-    PyObject *kw = token == NULL ? NULL : Py_BuildValue("{s:L,s:I,s:n,s:O,s:O}", "job_id", s->job_id, "pkt_idx",
-                                                        (unsigned)idx, "pkt_cnt", (Py_ssize_t)s->nannounce,
-                                                        "token", token, "key", s->admission_key);
-    PyObject *args = kw == NULL ? NULL : PyTuple_Pack(1, chunk);
-    PyObject *payload = args == NULL ? NULL : PyObject_Call(R.encode_announce_part, args, kw);
-    Py_XDECREF(kw);
-    Py_XDECREF(args);
-    Py_XDECREF(zero);
-    if (payload == NULL)
-        return -1;
-    int rc = 0;
-    if (!PyBytes_Check(payload) || PyBytes_GET_SIZE(payload) != ANNOUNCE_PREFIX_LEN + clen) {
-        PyErr_SetString(PyExc_RuntimeError, "control.encode_announce_part returned an unexpected payload");
-        rc = -1;
-    } else {
-        memcpy(p, PyBytes_AS_STRING(payload), (size_t)(ANNOUNCE_PREFIX_LEN + clen));
-    }
-    Py_DECREF(payload);
-    return rc;
 }
 
 /* _take: packet ``idx`` of message ``id`` leaves now: whether it is a retransmission, whether it is surplus
@@ -317,7 +271,7 @@ static int emit(Sender *s, uint32_t msg_id, uint32_t idx, double now, size_t *le
         if (recovery_on_sent(&s->recovery, &p) != 0)
             return -1;
         *len = (size_t)(ATP_HEADER_LEN + p.size);
-        return announce_datagram(s, 0, seq, out);
+        return sender_announce_datagram(s, 0, seq, out);
     }
     if (next_seq(s, msg_id, msg_id == MSR_MSG_ID ? 0 : idx, &seq) != 0)
         return -1;
@@ -356,7 +310,7 @@ static int emit(Sender *s, uint32_t msg_id, uint32_t idx, double now, size_t *le
             if (recovery_on_sent(&s->recovery, &p) != 0)
                 return -1;
             *len = (size_t)(ATP_HEADER_LEN + p.size);
-            return announce_datagram(s, idx, seq, out);
+            return sender_announce_datagram(s, idx, seq, out);
         }
         double tt = recovery_tail_timeout(&s->recovery);
         s->fin_next = now + (FIN_RETRY_MIN_S < tt ? tt : FIN_RETRY_MIN_S);
@@ -475,7 +429,7 @@ static int emit_copy(Sender *s, int32_t k, double now, size_t *len) {
         if (recovery_on_sent(&s->recovery, &p) != 0)
             return -1;
         *len = (size_t)(ATP_HEADER_LEN + size);
-        return announce_datagram(s, idx, seq, out);
+        return sender_announce_datagram(s, idx, seq, out);
     }
     Msg *m = &s->msgs[msg_id];
     Group *g = &s->groups[m->group];
@@ -618,209 +572,6 @@ int sender_timer_at(Sender *s, double *out) {
     return 1;
 }
 
-/* --- acknowledgements and loss ----------------------------------------------------------------------------- */
-
-/* _message_packet_acked: packet ``idx`` (``size`` payload bytes) of message ``id`` arrived */
-static int message_packet_acked(Sender *s, uint32_t id, uint32_t idx, int64_t size) {
-    Msg *m = &s->msgs[id];
-    uint8_t *ps = &s->pkt_state[m->pkt_base + idx];
-    if (*ps == P_ACKED)
-        return 0;
-    *ps = P_ACKED;
-    m->acked++;
-    m->remaining -= size;
-    if (m->acked < m->cnt) {
-        if (s->sched.mrdf && (m->state == M_ACTIVE || m->state == M_REPAIRING))
-            return sched_update(&s->sched, id, m->remaining, m->state == M_REPAIRING, m->retries);
-        return 0;
-    }
-    Group *g = &s->groups[m->group];
-    if (m->state == M_ACTIVE) {
-        g->active--;
-        g->started -= !m->surplus;
-    } else if (m->state == M_DAMAGED)
-        g->damaged--;
-    else if (m->state == M_REPAIRING)
-        g->repairing--;
-    m->state = M_DELIVERED;
-    g->delivered++;
-    sched_remove(&s->sched, id);
-    if (s->message_events) {
-        static const char *const names[] = {"msg_id", "group_id", NULL};
-        PyObject *vals[] = {PyLong_FromUnsignedLong(id), PyLong_FromLongLong(g->group_id)};
-        return events_push(&s->ev, make_frozen(R.MessageAcked, names, vals));
-    }
-    return 0;
-}
-
-static int on_packet_acked(Sender *s, const SentPkt *p) {
-    if (p->msg_id == ANNOUNCE_MSG_ID) {
-        s->announce_acked[p->pkt_idx] = 1;
-        return 0;
-    }
-    if (p->msg_id == MSR_MSG_ID) {
-        MsrSent ms;
-        if (msr_sent_take(s, p->seq, &ms) && ms.change > s->msr_acked[ms.gi])
-            s->msr_acked[ms.gi] = ms.change;
-        return 0;
-    }
-    if (p->more_n == 0)
-        return message_packet_acked(s, p->msg_id, p->pkt_idx, p->size);
-    /* a packed packet: each message whole, in its one packet */
-    if (message_packet_acked(s, p->msg_id, 0, PyBytes_GET_SIZE(s->msgs[p->msg_id].data)) != 0)
-        return -1;
-    for (uint32_t k = 0; k < p->more_n; k++) {
-        uint32_t id = s->more_ids.v[p->more_off + k];
-        if (message_packet_acked(s, id, 0, PyBytes_GET_SIZE(s->msgs[id].data)) != 0)
-            return -1;
-    }
-    return 0;
-}
-
-static inline int idle_less(const IdleEntry *x, const IdleEntry *y) {
-    if (x->remaining != y->remaining)
-        return x->remaining < y->remaining;
-    return x->msg_id < y->msg_id;
-}
-
-/* _repair */
-static int repair(Sender *s, Group *g, uint32_t msg_id) {
-    Msg *m = &s->msgs[msg_id];
-    m->state = M_REPAIRING;
-    g->damaged--;
-    g->repairing++;
-    if (m->next_new < m->cnt)
-        s->unsent_open++;
-    return sched_update(&s->sched, msg_id, m->remaining, 1, m->retries);
-}
-
-/* _plan_repairs: repair damaged messages while the group has given up more than it can afford; ``adaptive`` with
- * MRDF also a damaged message with less left than what would be served next */
-static int plan_repairs(Sender *s, Group *g) {
-    while (g->damaged > g->budget && g->idle.n) {
-        uint32_t msg_id = g->idle.v[0].msg_id;
-        HEAP_POP(g->idle.v, g->idle.n, idle_less);
-        if (s->msgs[msg_id].state == M_DAMAGED && repair(s, g, msg_id) != 0)
-            return -1;
-    }
-    if (!(s->adaptive && s->sched.mrdf))
-        return 0;
-    while (g->idle.n) {
-        uint32_t msg_id = g->idle.v[0].msg_id;
-        Msg *m = &s->msgs[msg_id];
-        if (m->state != M_DAMAGED) {
-            HEAP_POP(g->idle.v, g->idle.n, idle_less);
-            continue;
-        }
-        int64_t top = sched_peek(&s->sched);
-        if (top < 0 || !(m->remaining < s->msgs[top].remaining))
-            return 0;
-        HEAP_POP(g->idle.v, g->idle.n, idle_less);
-        if (repair(s, g, msg_id) != 0)
-            return -1;
-    }
-    return 0;
-}
-
-/* The first size of a message's ring of lost packets: room for all its packets (a power of two, at least 4). */
-static inline uint32_t lost_ring_size(uint32_t cnt) {
-    uint32_t n = 4;
-    while (n < cnt)
-        n *= 2;
-    return n;
-}
-
-/* _message_packet_lost: packet ``idx`` of message ``id`` was lost (``retx``: a retransmission) */
-static int message_packet_lost(Sender *s, uint32_t id, uint32_t idx, int retx, uint8_t *touched) {
-    Msg *m = &s->msgs[id];
-    uint8_t *ps = &s->pkt_state[m->pkt_base + idx];
-    if (*ps != P_IN_FLIGHT)
-        return 0; /* acknowledged meanwhile, or a newer copy is the one in flight */
-    *ps = P_LOST;
-    if (RING_PUSH(&m->lost, (uint16_t)idx, lost_ring_size(m->cnt)) != 0)
-        return -1;
-    Group *g = &s->groups[m->group];
-    for (size_t k = 0; k < g->parked.n; k++) { /* the group may fall short: what was held back is offered again */
-        uint32_t pid = g->parked.v[k];
-        Msg *p = &s->msgs[pid];
-        if (p->state == M_ACTIVE && p->next_new < p->cnt && sched_update(&s->sched, pid, p->remaining, 0, p->retries))
-            return -1;
-    }
-    g->parked.n = 0;
-    if (m->state == M_ACTIVE) {
-        m->state = M_DAMAGED;
-        g->active--;
-        g->started -= !m->surplus;
-        g->damaged++;
-        if (m->next_new < m->cnt)
-            s->unsent_open--;
-        sched_remove(&s->sched, id);
-        IdleEntry e = {s->sched.mrdf ? m->remaining : 0, id};
-        if (ARRAY_RESERVE(&g->idle, g->idle.n + 1, 16) != 0)
-            return -1;
-        HEAP_PUSH(g->idle.v, g->idle.n, e, idle_less);
-        touched[m->group] = 1;
-    } else if (m->state == M_REPAIRING) {
-        if (retx)
-            m->retries++;
-        return sched_update(&s->sched, id, m->remaining, 1, m->retries);
-    }
-    return 0;
-}
-
-/* _on_lost over ``lost`` */
-static int on_lost(Sender *s, const SentPkt *lost, size_t n) {
-    uint8_t touched_stack[64];
-    uint8_t *touched = s->ngroups <= 64 ? touched_stack : calloc(s->ngroups, 1);
-    if (touched == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    memset(touched, 0, s->ngroups);
-    if (s->adaptive && n) {
-        int any = 0, first = 1;
-        for (size_t i = 0; i < n; i++)
-            if (lost[i].group_id >= 0) {
-                touched[rate_group_index(&s->rate, lost[i].group_id)] = 1;
-                any = 1;
-                first = first && lost[i].first;
-            }
-        if (any) /* losses of first windows that collided do not end the ramp (rate.h) */
-            window_on_loss(&s->rate, touched, s->tlr, s->seq, first, recovery_queued(&s->recovery),
-                           recovery_drain(&s->recovery));
-        memset(touched, 0, s->ngroups);
-    }
-    int rc = 0;
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        const SentPkt *p = &lost[i];
-        if (p->copy) /* the packet it copied is still in flight, or acknowledged */
-            continue;
-        if (p->msg_id == ANNOUNCE_MSG_ID) {
-            if (!s->announce_acked[p->pkt_idx]) {
-                rc = ctl_append(s, p->msg_id, p->pkt_idx);
-                if (rc == 0 && s->recovery.every_overdue) /* twice: no data is taken before it */
-                    rc = ctl_append(s, p->msg_id, p->pkt_idx);
-            }
-            continue;
-        }
-        if (p->msg_id == MSR_MSG_ID) {
-            MsrSent ms;
-            if (msr_sent_take(s, p->seq, &ms) && ms.change == s->msr_latest[ms.gi] && s->msr_acked[ms.gi] < ms.change)
-                rc = queue_msr_change(s, ms.gi);
-            continue;
-        }
-        rc = message_packet_lost(s, p->msg_id, p->pkt_idx, p->retx, touched);
-        for (uint32_t k = 0; k < p->more_n && rc == 0; k++)
-            rc = message_packet_lost(s, s->more_ids.v[p->more_off + k], 0, p->retx, touched);
-    }
-    for (size_t i = 0; i < s->ngroups && rc == 0; i++)
-        if (touched[i])
-            rc = plan_repairs(s, &s->groups[i]);
-    if (touched != touched_stack)
-        free(touched);
-    return rc;
-}
-
 /* --- epochs, completion, close ------------------------------------------------------------------------------ */
 
 static PyObject *queues_dict(Group *g) {
@@ -836,7 +587,7 @@ static PyObject *queues_dict(Group *g) {
 }
 
 /* _Group.next_tlr: eq. 1, ((1 - MSR)·N - lost) / (N - delivered), clamped to [0, 1] */
-static double next_tlr(const Group *g) {
+double sender_next_tlr(const Group *g) {
     if (g->fixed_tlr)
         return 1.0 - g->msr;
     int64_t left = g->total - g->delivered;
@@ -862,7 +613,7 @@ static int end_epoch(Sender *s, double now) {
     for (size_t i = 0; i < s->ngroups; i++) {
         Group *g = &s->groups[i];
         const EpochCounts *c = &rc->epoch[i];
-        s->tlr[i] = next_tlr(g);
+        s->tlr[i] = sender_next_tlr(g);
         double loss = counts_loss(c);
         if (s->adaptive) {
             /* the loss over the group's recent packets whose fate is known, the estimate the window reacts to */
@@ -922,7 +673,7 @@ static int check_complete(Sender *s, double now) {
     s->has_completed_at = 1;
     s->state = S_CLOSING;
     s->fin_deadline = now + s->fin_timeout_s;
-    if (ctl_append(s, FIN_MSG_ID, 0) != 0) /* _queue_fin */
+    if (sender_ctl_append(s, FIN_MSG_ID, 0) != 0) /* _queue_fin */
         return -1;
     s->has_fin_next = 0; /* set when the FIN actually leaves */
     return 0;
@@ -934,7 +685,7 @@ int sender_set_msr(Sender *s, size_t gi, double msr, int64_t required, double no
     g->msr = msr;
     g->required = required;
     g->budget = g->total - required;
-    s->tlr[gi] = next_tlr(g);
+    s->tlr[gi] = sender_next_tlr(g);
     for (size_t k = 0; k < g->parked.n; k++) { /* the group may now be short: what was held back is offered again */
         uint32_t pid = g->parked.v[k];
         Msg *p = &s->msgs[pid];
@@ -942,7 +693,7 @@ int sender_set_msr(Sender *s, size_t gi, double msr, int64_t required, double no
             return -1;
     }
     g->parked.n = 0;
-    if (queue_msr_change(s, gi) != 0 || plan_repairs(s, g) != 0)
+    if (sender_queue_msr_change(s, gi) != 0 || sender_plan_repairs(s, g) != 0)
         return -1;
     return check_complete(s, now);
 }
@@ -1065,7 +816,7 @@ static int on_ack(Sender *s, const AtpHeader *h, const SackBlock *blocks, int nb
         return -1;
     if (s->state != S_SENDING) { /* keep counting deliveries while closing; losses no longer matter */
         for (size_t i = 0; i < r->acked.n; i++)
-            if (on_packet_acked(s, &r->acked.v[i]) != 0)
+            if (sender_on_packet_acked(s, &r->acked.v[i]) != 0)
                 return -1;
         return 0;
     }
@@ -1073,33 +824,33 @@ static int on_ack(Sender *s, const AtpHeader *h, const SackBlock *blocks, int nb
         window_on_path(&s->rate, h->queue, r->min_rtt + s->pacing_train_s);
     double delivery = recovery_delivery(r);
     for (size_t i = 0; i < r->acked.n; i++) {
-        if (on_packet_acked(s, &r->acked.v[i]) != 0)
+        if (sender_on_packet_acked(s, &r->acked.v[i]) != 0)
             return -1;
         if (s->adaptive && r->acked.v[i].group_id >= 0)
             window_on_ack(&s->rate, r->acked.v[i].seq, delivery);
     }
-    if (on_lost(s, r->lost.v, r->lost.n) != 0)
+    if (sender_on_lost(s, r->lost.v, r->lost.n) != 0)
         return -1;
     return check_complete(s, now);
 }
 
 static int on_done(Sender *s, const AtpHeader *h, const uint8_t *payload, size_t len, double now) {
     if (s->state != S_CLOSING)
-        return reject(s, "done_before_fin");
+        return sender_reject(s, "done_before_fin");
     uint32_t cm, ci;
-    if (!carried(s, h->seq, &cm, &ci) || cm != FIN_MSG_ID || ci != 0)
-        return reject(s, "done_unsent_seq");
+    if (!sender_carried(s, h->seq, &cm, &ci) || cm != FIN_MSG_ID || ci != 0)
+        return sender_reject(s, "done_unsent_seq");
     /* wire.decode_done_payload: n ranges (first, end), non-empty, ascending, disjoint */
     if (len < 4)
-        return reject(s, "malformed");
+        return sender_reject(s, "malformed");
     uint32_t n = get32(payload);
     if (len != 4 + 8 * (size_t)n)
-        return reject(s, "malformed");
+        return sender_reject(s, "malformed");
     uint32_t prev_end = 0;
     for (uint32_t i = 0; i < n; i++) {
         uint32_t first = get32(payload + 4 + 8 * i), end = get32(payload + 8 + 8 * i);
         if (!(prev_end <= first && first < end))
-            return reject(s, "malformed");
+            return sender_reject(s, "malformed");
         prev_end = end;
     }
     if (s->done_cnt >= 0 && h->pkt_cnt != s->done_cnt)
@@ -1158,7 +909,7 @@ static int on_done(Sender *s, const AtpHeader *h, const uint8_t *payload, size_t
 /* _ack_rejection: NULL when the ACK can be the receiver's answer to this sender, else the reason */
 static const char *ack_rejection(Sender *s, const AtpHeader *h, const SackBlock *blocks, int nb) {
     uint32_t cm, ci;
-    if (!carried(s, h->seq, &cm, &ci))
+    if (!sender_carried(s, h->seq, &cm, &ci))
         return "ack_unsent_seq";
     if (cm != h->msg_id || ci != h->pkt_idx)
         return "ack_mismatch";
@@ -1170,96 +921,11 @@ static const char *ack_rejection(Sender *s, const AtpHeader *h, const SackBlock 
     return NULL;
 }
 
-int sender_reset_transfer(Sender *s);
-
-/* A token carried by a NEW_TOKEN or RETRY (ATP_TOKEN_LEN bytes, not all zero) as bytes in ``*out``: 0; a malformed
- * one is counted as rejected: 1; -1 with a Python error set */
-static int read_token(Sender *s, const uint8_t *payload, size_t len, PyObject **out) {
-    int zero = 1;
-    for (size_t i = 0; i < len; i++)
-        if (payload[i])
-            zero = 0;
-    if (len != ATP_TOKEN_LEN || zero)
-        return reject(s, "malformed") < 0 ? -1 : 1;
-    *out = PyBytes_FromStringAndSize((const char *)payload, ATP_TOKEN_LEN);
-    return *out == NULL ? -1 : 0;
-}
-
-/* _on_new_token: an address-validation token for this host's next jobs to the receiver, kept in ``new_token`` if it
- * answers one of this job's announce parts */
-static int on_new_token(Sender *s, const AtpHeader *h, const uint8_t *payload, size_t len) {
-    uint32_t cm, ci;
-    if (!carried(s, h->seq, &cm, &ci) || cm != ANNOUNCE_MSG_ID || ci != h->pkt_idx)
-        return reject(s, "new_token_unsent_seq");
-    PyObject *token;
-    int bad = read_token(s, payload, len, &token);
-    if (bad != 0)
-        return bad < 0 ? -1 : 0;
-    Py_XSETREF(s->new_token, token);
-    return 0;
-}
-
-/* _on_retry: the receiver did not admit the job (under pressure, or the token held expired) and sent a token:
- * nothing sent so far reached it, so the job starts over at once, the announce with the token first and the data
- * right behind it */
-static int on_retry(Sender *s, const AtpHeader *h, const uint8_t *payload, size_t len, double now) {
-    if (s->state != S_SENDING || s->admitted)
-        return reject(s, "retry_unexpected");
-    uint32_t cm, ci;
-    if (!carried(s, h->seq, &cm, &ci) || cm != ANNOUNCE_MSG_ID || ci != h->pkt_idx)
-        return reject(s, "retry_unsent_seq");
-    PyObject *token;
-    int bad = read_token(s, payload, len, &token);
-    if (bad != 0)
-        return bad < 0 ? -1 : 0;
-    Py_XSETREF(s->token, token);
-    s->token_pending = 0;
-    s->retries_received++;
-    if (sender_reset_transfer(s) != 0)
-        return -1;
-    s->free_until = next_off(s) + (uint32_t)((long long)s->nannounce > s->first_window ? (long long)s->nannounce
-                                                                                          : s->first_window);
-    s->grant = -1;
-    while (!RING_EMPTY(&s->ctl))
-        RING_POP(&s->ctl);
-    for (size_t i = 0; i < s->nannounce; i++)
-        if (ctl_append(s, ANNOUNCE_MSG_ID, (uint32_t)i) != 0)
-            return -1;
-    /* live MSR changes made so far hold on (reset keeps each group's MSR): sent again behind the announce */
-    s->msr_sent.n = 0;
-    for (size_t i = 0; i < s->ngroups; i++) {
-        s->msr_acked[i] = 0;
-        s->msr_queued[i] = 0;
-        if (s->msr_latest[i] && (s->tlr[i] = next_tlr(&s->groups[i]), queue_msr_change(s, i) != 0))
-            return -1;
-    }
-    s->epoch_end = now + sender_epoch_length(s);
-    s->last_progress = now;
-    return 0;
-}
-
-/* _on_token: an ACK carried an admission token (the job was admitted without one): echo it, announce part 0 again
- * with the token, at most once per smoothed RTT */
-static int on_token(Sender *s, const uint8_t *token, double now) {
-    if (s->token == NULL || memcmp(PyBytes_AS_STRING(s->token), token, ATP_TOKEN_LEN) != 0) {
-        PyObject *t = PyBytes_FromStringAndSize((const char *)token, ATP_TOKEN_LEN);
-        if (t == NULL)
-            return -1;
-        Py_XSETREF(s->token, t);
-        s->echo_next = 0.0;
-    }
-    if (now >= s->echo_next && (s->state == S_SENDING || s->state == S_CLOSING)) {
-        s->echo_next = now + s->recovery.srtt;
-        return ctl_append(s, ECHO_MSG_ID, 0);
-    }
-    return 0;
-}
-
 /* _on_grant: data may go up to (not including) sequence number ``grant``; grants only grow */
 static int on_grant(Sender *s, uint32_t grant) {
     uint32_t off = grant - s->isn;
     if (off >= 1u << 31)
-        return reject(s, "grant_out_of_range");
+        return sender_reject(s, "grant_out_of_range");
     if (s->grant < 0 || (int64_t)off > s->grant)
         s->grant = off;
     return 0;
@@ -1267,17 +933,17 @@ static int on_grant(Sender *s, uint32_t grant) {
 
 int sender_receive(Sender *s, const uint8_t *data, size_t len, int from_peer, double now) {
     if (!s->started)
-        return reject(s, "before_start");
+        return sender_reject(s, "before_start");
     if (!from_peer)
-        return reject(s, "wrong_source");
+        return sender_reject(s, "wrong_source");
     AtpHeader h;
     const char *reason;
     if (atp_decode(data, len, &h, &reason) != 0)
-        return reject(s, "malformed");
+        return sender_reject(s, "malformed");
     if (h.job_id != (uint32_t)s->job_id)
-        return reject(s, "wrong_job");
+        return sender_reject(s, "wrong_job");
     if (s->state == S_DONE || s->state == S_FAILED)
-        return reject(s, "after_close");
+        return sender_reject(s, "after_close");
     const uint8_t *payload = data + ATP_HEADER_LEN;
     if (h.type == PT_ACK || h.type == PT_GRANT) {
         SackBlock blocks[ATP_MAX_SACK_BLOCKS];
@@ -1286,19 +952,19 @@ int sender_receive(Sender *s, const uint8_t *data, size_t len, int from_peer, do
         const uint8_t *token;
         int nb = atp_decode_ack_fields(payload, h.length, h.flags, blocks, &has_grant, &grant, &token);
         if (nb < 0)
-            return reject(s, "malformed");
+            return sender_reject(s, "malformed");
         const char *why = ack_rejection(s, &h, blocks, nb);
         if (h.type == PT_GRANT && !has_grant)
             why = "malformed";
         if (why != NULL)
-            return reject(s, why);
+            return sender_reject(s, why);
         s->admitted = 1;
         if (h.type == PT_GRANT) {
             s->last_progress = now;
             return on_grant(s, grant);
         }
         s->token_pending = token != NULL;
-        if (token != NULL && on_token(s, token, now) != 0)
+        if (token != NULL && sender_on_token(s, token, now) != 0)
             return -1;
         if (has_grant && on_grant(s, grant) != 0)
             return -1;
@@ -1307,10 +973,10 @@ int sender_receive(Sender *s, const uint8_t *data, size_t len, int from_peer, do
     if (h.type == PT_DONE)
         return on_done(s, &h, payload, h.length, now);
     if (h.type == PT_RETRY)
-        return on_retry(s, &h, payload, h.length, now);
+        return sender_on_retry(s, &h, payload, h.length, now);
     if (h.type == PT_NEW_TOKEN)
-        return on_new_token(s, &h, payload, h.length);
-    return reject(s, "not_for_sender");
+        return sender_on_new_token(s, &h, payload, h.length);
+    return sender_reject(s, "not_for_sender");
 }
 
 int sender_from_peer_py(Sender *s, PyObject *addr) {
@@ -1380,13 +1046,13 @@ int sender_handle_timer(Sender *s, double now) {
             return -1;
         if (s->recovery.lost.n && s->grant >= 0 && !granted(s))
             s->probe = 1; /* the tail timed out and the grant is spent: one packet may go to ask for more */
-        if (on_lost(s, s->recovery.lost.v, s->recovery.lost.n) != 0)
+        if (sender_on_lost(s, s->recovery.lost.v, s->recovery.lost.n) != 0)
             return -1;
         if (s->recovery.lost.n && s->token_pending && now >= s->echo_next) {
             /* nothing acknowledged for a while and the receiver had not seen the echo: it may have been lost, and
              * an unvalidated job's data past its guarantee is not acknowledged (no ACK would ask again) */
             s->echo_next = now + s->recovery.srtt;
-            if (ctl_append(s, ECHO_MSG_ID, 0) != 0)
+            if (sender_ctl_append(s, ECHO_MSG_ID, 0) != 0)
                 return -1;
         }
         if (now >= s->epoch_end && end_epoch(s, now) != 0)
@@ -1399,134 +1065,10 @@ int sender_handle_timer(Sender *s, double now) {
         if (now >= s->fin_deadline)
             return finish(s, now, 0, NULL, 0);
         if (s->has_fin_next && now >= s->fin_next) {
-            if (ctl_append(s, FIN_MSG_ID, 0) != 0) /* _queue_fin */
+            if (sender_ctl_append(s, FIN_MSG_ID, 0) != 0) /* _queue_fin */
                 return -1;
             s->has_fin_next = 0;
         }
     }
     return 0;
-}
-
-/* --- the announce ------------------------------------------------------------------------------------------------ */
-
-/* Ranges of consecutive ids in ids[a .. b): how many, and (with ``out``) each as first:u32 last:u32. */
-static size_t ranges(const uint32_t *ids, size_t a, size_t b, uint8_t *out) {
-    size_t n = 0;
-    for (size_t k = a; k < b; k++) {
-        if (k != a && ids[k - 1] + 1 == ids[k])
-            continue;
-        size_t e = k;
-        while (e + 1 < b && ids[e] + 1 == ids[e + 1])
-            e++;
-        if (out != NULL) {
-            put32(out + 8 * n, ids[k]);
-            put32(out + 8 * n + 4, ids[e]);
-        }
-        n++;
-    }
-    return n;
-}
-
-static int cmp_i64(const void *a, const void *b) {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-int sender_build_announce(Sender *s, PyObject *vector_len) {
-    /* message ids per group, ascending: count per group, then fill */
-    size_t ng = s->ngroups, n = s->nmsgs;
-    size_t *count = calloc(ng ? ng : 1, sizeof(size_t)), *start_at = calloc(ng + 1, sizeof(size_t));
-    uint32_t *ids = malloc((n ? n : 1) * sizeof(uint32_t));
-    uint8_t *blob = NULL;
-    int rc = -1;
-    if (count == NULL || start_at == NULL || ids == NULL) {
-        PyErr_NoMemory();
-        goto out;
-    }
-    for (size_t i = 0; i < n; i++)
-        count[s->msgs[i].group]++;
-    for (size_t g = 0; g < ng; g++)
-        start_at[g + 1] = start_at[g] + count[g];
-    memset(count, 0, ng * sizeof(size_t));
-    for (size_t i = 0; i < n; i++) {
-        uint32_t g = s->msgs[i].group;
-        ids[start_at[g] + count[g]++] = (uint32_t)i;
-    }
-    /* need_bytes: the smallest messages of each group that meet its MSR (what a receiver must let through) */
-    uint64_t need = 0;
-    int64_t *sizes = malloc((n ? n : 1) * sizeof(int64_t));
-    if (sizes == NULL) {
-        PyErr_NoMemory();
-        goto out;
-    }
-    for (size_t g = 0; g < ng; g++) {
-        size_t k = 0;
-        for (size_t i = start_at[g]; i < start_at[g + 1]; i++)
-            sizes[k++] = PyBytes_GET_SIZE(s->msgs[ids[i]].data);
-        qsort(sizes, k, sizeof(int64_t), cmp_i64);
-        for (int64_t i = 0; i < s->groups[g].required && (size_t)i < k; i++)
-            need += (uint64_t)sizes[i];
-    }
-    free(sizes);
-    /* magic "ATPJ" | total:u32 | vector_len:u32 | need_bytes:u32 | n_groups:u16, then per group 12 bytes and 8
-     * per range */
-    size_t size = 18;
-    for (size_t g = 0; g < ng; g++)
-        size += 12 + 8 * ranges(ids, start_at[g], start_at[g + 1], NULL);
-    blob = malloc(size);
-    if (blob == NULL) {
-        PyErr_NoMemory();
-        goto out;
-    }
-    memcpy(blob, "ATPJ", 4);
-    put32(blob + 4, (uint32_t)n);
-    uint32_t vlen = 0xFFFFFFFFu;
-    if (vector_len != Py_None) {
-        unsigned long v = PyLong_AsUnsignedLong(vector_len);
-        if (v == (unsigned long)-1 && PyErr_Occurred())
-            goto out;
-        vlen = (uint32_t)v;
-    }
-    put32(blob + 8, vlen);
-    put32(blob + 12, need > 0xFFFFFFFFu ? 0xFFFFFFFFu : (uint32_t)need);
-    put16(blob + 16, (uint16_t)ng);
-    size_t off = 18;
-    for (size_t g = 0; g < ng; g++) {
-        size_t nr = ranges(ids, start_at[g], start_at[g + 1], blob + off + 12);
-        put16(blob + off, (uint16_t)s->groups[g].group_id);
-        put16(blob + off + 2, atp_q15(s->groups[g].msr));
-        put32(blob + off + 4, (uint32_t)(start_at[g + 1] - start_at[g]));
-        put32(blob + off + 8, (uint32_t)nr);
-        off += 12 + 8 * nr;
-    }
-    size_t mp = (size_t)s->max_payload;
-    size_t parts = (size + mp - 1) / mp;
-    if (parts == 0)
-        parts = 1;
-    if (parts > 0xFFFF) {
-        config_error("job announce too large: split the job or give groups contiguous message ids");
-        goto out;
-    }
-    s->announce = calloc(parts, sizeof(PyObject *));
-    s->announce_acked = calloc(parts, 1);
-    if (s->announce == NULL || s->announce_acked == NULL) {
-        PyErr_NoMemory();
-        goto out;
-    }
-    s->nannounce = parts;
-    for (size_t i = 0; i < parts; i++) {
-        size_t a = i * mp, b = a + mp < size ? a + mp : size;
-        s->announce[i] = PyBytes_FromStringAndSize((const char *)blob + a, (Py_ssize_t)(b - a));
-        if (s->announce[i] == NULL)
-            goto out;
-        if (ctl_append(s, ANNOUNCE_MSG_ID, (uint32_t)i) != 0)
-            goto out;
-    }
-    rc = 0;
-out:
-    free(count);
-    free(start_at);
-    free(ids);
-    free(blob);
-    return rc;
 }

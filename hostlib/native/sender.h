@@ -161,4 +161,30 @@ double sender_burst_bytes(const Sender *s, double rate_bps);
 /* The job announce (control.Manifest.encode), split into parts of at most max_payload bytes and queued. */
 int sender_build_announce(Sender *s, PyObject *vector_len);
 
+/* --- between the sender's files: sender.c (what to send, epochs, completion), sender_ack.c (acknowledgements and
+ * losses), sender_announce.c (the announce, admission and address validation), sender_type.c (the Python type) --- */
+
+/* sequence number offset from the ISN of the next packet */
+static inline uint32_t sender_next_off(const Sender *s) { return s->seq - s->isn; }
+/* a datagram rejected for ``reason`` (counted in ``rejected``): 0, or -1 with a Python error */
+int sender_reject(Sender *s, const char *reason);
+/* _carried: whether this sender used ``seq`` (1), and for which (msg_id, pkt_idx) */
+int sender_carried(Sender *s, uint32_t seq, uint32_t *msg_id, uint32_t *idx);
+/* the control queue: announce parts, FINs, echoes, MSR changes */
+int sender_ctl_append(Sender *s, uint32_t msg_id, uint32_t idx);
+int sender_queue_msr_change(Sender *s, size_t gi);
+int sender_msr_sent_take(Sender *s, uint32_t seq, MsrSent *out);
+double sender_next_tlr(const Group *g);
+/* sender_type.c: _reset_transfer, the job from its start (a RETRY) */
+int sender_reset_transfer(Sender *s);
+/* sender_ack.c */
+int sender_on_packet_acked(Sender *s, const SentPkt *p);
+int sender_on_lost(Sender *s, const SentPkt *lost, size_t n);
+int sender_plan_repairs(Sender *s, Group *g);
+/* sender_announce.c */
+int sender_announce_datagram(Sender *s, uint32_t idx, uint32_t seq, uint8_t *out);
+int sender_on_new_token(Sender *s, const AtpHeader *h, const uint8_t *payload, size_t len);
+int sender_on_retry(Sender *s, const AtpHeader *h, const uint8_t *payload, size_t len, double now);
+int sender_on_token(Sender *s, const uint8_t *token, double now);
+
 #endif

@@ -16,9 +16,11 @@ from netapprox.controller.config import (
     config_from_dict,
     load_config,
 )
-from netapprox.controller.drivers import build_driver, driver_class
+from netapprox.controller import options as O
+from netapprox.controller.drivers import DRIVER_CLASSES, DRIVER_OPTIONS, build_driver, driver_class, options_class
 from netapprox.controller.errors import ConfigError
-from netapprox.controller.kernel.driver import KernelDriverError, KernelDriverOptions
+from netapprox.controller.kernel.driver import KernelDriver
+from netapprox.controller.kernel.options import KernelDriverOptions
 from netapprox.controller.model import ClassRule, Route, half_buffer_unit
 from netapprox.controller.p4runtime.driver import P4RuntimeDriver
 from netapprox.controller.p4runtime.options import P4RuntimeOptions, options_from_mapping
@@ -68,9 +70,18 @@ def test_registry_maps_kernel_kind_lazily():
 
 
 def test_unknown_driver_option_suggests_the_right_one():
-    sc = SwitchConfig(name="s1", options={"p4info": str(P4INFO), "thirft_port": 9090})
-    with pytest.raises(ConfigError, match="unknown p4runtime option 'thirft_port'. Did you mean 'thrift_port'"):
-        build_driver(sc)
+    """Refused where the switch is configured (file or code) and where a driver is built from a mapping."""
+    with pytest.raises(ConfigError, match=r"^\[\[switch\]\] 's1' options: unknown option 'thirft_port'. "
+                                          r"Did you mean 'thrift_port'"):
+        SwitchConfig(name="s1", options={"p4info": str(P4INFO), "thirft_port": 9090})
+    with pytest.raises(ConfigError, match="^switch 's1' options: unknown option 'thirft_port'. Did you mean"):
+        P4RuntimeDriver.from_options("s1", {"p4info": str(P4INFO), "thirft_port": 9090})
+    with pytest.raises(ConfigError, match="^switch 'k' options: unknown option 'rate_mbits'. Did you mean 'rate_mbit'"):
+        KernelDriver.from_options("k", {"ports": ["a"], "rate_mbits": 10})
+    with pytest.raises(ConfigError, match="^switch 'k' options: missing option 'ports'$"):
+        KernelDriver.from_options("k", {})
+    with pytest.raises(ConfigError, match="takes no options from a file"):
+        SwitchConfig(name="n", kind="sim", options={"rate_mbit": 10})
 
 
 @pytest.mark.parametrize("data, message", [
@@ -157,6 +168,7 @@ def test_approx_buffer_unit_is_a_switch_option_checked_against_the_port_buffer()
     p, k = cfg.switches
     assert options_from_mapping("p", p.options).approx_buffer_unit == 4
     shape = KernelDriverOptions.from_mapping(k.options).shape("a")  # buffer_packets 256 by default
+    assert shape == O.parse(KernelDriverOptions, k.options, "k").shape("a")
     assert (shape.approx_unit, shape.buffer_packets) == (9, 256)
     assert [shape.queue_bytes(q) // shape.mtu_bytes for q in range(8)] == [256 - 9 * 28] + [9 * (8 - q)
                                                                                         for q in range(1, 8)]
@@ -166,8 +178,6 @@ def test_approx_buffer_unit_is_a_switch_option_checked_against_the_port_buffer()
     assert P4RuntimeOptions().approx_buffer_unit == 1 == half_buffer_unit(64)
     assert KernelDriverOptions(ports={"a": 1}).approx_buffer_unit == 4 == half_buffer_unit(256)
     assert P4RuntimeOptions(buffer_packets=1000).approx_buffer_unit == 17
-    assert C.DEFAULT_BUFFER_PACKETS == {"p4runtime": P4RuntimeOptions.buffer_packets,
-                                        "kernel": KernelDriverOptions.buffer_packets}
     assert config_from_dict({"switch": [{"name": "s1", "options": {"buffer_packets": 85, "approx_buffer_unit": 3}}]}
                             ).switches[0].options["approx_buffer_unit"] == 3  # queue 0 keeps 85 - 84 = 1
     nothing = "a total buffer of {} packets leaves nothing for queue 0 (approximate queues of {} x 28 packets)"
@@ -189,10 +199,14 @@ def test_approx_buffer_unit_is_a_switch_option_checked_against_the_port_buffer()
         SwitchConfig(name="s1", options={"approx_buffer_unit": 3})
     with pytest.raises(ConfigError, match="^option approx_buffer_unit: a total buffer of 64 packets leaves nothing"):
         P4RuntimeOptions(approx_buffer_unit=3)
-    with pytest.raises(ConfigError, match="^option approx_buffer_unit: need an integer >= 1, got 0$"):
+    with pytest.raises(ConfigError, match="^switch 's1' options.approx_buffer_unit: expected an integer >= 1, got 0$"):
         options_from_mapping("s1", {"approx_buffer_unit": 0})
-    with pytest.raises(KernelDriverError, match="^option approx_buffer_unit: a total buffer of 256 packets"):
+    with pytest.raises(ConfigError, match="^option approx_buffer_unit: need an integer >= 1, got 0$"):
+        P4RuntimeOptions(approx_buffer_unit=0)
+    with pytest.raises(ConfigError, match="^kernel switch options.approx_buffer_unit: a total buffer of 256 packets"):
         KernelDriverOptions.from_mapping({"ports": ["a"], "approx_buffer_unit": 10})
+    with pytest.raises(ConfigError, match="^option approx_buffer_unit: a total buffer of 256 packets"):
+        KernelDriverOptions(ports={"a": 1}, approx_buffer_unit=10)
 
 
 def _fields(cls) -> set[str]:
@@ -203,13 +217,25 @@ def test_every_config_field_has_a_check():
     """A new field of a config dataclass (or a driver's options) needs its line in controller/config.py."""
     tables = {C.ControllerConfig: C.CONTROLLER_KEYS, C.PolicyConfig: C.POLICY_KEYS, C.TuningConfig: C.TUNING_KEYS,
               C.ReportConfig: C.REPORT_KEYS,
-              C.SwitchConfig: C.SWITCH_KEYS, C.CadentFlow: C.CADENTFLOW_KEYS, C.TaggedFlow: C.TAGGED_FLOW_KEYS,
-              P4RuntimeOptions: C.SWITCH_OPTIONS["p4runtime"], KernelDriverOptions: C.SWITCH_OPTIONS["kernel"]}
+              C.SwitchConfig: C.SWITCH_KEYS, C.CadentFlow: C.CADENTFLOW_KEYS, C.TaggedFlow: C.TAGGED_FLOW_KEYS}
     for cls, table in tables.items():
         assert _fields(cls) == set(table), f"{cls.__name__}: fields without a check: " \
                                            f"{sorted(_fields(cls) - set(table))}, checks without a field: " \
                                            f"{sorted(set(table) - _fields(cls))}"
-    assert set(C.SWITCH_OPTIONS) == set(C.DRIVER_KINDS)
+    # A driver's options carry their checks as field metadata: every field has one (O.checks refuses a field
+    # without), every kind has its entry, and each driver class reads its own kind's options.
+    assert set(DRIVER_OPTIONS) == set(DRIVER_CLASSES) == set(C.DRIVER_KINDS)
+    for kind in DRIVER_OPTIONS:
+        cls = options_class(kind)
+        if cls is not None:
+            assert set(O.checks(cls)) == _fields(cls)
+            assert driver_class(kind).OPTIONS == kind
+
+    @dataclasses.dataclass(frozen=True)
+    class Unchecked:
+        a: int = 1
+    with pytest.raises(TypeError, match="Unchecked.a has no check"):
+        O.checks(Unchecked)
 
 
 def test_defaults_and_examples_pass_their_checks():
