@@ -34,6 +34,7 @@ from netapprox.experiments.figures import alltoall_jobs
 from netapprox.experiments.metrics import job_summary
 from netapprox.experiments.sim import native
 from netapprox.experiments.sim.backend import SimBackend, SimScale
+from netapprox.experiments.sim.topology import TopologyConfig
 from netapprox.experiments.sim.trial import run_trial
 
 MSRS = (0.5, 0.9)
@@ -46,7 +47,7 @@ def run(progress: Callable[[str], None] = print, seeds: tuple[int, ...] = (1, 2,
     t0 = time.perf_counter()
     progress("bench sim: loading ns-3 ...")
     native.load()
-    scale = SimScale(k=k)
+    scale = SimScale(TopologyConfig(k=k))
     backend = SimBackend(scale)
     settings = backend.settings
     rows: list[dict[str, Any]] = []

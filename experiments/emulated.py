@@ -32,7 +32,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from netapprox.controller.model import queue_for_tlr
+from netapprox.controller.model import ClassRule, queue_for_tlr
 from netapprox.experiments import ddnn
 from netapprox.experiments import metrics as M
 from netapprox.experiments.baselines import TCP_DEFAULT_PORT, UDP_DEFAULT_PORT
@@ -199,15 +199,39 @@ class EmulatedBackend:
         before when it is the same) and return its record."""
         self.check(plan)
         kind = plan.switch_kind
-        key = (*self.group_of(plan), Path(workdir).resolve())
+        cfg = self.scale.testbed(**SWITCH_CONFIG[kind], sample_queues_s=QUEUE_SAMPLE_S if plan.sample_queues else None,
+                                 policy=tuple(plan.policy), spray=sprays(plan.protocol))
+        tb = self._testbed((*self.group_of(plan), Path(workdir).resolve()), cfg, Path(workdir) / f"work-{kind}")
+        return run_on_testbed(tb, plan, timeout=self.scale.timeout_s)
+
+    def ddnn_trial(self, seed: int, *, workers: int, model_bytes: int, compute_s: float, flow_load: float,
+                   duration_s: float, class_rules: Sequence[ClassRule], name: str, workdir: Path) -> tuple[dict, dict]:
+        """A ring-allreduce DNN next to web-search flows (``ddnn_trial``) on a testbed of ``workers`` + 1 hosts
+        without a controller, ``class_rules`` pinned: (metrics, raw record)."""
+        tb = self._testbed(("ddnn", workers, Path(workdir).resolve()),
+                           self.scale.testbed(hosts=workers + 1, controller=False), Path(workdir))
+        tb.pin_jobs([], class_rules=list(class_rules))
+        return ddnn_trial(tb, self.scale, seed, workers=workers, model_bytes=model_bytes, compute_s=compute_s,
+                          flow_load=flow_load, duration_s=duration_s, name=name)
+
+    def vector_trial(self, vec: np.ndarray, vec_name: str, bound: float, load: float, *, name: str,
+                     workdir: Path) -> tuple[dict, dict]:
+        """A gradient vector sent by ATP with MSR = 1 - ``bound`` next to background at ``load``
+        (``vector_trial``); the vector is written once per ``vec_name``: (metrics, raw record)."""
+        tb = self._testbed(("vector", Path(workdir).resolve()), self.scale.testbed(), Path(workdir))
+        vfile = tb.workdir / f"{vec_name}.npy"
+        if not vfile.exists():
+            np.save(vfile, vec)
+        return vector_trial(tb, self.scale, vec, vfile, bound, load, name=name)
+
+    def _testbed(self, key: tuple, cfg: TestbedConfig, workdir: Path) -> Testbed:
+        """The testbed for ``key``: kept from the trial before when the key is the same, else started anew."""
         if self._tb is None or self._tb_key != key:
             self.close()
-            cfg = self.scale.testbed(**SWITCH_CONFIG[kind], sample_queues_s=QUEUE_SAMPLE_S if plan.sample_queues else None,
-                                     policy=tuple(plan.policy), spray=sprays(plan.protocol))
-            tb = Testbed(cfg, Path(workdir) / f"work-{kind}")
+            tb = Testbed(cfg, workdir)
             tb.__enter__()
             self._tb, self._tb_key = tb, key
-        return run_on_testbed(self._tb, plan, timeout=self.scale.timeout_s)
+        return self._tb
 
     def close(self) -> None:
         if self._tb is not None:

@@ -1,14 +1,12 @@
 """The figures: one definition each, run on either back end. docs/experiments.md and docs/simulation.md map
 every figure to the paper figure it reproduces, with its parameters.
 
-    sweep = Sweep(EmulatedBackend(Scale()))                  # or Sweep(SimBackend(SimScale(k=8)), workers=2)
+    sweep = Sweep(EmulatedBackend(Scale()))                  # or Sweep(SimBackend(SimScale(TopologyConfig(k=8))), workers=2)
     EXPERIMENTS["alltoall"](seeds=[1, 2, 3], out=Path("results"), sweep=sweep)   # results/alltoall/result.json
 
 A figure lists its trials as plans (experiments/plans.py), runs them through the sweep (experiments/sweep.py)
-and plots the result file's summary. What it takes from the back end: ``scale`` (``rate_bps``, ``job``,
-``job_seed``, ``senders_of``, ``flow_size_scale``, ``lead_s``, ``slack_s``), ``hosts``, ``far_hosts()``,
-``baselines`` (its TCP EarlySend and SampleSend), ``time_unit``, ``rate_unit``, ``where`` (for titles),
-``describe`` and ``result_dir``. The keyword arguments of an ``exp_*`` function are its sweep
+and plots the result file's summary. What it takes from the back end is the ``Backend`` protocol of
+experiments/backend.py (``TestbedBackend`` for ddnn and boundedloss, whose trials are not plans). The keyword arguments of an ``exp_*`` function are its sweep
 (``--set NAME=V1,V2``); their defaults are the emulated testbed's, and ``Figure.defaults`` holds, per back
 end, those that differ (a data center's baselines and times).
 
@@ -27,13 +25,11 @@ import numpy as np
 from netapprox.controller.model import ClassRule, queue_for_tlr
 from netapprox.experiments import ddnn, hindsight
 from netapprox.experiments import results as R
-from netapprox.experiments.emulated import ddnn_trial, vector_trial
 from netapprox.experiments.metrics import flow_fct_stats, job_summary
 from netapprox.experiments.plans import Background, JobPlan, TrialPlan, is_atp
 from netapprox.experiments.sweep import Sweep, as_sweep
 from netapprox.experiments.workloads import JobWorkload, make_job, pick_receivers, poisson_arrivals, rng_for, web_search_flows
 from netapprox.hostlib import wire
-from netapprox.topo.testbed import Testbed
 
 
 def result_file(name: str, out: Path, seeds: Sequence[int], backend: Any, config: Mapping[str, Any],
@@ -645,17 +641,20 @@ def exp_ddnn(seeds: Sequence[int], out: Path, sweep: Sweep, *, ratios=(2.0, 4.0)
                                "flows": "web-search TCP flows from an extra host to the workers"},
                       seeds, out / "ddnn", expected=len(seeds) * len(ratios) * len(flow_loads) * 2)
     low_rule = ClassRule(rank=10, ip_proto=6, ip_proto_mask=0xFF, l4_dport=ddnn.RING_PORT, l4_dport_mask=0xFFFF, qid=1)
-    with Testbed(scale.testbed(hosts=workers + 1, controller=False), out / "ddnn" / "work") as tb:
+    backend = as_sweep(sweep).backend
+    try:
         for seed in seeds:
             for ratio in ratios:
                 for load in flow_loads:
                     for prio in ("same", "low"):
-                        tb.pin_jobs([], class_rules=[low_rule] if prio == "low" else [])
-                        m, raw = ddnn_trial(tb, scale, seed, workers=workers, model_bytes=model_bytes,
-                                            compute_s=ratio * net, flow_load=load, duration_s=duration_s,
-                                            name=f"s{seed}-{ratio}-{load}-{prio}")
+                        m, raw = backend.ddnn_trial(seed, workers=workers, model_bytes=model_bytes,
+                                                    compute_s=ratio * net, flow_load=load, duration_s=duration_s,
+                                                    class_rules=[low_rule] if prio == "low" else [],
+                                                    name=f"s{seed}-{ratio}-{load}-{prio}", workdir=out / "ddnn" / "work")
                         rf.add(seed, {"ratio": ratio, "flow_load": load, "priority": prio}, m, raw)
                         rf.write()
+    finally:
+        backend.close()
     for seed in seeds:  # relative change low vs same, per seed
         for ratio in ratios:
             for load in flow_loads:
@@ -727,16 +726,18 @@ def exp_boundedloss(seeds: Sequence[int], out: Path, sweep: Sweep, *, bounds=(0.
     if network:
         rate = scale.rate_bps
         wd = out / "boundedloss" / "work"
-        with Testbed(scale.testbed(), wd) as tb:
+        backend = as_sweep(sweep).backend
+        try:
             for seed in seeds:
                 vec = gradient_vector(seed, vector_len)
-                vfile = tb.workdir / f"vec{seed}.npy"
-                np.save(vfile, vec)
                 for bound in bounds:
                     for load in bg_loads:
-                        m, raw = vector_trial(tb, scale, vec, vfile, bound, load, name=f"s{seed}-{bound}-{load}")
+                        m, raw = backend.vector_trial(vec, f"vec{seed}", bound, load, name=f"s{seed}-{bound}-{load}",
+                                                      workdir=wd)
                         rf.add(seed, {"part": "network", "bound": bound, "bg_load": load}, m, raw)
                         rf.write()
+        finally:
+            backend.close()
         # Part C: bounded-loss ATP against reliable TCP with the same background, on a FIFO switch
         # (one queue, so both see the same congestion): a job shaped like the vector's packets.
         per = fpp * 4 + 8

@@ -12,7 +12,7 @@ import pytest
 
 from netapprox.hostlib.checks import states_default
 
-MODULES = ["hostlib", "controller", "topo.demo", "topo.session", "experiments", "experiments.sim",
+MODULES = ["hostlib", "controller", "topo.demo", "topo.session", "experiments",
            "experiments.report", "bench", "ml.example", "ml.replay", "analytics"]
 
 
@@ -27,7 +27,7 @@ def _parsers(monkeypatch, module: str, argv: list[str]) -> list[argparse.Argumen
 
     monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", spy)
     main = importlib.import_module(f"netapprox.{module}.__main__" if module in ("hostlib", "controller", "bench",
-                                   "experiments", "experiments.sim", "analytics") else f"netapprox.{module}").main
+                                   "experiments", "analytics") else f"netapprox.{module}").main
     with pytest.raises(SystemExit) as done:
         code = main([*argv, "--help"])
         raise SystemExit(code)
@@ -42,7 +42,7 @@ def _parsers(monkeypatch, module: str, argv: list[str]) -> list[argparse.Argumen
 
 @pytest.mark.parametrize("module, argv", [
     ("hostlib", ["send"]), ("hostlib", ["recv"]), ("controller", []), ("topo.demo", []), ("topo.session", []),
-    ("experiments", []), ("experiments", ["alltoall"]), ("experiments.sim", []), ("experiments.report", []),
+    ("experiments", []), ("experiments", ["alltoall"]), ("experiments", ["sim"]), ("experiments.report", []),
     ("bench", []), ("ml.example", []), ("ml.replay", []), ("analytics", []),
 ])
 def test_every_option_states_its_default(monkeypatch, capsys, module, argv):

@@ -1,6 +1,6 @@
 """The ns-3 back end: every trial of a figure simulated on a data-center topology (docs/simulation.md).
 
-    backend = SimBackend(SimScale(k=8))
+    backend = SimBackend(SimScale(TopologyConfig(k=8)))
     trial = backend.run_trial(plan, workdir)     # plan: experiments.plans.TrialPlan; ns-3 loads on first use
 
 ``SimScale`` is the topology and the job sizes of a sweep; the trial itself is ``experiments.sim.trial``.
@@ -26,16 +26,9 @@ from netapprox.experiments.workloads import JobWorkload, make_job, rng_for
 class SimScale:
     """Topology and job sizes of a sweep (recorded in every result file with every ``SimSettings`` field)."""
 
-    kind: str = "fattree"
-    """``fattree`` or ``clos``."""
-    k: int = 8
-    """Fat-tree arity (k=4: 16 hosts, 8: 128, 12: 432)."""
-    leaves: int = 9
-    spines: int = 4
-    hosts_per_leaf: int = 16
-    """Clos shape (the paper's 144-host 2-tier Clos)."""
-    host_gbps: float = 40.0
-    link_delay_us: float = 1.0
+    topo: TopologyConfig = TopologyConfig(k=8)
+    """The fabric: a k=8 fat-tree (128 hosts) at 40 Gbit/s unless told (k=4: 16 hosts, 12: 432; or the paper's
+    144-host 2-tier Clos, ``TopologyConfig(kind="clos")``)."""
     senders: int | None = None
     """All-to-all and incast: this many hosts send a job (``None``: every host). Scales the number of jobs,
     not the topology."""
@@ -61,9 +54,7 @@ class SimScale:
     """Background outlasts the job it is set against by this much beyond the job's expected span."""
 
     def topology(self) -> TopologyConfig:
-        return TopologyConfig(kind=self.kind, k=self.k, leaves=self.leaves, spines=self.spines,
-                              hosts_per_leaf=self.hosts_per_leaf, host_gbps=self.host_gbps,
-                              link_delay_us=self.link_delay_us)
+        return self.topo
 
     def settings(self, **kw: Any) -> SimSettings:
         return SimSettings(topology=self.topology(), buffer_packets=self.buffer_packets,
@@ -82,7 +73,7 @@ class SimScale:
 
     @property
     def rate_bps(self) -> float:
-        return self.host_gbps * 1e9
+        return self.topo.host_gbps * 1e9
 
     def senders_of(self, seed: int, hosts: Sequence[int], exclude: Sequence[int] = ()) -> list[int]:
         """``senders`` hosts (seeded) of ``hosts`` but ``exclude``; every one of them without ``senders``."""
@@ -147,6 +138,9 @@ class SimBackend:
 
     def group_of(self, plan: TrialPlan) -> tuple:
         return ()
+
+    def close(self) -> None:
+        """Nothing to stop: a trial leaves nothing running."""
 
     def check(self, plan: TrialPlan) -> None:
         if plan.protocol not in PROTOCOLS:

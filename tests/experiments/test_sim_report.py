@@ -52,7 +52,7 @@ def test_no_sim_results_no_section(tmp_path):
 def test_sim_cli_overrides_follow_the_experiment_signature():
     from netapprox.experiments.cli import UsageError, parse_overrides
     from netapprox.experiments.figures import exp_alltoall, exp_coexist
-    from netapprox.experiments.sim.__main__ import set_checks
+    from netapprox.experiments.sim_cli import set_checks
     checks = set_checks()
     assert parse_overrides(["msrs=0.5,0.9", "protocols=atp,dctcp-es"], exp_alltoall, checks) == {
         "msrs": (0.5, 0.9), "protocols": ("atp", "dctcp-es")}
@@ -75,7 +75,7 @@ def test_sim_cli_overrides_follow_the_experiment_signature():
 
 
 def test_sim_cli_mistakes_are_one_line(capsys):
-    from netapprox.experiments.sim.__main__ import main
+    from netapprox.experiments.sim_cli import main
     for argv, named in ((["alltoall", "--k", "three"], "--k"), (["alltoall", "--buffer-packets", "10"], "--buffer-packets"),
                         (["alltoall", "--set", "protocols=quic"], "quic"), (["alltoall", "--set", "nope=1"], "nope")):
         try:

@@ -103,8 +103,9 @@ def test_shifting_workload_runs_the_tuned_policy_against_fixed_thresholds(sim, t
     phase."""
     from netapprox.experiments.figures import EXPERIMENTS, SHIFT_PHASES
     from netapprox.experiments.sim.backend import SimBackend, SimScale
+    from netapprox.experiments.sim.topology import TopologyConfig
     from netapprox.experiments.sweep import Sweep
-    backend = SimBackend(SimScale(k=4, fbkv_n=200, fbhd_n=10))
+    backend = SimBackend(SimScale(TopologyConfig(k=4), fbkv_n=200, fbhd_n=10))
     rf = EXPERIMENTS["shift"]([1], tmp_path, Sweep(backend), settings=("default", "adaptive", "fixed-k8"),
                               phase_s=0.15e-3, load=0.7, receivers=2)
     runs = {r["params"]["setting"]: r for r in rf.runs}

@@ -24,7 +24,7 @@ def _terminate_self(*_a, **_k):
 
 
 def test_sigterm_interrupts_an_experiment_like_ctrl_c(monkeypatch, tmp_path, restore_signals):
-    from netapprox.experiments import __main__ as M
+    from netapprox.experiments import emulated_cli as M
     monkeypatch.setattr(M, "run_figures", _terminate_self)
     monkeypatch.setattr(M.os, "geteuid", lambda: 0)
     with pytest.raises(KeyboardInterrupt, match="SIGTERM"):

@@ -146,8 +146,9 @@ def test_the_emulated_back_end_refuses_a_cluster():
 def test_dask_alltoall_k4_gives_the_numbers_of_the_local_path(tmp_path):
     from netapprox.experiments.figures import EXPERIMENTS
     from netapprox.experiments.sim.backend import SimBackend, SimScale
+    from netapprox.experiments.sim.topology import TopologyConfig
 
-    backend = SimBackend(SimScale(k=4, fbkv_n=100))
+    backend = SimBackend(SimScale(TopologyConfig(k=4), fbkv_n=100))
     kw = {"msrs": (0.5,), "workloads": ("fbkv",), "protocols": ("atp", "dctcp-es")}
     local = EXPERIMENTS["alltoall"]([1], tmp_path / "local", Sweep(backend), **kw)
     with Sweep(backend, workers=2) as sweep:

@@ -1,4 +1,5 @@
-"""``python -m netapprox.experiments sim <name> [--k 8] [--seeds 1 2 3] [--workers 1] [--quick] [--out results]``.
+"""``python -m netapprox.experiments sim <name> [--k 8] [--seeds 1 2 3] [--workers 1] [--quick] [--out results]``: the
+command line of the ``sim`` back end (experiments/backend.py).
 
 Experiments (docs/simulation.md): the figures of the emulated experiments (experiments/figures.py) on the ns-3
 back end: alltoall (NetApprox Fig. 5-8), incast (Fig. 9), dynamic (Fig. 10-11), ablation (Fig. 12), coexist
@@ -38,11 +39,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_common_arguments(p, names=figures_for("sim"), fbkv_n=SimScale.fbkv_n, fbhd_n=SimScale.fbhd_n,
                          where="results/sim/<name>")
     p.add_argument("--tag", default="", help="write results/sim/<name>-<TAG> instead (a second run of an experiment)")
-    p.add_argument("--topology", choices=("fattree", "clos"), default=SimScale.kind,
+    p.add_argument("--topology", choices=("fattree", "clos"), default=SimScale.topo.kind,
                    help="fattree (k-ary fat tree) or clos (leaf-spine)")
-    p.add_argument("--k", type=C.arg(C.integer(ge=2, le=48)), default=SimScale.k,
-                   help=f"fat-tree arity, even (default {SimScale.k})")
-    p.add_argument("--rate-gbps", type=C.arg(C.number(gt=0.0, le=400.0)), default=SimScale.host_gbps,
+    p.add_argument("--k", type=C.arg(C.integer(ge=2, le=48)), default=SimScale.topo.k,
+                   help=f"fat-tree arity, even (default {SimScale.topo.k})")
+    p.add_argument("--rate-gbps", type=C.arg(C.number(gt=0.0, le=400.0)), default=SimScale.topo.host_gbps,
                    help="host link rate (40 or 100)")
     p.add_argument("--senders", type=C.arg(C.integer(ge=1)), default=None,
                    help="all-to-all / incast: this many hosts send a job (default: every host)")
@@ -66,8 +67,12 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     results.COMMAND[:] = ["python", "-m", "netapprox.experiments", "sim", *args_in]
-    scale = dataclasses.replace(SimScale(), kind=args.topology, k=args.k, host_gbps=args.rate_gbps,
-                                senders=args.senders, fbkv_n=args.fbkv_n, fbhd_n=args.fbhd_n,
+    try:
+        topo = dataclasses.replace(SimScale.topo, kind=args.topology, k=args.k, host_gbps=args.rate_gbps)
+    except ValueError as e:
+        print(f"{p.prog}: error: {C.one_line(e)}", file=sys.stderr)
+        return 2
+    scale = dataclasses.replace(SimScale(), topo=topo, senders=args.senders, fbkv_n=args.fbkv_n, fbhd_n=args.fbhd_n,
                                 buffer_packets=args.buffer_packets, approx_buffer_unit=args.approx_buffer_unit,
                                 tag=args.tag)
     try:
@@ -92,7 +97,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_figures(names, EXPERIMENTS, sweep, seeds=args.seeds, out=Path(args.out), quick=args.quick,
                 overrides=overrides, say=say)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
