@@ -173,15 +173,24 @@ def use_cores(impl: str) -> None:
         core.AtpSender, core.AtpReceiver = core.NativeAtpSender, core.NativeAtpReceiver
 
 
-def _atp_receiver(port_q: Any, out_q: Any, impl: str, timeout: float) -> None:
+def open_receiver(port_q: Any, out_q: Any, impl: str) -> api.ReceiverEndpoint | None:
+    """In a benchmark's receiver process: a loopback endpoint for one job on ``impl``'s cores, its port put on
+    ``port_q``; None (and the error on ``out_q``, never silently) when it cannot be opened."""
     try:
         use_cores(impl)
         ep = api.ReceiverEndpoint(("127.0.0.1", 0), config=AtpConfig(), accept_jobs=1)
     except Exception as exc:  # reported in the row, never silently
         port_q.put(None)
         out_q.put({"error": f"{type(exc).__name__}: {exc}"})
-        return
+        return None
     port_q.put(ep.bound[1])
+    return ep
+
+
+def _atp_receiver(port_q: Any, out_q: Any, impl: str, timeout: float) -> None:
+    ep = open_receiver(port_q, out_q, impl)
+    if ep is None:
+        return
     try:
         cpu0 = _cpu_s()
         res = ep.serve(jobs=1, timeout=timeout, linger_s=0.05)[0]

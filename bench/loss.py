@@ -37,7 +37,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from netapprox.bench.hostlib import use_cores
+from netapprox.bench.hostlib import open_receiver, use_cores
 from netapprox.hostlib import api, wire
 from netapprox.hostlib.config import AtpConfig, JobSpec, Message
 
@@ -165,14 +165,9 @@ def _relay(port_q: Any, stop: Any, out_q: Any, receiver_port: int, kind: str, lo
 # -- the endpoints -----------------------------------------------------------------------------------------------------
 
 def _receiver(port_q: Any, out_q: Any, impl: str) -> None:
-    try:
-        use_cores(impl)
-        ep = api.ReceiverEndpoint(("127.0.0.1", 0), config=AtpConfig(), accept_jobs=1)
-    except Exception as exc:  # reported in the row, never silently
-        port_q.put(None)
-        out_q.put({"error": f"{type(exc).__name__}: {exc}"})
+    ep = open_receiver(port_q, out_q, impl)
+    if ep is None:
         return
-    port_q.put(ep.bound[1])
     try:
         res = ep.serve(jobs=1, timeout=RUN_TIMEOUT_S, linger_s=0.05)[0]
         j = job()

@@ -327,6 +327,30 @@ struct QueueCounters
     double backlogIntegral = 0; // packet-seconds, for the time-average backlog
 };
 
+// Adds the time since `*last`, at the lengths `len` of `n` queues, to their time-weighted backlogs; `*last` = now.
+inline void
+AccountBacklog(QueueCounters* counters, const uint32_t* len, int n, double* last)
+{
+    double now = ns3::Simulator::Now().GetSeconds();
+    double dt = now - *last;
+    if (dt > 0)
+    {
+        for (int q = 0; q < n; q++)
+        {
+            counters[q].backlogIntegral += dt * len[q];
+        }
+    }
+    *last = now;
+}
+
+// `item` left the queue that `c` counts.
+inline void
+CountTransmitted(QueueCounters& c, ns3::Ptr<const ns3::QueueDiscItem> item)
+{
+    c.transmitted++;
+    c.transmittedBytes += item->GetSize();
+}
+
 class NetApproxQueueDisc : public ns3::QueueDisc
 {
   public:
@@ -412,16 +436,7 @@ class NetApproxQueueDisc : public ns3::QueueDisc
   private:
     void Account()
     {
-        double now = ns3::Simulator::Now().GetSeconds();
-        double dt = now - m_last;
-        if (dt > 0)
-        {
-            for (int q = 0; q < kQueues; q++)
-            {
-                m_counters[q].backlogIntegral += dt * m_len[q];
-            }
-        }
-        m_last = now;
+        AccountBacklog(m_counters, m_len, kQueues, &m_last);
     }
 
     bool DoEnqueue(ns3::Ptr<ns3::QueueDiscItem> item) override
@@ -534,8 +549,7 @@ class NetApproxQueueDisc : public ns3::QueueDisc
             {
                 Account();
                 m_len[q]--;
-                m_counters[q].transmitted++;
-                m_counters[q].transmittedBytes += item->GetSize();
+                CountTransmitted(m_counters[q], item);
                 return item;
             }
         }

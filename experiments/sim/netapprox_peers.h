@@ -49,8 +49,100 @@
 namespace netapprox
 {
 
+// What the peer transports share: a header of one word (magic, type, two bytes) and five big-endian 32-bit
+// fields; the first bytes of a peer datagram in a queue disc item; a test item; a bound UDP socket; a message.
+inline void
+PutPeerHeader(uint8_t* b, uint8_t magic, uint8_t type, uint8_t x, uint8_t y, const uint32_t (&v)[5])
+{
+    b[0] = magic;
+    b[1] = type;
+    b[2] = x;
+    b[3] = y;
+    for (int k = 0; k < 5; k++)
+    {
+        b[4 + 4 * k] = uint8_t(v[k] >> 24);
+        b[5 + 4 * k] = uint8_t(v[k] >> 16);
+        b[6 + 4 * k] = uint8_t(v[k] >> 8);
+        b[7 + 4 * k] = uint8_t(v[k]);
+    }
+}
+
+constexpr uint32_t kPeerHeader = 24;
+
+// The UDP header and peer header of a datagram to `port` in `item` into `b`, and its source address: false when
+// the item is something else.
+inline bool
+PeerDatagramOf(ns3::Ptr<ns3::QueueDiscItem> item, uint16_t port, uint8_t (&b)[kUdpHeader + kPeerHeader], uint32_t* src)
+{
+    auto ip = ns3::DynamicCast<ns3::Ipv4QueueDiscItem>(item);
+    if (!ip)
+    {
+        return false;
+    }
+    const ns3::Ipv4Header& h = ip->GetHeader();
+    *src = h.GetSource().Get();
+    return h.GetProtocol() == 17 && h.GetFragmentOffset() == 0 &&
+           item->GetPacket()->CopyData(b, sizeof(b)) >= sizeof(b) && Be16(b + 2) == port;
+}
+
+// A queue disc item of `size` datagram bytes from `srcIp` to UDP port `dport` (tests).
+inline ns3::Ptr<ns3::QueueDiscItem>
+PeerItem(const uint8_t* data, uint32_t size, uint32_t srcIp, uint16_t dport)
+{
+    auto p = ns3::Create<ns3::Packet>(data, size);
+    ns3::UdpHeader udp;
+    udp.SetSourcePort(9);
+    udp.SetDestinationPort(dport);
+    p->AddHeader(udp);
+    ns3::Ipv4Header ip;
+    ip.SetSource(ns3::Ipv4Address(srcIp));
+    ip.SetDestination(ns3::Ipv4Address(0x0A0000FE));
+    ip.SetProtocol(17);
+    ip.SetPayloadSize(p->GetSize());
+    return ns3::Create<ns3::Ipv4QueueDiscItem>(p, ns3::Address(), 0x0800, ip);
+}
+
+// A UDP socket of `node` bound to any port, delivering to `onRecv`.
+inline ns3::Ptr<ns3::Socket>
+BoundUdpSocket(ns3::Ptr<ns3::Node> node, ns3::Callback<void, ns3::Ptr<ns3::Socket>> onRecv)
+{
+    auto socket = ns3::Socket::CreateSocket(node, ns3::UdpSocketFactory::GetTypeId());
+    socket->Bind();
+    socket->SetRecvCallback(onRecv);
+    return socket;
+}
+
+// The one message of a peer transport's sender: where it goes, its bytes in packets of `mss`, the first
+// `target` packets needed.
+struct PeerMessage
+{
+    void SetMessage(uint32_t ip, uint16_t port, uint32_t job, uint64_t streamBytes, uint64_t targetBytes, uint32_t mss)
+    {
+        m_peer = ns3::InetSocketAddress(ns3::Ipv4Address(ip), port);
+        m_job = job;
+        m_bytes = streamBytes;
+        m_mss = mss;
+        m_packets = uint32_t(std::max<uint64_t>(1, (streamBytes + mss - 1) / mss));
+        m_target = uint32_t(std::min<uint64_t>(m_packets, std::max<uint64_t>(1, (targetBytes + mss - 1) / mss)));
+    }
+
+    // The payload bytes of packet `seq`.
+    uint32_t PayloadOf(uint32_t seq) const
+    {
+        uint64_t offset = uint64_t(seq) * m_mss;
+        return uint32_t(std::min<uint64_t>(m_mss, m_bytes > offset ? m_bytes - offset : 0));
+    }
+
+    ns3::Address m_peer;
+    uint32_t m_job = 0;
+    uint64_t m_bytes = 0;
+    uint32_t m_mss = 1400;
+    uint32_t m_packets = 1;
+    uint32_t m_target = 1;
+};
+
 constexpr uint16_t kPfPort = 7800;
-constexpr uint32_t kPfHeader = 24;
+constexpr uint32_t kPfHeader = kPeerHeader;
 constexpr uint8_t kPfMagic = 'P';
 constexpr uint8_t kPfData = 1;
 constexpr uint8_t kPfAck = 2;
@@ -69,18 +161,7 @@ struct PfHeader
 
     void Write(uint8_t* b) const
     {
-        b[0] = kPfMagic;
-        b[1] = type;
-        b[2] = flags;
-        b[3] = 0;
-        uint32_t v[5] = {job, seq, remaining, packets, target};
-        for (int k = 0; k < 5; k++)
-        {
-            b[4 + 4 * k] = uint8_t(v[k] >> 24);
-            b[5 + 4 * k] = uint8_t(v[k] >> 16);
-            b[6 + 4 * k] = uint8_t(v[k] >> 8);
-            b[7 + 4 * k] = uint8_t(v[k]);
-        }
+        PutPeerHeader(b, kPfMagic, type, flags, 0, {job, seq, remaining, packets, target});
     }
 
     bool Read(const uint8_t* b)
@@ -242,25 +323,15 @@ class PfabricQueueDisc : public ns3::QueueDisc
     // address, job) of a pFabric DATA packet, else 0.
     static uint32_t Priority(ns3::Ptr<ns3::QueueDiscItem> item, uint64_t* flow)
     {
-        auto ip = ns3::DynamicCast<ns3::Ipv4QueueDiscItem>(item);
         *flow = 0;
-        if (!ip)
-        {
-            return 0;
-        }
-        const ns3::Ipv4Header& h = ip->GetHeader();
-        uint8_t b[kUdpHeader + kPfHeader];
-        if (h.GetProtocol() != 17 || h.GetFragmentOffset() != 0 ||
-            item->GetPacket()->CopyData(b, sizeof(b)) < sizeof(b) || Be16(b + 2) != kPfPort)
-        {
-            return 0;
-        }
+        uint8_t b[kUdpHeader + kPeerHeader];
+        uint32_t src = 0;
         PfHeader ph;
-        if (!ph.Read(b + kUdpHeader) || ph.type != kPfData)
+        if (!PeerDatagramOf(item, kPfPort, b, &src) || !ph.Read(b + kUdpHeader) || ph.type != kPfData)
         {
             return 0;
         }
-        *flow = (uint64_t(h.GetSource().Get()) << 32) | ph.job;
+        *flow = (uint64_t(src) << 32) | ph.job;
         return ph.remaining;
     }
 
@@ -364,8 +435,7 @@ class PfabricQueueDisc : public ns3::QueueDisc
         }
         m_meta.erase(m_meta.begin() + pick);
         ns3::Ptr<ns3::QueueDiscItem> item = Store()->DequeueAt(pick);
-        m_counters.transmitted++;
-        m_counters.transmittedBytes += item->GetSize();
+        CountTransmitted(m_counters, item);
         return item;
     }
 
@@ -405,17 +475,7 @@ inline ns3::Ptr<ns3::QueueDiscItem>
 MakePfabricItem(uint32_t srcIp, uint16_t dport, uint8_t type, uint32_t job, uint32_t remaining, uint32_t payload)
 {
     std::string d = PfabricDatagram(type, job, 0, remaining, 1, 1, payload);
-    auto p = ns3::Create<ns3::Packet>(reinterpret_cast<const uint8_t*>(d.data()), uint32_t(d.size()));
-    ns3::UdpHeader udp;
-    udp.SetSourcePort(9);
-    udp.SetDestinationPort(dport);
-    p->AddHeader(udp);
-    ns3::Ipv4Header ip;
-    ip.SetSource(ns3::Ipv4Address(srcIp));
-    ip.SetDestination(ns3::Ipv4Address(0x0A0000FE));
-    ip.SetProtocol(17);
-    ip.SetPayloadSize(p->GetSize());
-    return ns3::Create<ns3::Ipv4QueueDiscItem>(p, ns3::Address(), 0x0800, ip);
+    return PeerItem(reinterpret_cast<const uint8_t*>(d.data()), uint32_t(d.size()), srcIp, dport);
 }
 
 // The pFabric priority of a queue disc item (tests): what the switch reads.
@@ -441,7 +501,7 @@ InstallPfabricQueueDisc(ns3::Ptr<ns3::NetDevice> device, uint32_t port, uint32_t
 }
 
 // One pFabric flow per job: see the file's comment.
-class PfabricSender : public SocketApp<PfabricSender>
+class PfabricSender : public SocketApp<PfabricSender>, private PeerMessage
 {
   public:
     static constexpr const char* kTypeName = "netapprox::PfabricSender";
@@ -450,12 +510,7 @@ class PfabricSender : public SocketApp<PfabricSender>
     void Setup(uint32_t ip, uint32_t job, uint64_t streamBytes, uint64_t targetBytes, uint32_t mss, uint32_t window,
                int64_t rtoNs, uint32_t probeAfter, bool stopAtTarget)
     {
-        m_peer = ns3::InetSocketAddress(ns3::Ipv4Address(ip), kPfPort);
-        m_job = job;
-        m_bytes = streamBytes;
-        m_mss = mss;
-        m_packets = uint32_t(std::max<uint64_t>(1, (streamBytes + mss - 1) / mss));
-        m_target = uint32_t(std::min<uint64_t>(m_packets, std::max<uint64_t>(1, (targetBytes + mss - 1) / mss)));
+        SetMessage(ip, kPfPort, job, streamBytes, targetBytes, mss);
         m_maxWindow = std::max<uint32_t>(1, window);
         m_cwnd = m_maxWindow;
         m_ssthresh = m_maxWindow;
@@ -505,9 +560,7 @@ class PfabricSender : public SocketApp<PfabricSender>
     void StartApplication() override
     {
         m_startNs = ns3::Simulator::Now().GetNanoSeconds();
-        m_socket = ns3::Socket::CreateSocket(GetNode(), ns3::UdpSocketFactory::GetTypeId());
-        m_socket->Bind();
-        m_socket->SetRecvCallback(ns3::MakeCallback(&PfabricSender::OnRecv, this));
+        m_socket = BoundUdpSocket(GetNode(), ns3::MakeCallback(&PfabricSender::OnRecv, this));
         Pump();
         ArmTimer();
     }
@@ -536,7 +589,7 @@ class PfabricSender : public SocketApp<PfabricSender>
         uint32_t payload = 0;
         if (type == kPfData)
         {
-            payload = uint32_t(std::min<uint64_t>(m_mss, m_bytes > offset ? m_bytes - offset : 0));
+            payload = PayloadOf(seq);
         }
         std::vector<uint8_t> buf(kPfHeader + payload, 0);
         h.Write(buf.data());
@@ -662,12 +715,6 @@ class PfabricSender : public SocketApp<PfabricSender>
         }
     }
 
-    ns3::Address m_peer;
-    uint32_t m_job = 0;
-    uint64_t m_bytes = 0;
-    uint32_t m_mss = 1400;
-    uint32_t m_packets = 1;
-    uint32_t m_target = 1;
     uint32_t m_maxWindow = 1;
     double m_cwnd = 1;
     double m_ssthresh = 1;
@@ -828,18 +875,7 @@ struct HomaHeader
 
     void Write(uint8_t* b) const
     {
-        b[0] = kHomaMagic;
-        b[1] = type;
-        b[2] = prio;
-        b[3] = grantPrio;
-        uint32_t v[5] = {job, seq, packets, target, value};
-        for (int k = 0; k < 5; k++)
-        {
-            b[4 + 4 * k] = uint8_t(v[k] >> 24);
-            b[5 + 4 * k] = uint8_t(v[k] >> 16);
-            b[6 + 4 * k] = uint8_t(v[k] >> 8);
-            b[7 + 4 * k] = uint8_t(v[k]);
-        }
+        PutPeerHeader(b, kHomaMagic, type, prio, grantPrio, {job, seq, packets, target, value});
     }
 
     bool Read(const uint8_t* b)
@@ -919,35 +955,16 @@ class HomaQueueDisc : public ns3::QueueDisc
     // The queue of a packet: a Homa packet's prio byte, anything else 0.
     static int Level(ns3::Ptr<ns3::QueueDiscItem> item)
     {
-        auto ip = ns3::DynamicCast<ns3::Ipv4QueueDiscItem>(item);
-        if (!ip)
-        {
-            return 0;
-        }
-        const ns3::Ipv4Header& h = ip->GetHeader();
-        uint8_t b[kUdpHeader + kPfHeader];
-        if (h.GetProtocol() != 17 || h.GetFragmentOffset() != 0 ||
-            item->GetPacket()->CopyData(b, sizeof(b)) < sizeof(b) || Be16(b + 2) != kHomaPort)
-        {
-            return 0;
-        }
+        uint8_t b[kUdpHeader + kPeerHeader];
+        uint32_t src = 0;
         HomaHeader hh;
-        return hh.Read(b + kUdpHeader) ? hh.prio : 0;
+        return PeerDatagramOf(item, kHomaPort, b, &src) && hh.Read(b + kUdpHeader) ? hh.prio : 0;
     }
 
   private:
     void Account()
     {
-        double now = ns3::Simulator::Now().GetSeconds();
-        double dt = now - m_last;
-        if (dt > 0)
-        {
-            for (int q = 0; q < kQueues; q++)
-            {
-                m_counters[q].backlogIntegral += dt * m_len[q];
-            }
-        }
-        m_last = now;
+        AccountBacklog(m_counters, m_len, kQueues, &m_last);
     }
 
     bool DoEnqueue(ns3::Ptr<ns3::QueueDiscItem> item) override
@@ -986,8 +1003,7 @@ class HomaQueueDisc : public ns3::QueueDisc
                 Account();
                 m_len[q]--;
                 m_total--;
-                m_counters[q].transmitted++;
-                m_counters[q].transmittedBytes += item->GetSize();
+                CountTransmitted(m_counters[q], item);
                 return item;
             }
         }
@@ -1052,17 +1068,7 @@ MakeHomaItem(uint32_t srcIp, uint8_t type, uint8_t prio, uint32_t job, uint32_t 
     h.packets = 1;
     h.target = 1;
     h.Write(buf.data());
-    auto p = ns3::Create<ns3::Packet>(buf.data(), uint32_t(buf.size()));
-    ns3::UdpHeader udp;
-    udp.SetSourcePort(9);
-    udp.SetDestinationPort(kHomaPort);
-    p->AddHeader(udp);
-    ns3::Ipv4Header ip;
-    ip.SetSource(ns3::Ipv4Address(srcIp));
-    ip.SetDestination(ns3::Ipv4Address(0x0A0000FE));
-    ip.SetProtocol(17);
-    ip.SetPayloadSize(p->GetSize());
-    return ns3::Create<ns3::Ipv4QueueDiscItem>(p, ns3::Address(), 0x0800, ip);
+    return PeerItem(buf.data(), uint32_t(buf.size()), srcIp, kHomaPort);
 }
 
 inline int
@@ -1071,7 +1077,7 @@ HomaLevelOf(ns3::Ptr<ns3::QueueDiscItem> item)
     return HomaQueueDisc::Level(item);
 }
 
-class HomaSender : public SocketApp<HomaSender>
+class HomaSender : public SocketApp<HomaSender>, private PeerMessage
 {
   public:
     static constexpr const char* kTypeName = "netapprox::HomaSender";
@@ -1079,12 +1085,7 @@ class HomaSender : public SocketApp<HomaSender>
     void Setup(uint32_t ip, uint32_t job, uint64_t streamBytes, uint64_t targetBytes, uint32_t mss,
                uint32_t rttPackets, uint8_t unschedPrio, int64_t timeoutNs, bool stopAtTarget)
     {
-        m_peer = ns3::InetSocketAddress(ns3::Ipv4Address(ip), kHomaPort);
-        m_job = job;
-        m_bytes = streamBytes;
-        m_mss = mss;
-        m_packets = uint32_t(std::max<uint64_t>(1, (streamBytes + mss - 1) / mss));
-        m_target = uint32_t(std::min<uint64_t>(m_packets, std::max<uint64_t>(1, (targetBytes + mss - 1) / mss)));
+        SetMessage(ip, kHomaPort, job, streamBytes, targetBytes, mss);
         m_granted = std::min(m_packets, std::max<uint32_t>(1, rttPackets));
         m_unschedPrio = unschedPrio;
         m_schedPrio = kQueues - 1;
@@ -1138,9 +1139,7 @@ class HomaSender : public SocketApp<HomaSender>
     void StartApplication() override
     {
         m_startNs = ns3::Simulator::Now().GetNanoSeconds();
-        m_socket = ns3::Socket::CreateSocket(GetNode(), ns3::UdpSocketFactory::GetTypeId());
-        m_socket->Bind();
-        m_socket->SetRecvCallback(ns3::MakeCallback(&HomaSender::OnRecv, this));
+        m_socket = BoundUdpSocket(GetNode(), ns3::MakeCallback(&HomaSender::OnRecv, this));
         Pump();
         Arm();
     }
@@ -1165,8 +1164,7 @@ class HomaSender : public SocketApp<HomaSender>
         h.seq = seq;
         h.packets = m_packets;
         h.target = m_target;
-        uint64_t offset = uint64_t(seq) * m_mss;
-        uint32_t payload = uint32_t(std::min<uint64_t>(m_mss, m_bytes > offset ? m_bytes - offset : 0));
+        uint32_t payload = PayloadOf(seq);
         HomaSend(m_socket, h, payload, m_peer);
         m_sent++;
         m_sentAt[h.prio]++;
@@ -1243,12 +1241,6 @@ class HomaSender : public SocketApp<HomaSender>
         }
     }
 
-    ns3::Address m_peer;
-    uint32_t m_job = 0;
-    uint64_t m_bytes = 0;
-    uint32_t m_mss = 1400;
-    uint32_t m_packets = 1;
-    uint32_t m_target = 1;
     uint32_t m_granted = 1;
     uint32_t m_unsched = 1;
     uint32_t m_next = 0;

@@ -1210,10 +1210,7 @@ int receiver_receive(Receiver *r, const uint8_t *data, size_t len, PyObject *add
         int ok = receiver_announce_chunk(r, &h, payload);
         if (ok <= 0)
             return ok;
-        int zero = 1;
-        for (int i = 0; i < ATP_TOKEN_LEN; i++)
-            if (payload[i])
-                zero = 0;
+        int zero = receiver_token_is_zero(payload);
         int echo = !job->validated && !zero;
         if (echo && receiver_validate(r, job, &h, payload, now) != 0)
             return -1;

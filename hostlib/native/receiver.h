@@ -201,4 +201,12 @@ int receiver_on_new_announce(Receiver *r, const AtpHeader *h, const uint8_t *pay
                              const NetAddr *na, double now);
 int receiver_on_msr_change(Receiver *r, Job *job, const AtpHeader *h, const uint8_t *payload);
 
+/* An announce part's token field (ATP_TOKEN_LEN bytes) is all zero: the sender holds no token. */
+static inline int receiver_token_is_zero(const uint8_t *token) {
+    for (int i = 0; i < ATP_TOKEN_LEN; i++)
+        if (token[i])
+            return 0;
+    return 1;
+}
+
 #endif

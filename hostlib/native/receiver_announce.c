@@ -410,10 +410,7 @@ int receiver_on_new_announce(Receiver *r, const AtpHeader *h, const uint8_t *pay
     int ok = receiver_announce_chunk(r, h, payload);
     if (ok <= 0)
         return ok;
-    int zero = 1;
-    for (int i = 0; i < ATP_TOKEN_LEN; i++)
-        if (payload[i])
-            zero = 0;
+    int zero = receiver_token_is_zero(payload);
     /* what the token proves (admission.TokenMinter.check_announce): "job", "address", or why it is refused */
     PyObject *proof = NULL;
     if (!zero) {

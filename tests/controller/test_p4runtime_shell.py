@@ -15,15 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from netapprox.controller.model import (
-    ClassRule,
-    EcnRule,
-    JobRule,
-    Route,
-    SwitchState,
-    TagRule,
-    default_tlr_rules,
-)
+from netapprox.controller.model import ClassRule, EcnRule, JobRule, Route, SwitchState, TagRule, default_tlr_rules
 from netapprox.controller.p4runtime.protos import p4info_pb2
 from google.protobuf import text_format
 

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -24,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from netapprox.hostlib import api, wire
+from netapprox.hostlib import api
 from netapprox.hostlib.config import AtpConfig, JobSpec
-from hostlib_sim import announce
+from receiver_process import free_port, memory_kb, wait_until_serving
 
 pytestmark = [pytest.mark.usefixtures("cores"), pytest.mark.slow, pytest.mark.timeout(300),
               pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc to read RSS")]
@@ -35,28 +33,7 @@ REPO = Path(__file__).resolve().parents[2]
 BUDGET_MB = 32
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
-
-def rss_kb(pid: int) -> int:
-    return int(re.search(r"^VmRSS:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text(), re.M).group(1))
-
-
-def wait_until_serving(port: int, timeout: float = 10.0) -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.settimeout(0.2)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            s.sendto(announce(1, [(0, 0.5, [0])], 1), ("127.0.0.1", port))
-            try:
-                if wire.decode(s.recv(2048))[0].type in (wire.PacketType.RETRY, wire.PacketType.ACK):
-                    return  # a RETRY, or the ACK of a job admitted at once
-            except (socket.timeout, ConnectionRefusedError):
-                pass
-    raise AssertionError(f"receiver on port {port} did not answer within {timeout} s")
 
 
 class RssSampler(threading.Thread):
@@ -67,7 +44,7 @@ class RssSampler(threading.Thread):
     def run(self) -> None:
         while not self.stop.wait(0.05):
             try:
-                self.peak = max(self.peak, rss_kb(self.pid))
+                self.peak = max(self.peak, memory_kb(self.pid)["VmRSS"])
             except (OSError, AttributeError):
                 return
 
@@ -88,7 +65,7 @@ def test_a_serving_receiver_stays_bounded_under_an_admitted_hosts_attacks(tmp_pa
                                 config=cfg, timeout=120)
 
         assert legit(7).msr_met()
-        base_kb = rss_kb(rx.pid)
+        base_kb = memory_kb(rx.pid)["VmRSS"]
         sampler = RssSampler(rx.pid)
         sampler.start()
         env = dict(os.environ, PYTHONPATH=str(REPO / "tests") + os.pathsep + os.environ.get("PYTHONPATH", ""))

@@ -31,29 +31,7 @@ around the charged structures (freed blocks not returned at once), the native re
 events and summaries on their way to the application (docs/hostlib.md)."""
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
-
-def memory_kb(pid: int) -> dict[str, int]:
-    text = Path(f"/proc/{pid}/status").read_text()
-    return {k: int(re.search(rf"^{k}:\s+(\d+) kB", text, re.M).group(1)) for k in ("VmRSS", "VmHWM")}
-
-
-def wait_until_serving(port: int, timeout: float = 10.0) -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.settimeout(0.2)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            s.sendto(announce(1, [(0, 0.5, [0])], 1), ("127.0.0.1", port))
-            try:
-                if wire.decode(s.recv(2048))[0].type in (wire.PacketType.RETRY, wire.PacketType.ACK):
-                    return
-            except (socket.timeout, ConnectionRefusedError):
-                pass
-    raise AssertionError(f"receiver on port {port} did not answer within {timeout} s")
 
 
 def drive_replies(port: int, stop: threading.Event, counts: dict) -> None:

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import select
-import socket
 import subprocess
 import sys
 import time
@@ -20,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from netapprox.hostlib import api, wire
+from netapprox.hostlib import api
 from netapprox.hostlib.config import AtpConfig, JobSpec
 from hostlib_sim import announce
+from receiver_process import free_port, memory_kb, wait_until_serving
 
 pytestmark = pytest.mark.usefixtures("cores")
 
@@ -30,31 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 BUDGET_MB = 32
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
-
-def memory_kb(pid: int) -> dict[str, int]:
-    """VmRSS (now) and VmHWM (peak) of a process, from /proc."""
-    text = Path(f"/proc/{pid}/status").read_text()
-    return {k: int(re.search(rf"^{k}:\s+(\d+) kB", text, re.M).group(1)) for k in ("VmRSS", "VmHWM")}
-
-
-def wait_until_serving(port: int, timeout: float = 10.0) -> None:
-    """The receiver answers a token-less announce (an ACK: admitted at once, or a RETRY) once it is up."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.settimeout(0.2)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            s.sendto(announce(1, [(0, 0.5, [0])], 1), ("127.0.0.1", port))
-            try:
-                if wire.decode(s.recv(2048))[0].type in (wire.PacketType.RETRY, wire.PacketType.ACK):
-                    return
-            except (socket.timeout, ConnectionRefusedError):
-                pass
-    raise AssertionError(f"receiver on port {port} did not answer within {timeout} s")
 
 
 FLOOD_ANNOUNCES = 7500

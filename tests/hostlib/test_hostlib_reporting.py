@@ -126,7 +126,7 @@ ENCODE = re.compile(r"(?:\breport|Report\([^)]*\))\.encode\(")
 
 
 def test_one_report_sink_and_no_other_place_encodes_a_report():
-    """Package code encodes a REPORT in ``ReportSink.encode`` only, and there is one ``class ReportSink``."""
+    """Package code encodes a REPORT in ``ReportSink.encode`` only, and one ReportSink class exists."""
     sinks, encoders = [], []
     for folder in PACKAGE_DIRS:
         for path in (REPO / folder).rglob("*.py"):
