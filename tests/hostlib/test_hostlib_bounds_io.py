@@ -33,9 +33,6 @@ REPO = Path(__file__).resolve().parents[2]
 BUDGET_MB = 32
 
 
-
-
-
 class RssSampler(threading.Thread):
     def __init__(self, pid: int) -> None:
         super().__init__(daemon=True)

@@ -19,6 +19,7 @@ import pytest
 from netapprox.hostlib import api, wire
 from netapprox.hostlib.config import AtpConfig, JobSpec, Message
 from hostlib_sim import announce, token_of
+from receiver_process import free_port, memory_kb, wait_until_serving
 
 pytestmark = [pytest.mark.usefixtures("cores"), pytest.mark.slow, pytest.mark.timeout(120),
               pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc to read RSS")]
@@ -29,9 +30,6 @@ RSS_SLACK_MB = 8
 """What a receiver process may hold beyond its idle RSS and its budget: the interpreter's and the allocator's slack
 around the charged structures (freed blocks not returned at once), the native receive buffers' growth, and the
 events and summaries on their way to the application (docs/hostlib.md)."""
-
-
-
 
 
 def drive_replies(port: int, stop: threading.Event, counts: dict) -> None:

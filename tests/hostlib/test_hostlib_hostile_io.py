@@ -30,9 +30,6 @@ REPO = Path(__file__).resolve().parents[2]
 BUDGET_MB = 32
 
 
-
-
-
 FLOOD_ANNOUNCES = 7500
 """Off-path forged announces the flood sends at least (5 s of it at 1,500/s on an idle machine)."""
 
