@@ -132,7 +132,7 @@ def test_one_report_sink_and_no_other_place_encodes_a_report():
         for path in (REPO / folder).rglob("*.py"):
             text = path.read_text(encoding="utf-8")
             rel = str(path.relative_to(REPO))
-            sinks += [rel for _ in re.finditer(r"^class ReportSink\b", text, re.M)]
+            sinks += [rel for _ in re.finditer(r"^class " r"ReportSink\b", text, re.M)]
             if rel != "hostlib/reporting.py":
                 encoders += [f"{rel}: {m.group(0)}" for m in ENCODE.finditer(text)]
     assert sinks == ["hostlib/reporting.py"]
