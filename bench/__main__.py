@@ -11,7 +11,9 @@ Every number is a ratio of two things measured in this run, on this machine, wit
 3. the controller: epoch cost at 10,000 jobs, report ingest rate, report-to-write latency (``bench.controller``);
 4. the ns-3 data-center scale row, when ``bench.sim`` and ns-3 are installed;
 5. loss recovery: one job through a lossy relay on loopback at random loss 0.3 / 0.6 / 0.9 and in bursts, its JCT
-   over the ideal (``bench.loss``).
+   over the ideal (``bench.loss``);
+6. approximate analytics: the paper's Fig. 15 on the emulated testbed, ATP-S1 against TCP-ES / TCP-SS per e_max
+   (``bench.analytics``).
 
 Writes ``results/bench.json`` (its ``headline`` object keeps the same keys across versions; a value is null
 when it was not measured), ``results/bench.md`` and ``results/bench.csv`` (one row per trial), and prints a
@@ -32,6 +34,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from netapprox.bench import analytics as bench_analytics
 from netapprox.bench import controller as bench_controller
 from netapprox.bench import hostlib as bench_hostlib
 from netapprox.bench import loss as bench_loss
@@ -44,7 +47,7 @@ from netapprox.experiments.results import Progress, environment, git_commit, now
 from netapprox.topo.netns import stop_on_signals
 
 NETWORK_SECTIONS = N.SECTIONS
-OTHER_SECTIONS = ("hostlib", "controller", "sim", "loss")
+OTHER_SECTIONS = ("hostlib", "controller", "sim", "loss", "analytics")
 HEADLINE_KEYS = (
     "atp_over_tcp_es_fifo", "atp_over_tcp_ss_fifo", "atp_over_tcp_es_background", "atp_over_bound_idle",
     "msr_met_fraction", "nonapprox_fct_netapprox_over_fifo", "hostlib_pps_over_raw_udp", "hostlib_loopback_gbps",
@@ -53,6 +56,7 @@ HEADLINE_KEYS = (
     "hostlib_jct_under_flood_over_alone", "hostlib_jct_under_receiver_attacks_over_alone",
     "leafspine_atp_over_tcp_es", "leafspine_spray_over_flowhash",
     "atp_jct_under_loss_over_ideal",
+    "analytics_jct_over_tcp_es", "analytics_error_over_emax",
 )
 HEADLINE_ABOUT = {
     "atp_over_tcp_es_fifo": "all-to-all FBKV, ATP JCT / TCP-ES JCT on a FIFO switch, per MSR",
@@ -76,6 +80,9 @@ HEADLINE_ABOUT = {
     "atp_jct_under_loss_over_ideal": "one job through a lossy relay, JCT / ideal, per loss pattern, the worse core "
                                      "(bars: <= 2 at random loss up to 0.6, <= 3 at 0.9 and in bursts: bench.json's "
                                      "bars)",
+    "analytics_jct_over_tcp_es": "Avg of generated TLC trips within e_max next to web-search flows (Fig. 15), ATP-S1 / "
+                                 "TCP-ES JCT, per e_max",
+    "analytics_error_over_emax": "the same, ATP-S1's largest measured error / e_max, per e_max",
 }
 """What each headline key measures, in a few words (README's table; a key without one shows its name only)."""
 HEADLINE_BARS = {
@@ -85,6 +92,7 @@ HEADLINE_BARS = {
     "sim_atp_over_dctcp_es": "< 0.7", "sim_atp_p99_over_dctcp_es": "<= 1", "sim_atp_network_drop_frac": "<= 0.05",
     "hostlib_jct_under_flood_over_alone": "<= 2", "hostlib_jct_under_receiver_attacks_over_alone": "<= 2",
     "leafspine_atp_over_tcp_es": "<= 0.5", "leafspine_spray_over_flowhash": "<= 0.9",
+    "analytics_jct_over_tcp_es": "<= 0.7", "analytics_error_over_emax": "<= 1",
 }
 """Each headline key's bar, ``[leaf] op limit`` (every number of the value, or its leaves named ``leaf``, must
 meet it; experiments/headline.py checks it for README's table). A key without a bar has none to meet."""
@@ -263,6 +271,10 @@ def bars(h: dict, summary: dict | None) -> dict:
         out["atp_jct_under_loss_over_ideal_le_2_le_3"] = all(
             v is not None and v <= (2.0 if "burst" not in k and bench_loss.PATTERNS[k][1] <= 0.6 else 3.0)
             for k, v in loss.items())
+    for key, limit in (("analytics_jct_over_tcp_es", 0.7), ("analytics_error_over_emax", 1.0)):
+        v = h.get(key)
+        if v:
+            out[f"{key}_le_{limit:g}"] = all(x is not None and x <= limit for x in v.values())
     return out
 
 
@@ -288,6 +300,12 @@ def _sim(progress: Callable[[str], None]) -> dict:
 
 def _loss(progress: Callable[[str], None]) -> dict:
     return bench_loss.run(progress=progress)
+
+
+def _analytics(progress: Callable[[str], None], seeds: Sequence[int]) -> dict:
+    if os.geteuid() != 0:
+        return {"skipped": "the analytics section runs on the emulated testbed: it needs root"}
+    return bench_analytics.run(seeds, progress=progress)
 
 
 def _fmt(x: Any, nd: int = 3) -> str:
@@ -423,7 +441,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         print(f"{p.prog}: error: cannot create --out {out}: {exc.strerror}", file=sys.stderr)
         return 2
-    sections = [s for s in args.sections if not (args.skip_network and s in NETWORK_SECTIONS)]
+    sections = [s for s in args.sections if not (args.skip_network and (s in NETWORK_SECTIONS or s == "analytics"))]
     net_sections = [s for s in sections if s in NETWORK_SECTIONS]
     if net_sections and os.geteuid() != 0:
         print(f"{p.prog}: error: the network sections need root (namespaces, qdiscs); use --skip-network",
@@ -440,7 +458,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, fn in (("hostlib", lambda: _hostlib(lambda line: progress.note("hostlib: " + line))),
                      ("controller", lambda: _controller(lambda line: progress.note("controller: " + line))),
                      ("sim", lambda: _sim(lambda line: progress.note("sim: " + line))),
-                     ("loss", lambda: _loss(lambda line: progress.note("loss: " + line)))):
+                     ("loss", lambda: _loss(lambda line: progress.note("loss: " + line))),
+                     ("analytics", lambda: _analytics(lambda line: progress.note("analytics: " + line), args.seeds))):
         if name in sections:
             progress.note(f"{name}: running")
             parts[name] = _part(name, fn)

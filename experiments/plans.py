@@ -27,12 +27,14 @@ ATP_VARIANTS: dict[str, dict[str, Any]] = {
     "atp-mrdf": {"mode": "fixtlr", "mrdf": True},
     "atp-early": {"mode": "paper", "mrdf": True, "completion": "early"},
     "atp-all-sent": {"mode": "adaptive", "mrdf": True, "completion": "all_sent"},
+    "atp-s1": {"mode": "adaptive", "mrdf": False},
 }
 """The ATP variants of the papers' figures, as hostlib ``AtpConfig`` knobs: ``atp`` is hostlib's default sender
 (adaptive); ``atp-full`` (also ``atp-paper``) the paper's eq. 1-3 with dynamic TLR and the controller's dynamic
 queue; ``atp-fixprio`` the same with the job pinned to the queue of 1 - MSR; ``atp-fixtlr`` a static TLR of
 1 - MSR; Fig. 12's chain ``atp-base`` (line rate, then repairs) -> ``atp-rc`` (+ rate control) -> ``atp-mrdf``
-(+ MRDF); ``atp-early`` / ``atp-all-sent`` the two completion policies."""
+(+ MRDF); ``atp-early`` / ``atp-all-sent`` the two completion policies; ``atp-s1`` the analytics job's sender (MRDF off: its
+rows in their random id order, docs/analytics.md)."""
 
 ATP_ABLATION: dict[str, dict[str, Any]] = {
     "atp-before": {"mode": "adaptive", "mrdf": True, "pack_messages": False, "initial_window": 16,

@@ -1,0 +1,329 @@
+"""The approximate-analytics evaluation (the paper's Fig. 15-16; docs/analytics.md, Evaluation):
+``python -m netapprox.experiments analytics [--seeds 1 2 3] [--figures fig15 fig16] [--out results]``.
+
+- **Fig. 15**: the average trip distance of generated TLC trips (``analytics.tlc.generate``, seeded) within
+  ``e_max`` 1 / 2 / 5 / 10 %, on the emulated testbed next to background traffic as the paper's (web-search TCP
+  flows, non-approximate, 30 % of the link into the job's receiver), all transports in one run. The job's rows (one trip record per message, in the job's seeded random order) go from
+  host 0 to host 1 as ``atp-s1`` (ATP, messages in id order, MRDF off: the analytics job's configuration), ``tcp-es``
+  (kernel TCP, in order, stopped once enough arrived) and ``tcp-ss`` (kernel TCP, a seeded uniform sample of that
+  many rows), each on the switch its users run (ATP on NetApprox, TCP on FIFO). How many rows are enough is what
+  the analytics job itself needs: the same job run first over the simulated link in virtual time, its MSR following
+  its running estimate until every bound holds (``AnalyticsJob.run(adapt=True)``); its final fraction of rows is
+  every transport's MSR on the testbed. The measured error of each transport is that of the estimate from the
+  rows it delivered (ATP: every row but the receiver's ``lost_ids``; TCP-ES: the first rows in send order; TCP-SS:
+  its sample, drawn from the receiver's job id as the sender draws it) against the exact average.
+- **Fig. 16**: two keys as per-key strata (trips from or to an airport, the rest: 5-10 % and 90-95 % of the rows),
+  Avg within 5 % per key: the job with the keys as groups (a bound per key, the MSR per key) and without (one
+  bound over all rows), over the simulated link; per key, the reported and the measured error.
+
+Not built here: ``atp-s12`` (ATP for the map->reduce stage too: the Spark port's S2), the testbed's live MSR (the
+testbed's ATP job runs at the fixed MSR the adaptive job ended at). ``FIGURES`` is the registry: a figure is a
+function ``(seeds, out_dir, progress) -> dict``; the streaming evaluation adds ``fig17`` with :func:`register`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from netapprox.analytics import link
+from netapprox.analytics.errors import AnalyticsError
+from netapprox.analytics.job import AnalyticsJob, Query, Row
+from netapprox.hostlib.config import AtpConfig
+
+E_MAXES = (0.01, 0.02, 0.05, 0.10)
+TRIPS = 20_000
+FIG15_PROTOCOLS = ("atp-s1", "tcp-es", "tcp-ss")
+FLOW_LOAD = 0.3
+"""Background: web-search TCP flows (non-approximate) into the job's receiver at this share of the link, as the
+paper's Fig. 15 runs next to production-like traffic (``make bench``'s coexist section's load)."""
+FLOW_LEAD_S = 0.3
+"""The job starts this long after the flows."""
+FIG16_E_MAX = 0.05
+FIG16_TRIPS = 20_000
+SIM_LOSS = 0.01
+"""Random loss of the simulated link the adaptive run sees (the testbed's background makes its own)."""
+
+Figure = Callable[[Sequence[int], Path, Callable[[str], None]], dict]
+FIGURES: dict[str, Figure] = {}
+
+
+def register(name: str, fn: Figure) -> None:
+    """Add a figure to ``python -m netapprox.experiments analytics`` (e.g. the streaming evaluation's ``fig17``)."""
+    if name in FIGURES and FIGURES[name] is not fn:
+        raise ValueError(f"analytics figure {name!r} is already registered")
+    FIGURES[name] = fn
+
+
+def trips(n: int, seed: int, *, key: str = "none") -> list[Row]:
+    """``n`` generated TLC trips as rows (value: the distance; group: 0, or with ``key="airport"`` 1 for a trip from
+    or to an airport); the row's bytes are the whole record as text."""
+    from netapprox.analytics import tlc
+    table = tlc.generate(n, seed=seed)
+    rows = tlc.read_table_rows(table, group_by="none")
+    if key == "none":
+        return rows
+    pu = table.column("PULocationID").to_pylist()
+    do = table.column("DOLocationID").to_pylist()
+    dist = table.column("trip_distance").to_pylist()
+    kept = [i for i, d in enumerate(dist) if d is not None and d > 0]  # read_table_rows skips the same trips
+    if len(kept) != len(rows):
+        raise AnalyticsError("generated trips and their rows disagree")
+    return [dataclasses.replace(r, group=int(pu[i] in tlc.AIRPORTS or do[i] in tlc.AIRPORTS))
+            for r, i in zip(rows, kept)]
+
+
+def relative_error(estimate: float, truth: float) -> float:
+    return abs(estimate - truth) / abs(truth)
+
+
+def _received(job: AnalyticsJob, ids: Sequence[int]) -> dict[int, bytes]:
+    spec = job.job_spec(1.0)
+    return {i: spec.messages[i].data for i in ids}
+
+
+# --- Fig. 15 -----------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Fig15Job:
+    seed: int
+    e_max: float
+    job: AnalyticsJob
+    truth: float
+    fraction: float
+    """The fraction of rows the adaptive job needed (every transport's MSR on the testbed)."""
+    sim: dict
+
+
+def plan_fig15(seed: int, e_max: float, rows: list[Row], rate_bps: float) -> Fig15Job:
+    """The analytics job and the fraction of its rows it needs (adaptive, over the simulated link)."""
+    q = Query("avg", e_max)
+    job = AnalyticsJob(rows, [q], seed=seed, max_payload=AtpConfig().max_payload)
+    r = job.run(adapt=True, config=AtpConfig(surplus=False, max_rate_bps=rate_bps),
+                forward=link.LossyPath(loss=SIM_LOSS, rate_bps=rate_bps, queue_packets=64, seed=seed))
+    truth = job.truth(q)
+    a = r.answer("avg")
+    fraction = r.received / r.total
+    return Fig15Job(seed, e_max, job, truth, fraction,
+                    {"rows": r.received, "jct_s": r.jct_s, "reported_error": a.error,
+                     "measured_error": relative_error(a.estimate.value, truth), "met": a.met})
+
+
+def workload(job: AnalyticsJob, seed: int):
+    from netapprox.experiments.jobs import JobWorkload
+    sizes = tuple(len(m.data) for m in job.job_spec(1.0).messages)
+    return JobWorkload(kind="tlc", seed=seed, sizes=sizes, ready_s=(0.0,) * len(sizes))
+
+
+def delivered_ids(protocol: str, n: int, msr: float, rx: dict | None) -> list[int] | None:
+    """The message ids a transport delivered, from its summary (ATP: the sender's, whose ``lost_ids`` are every
+    message not delivered; TCP: the receiver's; ``None`` when unknown)."""
+    from netapprox.experiments.baselines import msr_target, sample_messages
+    if rx is None:
+        return None
+    if protocol == "tcp-es":
+        got = rx.get("delivered")
+        return list(range(min(n, int(got)))) if got is not None else None
+    if protocol == "tcp-ss":
+        return sample_messages(n, msr, int(rx["job_id"])) if rx.get("job_id") is not None else None
+    lost = _find(rx, "lost_ids")
+    return None if lost is None else sorted(set(range(n)) - set(lost))
+
+
+def _find(d: Any, key: str) -> Any:
+    if isinstance(d, dict):
+        if key in d:
+            return d[key]
+        d = list(d.values())
+    if isinstance(d, list):
+        for v in d:
+            if (x := _find(v, key)) is not None:
+                return x
+    return None
+
+
+def fig15(seeds: Sequence[int], out: Path, progress: Callable[[str], None]) -> dict:
+    """Fig. 15 on the emulated testbed (needs root); one row per (seed, e_max, transport)."""
+    from netapprox.experiments.emulated import EmulatedBackend, Scale
+    from netapprox.experiments.plans import ATP_VARIANTS, JobPlan, TrialPlan, switch_for
+    from netapprox.experiments.workloads import web_search_flows
+    if "atp-s1" not in ATP_VARIANTS:
+        raise RuntimeError("ATP variant atp-s1 is missing from experiments.plans.ATP_VARIANTS")
+    scale = Scale()
+    rows_out: list[dict] = []
+    plans = []
+    for seed in seeds:
+        data = trips(TRIPS, seed)
+        for e in E_MAXES:
+            p = plan_fig15(seed, e, data, scale.rate_bps)
+            progress(f"fig15 seed {seed} e_max {e:g}: the adaptive job needs {p.fraction:.3f} of the rows "
+                     f"(simulated link: error {p.sim['measured_error']:.4f}, reported {p.sim['reported_error']:.4f})")
+            plans.append(p)
+    by_kind: dict[str, list] = {}
+    for p in plans:
+        wl = workload(p.job, p.seed)
+        msr = min(0.999, math.ceil(p.fraction * 1000) / 1000)
+        dur = 4.0 * wl.total_bytes * msr * 8 / scale.rate_bps + FLOW_LEAD_S + scale.slack_s
+        flows = tuple(web_search_flows(p.seed, load=FLOW_LOAD, link_bps=scale.rate_bps, duration_s=dur,
+                                       senders=[2], receivers=[1], size_scale=scale.flow_size_scale))
+        for proto in FIG15_PROTOCOLS:
+            params = {"figure": "fig15", "e_max": p.e_max}
+            tp = TrialPlan(params, p.seed, proto, (JobPlan(1, 0, 1, wl, msr, start_s=FLOW_LEAD_S),), flows=flows)
+            kind = switch_for(proto)
+            by_kind.setdefault(kind, []).append((p, msr, dataclasses.replace(tp, switch=kind)))
+    for kind, trials in by_kind.items():
+        with EmulatedBackend(scale) as backend:
+            for p, msr, tp in trials:
+                wd = out / "testbed" / kind
+                row = {"figure": "fig15", "seed": p.seed, "e_max": p.e_max, "protocol": tp.protocol, "msr": msr,
+                       "sim": p.sim}
+                try:
+                    rec = backend.run_trial(tp, wd)
+                    job = rec["jobs"][0]
+                    rx = _read_summary(wd, tp, "tx1.json" if tp.protocol == "atp-s1" else "rx1.json")
+                    ids = delivered_ids(tp.protocol, p.job.job_spec(1.0).messages.__len__(), msr, rx)
+                    row.update(jct_s=job.get("jct_s"), msr_met=job.get("msr_met"))
+                    if ids:
+                        est = p.job.estimate(_received(p.job, ids)).answer("avg")
+                        row.update(rows=len(ids), measured_error=relative_error(est.estimate.value, p.truth),
+                                   reported_error=est.error)
+                except Exception as exc:  # one broken trial is a row with its error
+                    row["error"] = f"{type(exc).__name__}: {exc}"
+                rows_out.append(row)
+                progress(f"fig15 seed {p.seed} e_max {p.e_max:g} {tp.protocol}: JCT {row.get('jct_s')} s, "
+                         f"error {row.get('measured_error')}" + (f" ERROR {row['error']}" if 'error' in row else ""))
+    return {"rows": rows_out, "summary": summarize_fig15(rows_out)}
+
+
+def _read_summary(wd: Path, tp, name: str) -> dict | None:
+    """A trial's summary file (the ATP sender's holds ``lost_ids``; a TCP receiver's its count and job id)."""
+    path = Path(wd) / f"work-{tp.switch_kind}" / tp.name / name
+    if not path.exists():
+        cands = sorted(Path(wd).glob(f"**/{tp.name}/{name}"))
+        if not cands:
+            return None
+        path = cands[0]
+    d = json.loads(path.read_text())
+    jobs = d.get("jobs") if isinstance(d, dict) else None
+    return jobs[0] if isinstance(jobs, list) and jobs else d
+
+
+def summarize_fig15(rows: Sequence[dict]) -> dict:
+    """Per e_max: mean JCT per transport, ATP-S1's JCT over each TCP's (mean over seeds of the per-seed ratios),
+    and the largest measured error over e_max."""
+    out: dict[str, Any] = {}
+    for e in sorted({r["e_max"] for r in rows}):
+        rs = [r for r in rows if r["e_max"] == e and not r.get("error")]
+        jct = {pr: [r["jct_s"] for r in rs if r["protocol"] == pr and r.get("jct_s") is not None]
+               for pr in FIG15_PROTOCOLS}
+        err = {pr: [r["measured_error"] for r in rs if r["protocol"] == pr and r.get("measured_error") is not None]
+               for pr in FIG15_PROTOCOLS}
+        ratios: dict[str, list[float]] = {"tcp-es": [], "tcp-ss": []}
+        for seed in sorted({r["seed"] for r in rs}):
+            a = [r["jct_s"] for r in rs if r["seed"] == seed and r["protocol"] == "atp-s1" and r.get("jct_s")]
+            for base in ratios:
+                b = [r["jct_s"] for r in rs if r["seed"] == seed and r["protocol"] == base and r.get("jct_s")]
+                if a and b:
+                    ratios[base].append(a[0] / b[0])
+        out[f"{e:g}"] = {
+            "jct_mean_s": {pr: statistics.mean(v) if v else None for pr, v in jct.items()},
+            "atp_over_tcp_es": statistics.mean(ratios["tcp-es"]) if ratios["tcp-es"] else None,
+            "atp_over_tcp_ss": statistics.mean(ratios["tcp-ss"]) if ratios["tcp-ss"] else None,
+            "atp_over_tcp_es_per_seed": ratios["tcp-es"], "atp_over_tcp_ss_per_seed": ratios["tcp-ss"],
+            "error_max": {pr: max(v) if v else None for pr, v in err.items()},
+            "error_over_emax": {pr: max(v) / e if v else None for pr, v in err.items()},
+            "fraction": statistics.mean(r["msr"] for r in rs if r["protocol"] == "atp-s1") if rs else None,
+        }
+    return out
+
+
+# --- Fig. 16 -----------------------------------------------------------------------------------------------------
+
+def fig16(seeds: Sequence[int], out: Path, progress: Callable[[str], None]) -> dict:
+    """Fig. 16 over the simulated link: per key, the error with the keys as groups and without."""
+    rows_out = []
+    for seed in seeds:
+        data = trips(FIG16_TRIPS, seed, key="airport")
+        for grouped in (True, False):
+            q = Query("avg", FIG16_E_MAX, per_group=grouped)
+            job = AnalyticsJob(data, [q], seed=seed)
+            spec = job.job_spec()
+            live = job.live_msr(spec)
+            t = link.run(spec, job.config(AtpConfig(surplus=False, max_rate_bps=20e6)),
+                         forward=link.LossyPath(loss=SIM_LOSS, rate_bps=20e6, queue_packets=64, seed=seed),
+                         on_step=live.step)
+            sample = live.stopped_at if live.stopped_at is not None else t.received
+            r = live.result(t.received)
+            for key in job.groups:
+                truth = job.truth(q, key)
+                if grouped:
+                    a = r.answer("avg", key)
+                    est, rep = a.estimate.value, a.error
+                else:  # the key's rows that arrived, as one stratum of the key
+                    est, rep = _key_estimate(job, sample, key)
+                row = {"figure": "fig16", "seed": seed, "groups": grouped, "key": "airport" if key else "other",
+                       "rows_of_key": sum(1 for x in data if x.group == key), "e_max": FIG16_E_MAX,
+                       "estimate": est, "truth": truth, "measured_error": relative_error(est, truth),
+                       "reported_error": rep, "rows_arrived": r.received, "met": rep <= FIG16_E_MAX}
+                rows_out.append(row)
+                progress(f"fig16 seed {seed} {'with' if grouped else 'without'} groups, key {row['key']}: "
+                         f"error {row['measured_error']:.4f} (reported {rep:.4f}), {r.received} rows")
+    summary = {}
+    for grouped in (True, False):
+        rs = [r for r in rows_out if r["groups"] == grouped]
+        summary["with_groups" if grouped else "without_groups"] = {
+            k: {"measured_error_max": max(r["measured_error"] for r in rs if r["key"] == k),
+                "reported_error_max": max(r["reported_error"] for r in rs if r["key"] == k),
+                "met_all_seeds": all(r["met"] for r in rs if r["key"] == k)} for k in ("other", "airport")}
+    return {"rows": rows_out, "summary": summary}
+
+
+def _key_estimate(job: AnalyticsJob, sample: dict[int, bytes], key: int) -> tuple[float, float]:
+    """The key's mean and relative error (95 %) from the rows of the key in a job's sample, as a simple random
+    sample of the key's rows: what a user of a job without groups could say about one key."""
+    from netapprox.analytics.estimators import Stratum, avg
+    values = tuple(v.value for v in (Row.decode(d) for d in sample.values()) if v.group == key)
+    n_key = sum(1 for r in job.rows if r.group == key)
+    if len(values) < 2:
+        return (values[0] if values else math.nan), math.inf
+    e = avg([Stratum(n_key, values)])
+    return e.value, e.relative_error
+
+
+# --- the command ---------------------------------------------------------------------------------------------------
+
+register("fig15", fig15)
+register("fig16", fig16)
+
+
+def run(figures: Sequence[str], seeds: Sequence[int], out: Path, progress: Callable[[str], None] = print) -> dict:
+    """Run ``figures`` and write ``out/analytics/result.json``."""
+    unknown = [f for f in figures if f not in FIGURES]
+    if unknown:
+        raise AnalyticsError(f"unknown analytics figure {unknown[0]!r}: one of {', '.join(FIGURES)}")
+    res = {name: FIGURES[name](seeds, out / "analytics", progress) for name in figures}
+    (out / "analytics").mkdir(parents=True, exist_ok=True)
+    (out / "analytics" / "result.json").write_text(json.dumps({"seeds": list(seeds), **res}, indent=1,
+                                                              default=str) + "\n")
+    return res
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+    p = argparse.ArgumentParser(prog="python -m netapprox.experiments analytics",
+                                description="The analytics evaluation (Fig. 15-16; docs/analytics.md).")
+    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    p.add_argument("--figures", nargs="+", default=list(FIGURES))
+    p.add_argument("--out", type=Path, default=Path("results"))
+    args = p.parse_args(argv)
+    try:
+        res = run(args.figures, args.seeds, args.out)
+    except AnalyticsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps({k: v.get("summary") for k, v in res.items()}, indent=1, default=str))
+    return 0

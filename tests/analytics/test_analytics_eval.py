@@ -1,0 +1,46 @@
+"""The analytics evaluation's parts that need no testbed (experiments/analytics_eval.py): Fig. 16 over the
+simulated link, the rows each transport delivered, the Fig. 15 summary, and the figure registry."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from netapprox.experiments import analytics_eval as A
+from netapprox.experiments.baselines import sample_messages
+
+
+def test_analytics_fig16_groups_give_every_key_its_bound_and_one_bound_does_not(tmp_path: Path):
+    res = A.fig16([1], tmp_path, lambda line: None)
+    s = res["summary"]
+    assert all(v["met_all_seeds"] for v in s["with_groups"].values())
+    assert not all(v["met_all_seeds"] for v in s["without_groups"].values())
+    rows = res["rows"]
+    assert {r["key"] for r in rows} == {"airport", "other"}
+    airport = next(r for r in rows if r["key"] == "airport")
+    assert 0.02 * 20_000 < airport["rows_of_key"] < 0.2 * 20_000  # the rarer key
+
+
+def test_analytics_eval_delivered_rows_per_transport():
+    assert A.delivered_ids("tcp-es", 100, 0.3, {"delivered": 30}) == list(range(30))
+    assert A.delivered_ids("tcp-ss", 100, 0.3, {"job_id": 7}) == sample_messages(100, 0.3, 7)
+    assert A.delivered_ids("atp-s1", 5, 0.6, {"lost_ids": [1, 3]}) == [0, 2, 4]
+    assert A.delivered_ids("atp-s1", 5, 0.6, None) is None
+
+
+def test_analytics_eval_fig15_summary_is_ratios_of_the_same_seed():
+    rows = [{"seed": s, "e_max": 0.05, "protocol": p, "jct_s": j, "measured_error": 0.01, "msr": 0.1}
+            for s, js in ((1, (1.0, 2.0, 4.0)), (2, (3.0, 3.0, 3.0)))
+            for p, j in zip(A.FIG15_PROTOCOLS, js)]
+    s = A.summarize_fig15(rows)["0.05"]
+    assert s["atp_over_tcp_es_per_seed"] == [0.5, 1.0] and s["atp_over_tcp_es"] == pytest.approx(0.75)
+    assert s["atp_over_tcp_ss_per_seed"] == [0.25, 1.0]
+    assert s["error_over_emax"]["atp-s1"] == pytest.approx(0.2)
+
+
+def test_analytics_eval_registry_and_bad_figure(tmp_path: Path, capsys):
+    assert {"fig15", "fig16"} <= set(A.FIGURES)
+    with pytest.raises(ValueError):
+        A.register("fig16", lambda seeds, out, progress: {})
+    assert A.main(["--figures", "fig99", "--out", str(tmp_path)]) == 2
+    assert "fig99" in capsys.readouterr().err
