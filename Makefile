@@ -15,7 +15,7 @@ $(VENV)/.installed: pyproject.toml setup.py $(wildcard */*.c */*.h hostlib/nativ
 	./tools/setup-system.sh
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,torch,sim,cluster,analytics]'
+	$(PY) -m pip install -q -e '.[dev,torch,sim,cluster,analytics,spark]'
 	touch $@
 
 # NETAPPROX_REQUIRE_NATIVE: hostlib's tests fail (not skip) when its native cores did not build, so both run.

@@ -2,8 +2,9 @@
 # Installs the Debian/Ubuntu packages NetApprox needs (as root), skipping apt entirely when all are present.
 # prometheus: the server the dashboard test scrapes the controller with (tests/tools/test_prometheus.py); its
 # package would start a system service on install, which this script prevents (it starts nothing).
+# openjdk-17-jre-headless: the JVM pyspark runs on (analytics/spark.py, tests/analytics/test_spark.py).
 set -euo pipefail
-pkgs=(python3-venv python3-dev gcc iproute2 iputils-ping ethtool bridge-utils iperf3 mininet clang libbpf-dev tcpdump tshark prometheus)
+pkgs=(python3-venv python3-dev gcc iproute2 iputils-ping ethtool bridge-utils iperf3 mininet clang libbpf-dev tcpdump tshark prometheus openjdk-17-jre-headless)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,139 @@
+"""The Spark port's input stage (the paper's S1): rows sent over ATP (UDP) arrive in a Spark DataFrame through
+Spark 4's Python Data Source API, and an aggregate over that DataFrame comes back with its error bound.
+
+The user writes ordinary DataFrame code and the error bound: the sending side states ``e_max`` (it sets the
+initial MSR of every stratum, :class:`netapprox.analytics.AnalyticsJob`); the source's rows carry the stratum and
+its population size, so :func:`approx` gives the stratified estimate and its bound (docs/analytics.md, Spark).
+
+Needs ``pyspark`` (the ``spark`` extra) and a JVM (``tools/setup-system.sh``); importing this module without them
+raises ImportError.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import DoubleType, IntegerType, LongType, StructField, StructType
+
+from netapprox.analytics import accuracy, estimators
+from netapprox.analytics.errors import AnalyticsError
+from netapprox.analytics.job import AnalyticsJob, Query, Row
+from netapprox.hostlib.api import ReceiverEndpoint, send_job
+from netapprox.hostlib.errors import PeerUnreachableError, ReceiveTimeout
+
+FORMAT = "netapprox"
+SCHEMA = StructType([
+    StructField("value", DoubleType(), False),
+    StructField("key", LongType(), False),
+    StructField("group", IntegerType(), False),
+    StructField("stratum", IntegerType(), False),
+    StructField("population", LongType(), False),
+])
+"""A row as it arrived, with the ATP group (stratum) it was sent in and that stratum's size at the sender."""
+
+
+def send_rows(dest: str, rows: Sequence[Row], e_max: float, *, aggregate: str = "avg", confidence: float = 0.95,
+              job_id: int = 1, seed: int = 0, timeout: float = 30.0, wait_s: float = 10.0):
+    """Send ``rows`` to the source listening at ``dest`` as one ATP job at the MSR that ``e_max`` asks for
+    (:meth:`AnalyticsJob.initial_msr`); waits up to ``wait_s`` for the source to bind its port. The job's
+    summary."""
+    job = AnalyticsJob(rows, [Query(aggregate, e_max, confidence)], job_id=job_id, seed=seed)
+    spec = job.job_spec()
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return send_job(dest, spec, config=AnalyticsJob.config(), timeout=timeout)
+        except PeerUnreachableError:
+            if time.monotonic() > deadline:
+                raise AnalyticsError(f"no netapprox source listening at {dest} within {wait_s:g} s") from None
+            time.sleep(0.05)
+
+
+class _Partition(InputPartition):
+    def __init__(self, bind: str) -> None:
+        super().__init__(bind)
+        self.bind = bind
+
+
+class _Reader(DataSourceReader):
+    def __init__(self, bind: str, timeout: float) -> None:
+        self.bind = bind
+        self.timeout = timeout
+
+    def partitions(self):
+        return [_Partition(self.bind)]
+
+    def read(self, partition):
+        arrived: list[tuple[int, bytes]] = []
+        try:
+            with ReceiverEndpoint(partition.bind, config=AnalyticsJob.config(), accept_jobs=1) as ep:
+                (r,) = ep.serve(jobs=1, timeout=self.timeout,
+                                on_message=lambda ev: arrived.append((ev.group_id, ev.data)))
+        except ReceiveTimeout:
+            raise AnalyticsError(f"netapprox source {partition.bind}: no ATP job arrived within "
+                                 f"{self.timeout:g} s") from None
+        sizes = {g.group_id: g.total for g in r.groups}
+        for stratum, data in arrived:
+            row = Row.decode(data)
+            yield (row.value, row.key, row.group, stratum, sizes[stratum])
+
+
+class NetApproxSource(DataSource):
+    """``spark.read.format("netapprox").option("bind", "127.0.0.1:7700").load()``: the rows of one ATP job
+    received on ``bind`` (option ``timeout``, seconds, default 30)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self):
+        return SCHEMA
+
+    def reader(self, schema):
+        bind = self.options.get("bind")
+        if not bind:
+            raise AnalyticsError('the netapprox source needs option("bind", "HOST:PORT")')
+        try:
+            timeout = float(self.options.get("timeout", "30"))
+        except ValueError:
+            raise AnalyticsError(f"timeout {self.options.get('timeout')!r}: seconds, e.g. 30") from None
+        return _Reader(bind, timeout)
+
+
+def register(spark) -> None:
+    """Make ``format("netapprox")`` known to ``spark`` (its Python workers must import ``netapprox``: run them
+    on this interpreter, ``spark.pyspark.python`` = ``sys.executable``, as :func:`session` does)."""
+    spark.dataSource.register(NetApproxSource)
+
+
+def session(master: str = "local[1]", app: str = "netapprox"):
+    """A SparkSession whose Python workers run this interpreter, with the netapprox source registered; the caller
+    stops it (``.stop()``)."""
+    import os
+    import sys
+
+    from pyspark.sql import SparkSession
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the data source's planner workers read only this
+    s = (SparkSession.builder.master(master).appName(app).config("spark.pyspark.python", sys.executable)
+         .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    register(s)
+    return s
+
+
+def approx(df, aggregate: str, e_max: float, *, confidence: float = 0.95, column: str = "value"
+           ) -> estimators.Estimate:
+    """``aggregate`` (``avg`` or ``sum``) of ``column`` over a DataFrame read from the netapprox source, with its
+    bound at ``confidence`` from the strata the rows arrived in; raises :class:`AnalyticsError` if the bound is
+    above ``e_max`` (the sender's MSR was too low for it)."""
+    accuracy.check_e_max(e_max)
+    fn = {"avg": estimators.avg, "sum": estimators.total}.get(aggregate)
+    if fn is None:
+        raise AnalyticsError(f"aggregate {aggregate!r}: avg or sum")
+    from pyspark.sql import functions as F
+    cells = (df.groupBy("stratum").agg(F.first("population").alias("population"),
+                                      F.collect_list(column).alias("values")).collect())
+    if not cells:
+        raise AnalyticsError("no rows arrived: nothing to estimate from")
+    est = fn([estimators.Stratum(int(c["population"]), tuple(c["values"])) for c in cells], confidence, aggregate)
+    return est
