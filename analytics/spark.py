@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition, SimpleDataSourceStreamReader
 from pyspark.sql.types import DoubleType, IntegerType, LongType, StructField, StructType
 
 from netapprox.analytics import accuracy, estimators
@@ -99,6 +99,66 @@ class NetApproxSource(DataSource):
         except ValueError:
             raise AnalyticsError(f"timeout {self.options.get('timeout')!r}: seconds, e.g. 30") from None
         return _Reader(bind, timeout)
+
+    def simpleStreamReader(self, schema):
+        bind = self.options.get("bind")
+        if not bind:
+            raise AnalyticsError('the netapprox source needs option("bind", "HOST:PORT")')
+        return _StreamReader(bind)
+
+
+class _StreamReader(SimpleDataSourceStreamReader):
+    """Structured streaming: one ATP job per window (a count-based window of the sender's rows); a receiver thread
+    on ``bind`` keeps every job that finished, and each micro-batch is the jobs that arrived since the last."""
+
+    def __init__(self, bind: str) -> None:
+        self.bind = bind
+        self.jobs: list[list[tuple]] = []
+        self._ep = None
+        self._arrived: dict[int, list[tuple[int, bytes]]] = {}
+        self._stop = self._thread = None  # made in _start: Spark pickles the reader before it runs
+
+    def _start(self) -> None:
+        """Bind on first use (Spark builds a reader to plan the query as well as the one that runs it)."""
+        if self._ep is None:
+            import threading
+            self._ep = ReceiverEndpoint(self.bind, config=AnalyticsJob.config())
+            self._stop = threading.Event()
+            self._thread = threading.Thread(target=self._serve, daemon=True)
+            self._thread.start()
+
+    def _serve(self) -> None:
+        def on_message(ev):
+            self._arrived.setdefault(ev.job_id, []).append((ev.group_id, ev.data))
+
+        def on_job(r):
+            sizes = {g.group_id: g.total for g in r.groups}
+            rows = []
+            for stratum, data in self._arrived.pop(r.job_id, []):
+                row = Row.decode(data)
+                rows.append((row.value, row.key, row.group, stratum, sizes[stratum]))
+            self.jobs.append(rows)
+
+        while not self._stop.is_set():
+            self._ep.serve(jobs=None, timeout=0.2, on_job=on_job, on_message=on_message)
+
+    def initialOffset(self):
+        self._start()
+        return {"jobs": 0}
+
+    def read(self, start):
+        self._start()
+        end = len(self.jobs)
+        return iter([r for j in self.jobs[start["jobs"]:end] for r in j]), {"jobs": end}
+
+    def readBetweenOffsets(self, start, end):
+        return iter([r for j in self.jobs[start["jobs"]:end["jobs"]] for r in j])
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._ep is not None:
+            self._thread.join(5)
+            self._ep.close()
 
 
 def register(spark) -> None:
