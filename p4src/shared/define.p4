@@ -98,5 +98,8 @@ typedef bit<4> drop_reason_t;
 
 typedef bit<48> mac_addr_t;
 typedef bit<32> ipv4_addr_t;
+// ECMP: a group id (routes_v4 set_ecmp_group) and a bucket of ECMP_BUCKETS (sizes.p4).
+typedef bit<16> ecmp_group_id_t;
+typedef bit<4> ecmp_bucket_t;
 
 #endif  // NETAPPROX_DEFINE_P4

@@ -4,6 +4,10 @@
 
 // routes_v4: IPv4 LPM routes. A ToR-sized table; the emulated topologies use a handful.
 #define ROUTES_V4_TABLE_SIZE 1024
+// ecmp_members: ECMP_BUCKETS (16) entries for each of up to 256 ECMP groups (one group per multi-path prefix).
+#define ECMP_BUCKETS 16
+#define ECMP_GROUPS 256
+#define ECMP_MEMBERS_TABLE_SIZE 4096
 // queue_by_class: ternary rules for non-approximate traffic (ip_proto x l4_dport).
 #define QUEUE_BY_CLASS_TABLE_SIZE 64
 // queue_by_job: one exact entry per job the controller pins to a queue.

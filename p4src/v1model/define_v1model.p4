@@ -24,6 +24,7 @@ const PortId_t CPU_PORT = 255;
 struct local_metadata_t {
     logical_queue_t qid;            // chosen logical queue
     bit<16> l4_dport;               // UDP/TCP destination port, 0 if neither
+    bit<16> l4_sport;               // UDP/TCP source port, 0 if neither (the ECMP flow hash)
     bit<8> ip_proto;                // IPv4 protocol, 0 if not IPv4
     bool drop;                      // set by validation/forwarding: the packet must not leave
     bool ttl_expired;               // forwarding: routed packet had TTL <= 1

@@ -75,8 +75,10 @@ control NetApproxIngress(inout parsed_headers_t hdr,
                 local_md.ip_proto = hdr.ipv4.protocol;
                 if (hdr.udp.isValid()) {
                     local_md.l4_dport = hdr.udp.dst_port;
+                    local_md.l4_sport = hdr.udp.src_port;
                 } else if (hdr.tcp.isValid()) {
                     local_md.l4_dport = hdr.tcp.dst_port;
+                    local_md.l4_sport = hdr.tcp.src_port;
                 }
                 forwarding.apply(hdr, local_md, standard_md);
                 if (local_md.drop) {
