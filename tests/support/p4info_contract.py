@@ -24,7 +24,11 @@ MT = p4info_pb2.MatchField
 TABLES = {  # name -> (keys, actions, size macro in sizes.p4)
     "NetApproxIngress.forwarding.routes_v4": (
         [("dst_addr", MT.LPM, 32)],
-        {"NetApproxIngress.forwarding.route", "NetApproxIngress.forwarding.drop"}, "ROUTES_V4_TABLE_SIZE"),
+        {"NetApproxIngress.forwarding.route", "NetApproxIngress.forwarding.set_ecmp_group",
+         "NetApproxIngress.forwarding.drop"}, "ROUTES_V4_TABLE_SIZE"),
+    "NetApproxIngress.forwarding.ecmp_members": (
+        [("group_id", MT.EXACT, 16), ("bucket", MT.EXACT, 4)],
+        {"NetApproxIngress.forwarding.route", "NetApproxIngress.forwarding.drop"}, "ECMP_MEMBERS_TABLE_SIZE"),
     "NetApproxIngress.classification.queue_by_class": (
         [("ip_proto", MT.TERNARY, 8), ("l4_dport", MT.TERNARY, 16)],
         {"NetApproxIngress.classification.set_queue"}, "QUEUE_BY_CLASS_TABLE_SIZE"),
@@ -44,6 +48,7 @@ TABLES = {  # name -> (keys, actions, size macro in sizes.p4)
 ACTIONS = {
     "NetApproxIngress.forwarding.route": [("port", 9), ("src_mac", 48), ("dst_mac", 48)],
     "NetApproxIngress.forwarding.drop": [],
+    "NetApproxIngress.forwarding.set_ecmp_group": [("group_id", 16), ("spray", 1)],
     "NetApproxIngress.classification.set_queue": [("qid", 3)],
     "NetApproxIngress.classification.set_job_queue": [("qid", 3)],
     "NetApproxEgress.ecn.mark_ecn": [("threshold", 19)],
