@@ -101,7 +101,7 @@ def test_hand_written_p4info_fixture_matches_the_compiled_program(compiled):
 def test_queue_byte_follows_reported_tlr_within_one_epoch(compiled, bmv2):
     ns, log = bmv2
     epoch_ms = 50.0
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "tests"), str(REPO)]))
     res = subprocess.run(["ip", "netns", "exec", ns, sys.executable, str(SCENARIO), "--grpc-port", str(GRPC_PORT),
                           "--thrift-port", str(THRIFT_PORT), "--p4info", str(compiled / "p4info.txtpb"),
                           "--bmv2-json", str(compiled / "bmv2.json"), "--epoch-ms", str(epoch_ms)],
@@ -121,7 +121,7 @@ def test_queue_byte_follows_reported_tlr_within_one_epoch(compiled, bmv2):
 
 def run_scenario(script: str, compiled: Path, ns: str, tmp_path: Path) -> tuple[dict, str]:
     """Run ``script`` (beside this file) in namespace ``ns`` with the compiled program; (its JSON, its logs)."""
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "tests"), str(REPO)]))
     res = subprocess.run(["ip", "netns", "exec", ns, sys.executable, str(Path(__file__).with_name(script)),
                           "--p4info", str(compiled / "p4info.txtpb"), "--bmv2-json", str(compiled / "bmv2.json"),
                           "--workdir", str(tmp_path)], capture_output=True, text=True, timeout=200, env=env, cwd=REPO)

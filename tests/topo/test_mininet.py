@@ -110,7 +110,8 @@ def test_bmv2_rack_report_by_packet_in_moves_a_job(tmp_path):
 
     from pyroute2 import IPRoute
 
-    from netapprox.controller.config import ControllerConfig, ReportConfig
+    from netapprox.controller.config import ReportConfig
+    from support.paper_policy import ControllerConfig  # the queues below are k/8's
     from netapprox.controller.runtime import Runtime
     from netapprox.controller.kernel import tc as ks
     from netapprox.topo.net import Emulation, EmulationConfig
