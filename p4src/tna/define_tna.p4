@@ -34,6 +34,7 @@ header bridged_metadata_t {
 struct ingress_metadata_t {
     bridged_metadata_t bridged;
     bit<16> l4_dport;               // UDP/TCP destination port, 0 if neither
+    bit<16> l4_sport;               // UDP/TCP source port, 0 if neither (the ECMP flow hash)
     bit<8> ip_proto;                // IPv4 protocol, 0 if not IPv4
     bool ipv4_checksum_err;         // set by the ingress parser (meaningful for ihl == 5 only)
     bit<16> ipv4_residual;          // ingress parser: the checksum residual without the TTL word

@@ -1,7 +1,7 @@
 // NetApprox data plane for Tofino (TNA). Same P4Info names as p4src/v1model/netapprox.p4 (the contract
 // of docs/architecture.md); differences are confined to this tree and listed in docs/dataplane.md.
 //   ingress: packet-out -> validation (malformed: drop + count) -> REPORT: report_meter per ingress port,
-//            then packet-in to the controller -> forwarding (routes_v4, TTL) -> classification (logical
+//            then packet-in to the controller -> forwarding (routes_v4, ECMP, TTL) -> classification (logical
 //            queue, queue-0 guard) -> enqueued_packets -> ig_intr_md_for_tm.qid = logical queue; bridged
 //            metadata carries it to egress
 //   egress:  packet-in header on CPU_PORT | transmitted_packets -> ecn -> ATP DATA queue byte
@@ -76,8 +76,10 @@ control NetApproxIngress(inout parsed_headers_t hdr,
                 ig_md.ip_proto = hdr.ipv4.protocol;
                 if (hdr.udp.isValid()) {
                     ig_md.l4_dport = hdr.udp.dst_port;
+                    ig_md.l4_sport = hdr.udp.src_port;
                 } else if (hdr.tcp.isValid()) {
                     ig_md.l4_dport = hdr.tcp.dst_port;
+                    ig_md.l4_sport = hdr.tcp.src_port;
                 }
                 forwarding.apply(hdr, ig_md, ig_tm_md);
                 if (ig_md.drop) {

@@ -5,7 +5,7 @@
 // P4Info names are the contract of docs/architecture.md; p4src/tna/netapprox.p4 has the same ones.
 // Pipeline (docs/dataplane.md):
 //   ingress: packet-out -> validation (malformed: drop + count) -> REPORT: report_meter per ingress port,
-//            then packet-in to the controller -> forwarding (routes_v4, TTL) -> classification (logical
+//            then packet-in to the controller -> forwarding (routes_v4, ECMP, TTL) -> classification (logical
 //            queue, queue-0 guard) -> enqueued_packets -> standard_metadata.priority = 7 - qid
 //   egress:  packet-in header on CPU_PORT | transmitted_packets -> ecn -> ATP DATA queue byte
 //            -> IPv4 checksum: IHL 5 recomputed (NetApproxComputeChecksum), options updated incrementally
