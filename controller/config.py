@@ -227,8 +227,9 @@ class SwitchConfig:
     class_rules: tuple[ClassRule, ...] = ()
     """queue_by_class entries for non-approximate traffic (default: everything to queue 0)."""
     ecmp_routes: tuple[EcmpRoute, ...] = ()
-    """ECMP groups of a multi-path fabric (``controller.fabric.ecmp_routes`` computes them from a topology; the
-    kernel switch forwards by them, spraying approximate ATP DATA when the policy's ``spray`` is on)."""
+    """ECMP groups of a multi-path fabric (``controller.fabric.ecmp_routes`` computes them from a topology): the
+    kernel switch forwards by them, a P4 switch gets them as ``routes_v4`` -> ``set_ecmp_group`` and 16
+    ``ecmp_members`` entries each; approximate ATP DATA is sprayed when the policy's ``spray`` is on."""
     job_sources: tuple[str, ...] = ()
     """IPv4 prefixes of the hosts whose jobs cross this switch (a report's source address says where its job
     runs): only those jobs get ``queue_by_job`` entries here, so a switch's work follows the jobs crossing it.
@@ -509,6 +510,8 @@ ROUTE_KEYS: dict[str, C.Check] = {
 ECMP_ROUTE_KEYS: dict[str, C.Check] = {
     "prefix": _ipv4_prefix,
     "ports": C.sequence(C.integer(ge=0, le=511)),
+    "src_macs": C.sequence(C.mac_address()),
+    "dst_macs": C.sequence(C.mac_address()),
 }
 CLASS_RULE_KEYS: dict[str, C.Check] = {
     "rank": C.integer(ge=1, le=0xFFFF),
@@ -546,7 +549,8 @@ def _ecmp_route(t: Any, where: str) -> EcmpRoute:
     t = _checked(t, ECMP_ROUTE_KEYS, where, required=("prefix", "ports"))
     net = t["prefix"]
     try:
-        return EcmpRoute(prefix=str(net.network_address), prefix_len=net.prefixlen, ports=tuple(t["ports"]))
+        return EcmpRoute(prefix=str(net.network_address), prefix_len=net.prefixlen, ports=tuple(t["ports"]),
+                         src_macs=tuple(t.get("src_macs", ())), dst_macs=tuple(t.get("dst_macs", ())))
     except ValueError as e:
         raise ConfigError(f"{where}: {e}") from None
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import re
 import zlib
 from typing import Any, Iterable, Mapping
 
@@ -59,6 +60,8 @@ class Route:
 
 
 ECMP_BUCKETS = 16
+ZERO_MAC = "00:00:00:00:00:00"
+_MAC = re.compile(r"[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5}")
 """Buckets of every ECMP group (a power of two, so a bucket is the low bits of a hash or a random number, as a
 Tofino selector or a P4 ``hash(..., max)`` takes them). Group members fill the buckets in port order, round
 robin (``ecmp_buckets``): 2, 4, 8 or 16 members share them evenly; 3 members get 6/5/5 buckets."""
@@ -78,6 +81,12 @@ class EcmpRoute:
     prefix_len: int
     ports: tuple[int, ...]
     """Egress ports of the equal-cost next hops, distinct, in any order (buckets take them sorted)."""
+    src_macs: tuple[str, ...] = ()
+    """P4 targets: the source MAC each member's ``route`` writes, one per port in ``ports`` order (as a ``Route``'s
+    ``src_mac``); empty: 00:00:00:00:00:00 for all. The kernel switch leaves MACs alone."""
+    dst_macs: tuple[str, ...] = ()
+    """P4 targets: the destination MAC each member's ``route`` writes, one per port in ``ports`` order (as a
+    ``Route``'s ``dst_mac``); empty: 00:00:00:00:00:00 for all."""
 
     def __post_init__(self) -> None:
         try:
@@ -91,10 +100,23 @@ class EcmpRoute:
             raise ValueError(f"ecmp route {net}: need distinct ports in 0..511, got {self.ports}")
         if len(self.ports) > ECMP_BUCKETS:
             raise ValueError(f"ecmp route {net}: at most {ECMP_BUCKETS} next hops, got {len(self.ports)}")
+        for name in ("src_macs", "dst_macs"):
+            macs = getattr(self, name)
+            if macs and len(macs) != len(self.ports):
+                raise ValueError(f"ecmp route {net}: {name} needs one MAC per port ({len(self.ports)}), "
+                                 f"got {len(macs)}")
+            bad = [m for m in macs if not isinstance(m, str) or not _MAC.fullmatch(m)]
+            if bad:
+                raise ValueError(f"ecmp route {net}: {name}: not a MAC address: {bad[0]!r}")
 
     @property
     def buckets(self) -> tuple[int, ...]:
         return ecmp_buckets(self.ports)
+
+    def member_macs(self, port: int) -> tuple[str, str]:
+        """(source MAC, destination MAC) the member ``port`` rewrites to (zeros where none were given)."""
+        i = self.ports.index(port)
+        return (self.src_macs[i] if self.src_macs else ZERO_MAC, self.dst_macs[i] if self.dst_macs else ZERO_MAC)
 
 
 def ecmp_buckets(ports: Iterable[int]) -> tuple[int, ...]:

@@ -158,10 +158,6 @@ class P4RuntimeDriver(Driver):
         if state.fifo:
             raise ConfigError(f"switch {self.name!r}: policy mode fifo needs a kernel or simulated switch; the P4 "
                               "program always classifies approximate traffic (run the baselines on kernel switches)")
-        if state.ecmp_routes:
-            raise ConfigError(f"switch {self.name!r}: ecmp_routes need a kernel switch; the P4 program has no ECMP "
-                              "groups yet and forwards by routes_v4 (one port per prefix: docs/dataplane.md, "
-                              "Spraying)")
         self.writes.set_desired(state)
 
     def _as_primary(self, write: Callable[[], WriteSummary]) -> WriteSummary:

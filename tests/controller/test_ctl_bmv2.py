@@ -8,7 +8,9 @@ within one epoch of the report.
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
 import secrets
 import subprocess
@@ -62,11 +64,18 @@ def bmv2(netns_with_veths, tmp_path):
 @pytest.fixture
 def netns_with_veths():
     """A fresh network namespace with two veth pairs, switch ports swp1/swp2 and host ends h1/h2."""
+    with veth_netns(2) as ns:
+        yield ns
+
+
+@contextlib.contextmanager
+def veth_netns(pairs: int):
+    """A fresh network namespace with ``pairs`` veth pairs, switch ports swp1.. and host ends h1.."""
     ns = f"nactl{secrets.token_hex(3)}"
     sh("ip", "netns", "add", ns)
     try:
         sh("ip", "link", "set", "lo", "up", netns=ns)
-        for i in (1, 2):
+        for i in range(1, pairs + 1):
             sh("ip", "link", "add", f"swp{i}", "type", "veth", "peer", "name", f"h{i}", netns=ns)
             for dev in (f"swp{i}", f"h{i}"):
                 sh("sysctl", "-qw", f"net.ipv6.conf.{dev}.disable_ipv6=1", netns=ns, check=False)
@@ -164,3 +173,36 @@ def test_replicas_failover_on_bmv2_after_kill_minus_nine_of_the_primary(compiled
     assert out["tables_equal_desired"] and out["cookie_unchanged"], out
     assert out["resumed"] and out["replica1_alive"], out
     assert out["replica1_refused_writes"] == 0, out
+
+
+@requires_root
+@pytest.mark.root
+@pytest.mark.timeout(240)
+def test_sprayed_flow_spreads_over_the_ecmp_group_on_bmv2(compiled, tmp_path):
+    """bmv2_spray_scenario.py: the driver installs one ECMP group (ports 2 and 3, 8 buckets each) on BMv2. One
+    approximate ATP flow of 240 packets leaves by both ports, each within 4.5 standard deviations of its bucket
+    share, nothing lost or duplicated; every non-approximate flow, and the approximate flow once spraying is off,
+    leaves by exactly the port the reference's flow hash names; every member rewrites its own MACs."""
+    with veth_netns(3) as ns:
+        options = Bmv2Options(ports={1: "swp1", 2: "swp2", 3: "swp3"}, device_id=1, grpc_port=GRPC_PORT,
+                              thrift_port=THRIFT_PORT, netns=ns, log_level=None)
+        with Bmv2Process(options, tmp_path / "bmv2.log"):
+            out, logs = run_scenario("bmv2_spray_scenario.py", compiled, ns, tmp_path)
+    assert out["inserted"] == 1 + 1 + 16 + 8, out  # the host route, the group route, 16 members, 8 TLR entries
+    sprayed = out["sprayed"]
+    n, counts, share = sprayed["sent"], sprayed["counts"], sprayed["share"]
+    assert share == {"2": 0.5, "3": 0.5}, share
+    assert sum(counts.values()) == n, counts  # nothing lost, nothing duplicated
+    for port, p in share.items():
+        sd = math.sqrt(n * p * (1 - p))
+        assert abs(counts[port] - n * p) <= 4.5 * sd, (counts, share)
+    used = set()
+    for flow in out["hashed"] + out["spray_off"]:
+        (port,) = flow["reference"]  # one port: the flow hash's
+        assert {p: c for p, c in flow["counts"].items() if c} == {port: 4}, flow
+        used.add(port)
+    assert used == {"2", "3"}, out  # the hash spreads flows over the group
+    assert out["spray_off_writes"] == [0, 1, 0], out  # only the group route changes
+    print(f"sprayed flow: {counts} of {n} packets by port; hashed flows by port: "
+          f"{sorted(next(iter(f['reference'])) for f in out['hashed'])}")
+    assert [tuple(m) for m in out["macs_seen"]] == [tuple(m) for m in out["macs_wanted"]], out
