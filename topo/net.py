@@ -196,23 +196,24 @@ class Emulation(Lifecycle):
         return s
 
     def switch_configs(self):
-        """``controller.config.SwitchConfig`` for every switch, with this network's driver options (and, for
-        kernel switches on a loop, their ECMP groups: ``ecmp_routes``)."""
+        """``controller.config.SwitchConfig`` for every switch, with this network's driver options; on a topology
+        with a loop, every switch's ECMP groups (``ecmp_routes``), otherwise BMv2 switches get ``routes`` (one
+        shortest path per host) and kernel switches bridge."""
         groups = self.ecmp_routes()
         out = []
         for sw in self.net.switches:
             kind = "p4runtime" if isinstance(sw, BMv2Switch) else "kernel"
-            routes = tuple(self.routes(sw)) if kind == "p4runtime" else ()
-            ecmp = tuple(sorted(groups.get(sw.name, ()))) if kind == "kernel" else ()
+            ecmp = tuple(sorted(groups.get(sw.name, ())))
+            routes = tuple(self.routes(sw)) if kind == "p4runtime" and not groups else ()
             out.append(SwitchConfig(name=sw.name, kind=kind, options=sw.driver_options(), routes=routes,
                                     ecmp_routes=ecmp, class_rules=tuple(self.config.class_rules)))
         return tuple(out)
 
     def ecmp_routes(self) -> dict[str, frozenset[EcmpRoute]]:
-        """Kernel target on a topology with a loop (the leaf-spine): every switch's ECMP groups, a /32 per host
-        over its ports on shortest paths (``controller.fabric.ecmp_routes``); empty for loop-free topologies,
-        whose switches bridge."""
-        if self.config.target != "kernel" or not self._loops():
+        """On a topology with a loop (the leaf-spine): every switch's ECMP groups, a /32 per host over its ports on
+        shortest paths (``controller.fabric.ecmp_routes``); on BMv2 each member rewrites the MACs as ``routes``
+        does (source: the switch's port, destination: the host). Empty for loop-free topologies."""
+        if not self._loops():
             return {}
         names = {s.name for s in self.net.switches}
         links = []
@@ -221,7 +222,17 @@ class Emulation(Lifecycle):
             for intf in (link.intf1, link.intf2):
                 ends += [intf.node.name, intf.node.port_map()[intf.name] if intf.node.name in names else None]
             links.append(tuple(ends))
-        return fabric.ecmp_routes(names, {h.name: h.IP() for h in self.net.hosts}, links)
+        groups = fabric.ecmp_routes(names, {h.name: h.IP() for h in self.net.hosts}, links)
+        if self.config.target == "bmv2":
+            groups = {sw.name: frozenset(self._with_macs(sw, r) for r in groups[sw.name]) for sw in self.net.switches}
+        return groups
+
+    def _with_macs(self, switch, route: EcmpRoute) -> EcmpRoute:
+        """``route`` with each member's MACs: the switch's interface on that port, the host's own."""
+        intf = {port: name for name, port in switch.port_map().items()}
+        host = next(h for h in self.net.hosts if h.IP() == route.prefix)
+        return dataclasses.replace(route, src_macs=tuple(switch.intf(intf[p]).MAC() for p in route.ports),
+                                   dst_macs=(host.MAC(),) * len(route.ports))
 
     def routes(self, switch) -> list[Route]:
         """BMv2 target: a /32 route per host on ``switch``, along a shortest path (BFS over the topology;
