@@ -144,6 +144,14 @@ class LossRecovery:
         the probes the last tail timeout wanted and found no overdue packets for (``spare_probes``)."""
         return max(1, self.probes() - 1 + self.tail_backoff) if self.lossy() else self.spare_probes
 
+    def single_copy(self) -> bool:
+        """Whether ``copies()`` is its floor of one on a ``lossy`` path (p below 1/3, no tail timeout since the last
+        acknowledgement): most packets arrive, so the sender keeps one data copy in flight at a time (the oldest
+        needed packet's, when nothing else is to be sent) and copies no announce part. One copy of each packet in
+        flight would duplicate what mostly arrives: with many short jobs (a DDP all-gather's buckets) that was 2-4 %
+        of an iteration (docs/hostlib.md)."""
+        return self.lossy() and self.probes() - 1 + self.tail_backoff < 1
+
     def unanswered(self) -> bool:
         """Nothing was ever acknowledged and the tail timeout has backed off to its longest: the path loses most of
         what is sent (or the receiver is away), and what is sent again goes twice."""

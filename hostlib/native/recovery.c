@@ -163,6 +163,10 @@ long long recovery_copies(const Recovery *r) {
     return c > 1 ? c : 1;
 }
 
+int recovery_single_copy(const Recovery *r) {
+    return recovery_lossy(r) && recovery_probes(r) - 1 + r->tail_backoff < 1;
+}
+
 double recovery_delivery(const Recovery *r) {
     double p;
     if (!recovery_lossy(r) || !loss_value(r, &p))

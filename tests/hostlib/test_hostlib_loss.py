@@ -173,3 +173,19 @@ def test_losses_on_a_path_without_a_queue_do_not_close_the_window():
     r, _ = run(random_loss(0.6, 3), 0.6)
     assert r.summary.losses_found_by["reorder"] > 10 * r.summary.losses_found_by["tail"]
     assert r.sender.window.window >= 16
+
+
+def test_a_few_losses_get_one_copy_at_a_time():
+    """A two-packet queue at 20 Mbit/s: its drops leave the RTT at its minimum, so the path looks lossy at a loss
+    rate far below 1/3. With nothing else to send at the job's end, the sender keeps one copy in flight at a time
+    (``LossRecovery.single_copy``), not one of every needed packet in flight: here 2 copies where that sent 8, with
+    many short jobs (the DDP hook's buckets) 2-4 % of an iteration (docs/hostlib.md)."""
+    j = JobSpec.uniform(20, messages=300, size=SIZE, msr=1.0)
+    record: list = []
+    fwd = Path(delay=0.001, rate_bps=RATE_BPS, queue_packets=2, record=record, seed=1)
+    r = run_job(j, AtpConfig(max_rate_bps=2 * RATE_BPS, initial_rtt_s=0.002), forward=fwd,
+                reverse=Path(delay=0.001, seed=2))
+    assert_guarantee(r, j)
+    assert r.summary.losses_found_by["time"] > 30
+    copies = [h for _, h in record if h.type == wire.PacketType.DATA and h.tlr == wire.TLR_ONE]
+    assert 1 <= len(copies) <= 2
