@@ -47,28 +47,39 @@ def ideal_s(j: JobSpec, loss: float) -> float:
 
 @dataclasses.dataclass
 class LossyLink(Path):
-    """A 20 Mbit/s link with a 64-packet queue whose packets die after it by ``pattern`` (index -> dead?)."""
+    """A 20 Mbit/s link with a 64-packet queue whose packets die after it by ``pattern`` (time sent -> dead?)."""
 
     pattern: object = None
 
     def transit(self, data: bytes, now: float) -> list[tuple[float, bytes]]:
         out = super().transit(data, now)
-        return [] if out and self.pattern is not None and self.pattern() else out
+        return [] if out and self.pattern is not None and self.pattern(now) else out
+
+
+SLOT_S = (SIZE + wire.HEADER_LEN + CONFIG.overhead_bytes) * 8 / RATE_BPS
+"""One packet's time on the link: the Gilbert-Elliott chain's step."""
 
 
 def random_loss(p: float, seed: int):
     rng = random.Random(seed)
-    return lambda: rng.random() < p
+    return lambda now: rng.random() < p
 
 
 def gilbert_elliott(p_gb: float, p_bg: float, seed: int):
-    """Two states per packet: good (nothing dies) and bad (everything dies); mean loss p_gb / (p_gb + p_bg)."""
+    """Two states, good (nothing dies) and bad (everything dies), stepped once per packet time on the link
+    (``SLOT_S``), so that a burst lasts as long on the wire whether packets go back to back or one every 20 ms (a
+    FIN's retries): bursts of 1 / p_bg packets while the link is busy; mean loss p_gb / (p_gb + p_bg). A chain
+    stepped per packet sent instead turns a burst into an outage of seconds once the job has ended (86 FIN retries
+    in a row lost, the receiver never confirms: an outage, not a burst)."""
     rng = random.Random(seed)
-    bad = [False]
+    state = {"bad": False, "t": None}
 
-    def dead() -> bool:
-        bad[0] = rng.random() >= p_bg if bad[0] else rng.random() < p_gb
-        return bad[0]
+    def dead(now: float) -> bool:
+        steps = 1 if state["t"] is None else max(1, min(10_000, round((now - state["t"]) / SLOT_S)))
+        state["t"] = now
+        for _ in range(steps):
+            state["bad"] = rng.random() >= p_bg if state["bad"] else rng.random() < p_gb
+        return state["bad"]
     return dead
 
 
@@ -76,7 +87,7 @@ def periodic(lose: int, every: int):
     """The first ``lose`` packets of every ``every`` die."""
     n = [0]
 
-    def dead() -> bool:
+    def dead(now: float) -> bool:
         n[0] += 1
         return (n[0] - 1) % every < lose
     return dead
