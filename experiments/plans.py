@@ -66,9 +66,11 @@ TLR thresholds and pinned jobs (ATP_FixPrio); a network-oblivious switch, one FI
 total buffer (where the papers run their baselines). The ns-3 back end also runs ``pfabric`` (``PEER_SWITCHES``)."""
 
 PEER_SWITCHES = {"pfabric-es": "pfabric", "pfabric-ss": "pfabric", "pfabric-sm": "pfabric",
-                 "homa-es": "homa", "homa-ss": "homa", "homa-sm": "homa"}
+                 "homa-es": "homa", "homa-ss": "homa", "homa-sm": "homa",
+                 "aeolus-es": "aeolus", "aeolus-ss": "aeolus", "expresspass-es": "aeolus",
+                 "expresspass-ss": "aeolus"}
 """ns-3 only: the switch each peer transport runs on, its own (pFabric's priority queue; Homa's 8 priority
-queues)."""
+queues; Aeolus' credit-limited port with selective dropping, which ExpressPass runs on too)."""
 
 
 def is_atp(protocol: str) -> bool:

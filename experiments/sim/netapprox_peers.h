@@ -1,5 +1,6 @@
-// The transports a user would pick instead of ATP, as ns-3 data plane: pFabric (Alizadeh et al., SIGCOMM 2013)
-// and Homa (Montazeri et al., SIGCOMM 2018; below pFabric).
+// The transports a user would pick instead of ATP, as ns-3 data plane: pFabric (Alizadeh et al., SIGCOMM 2013),
+// Homa (Montazeri et al., SIGCOMM 2018) and Aeolus on ExpressPass-style credits (Hu et al., SIGCOMM 2020),
+// each below pFabric.
 //
 // Loaded by experiments/sim/native.py after netapprox_sim_apps.h. docs/simulation.md ("Peer transports") says
 // what is modelled and what is not.
@@ -1473,6 +1474,767 @@ class HomaReceiver : public SocketApp<HomaReceiver>
     uint64_t m_resends = 0;
     uint32_t m_maxGrantedAtOnce = 0;
     uint64_t m_grantsAt[kQueues] = {};
+    ns3::EventId m_timer;
+};
+
+// Aeolus (Hu et al., SIGCOMM 2020) on ExpressPass-style credits (Cho et al., SIGCOMM 2017). Its packets are UDP
+// datagrams to port kAeolusPort with a 24-byte header:
+//   magic 'A' | type (1: DATA, 2: CREDIT, 3: ACK, 4: REQUEST, 5: STOP, 6: DONE, 7: PROBE) |
+//   flags (bit 0: DATA unscheduled; ACK: acknowledges a PROBE) | reserved | job (4) |
+//   seq (4: DATA the packet index; ACK the packet or PROBE acknowledged; PROBE the first packet after it) |
+//   packets (4) | target (4) | value (4: unused)
+// - AeolusQueueDisc: per port a credit queue of `creditQueue` credits (drop tail) served at most once per
+//   `creditGapNs` (one data packet plus one credit at the port's rate, so the data the credits call back fills
+//   the reverse link and no more: ExpressPass's credit rate limiter), and one FIFO of `capacity` packets for
+//   everything else. An unscheduled DATA packet finding `threshold` or more packets in the FIFO is dropped
+//   (Aeolus' selective dropping); scheduled packets and control use the whole buffer. Counters: the FIFO in
+//   queue 0, credits in queue 7.
+// - AeolusSender: one message per job. At start a REQUEST (the receiver starts crediting), then, with Aeolus,
+//   the first `unschedPackets` (one BDP) at once marked unscheduled followed by a PROBE (scheduled: it is not
+//   dropped selectively, so its ACK says every unscheduled packet before it arrived or was dropped). Every
+//   CREDIT sends one packet: a lost one first, else the next new one. Losses: an unscheduled packet not
+//   acknowledged when the PROBE's ACK arrives (Aeolus' recovery, resent with credits, scheduled); after
+//   `timeoutNs` without word from the receiver every unacknowledged packet (then a REQUEST again). A STOP
+//   when nothing is left to send; a REQUEST when losses make more to send. Done at the receiver's DONE.
+// - AeolusReceiver: acknowledges every DATA packet and PROBE; sends CREDITs one per `creditGapNs` round
+//   robin over its flows that asked (REQUEST) and did not STOP; DONE when the target prefix arrived. No
+//   ExpressPass credit feedback control: a flow's credits are limited by the switches' credit queues only.
+constexpr uint16_t kAeolusPort = 8000;
+constexpr uint8_t kAeMagic = 'A';
+constexpr uint8_t kAeData = 1;
+constexpr uint8_t kAeCredit = 2;
+constexpr uint8_t kAeAck = 3;
+constexpr uint8_t kAeRequest = 4;
+constexpr uint8_t kAeStop = 5;
+constexpr uint8_t kAeDone = 6;
+constexpr uint8_t kAeProbe = 7;
+constexpr uint8_t kAeUnsched = 1;
+constexpr uint8_t kAeProbeAck = 1;
+constexpr uint32_t kAeCreditWire = kPeerHeader + kUdpHeader + 20 + 2; // a credit on the wire (IP, PPP)
+
+struct AeHeader
+{
+    uint8_t type = 0;
+    uint8_t flags = 0;
+    uint32_t job = 0;
+    uint32_t seq = 0;
+    uint32_t packets = 0;
+    uint32_t target = 0;
+    uint32_t value = 0;
+
+    void Write(uint8_t* b) const
+    {
+        PutPeerHeader(b, kAeMagic, type, flags, 0, {job, seq, packets, target, value});
+    }
+
+    bool Read(const uint8_t* b)
+    {
+        if (b[0] != kAeMagic || b[1] < kAeData || b[1] > kAeProbe)
+        {
+            return false;
+        }
+        type = b[1];
+        flags = b[2];
+        job = Be32(b + 4);
+        seq = Be32(b + 8);
+        packets = Be32(b + 12);
+        target = Be32(b + 16);
+        value = Be32(b + 20);
+        return true;
+    }
+};
+
+inline void
+AeSend(ns3::Ptr<ns3::Socket> s, const AeHeader& h, uint32_t payload, const ns3::Address& to)
+{
+    std::vector<uint8_t> buf(kPeerHeader + payload, 0);
+    h.Write(buf.data());
+    s->SendTo(ns3::Create<ns3::Packet>(buf.data(), buf.size()), 0, to);
+}
+
+// The gap between two credits on a link of `bps`: one full data packet (`mtu` + PPP) and one credit.
+inline int64_t
+AeolusCreditGapNs(double bps, uint32_t mtu)
+{
+    return int64_t(std::ceil((mtu + 2 + kAeCreditWire) * 8.0 / bps * 1e9));
+}
+
+class AeolusQueueDisc : public ns3::QueueDisc
+{
+  public:
+    static constexpr int kCreditQ = kQueues - 1;
+
+    static ns3::TypeId GetTypeId()
+    {
+        static ns3::TypeId tid = ns3::TypeId("netapprox::AeolusQueueDisc")
+                                     .SetParent<ns3::QueueDisc>()
+                                     .SetGroupName("NetApprox");
+        return tid;
+    }
+
+    AeolusQueueDisc()
+        : ns3::QueueDisc(ns3::QueueDiscSizePolicy::NO_LIMITS)
+    {
+        std::fill(m_len, m_len + kQueues, 0u);
+    }
+
+    // `wake`: the disc sits on a device and restarts itself when a credit waited for its gap (tests: false).
+    void Configure(uint32_t port, uint32_t capacity, uint32_t threshold, uint32_t creditQueue, int64_t creditGapNs,
+                   bool wake)
+    {
+        m_port = port;
+        m_capacity = capacity;
+        m_threshold = threshold;
+        m_creditQueue = creditQueue;
+        m_gapNs = creditGapNs;
+        m_wake = wake;
+    }
+
+    uint32_t Backlog(int q) const
+    {
+        return m_len[q];
+    }
+
+    const QueueCounters& Counters(int q)
+    {
+        Account();
+        return m_counters[q];
+    }
+
+    double CountersSince() const
+    {
+        return m_since;
+    }
+
+    void SetLimits(const std::vector<uint32_t>&)
+    {
+    }
+
+    uint64_t BadVersion() const
+    {
+        return 0;
+    }
+
+    uint64_t UnscheduledDrops() const
+    {
+        return m_unschedDrops;
+    }
+
+    uint64_t CreditDrops() const
+    {
+        return m_counters[kCreditQ].dropped;
+    }
+
+    // An Aeolus packet's type and flags, 0 for anything else.
+    static uint8_t TypeOf(ns3::Ptr<ns3::QueueDiscItem> item, uint8_t* flags)
+    {
+        uint8_t b[kUdpHeader + kPeerHeader];
+        uint32_t src = 0;
+        AeHeader h;
+        if (!PeerDatagramOf(item, kAeolusPort, b, &src) || !h.Read(b + kUdpHeader))
+        {
+            return 0;
+        }
+        *flags = h.flags;
+        return h.type;
+    }
+
+  private:
+    void Account()
+    {
+        AccountBacklog(m_counters, m_len, kQueues, &m_last);
+    }
+
+    bool DoEnqueue(ns3::Ptr<ns3::QueueDiscItem> item) override
+    {
+        Account();
+        uint8_t flags = 0;
+        uint8_t type = TypeOf(item, &flags);
+        int q = type == kAeCredit ? kCreditQ : 0;
+        QueueCounters& c = m_counters[q];
+        c.enqueued++;
+        if (q == kCreditQ && m_len[q] >= m_creditQueue)
+        {
+            c.dropped++;
+            DropBeforeEnqueue(item, "aeolus: credit queue full");
+            return false;
+        }
+        if (q == 0 && type == kAeData && (flags & kAeUnsched) && m_len[0] >= m_threshold)
+        {
+            c.dropped++;
+            m_unschedDrops++;
+            DropBeforeEnqueue(item, "aeolus: unscheduled packet above the threshold");
+            return false;
+        }
+        if (q == 0 && m_len[0] >= m_capacity)
+        {
+            c.dropped++;
+            DropBeforeEnqueue(item, "aeolus: port buffer full");
+            return false;
+        }
+        if (!GetInternalQueue(q == 0 ? 0 : 1)->Enqueue(item))
+        {
+            return false;
+        }
+        m_len[q]++;
+        c.maxBacklog = std::max(c.maxBacklog, m_len[q]);
+        return true;
+    }
+
+    ns3::Ptr<ns3::QueueDiscItem> Take(int q)
+    {
+        auto item = GetInternalQueue(q == 0 ? 0 : 1)->Dequeue();
+        if (item)
+        {
+            Account();
+            m_len[q]--;
+            CountTransmitted(m_counters[q], item);
+        }
+        return item;
+    }
+
+    ns3::Ptr<ns3::QueueDiscItem> DoDequeue() override
+    {
+        int64_t now = ns3::Simulator::Now().GetNanoSeconds();
+        if (m_len[kCreditQ] > 0 && now >= m_nextCreditNs)
+        {
+            m_nextCreditNs = now + m_gapNs;
+            return Take(kCreditQ);
+        }
+        if (m_len[0] > 0)
+        {
+            return Take(0);
+        }
+        if (m_len[kCreditQ] > 0 && m_wake && !m_wakeEvent.IsPending())
+        {
+            m_wakeEvent = ns3::Simulator::Schedule(ns3::NanoSeconds(m_nextCreditNs - now), &AeolusQueueDisc::Run, this);
+        }
+        return nullptr;
+    }
+
+    bool CheckConfig() override
+    {
+        if (GetNQueueDiscClasses() > 0 || GetNPacketFilters() > 0 || m_capacity == 0 || m_creditQueue == 0)
+        {
+            return false;
+        }
+        if (GetNInternalQueues() == 0)
+        {
+            for (uint32_t n : {m_capacity + 1, m_creditQueue + 1})
+            {
+                AddInternalQueue(ns3::CreateObjectWithAttributes<ns3::DropTailQueue<ns3::QueueDiscItem>>(
+                    "MaxSize", ns3::QueueSizeValue(ns3::QueueSize(ns3::QueueSizeUnit::PACKETS, n))));
+            }
+        }
+        return GetNInternalQueues() == 2;
+    }
+
+    void InitializeParams() override
+    {
+        m_last = m_since = ns3::Simulator::Now().GetSeconds();
+    }
+
+    void DoDispose() override
+    {
+        m_wakeEvent.Cancel();
+        ns3::QueueDisc::DoDispose();
+    }
+
+    uint32_t m_port = 0;
+    uint32_t m_capacity = 1;
+    uint32_t m_threshold = 1;
+    uint32_t m_creditQueue = 8;
+    int64_t m_gapNs = 0;
+    int64_t m_nextCreditNs = 0;
+    bool m_wake = false;
+    ns3::EventId m_wakeEvent;
+    uint64_t m_unschedDrops = 0;
+    uint32_t m_len[kQueues];
+    QueueCounters m_counters[kQueues];
+    double m_last = 0;
+    double m_since = 0;
+};
+
+// An Aeolus queue disc on `device`, its credit gap from the device's rate.
+inline ns3::Ptr<AeolusQueueDisc>
+InstallAeolusQueueDisc(ns3::Ptr<ns3::NetDevice> device, uint32_t port, uint32_t capacity, uint32_t threshold,
+                       uint32_t creditQueue)
+{
+    ns3::DataRateValue rate;
+    device->GetAttribute("DataRate", rate);
+    auto tc = device->GetNode()->GetObject<ns3::TrafficControlLayer>();
+    if (tc->GetRootQueueDiscOnDevice(device))
+    {
+        tc->DeleteRootQueueDiscOnDevice(device);
+    }
+    auto qd = ns3::CreateObject<AeolusQueueDisc>();
+    qd->Configure(port, capacity, threshold, creditQueue,
+                  AeolusCreditGapNs(double(rate.Get().GetBitRate()), device->GetMtu()), true);
+    tc->SetRootQueueDiscOnDevice(device, qd);
+    return qd;
+}
+
+// An Aeolus packet as a switch port sees it (tests).
+inline ns3::Ptr<ns3::QueueDiscItem>
+MakeAeolusItem(uint32_t srcIp, uint8_t type, uint8_t flags, uint32_t job, uint32_t payload)
+{
+    std::vector<uint8_t> buf(kPeerHeader + payload, 0);
+    AeHeader h;
+    h.type = type;
+    h.flags = flags;
+    h.job = job;
+    h.packets = 1;
+    h.target = 1;
+    h.Write(buf.data());
+    return PeerItem(buf.data(), uint32_t(buf.size()), srcIp, kAeolusPort);
+}
+
+inline int
+AeolusTypeOf(ns3::Ptr<ns3::QueueDiscItem> item)
+{
+    uint8_t flags = 0;
+    return AeolusQueueDisc::TypeOf(item, &flags);
+}
+
+class AeolusSender : public SocketApp<AeolusSender>, private PeerMessage
+{
+  public:
+    static constexpr const char* kTypeName = "netapprox::AeolusSender";
+
+    // `unschedPackets` 0: ExpressPass (nothing before the first credit).
+    void Setup(uint32_t ip, uint32_t job, uint64_t streamBytes, uint64_t targetBytes, uint32_t mss,
+               uint32_t unschedPackets, int64_t timeoutNs, bool stopAtTarget)
+    {
+        SetMessage(ip, kAeolusPort, job, streamBytes, targetBytes, mss);
+        m_unsched = std::min(m_packets, unschedPackets);
+        m_timeout = ns3::NanoSeconds(timeoutNs);
+        m_stopAtTarget = stopAtTarget;
+        m_acked.assign(m_packets, false);
+        m_queued.assign(m_packets, false);
+    }
+
+    int64_t StartNs() const
+    {
+        return m_startNs;
+    }
+
+    int64_t DoneNs() const
+    {
+        return m_doneNs;
+    }
+
+    uint64_t Sent() const
+    {
+        return m_sent;
+    }
+
+    uint64_t Retransmissions() const
+    {
+        return m_retx;
+    }
+
+    uint64_t Timeouts() const
+    {
+        return m_timeouts;
+    }
+
+    uint64_t Credits() const
+    {
+        return m_credits;
+    }
+
+    uint64_t CreditsWasted() const
+    {
+        return m_wasted;
+    }
+
+    uint64_t UnscheduledSent() const
+    {
+        return m_unschedSent;
+    }
+
+    uint64_t ProbeLosses() const
+    {
+        return m_probeLosses;
+    }
+
+  private:
+    void StartApplication() override
+    {
+        m_startNs = ns3::Simulator::Now().GetNanoSeconds();
+        m_socket = BoundUdpSocket(GetNode(), ns3::MakeCallback(&AeolusSender::OnRecv, this));
+        Control(kAeRequest, 0, 0);
+        m_asking = true;
+        for (; m_next < m_unsched; m_next++)
+        {
+            SendData(m_next, true, false);
+        }
+        if (m_unsched > 0)
+        {
+            Control(kAeProbe, 0, m_unsched);
+        }
+        MaybeStop();
+        Arm();
+    }
+
+    void StopApplication() override
+    {
+        m_timer.Cancel();
+        SocketApp::StopApplication();
+    }
+
+    bool Finished() const
+    {
+        return m_doneNs >= 0 && m_stopAtTarget;
+    }
+
+    void Control(uint8_t type, uint8_t flags, uint32_t seq)
+    {
+        AeHeader h;
+        h.type = type;
+        h.flags = flags;
+        h.job = m_job;
+        h.seq = seq;
+        h.packets = m_packets;
+        h.target = m_target;
+        AeSend(m_socket, h, 0, m_peer);
+    }
+
+    void SendData(uint32_t seq, bool unsched, bool retx)
+    {
+        AeHeader h;
+        h.type = kAeData;
+        h.flags = unsched ? kAeUnsched : 0;
+        h.job = m_job;
+        h.seq = seq;
+        h.packets = m_packets;
+        h.target = m_target;
+        AeSend(m_socket, h, PayloadOf(seq), m_peer);
+        m_sent++;
+        m_unschedSent += unsched;
+        m_retx += retx;
+    }
+
+    void Lose(uint32_t seq)
+    {
+        if (!m_acked[seq] && !m_queued[seq])
+        {
+            m_queued[seq] = true;
+            m_lost.push_back(seq);
+        }
+    }
+
+    // Nothing left to send: the receiver may stop crediting; something again: it is asked to resume.
+    void MaybeStop()
+    {
+        bool more = !Finished() && (m_next < m_packets || !m_lost.empty());
+        if (more && !m_asking)
+        {
+            Control(kAeRequest, 0, 0);
+            m_asking = true;
+        }
+        else if (!more && m_asking)
+        {
+            Control(kAeStop, 0, 0);
+            m_asking = false;
+        }
+    }
+
+    void OnCredit()
+    {
+        m_credits++;
+        while (!m_lost.empty() && m_acked[m_lost.front()])
+        {
+            m_queued[m_lost.front()] = false;
+            m_lost.pop_front();
+        }
+        if (!m_lost.empty())
+        {
+            uint32_t seq = m_lost.front();
+            m_lost.pop_front();
+            m_queued[seq] = false;
+            SendData(seq, false, true);
+        }
+        else if (m_next < m_packets)
+        {
+            SendData(m_next++, false, false);
+        }
+        else
+        {
+            m_wasted++;
+        }
+        MaybeStop();
+    }
+
+    void Arm()
+    {
+        m_timer.Cancel();
+        if (m_doneNs < 0)
+        {
+            m_timer = ns3::Simulator::Schedule(m_timeout, &AeolusSender::OnTimeout, this);
+        }
+    }
+
+    void OnTimeout()
+    {
+        if (m_doneNs >= 0)
+        {
+            return;
+        }
+        m_timeouts++;
+        for (uint32_t q = 0; q < m_next; q++)
+        {
+            Lose(q);
+        }
+        m_asking = false; // the REQUEST or STOP may be what was lost: ask again
+        Control(kAeRequest, 0, 0);
+        m_asking = true;
+        MaybeStop();
+        Arm();
+    }
+
+    void OnRecv(ns3::Ptr<ns3::Socket> s)
+    {
+        while (auto p = s->Recv())
+        {
+            uint8_t b[kPeerHeader];
+            AeHeader h;
+            if (p->CopyData(b, kPeerHeader) < kPeerHeader || !h.Read(b) || h.job != m_job)
+            {
+                continue;
+            }
+            if (h.type == kAeDone)
+            {
+                if (m_doneNs < 0)
+                {
+                    m_doneNs = ns3::Simulator::Now().GetNanoSeconds();
+                }
+                m_timer.Cancel();
+                if (m_asking && m_stopAtTarget)
+                {
+                    m_asking = false;
+                }
+                continue;
+            }
+            if (m_doneNs >= 0 && m_stopAtTarget)
+            {
+                continue;
+            }
+            Arm();
+            if (h.type == kAeCredit)
+            {
+                OnCredit();
+            }
+            else if (h.type == kAeAck && (h.flags & kAeProbeAck))
+            {
+                // FIFO behind the unscheduled packets: those not acknowledged by now were dropped
+                uint32_t end = std::min(h.seq, m_next);
+                for (uint32_t q = 0; q < end; q++)
+                {
+                    if (!m_acked[q] && !m_queued[q])
+                    {
+                        m_probeLosses++;
+                    }
+                    Lose(q);
+                }
+                MaybeStop();
+            }
+            else if (h.type == kAeAck && h.seq < m_packets)
+            {
+                m_acked[h.seq] = true;
+            }
+        }
+    }
+
+    uint32_t m_unsched = 0;
+    uint32_t m_next = 0;
+    std::vector<bool> m_acked;
+    std::vector<bool> m_queued;
+    std::deque<uint32_t> m_lost;
+    bool m_asking = false;
+    ns3::Time m_timeout;
+    bool m_stopAtTarget = true;
+    uint64_t m_sent = 0;
+    uint64_t m_retx = 0;
+    uint64_t m_timeouts = 0;
+    uint64_t m_credits = 0;
+    uint64_t m_wasted = 0;
+    uint64_t m_unschedSent = 0;
+    uint64_t m_probeLosses = 0;
+    int64_t m_startNs = -1;
+    int64_t m_doneNs = -1;
+    ns3::EventId m_timer;
+};
+
+class AeolusReceiver : public SocketApp<AeolusReceiver>
+{
+  public:
+    static constexpr const char* kTypeName = "netapprox::AeolusReceiver";
+
+    void Setup(uint32_t ip, int64_t creditGapNs)
+    {
+        m_ip = ip;
+        m_gap = ns3::NanoSeconds(std::max<int64_t>(1, creditGapNs));
+    }
+
+    uint32_t Contiguous(uint32_t srcIp, uint32_t job) const
+    {
+        auto it = m_flows.find((uint64_t(srcIp) << 32) | job);
+        return it == m_flows.end() ? 0 : it->second.contiguous;
+    }
+
+    int64_t TargetNs(uint32_t srcIp, uint32_t job) const
+    {
+        auto it = m_flows.find((uint64_t(srcIp) << 32) | job);
+        return it == m_flows.end() ? -1 : it->second.targetNs;
+    }
+
+    uint64_t CreditsSent() const
+    {
+        return m_creditsSent;
+    }
+
+  private:
+    struct Flow
+    {
+        ns3::Address from;
+        uint32_t job = 0;
+        std::vector<bool> got;
+        uint32_t inTarget = 0;
+        uint32_t target = 0;
+        uint32_t contiguous = 0;
+        int64_t targetNs = -1;
+        bool crediting = false;
+    };
+
+    void StartApplication() override
+    {
+        m_socket = ns3::Socket::CreateSocket(GetNode(), ns3::UdpSocketFactory::GetTypeId());
+        m_socket->SetAttribute("RcvBufSize", ns3::UintegerValue(64u << 20));
+        m_socket->Bind(ns3::InetSocketAddress(ns3::Ipv4Address(m_ip), kAeolusPort));
+        m_socket->SetRecvCallback(ns3::MakeCallback(&AeolusReceiver::OnRecv, this));
+    }
+
+    void StopApplication() override
+    {
+        m_timer.Cancel();
+        SocketApp::StopApplication();
+    }
+
+    void Reply(Flow& f, uint8_t type, uint8_t flags, uint32_t seq)
+    {
+        AeHeader h;
+        h.type = type;
+        h.flags = flags;
+        h.job = f.job;
+        h.seq = seq;
+        h.packets = uint32_t(f.got.size());
+        h.target = f.target;
+        AeSend(m_socket, h, 0, f.from);
+    }
+
+    void Credit(uint64_t key, bool on)
+    {
+        Flow& f = m_flows[key];
+        if (on == f.crediting)
+        {
+            return;
+        }
+        f.crediting = on;
+        if (on)
+        {
+            m_active.push_back(key);
+            if (!m_timer.IsPending())
+            {
+                m_timer = ns3::Simulator::ScheduleNow(&AeolusReceiver::OnCreditTimer, this);
+            }
+        }
+        else
+        {
+            m_active.erase(std::remove(m_active.begin(), m_active.end(), key), m_active.end());
+        }
+    }
+
+    void OnCreditTimer()
+    {
+        if (m_active.empty())
+        {
+            return;
+        }
+        m_rr = m_rr % m_active.size();
+        Reply(m_flows[m_active[m_rr]], kAeCredit, 0, 0);
+        m_creditsSent++;
+        m_rr++;
+        m_timer = ns3::Simulator::Schedule(m_gap, &AeolusReceiver::OnCreditTimer, this);
+    }
+
+    void OnRecv(ns3::Ptr<ns3::Socket> s)
+    {
+        ns3::Address from;
+        while (auto p = s->RecvFrom(from))
+        {
+            uint8_t b[kPeerHeader];
+            AeHeader h;
+            if (p->CopyData(b, kPeerHeader) < kPeerHeader || !h.Read(b) || h.type == kAeCredit ||
+                h.type == kAeAck || h.type == kAeDone || h.packets == 0 || h.packets > (1u << 24) ||
+                h.target > h.packets || (h.type == kAeData && h.seq >= h.packets))
+            {
+                continue;
+            }
+            auto src = ns3::InetSocketAddress::ConvertFrom(from);
+            uint64_t key = (uint64_t(src.GetIpv4().Get()) << 32) | h.job;
+            Flow& f = m_flows[key];
+            if (f.got.empty())
+            {
+                f.from = from;
+                f.job = h.job;
+                f.got.assign(h.packets, false);
+                f.target = h.target;
+            }
+            if (h.type == kAeData)
+            {
+                Reply(f, kAeAck, 0, h.seq);
+                if (h.seq < f.got.size() && !f.got[h.seq])
+                {
+                    f.got[h.seq] = true;
+                    f.inTarget += h.seq < f.target;
+                    while (f.contiguous < f.got.size() && f.got[f.contiguous])
+                    {
+                        f.contiguous++;
+                    }
+                }
+            }
+            else if (h.type == kAeProbe)
+            {
+                Reply(f, kAeAck, kAeProbeAck, h.seq);
+            }
+            if (f.targetNs < 0 && f.inTarget >= f.target)
+            {
+                f.targetNs = ns3::Simulator::Now().GetNanoSeconds();
+            }
+            if (f.targetNs >= 0)
+            {
+                Reply(f, kAeDone, 0, 0);
+                Credit(key, false);
+                continue;
+            }
+            if (h.type == kAeRequest)
+            {
+                Credit(key, true);
+            }
+            else if (h.type == kAeStop)
+            {
+                Credit(key, false);
+            }
+        }
+    }
+
+    uint32_t m_ip = 0;
+    ns3::Time m_gap;
+    std::unordered_map<uint64_t, Flow> m_flows;
+    std::vector<uint64_t> m_active;
+    size_t m_rr = 0;
+    uint64_t m_creditsSent = 0;
     ns3::EventId m_timer;
 };
 

@@ -1,5 +1,5 @@
 """The peer transports' simulated switches and their settings (C++ in ``netapprox_peers.h``): pFabric,
-Homa.
+Homa, Aeolus (on ExpressPass-style credits).
 
     sw = PfabricSwitch("e0_0", capacity_packets=pfabric_buffer_packets(topo))
     sw.add_port(device, 1)           # a pFabric queue disc on that egress device
@@ -104,5 +104,33 @@ class HomaSwitch(SimSwitch):
         if port in self._ports:
             raise ValueError(f"switch {self.name}: port {port} added twice")
         qd = switch_native.cpp().netapprox.InstallHomaQueueDisc(device, port, self.capacity_packets)
+        self._ports[port] = qd
+        return qd
+
+
+AEOLUS_PORT = 8000
+"""UDP port of Aeolus' packets (``kAeolusPort``)."""
+
+
+class AeolusSwitch(SimSwitch):
+    """A switch node whose every port runs ``netapprox::AeolusQueueDisc``: credits in a queue of
+    ``credit_queue`` served at most once per data packet time of the port's link (ExpressPass' credit rate
+    limiter), everything else in one FIFO of ``capacity_packets``, where an unscheduled packet finding
+    ``threshold_packets`` or more is dropped (Aeolus' selective dropping)."""
+
+    def __init__(self, name: str, *, capacity_packets: int, threshold_packets: int, credit_queue: int) -> None:
+        if capacity_packets < 1 or credit_queue < 1 or not 0 <= threshold_packets <= capacity_packets:
+            raise ValueError(f"aeolus switch {name}: capacity {capacity_packets}, threshold {threshold_packets}, "
+                             f"credit queue {credit_queue}: need 0 <= threshold <= capacity, both queues >= 1")
+        super().__init__(name, buffer_packets=capacity_packets, fifo=True)
+        self.capacity_packets = capacity_packets
+        self.threshold_packets = threshold_packets
+        self.credit_queue = credit_queue
+
+    def add_port(self, device: Any, port: int) -> Any:
+        if port in self._ports:
+            raise ValueError(f"switch {self.name}: port {port} added twice")
+        qd = switch_native.cpp().netapprox.InstallAeolusQueueDisc(device, port, self.capacity_packets,
+                                                                  self.threshold_packets, self.credit_queue)
         self._ports[port] = qd
         return qd

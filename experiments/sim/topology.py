@@ -27,7 +27,7 @@ import random
 from typing import Any
 
 from netapprox.controller.sim.switch import SimSwitch
-from netapprox.experiments.sim.peers import HomaSwitch, PfabricSwitch
+from netapprox.experiments.sim.peers import AeolusSwitch, HomaSwitch, PfabricSwitch
 
 PPP_HEADER = 2
 """Bytes ns-3's point-to-point device adds to an IP packet."""
@@ -164,13 +164,16 @@ class Network:
 
     def __init__(self, ns: Any, g: Any, topo: TopologyConfig, *, switch_mode: str, buffer_packets: int,
                  host_queue_packets: int = 1000, seed: int = 1, trim: bool = False, spray: bool = False,
-                 approx_unit: int = 1, pfabric_packets: int = 0) -> None:
+                 approx_unit: int = 1, pfabric_packets: int = 0,
+                 aeolus: tuple[int, int] = (8, 8)) -> None:
         """``switch_mode="pfabric"``: every switch port and every host NIC runs pFabric's queue
         (``experiments.sim.peers``), switch ports of ``pfabric_packets`` packets, host NICs of
         ``host_queue_packets``. ``switch_mode="homa"``: Homa's 8 priority queues sharing ``buffer_packets`` on every
-        switch port, ``host_queue_packets`` on every host NIC."""
-        if switch_mode not in ("netapprox", "fifo", "pfabric", "homa"):
-            raise ValueError(f"switch mode {switch_mode!r}: netapprox, fifo, pfabric or homa")
+        switch port, ``host_queue_packets`` on every host NIC. ``switch_mode="aeolus"``: Aeolus' port (``peers.AeolusSwitch``) of
+        ``buffer_packets`` with ``aeolus`` = (selective-drop threshold, credit queue) packets on every switch port; on
+        host NICs the same credit rate limiter and ``host_queue_packets``, no selective dropping."""
+        if switch_mode not in ("netapprox", "fifo", "pfabric", "homa", "aeolus"):
+            raise ValueError(f"switch mode {switch_mode!r}: netapprox, fifo, pfabric, homa or aeolus")
         self.topo = topo
         self.switch_mode = switch_mode
         self.spray = spray
@@ -184,6 +187,9 @@ class Network:
                                                    for n in names}
         elif switch_mode == "homa":
             self.switches = {n: HomaSwitch(n, capacity_packets=buffer_packets) for n in names}
+        elif switch_mode == "aeolus":
+            self.switches = {n: AeolusSwitch(n, capacity_packets=buffer_packets, threshold_packets=aeolus[0],
+                                             credit_queue=aeolus[1]) for n in names}
         else:
             self.switches = {
                 n: SimSwitch(n, buffer_packets=buffer_packets, fifo=switch_mode == "fifo",
@@ -223,6 +229,8 @@ class Network:
                 g.netapprox.InstallPfabricQueueDisc(hdev, 0, host_queue_packets)
             elif switch_mode == "homa":  # Homa hosts send by the same priorities
                 g.netapprox.InstallHomaQueueDisc(hdev, 0, host_queue_packets)
+            elif switch_mode == "aeolus":  # the host's own unscheduled burst is never dropped selectively
+                g.netapprox.InstallAeolusQueueDisc(hdev, 0, host_queue_packets, host_queue_packets, aeolus[1])
             else:
                 host_tc.Install(hdev)
             self.switches[sw].add_port(sdev, len(self._ports[sw]) + 1)

@@ -21,6 +21,8 @@ Protocols (``PROTOCOLS``; the ATP variants are experiments.plans.ATP_VARIANTS):
 | ``udp`` | every message once as ATP-format DATA at line rate | network-oblivious | ``fifo`` |
 | ``pfabric-es``, ``pfabric-ss`` | EarlySend / SampleSend over pFabric's host transport (``netapprox_peers.h``) | pFabric (2 BDP, least remaining first) | ``fifo`` (nothing to program) |
 | ``homa-es``, ``homa-ss`` | EarlySend / SampleSend over Homa (RTTbytes unscheduled, receiver grants) | Homa (8 priority queues) | ``fifo`` (nothing to program) |
+| ``aeolus-es``, ``aeolus-ss`` | EarlySend / SampleSend over Aeolus (one BDP unscheduled at line rate, the rest on receiver credits) | Aeolus (credit rate limiter, selective dropping) | ``fifo`` (nothing to program) |
+| ``expresspass-es``, ``expresspass-ss`` | the same over ExpressPass-style credits alone (nothing before the first credit) | the same | ``fifo`` |
 
 Every switch is programmed by ``controller.sim.driver.SimDriver`` through the controller's one runtime
 (``controller.runtime.Runtime``), whose ``epoch(now)`` runs every ``SimSettings.epoch_us`` of simulated time;
@@ -56,7 +58,8 @@ from netapprox.hostlib.reporting import ReportSink
 TCP_PROTOCOLS = ("dctcp-es", "dctcp-ss", "dctcp-sm")
 PFABRIC_PROTOCOLS = ("pfabric-es", "pfabric-ss", "pfabric-sm")
 HOMA_PROTOCOLS = ("homa-es", "homa-ss", "homa-sm")
-PEER_PROTOCOLS = PFABRIC_PROTOCOLS + HOMA_PROTOCOLS
+AEOLUS_PROTOCOLS = ("aeolus-es", "aeolus-ss", "expresspass-es", "expresspass-ss")
+PEER_PROTOCOLS = PFABRIC_PROTOCOLS + HOMA_PROTOCOLS + AEOLUS_PROTOCOLS
 PROTOCOLS = tuple(ATP_VARIANTS) + tuple(ATP_ABLATION) + TCP_PROTOCOLS + ("udp",) + PEER_PROTOCOLS
 ATP_PORT = wire.DEFAULT_ATP_PORT
 BG_PORT = ATP_PORT
@@ -143,6 +146,13 @@ class SimSettings:
     homa_resend_rtts: float = 10.0
     """Homa: a receiver asks for a granted message's missing packets after this many unloaded RTTs without
     progress; a sender without word from its receiver sends its first packet again after twice that."""
+    aeolus_threshold_packets: int = 8
+    """Aeolus: an unscheduled packet is dropped by a switch port holding this many packets (selective dropping)."""
+    aeolus_credit_queue: int = 8
+    """Aeolus / ExpressPass: credits a switch port queues (ExpressPass' small credit buffer); more are dropped."""
+    aeolus_timeout_rtts: float = 10.0
+    """Aeolus / ExpressPass: a sender without word from its receiver for this many unloaded RTTs resends every
+    unacknowledged packet on credits (asking for credits again)."""
     atp_core: str = "native"
     """Which implementation of hostlib's cores the ATP hosts run: ``native`` (the C cores, when the extension is
     built; else, and under NETAPPROX_PURE_PYTHON=1, the reference) or ``python`` (the reference). Both produce
@@ -197,6 +207,9 @@ SETTINGS_PARITY: dict[str, tuple[str, str]] = {
     "pfabric_probe_after": ("baseline", "pFabric's probe mode"),
     "homa_overcommit": ("baseline", "Homa's overcommitment"),
     "homa_resend_rtts": ("baseline", "Homa's RESEND timer"),
+    "aeolus_threshold_packets": ("baseline", "Aeolus' selective-drop threshold"),
+    "aeolus_credit_queue": ("baseline", "ExpressPass' credit queue"),
+    "aeolus_timeout_rtts": ("baseline", "Aeolus' sender timeout"),
 }
 """Every ``SimSettings`` field and what it is elsewhere: ``shared`` — a design default every data plane has too,
 with the same value (tests/test_parity.py holds them to it); ``scaled`` — a size, rate or time of the network
@@ -363,8 +376,8 @@ class Trial:
         if protocol not in PROTOCOLS:
             raise ValueError(f"protocol {protocol!r}: choose one of {', '.join(PROTOCOLS)}")
         self.switch = switch or switch_for(protocol)
-        if self.switch not in ("netapprox", "static", "fifo", "pfabric", "homa"):
-            raise ValueError(f"switch {self.switch!r}: choose netapprox, static, fifo, pfabric or homa")
+        if self.switch not in ("netapprox", "static", "fifo", "pfabric", "homa", "aeolus"):
+            raise ValueError(f"switch {self.switch!r}: choose netapprox, static, fifo, pfabric, homa or aeolus")
         self.policy_overrides = tuple(policy)
         if self.policy_overrides and self.switch != "netapprox":
             raise ValueError(f"a policy for the controller needs the netapprox switch, not {self.switch!r}")
@@ -397,11 +410,12 @@ class Trial:
         ns.RngSeedManager.SetSeed(1)
         ns.RngSeedManager.SetRun(max(1, self.seed))
         _set_tcp_defaults(ns, s)
-        mode = self.switch if self.switch in ("fifo", "pfabric", "homa") else "netapprox"
+        mode = self.switch if self.switch in ("fifo", "pfabric", "homa", "aeolus") else "netapprox"
         self._keep: list[Any] = []  # ns-3 objects the trial must keep alive
         self.net = Network(ns, g, s.topology, switch_mode=mode, buffer_packets=s.buffer_packets,
                            host_queue_packets=s.host_queue_packets, seed=self.seed,
                            pfabric_packets=self.pfabric_packets,
+                           aeolus=(s.aeolus_threshold_packets, s.aeolus_credit_queue),
                            **network_knobs(self.protocol, self.settings))
         self.clock = _Clock(ns)
         self._start_controller()
@@ -417,6 +431,8 @@ class Trial:
             self._start_pfabric()
         elif self.protocol in HOMA_PROTOCOLS:
             self._start_homa()
+        elif self.protocol in AEOLUS_PROTOCOLS:
+            self._start_aeolus()
         else:
             self._start_udp()
         self._start_background()
@@ -461,7 +477,7 @@ class Trial:
             pinned = tuple(sorted((j.job_id, queue_for_tlr(1 - j.msr)) for j in self.jobs))
             policy = PolicyConfig(mode="static", pinned=pinned, ecn_threshold_pkts=s.ecn_threshold_pkts)
         else:
-            policy = PolicyConfig(mode="fifo" if self.switch in ("pfabric", "homa") else self.switch,
+            policy = PolicyConfig(mode="fifo" if self.switch in ("pfabric", "homa", "aeolus") else self.switch,
                                   ecn_threshold_pkts=s.ecn_threshold_pkts)
             if self.policy_overrides:
                 policy = with_policy(policy, self.policy_overrides, f"trial {self.label!r}")
@@ -651,6 +667,34 @@ class Trial:
             tx.SetStartTime(ns.NanoSeconds(int(round(job.start_s * 1e9))))
             self._job_state[job.job_id] = {"job": job, "tx": tx, "rx": rx, "total": total, "target": target}
 
+    def _start_aeolus(self) -> None:
+        """Aeolus hosts: one message per job carrying the DCTCP baseline's byte stream (as pFabric's flows); with
+        ``aeolus-*`` the first BDP leaves unscheduled at line rate, with ``expresspass-*`` nothing before the first
+        credit; the receiver credits one packet per data packet time of its link."""
+        ns, g, s = self.ns, self.g, self.settings
+        topo = s.topology
+        unsched = bdp_packets(topo) if self.protocol.startswith("aeolus") else 0
+        rtt_ns = topo.base_rtt_s() * 1e9
+        gap_ns = int(g.netapprox.AeolusCreditGapNs(topo.host_gbps * 1e9, topo.mtu))
+        self.aeolus = {"unscheduled_packets": unsched, "credit_gap_ns": gap_ns,
+                       "threshold_packets": s.aeolus_threshold_packets, "credit_queue": s.aeolus_credit_queue}
+        receivers: dict[int, Any] = {}
+        self._aeolus_receivers = receivers
+        for job in self.jobs:
+            total, target = tcp_stream(job.workload, job.msr, self.protocol, self.seed * 1000 + job.job_id)
+            rx = receivers.get(job.dst)
+            if rx is None:
+                rx = receivers[job.dst] = ns.CreateObject[g.netapprox.AeolusReceiver]()
+                rx.Setup(self.net.hosts[job.dst].ip, gap_ns)
+                self.net.hosts[job.dst].node.AddApplication(rx)
+                rx.SetStartTime(ns.Seconds(0))
+            tx = ns.CreateObject[g.netapprox.AeolusSender]()
+            tx.Setup(self.net.hosts[job.dst].ip, job.job_id, total, target, PFABRIC_MSS, unsched,
+                     int(s.aeolus_timeout_rtts * rtt_ns), self.protocol.endswith("-es"))
+            self.net.hosts[job.src].node.AddApplication(tx)
+            tx.SetStartTime(ns.NanoSeconds(int(round(job.start_s * 1e9))))
+            self._job_state[job.job_id] = {"job": job, "tx": tx, "rx": rx, "total": total, "target": target}
+
     def _atp_datagrams(self, job_id: int, workload: JobWorkload, *, tlr: float | None) -> list[bytes]:
         chunk = 1400 - wire.HEADER_LEN
         flags = int(wire.Flags.APPROX) if tlr is not None else 0
@@ -786,6 +830,12 @@ class Trial:
                 str(dst): {"grants": int(rx.GrantsSent()), "max_granted": int(rx.MaxGrantedAtOnce()),
                            "grants_at": [int(rx.GrantsAt(q)) for q in range(8)], "resends": int(rx.Resends())}
                 for dst, rx in self._homa_receivers.items()}}
+        if getattr(self, "aeolus", None):
+            ports = [qd for sw in self.net.switches.values() for qd in sw.ports.values()]
+            out["aeolus"] = {**self.aeolus,
+                             "unscheduled_drops": sum(int(qd.UnscheduledDrops()) for qd in ports),
+                             "credit_drops": sum(int(qd.CreditDrops()) for qd in ports),
+                             "credits_sent": sum(int(rx.CreditsSent()) for rx in self._aeolus_receivers.values())}
         if is_atp(self.protocol):
             out["atp_config"] = dataclasses.asdict(self.atp_config)
             reasons: dict[str, int] = {}
@@ -868,6 +918,9 @@ class Trial:
                      delivered_bytes_frac=M.tcp_delivered_bytes_frac(wl, received, delivered))
             if self.protocol in PFABRIC_PROTOCOLS:
                 m["probes"] = int(tx.Probes())
+            elif self.protocol in AEOLUS_PROTOCOLS:
+                m.update(credits=int(tx.Credits()), credits_wasted=int(tx.CreditsWasted()),
+                         unscheduled_sent=int(tx.UnscheduledSent()), probe_losses=int(tx.ProbeLosses()))
             else:
                 m["grants"] = int(tx.Grants())
         else:
