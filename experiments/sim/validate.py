@@ -1,13 +1,15 @@
 """Each peer transport against its own paper's headline trend, in this simulator, before it is compared with ATP.
 
-    python -m netapprox.experiments.sim.validate pfabric|homa [--loads 0.6 0.8] [--seeds 1 2] [--ms 2] [--out results]
+    python -m netapprox.experiments.sim.validate pfabric|homa|aeolus [--loads 0.6 0.8] [--seeds 1 2] [--ms 2] [--out results]
 
 ``pfabric``: pFabric's §5 setting (Alizadeh et al. 2013): a 144-host leaf-spine (9 leaves x 16 hosts, 4 spines,
 10 Gbit/s hosts, 40 Gbit/s fabric), web-search flows with Poisson arrivals at a load of each host link,
 pFabric against DCTCP; the metric is the flow completion time normalized to the flow's unloaded time (its
 bytes at line rate plus its path's propagation and store-and-forward delay), mean and 99th percentile, for
 small flows ((0, 100 KB]) and all flows. ``homa``: Homa against pFabric on the same setting (Homa's paper
-compares short messages' 99th-percentile slowdown with pFabric's and DCTCP's at high load). Each flow is a one-message job with MSR 1 (``pfabric-es`` /
+compares short messages' 99th-percentile slowdown with pFabric's and DCTCP's at high load). ``aeolus``: Aeolus
+against ExpressPass (its base credit transport) on the same setting (Aeolus' paper: the average FCT of
+ExpressPass improved by 56 %). Each flow is a one-message job with MSR 1 (``pfabric-es`` /
 ``dctcp-es``: the same bytes on the wire). Writes ``<out>/sim/validate-<peer>/result.json`` and prints the table
 of docs/simulation.md ("Peer transports: validation"). CPU-heavy: run under ``nice -n 19``.
 """
@@ -69,9 +71,11 @@ def summarize(records: Sequence[dict], topo: TopologyConfig) -> dict[str, Any]:
             "all_p99": percentile(every, 99)}
 
 
-PAIRS = {"pfabric": ("pfabric-es", "dctcp-es"), "homa": ("homa-es", "pfabric-es")}
+PAIRS = {"pfabric": ("pfabric-es", "dctcp-es"), "homa": ("homa-es", "pfabric-es"),
+         "aeolus": ("aeolus-es", "expresspass-es")}
 """Each peer's validation: (the peer, what its paper compares it with), both on the peer's own setting (Homa's
-on pFabric's leaf-spine and web search, the closest of its W1-W5 workloads at hand)."""
+on pFabric's leaf-spine and web search, the closest of its W1-W5 workloads at hand; Aeolus' against its base
+credit transport, ExpressPass, on the same leaf-spine and web search)."""
 
 
 def validate_pfabric(loads: Sequence[float], seeds: Sequence[int], duration_s: float,
