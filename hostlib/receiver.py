@@ -863,18 +863,21 @@ class AtpReceiver:
         left to their MSR (SRPT), so the grants do not hold back the job the switches put first. The
         first job may have the whole budget in flight (what it needs is an estimate, and a job granted less than
         it needs crawls to its end); each next one what the jobs before it are not expected to need, at most what
-        it needs itself, so its data arrives as theirs ends. A job whose MSR is met is not granted. Jobs given
-        more than before that have no ACK waiting get a GRANT now."""
+        it needs itself, so its data arrives as theirs ends. A job whose MSR is met comes after every job that still
+        needs data and may have in flight what those are not expected to need (the whole budget when none needs
+        any): its sender may still be sending the rest (completion ``all_sent``, as ml/'s DDP hook), and a job
+        granted nothing once its MSR is met would wait for a grant until its idle timeout. Jobs given more than
+        before that have no ACK waiting get a GRANT now."""
         self._grant_dirty = False
         active = [j for j in self.jobs.values() if j.finished_at is None and j.manifest is not None]
         mp = self.config.max_payload
         need = {j: j.need_packets(mp) for j in active}
-        active.sort(key=lambda j: (j.grant_queue, need[j], j.first_at, j.job_id))
+        active.sort(key=lambda j: (need[j] == 0, j.grant_queue, need[j], j.first_at, j.job_id))
         left = budget = self.grant_budget
         first = True
         for j in active:
             n = need[j]
-            a = 0 if n == 0 else budget if first else min(left, n)
+            a = budget if first else left if n == 0 else min(left, n)
             first = first and n == 0
             left = max(0, left - n)
             if a > j.alloc and j.pending_ack is None and j.echo is not None:

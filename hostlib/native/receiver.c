@@ -450,6 +450,8 @@ typedef struct {
 
 static int planned_cmp(const void *a, const void *b) {
     const Planned *x = a, *y = b;
+    if ((x->need == 0) != (y->need == 0)) /* a job whose MSR is met after every job that still needs data */
+        return x->need == 0 ? 1 : -1;
     if (x->job->grant_queue != y->job->grant_queue)
         return x->job->grant_queue < y->job->grant_queue ? -1 : 1;
     if (x->need != y->need)
@@ -460,7 +462,8 @@ static int planned_cmp(const void *a, const void *b) {
 }
 
 /* _schedule: share grant_budget packets in flight over the jobs, in the order the switches serve them (the queue
- * stamped on each job's newest needed packet), then least data left to their MSR */
+ * stamped on each job's newest needed packet), then least data left to their MSR; a job whose MSR is met last, with
+ * what the others are not expected to need (its sender may still be sending the rest: completion all_sent) */
 static int schedule(Receiver *r) {
     r->grant_dirty = 0;
     Planned *plan = malloc((r->jobs.n ? r->jobs.n : 1) * sizeof(Planned));
@@ -480,7 +483,7 @@ static int schedule(Receiver *r) {
     for (size_t i = 0; i < n && rc == 0; i++) {
         Job *j = plan[i].job;
         long long need = plan[i].need;
-        long long a = need == 0 ? 0 : first ? budget : (left < need ? left : need);
+        long long a = first ? budget : need == 0 ? left : (left < need ? left : need);
         first = first && need == 0;
         left = left - need > 0 ? left - need : 0;
         if (a > j->alloc && !j->pending && j->has_top) {

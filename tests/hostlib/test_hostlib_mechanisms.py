@@ -207,6 +207,46 @@ def test_with_receiver_grants_every_msr_is_met(loss):
     assert_guarantee(run, job)
 
 
+def test_a_job_whose_msr_is_met_is_granted_what_the_jobs_still_needing_data_do_not_need():
+    """B's MSR is met (its sender may still be sending the rest: completion all_sent) and its packets are stamped
+    with the switches' first queue; A still needs 4 packets. A comes first and may have the whole window (10) in
+    flight, B what A is not expected to need (6); once A is gone, B the whole window."""
+    def stamped(job_id, msg_id, seq, queue):
+        return wire.encode(wire.Header(flags=wire.Flags.APPROX, job_id=job_id, msg_id=msg_id, pkt_cnt=1, seq=seq,
+                                       queue=queue, tlr=wire.tlr_to_q15(0.3)), b"d" * 100)
+
+    r = AtpReceiver(config=GRANTS)
+    peer_b = ("10.0.0.5", 4000)
+    r.receive_datagram(announce(1, [(0, 1.0, range(5))], 5, seq=100), SENDER_ADDR, 0.0)  # A: 4 more to go
+    r.receive_datagram(announce(2, [(0, 0.5, range(10))], 10, seq=500), peer_b, 0.0)  # B: 5 of 10
+    r.receive_datagram(stamped(1, 0, 101, 3), SENDER_ADDR, 0.0)
+    for m in range(5):
+        r.receive_datagram(stamped(2, m, 501 + m, 1), peer_b, 0.0)
+    grants = {h.job_id: grant for h, _, grant, _ in answers(r)}
+    assert grants == {1: 101 + 1 + 10, 2: 505 + 1 + 6}
+    for m in range(1, 5):
+        r.receive_datagram(stamped(1, m, 101 + m, 3), SENDER_ADDR, 0.0)  # A's MSR is met too
+    r.receive_datagram(stamped(2, 5, 506, 1), peer_b, 0.0)
+    grants = {h.job_id: grant for h, _, grant, _ in answers(r)}
+    assert grants[2] == 506 + 1 + 10  # no job needs data: the whole window
+
+
+def test_an_all_sent_sender_whose_msr_is_met_still_sends_at_the_links_rate():
+    """completion all_sent (ml/'s DDP hook) with grants: every message goes, the MSR is met half way. A receiver
+    that stopped granting a job once its MSR was met left its sender one probe per tail timeout for the other
+    half; granted the window no other job needs, it sends it at the link's rate."""
+    rate, delay, n = 20e6, 0.005, 300
+    cfg = AtpConfig(receiver_grants=True, completion="all_sent", max_rate_bps=rate, initial_rtt_s=2 * delay)
+    size = cfg.max_payload  # full packets: the receiver's window counts them
+    job = JobSpec.uniform(7, messages=n, size=size, msr=0.5)
+    run = run_job(job, cfg, forward=Path(delay=delay, rate_bps=rate, queue_packets=64),
+                  reverse=Path(delay=delay, seed=2))
+    assert_guarantee(run, job)
+    assert len(run.received()) == n  # every message went, none lost
+    line_s = n * (size + wire.HEADER_LEN + cfg.overhead_bytes) * 8 / rate
+    assert run.summary.jct_s <= 1.5 * line_s + 10 * 2 * delay, (run.summary.jct_s, line_s)
+
+
 def test_grants_are_replies_within_the_jobs_reply_room():
     """A job that never validates its address gets GRANTs only within what came from its address."""
     r = AtpReceiver(config=dataclasses.replace(GRANTS, grant_window_packets=50))
