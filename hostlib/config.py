@@ -205,8 +205,9 @@ class AtpConfig:
     receiver_grants: bool = False
     """Receiver: schedule what its jobs send beyond their first window (Homa, pHost). It grants each job how far
     it may send (a sequence number, on its ACKs or in a GRANT), in order of the least data left to reach the MSR,
-    keeping ``grant_window_packets`` in flight towards itself in all, and stops granting a job once what it has
-    in flight covers its MSR. A sender follows grants once its receiver sends them. The grants are a few numbers
+    keeping ``grant_window_packets`` in flight towards itself in all; a job whose MSR is met comes last, with what
+    the others are not expected to need (its sender may still send the rest: ``all_sent``). A sender follows
+    grants once its receiver sends them. The grants are a few numbers
     in each job's record."""
 
     grant_overrides_window: bool = True
