@@ -239,7 +239,7 @@ KNOWN_DISAGREEMENTS: dict[str, str] = {
                        "default?), grants keep the JCT (0.97-1.04x) and make the DDP iteration 6% shorter, but ATP "
                        "loses 29-70% of its packets in the network against 19-47% (the budget is one BDP at a "
                        "guessed 10 ms RTT, the testbed's is under 1 ms), and DDP under 20% injected loss "
-                       "(tests/ml) had a job go silent for its idle timeout in one run of five; without grants "
+                       "(tests/ml) had a job go silent for its idle timeout in one run of ten; without grants "
                        "the k=12 simulation loses 22%/18% of ATP's payloads (bar: 5%), so neither side follows "
                        "the other",
 }
