@@ -26,7 +26,7 @@ import dataclasses
 import random
 from typing import Any
 
-from netapprox.controller.sim.switch import SimSwitch
+from netapprox.controller.sim.switch import SimSwitch, queue_limits
 from netapprox.experiments.sim.peers import AeolusSwitch, HomaSwitch, PfabricSwitch
 
 PPP_HEADER = 2
@@ -165,13 +165,16 @@ class Network:
     def __init__(self, ns: Any, g: Any, topo: TopologyConfig, *, switch_mode: str, buffer_packets: int,
                  host_queue_packets: int = 1000, seed: int = 1, trim: bool = False, spray: bool = False,
                  approx_unit: int = 1, pfabric_packets: int = 0,
-                 aeolus: tuple[int, int] = (8, 8)) -> None:
+                 aeolus: tuple[int, int] = (8, 8), host_ecn_pkts: int = 0) -> None:
         """``switch_mode="pfabric"``: every switch port and every host NIC runs pFabric's queue
         (``experiments.sim.peers``), switch ports of ``pfabric_packets`` packets, host NICs of
         ``host_queue_packets``. ``switch_mode="homa"``: Homa's 8 priority queues sharing ``buffer_packets`` on every
         switch port, ``host_queue_packets`` on every host NIC. ``switch_mode="aeolus"``: Aeolus' port (``peers.AeolusSwitch``) of
         ``buffer_packets`` with ``aeolus`` = (selective-drop threshold, credit queue) packets on every switch port; on
-        host NICs the same credit rate limiter and ``host_queue_packets``, no selective dropping."""
+        host NICs the same credit rate limiter and ``host_queue_packets``, no selective dropping. ``host_ecn_pkts`` > 0
+        (the other modes): every host NIC's FIFO is the oblivious switch's queue disc (one queue of
+        ``host_queue_packets``) marking CE on ECN-capable packets at that depth, as every queue of ns-2's
+        data-center setups does (DCTCP's K on every link, the host's too) instead of a FIFO that never marks."""
         if switch_mode not in ("netapprox", "fifo", "pfabric", "homa", "aeolus"):
             raise ValueError(f"switch mode {switch_mode!r}: netapprox, fifo, pfabric, homa or aeolus")
         self.topo = topo
@@ -217,6 +220,8 @@ class Network:
         # neighbour tables for routing: switch -> [(neighbour switch or host index, device, peer ip)]
         self._ports: dict[str, list[tuple[str | int, Any, int]]] = collections.defaultdict(list)
         self.hosts: list[Host] = []
+        self.host_ecn_qdiscs: list[Any] = []  # host_ecn_pkts: the hosts' marking queue discs
+        self._host_tables: list[Any] = []  # and their tables, kept alive with them
 
         def rate(gbps: float) -> Any:
             return ns.DataRateValue(ns.DataRate(f"{gbps:g}Gbps"))
@@ -231,6 +236,13 @@ class Network:
                 g.netapprox.InstallHomaQueueDisc(hdev, 0, host_queue_packets)
             elif switch_mode == "aeolus":  # the host's own unscheduled burst is never dropped selectively
                 g.netapprox.InstallAeolusQueueDisc(hdev, 0, host_queue_packets, host_queue_packets, aeolus[1])
+            elif host_ecn_pkts > 0:
+                tables = g.netapprox.Tables.Create()
+                tables.SetFifo(True)
+                tables.SetEcn(0, host_ecn_pkts)
+                limits = g.std.vector["uint32_t"](queue_limits(host_queue_packets, fifo=True))
+                self.host_ecn_qdiscs.append(g.netapprox.InstallQueueDisc(hdev, tables, 0, limits))
+                self._host_tables.append(tables)
             else:
                 host_tc.Install(hdev)
             self.switches[sw].add_port(sdev, len(self._ports[sw]) + 1)

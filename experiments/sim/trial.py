@@ -98,6 +98,10 @@ class SimSettings:
     paper §7.1). Queue 0 of the NetApprox switch and the one queue of the oblivious switch."""
     host_queue_packets: int = 1000
     """FIFO under every host NIC (Linux txqueuelen)."""
+    tcp_host_ecn: bool = True
+    """TCP baselines: every host NIC's FIFO marks CE at ``ecn_threshold_pkts`` as the switch ports do (ns-2's
+    queues on every link, pFabric's DCTCP setting). False: a FIFO that never marks, where a long flow's slow
+    start fills all ``host_queue_packets`` and the host drops (docs/simulation.md, "Peer transports: validation")."""
     min_rto_us: float = 200.0
     """TCP minimum RTO (Vasudevan et al., SIGCOMM 2009; pFabric's DCTCP setting); ATP's ``min_loss_timeout_s``
     is set to the same."""
@@ -184,6 +188,7 @@ SETTINGS_PARITY: dict[str, tuple[str, str]] = {
     "approx_buffer_unit": ("shared", "every switch's approx_buffer_unit; unset: model.half_buffer_unit of the port"),
     "buffer_packets": ("scaled", "the port buffer of the switch being modelled (1.5 MB); each data plane its own"),
     "ecn_threshold_pkts": ("scaled", "DCTCP's K grows with the bandwidth-delay product; PolicyConfig's 20 suits Mbit/s ports"),
+    "tcp_host_ecn": ("baseline", "the TCP baselines' host NICs mark ECN at K as the simulated switches do"),
     "host_queue_packets": ("scaled", "the hosts' NIC queue (txqueuelen); emulated hosts have the kernel's own"),
     "epoch_us": ("scaled", "the controller's epoch, a few RTTs of the network (ControllerConfig.epoch_s)"),
     "report_delay_us": ("simulator", "the control channel's latency, which real networks have by themselves"),
@@ -420,6 +425,7 @@ class Trial:
                            host_queue_packets=s.host_queue_packets, seed=self.seed,
                            pfabric_packets=self.pfabric_packets,
                            aeolus=(s.aeolus_threshold_packets, s.aeolus_credit_queue),
+                           host_ecn_pkts=s.ecn_threshold_pkts if s.tcp_host_ecn and self.protocol in TCP_PROTOCOLS else 0,
                            **network_knobs(self.protocol, self.settings))
         self.clock = _Clock(ns)
         self._start_controller()
