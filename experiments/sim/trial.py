@@ -868,16 +868,22 @@ class Trial:
                 out["queue_changes"] = [{"wall": d["time"], "assignments": {str(d["job"]): d["new"]}}
                                         for d in out["decisions"] if d["new"] is not None]
                 out["background_starts"] = [b.start_s for b in self.background]
-        out["perf"] = {"switch_packets": queues.pop("_switch_packets"), "host_packets": self._host_packets()}
+        host = self._host_queue_stats()
+        out["queues"]["host_drops"], out["queues"]["host_ce_marks"] = host["dropped"], host["marked"]
+        out["perf"] = {"switch_packets": queues.pop("_switch_packets"), "host_packets": host["sent"]}
         return out
 
-    def _host_packets(self) -> int:
-        n = 0
+    def _host_queue_stats(self) -> dict[str, int]:
+        """Packets sent, dropped and CE-marked by the queue discs under the hosts' NICs, over every host."""
+        n = {"sent": 0, "dropped": 0, "marked": 0}
         for h in self.net.hosts:
             tc = h.node.GetObject["ns3::TrafficControlLayer"]()
             qd = tc.GetRootQueueDiscOnDevice(h.device)
             if qd:
-                n += int(qd.GetStats().nTotalSentPackets)
+                st = qd.GetStats()
+                n["sent"] += int(st.nTotalSentPackets)
+                n["dropped"] += int(st.nTotalDroppedPackets)
+                n["marked"] += int(st.nTotalMarkedPackets)
         return n
 
     def _job_metrics(self, st: dict, rate: float) -> dict:

@@ -94,7 +94,9 @@ def validate_pfabric(loads: Sequence[float], seeds: Sequence[int], duration_s: f
                 r = T.run_trial(settings, proto, plans, seed=seed)
                 s = summarize(r["jobs"], topo)
                 rows.append({"load": load, "seed": seed, "protocol": proto, **s,
-                             "switch_drops": r["queues"]["switch_drops"], "wall_s": time.perf_counter() - t0})
+                             "switch_drops": r["queues"]["switch_drops"], "host_drops": r["queues"]["host_drops"],
+                             "timeouts": sum(j.get("timeouts") or 0 for j in r["jobs"]),
+                             "wall_s": time.perf_counter() - t0})
                 say(f"load {load} seed {seed} {proto}: {s['flows']} flows ({s['failed']} unfinished), small mean "
                     f"{s['small_mean']:.2f} p99 {s['small_p99']:.2f}, all mean {s['all_mean']:.2f}, "
                     f"{time.perf_counter() - t0:.0f} s")

@@ -173,3 +173,22 @@ def test_the_fabric_sprays_approximate_data_unless_told_otherwise(sim, protocol,
         assert min(tx) >= 0.3 * sum(tx), tx
     else:
         assert min(tx) <= 0.05 * sum(tx), tx
+
+
+@pytest.mark.parametrize("host_ecn", [True, False])
+def test_dctcp_hosts_mark_ecn_instead_of_overflowing_their_nic_queue(sim, host_ecn):
+    """One 6 MB DCTCP flow alone on a 10 Gbit/s path: its own NIC is the bottleneck. A NIC FIFO that never marks
+    lets slow start outgrow the 1000-packet queue and drop; marking at K (``tcp_host_ecn``, every switch
+    port's rule) holds the window down without a drop, as in the pFabric paper's DCTCP setting."""
+    ns3_trial, TopologyConfig, _make_job, _pick = sim
+    from netapprox.experiments.jobs import JobWorkload
+    topo = TopologyConfig(kind="clos", leaves=1, spines=1, hosts_per_leaf=2, host_gbps=10.0)
+    settings = ns3_trial.SimSettings(topology=topo, time_limit_ms=40, tcp_host_ecn=host_ecn)
+    job = JobPlan(1, 0, 1, JobWorkload("websearch", 1, (6_000_000,), (0.0,)), 1.0)
+    r = ns3_trial.run_trial(settings, "dctcp-es", [job], seed=1)
+    assert r["completed_all"] and r["queues"]["switch_drops"] == 0
+    if host_ecn:
+        assert r["queues"]["host_drops"] == 0 and r["queues"]["host_ce_marks"] > 0
+        assert r["jobs"][0]["timeouts"] == 0
+    else:
+        assert r["queues"]["host_drops"] > 0 and r["queues"]["host_ce_marks"] == 0
