@@ -1494,10 +1494,11 @@ class HomaReceiver : public SocketApp<HomaReceiver>
 //   dropped selectively, so its ACK says every unscheduled packet before it arrived or was dropped). Every
 //   CREDIT sends one packet: a lost one first, else the next new one. Losses: an unscheduled packet not
 //   acknowledged when the PROBE's ACK arrives (Aeolus' recovery, resent with credits, scheduled); after
-//   `timeoutNs` without word from the receiver every unacknowledged packet (then a REQUEST again). A STOP
+//   `timeoutNs` without a new ACK (credits do not count) every unacknowledged packet (then a REQUEST again,
+//   and a STOP if that leaves nothing: either may have been lost). A STOP
 //   when nothing is left to send; a REQUEST when losses make more to send. Done at the receiver's DONE.
 // - AeolusReceiver: acknowledges every DATA packet and PROBE; sends CREDITs one per `creditGapNs` round
-//   robin over its flows that asked (REQUEST) and did not STOP; DONE when the target prefix arrived. No
+//   robin over its flows that asked (REQUEST, or the first packet of a flow) and did not STOP; DONE when the target prefix arrived. No
 //   ExpressPass credit feedback control: a flow's credits are limited by the switches' credit queues only.
 constexpr uint16_t kAeolusPort = 8000;
 constexpr uint8_t kAeMagic = 'A';
@@ -2020,13 +2021,13 @@ class AeolusSender : public SocketApp<AeolusSender>, private PeerMessage
             {
                 continue;
             }
-            Arm();
             if (h.type == kAeCredit)
             {
-                OnCredit();
+                OnCredit(); // credits alone are no progress: a flow whose packets were lost keeps its timer
             }
             else if (h.type == kAeAck && (h.flags & kAeProbeAck))
             {
+                Arm();
                 // FIFO behind the unscheduled packets: those not acknowledged by now were dropped
                 uint32_t end = std::min(h.seq, m_next);
                 for (uint32_t q = 0; q < end; q++)
@@ -2039,9 +2040,10 @@ class AeolusSender : public SocketApp<AeolusSender>, private PeerMessage
                 }
                 MaybeStop();
             }
-            else if (h.type == kAeAck && h.seq < m_packets)
+            else if (h.type == kAeAck && h.seq < m_packets && !m_acked[h.seq])
             {
                 m_acked[h.seq] = true;
+                Arm();
             }
         }
     }
@@ -2184,7 +2186,8 @@ class AeolusReceiver : public SocketApp<AeolusReceiver>
             auto src = ns3::InetSocketAddress::ConvertFrom(from);
             uint64_t key = (uint64_t(src.GetIpv4().Get()) << 32) | h.job;
             Flow& f = m_flows[key];
-            if (f.got.empty())
+            bool first = f.got.empty();
+            if (first)
             {
                 f.from = from;
                 f.job = h.job;
@@ -2218,9 +2221,9 @@ class AeolusReceiver : public SocketApp<AeolusReceiver>
                 Credit(key, false);
                 continue;
             }
-            if (h.type == kAeRequest)
+            if (h.type == kAeRequest || (first && h.type != kAeStop))
             {
-                Credit(key, true);
+                Credit(key, true); // a flow whose REQUEST was lost is credited from its first packet
             }
             else if (h.type == kAeStop)
             {

@@ -119,3 +119,16 @@ def test_aeolus_incast_drops_unscheduled_and_recovers_on_credits(sim):
     assert sum(j["probe_losses"] for j in r["jobs"]) >= ae["unscheduled_drops"]
     assert sum(j["retransmissions"] for j in r["jobs"]) >= ae["unscheduled_drops"]
     assert r["queues"]["switch_drops"] == ae["unscheduled_drops"] + ae["credit_drops"]
+
+
+def test_scheduled_losses_recovered_after_the_timeout(sim):
+    """A receiver port of 29 packets whose threshold is the whole buffer: the ten first-RTT bursts fill it, so
+    credited (scheduled) packets arriving behind them are tail-dropped; credits keep coming but do not reset the
+    sender's timer, which resends them; every message completes whole."""
+    _ns, _g, trial, TopologyConfig = sim
+    jobs = [JobPlan(i + 1, i, 10, JobWorkload("m", i, (60_000,), (0.0,)), 1.0) for i in range(10)]
+    r = _run(trial, TopologyConfig, "aeolus-es", jobs, hosts=11, buffer_packets=29, aeolus_threshold_packets=29)
+    ae = r["aeolus"]
+    assert r["queues"]["switch_drops"] > ae["unscheduled_drops"] + ae["credit_drops"]  # tail drops too
+    assert sum(j["timeouts"] for j in r["jobs"]) > 0
+    assert r["completed_all"] and all(j["bytes_received"] == j["stream_bytes"] for j in r["jobs"]), r["jobs"]
