@@ -159,6 +159,20 @@ def _clos(leaves: int, spines: int, per_leaf: int) -> tuple[list[str], list[tupl
     return switches, hosts, links
 
 
+def _switches(names: list[str], switch_mode: str, *, buffer_packets: int, pfabric_packets: int,
+              aeolus: tuple[int, int], trim: bool, approx_unit: int) -> dict[str, SimSwitch]:
+    """One simulated switch per name, of the kind ``switch_mode`` names (``Network``'s arguments)."""
+    if switch_mode == "pfabric":
+        return {n: PfabricSwitch(n, capacity_packets=pfabric_packets) for n in names}
+    if switch_mode == "homa":
+        return {n: HomaSwitch(n, capacity_packets=buffer_packets) for n in names}
+    if switch_mode == "aeolus":
+        return {n: AeolusSwitch(n, capacity_packets=buffer_packets, threshold_packets=aeolus[0],
+                                credit_queue=aeolus[1]) for n in names}
+    return {n: SimSwitch(n, buffer_packets=buffer_packets, fifo=switch_mode == "fifo",
+                         trim=trim and switch_mode == "netapprox", approx_unit=approx_unit) for n in names}
+
+
 class Network:
     """Builds the topology into the current ns-3 simulation (call once per simulation run)."""
 
@@ -185,18 +199,9 @@ class Network:
         else:
             names, host_at, links = _clos(topo.leaves, topo.spines, topo.hosts_per_leaf)
         rng = random.Random(seed)
-        if switch_mode == "pfabric":
-            self.switches: dict[str, SimSwitch] = {n: PfabricSwitch(n, capacity_packets=pfabric_packets)
-                                                   for n in names}
-        elif switch_mode == "homa":
-            self.switches = {n: HomaSwitch(n, capacity_packets=buffer_packets) for n in names}
-        elif switch_mode == "aeolus":
-            self.switches = {n: AeolusSwitch(n, capacity_packets=buffer_packets, threshold_packets=aeolus[0],
-                                             credit_queue=aeolus[1]) for n in names}
-        else:
-            self.switches = {
-                n: SimSwitch(n, buffer_packets=buffer_packets, fifo=switch_mode == "fifo",
-                             trim=trim and switch_mode == "netapprox", approx_unit=approx_unit) for n in names}
+        self.switches: dict[str, SimSwitch] = _switches(
+            names, switch_mode, buffer_packets=buffer_packets, pfabric_packets=pfabric_packets, aeolus=aeolus,
+            trim=trim, approx_unit=approx_unit)
         stack = ns.InternetStackHelper()
         stack.SetRoutingHelper(ns.Ipv4StaticRoutingHelper())
         self._nodes: dict[str, Any] = {}
