@@ -68,6 +68,22 @@ PutPeerHeader(uint8_t* b, uint8_t magic, uint8_t type, uint8_t x, uint8_t y, con
     }
 }
 
+// PutPeerHeader's reverse: false unless the magic is `magic` and the type within [lo, hi].
+inline bool
+GetPeerHeader(const uint8_t* b, uint8_t magic, uint8_t lo, uint8_t hi, uint32_t (&v)[5])
+{
+    if (b[0] != magic || b[1] < lo || b[1] > hi)
+    {
+        return false;
+    }
+    for (int k = 0; k < 5; k++)
+    {
+        v[k] = uint32_t(b[4 + 4 * k]) << 24 | uint32_t(b[5 + 4 * k]) << 16 | uint32_t(b[6 + 4 * k]) << 8 |
+               uint32_t(b[7 + 4 * k]);
+    }
+    return true;
+}
+
 constexpr uint32_t kPeerHeader = 24;
 
 // The UDP header and peer header of a datagram to `port` in `item` into `b`, and its source address: false when
@@ -167,17 +183,14 @@ struct PfHeader
 
     bool Read(const uint8_t* b)
     {
-        if (b[0] != kPfMagic || b[1] < kPfData || b[1] > kPfProbe)
+        uint32_t v[5];
+        if (!GetPeerHeader(b, kPfMagic, kPfData, kPfProbe, v))
         {
             return false;
         }
         type = b[1];
         flags = b[2];
-        job = Be32(b + 4);
-        seq = Be32(b + 8);
-        remaining = Be32(b + 12);
-        packets = Be32(b + 16);
-        target = Be32(b + 20);
+        job = v[0], seq = v[1], remaining = v[2], packets = v[3], target = v[4];
         return true;
     }
 };
@@ -881,18 +894,15 @@ struct HomaHeader
 
     bool Read(const uint8_t* b)
     {
-        if (b[0] != kHomaMagic || b[1] < kHomaData || b[1] > kHomaDone || b[2] >= kQueues || b[3] >= kQueues)
+        uint32_t v[5];
+        if (!GetPeerHeader(b, kHomaMagic, kHomaData, kHomaDone, v) || b[2] >= kQueues || b[3] >= kQueues)
         {
             return false;
         }
         type = b[1];
         prio = b[2];
         grantPrio = b[3];
-        job = Be32(b + 4);
-        seq = Be32(b + 8);
-        packets = Be32(b + 12);
-        target = Be32(b + 16);
-        value = Be32(b + 20);
+        job = v[0], seq = v[1], packets = v[2], target = v[3], value = v[4];
         return true;
     }
 };
@@ -1530,17 +1540,14 @@ struct AeHeader
 
     bool Read(const uint8_t* b)
     {
-        if (b[0] != kAeMagic || b[1] < kAeData || b[1] > kAeProbe)
+        uint32_t v[5];
+        if (!GetPeerHeader(b, kAeMagic, kAeData, kAeProbe, v))
         {
             return false;
         }
         type = b[1];
         flags = b[2];
-        job = Be32(b + 4);
-        seq = Be32(b + 8);
-        packets = Be32(b + 12);
-        target = Be32(b + 16);
-        value = Be32(b + 20);
+        job = v[0], seq = v[1], packets = v[2], target = v[3], value = v[4];
         return true;
     }
 };
