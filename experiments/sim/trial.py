@@ -620,35 +620,47 @@ class Trial:
         s = self.settings
         return s.pfabric_buffer_packets or pfabric_buffer_packets(s.topology)
 
+    def _app_at(self, apps: dict[int, Any], host: int, cls: Any, *setup: Any) -> Any:
+        """Host ``host``'s one ``cls`` application (``Setup(its address, *setup)``, running from time 0), created
+        the first time a job asks for it."""
+        app = apps.get(host)
+        if app is None:
+            app = apps[host] = self.ns.CreateObject[cls]()
+            app.Setup(self.net.hosts[host].ip, *setup)
+            self.net.hosts[host].node.AddApplication(app)
+            app.SetStartTime(self.ns.Seconds(0))
+        return app
+
+    def _job_app(self, job: JobPlan, cls: Any, *setup: Any) -> Any:
+        """``job``'s ``cls`` sender on its source host: ``Setup(the destination's address, *setup)``, started at the
+        job's start."""
+        app = self.ns.CreateObject[cls]()
+        app.Setup(self.net.hosts[job.dst].ip, *setup)
+        self.net.hosts[job.src].node.AddApplication(app)
+        app.SetStartTime(self.ns.NanoSeconds(int(round(job.start_s * 1e9))))
+        return app
+
     def _start_pfabric(self) -> None:
         """pFabric hosts: one flow per job carrying the DCTCP baseline's byte stream (EarlySend: every message,
         done when the first ceil(MSR N) arrived; SampleSend: the sampled messages), in packets of
         ``pfabric_mss`` bytes, the window one BDP, the timeout ``pfabric_rto_rtts`` RTTs."""
-        ns, g, s = self.ns, self.g, self.settings
+        g, s = self.g, self.settings
         topo = s.topology
         window = bdp_packets(topo)
         rto_ns = int(round(s.pfabric_rto_rtts * topo.base_rtt_s() * 1e9))
         receivers: dict[int, Any] = {}
         for job in self.jobs:
             total, target = tcp_stream(job.workload, job.msr, self.protocol, self.seed * 1000 + job.job_id)
-            rx = receivers.get(job.dst)
-            if rx is None:
-                rx = receivers[job.dst] = ns.CreateObject[g.netapprox.PfabricReceiver]()
-                rx.Setup(self.net.hosts[job.dst].ip)
-                self.net.hosts[job.dst].node.AddApplication(rx)
-                rx.SetStartTime(ns.Seconds(0))
-            tx = ns.CreateObject[g.netapprox.PfabricSender]()
-            tx.Setup(self.net.hosts[job.dst].ip, job.job_id, total, target, PFABRIC_MSS, window, rto_ns,
-                     s.pfabric_probe_after, self.protocol.endswith("-es"))
-            self.net.hosts[job.src].node.AddApplication(tx)
-            tx.SetStartTime(ns.NanoSeconds(int(round(job.start_s * 1e9))))
+            rx = self._app_at(receivers, job.dst, g.netapprox.PfabricReceiver)
+            tx = self._job_app(job, g.netapprox.PfabricSender, job.job_id, total, target, PFABRIC_MSS, window,
+                               rto_ns, s.pfabric_probe_after, self.protocol.endswith("-es"))
             self._job_state[job.job_id] = {"job": job, "tx": tx, "rx": rx, "total": total, "target": target}
 
     def _start_homa(self) -> None:
         """Homa hosts: one message per job carrying the DCTCP baseline's byte stream (as pFabric's flows), RTTbytes
         (one BDP) unscheduled at the level of the workload's cut-offs (``peers.homa_levels`` over this trial's
         messages), the rest granted by the receiver."""
-        ns, g, s = self.ns, self.g, self.settings
+        g, s = self.g, self.settings
         topo = s.topology
         rtt_pkts = bdp_packets(topo)
         rtt_ns = topo.base_rtt_s() * 1e9
@@ -664,24 +676,18 @@ class Trial:
         self._homa_receivers = receivers
         for job in self.jobs:
             total, target = streams[job.job_id]
-            rx = receivers.get(job.dst)
-            if rx is None:
-                rx = receivers[job.dst] = ns.CreateObject[g.netapprox.HomaReceiver]()
-                rx.Setup(self.net.hosts[job.dst].ip, rtt_pkts, overcommit, u, int(s.homa_resend_rtts * rtt_ns))
-                self.net.hosts[job.dst].node.AddApplication(rx)
-                rx.SetStartTime(ns.Seconds(0))
-            tx = ns.CreateObject[g.netapprox.HomaSender]()
-            tx.Setup(self.net.hosts[job.dst].ip, job.job_id, total, target, PFABRIC_MSS, rtt_pkts,
-                     homa_level(total, cutoffs), int(2 * s.homa_resend_rtts * rtt_ns), self.protocol.endswith("-es"))
-            self.net.hosts[job.src].node.AddApplication(tx)
-            tx.SetStartTime(ns.NanoSeconds(int(round(job.start_s * 1e9))))
+            rx = self._app_at(receivers, job.dst, g.netapprox.HomaReceiver, rtt_pkts, overcommit, u,
+                              int(s.homa_resend_rtts * rtt_ns))
+            tx = self._job_app(job, g.netapprox.HomaSender, job.job_id, total, target, PFABRIC_MSS, rtt_pkts,
+                               homa_level(total, cutoffs), int(2 * s.homa_resend_rtts * rtt_ns),
+                               self.protocol.endswith("-es"))
             self._job_state[job.job_id] = {"job": job, "tx": tx, "rx": rx, "total": total, "target": target}
 
     def _start_aeolus(self) -> None:
         """Aeolus hosts: one message per job carrying the DCTCP baseline's byte stream (as pFabric's flows); with
         ``aeolus-*`` the first BDP leaves unscheduled at line rate, with ``expresspass-*`` nothing before the first
         credit; the receiver credits one packet per data packet time of its link."""
-        ns, g, s = self.ns, self.g, self.settings
+        g, s = self.g, self.settings
         topo = s.topology
         unsched = bdp_packets(topo) if self.protocol.startswith("aeolus") else 0
         rtt_ns = topo.base_rtt_s() * 1e9
@@ -692,17 +698,9 @@ class Trial:
         self._aeolus_receivers = receivers
         for job in self.jobs:
             total, target = tcp_stream(job.workload, job.msr, self.protocol, self.seed * 1000 + job.job_id)
-            rx = receivers.get(job.dst)
-            if rx is None:
-                rx = receivers[job.dst] = ns.CreateObject[g.netapprox.AeolusReceiver]()
-                rx.Setup(self.net.hosts[job.dst].ip, gap_ns)
-                self.net.hosts[job.dst].node.AddApplication(rx)
-                rx.SetStartTime(ns.Seconds(0))
-            tx = ns.CreateObject[g.netapprox.AeolusSender]()
-            tx.Setup(self.net.hosts[job.dst].ip, job.job_id, total, target, PFABRIC_MSS, unsched,
-                     int(s.aeolus_timeout_rtts * rtt_ns), self.protocol.endswith("-es"))
-            self.net.hosts[job.src].node.AddApplication(tx)
-            tx.SetStartTime(ns.NanoSeconds(int(round(job.start_s * 1e9))))
+            rx = self._app_at(receivers, job.dst, g.netapprox.AeolusReceiver, gap_ns)
+            tx = self._job_app(job, g.netapprox.AeolusSender, job.job_id, total, target, PFABRIC_MSS, unsched,
+                               int(s.aeolus_timeout_rtts * rtt_ns), self.protocol.endswith("-es"))
             self._job_state[job.job_id] = {"job": job, "tx": tx, "rx": rx, "total": total, "target": target}
 
     def _atp_datagrams(self, job_id: int, workload: JobWorkload, *, tlr: float | None) -> list[bytes]:
@@ -725,12 +723,7 @@ class Trial:
         counters: dict[int, Any] = {}
         rate = self.settings.topology.host_gbps * 1e9
         for job in self.jobs:
-            c = counters.get(job.dst)
-            if c is None:
-                c = counters[job.dst] = ns.CreateObject[g.netapprox.UdpCounter]()
-                c.Setup(self.net.hosts[job.dst].ip, UDP_JOB_PORT)
-                self.net.hosts[job.dst].node.AddApplication(c)
-                c.SetStartTime(ns.Seconds(0))
+            c = self._app_at(counters, job.dst, g.netapprox.UdpCounter, UDP_JOB_PORT)
             c.SetTarget(job.job_id, required_messages(job.msr, job.workload.n))
             tx = ns.CreateObject[g.netapprox.UdpBlaster]()
             tx.Setup(self.net.hosts[job.dst].ip, UDP_JOB_PORT, rate, IP_UDP + PPP_HEADER, False, -1)
