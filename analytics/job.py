@@ -378,6 +378,14 @@ class AnalyticsJob:
         fn = {"avg": estimators.avg, "sum": estimators.total, "count": estimators.count}[q.aggregate]
         return dataclasses.replace(fn(values, level, q.name), confidence=q.confidence)
 
+    def sample_strata(self, q: Query, received: Mapping[int, bytes]) -> list[Stratum]:
+        """The strata (population, sampled values) over all rows that ``q``'s overall Avg/Sum/Count is estimated
+        from: what a next job of the same data plans its MSR with (:mod:`netapprox.analytics.stream`)."""
+        if q.aggregate == "rank":
+            raise AnalyticsError("sample_strata: avg, sum or count (rank has one set per key)")
+        (values,) = self._value_sets(q, list(self.strata), self._samples(received))
+        return values
+
     def truth(self, q: Query, group: int | None = None) -> float | dict[int, float]:
         """The exact answer over all rows (tests and the evaluation compare with it)."""
         rows = [r for r in self.rows if group is None or r.group == group]

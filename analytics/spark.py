@@ -104,15 +104,24 @@ class NetApproxSource(DataSource):
         bind = self.options.get("bind")
         if not bind:
             raise AnalyticsError('the netapprox source needs option("bind", "HOST:PORT")')
-        return _StreamReader(bind)
+        timeout = self.options.get("timeout")
+        try:
+            timeout = None if timeout is None else float(timeout)
+        except ValueError:
+            raise AnalyticsError(f"timeout {timeout!r}: seconds, e.g. 30") from None
+        return _StreamReader(bind, timeout)
 
 
 class _StreamReader(SimpleDataSourceStreamReader):
-    """Structured streaming: one ATP job per window (a count-based window of the sender's rows); a receiver thread
-    on ``bind`` keeps every job that finished, and each micro-batch is the jobs that arrived since the last."""
+    """Structured streaming: one ATP job per window (a count- or time-based window of the sender's rows,
+    :mod:`netapprox.analytics.stream`); a receiver thread on ``bind`` keeps every job that finished, and each
+    micro-batch is the next one of them (one window). With ``timeout``, a query that has seen no job that long after
+    it started fails with one line."""
 
-    def __init__(self, bind: str) -> None:
+    def __init__(self, bind: str, timeout: float | None = None) -> None:
         self.bind = bind
+        self.timeout = timeout
+        self._since = None
         self.jobs: list[list[tuple]] = []
         self._ep = None
         self._arrived: dict[int, list[tuple[int, bytes]]] = {}
@@ -124,6 +133,7 @@ class _StreamReader(SimpleDataSourceStreamReader):
             import threading
             self._ep = ReceiverEndpoint(self.bind, config=AnalyticsJob.config())
             self._stop = threading.Event()
+            self._since = time.monotonic()
             self._thread = threading.Thread(target=self._serve, daemon=True)
             self._thread.start()
 
@@ -148,7 +158,9 @@ class _StreamReader(SimpleDataSourceStreamReader):
 
     def read(self, start):
         self._start()
-        end = len(self.jobs)
+        if (not self.jobs and self.timeout is not None and time.monotonic() - self._since > self.timeout):
+            raise AnalyticsError(f"netapprox source {self.bind}: no ATP job arrived within {self.timeout:g} s")
+        end = min(len(self.jobs), start["jobs"] + 1)
         return iter([r for j in self.jobs[start["jobs"]:end] for r in j]), {"jobs": end}
 
     def readBetweenOffsets(self, start, end):

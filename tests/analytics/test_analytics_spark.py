@@ -72,22 +72,40 @@ def test_spark_approx_rejects_e_max_outside_0_1(spark):
         nspark.approx(df, "avg", 1.5)
 
 
-def test_spark_stream_source_one_window_per_atp_job(spark):
+def test_spark_stream_windows_each_planned_from_the_ones_before(spark):
+    """A count-windowed stream sent as one ATP job per window, each at the MSR planned from the windows before
+    it (analytics.stream); Spark's micro-batches are the windows, each answered with its bound."""
+    from netapprox.analytics import Query, stream
     dest = f"127.0.0.1:{_port()}"
     windows: list = []
     q = (spark.readStream.format("netapprox").option("bind", dest).load().writeStream
-         .foreachBatch(lambda df, _: windows.append(nspark.approx(df, "avg", 0.05)) if not df.isEmpty() else None)
+         .foreachBatch(lambda df, _: windows.append((df.count(), nspark.approx(df, "avg", 0.1)))
+                       if not df.isEmpty() else None)
          .trigger(processingTime="200 milliseconds").start())
     try:
-        rows = correlated_rows(2000, seed=5)
-        nspark.send_rows(dest, rows, 0.05, seed=5, job_id=1, wait_s=60)
+        rows = correlated_rows(3000, seed=5)
+        sent = stream.send_windows(dest, stream.count_windows(rows, 1000), Query("avg", 0.1), seed=5,
+                                   sizer=stream.WindowSizer("count", 1000), wait_s=60)
         for _ in range(300):
-            if windows:
+            if len(windows) >= 3:
                 break
             q.awaitTermination(0.2)
     finally:
         q.stop()
-    assert windows, "no window arrived"
-    truth = sum(r.value for r in rows) / len(rows)
-    assert windows[0].relative_error <= 0.05
-    assert abs(windows[0].value - truth) <= windows[0].half_width * 1.5 + 1e-9
+    assert [a.plan.basis for a in sent] == ["heuristic", "previous window", "previous window"]
+    assert len(windows) == 3, windows
+    for (n, est), a, k in zip(windows, sent, range(3)):
+        assert n == a.received  # one window per micro-batch: what its job delivered
+        truth = sum(r.value for r in rows[1000 * k:1000 * (k + 1)]) / 1000
+        assert abs(est.value - truth) <= est.half_width * 1.5 + 1e-9
+
+
+def test_spark_stream_source_that_never_arrives_fails_with_one_line(spark):
+    q = (spark.readStream.format("netapprox").option("bind", f"127.0.0.1:{_port()}").option("timeout", "1").load()
+         .writeStream.foreachBatch(lambda df, _: None).trigger(processingTime="200 milliseconds").start())
+    try:
+        with pytest.raises(Exception) as info:
+            q.awaitTermination(60)
+    finally:
+        q.stop()
+    assert "no ATP job arrived within 1 s" in str(info.value)
