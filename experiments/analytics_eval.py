@@ -327,3 +327,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     print(json.dumps({k: v.get("summary") for k, v in res.items()}, indent=1, default=str))
     return 0
+
+
+from netapprox.experiments import stream_eval  # noqa: E402,F401  (registers fig17, the streaming evaluation)
