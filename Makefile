@@ -2,6 +2,9 @@
 # Both set up what they need first: Debian packages (as root) and a project venv in .venv.
 PYTHON ?= python3
 VENV   ?= .venv
+# The Flink port (analytics/flink.py) in a venv of its own: apache-flink's apache-beam pins cloudpickle ~= 2.2, which
+# the cluster extra's dask/distributed (cloudpickle >= 3) cannot share (docs/analytics.md, Flink).
+FLINK_VENV ?= .venv-flink
 PY     := $(VENV)/bin/python
 TARGET ?= kernel
 P4C    ?= p4c-bm2-ss
@@ -16,6 +19,9 @@ $(VENV)/.installed: pyproject.toml setup.py $(wildcard */*.c */*.h hostlib/nativ
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev,torch,sim,cluster,analytics,spark]'
+	$(PYTHON) -m venv $(FLINK_VENV)
+	$(FLINK_VENV)/bin/python -m pip install -q --upgrade pip
+	$(FLINK_VENV)/bin/python -m pip install -q -e '.[flink]'
 	touch $@
 
 # NETAPPROX_REQUIRE_NATIVE: hostlib's tests fail (not skip) when its native cores did not build, so both run.

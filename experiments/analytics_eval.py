@@ -315,7 +315,7 @@ def run(figures: Sequence[str], seeds: Sequence[int], out: Path, progress: Calla
 def main(argv: Sequence[str] | None = None) -> int:
     import argparse
     p = argparse.ArgumentParser(prog="python -m netapprox.experiments analytics",
-                                description="The analytics evaluation (Fig. 15-16; docs/analytics.md).")
+                                description="The analytics evaluation (Fig. 15-17; docs/analytics.md).")
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     p.add_argument("--figures", nargs="+", default=list(FIGURES))
     p.add_argument("--out", type=Path, default=Path("results"))
