@@ -13,7 +13,9 @@ Every number is a ratio of two things measured in this run, on this machine, wit
 5. loss recovery: one job through a lossy relay on loopback at random loss 0.3 / 0.6 / 0.9 and in bursts, its JCT
    over the ideal (``bench.loss``);
 6. approximate analytics: the paper's Fig. 15 on the emulated testbed, ATP-S1 against TCP-ES / TCP-SS per e_max
-   (``bench.analytics``).
+   (``bench.analytics``);
+7. streaming analytics: the paper's Fig. 17 (window averages) on the emulated testbed, ATP-S1's goodput against
+   TCP-ES's (``bench.analytics_stream``).
 
 Writes ``results/bench.json`` (its ``headline`` object keeps the same keys across versions; a value is null
 when it was not measured), ``results/bench.md`` and ``results/bench.csv`` (one row per trial), and prints a
@@ -35,6 +37,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from netapprox.bench import analytics as bench_analytics
+from netapprox.bench import analytics_stream as bench_analytics_stream
 from netapprox.bench import controller as bench_controller
 from netapprox.bench import hostlib as bench_hostlib
 from netapprox.bench import loss as bench_loss
@@ -47,7 +50,7 @@ from netapprox.experiments.results import Progress, environment, git_commit, now
 from netapprox.topo.netns import stop_on_signals
 
 NETWORK_SECTIONS = N.SECTIONS
-OTHER_SECTIONS = ("hostlib", "controller", "sim", "loss", "analytics")
+OTHER_SECTIONS = ("hostlib", "controller", "sim", "loss", "analytics", "analytics-stream")
 HEADLINE_KEYS = (
     "atp_over_tcp_es_fifo", "atp_over_tcp_ss_fifo", "atp_over_tcp_es_background", "atp_over_bound_idle",
     "msr_met_fraction", "nonapprox_fct_netapprox_over_fifo", "hostlib_pps_over_raw_udp", "hostlib_loopback_gbps",
@@ -57,6 +60,7 @@ HEADLINE_KEYS = (
     "leafspine_atp_over_tcp_es", "leafspine_spray_over_flowhash",
     "atp_jct_under_loss_over_ideal",
     "analytics_jct_over_tcp_es", "analytics_error_over_emax",
+    "analytics_stream_goodput_over_tcp_es",
 )
 HEADLINE_ABOUT = {
     "atp_over_tcp_es_fifo": "all-to-all FBKV, ATP JCT / TCP-ES JCT on a FIFO switch, per MSR",
@@ -83,6 +87,8 @@ HEADLINE_ABOUT = {
     "analytics_jct_over_tcp_es": "Avg of generated TLC trips within e_max next to web-search flows (Fig. 15), ATP-S1 / "
                                  "TCP-ES JCT, per e_max",
     "analytics_error_over_emax": "the same, ATP-S1's largest measured error / e_max, per e_max",
+    "analytics_stream_goodput_over_tcp_es": "hourly windows of a generated TLC day, Avg within e_max next to "
+                                            "web-search flows (Fig. 17), ATP-S1 / TCP-ES goodput, per e_max",
 }
 """What each headline key measures, in a few words (README's table; a key without one shows its name only)."""
 HEADLINE_BARS = {
@@ -93,6 +99,7 @@ HEADLINE_BARS = {
     "hostlib_jct_under_flood_over_alone": "<= 2", "hostlib_jct_under_receiver_attacks_over_alone": "<= 2",
     "leafspine_atp_over_tcp_es": "<= 0.5", "leafspine_spray_over_flowhash": "<= 0.9",
     "analytics_jct_over_tcp_es": "<= 0.7", "analytics_error_over_emax": "<= 1",
+    "analytics_stream_goodput_over_tcp_es": ">= 1.3",
 }
 """Each headline key's bar, ``[leaf] op limit`` (every number of the value, or its leaves named ``leaf``, must
 meet it; experiments/headline.py checks it for README's table). A key without a bar has none to meet."""
@@ -275,6 +282,9 @@ def bars(h: dict, summary: dict | None) -> dict:
         v = h.get(key)
         if v:
             out[f"{key}_le_{limit:g}"] = all(x is not None and x <= limit for x in v.values())
+    v = h.get("analytics_stream_goodput_over_tcp_es")
+    if v:
+        out["analytics_stream_goodput_over_tcp_es_ge_1.3"] = all(x is not None and x >= 1.3 for x in v.values())
     return out
 
 
@@ -306,6 +316,12 @@ def _analytics(progress: Callable[[str], None], seeds: Sequence[int]) -> dict:
     if os.geteuid() != 0:
         return {"skipped": "the analytics section runs on the emulated testbed: it needs root"}
     return bench_analytics.run(seeds, progress=progress)
+
+
+def _analytics_stream(progress: Callable[[str], None], seeds: Sequence[int]) -> dict:
+    if os.geteuid() != 0:
+        return {"skipped": "the analytics-stream section runs on the emulated testbed: it needs root"}
+    return bench_analytics_stream.run(seeds, progress=progress)
 
 
 def _fmt(x: Any, nd: int = 3) -> str:
@@ -441,7 +457,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         print(f"{p.prog}: error: cannot create --out {out}: {exc.strerror}", file=sys.stderr)
         return 2
-    sections = [s for s in args.sections if not (args.skip_network and (s in NETWORK_SECTIONS or s == "analytics"))]
+    sections = [s for s in args.sections
+                if not (args.skip_network and (s in NETWORK_SECTIONS or s in ("analytics", "analytics-stream")))]
     net_sections = [s for s in sections if s in NETWORK_SECTIONS]
     if net_sections and os.geteuid() != 0:
         print(f"{p.prog}: error: the network sections need root (namespaces, qdiscs); use --skip-network",
@@ -459,7 +476,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                      ("controller", lambda: _controller(lambda line: progress.note("controller: " + line))),
                      ("sim", lambda: _sim(lambda line: progress.note("sim: " + line))),
                      ("loss", lambda: _loss(lambda line: progress.note("loss: " + line))),
-                     ("analytics", lambda: _analytics(lambda line: progress.note("analytics: " + line), args.seeds))):
+                     ("analytics", lambda: _analytics(lambda line: progress.note("analytics: " + line), args.seeds)),
+                     ("analytics-stream", lambda: _analytics_stream(
+                         lambda line: progress.note("analytics-stream: " + line), args.seeds))):
         if name in sections:
             progress.note(f"{name}: running")
             parts[name] = _part(name, fn)

@@ -96,7 +96,8 @@ def _jobs(p: StreamPlan, rate_bps: float):
     return out, t
 
 
-def fig17(seeds: Sequence[int], out: Path, progress: Callable[[str], None]) -> dict:
+def fig17(seeds: Sequence[int], out: Path, progress: Callable[[str], None],
+          e_maxes: Sequence[float] = E_MAXES) -> dict:
     """Fig. 17 on the emulated testbed (needs root): one row per (seed, e_max, transport, window)."""
     from netapprox.experiments.emulated import EmulatedBackend, Scale
     from netapprox.experiments.plans import TrialPlan, switch_for
@@ -106,7 +107,7 @@ def fig17(seeds: Sequence[int], out: Path, progress: Callable[[str], None]) -> d
     plans = []
     for seed in seeds:
         rows, times = stream_of(seed)
-        for e in E_MAXES:
+        for e in e_maxes:
             p = plan_stream(seed, e, rows, times, scale.rate_bps)
             plans.append(p)
             tb = [p.answers[h] for h in TESTBED_HOURS]
