@@ -3,8 +3,10 @@
 # prometheus: the server the dashboard test scrapes the controller with (tests/tools/test_prometheus.py); its
 # package would start a system service on install, which this script prevents (it starts nothing).
 # openjdk-17-jre-headless: the JVM pyspark runs on (analytics/spark.py, tests/analytics/test_spark.py).
+# redis-server: the broker of the streaming broker stage (analytics/broker.py); its test runs its own on a loopback
+# port, and no service starts on install (below).
 set -euo pipefail
-pkgs=(python3-venv python3-dev gcc iproute2 iputils-ping ethtool bridge-utils iperf3 mininet clang libbpf-dev tcpdump tshark prometheus openjdk-17-jre-headless)
+pkgs=(python3-venv python3-dev gcc iproute2 iputils-ping ethtool bridge-utils iperf3 mininet clang libbpf-dev tcpdump tshark prometheus openjdk-17-jre-headless redis-server)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
