@@ -19,6 +19,8 @@ from netapprox.analytics.estimators import Estimate, RankEstimate, Stratum
 from netapprox.hostlib.config import AtpConfig, JobSpec, Message
 
 _ROW = struct.Struct("!dqH")
+LIVE_LOOKS = 4
+"""A job whose MSR follows its estimate stops at one of at most this many looks (:class:`_LiveMsr`)."""
 AGGREGATES = ("avg", "sum", "count", "rank")
 MIN_STRATUM_ROWS = 20
 """A packet count with fewer rows in a group is sent whole (MSR 1)."""
@@ -144,6 +146,10 @@ class Result:
     jct_s: float | None = None
     msr: tuple[tuple[int, float], ...] = ()
     """The MSR of every ATP group at the end, as (atp group, MSR)."""
+    looks: int = 0
+    """How many looks the job made while its MSR followed its estimate (0: a fixed MSR)."""
+    summary: object = dataclasses.field(default=None, compare=False, repr=False)
+    """The ATP sender's ``SendSummary`` when the job went over UDP (:meth:`AnalyticsJob.send`)."""
 
     @property
     def all_met(self) -> bool:
@@ -157,7 +163,7 @@ class Result:
 
     def as_dict(self) -> dict:
         return {"received": self.received, "total": self.total, "jct_s": self.jct_s, "all_met": self.all_met,
-                "msr": dict(self.msr), "answers": [a.as_dict() for a in self.answers]}
+                "msr": dict(self.msr), "looks": self.looks, "answers": [a.as_dict() for a in self.answers]}
 
 
 class AnalyticsJob:
@@ -185,6 +191,7 @@ class AnalyticsJob:
                     raise AnalyticsError(f"{q.name}: group {g} has {sizes[g]} rows; a bound of e_max {e:g} needs at "
                                          f"least {min_rows} (merge it with another group, or drop its bound)")
         self._payload = [r.encode() for r in self.rows]
+        self._seed, self._max_payload = seed, max_payload
         self.order = list(range(len(self.rows)))
         random.Random(seed).shuffle(self.order)
         """Message id ``i`` carries row ``order[i]``: a random order, so what is sent last is a random sample."""
@@ -306,8 +313,61 @@ class AnalyticsJob:
             raise AnalyticsError(f"job {self.job_id} failed: {t.failure}")
         final = {g["group_id"]: g["msr"] for g in t.summary.as_dict()["groups"]}
         if live is not None:
-            return live.result(t.received, jct_s=t.summary.jct_s, msr=final)
+            return dataclasses.replace(live.result(t.received, jct_s=t.summary.jct_s, msr=final), looks=live.looks)
         return self.estimate(t.received, jct_s=t.summary.jct_s, msr=final)
+
+    def send(self, dest: str, *, msr: Mapping[int, float] | float | None = None, config: AtpConfig = AtpConfig(),
+             adapt: bool = True, **kw) -> Result:
+        """The job over UDP to the ATP receiver at ``dest`` (``hostlib.api.send_job``; ``kw``: its ``timeout``,
+        ``timeline``, ``report_to``, ``bind``), starting at ``msr`` (by default :meth:`initial_msr`). ``adapt``: the
+        MSR follows the running estimate of the rows the receiver acknowledged and the job ends as soon as every
+        bound holds, as :meth:`run` does over the simulated link (:class:`_LiveMsr`, ``AtpSender.set_msr`` on the
+        live job). The answers, from the rows the receiver acknowledged (with ``adapt``: those of the look that
+        stopped the job), and the sender's summary as ``Result.summary``."""
+        from netapprox.hostlib import api, events
+        spec = self.job_spec(msr)
+        live = self.live_msr(spec) if adapt else None
+        acked: dict[int, bytes] = {}
+
+        def on_event(ev) -> None:
+            if isinstance(ev, events.MessageAcked):
+                acked[ev.msg_id] = spec.messages[ev.msg_id].data
+
+        step = (lambda now, sender: live.step(now, sender, acked)) if live is not None else None
+        summary = api.send_job(dest, spec, config=self.config(config), on_event=on_event, on_step=step, **kw)
+        final = {g["group_id"]: g["msr"] for g in summary.as_dict()["groups"]}
+        end = {"jct_s": summary.jct_s, "msr": final}
+        res = live.result(acked, **end) if live is not None else self.estimate(acked, **end)
+        return dataclasses.replace(res, summary=summary, looks=live.looks if live is not None else 0)
+
+    def save(self, path) -> None:
+        """Write the job (its rows, queries, seed, id) to ``path``, for a sender in another process
+        (:meth:`load` rebuilds the same job: the same order and strata)."""
+        import json
+        head = {"job_id": self.job_id, "seed": self._seed, "max_payload": self._max_payload,
+                "queries": [dataclasses.asdict(q) for q in self.queries]}
+        with open(path, "wb") as f:
+            f.write(json.dumps(head).encode() + b"\n")
+            for data in self._payload:
+                f.write(struct.pack("!I", len(data)) + data)
+
+    @classmethod
+    def load(cls, path) -> "AnalyticsJob":
+        """The job :meth:`save` wrote; a file that is not one is an :class:`AnalyticsError`."""
+        import json
+        try:
+            blob = open(path, "rb").read()
+            line, _, body = blob.partition(b"\n")
+            head = json.loads(line)
+            rows, at = [], 0
+            while at < len(body):
+                (n,) = struct.unpack_from("!I", body, at)
+                rows.append(Row.decode(body[at + 4:at + 4 + n]))
+                at += 4 + n
+            queries = [Query(**{**q, "group_e_max": tuple(map(tuple, q["group_e_max"]))}) for q in head["queries"]]
+            return cls(rows, queries, job_id=head["job_id"], seed=head["seed"], max_payload=head["max_payload"])
+        except (OSError, ValueError, KeyError, TypeError, struct.error) as err:
+            raise AnalyticsError(f"{path}: not an analytics job file ({err})") from None
 
     def live_msr(self, spec: JobSpec) -> "_LiveMsr":
         """What adjusts the MSR of ``spec``'s sender while it runs: call ``.step(now, sender, received)`` after each
@@ -323,7 +383,9 @@ class AnalyticsJob:
             if not 0 <= msg_id < len(self.order):
                 raise AnalyticsError(f"message id {msg_id} is not one of this job's {len(self.order)}")
             i = self.order[msg_id]
-            out.setdefault(self._stratum_of[i], []).append(Row.decode(data))
+            # the job's own bytes (a sender's acknowledged rows, or a receiver's intact copy) are its own row
+            row = self.rows[i] if data is self._payload[i] or data == self._payload[i] else Row.decode(data)
+            out.setdefault(self._stratum_of[i], []).append(row)
         return out
 
     def _post_strata(self, members: list[StratumPlan], samples: dict[int, list[Row]]
@@ -440,7 +502,7 @@ class _LiveMsr:
     CHECK_FRACTION = 0.02
     STEP = 0.01
     """A lower MSR this close to the current one is left alone (a higher one is always set)."""
-    LOOKS = 4
+    LOOKS = LIVE_LOOKS
 
     def __init__(self, job: AnalyticsJob, spec: JobSpec) -> None:
         self.job = job

@@ -10,6 +10,7 @@ raises ImportError.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 
@@ -18,8 +19,8 @@ from pyspark.sql.types import DoubleType, IntegerType, LongType, StructField, St
 
 from netapprox.analytics import accuracy, estimators
 from netapprox.analytics.errors import AnalyticsError
-from netapprox.analytics.job import AnalyticsJob, Query, Row
-from netapprox.hostlib.api import ReceiverEndpoint, send_job
+from netapprox.analytics.job import LIVE_LOOKS, AnalyticsJob, Query, Result, Row
+from netapprox.hostlib.api import ReceiverEndpoint
 from netapprox.hostlib.errors import PeerUnreachableError, ReceiveTimeout
 
 FORMAT = "netapprox"
@@ -33,17 +34,23 @@ SCHEMA = StructType([
 """A row as it arrived, with the ATP group (stratum) it was sent in and that stratum's size at the sender."""
 
 
+LOOKS = LIVE_LOOKS
+"""A sender that follows its estimate (``send_rows(adapt=True)``) stops at one of at most this many looks: read its
+rows with ``approx(..., looks=LOOKS)`` so the bound covers at its confidence whichever look stopped it."""
+
+
 def send_rows(dest: str, rows: Sequence[Row], e_max: float, *, aggregate: str = "avg", confidence: float = 0.95,
-              job_id: int = 1, seed: int = 0, timeout: float = 30.0, wait_s: float = 10.0):
-    """Send ``rows`` to the source listening at ``dest`` as one ATP job at the MSR that ``e_max`` asks for
-    (:meth:`AnalyticsJob.initial_msr`); waits up to ``wait_s`` for the source to bind its port. The job's
-    summary."""
+              job_id: int = 1, seed: int = 0, timeout: float = 30.0, wait_s: float = 10.0, adapt: bool = True
+              ) -> Result:
+    """Send ``rows`` to the source listening at ``dest`` as one ATP job, starting at the MSR that ``e_max`` asks for
+    (:meth:`AnalyticsJob.initial_msr`) and, with ``adapt``, following the running estimate of what the source
+    acknowledged until the bound holds (:meth:`AnalyticsJob.send`); waits up to ``wait_s`` for the source to bind
+    its port. The sender's answer (its ``summary``: the ATP job's)."""
     job = AnalyticsJob(rows, [Query(aggregate, e_max, confidence)], job_id=job_id, seed=seed)
-    spec = job.job_spec()
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            return send_job(dest, spec, config=AnalyticsJob.config(), timeout=timeout)
+            return job.send(dest, adapt=adapt, timeout=timeout)
         except PeerUnreachableError:
             if time.monotonic() > deadline:
                 raise AnalyticsError(f"no netapprox source listening at {dest} within {wait_s:g} s") from None
@@ -193,11 +200,12 @@ def session(master: str = "local[1]", app: str = "netapprox"):
     return s
 
 
-def approx(df, aggregate: str, e_max: float, *, confidence: float = 0.95, column: str = "value"
+def approx(df, aggregate: str, e_max: float, *, confidence: float = 0.95, column: str = "value", looks: int = 1
            ) -> estimators.Estimate:
     """``aggregate`` (``avg`` or ``sum``) of ``column`` over a DataFrame read from the netapprox source, with its
-    bound at ``confidence`` from the strata the rows arrived in; raises :class:`AnalyticsError` if the bound is
-    above ``e_max`` (the sender's MSR was too low for it)."""
+    bound at ``confidence`` from the strata the rows arrived in. ``looks``: the sender stopped at one of at most
+    this many looks (``LOOKS`` for ``send_rows(adapt=True)``): the interval is read at ``1 - (1 - confidence) /
+    looks`` and reported at ``confidence``."""
     accuracy.check_e_max(e_max)
     fn = {"avg": estimators.avg, "sum": estimators.total}.get(aggregate)
     if fn is None:
@@ -207,5 +215,8 @@ def approx(df, aggregate: str, e_max: float, *, confidence: float = 0.95, column
                                       F.collect_list(column).alias("values")).collect())
     if not cells:
         raise AnalyticsError("no rows arrived: nothing to estimate from")
-    est = fn([estimators.Stratum(int(c["population"]), tuple(c["values"])) for c in cells], confidence, aggregate)
-    return est
+    if not (isinstance(looks, int) and looks >= 1):
+        raise AnalyticsError(f"looks={looks!r}: an integer >= 1")
+    level = 1.0 - (1.0 - confidence) / looks
+    est = fn([estimators.Stratum(int(c["population"]), tuple(c["values"])) for c in cells], level, aggregate)
+    return dataclasses.replace(est, confidence=confidence)

@@ -164,15 +164,20 @@ def fig15(seeds: Sequence[int], out: Path, progress: Callable[[str], None]) -> d
                      f"(simulated link: error {p.sim['measured_error']:.4f}, reported {p.sim['reported_error']:.4f})")
             plans.append(p)
     by_kind: dict[str, list] = {}
+    (out / "jobs").mkdir(parents=True, exist_ok=True)
     for p in plans:
         wl = workload(p.job, p.seed)
         msr = min(0.999, math.ceil(p.fraction * 1000) / 1000)
+        job_file = out / "jobs" / f"s{p.seed}-e{p.e_max:g}.job"
+        p.job.save(job_file)
         dur = 4.0 * wl.total_bytes * msr * 8 / scale.rate_bps + FLOW_LEAD_S + scale.slack_s
         flows = tuple(web_search_flows(p.seed, load=FLOW_LOAD, link_bps=scale.rate_bps, duration_s=dur,
                                        senders=[2], receivers=[1], size_scale=scale.flow_size_scale))
         for proto in FIG15_PROTOCOLS:
             params = {"figure": "fig15", "e_max": p.e_max}
-            tp = TrialPlan(params, p.seed, proto, (JobPlan(1, 0, 1, wl, msr, start_s=FLOW_LEAD_S),), flows=flows)
+            live = str(job_file) if proto == "atp-s1" else None
+            tp = TrialPlan(params, p.seed, proto, (JobPlan(1, 0, 1, wl, msr, start_s=FLOW_LEAD_S, analytics=live),),
+                           flows=flows)
             kind = switch_for(proto)
             by_kind.setdefault(kind, []).append((p, msr, dataclasses.replace(tp, switch=kind)))
     for kind, trials in by_kind.items():
@@ -182,21 +187,35 @@ def fig15(seeds: Sequence[int], out: Path, progress: Callable[[str], None]) -> d
                 row = {"figure": "fig15", "seed": p.seed, "e_max": p.e_max, "protocol": tp.protocol, "msr": msr,
                        "sim": p.sim}
                 try:
-                    rec = backend.run_trial(tp, wd)
-                    job = rec["jobs"][0]
-                    rx = _read_summary(wd, tp, "tx1.json" if tp.protocol == "atp-s1" else "rx1.json")
-                    ids = delivered_ids(tp.protocol, p.job.job_spec(1.0).messages.__len__(), msr, rx)
-                    row.update(jct_s=job.get("jct_s"), msr_met=job.get("msr_met"))
-                    if ids:
-                        est = p.job.estimate(_received(p.job, ids)).answer("avg")
-                        row.update(rows=len(ids), measured_error=relative_error(est.estimate.value, p.truth),
-                                   reported_error=est.error)
+                    row.update(_measure(p, tp, msr, backend.run_trial(tp, wd), wd))
                 except Exception as exc:  # one broken trial is a row with its error
                     row["error"] = f"{type(exc).__name__}: {exc}"
                 rows_out.append(row)
                 progress(f"fig15 seed {p.seed} e_max {p.e_max:g} {tp.protocol}: JCT {row.get('jct_s')} s, "
                          f"error {row.get('measured_error')}" + (f" ERROR {row['error']}" if 'error' in row else ""))
     return {"rows": rows_out, "summary": summarize_fig15(rows_out)}
+
+
+def _measure(p: Fig15Job, tp, msr: float, rec: dict, wd: Path) -> dict:
+    """A Fig. 15 trial's JCT, rows and errors. ATP-S1's answer is the job's own (the sample of the look that
+    stopped it, from its sender's summary); ``delivered_error`` is that of every row the receiver got. A TCP's is
+    the estimate from the rows it delivered."""
+    job = rec["jobs"][0]
+    atp = tp.protocol == "atp-s1"
+    rx = _read_summary(wd, tp, "tx1.json" if atp else "rx1.json")
+    ids = delivered_ids(tp.protocol, len(p.job.rows), msr, rx)
+    row: dict[str, Any] = {"jct_s": job.get("jct_s"), "msr_met": job.get("msr_met")}
+    if ids:
+        est = p.job.estimate(_received(p.job, ids)).answer("avg")
+        row.update(rows=len(ids), measured_error=relative_error(est.estimate.value, p.truth),
+                   reported_error=est.error)
+    own = (rx or {}).get("analytics")
+    if atp and own:
+        a = next(x for x in own["answers"] if x["group"] is None)
+        row.update(delivered_rows=row.get("rows"), delivered_error=row.get("measured_error"), rows=own["received"],
+                   measured_error=relative_error(a["estimate"]["estimate"], p.truth), reported_error=a["error"],
+                   met=a["met"], looks=own["looks"], final_msr=own["msr"])
+    return row
 
 
 def _read_summary(wd: Path, tp, name: str) -> dict | None:

@@ -7,6 +7,7 @@ of a ``JobWorkload`` file, float-vector jobs, and several jobs per receiver, so 
     python -m netapprox.experiments.atp_job send HOST:PORT --job FILE --job-id J --msr 0.9 [--mode adaptive|paper|fixtlr|base]
         [--no-mrdf] [--completion early|all_sent] [--rate 20M] [--report-to HOST:PORT] [--report-key-file FILE]
         [--json FILE] [--timeline FILE]
+    python -m netapprox.experiments.atp_job send HOST:PORT --analytics FILE --job-id J [--no-adapt --msr M] ...
     python -m netapprox.experiments.atp_job send-vector HOST:PORT --vector FILE.npy --msr 0.85 ...
     python -m netapprox.experiments.atp_job recv ADDR:PORT --jobs K --timeout S --json FILE [--vector-out DIR]
 """
@@ -63,6 +64,8 @@ def job_spec(workload: JobWorkload, job_id: int, msr: float) -> JobSpec:
 
 
 def send(args: argparse.Namespace) -> dict:
+    if getattr(args, "analytics", None):
+        return send_analytics(args)
     if args.cmd == "send-vector":
         import numpy as np  # noqa: PLC0415 - only vector jobs need it; every other start stays light
 
@@ -82,6 +85,28 @@ def send(args: argparse.Namespace) -> dict:
     out = _jsonable(summary)
     out.update(protocol="atp", start_wall=start_wall, late_start_s=late, n=len(job.messages), msr=args.msr,
                end_wall=start_wall + float(out.get("jct_s") or 0.0))
+    return out
+
+
+def send_analytics(args: argparse.Namespace) -> dict:
+    """An analytics job (``--analytics FILE``, ``AnalyticsJob.save``): its rows, one ATP group per stratum, its MSR
+    from the paper's heuristic following its running estimate until every bound holds (``--no-adapt``: fixed at
+    ``--msr``). The summary holds the sender's and the job's answers (``analytics``)."""
+    from netapprox.analytics.job import AnalyticsJob  # noqa: PLC0415 - only analytics jobs need it
+    job = AnalyticsJob.load(args.analytics)
+    job.job_id = args.job_id
+    kw: dict[str, Any] = {"config": build_config(args)}
+    if args.report_to:
+        kw["report_to"] = address(args.report_to, DEFAULT_REPORT_PORT)
+    if args.timeline:
+        kw["timeline"] = args.timeline
+    late = wait_for_start(args.start_at)
+    start_wall = time.time()
+    res = job.send(address(args.dest, DEFAULT_ATP_PORT), msr=None if args.msr is None else args.msr,
+                   adapt=not args.no_adapt, **kw)
+    out = _jsonable(res.summary)
+    out.update(protocol="atp", start_wall=start_wall, late_start_s=late, n=len(job.rows), msr=args.msr,
+               end_wall=start_wall + float(out.get("jct_s") or 0.0), analytics=res.as_dict())
     return out
 
 
@@ -114,11 +139,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         s = sub.add_parser(name)
         s.add_argument("dest")
         if name == "send":
-            s.add_argument("--job", required=True, help="JobWorkload JSON")
+            s.add_argument("--job", help="JobWorkload JSON")
+            s.add_argument("--analytics", default=None, metavar="FILE",
+                           help="an analytics job (AnalyticsJob.save): its MSR follows its estimate (instead of --job)")
+            s.add_argument("--no-adapt", action="store_true", help="--analytics at the fixed --msr")
         else:
             s.add_argument("--vector", required=True, help=".npy file of float32 values")
         s.add_argument("--job-id", type=int, required=True)
-        s.add_argument("--msr", type=float, required=True)
+        s.add_argument("--msr", type=float, default=None, help="required but with --analytics")
         s.add_argument("--mode", default="adaptive", choices=[*MODES, *MODE_ALIASES])
         s.add_argument("--no-mrdf", action="store_true")
         s.add_argument("--completion", default="early", choices=list(COMPLETION_POLICIES))
@@ -137,6 +165,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--vector-out", default=None)
     r.add_argument("--json")
     args = p.parse_args(argv)
+    if args.cmd != "recv" and not getattr(args, "analytics", None):
+        if args.cmd == "send" and not args.job:
+            p.error("send needs --job FILE or --analytics FILE")
+        if args.msr is None:
+            p.error("--msr is required (but with --analytics)")
+    if getattr(args, "no_adapt", False) and args.msr is None:
+        p.error("--no-adapt needs --msr")
     if getattr(args, "queue_packets", None):
         try:
             parse_queue_packets(args.queue_packets)

@@ -395,8 +395,8 @@ class _TrialRun:
         jid = str(self.wire_id[j.job_id])
         if is_atp(protocol):
             v = atp_variant(protocol)
-            args = ["send", f"{tb.ip(j.dst)}:{ATP_PORT}", "--job", str(job_file), "--job-id", jid,
-                    "--msr", str(j.msr), "--mode", v["mode"], "--completion", v.get("completion", "early"),
+            what = ["--analytics", j.analytics] if j.analytics else ["--job", str(job_file), "--msr", str(j.msr)]
+            args = ["send", f"{tb.ip(j.dst)}:{ATP_PORT}", *what, "--job-id", jid, "--mode", v["mode"], "--completion", v.get("completion", "early"),
                     "--rate", _rate_arg(self.rate_bps), "--queue-packets", queue_packets_arg(tb), "--json", str(out),
                     "--timeline", str(wd / f"timeline{j.job_id}.jsonl"), *start]
             if not v["mrdf"]:

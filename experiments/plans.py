@@ -104,6 +104,10 @@ class JobPlan:
     workload: JobWorkload
     msr: float
     start_s: float = 0.0
+    analytics: str | None = None
+    """An ATP job that is an analytics job (``AnalyticsJob.save``'s file, with ``workload`` its message sizes): its
+    sender sends its rows, its MSR following its running estimate from the paper's heuristic (``msr`` is then what
+    the baselines send)."""
 
 
 @dataclasses.dataclass(frozen=True)

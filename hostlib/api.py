@@ -155,14 +155,17 @@ def send_job(dest: "str | Address", job: JobSpec, *, config: AtpConfig = AtpConf
              report_to: "str | Address | Sequence[str | Address] | None" = None, timeline: Any = None,
              bind: "str | Address | None" = None,
              timeout: float | None = None, on_event: Callable[[events.Event], None] | None = None,
+             on_step: Callable[[float, Any], None] | None = None,
              clock: Callable[[], float] = time.monotonic) -> SendSummary:
     """Send ``job`` to the ATP receiver at ``dest`` and return the summary once the job is closed.
 
     ``report_to``: controller address for per-epoch REPORTs, or a list of them, all of one address family
     (each gets every REPORT; port 7601 if omitted; signed with ``config.report_key``). ``timeline``: a path, a
     text file or a callable; gets one JSON object per epoch per group (:meth:`hostlib.events.EpochEnded.as_dict`).
-    ``bind``: local address for the data socket. ``timeout``: overall limit in seconds. Raises
-    :class:`JobFailedError` when the sender gives up.
+    ``bind``: local address for the data socket. ``timeout``: overall limit in seconds. ``on_step(now, sender)``:
+    called with the sender core after every pass of the loop whose events were handled, while the job runs (the
+    owner may change the live job there, ``AtpSender.set_msr``: the analytics job's MSR follows its running
+    estimate). Raises :class:`JobFailedError` when the sender gives up.
     """
     dest_addr = parse_address(dest)
     sock, peer = open_socket(dest_addr, bind=False)
@@ -207,6 +210,8 @@ def send_job(dest: "str | Address", job: JobSpec, *, config: AtpConfig = AtpConf
                         on_event(ev)
                 if sender.summary is not None:
                     return sender.summary
+                if on_step is not None:
+                    on_step(now, sender)
                 if io.refused and not sender.recovery.has_rtt_sample:
                     # nothing was ever acknowledged and the destination says no one listens: fail now, not
                     # after --idle-timeout (a refusal after the receiver answered is a lost datagram, as before)

@@ -27,3 +27,46 @@ def test_analytics_live_msr_raises_a_too_low_start():
     r = job.run(msr=0.02, adapt=True, config=CONFIG, forward=link.LossyPath(loss=0.05, rate_bps=100e6, seed=2))
     assert r.all_met and r.answer("avg").error <= 0.02
     assert r.received > 0.1 * r.total  # 2 % of the rows cannot bound the mean within 2 %: the MSR went up
+
+
+def _port() -> int:
+    import socket
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_analytics_send_over_udp_follows_the_estimate_of_what_was_acknowledged():
+    """AnalyticsJob.send: the same live MSR over hostlib's UDP sender (loopback), from the paper's heuristic down
+    to what the acknowledged rows say the bound needs; the answer is within e_max and the receiver has its rows."""
+    import threading
+
+    from netapprox.hostlib import api
+    rows = correlated_rows(6000, seed=4)
+    job = AnalyticsJob(rows, [Query("avg", 0.05)], seed=4)
+    dest = f"127.0.0.1:{_port()}"
+    got: dict = {}
+    with api.ReceiverEndpoint(dest, config=AnalyticsJob.config()) as ep:
+        t = threading.Thread(target=lambda: got.update(r=ep.serve(jobs=1, timeout=30)[0]))
+        t.start()
+        res = job.send(dest, config=AtpConfig(max_rate_bps=50e6), timeout=30)
+        t.join(30)
+    assert res.all_met and res.looks >= 1 and res.answer("avg").error <= 0.05
+    started = job.initial_msr()
+    assert all(m < started[g] for g, m in res.msr if started[g] < 1.0)  # lowered while it ran
+    assert res.received < 0.5 * len(rows) and res.summary.msr_met
+    assert res.received <= got["r"].delivered  # the answer's rows are rows the receiver has
+
+
+def test_analytics_job_file_round_trip_and_bad_file(tmp_path):
+    import pytest
+
+    from netapprox.analytics import AnalyticsError
+    job = AnalyticsJob(correlated_rows(500, seed=6), [Query("avg", 0.1, per_group=True)], seed=6, job_id=9)
+    job.save(tmp_path / "j.job")
+    again = AnalyticsJob.load(tmp_path / "j.job")
+    assert again.rows == job.rows and again.order == job.order and again.queries == job.queries
+    assert again.job_spec() == job.job_spec()
+    (tmp_path / "bad.job").write_bytes(b"not a job")
+    with pytest.raises(AnalyticsError, match="not an analytics job file"):
+        AnalyticsJob.load(tmp_path / "bad.job")
