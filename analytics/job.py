@@ -17,6 +17,7 @@ from netapprox.analytics import accuracy, estimators, link
 from netapprox.analytics.errors import AnalyticsError
 from netapprox.analytics.estimators import Estimate, RankEstimate, Stratum
 from netapprox.hostlib.config import AtpConfig, JobSpec, Message
+from netapprox.hostlib.wire import RECORD_HEADER_LEN
 
 _ROW = struct.Struct("!dqH")
 LIVE_LOOKS = 4
@@ -192,14 +193,14 @@ class AnalyticsJob:
                                          f"least {min_rows} (merge it with another group, or drop its bound)")
         self._payload = [r.encode() for r in self.rows]
         self._seed, self._max_payload = seed, max_payload
-        self.order = list(range(len(self.rows)))
-        random.Random(seed).shuffle(self.order)
-        """Message id ``i`` carries row ``order[i]``: a random order, so what is sent last is a random sample."""
         self.strata = self._plan_strata(max_payload)
         self._stratum_of = [0] * len(self.rows)
         for s in self.strata:
             for i in s.rows:
                 self._stratum_of[i] = s.atp_group
+        self.order = self._packed_order(random.Random(seed), max_payload)
+        """Message id ``i`` carries row ``order[i]``: a random order within every stratum, so what is sent last of
+        each is a random sample of it."""
 
     def _plan_strata(self, max_payload: int) -> list[StratumPlan]:
         """One stratum per (group, packet count, size class): every one gets its own MSR guarantee, so the sample
@@ -219,6 +220,31 @@ class AnalyticsJob:
         if len(out) > 0xFFFF:
             raise AnalyticsError(f"{len(out)} strata; ATP carries at most 65536 groups")
         return out
+
+    def _packed_order(self, rng: random.Random, max_payload: int) -> list[int]:
+        """The rows in message-id order: every stratum's rows in a random order, taken in runs of as many as one
+        DATA packet holds (ATP packs consecutive one-packet messages of one group into one packet: rows of strata
+        interleaved one by one went one or two per packet), at most ``_LiveMsr.CHECK_FRACTION`` of the stratum.
+        The strata take turns by their progress: the next run is the one whose middle is the earliest fraction of
+        its stratum (ties at random), so every stratum is sent evenly over the whole job, within one run."""
+        import heapq
+        heap = []
+        for s in self.strata:
+            rows = list(s.rows)
+            rng.shuffle(rows)
+            widest = max(len(self._payload[i]) for i in rows) + RECORD_HEADER_LEN
+            run = 1 if s.packets > 1 else max(1, min(max_payload // widest,
+                                                      math.ceil(_LiveMsr.CHECK_FRACTION * len(rows))))
+            heap.append((run / 2 / len(rows), rng.random(), rows, 0, run))
+        heapq.heapify(heap)
+        order: list[int] = []
+        while heap:
+            _, _, rows, at, run = heapq.heappop(heap)
+            order.extend(rows[at:at + run])
+            at += run
+            if at < len(rows):
+                heapq.heappush(heap, ((at + run / 2) / len(rows), rng.random(), rows, at, run))
+        return order
 
     # --- the MSR ---------------------------------------------------------------------------------------------
 
