@@ -256,8 +256,59 @@ def summarize_fig15(rows: Sequence[dict]) -> dict:
             "error_max": {pr: max(v) if v else None for pr, v in err.items()},
             "error_over_emax": {pr: max(v) / e if v else None for pr, v in err.items()},
             "fraction": statistics.mean(r["msr"] for r in rs if r["protocol"] == "atp-s1") if rs else None,
+            "rows_mean": {pr: statistics.mean(v) if (v := [r["rows"] for r in rs if r["protocol"] == pr and
+                                                           r.get("rows") is not None]) else None
+                          for pr in FIG15_PROTOCOLS},
         }
     return out
+
+
+# --- plots ---------------------------------------------------------------------------------------------------------
+
+def plot_fig15(summary: dict, path: Path) -> Path:
+    """Fig. 15 as the paper draws it: per e_max, each transport's mean JCT (circles) and largest measured error
+    (squares, with e_max itself dashed)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    es = sorted(summary, key=float)
+    x = [100 * float(e) for e in es]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.4))
+    for pr in FIG15_PROTOCOLS:
+        a.plot(x, [summary[e]["jct_mean_s"].get(pr) for e in es], "o-", label=pr)
+        b.plot(x, [100 * (summary[e]["error_max"].get(pr) or math.nan) for e in es], "s-", label=pr)
+    b.plot(x, x, "k--", label="e_max")
+    a.set(xlabel="e_max (%)", ylabel="mean JCT (s)", title="Fig. 15: JCT")
+    b.set(xlabel="e_max (%)", ylabel="largest measured error (%)", title="Fig. 15: error")
+    a.legend(), b.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_fig16(rows: Sequence[dict], path: Path) -> Path:
+    """Fig. 16: per key and seed, the reported error with the keys as groups and without, against e_max."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    seeds = sorted({r["seed"] for r in rows})
+    fig, ax = plt.subplots(figsize=(6.5, 3.4))
+    labels = []
+    for i, (key, grouped) in enumerate((k, g) for k in ("other", "airport") for g in (True, False)):
+        vals = [next((100 * r["reported_error"] for r in rows if r["seed"] == s and r["key"] == key
+                      and r["groups"] == grouped), math.nan) for s in seeds]
+        ax.bar([i + 0.8 * j / len(seeds) - 0.3 for j in range(len(seeds))], vals, width=0.8 / len(seeds),
+               color="C0" if grouped else "C3")
+        labels.append(f"{key}\n{'groups' if grouped else 'no groups'}")
+    ax.axhline(100 * FIG16_E_MAX, color="k", ls="--", label="e_max")
+    ax.set_xticks(range(len(labels)), labels)
+    ax.set(ylabel="reported error (%)", title=f"Fig. 16: per key, seeds {', '.join(map(str, seeds))}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 # --- Fig. 16 -----------------------------------------------------------------------------------------------------
@@ -326,6 +377,10 @@ def run(figures: Sequence[str], seeds: Sequence[int], out: Path, progress: Calla
         raise AnalyticsError(f"unknown analytics figure {unknown[0]!r}: one of {', '.join(FIGURES)}")
     res = {name: FIGURES[name](seeds, out / "analytics", progress) for name in figures}
     (out / "analytics").mkdir(parents=True, exist_ok=True)
+    if "fig15" in res:
+        plot_fig15(res["fig15"]["summary"], out / "analytics" / "fig15.png")
+    if "fig16" in res:
+        plot_fig16(res["fig16"]["rows"], out / "analytics" / "fig16.png")
     (out / "analytics" / "result.json").write_text(json.dumps({"seeds": list(seeds), **res}, indent=1,
                                                               default=str) + "\n")
     return res
