@@ -3,21 +3,22 @@
 
 - **Fig. 15**: the average trip distance of generated TLC trips (``analytics.tlc.generate``, seeded) within
   ``e_max`` 1 / 2 / 5 / 10 %, on the emulated testbed next to background traffic as the paper's (web-search TCP
-  flows, non-approximate, 30 % of the link into the job's receiver), all transports in one run. The job's rows (one trip record per message, in the job's seeded random order) go from
-  host 0 to host 1 as ``atp-s1`` (ATP, messages in id order, MRDF off: the analytics job's configuration), ``tcp-es``
-  (kernel TCP, in order, stopped once enough arrived) and ``tcp-ss`` (kernel TCP, a seeded uniform sample of that
-  many rows), each on the switch its users run (ATP on NetApprox, TCP on FIFO). How many rows are enough is what
-  the analytics job itself needs: the same job run first over the simulated link in virtual time, its MSR following
-  its running estimate until every bound holds (``AnalyticsJob.run(adapt=True)``); its final fraction of rows is
-  every transport's MSR on the testbed. The measured error of each transport is that of the estimate from the
-  rows it delivered (ATP: every row but the receiver's ``lost_ids``; TCP-ES: the first rows in send order; TCP-SS:
-  its sample, drawn from the receiver's job id as the sender draws it) against the exact average.
+  flows, non-approximate, 30 % of the link into the job's receiver), all transports in one run. The job's rows (one
+  trip record per message) go from host 0 to host 1 as ``atp-s1``, the analytics job itself (``atp_job send
+  --analytics``: ``AnalyticsJob.send``, its MSR from the paper's heuristic following its running estimate until the
+  bound holds, MRDF off), ``tcp-es`` (kernel TCP, in order, stopped once enough arrived) and ``tcp-ss`` (kernel TCP,
+  a seeded uniform sample of that many rows), each on the switch its users run (ATP on NetApprox, TCP on FIFO).
+  How many rows are enough for TCP (the paper's DCTCP-ES "only sends the exact amount") is what the same job needed
+  run first over the simulated link in virtual time (``AnalyticsJob.run(adapt=True)``). ATP-S1's answer and error
+  are its own (the sample of the look that stopped it; ``delivered_error``: every row the receiver got); a TCP's
+  error is that of the estimate from the rows it delivered (TCP-ES: the first rows in send order; TCP-SS: its
+  sample, drawn from the receiver's job id as the sender draws it) against the exact average.
 - **Fig. 16**: two keys as per-key strata (trips from or to an airport, the rest: 5-10 % and 90-95 % of the rows),
   Avg within 5 % per key: the job with the keys as groups (a bound per key, the MSR per key) and without (one
   bound over all rows), over the simulated link; per key, the reported and the measured error.
 
-Not built here: ``atp-s12`` (ATP for the map->reduce stage too: the Spark port's S2), the testbed's live MSR (the
-testbed's ATP job runs at the fixed MSR the adaptive job ended at). ``FIGURES`` is the registry: a figure is a
+Not built here: ``atp-s12`` (ATP for the map->reduce stage too: the Spark port's S2), Fig. 16 on the testbed.
+``plot_fig15`` / ``plot_fig16`` draw the figures (``run`` writes them beside ``result.json``). ``FIGURES`` is the registry: a figure is a
 function ``(seeds, out_dir, progress) -> dict``; the streaming evaluation adds ``fig17`` with :func:`register`.
 """
 from __future__ import annotations
