@@ -43,6 +43,11 @@ WINDOW_S = 3600.0
 TESTBED_HOURS = tuple(range(6, 18))
 """The windows run on the testbed: the morning ramp and the day (the plan runs over all 24)."""
 PROTOCOLS = ("atp-s1", "tcp-es", "tcp-ss")
+RUNS = tuple((p, p, None) for p in PROTOCOLS)
+"""Fig. 17's transports: (label, protocol, switch; ``None``: the switch its users run, ``plans.switch_for``)."""
+FIFO_CONTROL = (("atp-s1", "atp-s1", None), ("atp-s1-fifo", "atp-s1", "fifo"), ("tcp-es", "tcp-es", None))
+"""``fig17-fifo``: ATP-S1 on the FIFO switch too, beside ATP-S1 on NetApprox switches and TCP-ES (which part of the
+difference is the switches' queues, which the transport)."""
 SPACING = 3.0
 """Window ``k + 1`` starts this many line times of window ``k``'s planned rows after it (plus ``GAP_S``)."""
 GAP_S = 0.2
@@ -97,8 +102,9 @@ def _jobs(p: StreamPlan, rate_bps: float):
 
 
 def fig17(seeds: Sequence[int], out: Path, progress: Callable[[str], None],
-          e_maxes: Sequence[float] = E_MAXES) -> dict:
-    """Fig. 17 on the emulated testbed (needs root): one row per (seed, e_max, transport, window)."""
+          e_maxes: Sequence[float] = E_MAXES, runs: Sequence[tuple] = RUNS, figure: str = "fig17") -> dict:
+    """Fig. 17 on the emulated testbed (needs root): one row per (seed, e_max, transport, window); ``runs``:
+    (label, protocol, switch) of each transport."""
     from netapprox.experiments.emulated import EmulatedBackend, Scale
     from netapprox.experiments.plans import TrialPlan, switch_for
     from netapprox.experiments.workloads import web_search_flows
@@ -118,17 +124,17 @@ def fig17(seeds: Sequence[int], out: Path, progress: Callable[[str], None],
             jobs, span = _jobs(p, scale.rate_bps)
             flows = tuple(web_search_flows(seed, load=A.FLOW_LOAD, link_bps=scale.rate_bps, duration_s=span + 1.0,
                                            senders=[2], receivers=[1], size_scale=scale.flow_size_scale))
-            for proto in PROTOCOLS:
-                tp = TrialPlan({"figure": "fig17", "e_max": e}, seed, proto, tuple(j[3] for j in jobs), flows=flows)
-                kind = switch_for(proto)
-                by_kind.setdefault(kind, []).append((p, jobs, dataclasses.replace(tp, switch=kind)))
+            for label, proto, switch in runs:
+                tp = TrialPlan({"figure": figure, "e_max": e, "run": label}, seed, proto, tuple(j[3] for j in jobs),
+                               flows=flows, switch=switch or switch_for(proto))
+                by_kind.setdefault(tp.switch, []).append((p, jobs, tp, label))
     rows_out: list[dict] = []
     for kind, trials in by_kind.items():
         with EmulatedBackend(scale) as backend:
-            for p, jobs, tp in trials:
-                rows_out.extend(_run_trial(backend, p, jobs, tp, out / "testbed" / kind, progress))
+            for p, jobs, tp, label in trials:
+                rows_out.extend(_run_trial(backend, p, jobs, tp, label, out / "testbed" / kind, progress))
     summary = summarize(rows_out)
-    plot(summary, out / "fig17_goodput_error.png")
+    plot(summary, out / f"{figure}_goodput_error.png")
     return {"rows": rows_out, "plan": [_plan_rows(p) for p in plans], "summary": summary}
 
 
@@ -136,17 +142,22 @@ def _plan_rows(p: StreamPlan) -> dict:
     return {"seed": p.seed, "e_max": p.e_max, "windows": [a.as_dict() for a in p.answers]}
 
 
-def _run_trial(backend, p: StreamPlan, jobs, tp, wd: Path, progress) -> list[dict]:
+def fig17_fifo(seeds: Sequence[int], out: Path, progress: Callable[[str], None]) -> dict:
+    """Fig. 17 at e_max 5 % with ATP-S1 on the FIFO switch as well (``FIFO_CONTROL``)."""
+    return fig17(seeds, out, progress, e_maxes=(0.05,), runs=FIFO_CONTROL, figure="fig17-fifo")
+
+
+def _run_trial(backend, p: StreamPlan, jobs, tp, label: str, wd: Path, progress) -> list[dict]:
     """One transport's windows on the testbed: a row per window with its JCT and the error of its estimate."""
     out = []
     try:
         rec = backend.run_trial(tp, wd)
     except Exception as exc:  # one broken trial: its windows are rows with the error
-        return [{"figure": "fig17", "seed": p.seed, "e_max": p.e_max, "protocol": tp.protocol, "window": w.index,
+        return [{"figure": "fig17", "seed": p.seed, "e_max": p.e_max, "protocol": label, "window": w.index,
                  "error": f"{type(exc).__name__}: {exc}"} for w, *_ in jobs]
     rx_jobs = (_summary(wd, tp, "rx1.json") or {}).get("jobs", [])
     for (w, job, msr, jp), m in zip(jobs, rec["jobs"]):
-        row = {"figure": "fig17", "seed": p.seed, "e_max": p.e_max, "protocol": tp.protocol, "window": w.index,
+        row = {"figure": "fig17", "seed": p.seed, "e_max": p.e_max, "protocol": label, "window": w.index,
                "rows": len(w.rows), "msr": msr, "jct_s": m.get("jct_s"), "msr_met": m.get("msr_met")}
         tx = _summary(wd, tp, f"tx{jp.job_id}.json") or {}
         if tp.protocol == "atp-s1":
@@ -164,8 +175,8 @@ def _run_trial(backend, p: StreamPlan, jobs, tp, wd: Path, progress) -> list[dic
         out.append(row)
     s = summarize(out)
     for e, v in s.items():
-        progress(f"fig17 seed {p.seed} e_max {e} {tp.protocol}: goodput {v['goodput_rows_s'].get(tp.protocol)} "
-                 f"rows/s, error mean {v['error_mean'].get(tp.protocol)}")
+        progress(f"fig17 seed {p.seed} e_max {e} {label}: goodput {v['goodput_rows_s'].get(label)} "
+                 f"rows/s, error mean {v['error_mean'].get(label)}")
     return out
 
 
@@ -184,24 +195,29 @@ def summarize(rows: Sequence[dict]) -> dict:
     over each TCP's (mean of the per-seed ratios), and the measured error per window (mean, largest, share of
     windows within e_max)."""
     out: dict = {}
+    labels = list(dict.fromkeys(r["protocol"] for r in rows))
     for e in sorted({r["e_max"] for r in rows}):
         rs = [r for r in rows if r["e_max"] == e and not r.get("error")]
         seeds = sorted({r["seed"] for r in rs})
-        good: dict[str, dict[int, float]] = {pr: {} for pr in PROTOCOLS}
-        for pr in PROTOCOLS:
+        good: dict[str, dict[int, float]] = {pr: {} for pr in labels}
+        for pr in labels:
             for s in seeds:
                 w = [r for r in rs if r["protocol"] == pr and r["seed"] == s]
                 if w and all(r.get("jct_s") for r in w):
                     good[pr][s] = sum(r["rows"] for r in w) / sum(r["jct_s"] for r in w)
-        ratio = {b: [good["atp-s1"][s] / good[b][s] for s in seeds if s in good["atp-s1"] and s in good[b]]
-                 for b in ("tcp-es", "tcp-ss")}
+        atp = good.get("atp-s1", {})
+        ratio = {b: [atp[s] / good[b][s] for s in seeds if s in atp and s in good.get(b, {})]
+                 for b in labels if b != "atp-s1"}
+        ratio.setdefault("tcp-es", [])
+        ratio.setdefault("tcp-ss", [])
         err = {pr: [r["measured_error"] for r in rs if r["protocol"] == pr and r.get("measured_error") is not None]
-               for pr in PROTOCOLS}
+               for pr in labels}
         out[f"{e:g}"] = {
             "goodput_rows_s": {pr: statistics.mean(v.values()) if v else None for pr, v in good.items()},
             "atp_over_tcp_es": statistics.mean(ratio["tcp-es"]) if ratio["tcp-es"] else None,
             "atp_over_tcp_ss": statistics.mean(ratio["tcp-ss"]) if ratio["tcp-ss"] else None,
             "atp_over_tcp_es_per_seed": ratio["tcp-es"], "atp_over_tcp_ss_per_seed": ratio["tcp-ss"],
+            "atp_over": {b: statistics.mean(v) if v else None for b, v in ratio.items()},
             "error_mean": {pr: statistics.mean(v) if v else None for pr, v in err.items()},
             "error_max": {pr: max(v) if v else None for pr, v in err.items()},
             "within_e_max": {pr: sum(x <= e for x in v) / len(v) if v else None for pr, v in err.items()},
@@ -218,9 +234,10 @@ def plot(summary: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     err = ax.twinx()
     es = sorted(summary, key=float)
-    width = 0.8 / len(PROTOCOLS)
-    for i, pr in enumerate(PROTOCOLS):
-        xs = [k + (i - 1) * width for k in range(len(es))]
+    labels = list(next(iter(summary.values()))["goodput_rows_s"]) if summary else []
+    width = 0.8 / max(1, len(labels))
+    for i, pr in enumerate(labels):
+        xs = [k + (i - (len(labels) - 1) / 2) * width for k in range(len(es))]
         ax.bar(xs, [(summary[e]["goodput_rows_s"][pr] or 0) / 1000 for e in es], width, label=pr)
         err.plot(xs, [100 * (summary[e]["error_mean"][pr] or 0) for e in es], "s", color="black", markersize=4)
     ax.set_xticks(range(len(es)), [f"e_max {float(e):.0%}" for e in es])
@@ -235,3 +252,4 @@ def plot(summary: dict, path: Path) -> None:
 
 
 A.register("fig17", fig17)
+A.register("fig17-fifo", fig17_fifo)

@@ -10,6 +10,7 @@ from netapprox.analytics import stream
 def test_fig17_is_registered_and_its_stream_is_in_pickup_order():
     from netapprox.experiments import analytics_eval, stream_eval
     assert analytics_eval.FIGURES["fig17"] is stream_eval.fig17
+    assert analytics_eval.FIGURES["fig17-fifo"] is stream_eval.fig17_fifo
     rows, times = stream_eval.stream_of(1, trips=2000)
     assert len(rows) == len(times) == 2000 and times == sorted(times) and 0 <= times[0] and times[-1] < 86400
     windows = stream.time_windows(rows, times, stream_eval.WINDOW_S, start=0.0)
@@ -30,4 +31,5 @@ def test_fig17_summary_is_goodput_of_the_same_seed():
     assert s["goodput_rows_s"]["atp-s1"] == pytest.approx((200 / 1.0 + 200 / 3.0) / 2)
     assert s["atp_over_tcp_es_per_seed"] == [2.0, 1.0] and s["atp_over_tcp_es"] == pytest.approx(1.5)
     assert s["atp_over_tcp_ss_per_seed"] == [4.0, 1.0]
+    assert s["atp_over"] == {"tcp-es": pytest.approx(1.5), "tcp-ss": pytest.approx(2.5)}
     assert s["error_max"]["tcp-es"] == pytest.approx(0.08) and s["within_e_max"]["tcp-es"] == pytest.approx(0.5)
