@@ -90,13 +90,15 @@ def _mean(rows: Sequence[dict], key: str) -> float | None:
 
 
 def network_loss_frac(trial: dict) -> float | None:
-    """ATP: payloads lost in the network (dropped or trimmed by a switch) over the packets its senders sent; None
-    when no job reports what it sent (the baselines: ns-3's TCP counts their segments)."""
+    """ATP and the peer transports: packets lost in the network (dropped or trimmed by a switch) over the DATA
+    packets their senders sent; Aeolus' credits, which its switches drop by design (the credit queue's bound),
+    are not counted. None when no job reports what it sent (the baselines: ns-3's TCP counts their segments)."""
     sent = sum(j.get("packets_sent") or 0 for j in trial["jobs"])
     q = trial.get("queues") or {}
     if not sent or "switch_drops" not in q:
         return None
-    return (q["switch_drops"] + q.get("switch_trims", 0)) / sent
+    credits = (trial.get("aeolus") or {}).get("credit_drops", 0)
+    return (q["switch_drops"] - credits + q.get("switch_trims", 0)) / sent
 
 
 def job_summary(trial: dict) -> dict:

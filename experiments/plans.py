@@ -67,8 +67,8 @@ total buffer (where the papers run their baselines). The ns-3 back end also runs
 
 PEER_SWITCHES = {"pfabric-es": "pfabric", "pfabric-ss": "pfabric", "pfabric-sm": "pfabric",
                  "homa-es": "homa", "homa-ss": "homa", "homa-sm": "homa",
-                 "aeolus-es": "aeolus", "aeolus-ss": "aeolus", "expresspass-es": "aeolus",
-                 "expresspass-ss": "aeolus"}
+                 "aeolus-es": "aeolus", "aeolus-ss": "aeolus", "aeolus-sm": "aeolus",
+                 "expresspass-es": "aeolus", "expresspass-ss": "aeolus", "expresspass-sm": "aeolus"}
 """ns-3 only: the switch each peer transport runs on, its own (pFabric's priority queue; Homa's 8 priority
 queues; Aeolus' credit-limited port with selective dropping, which ExpressPass runs on too)."""
 

@@ -17,7 +17,7 @@ Protocols (``PROTOCOLS``; the ATP variants are experiments.plans.ATP_VARIANTS):
 | ``atp-base``, ``atp-rc``, ``atp-mrdf`` | Fig. 12's ablation chain (``base``; ``fixtlr`` without / with MRDF) | NetApprox | ``netapprox`` |
 | ``atp-early``, ``atp-all-sent`` | ATP with the completion policy ``early`` / ``all_sent`` | NetApprox | ``netapprox`` |
 | ``dctcp-es``, ``dctcp-ss`` | EarlySend / SampleSend over ns-3 ``TcpDctcp`` | network-oblivious (one queue, ECN) | ``fifo`` |
-| ``dctcp-sm``, ``pfabric-sm``, ``homa-sm`` | SmallestSend: only the smallest ceil(MSR N) messages, smallest first | the transport's own | ``fifo`` |
+| ``dctcp-sm``, ``pfabric-sm``, ``homa-sm``, ``aeolus-sm``, ``expresspass-sm`` | SmallestSend: only the smallest ceil(MSR N) messages, smallest first | the transport's own | ``fifo`` |
 | ``udp`` | every message once as ATP-format DATA at line rate | network-oblivious | ``fifo`` |
 | ``pfabric-es``, ``pfabric-ss`` | EarlySend / SampleSend over pFabric's host transport (``netapprox_peers.h``) | pFabric (2 BDP, least remaining first) | ``fifo`` (nothing to program) |
 | ``homa-es``, ``homa-ss`` | EarlySend / SampleSend over Homa (RTTbytes unscheduled, receiver grants) | Homa (8 priority queues) | ``fifo`` (nothing to program) |
@@ -58,7 +58,7 @@ from netapprox.hostlib.reporting import ReportSink
 TCP_PROTOCOLS = ("dctcp-es", "dctcp-ss", "dctcp-sm")
 PFABRIC_PROTOCOLS = ("pfabric-es", "pfabric-ss", "pfabric-sm")
 HOMA_PROTOCOLS = ("homa-es", "homa-ss", "homa-sm")
-AEOLUS_PROTOCOLS = ("aeolus-es", "aeolus-ss", "expresspass-es", "expresspass-ss")
+AEOLUS_PROTOCOLS = ("aeolus-es", "aeolus-ss", "aeolus-sm", "expresspass-es", "expresspass-ss", "expresspass-sm")
 PEER_PROTOCOLS = PFABRIC_PROTOCOLS + HOMA_PROTOCOLS + AEOLUS_PROTOCOLS
 PROTOCOLS = tuple(ATP_VARIANTS) + tuple(ATP_ABLATION) + TCP_PROTOCOLS + ("udp",) + PEER_PROTOCOLS
 ATP_PORT = wire.DEFAULT_ATP_PORT

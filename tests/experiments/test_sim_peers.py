@@ -179,14 +179,15 @@ def test_homa_recovers_losses_by_resend(sim):
 
 
 def test_peer_smallest_send_over_each_reliable_transport(sim):
-    """SmallestSend over DCTCP, pFabric and Homa: each job delivers exactly its smallest ceil(MSR N) messages."""
+    """SmallestSend over DCTCP, pFabric, Homa, Aeolus and ExpressPass: each job delivers exactly its smallest
+    ceil(MSR N) messages."""
     _ns, _g, trial, TopologyConfig = sim
     topo = TopologyConfig(kind="clos", leaves=1, spines=1, hosts_per_leaf=4, host_gbps=10)
     settings = trial.SimSettings(topology=topo, time_limit_ms=20)
     sizes = (40_000, 3_000, 25_000, 1_000, 8_000, 60_000, 2_000, 12_000)
     jobs = [JobPlan(i + 1, i, 3, JobWorkload("m", i, sizes, (0.0,) * len(sizes)), 0.5) for i in range(3)]
     want = sum(sorted(sizes)[:4])
-    for proto in ("dctcp-sm", "pfabric-sm", "homa-sm"):
+    for proto in ("dctcp-sm", "pfabric-sm", "homa-sm", "aeolus-sm", "expresspass-sm"):
         r = trial.run_trial(settings, proto, jobs, seed=1)
         assert r["completed_all"], (proto, r["jobs"])
         for j in r["jobs"]:

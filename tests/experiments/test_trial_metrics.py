@@ -96,3 +96,11 @@ def test_timeline_rows_normalise_and_fill_queue_from_controller():
     rows = figures.timeline_rows(tl, changes, 9, 100.0)
     assert rows[0] == {"time": 0.0, "tlr": 0.5, "rate_mbps": 20.0, "loss": 0.1, "loss_avg10": 0.1}
     assert rows[1]["queue"] == 3 and rows[1]["loss"] == 0.6 and rows[1]["loss_avg10"] == pytest.approx(0.35)
+
+
+def test_network_loss_counts_switch_drops_and_trims_but_not_aeolus_credits():
+    jobs = [{"packets_sent": 60}, {"packets_sent": 40}]
+    trial = {"jobs": jobs, "queues": {"switch_drops": 7, "switch_trims": 3}}
+    assert metrics.network_loss_frac(trial) == pytest.approx(0.10)
+    assert metrics.network_loss_frac({**trial, "aeolus": {"credit_drops": 5}}) == pytest.approx(0.05)
+    assert metrics.network_loss_frac({"jobs": [{"segments": 9}], "queues": {"switch_drops": 7}}) is None
