@@ -42,6 +42,7 @@ from netapprox.experiments.sim import native
 from netapprox.experiments.sim.backend import SimBackend, SimScale
 from netapprox.experiments.sim.topology import TopologyConfig
 from netapprox.experiments.sim.trial import PEER_PROTOCOLS, TCP_PROTOCOLS, run_trial
+from netapprox.hostlib.config import required_messages
 
 MSRS = (0.5, 0.9)
 PEERS = TCP_PROTOCOLS + PEER_PROTOCOLS
@@ -202,9 +203,11 @@ def peer_table(rows: list[dict], msrs: tuple[float, ...]) -> list[str]:
 
 
 def rows_from_result(doc: dict, workload: str = "fbkv") -> tuple[list[dict], tuple[float, ...]]:
-    """The rows of a ``sim alltoall`` result.json (experiments/results.py) for ``workload``, and its MSRs."""
+    """The rows of a ``sim alltoall`` result.json (experiments/results.py) for ``workload``, and its MSRs (its
+    trials only: not the runs of ratios the result adds, whose protocol reads ``atp/dctcp-es``)."""
     rows = [_row(run["seed"], run["params"]["msr"], run["params"]["protocol"], run["metrics"])
-            for run in doc["runs"] if run["params"].get("workload", workload) == workload and run.get("metrics")]
+            for run in doc["runs"] if run["params"].get("workload", workload) == workload
+            and "jct_mean_s" in (run.get("metrics") or {})]
     return rows, tuple(sorted({r["msr"] for r in rows}))
 
 
@@ -242,6 +245,37 @@ def slowdown_table(doc: dict, protocols: list[str], workload: str = "fbkv", buck
     return lines
 
 
+def sent_table(doc: dict, protocols: list[str], workload: str = "fbkv") -> list[str]:
+    """What each job put on the wire in a ``sim alltoall`` result.json, per MSR, means over its jobs and seeds:
+    DATA packets sent, of them retransmitted, packets the switches dropped (per job of the trial), messages
+    delivered against the ceil(MSR N) required (ATP and the peers; DCTCP counts segments, not shown)."""
+    acc: dict[tuple[str, float], dict[str, list[float]]] = {}
+    for run in doc["runs"]:
+        prm, raw = run["params"], run.get("raw")
+        if prm.get("workload", workload) != workload or prm["protocol"] not in protocols or not raw:
+            continue
+        a = acc.setdefault((prm["protocol"], prm["msr"]), {"sent": [], "retx": [], "drops": [], "extra": []})
+        jobs = raw["jobs"]
+        a["sent"] += [j["packets_sent"] for j in jobs if j.get("packets_sent") is not None]
+        a["retx"] += [j["retransmissions"] for j in jobs if j.get("retransmissions") is not None]
+        q = raw.get("queues") or {}
+        credits = (raw.get("aeolus") or {}).get("credit_drops", 0)
+        a["drops"].append((q.get("switch_drops", 0) - credits + q.get("switch_trims", 0)) / max(1, len(jobs)))
+        a["extra"] += [j["delivered"] / max(1, required_messages(j["msr"], j["n"])) for j in jobs
+                       if j.get("delivered") is not None and j.get("jct_s") is not None]
+    msrs = sorted({m for _, m in acc})
+    lines = ["| MSR | protocol | DATA packets sent per job | retransmitted | dropped by switches | messages delivered / "
+             "required |", "|---|---|---:|---:|---:|---:|"]
+    for msr in msrs:
+        for p in protocols:
+            a = acc.get((p, msr))
+            if a and a["sent"]:
+                lines.append(f"| {msr} | `{p}` | {statistics.fmean(a['sent']):.1f} | "
+                             f"{statistics.fmean(a['retx']) if a['retx'] else 0:.1f} | "
+                             f"{statistics.fmean(a['drops']):.2f} | {statistics.fmean(a['extra']):.2f} |")
+    return lines
+
+
 def format_table(result: dict) -> str:
     if "error" in result:
         return f"sim: {result['error']}"
@@ -275,7 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--result", default=None, metavar="RESULT_JSON",
                    help="run nothing: print the peer table of a `sim alltoall` result.json (its FBKV trials)")
     p.add_argument("--slowdown", nargs="+", default=None, metavar="PROTOCOL",
-                   help="with --result: also the per-job slowdown (JCT / unloaded) by job size for these protocols")
+                   help="with --result: also the per-job slowdown (JCT / unloaded) by job size, and what each job sent, "
+                        "for these protocols")
     args = p.parse_args(argv)
     if args.result:
         try:
@@ -291,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(peer_table(rows, msrs)))
         if args.slowdown:
             print("\n" + "\n".join(slowdown_table(doc, args.slowdown)))
+            print("\n" + "\n".join(sent_table(doc, args.slowdown)))
         return 0
     result = run(seeds=tuple(args.seeds))
     print(format_table(result))

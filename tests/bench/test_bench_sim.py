@@ -64,6 +64,8 @@ def test_rows_from_a_sim_alltoall_result_keep_its_fbkv_trials(tmp_path):
     runs = [{"seed": 1, "params": {"workload": w, "msr": m, "protocol": p},
              "metrics": {"jct_mean_s": 1e-4, "jct_p99_s": 2e-4, "jobs_failed": 0}}
             for w in ("fbkv", "fbhd") for m in (0.5, 0.9) for p in ("atp", "homa-sm")]
+    runs.append({"seed": 1, "params": {"workload": "fbkv", "msr": 0.5, "protocol": "atp/dctcp-es"},
+                 "metrics": {"jct_ratio": 0.3}, "raw": None})  # the ratios a result adds are no trials
     rows, msrs = S.rows_from_result({"runs": runs})
     assert msrs == (0.5, 0.9) and len(rows) == 4 and {r["protocol"] for r in rows} == {"atp", "homa-sm"}
     path = tmp_path / "result.json"
