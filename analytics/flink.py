@@ -151,6 +151,19 @@ def run_stream(rows_per_window: int = 1000, windows: int = 3, e_max: float = 0.1
          "sender": a.as_dict()} for w, a in zip(range(1, windows + 1), sent.get("answers", []))]}
 
 
+def _no_source(timeout: float) -> str | None:
+    """The error line of a Flink job whose ATP source gets no job within ``timeout`` (``None``: it did not fail)."""
+    import socket
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        bind = f"127.0.0.1:{s.getsockname()[1]}"
+    try:
+        window_cells(environment(), bind, 1, timeout=timeout)
+    except Exception as err:  # noqa: BLE001 - Flink wraps the source's AnalyticsError in its own exceptions
+        return next((line.strip() for line in str(err).splitlines() if "AnalyticsError" in line), str(err)[-300:])
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     import argparse
     import json
@@ -161,12 +174,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--e-max", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=5)
     p.add_argument("--timeout", type=float, default=120.0)
+    p.add_argument("--no-source-check", type=float, default=None, metavar="S",
+                   help="then run a Flink job whose source never gets a job, with this timeout, and report its error")
     args = p.parse_args(argv)
     try:
         res = run_stream(args.rows, args.windows, args.e_max, seed=args.seed, timeout=args.timeout)
     except AnalyticsError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    if args.no_source_check is not None:
+        res["no_source"] = _no_source(args.no_source_check)
     print(json.dumps(res, indent=1, default=str))
     return 1 if res["error"] else 0
 
