@@ -284,7 +284,9 @@ class AnalyticsJob:
 
     @staticmethod
     def _level(q: Query, k: int) -> float:
-        return 1.0 - (1.0 - q.confidence) / k if q.aggregate == "rank" else q.confidence
+        """The level of each of ``k`` bounds that hold together at ``q.confidence`` (Bonferroni: a rank's top-k
+        keys, times the looks)."""
+        return 1.0 - (1.0 - q.confidence) / k
 
     def _value_sets(self, q: Query, members: list[StratumPlan], samples: dict[int, list[Row]]
                     ) -> list[list[Stratum]]:
