@@ -52,7 +52,7 @@ def test_spark_batch_source_reads_an_atp_job_and_bounds_its_average(spark):
     df.unpersist()
     truth = sum(r.value for r in rows) / len(rows)
     sent = out["summary"]  # the sender's answer: its MSR followed the estimate of what the source acknowledged
-    assert sent.all_met and sent.looks >= 1 and sent.answer("avg").error <= e_max
+    assert sent.all_met and sent.answer("avg").error <= e_max  # at a look, or at ATP's completion (docs)
     assert sent.received <= n <= len(rows)  # the source has what the sender's answer was read from, and more
     plan = AnalyticsJob(rows, [Query("avg", e_max)], seed=3)
     started = plan.initial_msr()
