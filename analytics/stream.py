@@ -241,8 +241,10 @@ class StreamPlanner:
         self.index += 1
 
 
-Transport = Callable[[AnalyticsJob, float], tuple[Mapping[int, bytes], "float | None"]]
-"""Sends a window's job at an MSR; returns the messages that arrived (by message id) and the job's JCT."""
+Transport = Callable[[AnalyticsJob, float], tuple[Mapping[int, bytes], "float | None", int]]
+"""Sends a window's job starting at an MSR; returns the sample its answer is read from (messages by id), the job's
+JCT, and the number of looks the answer is read at (1 at a fixed MSR; ``_LiveMsr.LOOKS`` when the MSR followed the
+window's own running estimate and the job stopped at one of its looks)."""
 
 
 def window_job(window: Window, query: Query, *, seed: int = 0, job_id: int | None = None,
@@ -274,8 +276,8 @@ def run_windows(windows: Sequence[Window], query: Query, send: Transport, *, siz
             out.append(WindowAnswer(plan, len(w.rows), 0, None, query.e_max, str(err)))
             planner.observe(w, None)
             continue
-        received, jct = send(job, plan.msr)
-        a = job.estimate(received).answers[0]
+        received, jct, looks = send(job, plan.msr)
+        a = job.estimate(received, looks=looks).answers[0]
         truth = job.truth(query)
         out.append(WindowAnswer(plan, len(w.rows), len(received), a.estimate, query.e_max, a.note, jct,
                                 truth if isinstance(truth, float) else None))
@@ -283,24 +285,31 @@ def run_windows(windows: Sequence[Window], query: Query, send: Transport, *, siz
     return out
 
 
-def simulated(config=None, *, loss: float = 0.01, rate_bps: float = 20e6, seed: int = 1) -> Transport:
-    """A :data:`Transport` over the simulated lossy link (:mod:`netapprox.analytics.link`), no surplus."""
+def simulated(config=None, *, loss: float = 0.01, rate_bps: float = 20e6, seed: int = 1, adapt: bool = False
+              ) -> Transport:
+    """A :data:`Transport` over the simulated lossy link (:mod:`netapprox.analytics.link`), no surplus. ``adapt``:
+    each window starts at its planned MSR and the MSR follows the window's own running estimate, the job ending at
+    the first look at which the bound holds (``AnalyticsJob.live_msr``)."""
     from netapprox.analytics import link
     from netapprox.hostlib.config import AtpConfig
     base = config or AtpConfig(surplus=False, max_rate_bps=rate_bps)
 
     def send(job: AnalyticsJob, msr: float):
-        t = link.run(job.job_spec(msr), job.config(base),
+        spec = job.job_spec(msr)
+        live = job.live_msr(spec) if adapt else None
+        t = link.run(spec, job.config(base), on_step=live.step if live is not None else None,
                      forward=link.LossyPath(loss=loss, rate_bps=rate_bps, queue_packets=64, seed=seed + job.job_id))
         if t.failure is not None:
             raise AnalyticsError(f"window job {job.job_id} failed: {t.failure}")
-        return t.received, t.summary.jct_s
+        if live is None:
+            return t.received, t.summary.jct_s, 1
+        return (live.stopped_at if live.stopped_at is not None else t.received), t.summary.jct_s, live.LOOKS
     return send
 
 
 def over_udp(dest: str, *, timeout: float = 30.0, wait_s: float = 10.0) -> Transport:
-    """A :data:`Transport` over hostlib (UDP) to an ATP receiver at ``dest`` (e.g. the Spark stream source): the
-    rows that arrived are every row but the sender's ``lost_ids``."""
+    """A :data:`Transport` over hostlib (UDP) to an ATP receiver at ``dest`` (e.g. the Spark stream source), at the
+    planned MSR: the rows that arrived are every row but the sender's ``lost_ids``."""
     import time
 
     from netapprox.hostlib.api import send_job
@@ -318,7 +327,7 @@ def over_udp(dest: str, *, timeout: float = 30.0, wait_s: float = 10.0) -> Trans
                     raise AnalyticsError(f"no netapprox source listening at {dest} within {wait_s:g} s") from None
                 time.sleep(0.05)
         lost = set(s.lost_ids)
-        return {i: spec.messages[i].data for i in range(len(spec.messages)) if i not in lost}, s.jct_s
+        return {i: spec.messages[i].data for i in range(len(spec.messages)) if i not in lost}, s.jct_s, 1
     return send
 
 
