@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from netapprox.experiments.cache import TrialCache
-from netapprox.experiments.figures import COEXIST_PATTERNS, SHIFT_SETTINGS, Figure
+from netapprox.experiments.figures import COEXIST_PATTERNS, SHIFT_ARRIVALS, SHIFT_SETTINGS, Figure
 from netapprox.experiments.results import summarize
 from netapprox.experiments.sweep import SCHEDULER_ENV, Sweep
 from netapprox.hostlib import checks as C
@@ -41,6 +41,7 @@ SET_CHECKS: dict[str, C.Check] = {
     "phase_s": C.number(gt=0.0),
     "load": C.number(gt=0.0, le=1.0),
     "receivers": C.integer(ge=1),
+    "arrivals": C.choice(SHIFT_ARRIVALS),
 }
 """Checks of the sweep arguments ``--set`` may override, by name (per value; a tuple argument takes a list).
 A name not listed here is checked against the type of the figure's default."""

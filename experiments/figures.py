@@ -28,7 +28,8 @@ from netapprox.experiments import results as R
 from netapprox.experiments.metrics import flow_fct_stats, job_summary
 from netapprox.experiments.plans import Background, JobPlan, TrialPlan, is_atp
 from netapprox.experiments.sweep import Sweep, as_sweep
-from netapprox.experiments.workloads import JobWorkload, make_job, pick_receivers, poisson_arrivals, rng_for, web_search_flows
+from netapprox.experiments.workloads import (JobWorkload, bursty_arrivals, make_job, pick_receivers, poisson_arrivals,
+                                             rng_for, web_search_flows)
 from netapprox.hostlib import wire
 
 
@@ -492,6 +493,11 @@ SHIFT_SETTINGS: dict[str, tuple[tuple[str, Any], ...]] = {
     "k8-srpt-only": (("mode", "adaptive"), ("finish_epochs", 0.0),
                      ("tuning", (("remaining_weight", 0.25), ("demote_weight", 0.25), ("remaining_deadband", 0.0),
                                  ("hysteresis", 0.999), ("buffers", False)))),
+    **{f"srpt-{w:g}": (("mode", "adaptive"),
+                       ("tuning", (("remaining_weight", w), ("demote_weight", w), ("remaining_deadband", 0.0),
+                                   ("hysteresis", 0.999), ("buffers", False)))) for w in (0.5, 1.0)},
+    **{f"finish{e:g}-high-fine": (("mode", "netapprox"), ("thresholds", FIXED_THRESHOLDS["high-fine"]),
+                                  ("finish_epochs", float(e))) for e in (2, 4)},
 }
 """Policy of each setting of ``exp_shift`` (``TrialPlan.policy``): the default policy (mode ``netapprox``, the
 default thresholds, ``finish-high-fine``'s, a job about to finish in the first approximate queue:
@@ -499,17 +505,29 @@ default thresholds, ``finish-high-fine``'s, a job about to finish in the first a
 policy (mode ``adaptive``, its defaults); every fixed threshold set as the paper places jobs (by TLR alone,
 ``finish_epochs`` 0) and, ``finish-<set>``, with the default's finishing rule; and variants: the tuner with the
 remaining-work placement (``remaining_weight`` 1/8), the tuner without buffers, the remaining-work placement on
-the paper's fixed thresholds (no retuning, no buffers), and SRPT-like placement both ways on them
-(``remaining_weight`` and ``demote_weight`` 1/4 per doubling, with and without the finishing rule)."""
+the default thresholds (no retuning, no buffers; the ``k8-`` names date from when the default was k/8), and
+SRPT-like placement both ways on them (``remaining_weight`` and ``demote_weight`` 1/4 per doubling against
+the live jobs' median remaining work, with and without the finishing rule; ``srpt-<w>``: w per doubling, with
+the rule); and two fixed finishing horizons (``finish<e>-high-fine``: the default with ``finish_epochs`` e)."""
+
+
+SHIFT_ARRIVALS: tuple[str, ...] = ("poisson", "bursty")
+"""How jobs arrive in ``exp_shift``: a Poisson process, or in bursts (``workloads.bursty_arrivals``: four per
+phase, each a third of its period at three times the rate, the same mean load)."""
 
 
 def shift_workload(backend: Any, seed: int, *, phase_s: float, load: float, receivers: int,
-                   msrs: Sequence[float]) -> tuple[tuple[JobPlan, ...], tuple, dict[int, tuple[str, str]]]:
+                   msrs: Sequence[float], arrivals: str = "poisson"
+                   ) -> tuple[tuple[JobPlan, ...], tuple, dict[int, tuple[str, str]]]:
     """The jobs and flows of ``exp_shift`` (the same for every setting of a seed) and each job's (phase, kind). In
-    every phase, jobs arrive at each of ``receivers`` hosts as a Poisson process offering ``load`` of its link
+    every phase, jobs arrive at each of ``receivers`` hosts as a Poisson process (``arrivals`` ``bursty``: in
+    bursts, ``SHIFT_ARRIVALS``) offering ``load`` of its link
     in the bytes they need (the smallest ceil(MSR x N) messages), from random other hosts, each FBKV with the
     phase's share (else FBHD), its MSR drawn from ``msrs``; the last phase adds web-search flows into the same
     hosts."""
+    if arrivals not in SHIFT_ARRIVALS:
+        raise ValueError(f"shift arrivals: one of {', '.join(SHIFT_ARRIVALS)}, got {arrivals!r}")
+    arrive = poisson_arrivals if arrivals == "poisson" else bursty_arrivals
     scale, hosts = backend.scale, backend.hosts
     n = len(hosts)
     dsts = [hosts[(n // receivers) * i + (n // receivers) // 2] for i in range(receivers)] if receivers < n else hosts
@@ -525,7 +543,7 @@ def shift_workload(backend: Any, seed: int, *, phase_s: float, load: float, rece
         t0 = p * phase_s
         rate = load * scale.rate_bps / 8 / (kv_share * mean_need["fbkv"] + (1 - kv_share) * mean_need["fbhd"])
         for dst in dsts:
-            for t in poisson_arrivals(rng, rate, phase_s):
+            for t in arrive(rng, rate, phase_s):
                 kind = "fbkv" if rng.random() < kv_share else "fbhd"
                 src = int(rng.choice([h for h in srcs if h != dst]))
                 msr = float(rng.choice(list(msrs)))
@@ -549,7 +567,7 @@ finishing rule (the one the default equals is run once, as ``default``): the who
 
 
 def exp_shift(seeds: Sequence[int], out: Path, sweep: Sweep, *, settings=SHIFT_RUN, phase_s: float = 3.0,
-              load: float = 0.3, receivers: int = 1, msrs=(0.5, 0.7, 0.9)) -> R.ResultFile:
+              load: float = 0.3, receivers: int = 1, msrs=(0.5, 0.7, 0.9), arrivals: str = "poisson") -> R.ResultFile:
     """A workload whose mix shifts mid-run, FBKV-heavy -> FBHD-heavy -> a mix with web-search flows
     (``SHIFT_PHASES``, ``phase_s`` each), under the tuned policy and under every fixed threshold set
     (``SHIFT_SETTINGS``): mean JCT per phase (jobs by the phase they start in) and overall, and per seed the
@@ -562,7 +580,7 @@ def exp_shift(seeds: Sequence[int], out: Path, sweep: Sweep, *, settings=SHIFT_R
     plans, phases = [], {}
     for seed in seeds:
         jobs, flows, phase_of = shift_workload(backend, seed, phase_s=phase_s, load=load, receivers=receivers,
-                                               msrs=msrs)
+                                               msrs=msrs, arrivals=arrivals)
         phases[seed] = phase_of
         for name in settings:
             plans.append(TrialPlan({"setting": name}, seed, "atp", jobs, flows=flows, policy=SHIFT_SETTINGS[name]))
@@ -570,9 +588,9 @@ def exp_shift(seeds: Sequence[int], out: Path, sweep: Sweep, *, settings=SHIFT_R
         "settings": {name: [list(kv) for kv in SHIFT_SETTINGS[name]] for name in settings},
         "phases": [{"name": n, "fbkv_share": kv, "flow_load": fl, "start": i * phase_s, "duration": phase_s}
                    for i, (n, kv, fl) in enumerate(SHIFT_PHASES)],
-        "load": load, "receivers": receivers, "msrs": list(msrs),
+        "load": load, "receivers": receivers, "msrs": list(msrs), "arrivals": arrivals,
         "jobs": {str(seed): len(p) for seed, p in phases.items()},
-        "pattern": f"jobs arrive at {receivers} receiver(s) (Poisson, {load:g} of the link in needed bytes), "
+        "pattern": f"jobs arrive at {receivers} receiver(s) ({arrivals}, {load:g} of the link in needed bytes), "
                    f"from random other hosts; the mix shifts every {phase_s:g} s"},
         ["atp"])
 

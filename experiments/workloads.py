@@ -194,6 +194,18 @@ def poisson_arrivals(rng: np.random.Generator, rate_per_s: float, duration_s: fl
     return times[times < duration_s]
 
 
+def bursty_arrivals(rng: np.random.Generator, rate_per_s: float, duration_s: float, *, bursts: int = 4,
+                    duty: float = 1 / 3) -> np.ndarray:
+    """Arrival times in [0, duration_s) of an on-off process with the mean rate ``rate_per_s``: the time split
+    into ``bursts`` equal periods, each with Poisson arrivals at ``rate_per_s / duty`` during its first ``duty``
+    and none in the rest (so a load of 0.3 arrives as bursts at 0.9)."""
+    if not 0.0 < duty <= 1.0 or bursts < 1:
+        raise ValueError(f"bursty_arrivals: duty must be in (0, 1] and bursts >= 1, got {duty}, {bursts}")
+    period = duration_s / bursts
+    parts = [i * period + poisson_arrivals(rng, rate_per_s / duty, duty * period) for i in range(bursts)]
+    return np.concatenate(parts) if parts else np.zeros(0)
+
+
 def scaled_gaps(gaps: np.ndarray, mean_gap_s: float) -> np.ndarray:
     """Rescale ``gaps`` (any unit) so their sample mean is ``mean_gap_s``; keeps the shape."""
     m = float(np.mean(gaps)) if len(gaps) else 0.0

@@ -10,6 +10,9 @@ from netapprox.experiments import figures as F
 from netapprox.experiments import hindsight as H
 from netapprox.experiments import results as R
 
+HELD_OUT = [max(H.DESIGN_SEEDS) + i for i in (1, 2, 3)]
+"""Seeds no policy was designed on or judged with yet."""
+
 
 def _is_fixed_by_hand(setting: str) -> bool:
     """Independently of the harness: a setting is fixed unless its keys ask for mode ``adaptive``."""
@@ -105,13 +108,13 @@ def test_shift_figure_notes_the_whole_baseline_pool_and_judges_against_it(tmp_pa
     """exp_shift's ratios: the notes hold every fixed setting of the run as the pool, the best on the mean is a
     finishing set when it wins, and the default/best-fixed and adaptive/best-fixed rows are against it."""
     settings = F.SHIFT_RUN
-    rf = _shift_result(tmp_path, settings, [7, 8, 9], {"finish-msr-classes": 50.0, "adaptive": 60.0})
+    rf = _shift_result(tmp_path, settings, HELD_OUT, {"finish-msr-classes": 50.0, "adaptive": 60.0})
     F.best_fixed_ratios(rf, settings)
     note = rf.notes[-1]
     assert set(note["baseline_pool"]) == {s for s in settings if _is_fixed_by_hand(s)}
     assert note["best_fixed_in_hindsight"]["jct_mean_s"] == "finish-msr-classes"
     rows = {(r["params"]["setting"], r["seed"]): r["metrics"] for r in rf.runs}
-    assert rows[("adaptive/best-fixed", 7)]["jct_mean_ratio"] == pytest.approx(60 / 50)
+    assert rows[("adaptive/best-fixed", HELD_OUT[0])]["jct_mean_ratio"] == pytest.approx(60 / 50)
     assert note["judgements"]["adaptive"]["verdict"].startswith("not met")
 
 
@@ -119,24 +122,25 @@ def test_hindsight_does_not_judge_design_seeds_or_an_incomplete_pool(tmp_path):
     """A run on design seeds, or without one of the grid's fixed configurations, is reported as such, never met."""
     settings = F.SHIFT_RUN
     good = {"adaptive": 10.0}
-    rf = _shift_result(tmp_path, settings, [1, 2, 3], good)
-    _, js = H.judge_run(rf.to_dict(), F.SHIFT_SETTINGS, F.FIXED_THRESHOLDS)
-    assert all(j.verdict.startswith("not judged") and "design seeds" in j.verdict for j in js)
+    for spent in ([1, 2, 3], [10, 11, 12]):  # designed on; judged an earlier design
+        rf = _shift_result(tmp_path, settings, spent, good)
+        _, js = H.judge_run(rf.to_dict(), F.SHIFT_SETTINGS, F.FIXED_THRESHOLDS)
+        assert all(j.verdict.startswith("not judged") and "design seeds" in j.verdict for j in js)
     partial = [s for s in settings if s != "finish-k10"]
-    rf = _shift_result(tmp_path, partial, [7, 8, 9], good)
+    rf = _shift_result(tmp_path, partial, HELD_OUT, good)
     _, js = H.judge_run(rf.to_dict(), F.SHIFT_SETTINGS, F.FIXED_THRESHOLDS)
     assert all("finish-k10" in j.verdict for j in js)
-    rf = _shift_result(tmp_path, settings, [7, 8, 9], good)
+    rf = _shift_result(tmp_path, settings, HELD_OUT, good)
     _, js = H.judge_run(rf.to_dict(), F.SHIFT_SETTINGS, F.FIXED_THRESHOLDS)
     assert {j.policy: j.verdict for j in js}["adaptive"] == "met"
 
 
 def test_hindsight_cli_prints_ratios_and_rejects_bad_input(tmp_path, capsys):
-    rf = _shift_result(tmp_path, F.SHIFT_RUN, [7, 8, 9], {"adaptive": 10.0})
+    rf = _shift_result(tmp_path, F.SHIFT_RUN, HELD_OUT, {"adaptive": 10.0})
     path = rf.write()
     assert H.main([str(path)]) == 0
     out = capsys.readouterr().out
-    assert "seed 7" in out and "- adaptive: met" in out and "Baseline pool" in out
+    assert f"seed {HELD_OUT[0]}" in out and "- adaptive: met" in out and "Baseline pool" in out
     bad = tmp_path / "bad.json"
     bad.write_text("{")
     assert H.main([str(bad)]) == 2

@@ -65,6 +65,20 @@ def test_poisson_arrivals_rate_and_exponential_gaps():
     assert t.min() >= 0 and t.max() < 50.0
 
 
+def test_bursty_arrivals_keep_the_mean_rate_and_arrive_only_in_bursts():
+    """Four bursts a duration, each the first third of its period at three times the rate: the same number of
+    arrivals as the Poisson process of the mean rate, none outside a burst; a bad duty is one clear error."""
+    rng = np.random.default_rng(4)
+    t = w.bursty_arrivals(rng, 1000.0, 40.0)
+    assert len(t) == pytest.approx(40_000, rel=0.03)
+    period = 40.0 / 4
+    assert np.all(np.mod(t, period) < period / 3) and t.min() >= 0 and t.max() < 40.0
+    for i in range(4):  # every burst carries a quarter of them
+        assert np.sum((t >= i * period) & (t < (i + 1) * period)) == pytest.approx(10_000, rel=0.05)
+    with pytest.raises(ValueError, match="duty"):
+        w.bursty_arrivals(rng, 1000.0, 40.0, duty=0.0)
+
+
 def test_fbkv_jobs_are_small_fbhd_jobs_large():
     kv = w.make_job("fbkv", seed=7, n=2000)
     hd = w.make_job("fbhd", seed=7, n=2000)
@@ -127,3 +141,25 @@ def test_pick_receivers_never_picks_self():
     m = w.pick_receivers(1, senders=range(6), hosts=range(6))
     assert all(m[s] != s for s in m)
     assert m == w.pick_receivers(1, senders=range(6), hosts=range(6))
+
+
+def test_shift_workload_bursty_arrivals_are_the_same_jobs_in_bursts():
+    """exp_shift's second arrival pattern: about as many jobs per phase as the Poisson one (the same mean load),
+    every start inside a burst of its phase; the Poisson pattern is the default; an unknown one is an error."""
+    from types import SimpleNamespace
+
+    from netapprox.experiments import figures as F
+    from netapprox.experiments.emulated import Scale
+    backend = SimpleNamespace(scale=Scale(), hosts=list(range(8)))
+    kw = dict(phase_s=3.0, load=0.3, receivers=1, msrs=(0.5, 0.7, 0.9))
+    plain = F.shift_workload(backend, 5, **kw)
+    assert plain == F.shift_workload(backend, 5, arrivals="poisson", **kw)
+    jobs, _, phase_of = F.shift_workload(backend, 5, arrivals="bursty", **kw)
+    period = 3.0 / 4
+    assert all((j.start_s % 3.0) % period < period / 3 + 1e-9 for j in jobs)
+    for name, _, _ in F.SHIFT_PHASES:
+        n_plain = sum(1 for p, _ in plain[2].values() if p == name)
+        n_bursty = sum(1 for p, _ in phase_of.values() if p == name)
+        assert abs(n_bursty - n_plain) <= 3 * math.sqrt(n_plain) + 3, (name, n_plain, n_bursty)
+    with pytest.raises(ValueError, match="arrivals"):
+        F.shift_workload(backend, 5, arrivals="diurnal", **kw)
