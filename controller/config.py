@@ -102,6 +102,11 @@ class TuningConfig:
     the median keeps its TLR."""
     remaining_deadband: float = 1.0
     """Halvings below the median that move no job (jobs of about the same size keep the order of their TLRs)."""
+    finish_ref: float = 0.0
+    """The finishing rule measured against the mix: a job whose remaining work is more than nothing and at most
+    this fraction of the live jobs' load-weighted median remaining work (``tuning.Tuned.work_ref``, re-measured
+    every tuning step) goes to the first approximate queue, as ``PolicyConfig.finish_epochs`` puts a job about
+    to finish there (either rule suffices). 0 (the default): off."""
     split_gap: float = 0.0625
     """Jobs whose placement values lie closer than this share a queue: the cutoffs go into the gaps between
     values at least this wide (the widest first, at most six)."""
@@ -421,6 +426,7 @@ TUNING_KEYS: dict[str, C.Check] = {
     "remaining_weight": C.number(ge=0.0, le=1.0),
     "demote_weight": C.number(ge=0.0, le=1.0),
     "remaining_deadband": C.number(ge=0.0, le=32.0),
+    "finish_ref": C.number(ge=0.0, le=1024.0),
     "split_gap": C.number(ge=0.0, le=1.0),
     "buffers": C.boolean(),
     "buffer_min": C.integer(ge=1, le=1 << 20),

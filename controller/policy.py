@@ -223,10 +223,15 @@ def placed_by_value(config: PolicyConfig) -> bool:
 def job_value(groups: Mapping[int, GroupReport], tlr: float, work_ref: float | None, config: PolicyConfig,
               epoch_s: float) -> float:
     """The value the thresholds (mode ``adaptive``: the cutoffs) place for a job with these groups and (lowest)
-    TLR: mode ``adaptive``, the TLR shifted by the job's remaining work (``tuning.value_of``); then, if it is
+    TLR: mode ``adaptive``, the TLR shifted by the job's remaining work (``tuning.value_of``), and
+    ``FINISH_VALUE`` if its remaining work is at most ``tuning.finish_ref`` of ``work_ref``; then, if it is
     ``finishing`` within ``config.finish_epochs`` epochs, ``FINISH_VALUE``. Other modes: the TLR."""
     if config.mode == "adaptive":
-        value = value_of(tlr, remaining_work(groups), work_ref, config.tuning)
+        work = remaining_work(groups)
+        value = value_of(tlr, work, work_ref, config.tuning)
+        ref = config.tuning.finish_ref
+        if ref > 0.0 and work_ref and work and work <= ref * work_ref:
+            return min(value, FINISH_VALUE)
     elif config.mode == "netapprox":
         value = tlr
     else:

@@ -497,7 +497,10 @@ SHIFT_SETTINGS: dict[str, tuple[tuple[str, Any], ...]] = {
                        ("tuning", (("remaining_weight", w), ("demote_weight", w), ("remaining_deadband", 0.0),
                                    ("hysteresis", 0.999), ("buffers", False)))) for w in (0.5, 1.0)},
     **{f"finish{e:g}-high-fine": (("mode", "netapprox"), ("thresholds", FIXED_THRESHOLDS["high-fine"]),
-                                  ("finish_epochs", float(e))) for e in (2, 4)},
+                                  ("finish_epochs", float(e))) for e in (2, 4, 8, 16)},
+    **{f"finish{e:g}-ref-{r:g}": (("mode", "adaptive"), ("finish_epochs", float(e)),
+                                  ("tuning", (("finish_ref", r), ("hysteresis", 0.999), ("buffers", False))))
+       for e in (1, 4, 8) for r in (0.0, 0.25, 0.5, 1.0)},
 }
 """Policy of each setting of ``exp_shift`` (``TrialPlan.policy``): the default policy (mode ``netapprox``, the
 default thresholds, ``finish-high-fine``'s, a job about to finish in the first approximate queue:

@@ -158,6 +158,28 @@ def test_a_faster_rate_alone_makes_a_job_finishing_and_unchanged_progress_keeps_
     assert policy.decide(core.jobs, {1: 1}, now, core.config.policy, epoch_s=epoch).assignments[1] == 1
 
 
+def test_finish_ref_puts_the_job_with_little_left_against_the_mix_first():
+    """Mode ``adaptive`` with ``finish_ref`` 1/2 (and no finishing horizon): of two jobs at the same TLR (0.6:
+    queue 4), the one whose remaining work is under half the live jobs' load-weighted median goes to queue 1
+    once a tuning step has measured that median; with ``finish_ref`` 0 both stay in queue 4."""
+    epoch = 0.01
+    for ref, want in ((0.5, {1: 4, 2: 1}), (0.0, {1: 4, 2: 4})):
+        tuning_cfg = TuningConfig(every_epochs=1, hysteresis=0.999, buffers=False, finish_ref=ref)
+        cfg = PolicyConfig(mode="adaptive", finish_epochs=0.0, tuning=tuning_cfg)
+        core = ControllerCore(ControllerConfig(switches=(SwitchConfig("s1"),), reports=REPORTS, epoch_s=epoch,
+                                               policy=cfg))
+        # job 1 at 3 Gbit/s (the larger load: the median is its work) needs 40 more messages, job 2 at 1 Gbit/s 5
+        seq = 0
+        for step, (d1, d2) in enumerate(((0, 0), (5, 40), (10, 45))):
+            now = step * epoch
+            for job, delivered, kbps in ((1, d1, 3_000_000), (2, d2, 1_000_000)):
+                seq += 1
+                assert core.ingest(progress_report(seq, 0.6, delivered, kbps, job), "10.0.0.1", now)
+            plan = core.step(now)
+        assert dict(plan.assignments) == want, ref
+        assert policy.job_value(core.jobs[2], 0.6, None, cfg, epoch) == 0.6  # no median measured: its TLR
+
+
 @settings(max_examples=100, deadline=None)
 @given(epochs=st.lists(st.lists(st.tuples(st.integers(1, 4), st.floats(0, 1), st.integers(0, 60),
                                           st.sampled_from([1_000, 100_000, 1_000_000])), max_size=4),
