@@ -176,11 +176,13 @@ class PolicyConfig:
     """A job losing for this many consecutive epochs moves one queue up (NetApprox Fig. 10)."""
     tuning: TuningConfig = dataclasses.field(default_factory=lambda: TuningConfig())
     """The online tuner of mode ``adaptive`` and its limits (``[policy.tuning]``)."""
-    finish_epochs: float = 1.0
+    finish_epochs: float = 64.0
     """Modes ``netapprox`` and ``adaptive``: a job that, at the rate it reports, would have what its MSR needs
     within this many epochs goes to the first approximate queue whatever its TLR (``policy.finishing``): it is
     about to finish, and the jobs that arrive meanwhile (placed by their TLRs before the controller sees them)
-    do not hold it back. 0: the TLR alone places (the paper's policy)."""
+    do not hold it back. 64 (the horizon with the lowest mean JCT on the shifting workload's design seeds,
+    docs/results.md): nearly every job whose remaining work is known is finishing. 0: the TLR alone places
+    (the paper's policy)."""
     spray: bool = True
     """On switches with ECMP groups (``[[switch]] ecmp_routes``): spray approximate ATP DATA per packet over the
     equal-cost next hops (the design); False: every packet by its flow's hash, as an ordinary ECMP switch

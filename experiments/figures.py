@@ -477,6 +477,9 @@ placement by TLR, k-MTU buffers): the paper's k/8; twice as fine below 1/2 (k/16
 MSR 0.9 jobs start (TLR 0.1) and where eq. 1 takes losing jobs; cut between the MSR classes this workload draws
 (initial TLRs 0.1, 0.3, 0.5); fine at the high end, where eq. 1 takes jobs that deliver without loss; and k/10
 (the top queue from 0.7)."""
+FINISH_HORIZONS: dict[str, tuple[float, ...]] = {"high-fine": (1, 4, 16, 64, 256)}
+"""Finishing horizons (``finish_epochs``) every shifting-workload run holds as fixed configurations, on the
+default's threshold set (``finish<e>-high-fine``): the knob ``[policy.tuning] finish_ref`` moves online."""
 SHIFT_SETTINGS: dict[str, tuple[tuple[str, Any], ...]] = {
     "default": (),
     "adaptive": (("mode", "adaptive"),),
@@ -496,11 +499,13 @@ SHIFT_SETTINGS: dict[str, tuple[tuple[str, Any], ...]] = {
     **{f"srpt-{w:g}": (("mode", "adaptive"),
                        ("tuning", (("remaining_weight", w), ("demote_weight", w), ("remaining_deadband", 0.0),
                                    ("hysteresis", 0.999), ("buffers", False)))) for w in (0.5, 1.0)},
-    **{f"finish{e:g}-high-fine": (("mode", "netapprox"), ("thresholds", FIXED_THRESHOLDS["high-fine"]),
-                                  ("finish_epochs", float(e))) for e in (2, 4, 8, 16)},
+    **{f"finish{e:g}-{name}": (("mode", "netapprox"), ("thresholds", FIXED_THRESHOLDS[name]),
+                               ("finish_epochs", float(e))) for name, es in FINISH_HORIZONS.items() for e in es},
     **{f"finish{e:g}-ref-{r:g}": (("mode", "adaptive"), ("finish_epochs", float(e)),
                                   ("tuning", (("finish_ref", r), ("hysteresis", 0.999), ("buffers", False))))
-       for e in (1, 4, 8) for r in (0.0, 0.25, 0.5, 1.0)},
+       for e in (4, 16) for r in (0.0, 0.5, 1.0, 2.0)},
+    **{f"finish{e:g}-high-fine": (("mode", "netapprox"), ("thresholds", FIXED_THRESHOLDS["high-fine"]),
+                                  ("finish_epochs", float(e))) for e in (2, 8, 32)},
 }
 """Policy of each setting of ``exp_shift`` (``TrialPlan.policy``): the default policy (mode ``netapprox``, the
 default thresholds, ``finish-high-fine``'s, a job about to finish in the first approximate queue:
@@ -561,12 +566,17 @@ def shift_workload(backend: Any, seed: int, *, phase_s: float, load: float, rece
     return tuple(jobs), tuple(flows), phase_of
 
 
+def _not_default(names: Sequence[str]) -> tuple[str, ...]:
+    default = hindsight.resolved(SHIFT_SETTINGS["default"])
+    return tuple(n for n in names if hindsight.resolved(SHIFT_SETTINGS[n]) != default)
+
+
 SHIFT_RUN = ("default", "adaptive", *(f"fixed-{name}" for name in FIXED_THRESHOLDS),
-             *(f"finish-{name}" for name in FIXED_THRESHOLDS
-               if hindsight.resolved(SHIFT_SETTINGS[f"finish-{name}"]) != hindsight.resolved(SHIFT_SETTINGS["default"])))
+             *_not_default([f"finish-{name}" for name in FIXED_THRESHOLDS]),
+             *_not_default([f"finish{e:g}-{name}" for name, es in FINISH_HORIZONS.items() for e in es]))
 """The settings ``exp_shift`` runs unless told: the two policies, every fixed set without and with the
-finishing rule (the one the default equals is run once, as ``default``): the whole baseline pool
-(``experiments.hindsight``)."""
+finishing rule, and every finishing horizon of ``FINISH_HORIZONS`` (what the default equals is run once, as
+``default``): the whole baseline pool (``experiments.hindsight``)."""
 
 
 def exp_shift(seeds: Sequence[int], out: Path, sweep: Sweep, *, settings=SHIFT_RUN, phase_s: float = 3.0,
@@ -626,7 +636,8 @@ def best_fixed_ratios(rf: R.ResultFile, settings: Sequence[str]) -> None:
     the pool, the best pool member on the mean per phase and overall, each judged policy's per-seed ratios and
     verdict; and per seed the ``default`` and ``adaptive`` settings' JCT over that seed's best pool member (rows
     ``default/best-fixed``, ``adaptive/best-fixed``)."""
-    pool, judgements = hindsight.judge_run({"runs": rf.runs}, SHIFT_SETTINGS, FIXED_THRESHOLDS)
+    pool, judgements = hindsight.judge_run({"runs": rf.runs}, SHIFT_SETTINGS, FIXED_THRESHOLDS,
+                                           horizons=FINISH_HORIZONS)
     rf.notes.append({
         "baseline_pool": list(pool),
         "best_fixed_in_hindsight": hindsight.best_fixed({"runs": rf.runs}, pool),

@@ -67,22 +67,30 @@ def baseline_pool(settings: Iterable[str], table: Mapping[str, Sequence[tuple[st
     return tuple(s for s in settings if is_fixed(resolved(table[s])))
 
 
-def grid(thresholds: Mapping[str, Sequence[float]]) -> dict[str, PolicyConfig]:
+def grid(thresholds: Mapping[str, Sequence[float]],
+         horizons: Mapping[str, Sequence[float]] | None = None) -> dict[str, PolicyConfig]:
     """The fixed configurations a shifting-workload run must contain to be judged: every threshold set with the
-    finishing rule on (its default) and off, named ``finish-<set>`` / ``fixed-<set>``."""
+    finishing rule on (the default's horizon) and off, named ``finish-<set>`` / ``fixed-<set>``, and every
+    finishing horizon of ``horizons`` (threshold set -> ``finish_epochs`` values) on its set, named
+    ``finish<e>-<set>``: the horizon is a knob the tuner moves (``[policy.tuning] finish_ref``)."""
     out = {}
     for name, t in thresholds.items():
         out[f"fixed-{name}"] = resolved((("thresholds", tuple(t)), ("finish_epochs", 0.0)))
         out[f"finish-{name}"] = resolved((("thresholds", tuple(t)),))
+    for name, epochs in (horizons or {}).items():
+        for e in epochs:
+            out[f"finish{e:g}-{name}"] = resolved((("thresholds", tuple(thresholds[name])),
+                                                    ("finish_epochs", float(e))))
     return out
 
 
 def grid_missing(settings: Iterable[str], table: Mapping[str, Sequence[tuple[str, Any]]],
-                 thresholds: Mapping[str, Sequence[float]]) -> list[str]:
+                 thresholds: Mapping[str, Sequence[float]],
+                 horizons: Mapping[str, Sequence[float]] | None = None) -> list[str]:
     """The grid's configurations (``grid``) that no setting of the run resolves to (``default`` counts as the
-    set it equals)."""
+    configuration it equals)."""
     have = [resolved(table[s]) for s in settings]
-    return [name for name, cfg in grid(thresholds).items() if cfg not in have]
+    return [name for name, cfg in grid(thresholds, horizons).items() if cfg not in have]
 
 
 @dataclasses.dataclass
@@ -181,7 +189,8 @@ def judge(by: Mapping[tuple[str, int], Mapping[str, Any]], policy: str, pool: Se
 
 def judge_run(result: Mapping[str, Any], table: Mapping[str, Sequence[tuple[str, Any]]],
               thresholds: Mapping[str, Sequence[float]], bar: Bar = Bar(),
-              design_seeds: Sequence[int] = DESIGN_SEEDS) -> tuple[tuple[str, ...], list[Judgement]]:
+              design_seeds: Sequence[int] = DESIGN_SEEDS,
+              horizons: Mapping[str, Sequence[float]] | None = None) -> tuple[tuple[str, ...], list[Judgement]]:
     """Every policy setting of a shifting-workload result (``result.json``'s dict) against its baseline pool: the
     pool, and a judgement of each setting not in it and of ``default``."""
     runs = [r for r in result["runs"] if "/" not in str(r["params"].get("setting"))]
@@ -190,7 +199,7 @@ def judge_run(result: Mapping[str, Any], table: Mapping[str, Sequence[tuple[str,
     by = {(r["params"]["setting"], r["seed"]): r["metrics"] for r in runs}
     pool = baseline_pool(settings, table)
     problems = []
-    missing = grid_missing(settings, table, thresholds)
+    missing = grid_missing(settings, table, thresholds, horizons)
     if missing:
         problems.append("the pool lacks " + ", ".join(missing))
     design = sorted(set(seeds) & set(design_seeds))
@@ -228,7 +237,7 @@ def render(result: Mapping[str, Any], pool: Sequence[str], judgements: Sequence[
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from netapprox.experiments.figures import FIXED_THRESHOLDS, SHIFT_SETTINGS
+    from netapprox.experiments.figures import FINISH_HORIZONS, FIXED_THRESHOLDS, SHIFT_SETTINGS
     ap = argparse.ArgumentParser(prog="python -m netapprox.experiments.hindsight", description=__doc__.split("\n")[0])
     ap.add_argument("result", type=Path, help="result.json of a shifting-workload run (python -m "
                     "netapprox.experiments sim shift)")
@@ -247,7 +256,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.seeds:
         result = {**result, "runs": [r for r in result["runs"] if r["seed"] in args.seeds]}
-    pool, judgements = judge_run(result, SHIFT_SETTINGS, FIXED_THRESHOLDS, design_seeds=args.design_seeds)
+    pool, judgements = judge_run(result, SHIFT_SETTINGS, FIXED_THRESHOLDS, design_seeds=args.design_seeds,
+                                 horizons=FINISH_HORIZONS)
     seeds = sorted({r["seed"] for r in result["runs"]})
     print(f"{args.result}: seeds {seeds}, commit {str(result.get('git_commit'))[:10]}")
     print(render(result, pool, judgements))

@@ -118,7 +118,7 @@ def progress_report(seq: int, tlr: float, delivered: int, rate_kbps: int, job: i
 
 
 def test_a_job_about_to_finish_goes_to_the_first_approximate_queue():
-    """``finish_epochs`` (default 1): a job that would have what its MSR needs within an epoch at the rate it
+    """``finish_epochs`` 1: a job that would have what its MSR needs within an epoch at the rate it
     reports is placed in queue 1 whatever its TLR; with 0, its TLR (0.6: queue 4) places it all along."""
     epoch = 0.01
     for finish, want in ((1.0, [4, 4, 1]), (0.0, [4, 4, 4])):

@@ -240,7 +240,7 @@ def test_every_config_field_has_a_check():
 
 def test_defaults_and_examples_pass_their_checks():
     cfg = ControllerConfig()
-    assert cfg.policy.thresholds == (0.0, 0.3, 0.45, 0.6, 0.7, 0.8, 0.875, 0.95) and cfg.policy.finish_epochs == 1.0
+    assert cfg.policy.thresholds == (0.0, 0.3, 0.45, 0.6, 0.7, 0.8, 0.875, 0.95) and cfg.policy.finish_epochs == 64.0
     for cls, kind in ((P4RuntimeOptions, "p4runtime"), (KernelDriverOptions, "kernel")):
         defaults = {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
         defaults = {k: list(v) if isinstance(v, tuple) else v for k, v in defaults.items()}

@@ -40,7 +40,7 @@ def test_default_policy_is_the_best_fixed_configuration_with_its_tlr_table():
     finishing rule, and the ``queue_by_tlr`` entries it installs map every Q1.15 TLR as it places jobs."""
     cfg = config.PolicyConfig()
     assert cfg.thresholds == POLICY_THRESHOLDS == (0.0, 0.3, 0.45, 0.6, 0.7, 0.8, 0.875, 0.95)
-    assert cfg.finish_epochs == 1.0 and cfg.mode == "netapprox"
+    assert cfg.finish_epochs == 64.0 and cfg.mode == "netapprox"
     rules = policy.static_state(SwitchConfig(name="s1"), cfg).tlr_rules
     for value in range(0, 0x8001, 7):
         table_qid = next(r.qid for r in rules if r.tlr_lo <= value <= r.tlr_hi)

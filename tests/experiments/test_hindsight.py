@@ -38,7 +38,12 @@ def test_baseline_pool_holds_every_fixed_setting_the_run_contains():
     assert set(pool) == {s for s in F.SHIFT_RUN if _is_fixed_by_hand(s)}
     assert "default" in pool and "adaptive" not in pool
     assert {f"fixed-{n}" for n in F.FIXED_THRESHOLDS} <= set(pool)
-    assert H.grid_missing(F.SHIFT_RUN, F.SHIFT_SETTINGS, F.FIXED_THRESHOLDS) == []
+    assert H.grid_missing(F.SHIFT_RUN, F.SHIFT_SETTINGS, F.FIXED_THRESHOLDS, F.FINISH_HORIZONS) == []
+    # every finishing horizon the tuner's finish_ref moves between is a baseline (or the default)
+    default = H.resolved(F.SHIFT_SETTINGS["default"])
+    for name, epochs in F.FINISH_HORIZONS.items():
+        for e in epochs:
+            assert f"finish{e:g}-{name}" in pool or H.resolved(F.SHIFT_SETTINGS[f"finish{e:g}-{name}"]) == default
     # every finishing set is in the run, as itself or as the default it equals
     for name in F.FIXED_THRESHOLDS:
         assert f"finish-{name}" in pool or (H.resolved(F.SHIFT_SETTINGS[f"finish-{name}"])
@@ -130,6 +135,11 @@ def test_hindsight_does_not_judge_design_seeds_or_an_incomplete_pool(tmp_path):
     rf = _shift_result(tmp_path, partial, HELD_OUT, good)
     _, js = H.judge_run(rf.to_dict(), F.SHIFT_SETTINGS, F.FIXED_THRESHOLDS)
     assert all("finish-k10" in j.verdict for j in js)
+    horizon = next(s for s in settings if s.startswith("finish") and s[6:7].isdigit())
+    partial = [s for s in settings if s != horizon]
+    rf = _shift_result(tmp_path, partial, HELD_OUT, good)
+    _, js = H.judge_run(rf.to_dict(), F.SHIFT_SETTINGS, F.FIXED_THRESHOLDS, horizons=F.FINISH_HORIZONS)
+    assert all(horizon in j.verdict and j.verdict.startswith("not judged") for j in js)
     rf = _shift_result(tmp_path, settings, HELD_OUT, good)
     _, js = H.judge_run(rf.to_dict(), F.SHIFT_SETTINGS, F.FIXED_THRESHOLDS)
     assert {j.policy: j.verdict for j in js}["adaptive"] == "met"
