@@ -143,9 +143,10 @@ def test_a_job_about_to_finish_goes_to_the_first_approximate_queue():
 def test_a_faster_rate_alone_makes_a_job_finishing_and_unchanged_progress_keeps_it():
     """The core tests a job's value again only when a report moves what ``policy.finishing`` reads (rates,
     remaining messages, cost per message): a rate ten times higher with the same messages delivered makes the
-    job finishing (queue 1); the same report again changes nothing."""
+    job finishing (queue 1); the same report again changes nothing (``finish_epochs`` 1)."""
     epoch = 0.01
-    core = ControllerCore(ControllerConfig(switches=(SwitchConfig("s1"),), reports=REPORTS, epoch_s=epoch))
+    core = ControllerCore(ControllerConfig(switches=(SwitchConfig("s1"),), reports=REPORTS, epoch_s=epoch,
+                                           policy=PolicyConfig(finish_epochs=1.0)))
     got = []
     # 20 messages resolved per 1.25 MB at 1 Gbit/s, 30 still needed (~1.9 MB): not within an epoch at 1 Gbit/s,
     # within one at 10 Gbit/s

@@ -17,14 +17,14 @@ FIXTURES = Path(__file__).parent / "fixtures"
 EXAMPLES = Path(__file__).resolve().parents[2] / "controller" / "examples"
 
 
-def config(tmp_path: Path, *, address: str = "127.0.0.1:1", report_port: int = -1) -> Path:
+def config(tmp_path: Path, *, address: str = "127.0.0.1:1", report_port: int = -1, policy: str = "") -> Path:
     (tmp_path / "bmv2.json").write_text("{}")
     path = tmp_path / "ctl.toml"
     path.write_text(f"""
 [controller]
 epoch_ms = 20
 metrics_port = -1
-[reports]
+{policy}[reports]
 bind = "127.0.0.1"
 port = {report_port}
 [[switch]]
@@ -69,7 +69,8 @@ def test_a_report_port_in_use_is_one_line_and_exit_status_2(tmp_path):
 
 
 def test_dry_run_replays_a_recorded_stream_and_prints_each_decision(tmp_path):
-    res = controller("--config", str(config(tmp_path)), "--dry-run", "--replay",
+    # a one-epoch finishing horizon, so that the jobs' TLRs move them (the default puts them in queue 1 for good)
+    res = controller("--config", str(config(tmp_path, policy="[policy]\nfinish_epochs = 1\n")), "--dry-run", "--replay",
                      str(FIXTURES / "reports-fairness-k8-seed1.jsonl"), "--epoch-ms", "0.05", "--log-level", "ERROR",
                      cwd=tmp_path)
     assert res.returncode == 0, res.stderr
