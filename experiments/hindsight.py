@@ -16,6 +16,9 @@ and a seed does not, the verdict says the per-seed ratios disagree, never "met".
 the fixed grid's configurations (``grid_missing``), lacks a pool member in a seed, or whose seeds include a
 design seed (``DESIGN_SEEDS``: used while the policies were built) is reported as such and not judged "met".
 
+The bar's other branch, the default being the best fixed configuration, is checked the same way
+(``default_is_best``: best on the mean, and in how many seeds).
+
 ``python -m netapprox.experiments.hindsight results/sim/shift/result.json`` prints the table and the verdicts.
 """
 from __future__ import annotations
@@ -209,6 +212,20 @@ def judge_run(result: Mapping[str, Any], table: Mapping[str, Sequence[tuple[str,
     return pool, [judge(by, s, pool, seeds, bar, problems=problems) for s in judged]
 
 
+def default_is_best(j: Judgement) -> str:
+    """The bar's other branch for the default's judgement ``j``: is it the best fixed configuration, on the mean
+    JCT and in how many seeds (a run that cannot judge says so)."""
+    if j.problems:
+        return f"{j.policy} as the best fixed configuration: not judged: " + "; ".join(j.problems)
+    c = next(c for c in j.criteria if c.key == "jct_mean_s")
+    seeds = [seed for seed, (_, best) in c.per_seed.items() if best == j.policy]
+    on_mean = c.best_on_mean == j.policy
+    mean = f"{c.on_mean:.3f} of {c.best_on_mean}" if c.on_mean is not None else "no data"
+    state = "met" if on_mean and len(seeds) == len(c.per_seed) else "met on the mean only" if on_mean else "not met"
+    return (f"{j.policy} as the best fixed configuration: {state} (best on the mean: "
+            f"{'yes' if on_mean else 'no, ' + mean}; best in {len(seeds)} of {len(c.per_seed)} seeds)")
+
+
 def best_fixed(result: Mapping[str, Any], pool: Sequence[str]) -> dict[str, str | None]:
     """Per metric (``KEYS``): the best pool member on the mean over the result's seeds."""
     runs = [r for r in result["runs"] if "/" not in str(r["params"].get("setting"))]
@@ -233,6 +250,7 @@ def render(result: Mapping[str, Any], pool: Sequence[str], judgements: Sequence[
             lines.append(f"| {j.policy} | {c.key[4:-2]} | {mean} | " + " | ".join(cells) + f" | {spread} |")
     lines.append("")
     lines += [f"- {j.policy}: {j.verdict}" for j in judgements]
+    lines += [f"- {default_is_best(j)}" for j in judgements if j.policy == "default"]
     return "\n".join(lines)
 
 
