@@ -151,6 +151,8 @@ class Result:
     """How many looks the job made while its MSR followed its estimate (0: a fixed MSR)."""
     summary: object = dataclasses.field(default=None, compare=False, repr=False)
     """The ATP sender's ``SendSummary`` when the job went over UDP (:meth:`AnalyticsJob.send`)."""
+    sample_ids: tuple[int, ...] = dataclasses.field(default=(), compare=False, repr=False)
+    """:meth:`AnalyticsJob.send`: the message ids the answers were read from."""
 
     @property
     def all_met(self) -> bool:
@@ -366,7 +368,9 @@ class AnalyticsJob:
         final = {g["group_id"]: g["msr"] for g in summary.as_dict()["groups"]}
         end = {"jct_s": summary.jct_s, "msr": final}
         res = live.result(acked, **end) if live is not None else self.estimate(acked, **end)
-        return dataclasses.replace(res, summary=summary, looks=live.looks if live is not None else 0)
+        sample = live.stopped_at if live is not None and live.stopped_at is not None else acked
+        return dataclasses.replace(res, summary=summary, looks=live.looks if live is not None else 0,
+                                   sample_ids=tuple(sorted(sample)))
 
     def save(self, path) -> None:
         """Write the job (its rows, queries, seed, id) to ``path``, for a sender in another process

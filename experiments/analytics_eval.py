@@ -17,7 +17,10 @@
   Avg within 5 % per key: the job with the keys as groups (a bound per key, the MSR per key) and without (one
   bound over all rows), over the simulated link; per key, the reported and the measured error.
 
-Not built here: ``atp-s12`` (ATP for the map->reduce stage too: the Spark port's S2), Fig. 16 on the testbed.
+- **Fig. 16 on the testbed** (``fig16-testbed``, needs root): the same jobs sent by the live ATP sender next to
+  Fig. 15's flows; per key, the error of the answer read from the sample the job stopped at.
+
+Not built here: ``atp-s12`` (ATP for the map->reduce stage too: the Spark port's S2).
 ``plot_fig15`` / ``plot_fig16`` draw the figures (``run`` writes them beside ``result.json``). ``FIGURES`` is the registry: a figure is a
 function ``(seeds, out_dir, progress) -> dict``; the streaming evaluation adds ``fig17`` with :func:`register`.
 """
@@ -320,37 +323,92 @@ def fig16(seeds: Sequence[int], out: Path, progress: Callable[[str], None]) -> d
     for seed in seeds:
         data = trips(FIG16_TRIPS, seed, key="airport")
         for grouped in (True, False):
-            q = Query("avg", FIG16_E_MAX, per_group=grouped)
-            job = AnalyticsJob(data, [q], seed=seed)
+            job, q = fig16_job(data, seed, grouped)
             spec = job.job_spec()
             live = job.live_msr(spec)
             t = link.run(spec, job.config(AtpConfig(surplus=False, max_rate_bps=20e6)),
                          forward=link.LossyPath(loss=SIM_LOSS, rate_bps=20e6, queue_packets=64, seed=seed),
                          on_step=live.step)
             sample = live.stopped_at if live.stopped_at is not None else t.received
-            r = live.result(t.received)
-            for key in job.groups:
-                truth = job.truth(q, key)
-                if grouped:
-                    a = r.answer("avg", key)
-                    est, rep = a.estimate.value, a.error
-                else:  # the key's rows that arrived, as one stratum of the key
-                    est, rep = _key_estimate(job, sample, key)
-                row = {"figure": "fig16", "seed": seed, "groups": grouped, "key": "airport" if key else "other",
-                       "rows_of_key": sum(1 for x in data if x.group == key), "e_max": FIG16_E_MAX,
-                       "estimate": est, "truth": truth, "measured_error": relative_error(est, truth),
-                       "reported_error": rep, "rows_arrived": r.received, "met": rep <= FIG16_E_MAX}
-                rows_out.append(row)
-                progress(f"fig16 seed {seed} {'with' if grouped else 'without'} groups, key {row['key']}: "
-                         f"error {row['measured_error']:.4f} (reported {rep:.4f}), {r.received} rows")
+            rows_out += fig16_rows(seed, job, q, grouped, sample, live.result(t.received), progress)
+    return {"rows": rows_out, "summary": summarize_fig16(rows_out)}
+
+
+def fig16_job(data: list[Row], seed: int, grouped: bool) -> tuple[AnalyticsJob, Query]:
+    q = Query("avg", FIG16_E_MAX, per_group=grouped)
+    return AnalyticsJob(data, [q], seed=seed), q
+
+
+def fig16_rows(seed: int, job: AnalyticsJob, q: Query, grouped: bool, sample: dict[int, bytes], r, progress,
+               where: str = "sim") -> list[dict]:
+    """One job's Fig. 16 rows, per key: with groups, the job's answer for the key; without, the key's rows of the
+    job's ``sample`` as a simple random sample of the key."""
+    out = []
+    for key in job.groups:
+        truth = job.truth(q, key)
+        if grouped:
+            a = r.answer("avg", key)
+            est, rep = a.estimate.value, a.error
+        else:
+            est, rep = _key_estimate(job, sample, key)
+        row = {"figure": "fig16", "where": where, "seed": seed, "groups": grouped, "key": "airport" if key else "other",
+               "rows_of_key": sum(1 for x in job.rows if x.group == key), "e_max": FIG16_E_MAX,
+               "estimate": est, "truth": truth, "measured_error": relative_error(est, truth),
+               "reported_error": rep, "rows_arrived": r.received, "met": rep <= FIG16_E_MAX}
+        out.append(row)
+        progress(f"fig16 ({where}) seed {seed} {'with' if grouped else 'without'} groups, key {row['key']}: "
+                 f"error {row['measured_error']:.4f} (reported {rep:.4f}), {r.received} rows")
+    return out
+
+
+def summarize_fig16(rows: Sequence[dict]) -> dict:
     summary = {}
     for grouped in (True, False):
-        rs = [r for r in rows_out if r["groups"] == grouped]
+        rs = [r for r in rows if r["groups"] == grouped]
         summary["with_groups" if grouped else "without_groups"] = {
             k: {"measured_error_max": max(r["measured_error"] for r in rs if r["key"] == k),
                 "reported_error_max": max(r["reported_error"] for r in rs if r["key"] == k),
                 "met_all_seeds": all(r["met"] for r in rs if r["key"] == k)} for k in ("other", "airport")}
-    return {"rows": rows_out, "summary": summary}
+    return summary
+
+
+def fig16_testbed(seeds: Sequence[int], out: Path, progress: Callable[[str], None]) -> dict:
+    """Fig. 16 on the emulated testbed (needs root): the jobs of :func:`fig16`, sent by the live ATP sender
+    (``atp-s1``) next to Fig. 15's web-search flows; per key the error of the answer read from the sample the job
+    stopped at (the sender's ``sample_ids``)."""
+    from netapprox.analytics.job import LIVE_LOOKS
+    from netapprox.experiments.emulated import EmulatedBackend, Scale
+    from netapprox.experiments.plans import JobPlan, TrialPlan
+    from netapprox.experiments.workloads import web_search_flows
+    scale = Scale()
+    rows_out: list[dict] = []
+    (out / "jobs").mkdir(parents=True, exist_ok=True)
+    with EmulatedBackend(scale) as backend:
+        for seed in seeds:
+            data = trips(FIG16_TRIPS, seed, key="airport")
+            for grouped in (True, False):
+                job, q = fig16_job(data, seed, grouped)
+                job_file = out / "jobs" / f"fig16-s{seed}-{'groups' if grouped else 'nogroups'}.job"
+                job.save(job_file)
+                wl = workload(job, seed)
+                dur = 4.0 * wl.total_bytes * 0.2 * 8 / scale.rate_bps + FLOW_LEAD_S + scale.slack_s
+                flows = tuple(web_search_flows(seed, load=FLOW_LOAD, link_bps=scale.rate_bps, duration_s=dur,
+                                               senders=[2], receivers=[1], size_scale=scale.flow_size_scale))
+                tp = TrialPlan({"figure": "fig16", "groups": grouped}, seed, "atp-s1",
+                               (JobPlan(1, 0, 1, wl, 0.2, start_s=FLOW_LEAD_S, analytics=str(job_file)),), flows=flows)
+                wd = out / "testbed" / "fig16"
+                try:
+                    backend.run_trial(tp, wd)
+                    tx = _read_summary(wd, tp, "tx1.json")
+                    sample = _received(job, tx["analytics"]["sample_ids"])
+                    r = job.estimate(sample, looks=LIVE_LOOKS)
+                    rows_out += fig16_rows(seed, job, q, grouped, sample, r, progress, where="testbed")
+                except Exception as exc:  # one broken trial is a row with its error
+                    rows_out.append({"figure": "fig16", "where": "testbed", "seed": seed, "groups": grouped,
+                                     "error": f"{type(exc).__name__}: {exc}"})
+                    progress(f"fig16 (testbed) seed {seed}: ERROR {rows_out[-1]['error']}")
+    good = [r for r in rows_out if "error" not in r]
+    return {"rows": rows_out, "summary": summarize_fig16(good) if good else {}}
 
 
 def _key_estimate(job: AnalyticsJob, sample: dict[int, bytes], key: int) -> tuple[float, float]:
@@ -369,6 +427,7 @@ def _key_estimate(job: AnalyticsJob, sample: dict[int, bytes], key: int) -> tupl
 
 register("fig15", fig15)
 register("fig16", fig16)
+register("fig16-testbed", fig16_testbed)
 
 
 def run(figures: Sequence[str], seeds: Sequence[int], out: Path, progress: Callable[[str], None] = print) -> dict:
@@ -380,8 +439,10 @@ def run(figures: Sequence[str], seeds: Sequence[int], out: Path, progress: Calla
     (out / "analytics").mkdir(parents=True, exist_ok=True)
     if "fig15" in res:
         plot_fig15(res["fig15"]["summary"], out / "analytics" / "fig15.png")
-    if "fig16" in res:
-        plot_fig16(res["fig16"]["rows"], out / "analytics" / "fig16.png")
+    for name in ("fig16", "fig16-testbed"):
+        rows = [r for r in res.get(name, {}).get("rows", []) if "error" not in r]
+        if rows:
+            plot_fig16(rows, out / "analytics" / f"{name}.png")
     (out / "analytics" / "result.json").write_text(json.dumps({"seeds": list(seeds), **res}, indent=1,
                                                               default=str) + "\n")
     return res

@@ -106,7 +106,8 @@ def send_analytics(args: argparse.Namespace) -> dict:
                    adapt=not args.no_adapt, **kw)
     out = _jsonable(res.summary)
     out.update(protocol="atp", start_wall=start_wall, late_start_s=late, n=len(job.rows), msr=args.msr,
-               end_wall=start_wall + float(out.get("jct_s") or 0.0), analytics=res.as_dict())
+               end_wall=start_wall + float(out.get("jct_s") or 0.0),
+               analytics={**res.as_dict(), "sample_ids": list(res.sample_ids)})
     return out
 
 
