@@ -519,7 +519,9 @@ class _LiveMsr:
     """The MSR at run time (docs/analytics.md, How the MSR follows the bound). Every ``CHECK_FRACTION`` of the rows
     that arrive, it sets each group's MSR to what the running sample says its bounds need
     (``AnalyticsJob.needed_msr``), but never below what it has delivered plus two checks' worth of its rows while it
-    may still stop the job itself: ATP then never completes the job before a look has seen the bounds hold.
+    may still stop the job itself: ATP then does not complete the job before a look has seen the bounds hold (over
+    UDP, one batch of acknowledgements can carry a group past that floor between two checks: the job then ends at
+    ATP's completion, its answer read at the looks' level from every acknowledged row).
 
     Stopping when the bounds hold is a sequential test: a job that looks at its running interval after every
     check and stops at the first that is narrow enough stops more often where the running variance happens to be
