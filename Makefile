@@ -50,13 +50,13 @@ build/v1model/bmv2.json: $(shell find p4src -name '*.p4' 2>/dev/null)
 	    --p4runtime-files build/v1model/p4info.txtpb -o build/v1model/bmv2.json p4src/v1model/netapprox.p4
 
 # The TNA tree with a Tofino compiler: bf-p4c (Intel SDE, open-p4studio) or the open-source back end
-# (p4c built with backends/tofino: the `p4c` driver beside `p4c-barefoot`, run as `p4c --target tofino
+# (p4lang/p4c built with -DENABLE_TOFINO=ON: the `p4c` driver beside `p4c-barefoot`, run as `p4c --target tofino
 # --arch tna`; another p4c earlier on PATH may lack the Tofino target). TNA_P4C picks one explicitly.
 # ENABLE_BF_ASM=1: the open-source driver runs the assembler (build/tna/pipe/tofino.bin) only when asked.
 TNA_P4C ?= $(shell if command -v bf-p4c >/dev/null 2>&1; then echo bf-p4c; \
 	elif b=$$(command -v p4c-barefoot 2>/dev/null); then d=$$(dirname "$$b"); [ -x "$$d/p4c" ] && echo "$$d/p4c"; fi)
 p4-tna:
-	@test -n "$(TNA_P4C)" || { echo "make p4-tna: no Tofino compiler on PATH: neither bf-p4c (Intel Tofino SDE or open-p4studio: source its set_sde.bash) nor p4c with the Tofino back end (p4c-barefoot, from p4lang/open-p4studio's compiler sources). See docs/dataplane.md." >&2; exit 1; }
+	@test -n "$(TNA_P4C)" || { echo "make p4-tna: no Tofino compiler on PATH: neither bf-p4c (Intel Tofino SDE or open-p4studio: source its set_sde.bash) nor p4c with the Tofino back end (p4c-barefoot: p4lang/p4c configured with -DENABLE_TOFINO=ON). See docs/dataplane.md." >&2; exit 1; }
 	mkdir -p build/tna
 	ENABLE_BF_ASM=1 $(TNA_P4C) --target tofino --arch tna --std p4-16 $(P4_DEFINES) -I p4src -o build/tna \
 	    --p4runtime-files build/tna/p4info.txtpb --p4runtime-force-std-externs --bf-rt-schema build/tna/bfrt.json \

@@ -24,7 +24,7 @@ def _tofino_compiler() -> str | None:
 
 TOFINO_COMPILER = _tofino_compiler()
 NO_TOFINO = ("needs a Tofino compiler on PATH: bf-p4c (Intel Tofino SDE or open-p4studio), or p4c with the "
-             "open-source Tofino back end (p4c-barefoot, built from p4lang/open-p4studio's compiler sources)")
+             "open-source Tofino back end (p4c-barefoot: p4lang/p4c configured with -DENABLE_TOFINO=ON)")
 
 pytestmark = [pytest.mark.p4, pytest.mark.skipif(TOFINO_COMPILER is None, reason=NO_TOFINO), pytest.mark.timeout(900)]
 
