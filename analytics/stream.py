@@ -307,32 +307,49 @@ def simulated(config=None, *, loss: float = 0.01, rate_bps: float = 20e6, seed: 
     return send
 
 
-def over_udp(dest: str, *, timeout: float = 30.0, wait_s: float = 10.0) -> Transport:
+def over_udp(dest: str, *, timeout: float = 30.0, wait_s: float = 10.0, adapt: bool = False) -> Transport:
     """A :data:`Transport` over hostlib (UDP) to an ATP receiver at ``dest`` (e.g. the Spark stream source), at the
-    planned MSR: the rows that arrived are every row but the sender's ``lost_ids``."""
+    planned MSR: the rows that arrived are every row but the sender's ``lost_ids``. ``adapt``: the window starts at
+    its planned MSR and the MSR follows the estimate from the rows the receiver acknowledged, the job ending at the
+    first look at which the bound holds (as ``AnalyticsJob.send``); the sample is that look's (the receiver also
+    has the rows in flight then: read its answer at ``_LiveMsr.LOOKS`` looks)."""
     import time
 
+    from netapprox.hostlib import events
     from netapprox.hostlib.api import send_job
     from netapprox.hostlib.errors import PeerUnreachableError
 
     def send(job: AnalyticsJob, msr: float):
         spec = job.job_spec(msr)
+        live = job.live_msr(spec) if adapt else None
+        acked: dict[int, bytes] = {}
+
+        def on_event(ev) -> None:
+            if isinstance(ev, events.MessageAcked):
+                acked[ev.msg_id] = spec.messages[ev.msg_id].data
+
+        kw = {} if live is None else {"on_event": on_event,
+                                      "on_step": lambda now, sender: live.step(now, sender, acked)}
         deadline = time.monotonic() + wait_s
         while True:
             try:
-                s = send_job(dest, spec, config=AnalyticsJob.config(), timeout=timeout)
+                s = send_job(dest, spec, config=AnalyticsJob.config(), timeout=timeout, **kw)
                 break
             except PeerUnreachableError:
                 if time.monotonic() > deadline:
                     raise AnalyticsError(f"no netapprox source listening at {dest} within {wait_s:g} s") from None
                 time.sleep(0.05)
+        if live is not None:
+            return (live.stopped_at if live.stopped_at is not None else acked), s.jct_s, live.LOOKS
         lost = set(s.lost_ids)
         return {i: spec.messages[i].data for i in range(len(spec.messages)) if i not in lost}, s.jct_s, 1
     return send
 
 
 def send_windows(dest: str, windows: Sequence[Window], query: Query, *, sizer: WindowSizer, seed: int = 0,
-                 timeout: float = 30.0, wait_s: float = 10.0) -> list[WindowAnswer]:
+                 timeout: float = 30.0, wait_s: float = 10.0, adapt: bool = False) -> list[WindowAnswer]:
     """Send a stream's windows to the netapprox source at ``dest`` (``spark.readStream.format("netapprox")``), one
-    ATP job per window, each at the MSR planned from the windows before it; the sender's view of each answer."""
-    return run_windows(windows, query, over_udp(dest, timeout=timeout, wait_s=wait_s), sizer=sizer, seed=seed)
+    ATP job per window, each starting at the MSR planned from the windows before it (``adapt``: then following the
+    window's own estimate, :func:`over_udp`); the sender's view of each answer."""
+    return run_windows(windows, query, over_udp(dest, timeout=timeout, wait_s=wait_s, adapt=adapt), sizer=sizer,
+                       seed=seed)
