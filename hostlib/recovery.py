@@ -139,18 +139,13 @@ class LossRecovery:
 
     def copies(self) -> int:
         """How many copies of each needed packet in flight the sender sends when it has nothing else to send: on a
-        ``lossy`` path, as many as the loss rate needs for one transmission to arrive (``probes()`` - 1), one more
-        per tail timeout since the last acknowledgement (a burst of loss outlasts the average), at least one; else
-        the probes the last tail timeout wanted and found no overdue packets for (``spare_probes``)."""
-        return max(1, self.probes() - 1 + self.tail_backoff) if self.lossy() else self.spare_probes
-
-    def single_copy(self) -> bool:
-        """Whether ``copies()`` is its floor of one on a ``lossy`` path (p below 1/3, no tail timeout since the last
-        acknowledgement): most packets arrive, so the sender keeps one data copy in flight at a time (the oldest
-        needed packet's, when nothing else is to be sent) and copies no announce part. One copy of each packet in
-        flight would duplicate what mostly arrives: with many short jobs (a DDP all-gather's buckets) that was 2-4 %
-        of an iteration (docs/hostlib.md)."""
-        return self.lossy() and self.probes() - 1 + self.tail_backoff < 1
+        ``lossy`` path, as many as the loss rate needs for one transmission to arrive (``probes()`` - 1: none below
+        p = 1/3, 1 up to 0.6, 9 at 0.9), one more per tail timeout since the last acknowledgement (a burst of loss
+        outlasts the average); else the probes the last tail timeout wanted and found no overdue packets for
+        (``spare_probes``). None below p = 1/3 until a tail timeout: most packets arrive, and a copy at each job's
+        end costs a packet time on the link for a loss that is unlikely; with many short jobs (a DDP all-gather's
+        buckets on 20 Mbit/s links) even one copy per job was 2 % of an iteration (docs/hostlib.md)."""
+        return self.probes() - 1 + self.tail_backoff if self.lossy() else self.spare_probes
 
     def unanswered(self) -> bool:
         """Nothing was ever acknowledged and the tail timeout has backed off to its longest: the path loses most of

@@ -748,25 +748,20 @@ class AtpSender:
         no data of the job before them) and, when nothing else is to be sent, the needed packets that carried one
         message or one part of one (not a packed one), not yet acknowledged. Keeps the sender busy when most of
         what it sends dies and the rest would wait a tail timeout per round. ``adaptive`` only: the paper's rate
-        control (``paper`` and its ablations) sends what it always sent. Below p = 1/3 one data copy at a time
-        (``LossRecovery.single_copy``)."""
+        control (``paper`` and its ablations) sends what it always sent. None below p = 1/3 until a tail timeout
+        (``LossRecovery.copies``)."""
         if not self.adaptive or self.state != SenderState.SENDING or (
                 nxt is not None and (nxt[0] in control.CONTROL_MSG_IDS or nxt[0] == _ECHO)):
             return None
         want = self.recovery.copies()
         if want == 0:
             return None
-        single = self.recovery.single_copy()
         announce: SentPacket | None = None
         data: SentPacket | None = None
         for p in self.recovery.in_flight.values():
-            if p.copy and single:
-                return None
             if p.copy or p.copies >= want:
                 continue
             if p.msg_id == control.ANNOUNCE_MSG_ID:
-                if single:
-                    continue
                 if not self._announce_acked[p.pkt_idx] and (announce is None or p.copies < announce.copies):
                     announce = p
             elif (nxt is None and p.group_id is not None and not p.more and p.msg_id < len(self.messages)

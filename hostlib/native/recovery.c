@@ -159,12 +159,7 @@ long long recovery_probes(const Recovery *r) {
 long long recovery_copies(const Recovery *r) {
     if (!recovery_lossy(r))
         return r->spare_probes;
-    long long c = recovery_probes(r) - 1 + r->tail_backoff;
-    return c > 1 ? c : 1;
-}
-
-int recovery_single_copy(const Recovery *r) {
-    return recovery_lossy(r) && recovery_probes(r) - 1 + r->tail_backoff < 1;
+    return recovery_probes(r) - 1 + r->tail_backoff;
 }
 
 double recovery_delivery(const Recovery *r) {

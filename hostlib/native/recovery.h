@@ -71,7 +71,6 @@ int recovery_queued(const Recovery *r);
 int recovery_lossy(const Recovery *r);
 long long recovery_probes(const Recovery *r);
 long long recovery_copies(const Recovery *r);
-int recovery_single_copy(const Recovery *r); /* LossRecovery.single_copy() */
 double recovery_delivery(const Recovery *r);
 double recovery_drain(const Recovery *r);
 /* LossRecovery.unanswered(): nothing ever acknowledged, the tail timeout backed off to its longest */

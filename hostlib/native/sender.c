@@ -395,18 +395,13 @@ static int32_t copy_candidate(Sender *s, int have_next, uint32_t next_msg) {
     long long want = recovery_copies(&s->recovery);
     if (want == 0)
         return -1;
-    int single = recovery_single_copy(&s->recovery);
     const PacketMap *f = &s->recovery.in_flight;
     int32_t ann = -1, data = -1;
     for (int32_t cur = f->head; cur >= 0; cur = f->nodes.v[cur].next) {
         const SentPkt *p = &f->nodes.v[cur].p;
-        if (p->copy && single)
-            return -1;
         if (p->copy || (long long)p->copies >= want)
             continue;
         if (p->msg_id == ANNOUNCE_MSG_ID) {
-            if (single)
-                continue;
             if (!s->announce_acked[p->pkt_idx] && (ann < 0 || p->copies < f->nodes.v[ann].p.copies))
                 ann = cur;
         } else if (!have_next && p->group_id >= 0 && p->more_n == 0 && p->msg_id < s->nmsgs &&
