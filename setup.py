@@ -4,11 +4,15 @@ Each extension is optional: when it does not build (no compiler, no Python heade
 succeeds and the code falls back to its pure-Python path (each module says which). Add an extension by
 appending to ``NATIVE``; a C file added to hostlib/native/ is built into the native cores as it is.
 """
+import importlib.util
 from glob import glob
 
 from setuptools import Extension, setup
 
 NATIVE_DIR = "hostlib/native"
+_spec = importlib.util.spec_from_file_location("buildinfo", "hostlib/buildinfo.py")
+buildinfo = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(buildinfo)
 NATIVE = [
     # controller/reports.py: the report socket drained with recvmmsg, REPORTs decoded (hostlib/native/wire.c, the
     # cores' codec) and HMAC-checked in C.
@@ -17,9 +21,10 @@ NATIVE = [
               extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"]),
     # hostlib/core.py: the native ATP cores (hostlib/native/, one file per concern as in hostlib/; module.c lists
     # them). -ffp-contract=off keeps their floating point identical to the reference's
-    # (tests/hostlib/test_hostlib_differential.py).
+    # (tests/hostlib/test_hostlib_differential.py). source_hash: what it was built from (hostlib/buildinfo.py).
     Extension("netapprox.hostlib._native", sorted(glob(f"{NATIVE_DIR}/*.c")),
               depends=sorted(glob(f"{NATIVE_DIR}/*.h")), optional=True,
+              define_macros=[("NETAPPROX_SOURCE_HASH", f'"{buildinfo.source_hash(NATIVE_DIR)}"')],
               extra_compile_args=["-O2", "-std=gnu11", "-ffp-contract=off", "-fno-fast-math", "-Wall",
                                   "-Wno-unused-parameter"]),
 ]

@@ -96,8 +96,12 @@ def git_commit() -> str | None:
 
 
 def environment() -> dict:
+    """Where a run ran, including which ATP core (``native`` or ``python``: hostlib/core.py; a native build older
+    than its sources is not used, and ``hostlib_native_error`` says why)."""
+    from netapprox.hostlib import core  # noqa: PLC0415 - only when a result is written
     return {"tcp_cc": pick_congestion_control(), "kernel": platform.release(), "cpus": os.cpu_count(),
-            "python": platform.python_version()}
+            "python": platform.python_version(), "hostlib_core": core.implementation(),
+            "hostlib_native_error": core.native_error}
 
 
 def now_utc() -> str:

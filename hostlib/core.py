@@ -15,8 +15,10 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+from pathlib import Path
 from typing import Iterator
 
+from netapprox.hostlib.buildinfo import source_hash
 from netapprox.hostlib.receiver import AtpReceiver as PyAtpReceiver
 from netapprox.hostlib.sender import AtpSender as PyAtpSender
 
@@ -31,6 +33,22 @@ except ImportError as err:  # not built (no compiler at install time): the refer
 
 if _native is not None and os.environ.get("NETAPPROX_PURE_PYTHON", "") not in ("", "0"):
     native_error = "NETAPPROX_PURE_PYTHON is set"
+
+
+def stale_native(module: object, native_dir: Path = Path(__file__).parent / "native") -> str | None:
+    """Why ``module`` (the built extension) does not match the C sources in ``native_dir``, or ``None``: a build
+    older than the sources would run code that is not the code in the tree. No sources beside the package (an
+    installed wheel), or a build that does not say what it was built from: nothing to compare."""
+    built, now = getattr(module, "source_hash", ""), source_hash(native_dir)
+    if not built or not now or built == now:
+        return None
+    return f"the extension netapprox.hostlib._native was built from other sources than {native_dir} (run make setup)"
+
+
+if _native is not None and native_error is None:
+    native_error = stale_native(_native)
+    if native_error is not None:
+        _native = None  # the reference runs: what it runs is the code in the tree
 
 NATIVE: bool = native_error is None
 """True when hostlib runs the native cores."""

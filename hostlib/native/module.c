@@ -227,6 +227,10 @@ static PyMethodDef module_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+#ifndef NETAPPROX_SOURCE_HASH
+#define NETAPPROX_SOURCE_HASH "" /* built without setup.py: nothing to compare (hostlib/buildinfo.py) */
+#endif
+
 static struct PyModuleDef moduledef = {
     PyModuleDef_HEAD_INIT, "_native",
     "C implementations of AtpSender and AtpReceiver and batched UDP I/O (see hostlib/core.py).", -1,
@@ -244,7 +248,8 @@ PyMODINIT_FUNC PyInit__native(void) {
     Py_INCREF(&SenderType);
     Py_INCREF(&ReceiverType);
     if (PyModule_AddObject(m, "AtpSender", (PyObject *)&SenderType) < 0 ||
-        PyModule_AddObject(m, "AtpReceiver", (PyObject *)&ReceiverType) < 0)
+        PyModule_AddObject(m, "AtpReceiver", (PyObject *)&ReceiverType) < 0 ||
+        PyModule_AddStringConstant(m, "source_hash", NETAPPROX_SOURCE_HASH) < 0)
         return NULL;
     return m;
 }
