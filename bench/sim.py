@@ -306,22 +306,26 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m netapprox.bench.sim", description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     p.add_argument("--json", default=None, help="write the result here")
-    p.add_argument("--result", default=None, metavar="RESULT_JSON",
-                   help="run nothing: print the peer table of a `sim alltoall` result.json (its FBKV trials)")
+    p.add_argument("--result", nargs="+", default=None, metavar="RESULT_JSON",
+                   help="run nothing: print the peer table of `sim alltoall` result.json files (their FBKV trials; "
+                        "several: the trials of all, e.g. runs of other seeds on the same scale)")
     p.add_argument("--slowdown", nargs="+", default=None, metavar="PROTOCOL",
                    help="with --result: also the per-job slowdown (JCT / unloaded) by job size, and what each job sent, "
                         "for these protocols")
     args = p.parse_args(argv)
     if args.result:
         try:
-            with open(args.result) as f:
-                doc = json.load(f)
+            docs = []
+            for path in args.result:
+                with open(path) as f:
+                    docs.append(json.load(f))
+            doc = {**docs[0], "runs": [run for d in docs for run in d["runs"]]}
             rows, msrs = rows_from_result(doc)
         except (OSError, ValueError, KeyError) as exc:
             print(f"{p.prog}: error: cannot read --result {args.result}: {exc}", file=sys.stderr)
             return 2
         if not rows:
-            print(f"{p.prog}: no FBKV trials in {args.result}", file=sys.stderr)
+            print(f"{p.prog}: no FBKV trials in {' '.join(args.result)}", file=sys.stderr)
             return 2
         print("\n".join(peer_table(rows, msrs)))
         if args.slowdown:

@@ -71,6 +71,9 @@ def test_rows_from_a_sim_alltoall_result_keep_its_fbkv_trials(tmp_path):
     path = tmp_path / "result.json"
     path.write_text(json.dumps({"runs": runs}))
     assert S.main(["--result", str(path)]) == 0
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"runs": [{**r, "seed": 2} for r in runs]}))
+    assert S.main(["--result", str(path), str(other)]) == 0
     assert S.main(["--result", str(tmp_path / "missing.json")]) == 2
 
 
