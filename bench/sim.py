@@ -32,6 +32,7 @@ import json
 import statistics
 import sys
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 from netapprox.controller.sim import native as switch_native
@@ -276,6 +277,41 @@ def sent_table(doc: dict, protocols: list[str], workload: str = "fbkv") -> list[
     return lines
 
 
+def runs_from_cache(root: Path) -> list[dict]:
+    """The trials a trial cache (experiments/cache.py) holds as the runs of a result.json: seed, params from the
+    trial's label (``workload=fbkv msr=0.5 protocol=atp seed=1``), metrics (``job_summary``) and the record; the
+    newest code version's only, when the cache holds several."""
+    entries = []
+    for path in sorted(Path(root).glob("*/*.json")):
+        with open(path) as f:
+            entries.append((path.stat().st_mtime, json.load(f)))
+    if not entries:
+        return []
+    code = max(entries, key=lambda e: e[0])[1]["code"]
+    runs = []
+    for _, e in entries:
+        if e["code"] != code:
+            continue
+        params = dict(tok.split("=", 1) for tok in e["label"].split() if "=" in tok)
+        params = {"workload": params.get("workload", "fbkv"), "msr": float(params["msr"]), "protocol": e["protocol"]}
+        runs.append({"seed": e["trial"]["seed"], "params": params, "metrics": job_summary(e["trial"]),
+                     "raw": e["trial"]})
+    return runs
+
+
+def merged_runs(*sources: list[dict]) -> list[dict]:
+    """The runs of several sources, one per (seed, workload, MSR, protocol): the first source's wins."""
+    seen, out = set(), []
+    for runs in sources:
+        for run in runs:
+            prm = run["params"]
+            key = (run["seed"], prm.get("workload"), prm.get("msr"), prm.get("protocol"))
+            if key not in seen:
+                seen.add(key)
+                out.append(run)
+    return out
+
+
 def format_table(result: dict) -> str:
     if "error" in result:
         return f"sim: {result['error']}"
@@ -309,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--result", nargs="+", default=None, metavar="RESULT_JSON",
                    help="run nothing: print the peer table of `sim alltoall` result.json files (their FBKV trials; "
                         "several: the trials of all, e.g. runs of other seeds on the same scale)")
+    p.add_argument("--cache", default=None, metavar="DIR",
+                   help="with --result: also the trials this trial cache holds that the result files do not")
     p.add_argument("--slowdown", nargs="+", default=None, metavar="PROTOCOL",
                    help="with --result: also the per-job slowdown (JCT / unloaded) by job size, and what each job sent, "
                         "for these protocols")
@@ -319,7 +357,8 @@ def main(argv: list[str] | None = None) -> int:
             for path in args.result:
                 with open(path) as f:
                     docs.append(json.load(f))
-            doc = {**docs[0], "runs": [run for d in docs for run in d["runs"]]}
+            doc = {**docs[0], "runs": merged_runs(*(d["runs"] for d in docs),
+                                                  runs_from_cache(Path(args.cache)) if args.cache else [])}
             rows, msrs = rows_from_result(doc)
         except (OSError, ValueError, KeyError) as exc:
             print(f"{p.prog}: error: cannot read --result {args.result}: {exc}", file=sys.stderr)

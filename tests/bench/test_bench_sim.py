@@ -2,6 +2,7 @@
 fastest of all of them (the pool is every peer configuration the run holds), per MSR, on the mean and the p99."""
 import dataclasses
 import json
+import os
 
 import pytest
 
@@ -91,3 +92,19 @@ def test_slowdown_is_jct_over_the_unloaded_time_per_size_bucket():
     for line in lines[2:]:
         assert line.endswith("| 2.00 / 2.00 | 3.00 / 3.00 |"), line
     assert lines[2].startswith("| 0.5 | 1.0-3.0 |") and lines[4].startswith("| 0.5 | 5.0-6.0 |")
+
+
+def test_runs_from_a_trial_cache_join_the_result_files(tmp_path):
+    trial = {"protocol": "homa-sm", "seed": 3, "jobs": [{"jct_s": 2e-5, "msr_met": True, "msr": 0.7, "n": 10}],
+             "queues": {}}
+    (tmp_path / "ab").mkdir()
+    for name, code, proto in (("ab/old.json", "c0", "atp"), ("ab/new.json", "c1", "homa-sm")):
+        (tmp_path / name).write_text(json.dumps({"key": name, "code": code, "protocol": proto, "trial": trial,
+                                                 "label": f"workload=fbkv msr=0.7 protocol={proto} seed=3"}))
+        os.utime(tmp_path / name, (1000 + int(code[1]), 1000 + int(code[1])))  # c1, new.json, is the newer
+    runs = S.runs_from_cache(tmp_path)
+    assert [(r["seed"], r["params"]) for r in runs] == [(3, {"workload": "fbkv", "msr": 0.7, "protocol": "homa-sm"})]
+    assert runs[0]["metrics"]["jct_mean_s"] == pytest.approx(2e-5)
+    first = [{**runs[0], "metrics": {"jct_mean_s": 1.0}}]
+    merged = S.merged_runs(first, runs)
+    assert len(merged) == 1 and merged[0]["metrics"]["jct_mean_s"] == 1.0
