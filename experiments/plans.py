@@ -50,13 +50,15 @@ ATP_ABLATION: dict[str, dict[str, Any]] = {
     "atp-low": {"mode": "adaptive", "mrdf": True, "first_window_low": True},
     "atp-all": {"mode": "adaptive", "mrdf": True, "trim": True, "first_window_low": True},
     "atp-kmtu": {"mode": "adaptive", "mrdf": True, "approx_buffer_unit": 1},
+    "atp-reorder64": {"mode": "adaptive", "mrdf": True, "reorder_threshold": 64},
 }
 """Issue 23's ablation, in the ns-3 world only (docs/simulation.md), each against the simulation's ATP (hostlib's
 sender on a fabric that sprays approximate packets, with receiver grants: ``SimSettings.spray``,
 ``atp_receiver_grants``): ATP's start without each of its parts (``atp-before``: none of them, flow hashing, no
 grants), the fabric without spraying, the receivers without grants (both: the previous release), grants that
 the sender's window still bounds, the other receiver-side mechanisms (trimming, the first window in the
-lowest queue), and the paper's k-MTU approximate queues. Keys that are not ``AtpConfig`` fields are the simulated
+lowest queue), the paper's k-MTU approximate queues, and a loss detection that tolerates the reordering of a
+spraying fabric (``atp-reorder64``: a packet is lost when one sent 64 later is acknowledged, not 3). Keys that are not ``AtpConfig`` fields are the simulated
 network's: ``trim`` (the switches trim approximate packets instead of dropping them), ``spray`` (per-packet load
 balancing of approximate ATP DATA), ``approx_buffer_unit`` (the approximate queues' buffers: 1, the paper's)."""
 
