@@ -160,8 +160,10 @@ class TrialPlan:
 
     @property
     def name(self) -> str:
-        """A short name for the trial's working files: ``s<seed>-<param values>``."""
-        return "-".join([f"s{self.seed}", *(str(v) for v in self.params.values())])
+        """A short name for the trial's working files: ``s<seed>-<param values>``, then the protocol when no
+        parameter names it (two transports of one figure never share a trial's files)."""
+        values = [str(v) for v in self.params.values()]
+        return "-".join([f"s{self.seed}", *values, *([] if self.protocol in values else [self.protocol])])
 
     @property
     def switch_kind(self) -> str:
