@@ -10,6 +10,7 @@ of a ``JobWorkload`` file, float-vector jobs, and several jobs per receiver, so 
     python -m netapprox.experiments.atp_job send HOST:PORT --analytics FILE --job-id J [--no-adapt --msr M] ...
     python -m netapprox.experiments.atp_job send-vector HOST:PORT --vector FILE.npy --msr 0.85 ...
     python -m netapprox.experiments.atp_job recv ADDR:PORT --jobs K --timeout S --json FILE [--vector-out DIR]
+        [--rate 20M] [--no-grants]
 """
 from __future__ import annotations
 
@@ -56,6 +57,12 @@ def build_config(args: argparse.Namespace) -> AtpConfig:
     if args.report_key_file:
         kw["report_key"] = read_report_key(args.report_key_file, "--report-key-file")
     return AtpConfig(**kw)
+
+
+def receiver_config(args: argparse.Namespace) -> AtpConfig:
+    """hostlib's default receiver, told its link's rate (``--rate``: the grant budget is one bandwidth-delay product
+    at it), without receiver grants for ``--no-grants`` (the ``atp-nogrants`` variants)."""
+    return AtpConfig(max_rate_bps=parse_rate(args.rate) if args.rate else None, receiver_grants=not args.no_grants)
 
 
 def job_spec(workload: JobWorkload, job_id: int, msr: float) -> JobSpec:
@@ -113,7 +120,8 @@ def send_analytics(args: argparse.Namespace) -> dict:
 
 def recv(args: argparse.Namespace) -> dict:
     try:
-        got = api.receive_jobs(address(args.bind, DEFAULT_ATP_PORT), count=args.jobs, timeout=args.timeout)
+        got = api.receive_jobs(address(args.bind, DEFAULT_ATP_PORT), count=args.jobs, timeout=args.timeout,
+                               config=receiver_config(args))
         error = None
     except Exception as exc:  # a timeout or an abandoned job still writes a summary
         got, error = [], f"{type(exc).__name__}: {exc}"
@@ -164,6 +172,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--jobs", type=int, default=1)
     r.add_argument("--timeout", type=float, default=120.0)
     r.add_argument("--vector-out", default=None)
+    r.add_argument("--rate", default=None, help="the receiver's link rate, e.g. 20M: sizes its grant budget")
+    r.add_argument("--no-grants", action="store_true", help="do not schedule the jobs' data (receiver grants off)")
     r.add_argument("--json")
     args = p.parse_args(argv)
     if args.cmd != "recv" and not getattr(args, "analytics", None):

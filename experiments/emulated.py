@@ -48,7 +48,10 @@ BASELINES = ("tcp-es", "tcp-ss", "udp")
 NETWORK_VARIANTS = ("atp-flowhash",)
 """ATP variants that differ only in what the network does (experiments.plans.ATP_ABLATION): ``atp-flowhash``, the
 leaf-spine hashing every flow instead of spraying approximate DATA (the policy's ``spray`` off)."""
-PROTOCOLS = tuple(ATP_VARIANTS) + NETWORK_VARIANTS + BASELINES
+RECEIVER_VARIANTS = ("atp-nogrants", "atp-flowhash-nogrants")
+"""ATP variants whose receivers do not grant (experiments.plans.ATP_ABLATION; ``receiver_grants`` off), with the
+fabric spraying and hashing."""
+PROTOCOLS = tuple(ATP_VARIANTS) + NETWORK_VARIANTS + RECEIVER_VARIANTS + BASELINES
 START_LEAD_S = 0.4
 START_LEAD_PER_PROGRAM_S = 0.15
 """The start line is this far in the future when the programs are launched (process start-up, ~0.3 s of
@@ -320,7 +323,9 @@ class _TrialRun:
             self.rx_json[dst] = out
             if is_atp(protocol):
                 args = ["recv", f"{tb.ip(dst)}:{ATP_PORT}", "--jobs", str(len(js)), "--timeout", str(timeout),
-                        "--json", str(out)]
+                        "--json", str(out), "--rate", _rate_arg(self.rate_bps)]
+                if not atp_variant(protocol).get("receiver_grants", True):
+                    args.append("--no-grants")
                 self.receivers[dst] = tb.start_py(dst, "netapprox.experiments.atp_job", args, f"{name}-rx{dst}")
             elif protocol in ("tcp-es", "tcp-ss"):
                 args = ["tcp-recv", f"{tb.ip(dst)}:{TCP_DEFAULT_PORT}", "--jobs", str(len(js)), "--timeout",

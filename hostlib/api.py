@@ -68,6 +68,9 @@ class ReceiveResult:
     """Receiver-wide: RETRYs sent, jobs admitted, jobs that lost their slot (``AtpReceiver.admission``)."""
     memory: dict[str, int] = dataclasses.field(default_factory=dict)
     """Receiver memory: ``used``, ``peak`` and ``budget`` bytes (``AtpReceiver.memory``)."""
+    grants: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Receiver-wide, when it grants: ``budget`` (packets in flight towards it over all its jobs) and ``rtt_s``
+    (the RTT it measured and sized the budget by; ``None`` before the first sample); empty when it does not."""
 
     @property
     def delivered(self) -> int:
@@ -106,7 +109,7 @@ class ReceiveResult:
             "lost_id_ranges": [list(r) for r in self.lost_id_ranges[:max_list]],
             "elapsed_s": round(self.elapsed_s, 6), "packets": self.packets,
             "duplicates": self.duplicates, "malformed": dict(self.malformed), "dropped": dict(self.dropped),
-            "admission": dict(self.admission), "memory": dict(self.memory),
+            "admission": dict(self.admission), "memory": dict(self.memory), "grants": dict(self.grants),
             "groups": [{"group_id": g.group_id, "msr": g.msr, "total": g.total, "delivered": g.delivered,
                         "lost": g.lost, "measured_loss": round(g.lost / g.total, 6) if g.total else 0.0}
                        for g in self.groups],
@@ -393,7 +396,8 @@ def receive_result(r: JobResult, messages: dict[int, bytes], core: AtpReceiver) 
         job_id=r.job_id, peer=r.peer, total=r.total, lost_id_ranges=r.lost_ranges, groups=r.groups, messages=messages,
         vector_len=r.vector_len, elapsed_s=r.finished_at - r.first_packet_at, packets=r.packets,
         duplicates=r.duplicates, malformed=dict(core.malformed), dropped=dict(core.dropped),
-        admission=dict(core.admission), memory=core.memory.as_dict())
+        admission=dict(core.admission), memory=core.memory.as_dict(),
+        grants={"budget": core.grant_budget, "rtt_s": core.grant_rtt} if core.config.receiver_grants else {})
 
 
 def _with_partial(err: AtpError, results: list[ReceiveResult]) -> AtpError:
