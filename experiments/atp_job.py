@@ -10,7 +10,7 @@ of a ``JobWorkload`` file, float-vector jobs, and several jobs per receiver, so 
     python -m netapprox.experiments.atp_job send HOST:PORT --analytics FILE --job-id J [--no-adapt --msr M] ...
     python -m netapprox.experiments.atp_job send-vector HOST:PORT --vector FILE.npy --msr 0.85 ...
     python -m netapprox.experiments.atp_job recv ADDR:PORT --jobs K --timeout S --json FILE [--vector-out DIR]
-        [--rate 20M] [--no-grants]
+        [--rate 20M] [--grants on|off]
 """
 from __future__ import annotations
 
@@ -60,9 +60,12 @@ def build_config(args: argparse.Namespace) -> AtpConfig:
 
 
 def receiver_config(args: argparse.Namespace) -> AtpConfig:
-    """hostlib's default receiver, told its link's rate (``--rate``: the grant budget is one bandwidth-delay product
-    at it), without receiver grants for ``--no-grants`` (the ``atp-nogrants`` variants)."""
-    return AtpConfig(max_rate_bps=parse_rate(args.rate) if args.rate else None, receiver_grants=not args.no_grants)
+    """hostlib's default receiver, told its link's rate (``--rate``: a granting receiver's budget is one
+    bandwidth-delay product at it), granting or not as a named variant says (``--grants on|off``)."""
+    kw: dict[str, Any] = {"max_rate_bps": parse_rate(args.rate) if args.rate else None}
+    if args.grants is not None:
+        kw["receiver_grants"] = args.grants == "on"
+    return AtpConfig(**kw)
 
 
 def job_spec(workload: JobWorkload, job_id: int, msr: float) -> JobSpec:
@@ -173,7 +176,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--timeout", type=float, default=120.0)
     r.add_argument("--vector-out", default=None)
     r.add_argument("--rate", default=None, help="the receiver's link rate, e.g. 20M: sizes its grant budget")
-    r.add_argument("--no-grants", action="store_true", help="do not schedule the jobs' data (receiver grants off)")
+    r.add_argument("--grants", choices=("on", "off"), default=None,
+                   help="receiver grants (default: hostlib's AtpConfig.receiver_grants)")
     r.add_argument("--json")
     args = p.parse_args(argv)
     if args.cmd != "recv" and not getattr(args, "analytics", None):

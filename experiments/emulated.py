@@ -48,9 +48,9 @@ BASELINES = ("tcp-es", "tcp-ss", "udp")
 NETWORK_VARIANTS = ("atp-flowhash",)
 """ATP variants that differ only in what the network does (experiments.plans.ATP_ABLATION): ``atp-flowhash``, the
 leaf-spine hashing every flow instead of spraying approximate DATA (the policy's ``spray`` off)."""
-RECEIVER_VARIANTS = ("atp-nogrants", "atp-flowhash-nogrants")
-"""ATP variants whose receivers do not grant (experiments.plans.ATP_ABLATION; ``receiver_grants`` off), with the
-fabric spraying and hashing."""
+RECEIVER_VARIANTS = ("atp-nogrants", "atp-flowhash-nogrants", "atp-grants", "atp-flowhash-grants")
+"""ATP variants whose receivers grant or not whatever hostlib's default (``receiver_grants``; experiments.plans),
+with the fabric spraying and hashing: the side-by-side measurement of docs/results.md, "Receiver grants"."""
 PROTOCOLS = tuple(ATP_VARIANTS) + NETWORK_VARIANTS + RECEIVER_VARIANTS + BASELINES
 START_LEAD_S = 0.4
 START_LEAD_PER_PROGRAM_S = 0.15
@@ -324,8 +324,8 @@ class _TrialRun:
             if is_atp(protocol):
                 args = ["recv", f"{tb.ip(dst)}:{ATP_PORT}", "--jobs", str(len(js)), "--timeout", str(timeout),
                         "--json", str(out), "--rate", _rate_arg(self.rate_bps)]
-                if not atp_variant(protocol).get("receiver_grants", True):
-                    args.append("--no-grants")
+                if "receiver_grants" in atp_variant(protocol):
+                    args += ["--grants", "on" if atp_variant(protocol)["receiver_grants"] else "off"]
                 self.receivers[dst] = tb.start_py(dst, "netapprox.experiments.atp_job", args, f"{name}-rx{dst}")
             elif protocol in ("tcp-es", "tcp-ss"):
                 args = ["tcp-recv", f"{tb.ip(dst)}:{TCP_DEFAULT_PORT}", "--jobs", str(len(js)), "--timeout",

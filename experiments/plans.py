@@ -45,6 +45,8 @@ ATP_ABLATION: dict[str, dict[str, Any]] = {
     "atp-flowhash": {"mode": "adaptive", "mrdf": True, "spray": False},
     "atp-nogrants": {"mode": "adaptive", "mrdf": True, "receiver_grants": False},
     "atp-flowhash-nogrants": {"mode": "adaptive", "mrdf": True, "spray": False, "receiver_grants": False},
+    "atp-grants": {"mode": "adaptive", "mrdf": True, "receiver_grants": True},
+    "atp-flowhash-grants": {"mode": "adaptive", "mrdf": True, "spray": False, "receiver_grants": True},
     "atp-window": {"mode": "adaptive", "mrdf": True, "grant_overrides_window": False},
     "atp-trim": {"mode": "adaptive", "mrdf": True, "trim": True},
     "atp-low": {"mode": "adaptive", "mrdf": True, "first_window_low": True},
@@ -55,7 +57,8 @@ ATP_ABLATION: dict[str, dict[str, Any]] = {
 """Issue 23's ablation, in the ns-3 world only (docs/simulation.md), each against the simulation's ATP (hostlib's
 sender on a fabric that sprays approximate packets, with receiver grants: ``SimSettings.spray``,
 ``atp_receiver_grants``): ATP's start without each of its parts (``atp-before``: none of them, flow hashing, no
-grants), the fabric without spraying, the receivers without grants (both: the previous release), grants that
+grants), the fabric without spraying, the receivers without grants (both: the previous release; ``atp-grants``
+and ``atp-flowhash-grants`` name grants on whatever hostlib's default, for the testbed), grants that
 the sender's window still bounds, the other receiver-side mechanisms (trimming, the first window in the
 lowest queue), the paper's k-MTU approximate queues, and a loss detection that tolerates the reordering of a
 spraying fabric (``atp-reorder64``: a packet is lost when one sent 64 later is acknowledged, not 3). Keys that are not ``AtpConfig`` fields are the simulated

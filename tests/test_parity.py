@@ -19,7 +19,7 @@ from netapprox.experiments import atp_job
 from netapprox.experiments.emulated import Scale, sprays
 from netapprox.experiments.plans import ATP_ABLATION, ATP_VARIANTS
 from netapprox.experiments.sim.trial import (
-    SCALED_ATP_KNOBS, SETTINGS_PARITY, SimSettings, atp_config)
+    KNOWN_DISAGREEMENTS, SCALED_ATP_KNOBS, SETTINGS_PARITY, SimSettings, atp_config)
 from netapprox.hostlib.config import AtpConfig
 from netapprox.topo.testbed import TestbedConfig as TbConfig
 
@@ -64,7 +64,7 @@ def test_parity_one_approximate_queue_sizing_policy(buffer):
 
 
 def test_parity_simulation_atp_is_hostlib_default_but_for_scaled_knobs():
-    allowed = set(SCALED_ATP_KNOBS)
+    allowed = set(SCALED_ATP_KNOBS) | set(KNOWN_DISAGREEMENTS)
     sim = differing(atp_config(SimSettings(), "atp"))
     assert set(sim) <= allowed, f"the simulation changes unscaled knobs: {set(sim) - allowed}"
     for name, knobs in {**ATP_VARIANTS, **ATP_ABLATION}.items():  # a variant changes its own knobs only
@@ -74,16 +74,17 @@ def test_parity_simulation_atp_is_hostlib_default_but_for_scaled_knobs():
     assert not atp_config(SimSettings(), "atp-nogrants").receiver_grants
 
 
-def test_parity_receiver_grants_are_one_default_in_the_simulation_hostlib_and_the_testbed():
-    """Grants on everywhere, the budget sized the same way (``grant_window_packets`` None: one bandwidth-delay
-    product at the RTT the receiver measures); the testbed's receivers are told their link rate, nothing else."""
-    sim = atp_config(SimSettings(), "atp")
-    assert SimSettings().atp_receiver_grants is DEFAULT.receiver_grants is sim.receiver_grants is True
-    assert sim.grant_window_packets is DEFAULT.grant_window_packets is None
-    assert sim.grant_overrides_window is DEFAULT.grant_overrides_window
-    rx = atp_job.receiver_config(argparse.Namespace(rate=f"{Scale().rate_mbit:g}M", no_grants=False))
+@pytest.mark.xfail(strict=True, reason="receiver grants: on in the simulation, off in hostlib's default "
+                                       "(experiments.sim.trial.KNOWN_DISAGREEMENTS says why)")
+@pytest.mark.parametrize("knob", sorted(KNOWN_DISAGREEMENTS))
+def test_parity_known_disagreements_between_simulation_and_hostlib(knob):
+    assert getattr(atp_config(SimSettings(), "atp"), knob) == getattr(DEFAULT, knob)
+
+
+def test_parity_the_testbeds_receivers_are_hostlibs_default_but_for_their_links_rate():
+    rx = atp_job.receiver_config(argparse.Namespace(rate=f"{Scale().rate_mbit:g}M", grants=None))
     assert set(differing(rx)) == {"max_rate_bps"}, differing(rx)
-    assert not atp_job.receiver_config(argparse.Namespace(rate=None, no_grants=True)).receiver_grants  # the variant
+    assert atp_job.receiver_config(argparse.Namespace(rate=None, grants="on")).receiver_grants  # a named variant
 
 
 def test_parity_emulated_atp_is_hostlib_default_but_for_scaled_knobs():

@@ -135,9 +135,9 @@ class SimSettings:
     (per-packet load balancing, as NDP's fabric does); every other packet keeps flow hashing. ATP tolerates the
     reordering (docs/simulation.md, "Spraying and grants"). A protocol variant may say otherwise (``spray``)."""
     atp_receiver_grants: bool = True
-    """ATP receivers schedule what their jobs send beyond the first window (hostlib's ``receiver_grants``, on there
-    too; granted data is not held by the sender's window, ``grant_overrides_window``; the budget is one
-    bandwidth-delay product at the RTT each receiver measures). ``atp-nogrants`` is the named variant without."""
+    """ATP receivers schedule what their jobs send beyond the first window (hostlib's ``receiver_grants``; granted
+    data is not held by the sender's window, ``grant_overrides_window``). hostlib leaves grants off by default:
+    a known disagreement (``SETTINGS_PARITY``; tests/test_parity.py keeps it flagged until it is resolved)."""
     pfabric_buffer_packets: int | None = None
     """pFabric: every switch port's buffer, packets; None: two bandwidth-delay products of the topology
     (``peers.pfabric_buffer_packets``, pFabric's §4 setting)."""
@@ -197,7 +197,8 @@ SETTINGS_PARITY: dict[str, tuple[str, str]] = {
     "check_us": ("simulator", "how often a simulated trial checks for completion"),
     "topology": ("scaled", "the fabric being modelled"),
     "atp_core": ("simulator", "which implementation of hostlib's cores runs (same datagrams either way)"),
-    "atp_receiver_grants": ("shared", "hostlib's AtpConfig.receiver_grants, which every testbed's receivers run"),
+    "atp_receiver_grants": ("shared", "hostlib's AtpConfig.receiver_grants, which every testbed runs: off there, on "
+                                      "here (KNOWN_DISAGREEMENTS)"),
     "min_rto_us": ("baseline", "TCP's minimum RTO (ATP's min_loss_timeout_s follows it: SCALED_ATP_KNOBS)"),
     "initial_rto_us": ("baseline", "TCP's first RTO"),
     "initial_cwnd": ("baseline", "TCP's initial window"),
@@ -237,6 +238,20 @@ SCALED_ATP_KNOBS: dict[str, str] = {
 """The ``AtpConfig`` knobs ``atp_config`` sets from the network's sizes, rates and times; every other knob is
 hostlib's default unless a named variant (``experiments.plans``) overrides it (tests/test_parity.py)."""
 
+KNOWN_DISAGREEMENTS: dict[str, str] = {
+    "receiver_grants": "the simulation grants (SimSettings.atp_receiver_grants), hostlib's default does not. "
+                       "Measured side by side on the emulated testbed (docs/results.md, Receiver grants: one "
+                       "default?). The testbed's receivers did not know their link's rate, so their budget was one "
+                       "BDP at 1 Gbit/s and a guessed 10 ms RTT (867 packets); now they are told the rate and "
+                       "measure the RTT, but with grants on 14 of hostlib's tests fail in both cores (loss "
+                       "recovery under random loss, the ACK layout, surplus, the TLR reports, admission): not "
+                       "examined yet; without grants the k=12 simulation loses 22%/18% of ATP's payloads (bar: "
+                       "5%), so neither side follows the other yet",
+}
+"""Design defaults that still differ between the simulation and the other data planes, and why. Each one is an
+expected failure in tests/test_parity.py (strict: it fails once the two agree, so the entry must go)."""
+
+
 def atp_config(settings: SimSettings, protocol: str) -> AtpConfig:
     """hostlib's AtpConfig for ``protocol`` at data-center scale: every knob that is a rate or a time scaled
     to the topology, everything else hostlib's default."""
@@ -258,7 +273,7 @@ def atp_config(settings: SimSettings, protocol: str) -> AtpConfig:
     unscaled = set(wanted) - set(SCALED_ATP_KNOBS)
     if unscaled:
         raise ValueError(f"atp_config sets {sorted(unscaled)}, which are not scaled knobs: use a named variant")
-    wanted["receiver_grants"] = settings.atp_receiver_grants  # shared: hostlib's default (tests/test_parity.py)
+    wanted["receiver_grants"] = settings.atp_receiver_grants  # KNOWN_DISAGREEMENTS
     wanted.update(atp_variant(protocol))
     known = {f.name for f in dataclasses.fields(AtpConfig)}
     return AtpConfig(**{k: v for k, v in wanted.items() if k in known})
