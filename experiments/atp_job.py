@@ -10,7 +10,7 @@ of a ``JobWorkload`` file, float-vector jobs, and several jobs per receiver, so 
     python -m netapprox.experiments.atp_job send HOST:PORT --analytics FILE --job-id J [--no-adapt --msr M] ...
     python -m netapprox.experiments.atp_job send-vector HOST:PORT --vector FILE.npy --msr 0.85 ...
     python -m netapprox.experiments.atp_job recv ADDR:PORT --jobs K --timeout S --json FILE [--vector-out DIR]
-        [--rate 20M] [--grants on|off]
+        [--rate 20M] [--grants on|off] [--grant-window N]
 """
 from __future__ import annotations
 
@@ -65,6 +65,8 @@ def receiver_config(args: argparse.Namespace) -> AtpConfig:
     kw: dict[str, Any] = {"max_rate_bps": parse_rate(args.rate) if args.rate else None}
     if args.grants is not None:
         kw["receiver_grants"] = args.grants == "on"
+    if getattr(args, "grant_window", None) is not None:
+        kw["grant_window_packets"] = args.grant_window
     return AtpConfig(**kw)
 
 
@@ -178,6 +180,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--rate", default=None, help="the receiver's link rate, e.g. 20M: sizes its grant budget")
     r.add_argument("--grants", choices=("on", "off"), default=None,
                    help="receiver grants (default: hostlib's AtpConfig.receiver_grants)")
+    r.add_argument("--grant-window", type=int, default=None,
+                   help="a granting receiver's budget, packets in flight (default: one BDP at --rate)")
     r.add_argument("--json")
     args = p.parse_args(argv)
     if args.cmd != "recv" and not getattr(args, "analytics", None):

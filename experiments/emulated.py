@@ -324,8 +324,11 @@ class _TrialRun:
             if is_atp(protocol):
                 args = ["recv", f"{tb.ip(dst)}:{ATP_PORT}", "--jobs", str(len(js)), "--timeout", str(timeout),
                         "--json", str(out), "--rate", _rate_arg(self.rate_bps)]
-                if "receiver_grants" in atp_variant(protocol):
-                    args += ["--grants", "on" if atp_variant(protocol)["receiver_grants"] else "off"]
+                v = atp_variant(protocol)
+                if "receiver_grants" in v:
+                    args += ["--grants", "on" if v["receiver_grants"] else "off"]
+                if "grant_window_packets" in v:
+                    args += ["--grant-window", str(v["grant_window_packets"])]
                 self.receivers[dst] = tb.start_py(dst, "netapprox.experiments.atp_job", args, f"{name}-rx{dst}")
             elif protocol in ("tcp-es", "tcp-ss"):
                 args = ["tcp-recv", f"{tb.ip(dst)}:{TCP_DEFAULT_PORT}", "--jobs", str(len(js)), "--timeout",

@@ -69,8 +69,9 @@ class ReceiveResult:
     memory: dict[str, int] = dataclasses.field(default_factory=dict)
     """Receiver memory: ``used``, ``peak`` and ``budget`` bytes (``AtpReceiver.memory``)."""
     grants: dict[str, Any] = dataclasses.field(default_factory=dict)
-    """Receiver-wide, when it grants: ``budget`` (packets in flight towards it over all its jobs) and ``rtt_s``
-    (the RTT it measured and sized the budget by; ``None`` before the first sample); empty when it does not."""
+    """Receiver-wide, when it grants: ``budget`` (packets in flight towards it over all its jobs:
+    ``AtpConfig.grant_window_packets``, or one bandwidth-delay product at its ``max_rate_bps`` and
+    ``initial_rtt_s``); empty when it does not."""
 
     @property
     def delivered(self) -> int:
@@ -397,7 +398,7 @@ def receive_result(r: JobResult, messages: dict[int, bytes], core: AtpReceiver) 
         vector_len=r.vector_len, elapsed_s=r.finished_at - r.first_packet_at, packets=r.packets,
         duplicates=r.duplicates, malformed=dict(core.malformed), dropped=dict(core.dropped),
         admission=dict(core.admission), memory=core.memory.as_dict(),
-        grants={"budget": core.grant_budget, "rtt_s": core.grant_rtt} if core.config.receiver_grants else {})
+        grants={"budget": core.grant_budget} if core.config.receiver_grants else {})
 
 
 def _with_partial(err: AtpError, results: list[ReceiveResult]) -> AtpError:

@@ -208,8 +208,7 @@ class AtpConfig:
     keeping ``grant_window_packets`` in flight towards itself in all; a job whose MSR is met comes last, with what
     the others are not expected to need (its sender may still send the rest: ``all_sent``). A sender follows
     grants once its receiver sends them. The grants are a few numbers
-    in each job's record. Off by default; the simulation turns them on (docs/results.md, "Receiver grants: one
-    default?" says why they still differ)."""
+    in each job's record."""
 
     grant_overrides_window: bool = True
     """Sender: once its receiver grants, data below the grant leaves whatever the ``adaptive`` window says (Homa,
@@ -217,10 +216,8 @@ class AtpConfig:
     and probes). Off: the window bounds granted data too. Without receiver grants it changes nothing."""
 
     grant_window_packets: int | None = None
-    """Receiver: packets in flight towards it, over all the jobs it grants; ``None``: one bandwidth-delay product,
-    ``max_rate_bps`` (its downlink's rate: give it; ``DEFAULT_MAX_RATE_BPS`` when None) x the round trip it
-    measures (from a grant raised to the first packet it let out, the least sample, measured again every 10 s; 2
-    packets until the first sample), in full packets, at least 2."""
+    """Receiver: packets in flight towards it, over all the jobs it grants; ``None``: one bandwidth-delay product
+    (``max_rate_bps`` x ``initial_rtt_s`` in full packets, at least 2)."""
 
     ack_every: int = 16
     """Receiver: ACK coalescing. Packets of a job that arrive in one batch (between two ``datagrams_to_send``
@@ -293,12 +290,8 @@ class AtpConfig:
     def bdp_packets(self) -> int:
         """One bandwidth-delay product, ``max_rate_bps`` (``DEFAULT_MAX_RATE_BPS`` when None) x ``initial_rtt_s``,
         in full packets (at least 2)."""
-        return self.bdp_packets_at(self.initial_rtt_s)
-
-    def bdp_packets_at(self, rtt_s: float) -> int:
-        """``max_rate_bps`` (``DEFAULT_MAX_RATE_BPS`` when None) x ``rtt_s`` in full packets (at least 2)."""
         rate = self.max_rate_bps or DEFAULT_MAX_RATE_BPS
-        return max(2, math.ceil(rate * rtt_s / ((self.packet_size + self.overhead_bytes) * 8)))
+        return max(2, math.ceil(rate * self.initial_rtt_s / ((self.packet_size + self.overhead_bytes) * 8)))
 
     @property
     def first_window(self) -> int:

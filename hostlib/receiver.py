@@ -83,14 +83,6 @@ def out_reserve(budget: int) -> int:
     """The outgoing queue's reserve within a budget of ``budget`` bytes (``OUT_QUEUE_SHARE``)."""
     return max(min(64 << 10, budget // 4), budget // OUT_QUEUE_SHARE)
 
-GRANT_RTT_WINDOW_S = 10.0
-"""Receiver grants: the measured RTT is the least sample, for this long; then it is measured again."""
-GRANT_BUDGET_MIN = 2
-"""Receiver grants: the budget, packets, until the RTT is measured (``bdp_packets_at`` never gives less). A budget
-that starts above the path's bandwidth-delay product builds a queue its own samples then measure (a sample is
-the round trip plus the queue ahead of the packet: a budget of B packets measures B packets' time and stays B);
-one that starts below it leaves no queue, so the first samples see the path's round trip."""
-
 REPLY_FACTOR = 3
 """A job's replies (ACKs, DONE) total at most this many times the bytes its sender sent it (QUIC's limit for an
 unvalidated address, RFC 9000 §8.1, here for every job): a reply that would pass it waits for more request
@@ -236,7 +228,7 @@ class _Job:
         "held", "seq_firsts", "seq_lasts", "packets", "duplicates", "charged", "done_datagrams", "finished_at",
         "rejected", "pending_ack", "pending_count", "rx_bytes", "tx_bytes", "done_next", "validated", "token",
         "required", "top", "grant", "alloc", "data_packets", "records", "trimmed", "echo", "grant_queue", "need_bytes",
-        "payload", "msr", "msr_change", "first_seq", "rtt_mark", "rtt_at")
+        "payload", "msr", "msr_change")
 
     def __init__(self, job_id: int, peer: Address, now: float) -> None:
         self.job_id = job_id
@@ -280,10 +272,7 @@ class _Job:
         # receiver grants (AtpConfig.receiver_grants): the newest sequence number that arrived (data, announce or a
         # trimmed header), the grant given (the sender may send below it), the packets it may have in flight
         self.top: int | None = None
-        self.first_seq = 0  # the sequence number of its first packet that arrived
         self.grant: int | None = None
-        self.rtt_mark: int | None = None  # an RTT sample in progress: the grant this one raised (below), sent at
-        self.rtt_at = 0.0
         self.alloc = 0
         self.data_packets = 0  # DATA packets that arrived (trimmed included), and the messages they carried:
         self.records = 0  # messages per packet, for the packets the MSR still needs
@@ -383,15 +372,8 @@ class AtpReceiver:
         """``open``: token-less announces are admitted at once; ``tokens``: they get a RETRY (under pressure, or
         always with ``accept_jobs`` or ``open_admission_share`` 0)."""
         self.granting = config.receiver_grants
-        self.grant_budget = config.grant_window_packets or GRANT_BUDGET_MIN
-        """Receiver grants: packets in flight towards this receiver over all its jobs: ``grant_window_packets``, or
-        one bandwidth-delay product at ``max_rate_bps`` and ``grant_rtt``, ``GRANT_BUDGET_MIN`` until measured."""
-        self.grant_rtt: float | None = None
-        """Receiver grants: the round trip this receiver measured, seconds (``None`` until the first sample): the
-        least sample of the last ``GRANT_RTT_WINDOW_S``, each one the time from a grant raised past what a job may
-        send to the arrival of the first packet it let out (``_grant_of``)."""
-        self._grant_rtt_at = now
-        self._now = now
+        self.grant_budget = config.grant_window_packets or config.bdp_packets
+        """Receiver grants: packets in flight towards this receiver over all its jobs (a bandwidth-delay product)."""
         self._grant_dirty = False
         self.trimmed = 0
         """DATA packets that arrived trimmed (a switch cut their payload): answered at once with a TRIM ACK."""
@@ -401,7 +383,6 @@ class AtpReceiver:
     def receive_datagram(self, data: bytes, addr: Address, now: float, *, ce: bool = False) -> None:
         """``ce``: the datagram arrived with IP ECN = CE (the I/O layer reads it); its ACK gets ``ECE``."""
         self.datagrams += 1
-        self._now = now
         try:
             header, payload = wire.decode(data)
         except wire.MalformedPacket as err:
@@ -460,7 +441,6 @@ class AtpReceiver:
 
     def datagrams_to_send(self, now: float) -> list[tuple[bytes, Address]]:
         """ACKs (the waiting ones now, one per job), RETRYs, DONEs and GRANTs."""
-        self._now = now
         if self._grant_dirty:
             self._schedule()
         for job in list(self._pending):
@@ -857,14 +837,7 @@ class AtpReceiver:
 
     def _arrived(self, job: _Job, h: wire.Header) -> None:
         """Packet ``h`` of ``job`` arrived (whole or trimmed): the newest sequence number moves, and a job that
-        needs less than it may have in flight (or was not granted) changes the schedule. A packet at or past the
-        grant an RTT sample waits for ends the sample (a DATA packet: control packets need no grant)."""
-        if job.top is None:
-            job.first_seq = h.seq
-        if (job.rtt_mark is not None and (h.seq - job.rtt_mark) & 0xFFFFFFFF < 1 << 31
-                and h.msg_id < control.MSR_MSG_ID):
-            job.rtt_mark = None
-            self._rtt_sample(self._now - job.rtt_at)
+        needs less than it may have in flight (or was not granted) changes the schedule."""
         if job.top is None or (h.seq - job.top) & 0xFFFFFFFF < 1 << 31:
             job.top = h.seq
             job.echo = h
@@ -876,42 +849,13 @@ class AtpReceiver:
 
     def _grant_of(self, job: _Job) -> int | None:
         """The grant an answer to ``job`` carries: the newest sequence number plus what the job may have in
-        flight (never less than given before); ``None`` when this receiver does not schedule.
-
-        Raising a grant past one beyond the first window starts an RTT sample (one per job at a time): its sender
-        may send the packet with the old grant's sequence number only once a raised grant reached it, so the
-        time until a packet at or past it arrives is at least one round trip, the sender's delays included (more
-        when the sender was not waiting for the grant; the least sample counts). The first window, which needs
-        no grant, is taken to be no larger than this receiver's own (``AtpConfig.first_window``, past the job's
-        first packet that arrived)."""
+        flight (never less than given before); ``None`` when this receiver does not schedule."""
         if not self.granting or job.top is None:
             return None
         g = (job.top + 1 + job.alloc) & 0xFFFFFFFF
-        old = job.grant
-        if old is None or (g - old) & 0xFFFFFFFF < 1 << 31:
+        if job.grant is None or (g - job.grant) & 0xFFFFFFFF < 1 << 31:
             job.grant = g
-            if (old is not None and g != old and job.rtt_mark is None
-                    and (old - job.first_seq) & 0xFFFFFFFF >= self.config.first_window):
-                job.rtt_mark = old
-                job.rtt_at = self._now
         return job.grant
-
-    def _rtt_sample(self, rtt: float) -> None:
-        """A round-trip sample: the measured RTT is the least sample, and the grant budget one bandwidth-delay
-        product at it. A sample more than ``GRANT_RTT_WINDOW_S`` after the least one starts the measurement again
-        from ``GRANT_BUDGET_MIN`` instead (a path may have become shorter; below)."""
-        if self.grant_rtt is not None and self._now - self._grant_rtt_at > GRANT_RTT_WINDOW_S:
-            self.grant_rtt, rtt = None, 0.0
-        elif self.grant_rtt is None or rtt <= self.grant_rtt:
-            self.grant_rtt = rtt
-            self._grant_rtt_at = self._now
-        else:
-            return
-        if self.config.grant_window_packets is None:
-            budget = self.config.bdp_packets_at(rtt)
-            if budget != self.grant_budget:
-                self.grant_budget = budget
-                self._grant_dirty = True
 
     def _schedule(self) -> None:
         """Share ``grant_budget`` packets in flight over the jobs in the order the network serves them (the switch

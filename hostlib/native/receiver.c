@@ -1,7 +1,6 @@
 /* The ATP receiver's protocol (receiver.h; hostlib/receiver.py is the specification): admission of a job, its
  * data (duplicates, reassembly, in-order delivery of MSR = 1 groups, the memory budget), ACK coalescing, the FIN
  * and its DONE, forgetting jobs. */
-#include <math.h>
 #include <string.h>
 
 #include "receiver.h"
@@ -312,39 +311,8 @@ static long long need_packets(const Job *job, long long max_payload) {
     return by_count > by_bytes ? by_count : by_bytes;
 }
 
-/* _rtt_sample: the measured RTT is the least sample, the budget one BDP at it; a sample GRANT_RTT_WINDOW_S after
- * the least one starts again from GRANT_BUDGET_MIN */
-static void rtt_sample(Receiver *r, double rtt) {
-    if (r->has_grant_rtt && r->now - r->grant_rtt_at > r->grant_rtt_window) { /* measure again from the least */
-        r->has_grant_rtt = 0;
-        rtt = 0.0;
-    } else if (!r->has_grant_rtt || rtt <= r->grant_rtt) {
-        r->has_grant_rtt = 1;
-        r->grant_rtt = rtt;
-        r->grant_rtt_at = r->now;
-    } else {
-        return;
-    }
-    if (r->grant_fixed)
-        return;
-    long long budget = (long long)ceil(r->grant_rate_bps * rtt / (double)r->grant_wire_bits);
-    if (budget < 2)
-        budget = 2;
-    if (budget != r->grant_budget) {
-        r->grant_budget = budget;
-        r->grant_dirty = 1;
-    }
-}
-
-/* _arrived: packet ``h`` of ``job`` arrived (whole or trimmed); a DATA packet at or past the grant an RTT sample
- * waits for ends the sample */
+/* _arrived: packet ``h`` of ``job`` arrived (whole or trimmed) */
 static void arrived(Receiver *r, Job *job, const AtpHeader *h) {
-    if (!job->has_top)
-        job->first_seq = h->seq;
-    if (job->has_rtt_mark && (uint32_t)(h->seq - job->rtt_mark) < (1u << 31) && h->msg_id < MSR_MSG_ID) {
-        job->has_rtt_mark = 0;
-        rtt_sample(r, r->now - job->rtt_at);
-    }
     if (!job->has_top || (uint32_t)(h->seq - job->top) < (1u << 31)) {
         job->has_top = 1;
         job->top = h->seq;
@@ -362,17 +330,10 @@ static void arrived(Receiver *r, Job *job, const AtpHeader *h) {
 static int grant_of(Receiver *r, Job *job, uint32_t *out) {
     if (!r->granting || !job->has_top)
         return 0;
-    uint32_t g = job->top + 1 + (uint32_t)job->alloc, old = job->grant;
-    int had = job->has_grant;
-    if (!had || (uint32_t)(g - old) < (1u << 31)) {
+    uint32_t g = job->top + 1 + (uint32_t)job->alloc;
+    if (!job->has_grant || (uint32_t)(g - job->grant) < (1u << 31)) {
         job->grant = g;
         job->has_grant = 1;
-        /* raising a grant past one beyond the first window starts an RTT sample (one per job at a time) */
-        if (had && g != old && !job->has_rtt_mark && (long long)(uint32_t)(old - job->first_seq) >= r->first_window) {
-            job->has_rtt_mark = 1;
-            job->rtt_mark = old;
-            job->rtt_at = r->now;
-        }
     }
     *out = job->grant;
     return 1;
@@ -1186,7 +1147,6 @@ out:
 int receiver_receive(Receiver *r, const uint8_t *data, size_t len, PyObject *addr, const NetAddr *na, int ce,
                      double now) {
     r->datagrams++;
-    r->now = now;
     AtpHeader h;
     const char *reason;
     if (atp_decode(data, len, &h, &reason) != 0)

@@ -96,10 +96,6 @@ typedef struct Job {
     AtpHeader echo;
     uint8_t grant_queue; /* the switch queue stamped on its newest needed (TLR < 1) packet; 0xFF: none */
     long long alloc;
-    uint32_t first_seq;    /* the sequence number of its first packet that arrived */
-    int has_rtt_mark;      /* an RTT sample in progress: the grant raised past (rtt_mark), at rtt_at */
-    uint32_t rtt_mark;
-    double rtt_at;
     int64_t data_packets, records, trimmed, need_bytes, payload; /* need_packets' inputs */
 } Job;
 
@@ -124,12 +120,6 @@ typedef struct {
     int tokens_mode;          /* admission_mode: 0 "open", 1 "tokens" */
     int granting, grant_dirty; /* AtpConfig.receiver_grants; the schedule must be recomputed */
     long long grant_budget;   /* packets in flight towards this receiver over all the jobs it grants */
-    int grant_fixed;          /* AtpConfig.grant_window_packets is set: the budget does not follow the RTT */
-    int has_grant_rtt;        /* grant_rtt: the measured RTT (least sample of GRANT_RTT_WINDOW_S), since */
-    double grant_rtt, grant_rtt_at, grant_rtt_window;
-    double grant_rate_bps;    /* max_rate_bps (DEFAULT_MAX_RATE_BPS when None) */
-    long long grant_wire_bits, first_window; /* (packet_size + overhead_bytes) * 8; AtpConfig.first_window */
-    double now;               /* the time of the call being served (receive_datagram, datagrams_to_send) */
     long long trimmed;        /* DATA packets that arrived trimmed */
     PyObject *admission_key; /* bytes or None */
     long long jobs_seen, buffered, datagrams;

@@ -122,23 +122,11 @@ static int Receiver_init(Receiver *r, PyObject *args, PyObject *kwds) {
         return -1;
     int gw_none = gw == Py_None || PyObject_Not(gw) == 1; /* ``grant_window_packets or bdp_packets`` */
     Py_DECREF(gw);
-    r->grant_fixed = !gw_none;
-    long long packet_size, overhead;
-    int has_rate;
-    if ((!gw_none && cfg_int(config, "grant_window_packets", &r->grant_budget) != 0) ||
-        cfg_opt_double(config, "max_rate_bps", &r->grant_rate_bps, &has_rate) ||
-        cfg_int(config, "packet_size", &packet_size) || cfg_int(config, "overhead_bytes", &overhead) ||
-        cfg_int(config, "first_window", &r->first_window))
+    if (cfg_int(config, gw_none ? "bdp_packets" : "grant_window_packets", &r->grant_budget) != 0)
         return -1;
-    if (!has_rate || r->grant_rate_bps == 0.0)
-        r->grant_rate_bps = R.default_max_rate_bps;
-    r->grant_wire_bits = (packet_size + overhead) * 8;
-    r->now = r->grant_rtt_at = now;
     PyObject *rx_module = PyImport_ImportModule("netapprox.hostlib.receiver");
     long long small = 0;
-    int bad = rx_module == NULL || cfg_int(rx_module, "SMALL_MANIFEST", &small) ||
-              cfg_double(rx_module, "GRANT_RTT_WINDOW_S", &r->grant_rtt_window) ||
-              (gw_none && cfg_int(rx_module, "GRANT_BUDGET_MIN", &r->grant_budget));
+    int bad = rx_module == NULL || cfg_int(rx_module, "SMALL_MANIFEST", &small);
     Py_XDECREF(rx_module);
     if (bad)
         return -1;
@@ -181,7 +169,7 @@ static PyObject *Receiver_receive_datagram(Receiver *r, PyObject *args, PyObject
 }
 
 static PyObject *Receiver_datagrams_to_send(Receiver *r, PyObject *arg) {
-    if (time_arg(arg, &r->now) != 0 || receiver_flush_acks(r) != 0)
+    if (receiver_flush_acks(r) != 0)
         return NULL;
     PyObject *out = PyList_New((Py_ssize_t)r->out.n);
     if (out == NULL)
@@ -220,7 +208,6 @@ static PyObject *Receiver_next_event(Receiver *r, PyObject *unused) {
 
 /* transmit: what datagrams_to_send(now) would return, straight to the socket; -1 with a Python error */
 static Py_ssize_t transmit(Receiver *r, int fd, double now) {
-    r->now = now;
     if (receiver_flush_acks(r) != 0)
         return -1;
     if (r->out.n == 0)
@@ -472,9 +459,6 @@ static PyObject *get_buffered(Receiver *r, void *c) { return PyLong_FromLongLong
 static PyObject *get_datagrams(Receiver *r, void *c) { return PyLong_FromLongLong(r->datagrams); }
 static PyObject *get_trimmed(Receiver *r, void *c) { return PyLong_FromLongLong(r->trimmed); }
 static PyObject *get_grant_budget(Receiver *r, void *c) { return PyLong_FromLongLong(r->grant_budget); }
-static PyObject *get_grant_rtt(Receiver *r, void *c) {
-    return r->has_grant_rtt ? PyFloat_FromDouble(r->grant_rtt) : Py_NewRef(Py_None);
-}
 static PyObject *get_admission_mode(Receiver *r, void *c) {
     return PyUnicode_FromString(r->tokens_mode ? "tokens" : "open");
 }
@@ -495,8 +479,6 @@ static PyGetSetDef Receiver_getset[] = {
     {"datagrams", (getter)get_datagrams, NULL, "Datagrams received.", NULL},
     {"trimmed", (getter)get_trimmed, NULL, "DATA packets that arrived trimmed.", NULL},
     {"grant_budget", (getter)get_grant_budget, NULL, "Receiver grants: packets in flight towards it in all.", NULL},
-    {"grant_rtt", (getter)get_grant_rtt, NULL, "Receiver grants: the RTT it measured, seconds (None: none yet).",
-     NULL},
     {"admission_mode", (getter)get_admission_mode, NULL,
      "'open' (token-less announces admitted at once) or 'tokens' (they get a RETRY).", NULL},
     {"malformed", (getter)get_malformed, NULL, "collections.Counter of malformed datagrams by reason.", NULL},

@@ -83,7 +83,6 @@ def test_every_mode_on_every_path(mode, path):
     {"receiver_grants": True, "grant_window_packets": 6}, {"receiver_grants": True, "surplus": False},
     {"receiver_grants": True, "grant_overrides_window": False, "initial_window": 3},
     {"receiver_grants": True, "completion": "all_sent", "initial_window": 2}, {"surplus": False},
-    {"receiver_grants": True}, {"receiver_grants": True, "initial_rtt_s": 0.001, "initial_window": 2},
     {"pack_messages": False}, {"first_window_low": True, "initial_window": 3}, {"open_admission_share": 0.0},
 ])
 def test_knobs(knobs):
