@@ -242,8 +242,8 @@ KNOWN_DISAGREEMENTS: dict[str, str] = {
     "receiver_grants": "the simulation grants (SimSettings.atp_receiver_grants), hostlib's default does not. "
                        "Measured side by side on the emulated testbed (docs/results.md, Receiver grants: one "
                        "default?). The testbed's receivers did not know their link's rate, so their budget was one "
-                       "BDP at 1 Gbit/s and a guessed 10 ms RTT (867 packets); now they are told the rate and "
-                       "measure the RTT, but with grants on 14 of hostlib's tests fail in both cores (loss "
+                       "BDP at 1 Gbit/s and a guessed 10 ms RTT (867 packets); told the rate, grants lose fewer "
+                       "packets than none there, but with grants on 14 of hostlib's tests fail in both cores (loss "
                        "recovery under random loss, the ACK layout, surplus, the TLR reports, admission): not "
                        "examined yet; without grants the k=12 simulation loses 22%/18% of ATP's payloads (bar: "
                        "5%), so neither side follows the other yet",
