@@ -86,11 +86,7 @@ def send(args: argparse.Namespace) -> dict:
     else:
         workload = JobWorkload.from_dict(json.loads(Path(args.job).read_text()))
         job = job_spec(workload, args.job_id, args.msr)
-    kw: dict[str, Any] = {"config": build_config(args)}
-    if args.report_to:
-        kw["report_to"] = address(args.report_to, DEFAULT_REPORT_PORT)
-    if args.timeline:
-        kw["timeline"] = args.timeline
+    kw = _send_kwargs(args)
     late = wait_for_start(args.start_at)
     start_wall = time.time()
     summary = api.send_job(address(args.dest, DEFAULT_ATP_PORT), job, **kw)
@@ -100,6 +96,16 @@ def send(args: argparse.Namespace) -> dict:
     return out
 
 
+def _send_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """What every sender here passes on: its config, where it reports, its timeline file."""
+    kw: dict[str, Any] = {"config": build_config(args)}
+    if args.report_to:
+        kw["report_to"] = address(args.report_to, DEFAULT_REPORT_PORT)
+    if args.timeline:
+        kw["timeline"] = args.timeline
+    return kw
+
+
 def send_analytics(args: argparse.Namespace) -> dict:
     """An analytics job (``--analytics FILE``, ``AnalyticsJob.save``): its rows, one ATP group per stratum, its MSR
     from the paper's heuristic following its running estimate until every bound holds (``--no-adapt``: fixed at
@@ -107,11 +113,7 @@ def send_analytics(args: argparse.Namespace) -> dict:
     from netapprox.analytics.job import AnalyticsJob  # noqa: PLC0415 - only analytics jobs need it
     job = AnalyticsJob.load(args.analytics)
     job.job_id = args.job_id
-    kw: dict[str, Any] = {"config": build_config(args)}
-    if args.report_to:
-        kw["report_to"] = address(args.report_to, DEFAULT_REPORT_PORT)
-    if args.timeline:
-        kw["timeline"] = args.timeline
+    kw = _send_kwargs(args)
     late = wait_for_start(args.start_at)
     start_wall = time.time()
     res = job.send(address(args.dest, DEFAULT_ATP_PORT), msr=None if args.msr is None else args.msr,
