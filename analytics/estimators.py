@@ -204,3 +204,57 @@ def rank(keys_per_stratum: Sequence[tuple[int, Sequence[Hashable]]], k: int, con
     rest = counts[k:]
     separated = not rest or top[-1][1].low > max(e.high for _, e in rest)
     return RankEstimate(top, confidence, separated)
+
+
+@dataclasses.dataclass(frozen=True)
+class Moments:
+    """What a map task tells the reduce stage of one stratum's rows it holds (a partial aggregate): the stratum's
+    population size and the count, sum and sum of squares of its sampled values there. Moments of one stratum
+    from several tasks add up (:func:`merge_moments`)."""
+
+    population: int
+    n: int
+    total: float
+    total_sq: float
+
+
+def merge_moments(parts: Iterable[tuple[int, Moments]]) -> dict[int, Moments]:
+    """``(stratum, Moments)`` from any number of tasks, added up per stratum (the populations must agree)."""
+    out: dict[int, Moments] = {}
+    for h, m in parts:
+        if h in out:
+            o = out[h]
+            if o.population != m.population:
+                raise AnalyticsError(f"stratum {h}: partial aggregates of populations {o.population} and "
+                                     f"{m.population}")
+            m = Moments(o.population, o.n + m.n, o.total + m.total, o.total_sq + m.total_sq)
+        out[h] = m
+    return out
+
+
+def avg_from_moments(strata: Iterable[Moments], confidence: float = 0.95, name: str = "avg") -> Estimate:
+    """:func:`avg` from each stratum's moments instead of its values (the same estimator; the reduce stage of a
+    map/reduce job sees only partial aggregates)."""
+    ss = list(strata)
+    if not ss:
+        raise AnalyticsError("no strata: nothing to estimate from")
+    big_n = sum(m.population for m in ss)
+    mean = var = 0.0
+    for m in ss:
+        if m.n < 1:
+            raise AnalyticsError(f"a stratum of {m.population} rows has none in the sample")
+        if m.n < m.population and m.n < MIN_SAMPLE_PER_STRATUM:
+            raise _too_few(m.n, m.population)
+        ybar = m.total / m.n
+        s2 = 0.0 if m.n < 2 else max(0.0, (m.total_sq - m.n * ybar * ybar) / (m.n - 1))
+        mean += m.population / big_n * ybar
+        var += (m.population / big_n) ** 2 * (1.0 - m.n / m.population) * s2 / m.n
+    return Estimate(name, mean, z_of(confidence) * math.sqrt(var), confidence, sum(m.n for m in ss), big_n)
+
+
+def total_from_moments(strata: Iterable[Moments], confidence: float = 0.95, name: str = "sum") -> Estimate:
+    """:func:`total` from moments: ``N`` times :func:`avg_from_moments`."""
+    ss = list(strata)
+    e = avg_from_moments(ss, confidence, name)
+    big_n = e.population
+    return Estimate(name, big_n * e.value, big_n * e.half_width, confidence, e.sample, big_n)

@@ -218,7 +218,7 @@ def _measure(p: Fig15Job, tp, msr: float, rec: dict, wd: Path) -> dict:
         a = next(x for x in own["answers"] if x["group"] is None)
         row.update(delivered_rows=row.get("rows"), delivered_error=row.get("measured_error"), rows=own["received"],
                    measured_error=relative_error(a["estimate"]["estimate"], p.truth), reported_error=a["error"],
-                   met=a["met"], looks=own["looks"], final_msr=own["msr"])
+                   met=a["met"], looks=own["looks"], final_msr=own["msr"], phases=own.get("phases"))
     return row
 
 

@@ -111,3 +111,46 @@ def test_spark_stream_source_that_never_arrives_fails_with_one_line(spark):
     finally:
         q.stop()
     assert "no ATP job arrived within 1 s" in str(info.value)
+
+
+def test_spark_s2_partials_over_atp_give_the_s1_answer_exactly(spark):
+    """S2 over ATP: the source's rows split into three map tasks, each task's partial aggregates sent to the
+    reduce stage as one ATP job at S2's MSR 1; the reducer's estimate is the one read from the rows themselves."""
+    rows = correlated_rows(3000, seed=4)
+    e_max = 0.05
+    dest = f"127.0.0.1:{_port()}"
+    out: dict = {}
+
+    def send():
+        try:
+            out["summary"] = nspark.send_rows(dest, rows, e_max, seed=4, wait_s=60)
+        except Exception as err:  # noqa: BLE001 - surfaced by the assertion below
+            out["error"] = err
+
+    t = threading.Thread(target=send)
+    t.start()
+    df = spark.read.format("netapprox").option("bind", dest).option("timeout", "30").load().cache()
+    df.count()
+    t.join(60)
+    assert "error" not in out, out.get("error")
+    s1 = nspark.approx(df, "avg", e_max, looks=nspark.LOOKS)
+    s2 = nspark.approx_s2(df, "avg", e_max, maps=3, looks=nspark.LOOKS, seed=4)
+    total = nspark.approx_s2(df, "sum", e_max, maps=2, looks=nspark.LOOKS, seed=4)
+    cells = df.groupBy("stratum").count().count()
+    df.unpersist()
+    assert s2.maps == 3 and s2.partials_arrived == s2.partials_sent >= cells  # every task holds some strata
+    assert s2.estimate.sample == s1.sample and s2.estimate.population == s1.population == len(rows)
+    assert s2.estimate.value == pytest.approx(s1.value, rel=1e-12)
+    assert s2.estimate.half_width == pytest.approx(s1.half_width, rel=1e-9)
+    assert total.estimate.value == pytest.approx(len(rows) * s1.value, rel=1e-12)
+    assert s2.estimate.relative_error <= e_max
+
+
+def test_spark_s2_rejects_bad_arguments_in_one_line(spark):
+    df = spark.createDataFrame([(1.0, 0, 0, 1, 10)], nspark.SCHEMA)
+    with pytest.raises(AnalyticsError, match=r"must be in \(0, 1\)"):
+        nspark.approx_s2(df, "avg", 0.0)
+    with pytest.raises(AnalyticsError, match="maps=0"):
+        nspark.approx_s2(df, "avg", 0.05, maps=0)
+    with pytest.raises(AnalyticsError, match="S2's MSR"):
+        nspark.approx_s2(df, "avg", 0.05, msr=1.5)

@@ -1,0 +1,103 @@
+"""S2's reduce side without Spark: partial aggregates (moments) give the estimator of the rows themselves, a lost
+partial is a smaller sample of its stratum (the bound widens, the estimate stays unbiased), a stratum none of whose
+partials arrived is one line, and partials go over ATP (loopback) to the reducer."""
+from __future__ import annotations
+
+import math
+import random
+import statistics
+
+import pytest
+
+pytest.importorskip("pyspark", reason="pyspark is not installed (the 'spark' extra; make setup installs it)")
+
+from netapprox.analytics import AnalyticsError, estimators  # noqa: E402
+from netapprox.analytics import spark as nspark  # noqa: E402
+
+
+def _strata(seed: int, sizes=(400, 250, 60)) -> list[tuple[int, int, list[float]]]:
+    rng = random.Random(seed)
+    return [(h, n, [rng.lognormvariate(1.0 + h, 0.8) for _ in range(n)]) for h, n in enumerate(sizes)]
+
+
+def _rows(strata, fraction: float, seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    out = []
+    for h, n, values in strata:
+        for v in rng.sample(values, max(2, int(fraction * n))):
+            out.append({"stratum": h, "population": n, "value": v})
+    return out
+
+
+def test_moments_give_the_estimator_of_the_values():
+    rows = _rows(_strata(1), 0.3, 2)
+    by = {}
+    for r in rows:
+        by.setdefault(r["stratum"], []).append(r["value"])
+    pops = {r["stratum"]: r["population"] for r in rows}
+    direct = estimators.avg([estimators.Stratum(pops[h], tuple(v)) for h, v in by.items()])
+    cells = nspark.partials(rows)
+    got = nspark.combine(cells.items(), "avg")
+    assert got.value == pytest.approx(direct.value, rel=1e-12)
+    assert got.half_width == pytest.approx(direct.half_width, rel=1e-9)
+    assert nspark.combine(cells.items(), "sum").value == pytest.approx(sum(pops.values()) * direct.value, rel=1e-12)
+
+
+def test_partials_split_over_tasks_add_up_and_a_lost_one_widens_the_bound():
+    rows = _rows(_strata(3), 0.4, 4)
+    random.Random(5).shuffle(rows)  # the map tasks' shares: random (repartition)
+    tasks = [rows[i::4] for i in range(4)]
+    parts = [(h, m) for t in tasks for h, m in nspark.partials(t).items()]
+    whole = nspark.combine(nspark.partials(rows).items(), "avg")
+    split = nspark.combine(parts, "avg")
+    assert split.value == pytest.approx(whole.value, rel=1e-12)
+    lost = [p for p in parts if not (p[0] == 0 and p is parts[0])]  # one task's partial of stratum 0 lost
+    fewer = nspark.combine(lost, "avg")
+    assert fewer.sample < whole.sample and fewer.half_width > whole.half_width
+
+
+def test_losing_partials_at_random_keeps_the_estimate_unbiased_and_covered():
+    """200 draws: each task's partial of each stratum lost with probability 0.3; the estimate from what arrived
+    covers the true mean at its 95 % about as often as it should, its z-scores centred."""
+    strata = _strata(7, sizes=(2000, 1200, 500))
+    truth = sum(sum(v) for _, _, v in strata) / sum(n for _, n, _ in strata)
+    covered, zs = 0, []
+    for run in range(200):
+        rows = _rows(strata, 0.2, 100 + run)
+        rng = random.Random(10_000 + run)
+        rng.shuffle(rows)
+        tasks = [rows[i::8] for i in range(8)]
+        parts = [(h, m) for t in tasks for h, m in nspark.partials(t).items() if rng.random() > 0.3]
+        e = nspark.combine(parts, "avg")
+        covered += e.covers(truth)
+        zs.append((e.value - truth) / (e.half_width / 1.96))
+    assert covered >= 0.93 * 200
+    assert abs(statistics.mean(zs)) < 0.2
+
+
+def test_a_stratum_without_any_partial_is_one_line_and_bad_partials_are_refused():
+    rows = _rows(_strata(9), 0.3, 1)
+    parts = [(h, m) for h, m in nspark.partials(rows).items() if h != 2]
+    e = nspark.combine(parts, "avg")  # two strata: an estimate of their population only, which it says
+    assert e.population == 650
+    with pytest.raises(AnalyticsError, match="no partial aggregate arrived"):
+        nspark.combine([], "avg")
+    with pytest.raises(AnalyticsError, match="populations"):
+        nspark.combine([(0, estimators.Moments(10, 2, 1.0, 1.0)), (0, estimators.Moments(11, 2, 1.0, 1.0))], "avg")
+    with pytest.raises(AnalyticsError, match="36 bytes"):
+        nspark.decode_partial(b"x" * 10)
+    with pytest.raises(AnalyticsError, match="population of 5"):
+        nspark.decode_partial(nspark.PARTIAL.pack(1, 5, 9, 1.0, 1.0))
+    assert math.isfinite(e.value)
+
+
+def test_partials_go_over_atp_to_the_reducer():
+    rows = _rows(_strata(11), 0.3, 2)
+    cells = nspark.partials(rows)
+    with nspark.Reducer() as red:
+        for j in (1, 2):
+            summary = nspark.send_partials(red.address, cells, job_id=j, seed=3)
+            assert summary.msr_met()
+        red.wait([1, 2], 10)
+        got = [p for j in (1, 2) for p in red.jobs[j]["partials"]]
+    assert sorted(got, key=lambda p: p[0]) == sorted(list(cells.items()) * 2, key=lambda p: p[0])
