@@ -13,8 +13,8 @@ Every number is a ratio of two things measured in this run, on this machine, wit
    best of every peer transport (pFabric, Homa, Aeolus, ExpressPass) on a k=4 fat-tree;
 5. loss recovery: one job through a lossy relay on loopback at random loss 0.3 / 0.6 / 0.9 and in bursts, its JCT
    over the ideal (``bench.loss``);
-6. approximate analytics: the paper's Fig. 15 on the emulated testbed, ATP-S1 against TCP-ES / TCP-SS per e_max
-   (``bench.analytics``);
+6. approximate analytics: the paper's Fig. 15 on the emulated testbed, ATP-S1&2 (and ATP-S1) against TCP-ES / TCP-SS
+   per e_max (``bench.analytics``);
 7. streaming analytics: the paper's Fig. 17 (window averages) on the emulated testbed, ATP-S1's goodput against
    TCP-ES's (``bench.analytics_stream``).
 
@@ -88,9 +88,9 @@ HEADLINE_ABOUT = {
     "atp_jct_under_loss_over_ideal": "one job through a lossy relay, JCT / ideal, per loss pattern, the worse core "
                                      "(bars: <= 2 at random loss up to 0.6, <= 3 at 0.9 and in bursts: bench.json's "
                                      "bars)",
-    "analytics_jct_over_tcp_es": "Avg of generated TLC trips within e_max next to web-search flows (Fig. 15), ATP-S1 / "
-                                 "TCP-ES JCT, per e_max",
-    "analytics_error_over_emax": "the same, ATP-S1's largest measured error / e_max, per e_max",
+    "analytics_jct_over_tcp_es": "Avg of generated TLC trips within e_max next to web-search flows (Fig. 15), "
+                                 "ATP-S1&2 / TCP-ES JCT (both stages, input and map->reduce), per e_max",
+    "analytics_error_over_emax": "the same, ATP-S1&2's largest measured error / e_max, per e_max",
     "analytics_stream_goodput_over_tcp_es": "hourly windows of a generated TLC day, Avg within e_max next to "
                                             "web-search flows (Fig. 17), ATP-S1 / TCP-ES goodput, per e_max",
 }

@@ -20,7 +20,12 @@
 - **Fig. 16 on the testbed** (``fig16-testbed``, needs root): the same jobs sent by the live ATP sender next to
   Fig. 15's flows; per key, the error of the answer read from the sample the job stopped at.
 
-Not built here: ``atp-s12`` (ATP for the map->reduce stage too: the Spark port's S2).
+``atp-s12`` (ATP-S1&2) adds the map->reduce stage: once the first stage ended, host 1 (the map task) sends its
+partial aggregates (one 36-byte message per stratum, ``analytics.partials``) to host 3 (the reduce task) over ATP at
+MSR 1, and TCP-ES / TCP-SS send them over TCP; a job's JCT is then from its first stage's start to its last
+partial at the reducer. The partials' bytes on the testbed are their sizes (the programs move workloads, not
+Spark's values); the reducer's answer is computed from the rows the map task's host received, which is what its
+partials carry when all of them arrive (each trial's S2 ``msr_met``; the Spark port moves the real partials).
 ``plot_fig15`` / ``plot_fig16`` draw the figures (``run`` writes them beside ``result.json``). ``FIGURES`` is the registry: a figure is a
 function ``(seeds, out_dir, progress) -> dict``; the streaming evaluation adds ``fig17`` with :func:`register`.
 """
@@ -41,7 +46,13 @@ from netapprox.hostlib.config import AtpConfig
 
 E_MAXES = (0.01, 0.02, 0.05, 0.10)
 TRIPS = 20_000
-FIG15_PROTOCOLS = ("atp-s1", "tcp-es", "tcp-ss")
+FIG15_PROTOCOLS = ("atp-s1", "atp-s12", "tcp-es", "tcp-ss")
+TWO_STAGE = ("atp-s12", "tcp-es", "tcp-ss")
+"""Trials that run the job's second stage (S2) too: the map task on the first stage's receiver (host 1) sends its
+partial aggregates to the reduce task (host 3) once the first stage ended, over the trial's transport (ATP-S1&2:
+ATP at S2's MSR, every partial; TCP-ES / TCP-SS: TCP). ``atp-s1`` is the first stage alone (the paper's ATP-S1
+moves S2 over TCP; here its column is the stage it changes, compared with the TCP trials' first stage)."""
+S2_HOSTS = (1, 3)
 FLOW_LOAD = 0.3
 """Background: web-search TCP flows (non-approximate) into the job's receiver at this share of the link, as the
 paper's Fig. 15 runs next to production-like traffic (``make bench``'s coexist section's load)."""
@@ -123,6 +134,15 @@ def workload(job: AnalyticsJob, seed: int):
     return JobWorkload(kind="tlc", seed=seed, sizes=sizes, ready_s=(0.0,) * len(sizes))
 
 
+def s2_workload(job: AnalyticsJob, seed: int):
+    """The map task's partial aggregates as a workload: one message of ``partials.PARTIAL.size`` bytes per stratum
+    of the job (one map task: the first stage's one receiver)."""
+    from netapprox.analytics.partials import PARTIAL
+    from netapprox.experiments.jobs import JobWorkload
+    n = len(job.strata)
+    return JobWorkload(kind="partials", seed=seed, sizes=(PARTIAL.size,) * n, ready_s=(0.0,) * n)
+
+
 def delivered_ids(protocol: str, n: int, msr: float, rx: dict | None) -> list[int] | None:
     """The message ids a transport delivered, from its summary (ATP: the sender's, whose ``lost_ids`` are every
     message not delivered; TCP: the receiver's; ``None`` when unknown)."""
@@ -177,11 +197,14 @@ def fig15(seeds: Sequence[int], out: Path, progress: Callable[[str], None]) -> d
         dur = 4.0 * wl.total_bytes * msr * 8 / scale.rate_bps + FLOW_LEAD_S + scale.slack_s
         flows = tuple(web_search_flows(p.seed, load=FLOW_LOAD, link_bps=scale.rate_bps, duration_s=dur,
                                        senders=[2], receivers=[1], size_scale=scale.flow_size_scale))
+        s2 = s2_workload(p.job, p.seed)
         for proto in FIG15_PROTOCOLS:
             params = {"figure": "fig15", "e_max": p.e_max}
-            live = str(job_file) if proto == "atp-s1" else None
-            tp = TrialPlan(params, p.seed, proto, (JobPlan(1, 0, 1, wl, msr, start_s=FLOW_LEAD_S, analytics=live),),
-                           flows=flows)
+            live = str(job_file) if proto in ("atp-s1", "atp-s12") else None
+            jobs = (JobPlan(1, 0, 1, wl, msr, start_s=FLOW_LEAD_S, analytics=live),)
+            if proto in TWO_STAGE:
+                jobs += (JobPlan(2, S2_HOSTS[0], S2_HOSTS[1], s2, 1.0, after=1),)
+            tp = TrialPlan(params, p.seed, proto, jobs, flows=flows)
             kind = switch_for(proto)
             by_kind.setdefault(kind, []).append((p, msr, dataclasses.replace(tp, switch=kind)))
     for kind, trials in by_kind.items():
@@ -205,16 +228,27 @@ def _measure(p: Fig15Job, tp, msr: float, rec: dict, wd: Path) -> dict:
     stopped it, from its sender's summary); ``delivered_error`` is that of every row the receiver got. A TCP's is
     the estimate from the rows it delivered."""
     job = rec["jobs"][0]
-    atp = tp.protocol == "atp-s1"
+    atp = tp.protocol in ("atp-s1", "atp-s12")
     rx = _read_summary(wd, tp, "tx1.json" if atp else "rx1.json")
-    ids = delivered_ids(tp.protocol, len(p.job.rows), msr, rx)
-    row: dict[str, Any] = {"jct_s": job.get("jct_s"), "msr_met": job.get("msr_met")}
+    ids = delivered_ids("atp" if atp else tp.protocol, len(p.job.rows), msr, rx)
+    row: dict[str, Any] = {"jct_s": job.get("jct_s"), "s1_jct_s": job.get("jct_s"), "msr_met": job.get("msr_met")}
+    if tp.protocol in TWO_STAGE:
+        s2 = rec["jobs"][1] if len(rec["jobs"]) > 1 else {}
+        done = (s2.get("start_wall") or 0) + (s2.get("jct_s") or 0) if s2.get("jct_s") is not None else None
+        row.update(s2_jct_s=s2.get("jct_s"), s2_msr_met=s2.get("msr_met"),
+                   s2_wait_s=(s2["start_wall"] - job["start_wall"] - job["jct_s"])
+                   if s2.get("start_wall") and job.get("start_wall") and job.get("jct_s") else None,
+                   jct_s=(done - job["start_wall"]) if done and job.get("start_wall") else None)
+        if not s2.get("msr_met"):
+            row["error"] = f"S2 did not deliver every partial aggregate: {s2.get('error') or s2}"
     if ids:
-        est = p.job.estimate(_received(p.job, ids)).answer("avg")
+        from netapprox.analytics.job import LIVE_LOOKS
+        looks = LIVE_LOOKS if atp else 1
+        est = p.job.estimate(_received(p.job, ids), looks=looks).answer("avg")
         row.update(rows=len(ids), measured_error=relative_error(est.estimate.value, p.truth),
                    reported_error=est.error)
     own = (rx or {}).get("analytics")
-    if atp and own:
+    if tp.protocol == "atp-s1" and own:
         a = next(x for x in own["answers"] if x["group"] is None)
         row.update(delivered_rows=row.get("rows"), delivered_error=row.get("measured_error"), rows=own["received"],
                    measured_error=relative_error(a["estimate"]["estimate"], p.truth), reported_error=a["error"],
@@ -236,33 +270,49 @@ def _read_summary(wd: Path, tp, name: str) -> dict | None:
 
 
 def summarize_fig15(rows: Sequence[dict]) -> dict:
-    """Per e_max: mean JCT per transport, ATP-S1's JCT over each TCP's (mean over seeds of the per-seed ratios),
-    and the largest measured error over e_max."""
+    """Per e_max: mean JCT per transport (the whole job: ATP-S1's is its one stage), the first stage's mean JCT,
+    ATP-S1&2's JCT over each TCP's (``atp_s12_over_tcp_es`` / ``_ss``, whole jobs) and ATP-S1's first stage over
+    each TCP's first stage (``atp_over_tcp_es`` / ``_ss``), each the mean over seeds of the per-seed ratios, and
+    the largest measured error over e_max."""
     out: dict[str, Any] = {}
+
+    def ratios(rs, num: str, key_num: str, key_den: str) -> dict[str, list[float]]:
+        r: dict[str, list[float]] = {"tcp-es": [], "tcp-ss": []}
+        for seed in sorted({x["seed"] for x in rs}):
+            a = [x[key_num] for x in rs if x["seed"] == seed and x["protocol"] == num and x.get(key_num)]
+            for base in r:
+                b = [x[key_den] for x in rs if x["seed"] == seed and x["protocol"] == base and x.get(key_den)]
+                if a and b:
+                    r[base].append(a[0] / b[0])
+        return r
+
+    def mean(v):
+        return statistics.mean(v) if v else None
+
     for e in sorted({r["e_max"] for r in rows}):
         rs = [r for r in rows if r["e_max"] == e and not r.get("error")]
-        jct = {pr: [r["jct_s"] for r in rs if r["protocol"] == pr and r.get("jct_s") is not None]
-               for pr in FIG15_PROTOCOLS}
+        protos = [pr for pr in FIG15_PROTOCOLS if any(r["protocol"] == pr for r in rows)]
         err = {pr: [r["measured_error"] for r in rs if r["protocol"] == pr and r.get("measured_error") is not None]
-               for pr in FIG15_PROTOCOLS}
-        ratios: dict[str, list[float]] = {"tcp-es": [], "tcp-ss": []}
-        for seed in sorted({r["seed"] for r in rs}):
-            a = [r["jct_s"] for r in rs if r["seed"] == seed and r["protocol"] == "atp-s1" and r.get("jct_s")]
-            for base in ratios:
-                b = [r["jct_s"] for r in rs if r["seed"] == seed and r["protocol"] == base and r.get("jct_s")]
-                if a and b:
-                    ratios[base].append(a[0] / b[0])
+               for pr in protos}
+        s1 = ratios(rs, "atp-s1", "s1_jct_s", "s1_jct_s")
+        s12 = ratios(rs, "atp-s12", "jct_s", "jct_s")
         out[f"{e:g}"] = {
-            "jct_mean_s": {pr: statistics.mean(v) if v else None for pr, v in jct.items()},
-            "atp_over_tcp_es": statistics.mean(ratios["tcp-es"]) if ratios["tcp-es"] else None,
-            "atp_over_tcp_ss": statistics.mean(ratios["tcp-ss"]) if ratios["tcp-ss"] else None,
-            "atp_over_tcp_es_per_seed": ratios["tcp-es"], "atp_over_tcp_ss_per_seed": ratios["tcp-ss"],
+            "jct_mean_s": {pr: mean([r["jct_s"] for r in rs if r["protocol"] == pr and r.get("jct_s") is not None])
+                           for pr in protos},
+            "s1_jct_mean_s": {pr: mean([r["s1_jct_s"] for r in rs if r["protocol"] == pr
+                                        and r.get("s1_jct_s") is not None]) for pr in protos},
+            "s2_jct_mean_s": {pr: mean([r["s2_jct_s"] for r in rs if r["protocol"] == pr
+                                        and r.get("s2_jct_s") is not None]) for pr in protos if pr in TWO_STAGE},
+            "atp_over_tcp_es": mean(s1["tcp-es"]), "atp_over_tcp_ss": mean(s1["tcp-ss"]),
+            "atp_over_tcp_es_per_seed": s1["tcp-es"], "atp_over_tcp_ss_per_seed": s1["tcp-ss"],
+            "atp_s12_over_tcp_es": mean(s12["tcp-es"]), "atp_s12_over_tcp_ss": mean(s12["tcp-ss"]),
+            "atp_s12_over_tcp_es_per_seed": s12["tcp-es"], "atp_s12_over_tcp_ss_per_seed": s12["tcp-ss"],
             "error_max": {pr: max(v) if v else None for pr, v in err.items()},
             "error_over_emax": {pr: max(v) / e if v else None for pr, v in err.items()},
-            "fraction": statistics.mean(r["msr"] for r in rs if r["protocol"] == "atp-s1") if rs else None,
-            "rows_mean": {pr: statistics.mean(v) if (v := [r["rows"] for r in rs if r["protocol"] == pr and
-                                                           r.get("rows") is not None]) else None
-                          for pr in FIG15_PROTOCOLS},
+            "fraction": mean([r["msr"] for r in rs if r["protocol"] == "atp-s1"]),
+            "rows_mean": {pr: mean([r["rows"] for r in rs if r["protocol"] == pr and r.get("rows") is not None])
+                          for pr in protos},
+            "trials_failed": sum(1 for r in rows if r["e_max"] == e and r.get("error")),
         }
     return out
 

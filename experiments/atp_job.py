@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from netapprox.experiments.hostprog import add_start_at, address, emit_summary, wait_for_start
+from netapprox.experiments.hostprog import (add_start_after, add_start_at, address, emit_summary, mark_done,
+                                            wait_for_file, wait_for_start)
 from netapprox.experiments.jobs import JobWorkload
 from netapprox.hostlib import api
 from netapprox.hostlib.config import (
@@ -90,6 +91,7 @@ def send(args: argparse.Namespace) -> dict:
     late = wait_for_start(args.start_at)
     start_wall = time.time()
     summary = api.send_job(address(args.dest, DEFAULT_ATP_PORT), job, **kw)
+    mark_done(args.done_file)
     out = _jsonable(summary)
     out.update(protocol="atp", start_wall=start_wall, late_start_s=late, n=len(job.messages), msr=args.msr,
                end_wall=start_wall + float(out.get("jct_s") or 0.0))
@@ -118,6 +120,7 @@ def send_analytics(args: argparse.Namespace) -> dict:
     start_wall = time.time()
     res = job.send(address(args.dest, DEFAULT_ATP_PORT), msr=None if args.msr is None else args.msr,
                    adapt=not args.no_adapt, **kw)
+    mark_done(args.done_file)
     out = _jsonable(res.summary)
     out.update(protocol="atp", start_wall=start_wall, late_start_s=late, n=len(job.rows), msr=args.msr,
                end_wall=start_wall + float(out.get("jct_s") or 0.0),
@@ -174,6 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         s.add_argument("--timeline", default=None)
         s.add_argument("--json")
         add_start_at(s)
+        add_start_after(s)
     r = sub.add_parser("recv")
     r.add_argument("bind")
     r.add_argument("--jobs", type=int, default=1)
@@ -198,6 +202,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             parse_queue_packets(args.queue_packets)
         except ConfigError as exc:
             p.error(str(exc))
+    if args.cmd != "recv":
+        wait_for_file(args.start_after)
     out = recv(args) if args.cmd == "recv" else send(args)
     emit_summary(out, args.json)
     return 0

@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from netapprox.hostlib import wire
-from netapprox.experiments.hostprog import add_start_at, address, emit_summary, wait_for_start
+from netapprox.experiments.hostprog import (add_start_after, add_start_at, address, emit_summary, mark_done,
+                                            wait_for_file, wait_for_start)
 from netapprox.experiments.jobs import JobWorkload
 from netapprox.hostlib.config import required_messages
 from netapprox.topo.trafgen import Pacer, send_paced
@@ -468,6 +469,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--timeout", type=float, default=120.0)
     s.add_argument("--json")
     add_start_at(s)
+    add_start_after(s)
     job_opts(s)
 
     r = sub.add_parser("tcp-recv", help="TCP-ES/SS receiver")
@@ -501,9 +503,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.cmd == "tcp-send":
+        wait_for_file(args.start_after, args.timeout)
         out = tcp_send(address(args.dest, TCP_DEFAULT_PORT), _job_from_args(args), job_id=args.job_id,
                        msr=args.msr, mode=args.mode, seed=args.seed, cc=args.cc, timeout=args.timeout,
                        start_at=args.start_at)
+        mark_done(args.done_file)
     elif args.cmd == "tcp-recv":
         out = tcp_receive(address(args.bind, TCP_DEFAULT_PORT), jobs=args.jobs, timeout=args.timeout,
                           ready_file=args.ready_file)

@@ -400,6 +400,11 @@ class _TrialRun:
         job_file.write_text(json.dumps(j.workload.to_dict()))
         out = wd / f"tx{j.job_id}.json"
         start = ["--start-at", repr(self.t_start + j.start_s)]
+        if j.after is not None:  # a second stage: once job ``after``'s sender ended
+            (wd / f"done{j.after}").unlink(missing_ok=True)
+            start = ["--start-after", str(wd / f"done{j.after}")]
+        if any(k.after == j.job_id for k in self.plan.jobs):
+            start += ["--done-file", str(wd / f"done{j.job_id}")]
         jid = str(self.wire_id[j.job_id])
         if is_atp(protocol):
             v = atp_variant(protocol)

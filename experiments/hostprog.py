@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,30 @@ def address(text: str, default_port: int) -> tuple[str, int]:
 def add_start_at(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--start-at", type=float, default=None, metavar="WALL",
                         help="wait until this time.time() instant before starting (the trial's start line)")
+
+
+def add_start_after(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--start-after", default=None, metavar="FILE",
+                        help="start once FILE exists (another sender's --done-file: a stage that follows another)")
+    parser.add_argument("--done-file", default=None, metavar="FILE",
+                        help="create FILE the moment the transfer ended, before the summary is computed and written")
+
+
+def mark_done(path: str | None) -> None:
+    """Create ``path`` (None: nothing): a following stage's ``--start-after`` starts on it."""
+    if path is not None:
+        Path(path).write_bytes(b"")
+
+
+def wait_for_file(path: str | None, timeout: float = 300.0, poll_s: float = 0.001) -> None:
+    """Poll every ``poll_s`` until ``path`` exists (None: return at once); one line after ``timeout`` s."""
+    if path is None:
+        return
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"--start-after {path}: not there after {timeout:g} s")
+        time.sleep(poll_s)
 
 
 def wait_for_start(start_at: float | None) -> float:

@@ -28,6 +28,7 @@ ATP_VARIANTS: dict[str, dict[str, Any]] = {
     "atp-early": {"mode": "paper", "mrdf": True, "completion": "early"},
     "atp-all-sent": {"mode": "adaptive", "mrdf": True, "completion": "all_sent"},
     "atp-s1": {"mode": "adaptive", "mrdf": False},
+    "atp-s12": {"mode": "adaptive", "mrdf": False},
 }
 """The ATP variants of the papers' figures, as hostlib ``AtpConfig`` knobs: ``atp`` is hostlib's default sender
 (adaptive); ``atp-full`` (also ``atp-paper``) the paper's eq. 1-3 with dynamic TLR and the controller's dynamic
@@ -113,6 +114,9 @@ class JobPlan:
     """An ATP job that is an analytics job (``AnalyticsJob.save``'s file, with ``workload`` its message sizes): its
     sender sends its rows, its MSR following its running estimate from the paper's heuristic (``msr`` is then what
     the baselines send)."""
+    after: int | None = None
+    """Start once job ``after`` of the trial has ended (its sender returned; the analytics evaluation's
+    second stage, S2, whose sender is the first stage's receiver host), not at ``start_s``."""
 
 
 @dataclasses.dataclass(frozen=True)

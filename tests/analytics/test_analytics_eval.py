@@ -29,13 +29,30 @@ def test_analytics_eval_delivered_rows_per_transport():
 
 
 def test_analytics_eval_fig15_summary_is_ratios_of_the_same_seed():
-    rows = [{"seed": s, "e_max": 0.05, "protocol": p, "jct_s": j, "measured_error": 0.01, "msr": 0.1}
-            for s, js in ((1, (1.0, 2.0, 4.0)), (2, (3.0, 3.0, 3.0)))
-            for p, j in zip(A.FIG15_PROTOCOLS, js)]
+    """ATP-S1 against the TCPs' first stage; ATP-S1&2 against the TCPs' whole job (both stages), per seed."""
+    rows = [{"seed": s, "e_max": 0.05, "protocol": p, "s1_jct_s": j1, "jct_s": j, "measured_error": 0.01,
+             "msr": 0.1}
+            for s, js in ((1, ((1.0, 1.0), (1.5, 1.6), (2.0, 2.5), (4.0, 4.5))),
+                          (2, ((3.0, 3.0), (3.0, 3.3), (3.0, 3.3), (3.0, 3.3))))
+            for p, (j1, j) in zip(A.FIG15_PROTOCOLS, js)]
     s = A.summarize_fig15(rows)["0.05"]
     assert s["atp_over_tcp_es_per_seed"] == [0.5, 1.0] and s["atp_over_tcp_es"] == pytest.approx(0.75)
     assert s["atp_over_tcp_ss_per_seed"] == [0.25, 1.0]
-    assert s["error_over_emax"]["atp-s1"] == pytest.approx(0.2)
+    assert s["atp_s12_over_tcp_es_per_seed"] == pytest.approx([1.6 / 2.5, 1.0])
+    assert s["atp_s12_over_tcp_ss_per_seed"] == pytest.approx([1.6 / 4.5, 1.0])
+    assert s["jct_mean_s"]["atp-s12"] == pytest.approx(2.45) and s["s1_jct_mean_s"]["tcp-es"] == pytest.approx(2.5)
+    assert s["error_over_emax"]["atp-s12"] == pytest.approx(0.2)
+
+
+def test_analytics_eval_fig15_runs_s2_after_s1_for_the_two_stage_transports():
+    """The S2 job: one partial aggregate (36 bytes) per stratum, from the first stage's receiver to the reducer,
+    started once the first stage's sender ended, at MSR 1."""
+    from netapprox.analytics.job import AnalyticsJob, Query
+    from netapprox.analytics.partials import PARTIAL
+    job = AnalyticsJob(A.trips(2000, 1), [Query("avg", 0.1)], seed=1)
+    wl = A.s2_workload(job, 1)
+    assert wl.sizes == (PARTIAL.size,) * len(job.strata) and PARTIAL.size == 36
+    assert set(A.TWO_STAGE) == set(A.FIG15_PROTOCOLS) - {"atp-s1"}
 
 
 def test_analytics_eval_registry_and_bad_figure(tmp_path: Path, capsys):

@@ -9,10 +9,8 @@ import statistics
 
 import pytest
 
-pytest.importorskip("pyspark", reason="pyspark is not installed (the 'spark' extra; make setup installs it)")
-
-from netapprox.analytics import AnalyticsError, estimators  # noqa: E402
-from netapprox.analytics import spark as nspark  # noqa: E402
+from netapprox.analytics import AnalyticsError, estimators
+from netapprox.analytics import partials as nspark
 
 
 def _strata(seed: int, sizes=(400, 250, 60)) -> list[tuple[int, int, list[float]]]:

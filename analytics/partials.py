@@ -1,0 +1,140 @@
+"""The map->reduce stage (the paper's S2) over ATP: a map task's partial aggregates (per stratum: the moments of its
+sampled rows), one ATP message each, sent to the reduce stage (:class:`Reducer`), which adds up what arrived and
+reads the stratified estimate and its bound from it (:func:`combine`). Spark's port (``spark.approx_s2``) runs its
+map tasks with it; this module needs neither Spark nor a JVM (docs/analytics.md, S2).
+"""
+from __future__ import annotations
+
+import dataclasses
+import random
+import struct
+import threading
+import time
+
+from netapprox.analytics import estimators
+from netapprox.analytics.errors import AnalyticsError
+from netapprox.analytics.job import AnalyticsJob
+from netapprox.hostlib.api import ReceiverEndpoint, send_job
+from netapprox.hostlib.config import JobSpec, Message
+
+PARTIAL = struct.Struct("!iqqdd")
+"""One partial aggregate on the wire (one ATP message): stratum, its population, and the count, sum and sum of
+squares of the stratum's sampled values the map task holds (36 bytes)."""
+
+S2_MSR = 1.0
+"""S2's MSR by default: every partial aggregate (docs/analytics.md, S2). A partial stands for all of one map task's
+rows of a stratum, so losing one takes ``1 / maps`` of that stratum's sample at once, after S1 delivered just
+enough rows for the bound; and they are tiny (36 bytes each, a few packets a task), so a repair costs a round
+trip and no rate. A lower MSR is allowed: the estimate is then read from the partials that arrived (a lost one is
+a smaller sample of its stratum, so the bound widens), which stays unbiased because each task's partials go in a
+seeded random order and each task holds a random share of every stratum's rows (``repartition``)."""
+
+
+def encode_partial(stratum: int, m: estimators.Moments) -> bytes:
+    return PARTIAL.pack(stratum, m.population, m.n, m.total, m.total_sq)
+
+
+def decode_partial(data: bytes) -> tuple[int, estimators.Moments]:
+    if len(data) != PARTIAL.size:
+        raise AnalyticsError(f"a partial aggregate is {PARTIAL.size} bytes, not {len(data)}")
+    h, pop, n, t, t2 = PARTIAL.unpack(data)
+    if pop < 1 or not 0 <= n <= pop:
+        raise AnalyticsError(f"partial aggregate of stratum {h}: {n} rows of a population of {pop}")
+    return h, estimators.Moments(pop, n, t, t2)
+
+
+def partials(rows, column: str = "value") -> dict[int, estimators.Moments]:
+    """A map task's partial aggregates: per stratum, the moments of ``column`` over its rows (Spark ``Row``s of the
+    netapprox source, or anything with ``stratum``, ``population`` and ``column``)."""
+    out: dict[int, list] = {}
+    for r in rows:
+        v = float(r[column])
+        c = out.setdefault(int(r["stratum"]), [int(r["population"]), 0, 0.0, 0.0])
+        c[1] += 1
+        c[2] += v
+        c[3] += v * v
+    return {h: estimators.Moments(*c) for h, c in out.items()}
+
+
+def send_partials(dest: str, cells: dict[int, estimators.Moments], *, job_id: int, msr: float = S2_MSR,
+                  seed: int = 0, timeout: float = 30.0):
+    """One map task's partial aggregates to the reduce stage at ``dest``: one ATP job, one message per stratum, in
+    a random order seeded by ``seed`` and ``job_id`` (MRDF off); the sender's ``SendSummary``."""
+    items = sorted(cells.items())
+    random.Random(seed * 1_000_003 + job_id).shuffle(items)
+    spec = JobSpec(job_id=job_id, messages=tuple(Message(encode_partial(h, m)) for h, m in items), msr=msr)
+    return send_job(dest, spec, config=AnalyticsJob.config(), timeout=timeout)
+
+
+class Reducer:
+    """The reduce stage's receiving end: an ATP receiver on ``bind`` (port 0: any; ``address`` says which) that
+    keeps every partial aggregate of every map task's job that finishes, until :meth:`close`."""
+
+    def __init__(self, bind: str = "127.0.0.1:0") -> None:
+        host, _, port = bind.rpartition(":")
+        if port == "0":  # any free port (the receiver's own parser wants one named)
+            import socket
+            with socket.socket(socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.bind((host.strip("[]"), 0))
+                bind = f"{host}:{s.getsockname()[1]}"
+        self._ep = ReceiverEndpoint(bind, config=AnalyticsJob.config())
+        self.address = f"{self._ep.bound[0]}:{self._ep.bound[1]}"
+        self.jobs: dict[int, dict] = {}
+        self._arrived: dict[int, list[bytes]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        def on_message(ev):
+            self._arrived.setdefault(ev.job_id, []).append(ev.data)
+
+        def on_job(r):
+            good, bad = [], 0
+            for d in self._arrived.pop(r.job_id, []):
+                try:
+                    good.append(decode_partial(d))
+                except AnalyticsError:  # not a partial aggregate: counted, never estimated from
+                    bad += 1
+            self.jobs[r.job_id] = {"partials": good, "total": r.total, "malformed": bad}
+
+        while not self._stop.is_set():
+            self._ep.serve(jobs=None, timeout=0.1, on_job=on_job, on_message=on_message)
+
+    def wait(self, job_ids, timeout: float) -> None:
+        """Until every job of ``job_ids`` finished here (one line if not within ``timeout`` s)."""
+        deadline = time.monotonic() + timeout
+        while not set(job_ids) <= set(self.jobs):
+            if time.monotonic() > deadline:
+                missing = sorted(set(job_ids) - set(self.jobs))
+                raise AnalyticsError(f"reduce stage {self.address}: the partial aggregates of map task(s) "
+                                     f"{missing} did not arrive within {timeout:g} s")
+            time.sleep(0.01)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._ep.close()
+
+    def __enter__(self) -> "Reducer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def combine(partials_arrived, aggregate: str, confidence: float = 0.95, looks: int = 1) -> estimators.Estimate:
+    """The reduce side: the partial aggregates that arrived, ``(stratum, Moments)`` from any tasks, added up per
+    stratum and read as :func:`approx` reads rows (``looks`` as there)."""
+    fn = {"avg": estimators.avg_from_moments, "sum": estimators.total_from_moments}.get(aggregate)
+    if fn is None:
+        raise AnalyticsError(f"aggregate {aggregate!r}: avg or sum")
+    if not (isinstance(looks, int) and looks >= 1):
+        raise AnalyticsError(f"looks={looks!r}: an integer >= 1")
+    merged = estimators.merge_moments(partials_arrived)
+    if not merged:
+        raise AnalyticsError("no partial aggregate arrived: nothing to estimate from")
+    est = fn(merged.values(), 1.0 - (1.0 - confidence) / looks, aggregate)
+    return dataclasses.replace(est, confidence=confidence)
+
+
