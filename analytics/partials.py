@@ -123,9 +123,11 @@ class Reducer:
         self.close()
 
 
-def combine(partials_arrived, aggregate: str, confidence: float = 0.95, looks: int = 1) -> estimators.Estimate:
+def combine(partials_arrived, aggregate: str, confidence: float = 0.95, looks: int = 1, *,
+            strata=None) -> estimators.Estimate:
     """The reduce side: the partial aggregates that arrived, ``(stratum, Moments)`` from any tasks, added up per
-    stratum and read as :func:`approx` reads rows (``looks`` as there)."""
+    stratum and read as ``spark.approx`` reads rows (``looks`` as there). ``strata``: every stratum the map tasks
+    held; one of them without any partial is one line (the estimate would be of part of the population)."""
     fn = {"avg": estimators.avg_from_moments, "sum": estimators.total_from_moments}.get(aggregate)
     if fn is None:
         raise AnalyticsError(f"aggregate {aggregate!r}: avg or sum")
@@ -134,6 +136,10 @@ def combine(partials_arrived, aggregate: str, confidence: float = 0.95, looks: i
     merged = estimators.merge_moments(partials_arrived)
     if not merged:
         raise AnalyticsError("no partial aggregate arrived: nothing to estimate from")
+    missing = sorted(set(strata or ()) - set(merged))
+    if missing:
+        raise AnalyticsError(f"no partial aggregate of stratum {missing[0]} arrived ({len(missing)} strata without "
+                             f"one): the estimate would be of part of the population (raise S2's MSR)")
     est = fn(merged.values(), 1.0 - (1.0 - confidence) / looks, aggregate)
     return dataclasses.replace(est, confidence=confidence)
 

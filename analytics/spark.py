@@ -270,7 +270,8 @@ def approx_s2(df, aggregate: str, e_max: float, *, maps: int = 2, confidence: fl
             raise AnalyticsError("no rows arrived: nothing to estimate from")
         reducer.wait([j for j, *_ in sent], timeout)
         arrived = [p for j, *_ in sent for p in reducer.jobs[j]["partials"]]
+        strata = None if msr >= 1.0 else {r[0] for r in df.select("stratum").distinct().collect()}
         start = min(t for _, _, t, _ in sent)
         s2 = max(t + jct for _, _, t, jct in sent) - start
-    est = combine(arrived, aggregate, confidence, looks)
+    est = combine(arrived, aggregate, confidence, looks, strata=strata)
     return S2Result(est, len(sent), sum(n for _, n, _, _ in sent), len(arrived), s2)

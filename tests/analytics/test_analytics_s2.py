@@ -78,6 +78,8 @@ def test_a_stratum_without_any_partial_is_one_line_and_bad_partials_are_refused(
     parts = [(h, m) for h, m in nspark.partials(rows).items() if h != 2]
     e = nspark.combine(parts, "avg")  # two strata: an estimate of their population only, which it says
     assert e.population == 650
+    with pytest.raises(AnalyticsError, match="no partial aggregate of stratum 2 arrived"):
+        nspark.combine(parts, "avg", strata={0, 1, 2})
     with pytest.raises(AnalyticsError, match="no partial aggregate arrived"):
         nspark.combine([], "avg")
     with pytest.raises(AnalyticsError, match="populations"):
