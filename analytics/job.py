@@ -157,7 +157,7 @@ class Result:
     phases: dict | None = dataclasses.field(default=None, compare=False, repr=False)
     """:meth:`AnalyticsJob.send`: where its time went, in seconds from the start (``first_ack_s``: the first row
     acknowledged, after the announce and any RETRY; ``look_s``: each look; ``stop_s``: the look that stopped it;
-    ``jct_s``; ``closed_s``), the CPU time its estimates took (``estimate_cpu_s``, over ``steps`` calls), and the
+    ``jct_s``; ``closed_s``; ``start_wall``: ``time.time()`` at the start), the CPU time its estimates took (``estimate_cpu_s``, over ``steps`` calls), and the
     RETRYs that made it start over (``retries``)."""
 
     @property
@@ -357,12 +357,12 @@ class AnalyticsJob:
         return self.estimate(t.received, jct_s=t.summary.jct_s, msr=final)
 
     def send(self, dest: str, *, msr: Mapping[int, float] | float | None = None, config: AtpConfig = AtpConfig(),
-             adapt: bool = True, **kw) -> Result:
+             adapt: bool = True, on_sent: Callable[[], None] | None = None, **kw) -> Result:
         """The job over UDP to the ATP receiver at ``dest`` (``hostlib.api.send_job``; ``kw``: its ``timeout``,
         ``timeline``, ``report_to``, ``bind``), starting at ``msr`` (by default :meth:`initial_msr`). ``adapt``: the
         MSR follows the running estimate of the rows the receiver acknowledged and the job ends as soon as every
         bound holds, as :meth:`run` does over the simulated link (:class:`_LiveMsr`, ``AtpSender.set_msr`` on the
-        live job). The answers, from the rows the receiver acknowledged (with ``adapt``: those of the look that
+        live job). ``on_sent()`` is called the moment the ATP job ended, before the answers are computed. The answers, from the rows the receiver acknowledged (with ``adapt``: those of the look that
         stopped the job), and the sender's summary as ``Result.summary``."""
         from netapprox.hostlib import api, events
         spec = self.job_spec(msr)
@@ -370,7 +370,8 @@ class AnalyticsJob:
         acked: dict[int, bytes] = {}
         clock = time.monotonic
         t0 = clock()
-        ph = {"first_ack_s": None, "estimate_cpu_s": 0.0, "steps": 0, "look_s": [], "stop_s": None, "retries": 0}
+        ph = {"first_ack_s": None, "estimate_cpu_s": 0.0, "steps": 0, "look_s": [], "stop_s": None, "retries": 0,
+              "start_wall": time.time()}
 
         def on_event(ev) -> None:
             if isinstance(ev, events.MessageAcked):
@@ -392,6 +393,8 @@ class AnalyticsJob:
                 ph["stop_s"] = c - t0
 
         summary = api.send_job(dest, spec, config=self.config(config), on_event=on_event, on_step=step, **kw)
+        if on_sent is not None:
+            on_sent()
         final = {g["group_id"]: g["msr"] for g in summary.as_dict()["groups"]}
         end = {"jct_s": summary.jct_s, "msr": final}
         res = live.result(acked, **end) if live is not None else self.estimate(acked, **end)
