@@ -15,7 +15,7 @@ import math
 from typing import Sequence
 
 from netapprox.analytics.errors import AnalyticsError
-from netapprox.analytics.estimators import MIN_SAMPLE_PER_STRATUM, Stratum, z_of
+from netapprox.analytics.estimators import MIN_SAMPLE_PER_STRATUM, Moments, Stratum, z_of
 
 MIN_MSR = 0.05
 """No bound sets an MSR below this: a few rows of every stratum always arrive to estimate from."""
@@ -48,6 +48,27 @@ def needed_fraction(strata: Sequence[Stratum], e_max: float, confidence: float) 
     for s in ss:
         m = math.fsum(s.values) / s.n
         s2 = math.fsum((v - m) ** 2 for v in s.values) / (s.n - 1) if s.n > 1 else 0.0
+        w = s.population / big_n
+        mean += w * m
+        a += w * w * s2 / s.population
+    if mean == 0.0:
+        return None
+    b = (e_max * mean / z_of(confidence)) ** 2
+    return a / (a + b) if a > 0 else 0.0
+
+
+def needed_fraction_moments(strata: Sequence[Moments], e_max: float, confidence: float) -> float | None:
+    """:func:`needed_fraction` from each stratum's moments (count, sum, sum of squares of its sampled values):
+    the same fraction in O(strata), for a caller that keeps the moments as rows arrive (the live MSR)."""
+    ss = [s for s in strata if s.population > 0]
+    big_n = sum(s.population for s in ss)
+    if not ss or any(s.n < MIN_SAMPLE_PER_STRATUM and s.n < s.population for s in ss):
+        return None
+    a = 0.0
+    mean = 0.0
+    for s in ss:
+        m = s.total / s.n
+        s2 = max(0.0, (s.total_sq - s.n * m * m) / (s.n - 1)) if s.n > 1 else 0.0
         w = s.population / big_n
         mean += w * m
         a += w * w * s2 / s.population

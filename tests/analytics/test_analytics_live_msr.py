@@ -1,6 +1,8 @@
 """The analytics job adjusts its MSR while it runs (AtpSender.set_msr) and ends as soon as every bound holds."""
 from __future__ import annotations
 
+import pytest
+
 from netapprox.analytics import AnalyticsJob, Query, correlated_rows, link
 from netapprox.hostlib.config import AtpConfig
 
@@ -70,3 +72,32 @@ def test_analytics_job_file_round_trip_and_bad_file(tmp_path):
     (tmp_path / "bad.job").write_bytes(b"not a job")
     with pytest.raises(AnalyticsError, match="not an analytics job file"):
         AnalyticsJob.load(tmp_path / "bad.job")
+
+
+def test_analytics_needed_msr_from_running_moments_is_the_one_from_the_values():
+    """The live MSR keeps each stratum's moments as rows arrive and reads Avg's and Sum's need from them: the same
+    MSRs as from the values, thin strata merged alike (a sample of 3 % leaves some strata with one row or none)."""
+    import random
+
+    from netapprox.analytics.job import _LiveMsr
+    rows = correlated_rows(6000, seed=2)
+    for q in (Query("avg", 0.05, per_group=True), Query("sum", 0.02)):
+        job = AnalyticsJob(rows, [q], seed=2)
+        spec = job.job_spec(1.0)
+        live = _LiveMsr(job, spec)
+        received: dict[int, bytes] = {}
+        compared = 0
+        ids = list(range(len(rows)))
+        random.Random(3).shuffle(ids)
+        for take in (180, 600, 2400):  # grows as a running job's acknowledged rows do
+            for i in ids[len(received):take]:
+                received[i] = spec.messages[i].data
+            samples = live._samples(received)
+            moments = {g: tuple(m) for g, m in live._moments.items()}
+            by_values = job.needed_msr(received, looks=4)
+            by_moments = job.needed_msr(received, looks=4, samples=samples, moments=moments)
+            assert (by_values is None) == (by_moments is None)
+            if by_values is not None:
+                assert by_moments == {g: pytest.approx(v, rel=1e-9) for g, v in by_values.items()}
+                compared += 1
+        assert compared >= 2
