@@ -6,6 +6,7 @@ map tasks with it; this module needs neither Spark nor a JVM (docs/analytics.md,
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 import struct
 import threading
@@ -40,6 +41,8 @@ def decode_partial(data: bytes) -> tuple[int, estimators.Moments]:
     h, pop, n, t, t2 = PARTIAL.unpack(data)
     if pop < 1 or not 0 <= n <= pop:
         raise AnalyticsError(f"partial aggregate of stratum {h}: {n} rows of a population of {pop}")
+    if not (math.isfinite(t) and math.isfinite(t2) and t2 >= 0.0):
+        raise AnalyticsError(f"partial aggregate of stratum {h}: sums {t!r}, {t2!r} are not a sample's")
     return h, estimators.Moments(pop, n, t, t2)
 
 

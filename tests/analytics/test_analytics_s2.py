@@ -88,6 +88,8 @@ def test_a_stratum_without_any_partial_is_one_line_and_bad_partials_are_refused(
         nspark.decode_partial(b"x" * 10)
     with pytest.raises(AnalyticsError, match="population of 5"):
         nspark.decode_partial(nspark.PARTIAL.pack(1, 5, 9, 1.0, 1.0))
+    with pytest.raises(AnalyticsError, match="not a sample's"):
+        nspark.decode_partial(nspark.PARTIAL.pack(1, 5, 2, float("nan"), 1.0))
     assert math.isfinite(e.value)
 
 
