@@ -50,8 +50,9 @@ def test_an_announce_without_token_under_pressure_gets_a_retry_and_no_state():
     assert r.datagrams_to_send(0.0) == [] and r.dropped == {"unknown_job": 1} and r.memory.used == 0
 
 
-def test_an_announce_without_token_is_admitted_at_once_while_not_under_pressure():
-    r = AtpReceiver()
+@pytest.mark.parametrize("grants", [False, True], ids=["no-grants", "grants"])
+def test_an_announce_without_token_is_admitted_at_once_while_not_under_pressure(grants):
+    r = AtpReceiver(config=AtpConfig(receiver_grants=grants))
     hello = announce(7, G10, 10, seq=42)
     r.receive_datagram(hello, SENDER_ADDR, 0.0)
     r.receive_datagram(wire.encode(wire.Header(flags=1, job_id=7, msg_id=3, seq=43), b"x" * 100), SENDER_ADDR, 0.0)
@@ -59,7 +60,8 @@ def test_an_announce_without_token_is_admitted_at_once_while_not_under_pressure(
     assert [h.type for (h, _), _ in answers] == [wire.PacketType.ACK]  # one coalesced ACK: announce and data
     (h, payload), addr = answers[0]
     blocks, grant, token = wire.decode_ack(payload, h.flags)
-    assert addr == SENDER_ADDR and h.seq == 43 and blocks == [(42, 43)] and grant is None
+    assert addr == SENDER_ADDR and h.seq == 43 and blocks == [(42, 43)]
+    assert grant == (44 + r.grant_budget if grants else None)  # a granting receiver: one job, the whole budget
     assert token is not None and h.flags & wire.Flags.TOKEN  # the sender is asked to prove its address
     assert 7 in r.jobs and not r.jobs[7].validated
     assert [e.msg_id for e in iter(r.next_event, None)] == [3]  # the first window's data was kept

@@ -24,7 +24,10 @@ pytestmark = pytest.mark.usefixtures("cores")
 RATE_BPS = 20e6
 DELAY_S = 0.005  # one way: a 10 ms RTT, a bandwidth-delay product of ~23 packets
 SIZE = 1000
-CONFIG = AtpConfig(max_rate_bps=RATE_BPS, initial_rtt_s=0.01)
+CONFIG = AtpConfig(max_rate_bps=RATE_BPS, initial_rtt_s=0.01, receiver_grants=False)
+"""Without receiver grants: with them (the receiver told the link's rate) the job misses the bounds under heavy
+random loss, ACK-path loss and near-total loss (``test_granted_jobs_miss_the_bound_when_almost_everything_dies``;
+docs/results.md, "Receiver grants: one default?")."""
 SLACK_RTTS = 10
 """Added to every bound: the first window's round trip, the FIN's, and the last repairs' rounds ..."""
 UNANSWERED_S = 0.03 + 0.06 + 0.12
@@ -94,11 +97,11 @@ def periodic(lose: int, every: int):
 
 
 def run(pattern, loss: float, *, reverse: Path | None = None, jitter: float = 0.0, stamped: bool = False,
-        j: JobSpec | None = None, seed: int = 1):
+        j: JobSpec | None = None, seed: int = 1, config: AtpConfig = CONFIG):
     j = j or job()
     fwd = LossyLink(delay=DELAY_S, jitter=jitter, rate_bps=RATE_BPS, queue_packets=64,
                     queue_byte=0 if stamped else None, seed=seed, pattern=pattern)
-    r = run_job(j, CONFIG, forward=fwd, reverse=reverse or Path(delay=DELAY_S, seed=seed + 1), until=600)
+    r = run_job(j, config, forward=fwd, reverse=reverse or Path(delay=DELAY_S, seed=seed + 1), until=600)
     assert_guarantee(r, j)
     return r, ideal_s(j, loss)
 
@@ -177,6 +180,18 @@ def test_the_job_finishes_when_almost_everything_dies(loss):
     within(r, ideal, BOUND["extreme"])
 
 
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="a defect of receiver grants, not fixed: the budget, "
+                   "one bandwidth-delay product in full packets, under-fills the link with smaller packets and "
+                   "counts granted packets that died past the newest arrival as in flight (JCT 5.0 s and 13.1 s "
+                   "against bounds of 2.2 s and 2.9 s); docs/results.md, Receiver grants: one default?")
+@pytest.mark.parametrize("loss", [0.93, 0.95])
+def test_granted_jobs_miss_the_bound_when_almost_everything_dies(loss):
+    """The test above with receiver grants on (the receiver told the link's rate): it must pass once grants are
+    fixed, and then the strict expected failure goes."""
+    r, ideal = run(random_loss(loss, 5), loss, j=job(100), config=dataclasses.replace(CONFIG, receiver_grants=True))
+    within(r, ideal, BOUND["extreme"])
+
+
 def test_losses_on_a_path_without_a_queue_do_not_close_the_window():
     """60 % random loss on a path whose RTT stays at its minimum: no loss is congestion, so most losses are found by
     the packet threshold with the window open (cut to its floor of one packet, as it was while any loss above the TLR
@@ -195,9 +210,24 @@ def test_a_few_losses_get_no_copy_before_a_tail_timeout():
     j = JobSpec.uniform(20, messages=300, size=SIZE, msr=1.0)
     record: list = []
     fwd = Path(delay=0.001, rate_bps=RATE_BPS, queue_packets=2, record=record, seed=1)
-    r = run_job(j, AtpConfig(max_rate_bps=2 * RATE_BPS, initial_rtt_s=0.002), forward=fwd,
+    r = run_job(j, AtpConfig(max_rate_bps=2 * RATE_BPS, initial_rtt_s=0.002, receiver_grants=False), forward=fwd,
                 reverse=Path(delay=0.001, seed=2))
     assert_guarantee(r, j)
     assert r.summary.losses_found_by["time"] > 30
+    copies = [h for _, h in record if h.type == wire.PacketType.DATA and h.tlr == wire.TLR_ONE]
+    assert r.summary.losses_found_by["tail"] == 0 and copies == []
+
+
+def test_a_granted_job_gets_no_copy_before_a_tail_timeout():
+    """The same path with receiver grants (the receiver told the overstated 40 Mbit/s: a budget of 7 packets): the
+    budget keeps the 2-packet queue from dropping much (4 losses, against the 30 and more above), and none of them
+    gets a copy before a tail timeout either."""
+    j = JobSpec.uniform(20, messages=300, size=SIZE, msr=1.0)
+    record: list = []
+    fwd = Path(delay=0.001, rate_bps=RATE_BPS, queue_packets=2, record=record, seed=1)
+    r = run_job(j, AtpConfig(max_rate_bps=2 * RATE_BPS, initial_rtt_s=0.002, receiver_grants=True), forward=fwd,
+                reverse=Path(delay=0.001, seed=2))
+    assert_guarantee(r, j)
+    assert 0 < fwd.dropped <= 30 and r.summary.losses_found_by["time"] > 0
     copies = [h for _, h in record if h.type == wire.PacketType.DATA and h.tlr == wire.TLR_ONE]
     assert r.summary.losses_found_by["tail"] == 0 and copies == []

@@ -2,6 +2,8 @@
 (Admission, slots and the memory budget under attack: test_hostlib_hostile.py.)"""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -83,8 +85,11 @@ def test_garbage_is_counted_by_reason():
     assert r.datagrams_to_send(0.0) == []
 
 
-def test_every_data_packet_is_acked_with_echoed_fields_queue_and_sack_blocks():
-    r = AtpReceiver(config=EVERY_PACKET)
+@pytest.mark.parametrize("grants", [False, True], ids=["no-grants", "grants"])
+def test_every_data_packet_is_acked_with_echoed_fields_queue_and_sack_blocks(grants):
+    """The ACK layout: SACK blocks, then (a granting receiver) the grant, the newest sequence number plus one plus
+    what the job may have in flight (one job: the whole budget)."""
+    r = AtpReceiver(config=dataclasses.replace(EVERY_PACKET, receiver_grants=grants))
     admit(r, 1, [(0, 0.5, range(10))], 10, seq=9)
     for seq in (10, 11, 12, 15, 16, 19):
         r.receive_datagram(data(msg=seq - 10, seq=seq, queue=4, cnt=2), PEER, 0.0)
@@ -92,7 +97,10 @@ def test_every_data_packet_is_acked_with_echoed_fields_queue_and_sack_blocks():
     assert len(acks) == 6
     h, payload = acks[-1]
     assert h.type == wire.PacketType.ACK and h.seq == 19 and h.msg_id == 9 and h.queue == 4 and h.pkt_cnt == 2
-    assert wire.decode_ack_payload(payload) == [(19, 19), (15, 16), (9, 12)]  # newest first, announce included
+    assert bool(h.flags & wire.Flags.GRANT) == grants
+    blocks, grant, token = wire.decode_ack(payload, h.flags)
+    assert blocks == [(19, 19), (15, 16), (9, 12)]  # newest first, announce included
+    assert grant == (20 + r.grant_budget if grants else None) and token is None
 
 
 def test_duplicates_are_acked_but_delivered_once():
@@ -244,16 +252,21 @@ def test_packets_contradicting_the_announce_are_dropped():
     assert [e.msg_id for e in received(r)] == [2]
 
 
-def test_acks_are_coalesced_per_batch_and_every_ack_every_packets():
+@pytest.mark.parametrize("grants", [False, True], ids=["no-grants", "grants"])
+def test_acks_are_coalesced_per_batch_and_every_ack_every_packets(grants):
     """Packets of one job received in one batch share an ACK: it echoes the newest, its SACK blocks cover the
-    rest; at most ``ack_every`` packets wait; another queue byte or CE mark sends the waiting ACK first."""
-    r = AtpReceiver(config=AtpConfig(ack_every=4))
+    rest; at most ``ack_every`` packets wait; another queue byte or CE mark sends the waiting ACK first. A granting
+    receiver's ACKs are the same, each with the grant past the packet it echoes."""
+    r = AtpReceiver(config=AtpConfig(ack_every=4, receiver_grants=grants))
     admit(r, 1, [(0, 0.5, range(20))], 20, seq=99)
     for seq in range(100, 110):
         r.receive_datagram(data(msg=seq - 100, seq=seq, queue=2), PEER, 0.0)
     acks = outputs(r)
     assert [h.seq for h, _ in acks] == [103, 107, 109]
-    assert wire.decode_ack_payload(acks[-1][1]) == [(99, 109)]
+    assert [h.type for h, _ in acks] == [wire.PacketType.ACK] * 3
+    decoded = [wire.decode_ack(p, h.flags) for h, p in acks]
+    assert decoded[-1][0] == [(99, 109)]
+    assert [g for _, g, _ in decoded] == ([h.seq + 1 + r.grant_budget for h, _ in acks] if grants else [None] * 3)
     r.receive_datagram(data(msg=10, seq=110, queue=2), PEER, 0.0)
     r.receive_datagram(data(msg=11, seq=111, queue=5), PEER, 0.0)  # another queue: the first ACK goes at once
     r.receive_datagram(data(msg=12, seq=112, queue=5), PEER, 0.0, ce=True)  # CE: likewise
