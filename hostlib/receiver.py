@@ -33,10 +33,11 @@ import array
 import bisect
 import collections
 import dataclasses
+import math
 from typing import Any
 
 from netapprox.hostlib import admission, control, events, wire
-from netapprox.hostlib.config import AtpConfig, required_messages
+from netapprox.hostlib.config import DEFAULT_MAX_RATE_BPS, AtpConfig, required_messages
 
 Address = Any
 _MAX_SACK_RANGES = 64
@@ -373,7 +374,13 @@ class AtpReceiver:
         always with ``accept_jobs`` or ``open_admission_share`` 0)."""
         self.granting = config.receiver_grants
         self.grant_budget = config.grant_window_packets or config.bdp_packets
-        """Receiver grants: packets in flight towards this receiver over all its jobs (a bandwidth-delay product)."""
+        """Receiver grants: packets in flight towards this receiver over all its jobs: ``grant_window_packets``, or
+        one bandwidth-delay product (``max_rate_bps`` x ``initial_rtt_s``) in the packets that arrive (full packets
+        until the first DATA packet; then the mean size on the wire of the DATA packets that arrived whole)."""
+        self._grant_fixed = bool(config.grant_window_packets)
+        self._bdp_bits = (config.max_rate_bps or DEFAULT_MAX_RATE_BPS) * config.initial_rtt_s
+        self._data_packets = 0  # DATA packets of admitted jobs that arrived whole, and their bytes on the wire
+        self._data_wire_bytes = 0  # (header, payload, ``overhead_bytes``): the budget's packet size
         self._grant_dirty = False
         self.trimmed = 0
         """DATA packets that arrived trimmed (a switch cut their payload): answered at once with a TRIM ACK."""
@@ -698,6 +705,15 @@ class AtpReceiver:
         if m is None:
             self.dropped["before_announce"] += 1
             return
+        if self.granting and not self._grant_fixed:
+            # one bandwidth-delay product in the packets that arrive: counted in full packets, a budget under-fills
+            # the link with smaller ones (1000-byte messages at 20 Mbit/s and 10 ms: 18 full packets where 24 fit)
+            self._data_packets += 1
+            self._data_wire_bytes += wire.HEADER_LEN + h.length + self.config.overhead_bytes
+            budget = max(2, math.ceil(self._bdp_bits * self._data_packets / (8 * self._data_wire_bytes)))
+            if budget != self.grant_budget:
+                self.grant_budget = budget
+                self._grant_dirty = True
         if h.count > 1:
             self._on_packed(job, h, payload, now, ce)
             return

@@ -263,6 +263,9 @@ class AtpSender:
         self._grant: int | None = None
         """Offset from the ISN below which the receiver lets this sender send (its latest grant); ``None`` while the
         receiver sends none (it does not schedule): the window alone decides."""
+        self._grant_top = -1
+        """Offset of the newest packet a grant echoed: the receiver's grant is what may be in flight past it, so a
+        granted packet past it that is declared lost gives its place back (``_on_lost``)."""
         self._probe = False  # scheduled and out of grant, the tail timed out: one packet may probe
         self.epoch = 0
         self._started = False
@@ -432,9 +435,9 @@ class AtpSender:
             return
         if self.state == SenderState.SENDING:
             lost = self.recovery.detect_lost(now)
+            self._on_lost(lost, now)
             if lost and self._grant is not None and not self._granted():
                 self._probe = True  # the tail timed out and the grant is spent: one packet may go to ask for more
-            self._on_lost(lost, now)
             if lost and self._token_pending and now >= self._echo_next:
                 # nothing acknowledged for a while and the receiver had not seen the echo: it may have been lost,
                 # and an unvalidated job's data past its guarantee is not acknowledged (no ACK would ask again)
@@ -491,13 +494,13 @@ class AtpSender:
             self._admitted = True
             if header.type == wire.PacketType.GRANT:
                 self._last_progress = now
-                self._on_grant(grant)
+                self._on_grant(grant, header.seq)
                 return
             self._token_pending = token is not None
             if token is not None:
                 self._on_token(token, now)
             if grant is not None:
-                self._on_grant(grant)
+                self._on_grant(grant, header.seq)
             self._on_ack(header, blocks, now)
         elif header.type == wire.PacketType.DONE:
             self._on_done(header, payload, now)
@@ -618,15 +621,17 @@ class AtpSender:
         off = (self._seq - self._isn) & 0xFFFFFFFF
         return off < self._free_until or off < self._grant  # type: ignore[operator]
 
-    def _on_grant(self, grant: int) -> None:
+    def _on_grant(self, grant: int, echo: int) -> None:
         """The receiver schedules this job: data may go up to (not including) sequence number ``grant``. Grants
-        only grow (a smaller one is a reordered old one)."""
+        only grow (a smaller one is a reordered old one). ``echo``: the sequence number the answer echoes (the
+        newest packet the receiver had, which the grant counts from)."""
         off = (grant - self._isn) & 0xFFFFFFFF
         if off >= 1 << 31:
             self.rejected["grant_out_of_range"] += 1
             return
         if self._grant is None or off > self._grant:
             self._grant = off
+        self._grant_top = max(self._grant_top, (echo - self._isn) & 0xFFFFFFFF)
 
     def _payload_len(self, msg_id: int, idx: int) -> int:
         if msg_id == control.ANNOUNCE_MSG_ID or msg_id == _ECHO:
@@ -893,6 +898,7 @@ class AtpSender:
         self._reset_transfer()
         self._free_until = ((self._seq - self._isn) & 0xFFFFFFFF) + max(self.config.first_window, len(self._announce))
         self._grant = None
+        self._grant_top = -1
         self._control = collections.deque((control.ANNOUNCE_MSG_ID, i) for i in range(len(self._announce)))
         # live MSR changes made so far hold on: applied again, and sent again behind the announce
         self._msr_sent.clear()
@@ -1033,6 +1039,11 @@ class AtpSender:
             self._events.append(events.MessageAcked(m.msg_id, g.group_id))
 
     def _on_lost(self, lost: list[SentPacket], now: float) -> None:
+        if self._grant is not None:  # a granted packet lost past what the receiver had gives its place back
+            for p in lost:
+                off = (p.seq - self._isn) & 0xFFFFFFFF
+                if self._free_until <= off < self._grant and off > self._grant_top:
+                    self._grant += 1
         if self.window is not None and lost:
             groups = {p.group_id for p in lost if p.group_id is not None}
             if groups:  # losses of first windows that collided do not end the ramp (rate.py)

@@ -1,6 +1,7 @@
 /* The ATP receiver's protocol (receiver.h; hostlib/receiver.py is the specification): admission of a job, its
  * data (duplicates, reassembly, in-order delivery of MSR = 1 groups, the memory budget), ACK coalescing, the FIN
  * and its DONE, forgetting jobs. */
+#include <math.h>
 #include <string.h>
 
 #include "receiver.h"
@@ -647,6 +648,18 @@ static int take(Receiver *r, Job *job, const AtpHeader *h, long long cost, long 
 static int on_data(Receiver *r, Job *job, const AtpHeader *h, const uint8_t *payload, double now, int ce) {
     if (job->manifest == NULL)
         return drop(r, "before_announce");
+    if (r->granting && !r->grant_fixed) {
+        /* one bandwidth-delay product in the packets that arrive (receiver.py, _on_data) */
+        r->data_packets++;
+        r->data_wire_bytes += ATP_HEADER_LEN + (long long)h->length + r->overhead_bytes;
+        long long budget = (long long)ceil(r->bdp_bits * (double)r->data_packets / (double)(8 * r->data_wire_bytes));
+        if (budget < 2)
+            budget = 2;
+        if (budget != r->grant_budget) {
+            r->grant_budget = budget;
+            r->grant_dirty = 1;
+        }
+    }
     if (h->count > 1)
         return on_packed(r, job, h, payload, now, ce);
     uint32_t msg_id = h->msg_id;

@@ -120,6 +120,10 @@ typedef struct {
     int tokens_mode;          /* admission_mode: 0 "open", 1 "tokens" */
     int granting, grant_dirty; /* AtpConfig.receiver_grants; the schedule must be recomputed */
     long long grant_budget;   /* packets in flight towards this receiver over all the jobs it grants */
+    int grant_fixed;          /* AtpConfig.grant_window_packets is set: the budget does not follow the packet size */
+    double bdp_bits;          /* max_rate_bps (DEFAULT_MAX_RATE_BPS when None) x initial_rtt_s */
+    long long overhead_bytes; /* AtpConfig.overhead_bytes */
+    long long data_packets, data_wire_bytes; /* DATA packets of admitted jobs that arrived whole, their wire bytes */
     long long trimmed;        /* DATA packets that arrived trimmed */
     PyObject *admission_key; /* bytes or None */
     long long jobs_seen, buffered, datagrams;

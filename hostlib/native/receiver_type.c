@@ -124,6 +124,14 @@ static int Receiver_init(Receiver *r, PyObject *args, PyObject *kwds) {
     Py_DECREF(gw);
     if (cfg_int(config, gw_none ? "bdp_packets" : "grant_window_packets", &r->grant_budget) != 0)
         return -1;
+    r->grant_fixed = !gw_none;
+    double rate = 0.0, rtt = 0.0;
+    int has_rate = 0;
+    if (cfg_opt_double(config, "max_rate_bps", &rate, &has_rate) || cfg_double(config, "initial_rtt_s", &rtt) ||
+        cfg_int(config, "overhead_bytes", &r->overhead_bytes))
+        return -1;
+    r->bdp_bits = (has_rate && rate != 0.0 ? rate : R.default_max_rate_bps) * rtt;
+    r->data_packets = r->data_wire_bytes = 0;
     PyObject *rx_module = PyImport_ImportModule("netapprox.hostlib.receiver");
     long long small = 0;
     int bad = rx_module == NULL || cfg_int(rx_module, "SMALL_MANIFEST", &small);

@@ -922,12 +922,14 @@ static const char *ack_rejection(Sender *s, const AtpHeader *h, const SackBlock 
 }
 
 /* _on_grant: data may go up to (not including) sequence number ``grant``; grants only grow */
-static int on_grant(Sender *s, uint32_t grant) {
+static int on_grant(Sender *s, uint32_t grant, uint32_t echo) {
     uint32_t off = grant - s->isn;
     if (off >= 1u << 31)
         return sender_reject(s, "grant_out_of_range");
     if (s->grant < 0 || (int64_t)off > s->grant)
         s->grant = off;
+    if ((int64_t)(uint32_t)(echo - s->isn) > s->grant_top)
+        s->grant_top = (uint32_t)(echo - s->isn);
     return 0;
 }
 
@@ -961,12 +963,12 @@ int sender_receive(Sender *s, const uint8_t *data, size_t len, int from_peer, do
         s->admitted = 1;
         if (h.type == PT_GRANT) {
             s->last_progress = now;
-            return on_grant(s, grant);
+            return on_grant(s, grant, h.seq);
         }
         s->token_pending = token != NULL;
         if (token != NULL && sender_on_token(s, token, now) != 0)
             return -1;
-        if (has_grant && on_grant(s, grant) != 0)
+        if (has_grant && on_grant(s, grant, h.seq) != 0)
             return -1;
         return on_ack(s, &h, blocks, nb, now);
     }
@@ -1044,10 +1046,10 @@ int sender_handle_timer(Sender *s, double now) {
     if (s->state == S_SENDING) {
         if (recovery_detect_lost(&s->recovery, now) != 0)
             return -1;
-        if (s->recovery.lost.n && s->grant >= 0 && !granted(s))
-            s->probe = 1; /* the tail timed out and the grant is spent: one packet may go to ask for more */
         if (sender_on_lost(s, s->recovery.lost.v, s->recovery.lost.n) != 0)
             return -1;
+        if (s->recovery.lost.n && s->grant >= 0 && !granted(s))
+            s->probe = 1; /* the tail timed out and the grant is spent: one packet may go to ask for more */
         if (s->recovery.lost.n && s->token_pending && now >= s->echo_next) {
             /* nothing acknowledged for a while and the receiver had not seen the echo: it may have been lost, and
              * an unvalidated job's data past its guarantee is not acknowledged (no ACK would ask again) */

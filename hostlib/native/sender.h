@@ -118,6 +118,8 @@ typedef struct {
     int token_pending;       /* the last ACK carried a token: the receiver still waits for the echo */
     uint32_t free_until;     /* sequence numbers (offsets from the ISN) below this are the first window */
     int64_t grant;           /* offset from the ISN below which the receiver lets this sender send; -1: None */
+    int64_t grant_top;       /* offset of the newest packet a grant echoed (a granted packet past it that is
+                                declared lost gives its place back); -1: none */
     int probe;               /* scheduled and out of grant, the tail timed out: one packet may probe */
     ARRAY(uint32_t) more_ids; /* the messages packed behind the first of each packed packet (SentPkt.more_off) */
     uint8_t *scratch;        /* one datagram being built (packing decides its length) */

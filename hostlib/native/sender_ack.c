@@ -157,6 +157,12 @@ static int message_packet_lost(Sender *s, uint32_t id, uint32_t idx, int retx, u
 
 /* _on_lost over ``lost`` */
 int sender_on_lost(Sender *s, const SentPkt *lost, size_t n) {
+    if (s->grant >= 0) /* a granted packet lost past what the receiver had gives its place back */
+        for (size_t i = 0; i < n; i++) {
+            int64_t off = (uint32_t)(lost[i].seq - s->isn);
+            if (off >= (int64_t)s->free_until && off < s->grant && off > s->grant_top)
+                s->grant++;
+        }
     uint8_t touched_stack[64];
     uint8_t *touched = s->ngroups <= 64 ? touched_stack : calloc(s->ngroups, 1);
     if (touched == NULL) {

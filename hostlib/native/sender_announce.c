@@ -97,6 +97,7 @@ int sender_on_retry(Sender *s, const AtpHeader *h, const uint8_t *payload, size_
     s->free_until = sender_next_off(s) + (uint32_t)((long long)s->nannounce > s->first_window ? (long long)s->nannounce
                                                                                           : s->first_window);
     s->grant = -1;
+    s->grant_top = -1;
     while (!RING_EMPTY(&s->ctl))
         RING_POP(&s->ctl);
     for (size_t i = 0; i < s->nannounce; i++)

@@ -383,6 +383,7 @@ static int Sender_init(Sender *s, PyObject *args, PyObject *kwds) {
     s->done_cnt = -1;
     s->path_queue = -1;
     s->grant = -1;
+    s->grant_top = -1;
     s->done_parts = PyDict_New();
     s->rejected = PyObject_CallNoArgs(R.Counter);
     if (s->done_parts == NULL || s->rejected == NULL)

@@ -25,9 +25,7 @@ RATE_BPS = 20e6
 DELAY_S = 0.005  # one way: a 10 ms RTT, a bandwidth-delay product of ~23 packets
 SIZE = 1000
 CONFIG = AtpConfig(max_rate_bps=RATE_BPS, initial_rtt_s=0.01, receiver_grants=False)
-"""Without receiver grants: with them (the receiver told the link's rate) the job misses the bounds under heavy
-random loss, ACK-path loss and near-total loss (``test_granted_jobs_miss_the_bound_when_almost_everything_dies``;
-docs/results.md, "Receiver grants: one default?")."""
+"""Without receiver grants; ``GRANTED`` with them (the receiver told the link's rate)."""
 SLACK_RTTS = 10
 """Added to every bound: the first window's round trip, the FIN's, and the last repairs' rounds ..."""
 UNANSWERED_S = 0.03 + 0.06 + 0.12
@@ -180,16 +178,39 @@ def test_the_job_finishes_when_almost_everything_dies(loss):
     within(r, ideal, BOUND["extreme"])
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="a defect of receiver grants, not fixed: the budget, "
-                   "one bandwidth-delay product in full packets, under-fills the link with smaller packets and "
-                   "counts granted packets that died past the newest arrival as in flight (JCT 5.0 s and 13.1 s "
-                   "against bounds of 2.2 s and 2.9 s); docs/results.md, Receiver grants: one default?")
+GRANTED = dataclasses.replace(CONFIG, receiver_grants=True)
+
+
 @pytest.mark.parametrize("loss", [0.93, 0.95])
-def test_granted_jobs_miss_the_bound_when_almost_everything_dies(loss):
-    """The test above with receiver grants on (the receiver told the link's rate): it must pass once grants are
-    fixed, and then the strict expected failure goes."""
-    r, ideal = run(random_loss(loss, 5), loss, j=job(100), config=dataclasses.replace(CONFIG, receiver_grants=True))
+def test_a_granted_job_finishes_when_almost_everything_dies(loss):
+    """The test above with receiver grants on (the receiver told the link's rate). A granted packet declared lost
+    past the newest packet the receiver had when it granted gives its place back: without that, a grant spent on
+    packets that died waited for a tail timeout and its one probe (5.0 s and 13.1 s here, against bounds of 2.2 s
+    and 2.9 s)."""
+    r, ideal = run(random_loss(loss, 5), loss, j=job(100), config=GRANTED)
     within(r, ideal, BOUND["extreme"])
+
+
+def test_a_granted_job_under_heavy_random_loss_finishes_near_the_ideal():
+    """``test_heavy_random_loss_finishes_near_the_ideal``'s example that failed with grants, 84 % loss: the budget
+    counted in full packets under-filled the path of 1000-byte messages (2.18 s against a bound of 2.17 s; now
+    1.77 s, with the budget in the packets that arrive)."""
+    r, ideal = run(random_loss(0.84375, 402), 0.84375, seed=402, config=GRANTED)
+    within(r, ideal, BOUND["heavy"])
+
+
+@pytest.mark.parametrize("seed", [132, pytest.param(9091, marks=pytest.mark.xfail(
+    strict=True, raises=AssertionError, reason="a defect of receiver grants, not fixed: with 87.5 % of the ACKs "
+    "lost, the grants they carry are lost too, and a sender whose grant is spent sends one probe per tail timeout "
+    "(0.85 s against a bound of 0.79 s); docs/results.md, Receiver grants: one default?"))])
+def test_a_granted_job_under_ack_path_loss_finishes_near_the_ideal(seed):
+    """``test_ack_path_loss_finishes_near_the_ideal``'s two examples that failed with grants, 87.5 % of the ACKs
+    lost: a budget counted in full packets (18 at 20 Mbit/s and 10 ms) left the path of 1000-byte messages (24
+    fit) under-filled, and the grants the lost ACKs carried came late (seed 132: 0.97 s against a bound of 0.79 s,
+    now 0.68 s; seed 9091 still misses it)."""
+    reverse = Path(delay=DELAY_S, loss=0.875, seed=seed + 1)
+    r, ideal = run(random_loss(0.0, seed), 0.0, reverse=reverse, seed=seed, config=GRANTED)
+    within(r, ideal, BOUND["ack"])
 
 
 def test_losses_on_a_path_without_a_queue_do_not_close_the_window():
@@ -219,15 +240,14 @@ def test_a_few_losses_get_no_copy_before_a_tail_timeout():
 
 
 def test_a_granted_job_gets_no_copy_before_a_tail_timeout():
-    """The same path with receiver grants (the receiver told the overstated 40 Mbit/s: a budget of 7 packets): the
-    budget keeps the 2-packet queue from dropping much (4 losses, against the 30 and more above), and none of them
-    gets a copy before a tail timeout either."""
+    """The same path with receiver grants (the receiver told the overstated 40 Mbit/s: a budget of 10 of these
+    packets, five times what the queue holds): its drops get no copy before a tail timeout either."""
     j = JobSpec.uniform(20, messages=300, size=SIZE, msr=1.0)
     record: list = []
     fwd = Path(delay=0.001, rate_bps=RATE_BPS, queue_packets=2, record=record, seed=1)
     r = run_job(j, AtpConfig(max_rate_bps=2 * RATE_BPS, initial_rtt_s=0.002, receiver_grants=True), forward=fwd,
                 reverse=Path(delay=0.001, seed=2))
     assert_guarantee(r, j)
-    assert 0 < fwd.dropped <= 30 and r.summary.losses_found_by["time"] > 0
+    assert fwd.dropped > 0 and r.summary.losses_found_by["time"] > 0
     copies = [h for _, h in record if h.type == wire.PacketType.DATA and h.tlr == wire.TLR_ONE]
     assert r.summary.losses_found_by["tail"] == 0 and copies == []

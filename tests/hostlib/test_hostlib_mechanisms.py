@@ -4,6 +4,7 @@ traffic. Endpoints in memory with a virtual clock, both cores."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 
@@ -128,6 +129,28 @@ def test_the_receiver_grants_its_window_to_the_job_with_least_left_to_its_msr():
     assert acks_b and acks_b[-1] == 512  # B's MSR is met: no more than it already had
     (grant_a,) = [(h, grant) for h, _, grant, _ in out if h.job_id == 1]
     assert grant_a[0].type == wire.PacketType.GRANT and grant_a[0].seq == 101 and grant_a[1] == 101 + 1 + 10
+
+
+def test_the_grant_budget_is_one_bandwidth_delay_product_in_the_packets_that_arrive():
+    """20 Mbit/s and 10 ms: 18 full packets until DATA arrives; then the mean size on the wire of what arrives sizes
+    it (1000-byte payloads, 1074 bytes with the header and overhead: 24 packets, and a job's grant follows at once).
+    Counted in full packets, the budget left such a path a quarter empty (docs/results.md, "Receiver grants: one
+    default?"). A fixed ``grant_window_packets`` stays."""
+    cfg = AtpConfig(receiver_grants=True, max_rate_bps=20e6, initial_rtt_s=0.01)
+    r = AtpReceiver(config=cfg)
+    assert r.grant_budget == cfg.bdp_packets == 18
+    r.receive_datagram(announce(1, [(0, 1.0, range(100))], 100, seq=100), SENDER_ADDR, 0.0)
+    r.receive_datagram(data(1, 0, 101, size=1000), SENDER_ADDR, 0.0)
+    assert r.grant_budget == 24
+    assert [grant for _, _, grant, _ in answers(r)] == [101 + 1 + 24]
+    for m in range(1, 4):
+        r.receive_datagram(data(1, m, 101 + m, size=100), SENDER_ADDR, 0.0)  # smaller packets: more of them fit
+    assert r.grant_budget == math.ceil(20e6 * 0.01 * 4 / (8 * (1074 + 3 * 174)))
+    assert [grant for _, _, grant, _ in answers(r)] == [104 + 1 + r.grant_budget]
+    fixed = AtpReceiver(config=AtpConfig(receiver_grants=True, max_rate_bps=20e6, grant_window_packets=10))
+    fixed.receive_datagram(announce(1, [(0, 1.0, range(100))], 100, seq=100), SENDER_ADDR, 0.0)
+    fixed.receive_datagram(data(1, 0, 101, size=1000), SENDER_ADDR, 0.0)
+    assert fixed.grant_budget == 10 and [grant for _, _, grant, _ in answers(fixed)] == [101 + 1 + 10]
 
 
 def test_grants_follow_the_queue_the_switches_put_a_job_in_then_srpt():

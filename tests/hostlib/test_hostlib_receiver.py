@@ -88,8 +88,8 @@ def test_garbage_is_counted_by_reason():
 @pytest.mark.parametrize("grants", [False, True], ids=["no-grants", "grants"])
 def test_every_data_packet_is_acked_with_echoed_fields_queue_and_sack_blocks(grants):
     """The ACK layout: SACK blocks, then (a granting receiver) the grant, the newest sequence number plus one plus
-    what the job may have in flight (one job: the whole budget)."""
-    r = AtpReceiver(config=dataclasses.replace(EVERY_PACKET, receiver_grants=grants))
+    what the job may have in flight (one job: the whole budget, here 8)."""
+    r = AtpReceiver(config=dataclasses.replace(EVERY_PACKET, receiver_grants=grants, grant_window_packets=8))
     admit(r, 1, [(0, 0.5, range(10))], 10, seq=9)
     for seq in (10, 11, 12, 15, 16, 19):
         r.receive_datagram(data(msg=seq - 10, seq=seq, queue=4, cnt=2), PEER, 0.0)
@@ -100,7 +100,7 @@ def test_every_data_packet_is_acked_with_echoed_fields_queue_and_sack_blocks(gra
     assert bool(h.flags & wire.Flags.GRANT) == grants
     blocks, grant, token = wire.decode_ack(payload, h.flags)
     assert blocks == [(19, 19), (15, 16), (9, 12)]  # newest first, announce included
-    assert grant == (20 + r.grant_budget if grants else None) and token is None
+    assert grant == (19 + 1 + 8 if grants else None) and token is None
 
 
 def test_duplicates_are_acked_but_delivered_once():
@@ -256,8 +256,8 @@ def test_packets_contradicting_the_announce_are_dropped():
 def test_acks_are_coalesced_per_batch_and_every_ack_every_packets(grants):
     """Packets of one job received in one batch share an ACK: it echoes the newest, its SACK blocks cover the
     rest; at most ``ack_every`` packets wait; another queue byte or CE mark sends the waiting ACK first. A granting
-    receiver's ACKs are the same, each with the grant past the packet it echoes."""
-    r = AtpReceiver(config=AtpConfig(ack_every=4, receiver_grants=grants))
+    receiver's ACKs are the same, each with the grant past the packet it echoes (a budget of 8)."""
+    r = AtpReceiver(config=AtpConfig(ack_every=4, receiver_grants=grants, grant_window_packets=8))
     admit(r, 1, [(0, 0.5, range(20))], 20, seq=99)
     for seq in range(100, 110):
         r.receive_datagram(data(msg=seq - 100, seq=seq, queue=2), PEER, 0.0)
@@ -266,7 +266,7 @@ def test_acks_are_coalesced_per_batch_and_every_ack_every_packets(grants):
     assert [h.type for h, _ in acks] == [wire.PacketType.ACK] * 3
     decoded = [wire.decode_ack(p, h.flags) for h, p in acks]
     assert decoded[-1][0] == [(99, 109)]
-    assert [g for _, g, _ in decoded] == ([h.seq + 1 + r.grant_budget for h, _ in acks] if grants else [None] * 3)
+    assert [g for _, g, _ in decoded] == ([h.seq + 1 + 8 for h, _ in acks] if grants else [None] * 3)
     r.receive_datagram(data(msg=10, seq=110, queue=2), PEER, 0.0)
     r.receive_datagram(data(msg=11, seq=111, queue=5), PEER, 0.0)  # another queue: the first ACK goes at once
     r.receive_datagram(data(msg=12, seq=112, queue=5), PEER, 0.0, ce=True)  # CE: likewise
