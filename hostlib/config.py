@@ -217,7 +217,8 @@ class AtpConfig:
 
     grant_window_packets: int | None = None
     """Receiver: packets in flight towards it, over all the jobs it grants; ``None``: one bandwidth-delay product
-    (``max_rate_bps`` x ``initial_rtt_s`` in full packets, at least 2)."""
+    (``max_rate_bps`` x ``initial_rtt_s``, at least 2 packets) in the packets that arrive: full packets until the
+    first DATA packet, then the mean size on the wire of the DATA packets that arrived whole."""
 
     ack_every: int = 16
     """Receiver: ACK coalescing. Packets of a job that arrive in one batch (between two ``datagrams_to_send``
