@@ -239,14 +239,14 @@ SCALED_ATP_KNOBS: dict[str, str] = {
 hostlib's default unless a named variant (``experiments.plans``) overrides it (tests/test_parity.py)."""
 
 KNOWN_DISAGREEMENTS: dict[str, str] = {
-    "receiver_grants": "the simulation grants (SimSettings.atp_receiver_grants), hostlib's default does not. "
-                       "Measured side by side on the emulated testbed (docs/results.md, Receiver grants: one "
-                       "default?). The testbed's receivers did not know their link's rate, so their budget was one "
-                       "BDP at 1 Gbit/s and a guessed 10 ms RTT (867 packets); told the rate, grants lose fewer "
-                       "packets than none there, but with grants on 14 of hostlib's tests fail in both cores (loss "
-                       "recovery under random loss, the ACK layout, surplus, the TLR reports, admission): not "
-                       "examined yet; without grants the k=12 simulation loses 22%/18% of ATP's payloads (bar: "
-                       "5%), so neither side follows the other yet",
+    "receiver_grants": "the simulation grants (SimSettings.atp_receiver_grants), hostlib's default does not "
+                       "(docs/results.md, Receiver grants: one default?). Without grants the k=12 simulation loses "
+                       "22%/18% of ATP's payloads (bar: 5%), so the simulation cannot follow hostlib. hostlib's "
+                       "tests with grants on are examined (those of behaviour without grants say so, each with a "
+                       "granted form) and two defects under loss are fixed, but a receiver told its rate is still "
+                       "1.15-1.83x slower than none under random loss in virtual time, and one that is not told "
+                       "(the default user) sizes its budget at 1 Gbit/s and a guessed 10 ms (867 packets or more), "
+                       "which lost more packets than no grants on the testbed: hostlib does not follow either",
 }
 """Design defaults that still differ between the simulation and the other data planes, and why. Each one is an
 expected failure in tests/test_parity.py (strict: it fails once the two agree, so the entry must go)."""
