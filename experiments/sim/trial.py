@@ -244,7 +244,7 @@ KNOWN_DISAGREEMENTS: dict[str, str] = {
                        "22%/18% of ATP's payloads (bar: 5%), so the simulation cannot follow hostlib. hostlib's "
                        "tests with grants on are examined (those of behaviour without grants say so, each with a "
                        "granted form) and two defects under loss are fixed, but a receiver told its rate is still "
-                       "1.15-1.83x slower than none under random loss in virtual time, and one that is not told "
+                       "0.99-1.22x the JCT of none under random loss in virtual time, and one that is not told "
                        "(the default user) sizes its budget at 1 Gbit/s and a guessed 10 ms (867 packets or more), "
                        "which lost more packets than no grants on the testbed: hostlib does not follow either",
 }
