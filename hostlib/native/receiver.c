@@ -645,21 +645,24 @@ static int take(Receiver *r, Job *job, const AtpHeader *h, long long cost, long 
     return receiver_send_ack(r, job, h, ce) != 0 ? -1 : 1;
 }
 
+/* The grant budget: one bandwidth-delay product in the packets that arrive (receiver.py, _on_data). */
+static void note_data_size(Receiver *r, const AtpHeader *h) {
+    r->data_packets++;
+    r->data_wire_bytes += ATP_HEADER_LEN + (long long)h->length + r->overhead_bytes;
+    long long budget = (long long)ceil(r->bdp_bits * (double)r->data_packets / (double)(8 * r->data_wire_bytes));
+    if (budget < 2)
+        budget = 2;
+    if (budget != r->grant_budget) {
+        r->grant_budget = budget;
+        r->grant_dirty = 1;
+    }
+}
+
 static int on_data(Receiver *r, Job *job, const AtpHeader *h, const uint8_t *payload, double now, int ce) {
     if (job->manifest == NULL)
         return drop(r, "before_announce");
-    if (r->granting && !r->grant_fixed) {
-        /* one bandwidth-delay product in the packets that arrive (receiver.py, _on_data) */
-        r->data_packets++;
-        r->data_wire_bytes += ATP_HEADER_LEN + (long long)h->length + r->overhead_bytes;
-        long long budget = (long long)ceil(r->bdp_bits * (double)r->data_packets / (double)(8 * r->data_wire_bytes));
-        if (budget < 2)
-            budget = 2;
-        if (budget != r->grant_budget) {
-            r->grant_budget = budget;
-            r->grant_dirty = 1;
-        }
-    }
+    if (r->granting && !r->grant_fixed)
+        note_data_size(r, h);
     if (h->count > 1)
         return on_packed(r, job, h, payload, now, ce);
     uint32_t msg_id = h->msg_id;

@@ -347,6 +347,20 @@ static int read_isn(Sender *s, PyObject *isn) {
     return 0;
 }
 
+/* The job's address-validation token: None, or 16 bytes, not all zero. */
+static int read_token(Sender *s, PyObject *address_token) {
+    if (address_token == Py_None)
+        return 0;
+    int ok = 0;
+    if (PyBytes_Check(address_token) && PyBytes_GET_SIZE(address_token) == ATP_TOKEN_LEN)
+        for (int i = 0; i < ATP_TOKEN_LEN; i++)
+            ok |= PyBytes_AS_STRING(address_token)[i] != 0;
+    if (!ok)
+        return config_error("address_token must be %d bytes, not all zero", ATP_TOKEN_LEN);
+    s->token = Py_NewRef(address_token);
+    return 0;
+}
+
 static int Sender_init(Sender *s, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"job", "config", "peer", "now", "message_events", "isn", "address_token", NULL};
     PyObject *job, *config = NULL, *peer = Py_None, *isn = Py_None, *address_token = Py_None;
@@ -365,15 +379,8 @@ static int Sender_init(Sender *s, PyObject *args, PyObject *kwds) {
     }
     if (config == NULL)
         config = R.default_config;
-    if (address_token != Py_None) {
-        int ok = 0; /* 16 bytes, not all zero */
-        if (PyBytes_Check(address_token) && PyBytes_GET_SIZE(address_token) == ATP_TOKEN_LEN)
-            for (int i = 0; i < ATP_TOKEN_LEN; i++)
-                ok |= PyBytes_AS_STRING(address_token)[i] != 0;
-        if (!ok)
-            return config_error("address_token must be %d bytes, not all zero", ATP_TOKEN_LEN);
-        s->token = Py_NewRef(address_token);
-    }
+    if (read_token(s, address_token) != 0)
+        return -1;
     s->job = Py_NewRef(job);
     s->config = Py_NewRef(config);
     s->peer = Py_NewRef(peer);
