@@ -53,7 +53,8 @@ ATP_ABLATION: dict[str, dict[str, Any]] = {
     "atp-low": {"mode": "adaptive", "mrdf": True, "first_window_low": True},
     "atp-all": {"mode": "adaptive", "mrdf": True, "trim": True, "first_window_low": True},
     "atp-kmtu": {"mode": "adaptive", "mrdf": True, "approx_buffer_unit": 1},
-    "atp-reorder64": {"mode": "adaptive", "mrdf": True, "reorder_threshold": 64},
+    "atp-reorder64": {"mode": "adaptive", "mrdf": True, "reorder_threshold": 64, "adaptive_reorder": False},
+    "atp-reorder3": {"mode": "adaptive", "mrdf": True, "adaptive_reorder": False},
 }
 """Issue 23's ablation, in the ns-3 world only (docs/simulation.md), each against the simulation's ATP (hostlib's
 sender on a fabric that sprays approximate packets, with receiver grants: ``SimSettings.spray``,

@@ -127,7 +127,14 @@ class AtpConfig:
     """``adaptive``: fates needed before the loss rate is trusted."""
 
     reorder_threshold: int = 3
-    """A packet is lost when a packet sent this many sequence numbers later is acknowledged."""
+    """A packet is lost when a packet sent this many sequence numbers later is acknowledged (until the path
+    is seen reordering: ``adaptive_reorder``)."""
+
+    adaptive_reorder: bool = True
+    """Once the path is seen reordering (a packet acknowledged after one sent later, or after it was declared lost),
+    find losses by time only, with a reorder window of min RTT / 4 that spurious losses widen (at most one srtt), back
+    to ``reorder_threshold`` after 16 losses with none spurious (model: RACK, RFC 8985; recovery.py). Off: the fixed
+    ``reorder_threshold`` and 9/8 RTT."""
 
     min_loss_timeout_s: float = 0.005
     """Floor of the time after which an unacknowledged packet counts as lost."""

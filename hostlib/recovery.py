@@ -3,9 +3,10 @@
 A packet is acknowledged by an ACK echoing its ``seq`` or by a selective-ack block covering it. It is
 declared lost when
 
-* a packet sent ``reorder_threshold`` sequence numbers later has been acknowledged (packet threshold),
-* it is older than 9/8 · max(srtt, latest RTT) (at least min_loss_timeout / 5) and a later packet has been
-  acknowledged (time threshold),
+* a packet sent ``reorder_threshold`` sequence numbers later has been acknowledged (packet threshold; not once
+  the path was seen reordering, below),
+* it is older than 9/8 · max(srtt, latest RTT) (at least min_loss_timeout / 5), plus the reorder window the path
+  showed, and a later packet has been acknowledged (time threshold),
 * or, nothing later acknowledged yet (e.g. every packet of the tail was dropped), it is the oldest packet in
   flight that rate control counts (control packets and surplus before it are declared with it: a surplus
   packet is not sent again), older than the tail timeout T = max(min_loss_timeout, 2·srtt, srtt + 4·rttvar)
@@ -32,6 +33,19 @@ needed packets in flight when it has nothing else to send (``copies()``), and th
 the loss nor grows slower for it (rate.py). With nothing ever acknowledged after two backed-off probes, every
 overdue packet is declared (``unanswered()``). docs/hostlib.md, "Loss recovery at each loss rate", has the table.
 
+**Reordering** (model: RACK, RFC 8985). With ``adaptive_reorder`` (on), once the path is seen reordering, a
+packet is lost only by time: the packet threshold no longer applies (RACK stops counting duplicate ACKs once it
+has seen reordering), and the time threshold grows by a reorder window. The path is seen reordering when an ACK
+acknowledges a packet in flight sent before one already acknowledged, or a packet already declared lost: every
+transmission has a sequence number of its own, so such an ACK says that this very transmission arrived, not its
+retransmission (the loss was spurious; no DSACK is needed to tell). The window opens to a quarter of the min RTT
+(RACK's reo_wnd), and a spurious loss widens it to how much later than the time threshold that packet's ACK came,
+at most one srtt. After ``REORDER_PERSIST`` losses declared by the thresholds without a spurious one between them,
+both go back to the packet threshold and no window (RACK resets its window after 16 recoveries without a DSACK).
+A path that never reorders never leaves them: its losses are found exactly as with the fixed threshold. The
+cost on a path that reorders: a lost packet is found 9/8 RTT plus the window after it was sent, not when the
+``reorder_threshold``-th packet after it is acknowledged.
+
 An ACK arriving after its packet was declared lost still counts (the receiver has the data). Listeners
 (the rate controller) hear about every packet through keyword-only ``on_packet_sent/acked/lost`` hooks.
 """
@@ -51,6 +65,9 @@ _MAX_TAIL_BACKOFF = 2
 _LOSS_MEMORY = 64
 _LOSS_MIN_SAMPLES = 1
 _MAX_LOSS = 0.95
+REORDER_PERSIST = 16
+"""Losses declared by the packet or time threshold, none of them spurious, after which both go back to their
+defaults (RACK's reo_wnd_persist)."""
 
 
 @dataclasses.dataclass
@@ -73,6 +90,9 @@ class SentPacket:
     (sender.py ``_copy_candidate``): not counted by rate control, its loss is nobody's concern."""
     copies: int = 0
     """Copies of this packet sent so far."""
+    by_threshold: bool = False
+    """Declared lost by the packet or time threshold (a later packet was acknowledged): an ACK of it after that
+    says the path reordered it (``LossRecovery`` raises its thresholds)."""
 
 
 class PacketListener(Protocol):
@@ -83,9 +103,19 @@ class PacketListener(Protocol):
 
 class LossRecovery:
     def __init__(self, *, initial_rtt_s: float, reorder_threshold: int, min_loss_timeout_s: float,
-                 listeners: Iterable[PacketListener] = ()) -> None:
+                 adaptive_reorder: bool = True, listeners: Iterable[PacketListener] = ()) -> None:
         self.listeners = list(listeners)
         self.reorder_threshold = reorder_threshold
+        self.adaptive_reorder = adaptive_reorder
+        self.reordering = False
+        """The path was seen reordering (``adaptive_reorder``): the packet threshold does not apply."""
+        self.reorder_window = 0.0
+        """Added to the time threshold once the path reorders: min RTT / 4, widened by spurious losses (at most
+        srtt)."""
+        self.spurious_losses = 0
+        """Packets declared lost by the packet or time threshold and acknowledged after that (reordered, not lost)."""
+        self._threshold_losses = 0
+        """Losses declared by the packet or time threshold since the last spurious one (``REORDER_PERSIST``)."""
         self.min_loss_timeout_s = min_loss_timeout_s
         self.srtt = initial_rtt_s
         self.rttvar = initial_rtt_s / 2
@@ -166,7 +196,10 @@ class LossRecovery:
     def time_threshold(self) -> float:
         """How long after a later packet was acknowledged a packet counts as lost: 9/8 of the RTT, at least a fifth
         of ``min_loss_timeout_s`` (1 ms at its default of 5 ms: the jitter of a loaded host's wake-ups; 40 µs
-        with the 200 µs of a data-center simulation)."""
+        with the 200 µs of a data-center simulation), plus the reorder window (0 until the path reorders)."""
+        return self._base_time_threshold() + self.reorder_window
+
+    def _base_time_threshold(self) -> float:
         return max(K_TIME_THRESHOLD * max(self.srtt, self.latest_rtt), self.min_loss_timeout_s / 5)
 
     def queued(self) -> bool:
@@ -219,6 +252,7 @@ class LossRecovery:
         acked: list[SentPacket] = []
         late_acked: list[SentPacket] = []
         lost: list[SentPacket] = []
+        prior_largest = self.largest_acked
         pkt = self.in_flight.pop(seq, None)
         if trimmed:
             if pkt is not None:
@@ -227,6 +261,8 @@ class LossRecovery:
         elif pkt is not None:
             self._update_rtt(now - pkt.sent_time)
             acked.append(pkt)
+            if seq < prior_largest:  # it arrived after a packet sent later
+                self._reordered()
         else:
             late = self._declared_lost.pop(seq, None)
             if late is not None:
@@ -243,8 +279,12 @@ class LossRecovery:
                         if late is not None:
                             self.late_acks += 1
                             late_acked.append(late)
+        for p in late_acked:
+            if p.by_threshold:
+                self._spurious(p, now)
         # Walk the oldest packets up to the largest acknowledged: covered ones are acked, far ones lost.
         keep: list[SentPacket] = []
+        thr = self.time_threshold
         while self.in_flight:
             s, p = next(iter(self.in_flight.items()))
             if s > self.largest_acked:
@@ -252,11 +292,15 @@ class LossRecovery:
             self.in_flight.popitem(last=False)
             if any(first <= s <= last for first, last in blocks):
                 acked.append(p)
-            elif self.largest_acked - s >= self.reorder_threshold:
+                if s < prior_largest:  # it arrived after a packet sent later: the packets after it are not lost
+                    self._reordered()  # by the packet threshold (the time threshold of this ACK stays)
+            elif not self.reordering and self.largest_acked - s >= self.reorder_threshold:
                 self.lost_by["reorder"] += 1
+                p.by_threshold = True
                 lost.append(p)
-            elif now - p.sent_time >= self.time_threshold:
+            elif now - p.sent_time >= thr:
                 self.lost_by["time"] += 1
+                p.by_threshold = True
                 lost.append(p)
             else:
                 keep.append(p)
@@ -282,6 +326,7 @@ class LossRecovery:
                 break  # the same expressions as loss_deadline()
             self.in_flight.popitem(last=False)
             self.lost_by["time" if later_acked else "tail"] += 1
+            p.by_threshold = later_acked
             lost.append(p)
             if not later_acked and p.group_id is not None:  # a probe
                 # and more needed packets past it while the loss rate says one of them must arrive (probes(), one
@@ -304,8 +349,35 @@ class LossRecovery:
         self._account([], lost, now)
         return lost
 
+    def _reordered(self) -> None:
+        """A packet was acknowledged after one sent later: the path reorders. From now on a packet is lost by time
+        only, and the time threshold has a reorder window of at least a quarter of the min RTT (RACK's)."""
+        if self.adaptive_reorder and self.has_rtt_sample:
+            self.reordering = True
+            self.reorder_window = max(self.reorder_window, min(self.srtt, self.min_rtt / 4))
+
+    def _spurious(self, p: SentPacket, now: float) -> None:
+        """Packet ``p``, declared lost by a threshold, was acknowledged after all: the path reordered it. The reorder
+        window widens to how much later than the time threshold its ACK came (at most srtt), so that the same
+        reordering is not taken for loss again."""
+        self.spurious_losses += 1
+        self._threshold_losses = 0
+        self._reordered()
+        if self.reordering:
+            late = now - p.sent_time - self._base_time_threshold()
+            self.reorder_window = min(self.srtt, max(self.reorder_window, late))
+
+    def _forget_reordering(self, lost: list[SentPacket]) -> None:
+        """``REORDER_PERSIST`` losses declared by the thresholds, none found spurious since the last: back to the
+        default thresholds (a path that stopped reordering recovers its losses as fast as one that never did)."""
+        self._threshold_losses += sum(p.by_threshold for p in lost)
+        if self._threshold_losses >= REORDER_PERSIST:
+            self._threshold_losses = 0
+            self.reordering, self.reorder_window = False, 0.0
+
     def _account(self, acked: list[SentPacket], lost: list[SentPacket], now: float,
                  late_acked: list[SentPacket] = ()) -> None:
+        self._forget_reordering(lost)
         for p in acked:
             self.packets_acked += 1
             if p.group_id is not None:

@@ -129,6 +129,9 @@ class SendSummary:
     """Packets sent as surplus (TLR 1.0, the lowest queue: messages beyond what the MSR still required)."""
     rejected: dict[str, int] = dataclasses.field(default_factory=dict)
     """Datagrams the sender ignored, by reason (forged, stale or malformed ACK/DONE/RETRY)."""
+    spurious_losses: int = 0
+    """Packets declared lost by the packet or time threshold and acknowledged after that: reordered, not lost
+    (``LossRecovery.spurious_losses``)."""
 
     def group(self, group_id: int) -> GroupSummary:
         for g in self.groups:
@@ -149,7 +152,7 @@ class SendSummary:
             "packets_lost": self.packets_lost, "retransmissions": self.retransmissions,
             "epochs": self.epochs, "final_rate_bps": round(self.final_rate_bps), "srtt_s": round(self.srtt_s, 6),
             "losses_found_by": dict(self.losses_found_by), "packets_surplus": self.packets_surplus,
-            "rejected": dict(self.rejected),
+            "rejected": dict(self.rejected), "spurious_losses": self.spurious_losses,
         }
 
     def to_json(self) -> str:
@@ -337,7 +340,8 @@ class AtpSender:
             self.rate = RateController(max_rate_bps=config.max_rate_bps, initial_rate_bps=initial,
                                        gain=config.gain, packet_bits=wire_max * 8, fixed=base)
         self.recovery = LossRecovery(initial_rtt_s=config.initial_rtt_s, reorder_threshold=config.reorder_threshold,
-                                     min_loss_timeout_s=config.min_loss_timeout_s, listeners=[self.rate])
+                                     min_loss_timeout_s=config.min_loss_timeout_s,
+                                     adaptive_reorder=config.adaptive_reorder, listeners=[self.rate])
 
     @staticmethod
     def _announce_parts_for(job: JobSpec, config: AtpConfig) -> list[bytes]:
@@ -1224,7 +1228,8 @@ class AtpSender:
             packets_acked=self.recovery.packets_acked, packets_lost=self.recovery.packets_lost,
             retransmissions=self.retransmissions, epochs=self.epoch, final_rate_bps=self.rate.rate_bps,
             srtt_s=self.recovery.srtt, losses_found_by=dict(self.recovery.lost_by),
-            packets_surplus=self.packets_surplus, rejected=dict(self.rejected))
+            packets_surplus=self.packets_surplus, rejected=dict(self.rejected),
+            spurious_losses=self.recovery.spurious_losses)
         self.state = SenderState.DONE
         self._events.append(events.JobCompleted(self.summary))
 

@@ -893,7 +893,8 @@ class Trial:
                          msg_loss=len(lost_ids) / n if n else None,
                          pkt_loss=summ.packets_lost / summ.packets_sent if summ.packets_sent else None,
                          packets_sent=summ.packets_sent, retransmissions=summ.retransmissions,
-                         losses_found_by=dict(summ.losses_found_by), receiver_confirmed=summ.receiver_confirmed,
+                         losses_found_by=dict(summ.losses_found_by), spurious_losses=summ.spurious_losses,
+                         receiver_confirmed=summ.receiver_confirmed,
                          final_tlr=[gs.final_tlr for gs in summ.groups],
                          delivered_bytes_frac=M.atp_delivered_bytes_frac(wl, lost_ids))
             elif st.get("failed"):

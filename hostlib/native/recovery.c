@@ -6,6 +6,7 @@
 
 #define K_TIME_THRESHOLD (9.0 / 8.0)
 #define LATE_ACK_MEMORY 16384
+#define REORDER_PERSIST 16       /* recovery.py REORDER_PERSIST */
 
 
 /* --- PacketMap ---------------------------------------------------------------------------------------------- */
@@ -115,8 +116,12 @@ int recovery_queued(const Recovery *r) {
 }
 
 int recovery_init(Recovery *r, double initial_rtt_s, long long reorder_threshold, double min_loss_timeout_s,
-                  RateCtl *rate) {
+                  int adaptive_reorder, RateCtl *rate) {
     r->reorder_threshold = reorder_threshold;
+    r->reordering = 0;
+    r->reorder_window = 0.0;
+    r->adaptive_reorder = adaptive_reorder;
+    r->spurious_losses = r->threshold_losses = 0;
     r->min_loss_timeout_s = min_loss_timeout_s;
     r->srtt = initial_rtt_s;
     r->rttvar = initial_rtt_s / 2;
@@ -191,12 +196,43 @@ double recovery_tail_timeout(const Recovery *r) {
     return m * (double)(1 << (r->tail_backoff < MAX_TAIL_BACKOFF ? r->tail_backoff : MAX_TAIL_BACKOFF));
 }
 
-static inline double time_threshold(const Recovery *r) {
+static inline double base_time_threshold(const Recovery *r) {
     double x = r->srtt;
     if (r->latest_rtt > x)
         x = r->latest_rtt;
     double t = K_TIME_THRESHOLD * x, floor = r->min_loss_timeout_s / 5;
     return t > floor ? t : floor;
+}
+
+/* 9/8 RTT (at least min_loss_timeout / 5) plus the reorder window */
+static inline double time_threshold(const Recovery *r) { return base_time_threshold(r) + r->reorder_window; }
+
+/* recovery.py _reordered: a packet was acknowledged after one sent later: losses by time only, the reorder window
+ * at least min RTT / 4 */
+static void reordered(Recovery *r) {
+    if (!r->adaptive_reorder || !r->has_rtt_sample)
+        return;
+    r->reordering = 1;
+    double w = r->min_rtt / 4;
+    if (r->srtt < w)
+        w = r->srtt;
+    if (w > r->reorder_window)
+        r->reorder_window = w;
+}
+
+/* recovery.py _spurious: packet p, declared lost by a threshold, was acknowledged after all: the path reordered it;
+ * the reorder window widens to how much later than the time threshold its ACK came (at most srtt). */
+static void spurious(Recovery *r, const SentPkt *p, double now) {
+    r->spurious_losses++;
+    r->threshold_losses = 0;
+    reordered(r);
+    if (!r->reordering)
+        return;
+    double late = now - p->sent_time - base_time_threshold(r);
+    if (late > r->reorder_window)
+        r->reorder_window = late;
+    if (r->srtt < r->reorder_window)
+        r->reorder_window = r->srtt;
 }
 
 static void update_rtt(Recovery *r, double sample) {
@@ -244,6 +280,13 @@ static int take(PacketMap *m, int32_t k, SentPkts *out) {
 
 /* LossRecovery._account: the counts, the packets declared lost remembered, and the listener told. */
 static int account(Recovery *r) {
+    for (size_t i = 0; i < r->lost.n; i++) /* recovery.py _forget_reordering */
+        r->threshold_losses += r->lost.v[i].by_threshold;
+    if (r->threshold_losses >= REORDER_PERSIST) {
+        r->threshold_losses = 0;
+        r->reordering = 0;
+        r->reorder_window = 0.0;
+    }
     for (size_t i = 0; i < r->acked.n; i++) {
         r->packets_acked++;
         if (r->acked.v[i].group_id >= 0)
@@ -271,6 +314,7 @@ static int account(Recovery *r) {
 
 int recovery_on_ack(Recovery *r, uint32_t seq, const SackBlock *blocks, int nblocks, double now, int trimmed) {
     r->acked.n = r->late.n = r->lost.n = 0;
+    int64_t prior_largest = r->largest_acked;
     int32_t k = pmap_find(&r->in_flight, seq);
     if (trimmed) {
         if (k >= 0) {
@@ -282,6 +326,8 @@ int recovery_on_ack(Recovery *r, uint32_t seq, const SackBlock *blocks, int nblo
         update_rtt(r, now - r->in_flight.nodes.v[k].p.sent_time);
         if (take(&r->in_flight, k, &r->acked) != 0)
             return -1;
+        if ((int64_t)seq < prior_largest) /* it arrived after a packet sent later */
+            reordered(r);
     } else if ((k = pmap_find(&r->declared_lost, seq)) >= 0) {
         r->late_acks++;
         if (take(&r->declared_lost, k, &r->late) != 0)
@@ -301,6 +347,9 @@ int recovery_on_ack(Recovery *r, uint32_t seq, const SackBlock *blocks, int nblo
                     if (take(&r->declared_lost, k, &r->late) != 0)
                         return -1;
                 }
+    for (size_t i = 0; i < r->late.n; i++)
+        if (r->late.v[i].by_threshold)
+            spurious(r, &r->late.v[i], now);
     /* the oldest packets up to the largest acknowledged: covered ones are acked, far ones lost */
     double thr = time_threshold(r);
     for (int32_t cur = r->in_flight.head; cur >= 0;) {
@@ -312,14 +361,18 @@ int recovery_on_ack(Recovery *r, uint32_t seq, const SackBlock *blocks, int nblo
         int covered = 0;
         for (int i = 0; i < nblocks && !covered; i++)
             covered = blocks[i].first <= q && q <= (int64_t)blocks[i].last;
+        int by_packets = !r->reordering && r->largest_acked - q >= r->reorder_threshold;
         if (covered) {
+            if (q < prior_largest) /* it arrived after a packet sent later */
+                reordered(r);
             if (take(&r->in_flight, cur, &r->acked) != 0)
                 return -1;
-        } else if (r->largest_acked - q >= r->reorder_threshold || now - node->p.sent_time >= thr) {
-            if (r->largest_acked - q >= r->reorder_threshold)
+        } else if (by_packets || now - node->p.sent_time >= thr) {
+            if (by_packets)
                 r->lost_reorder++;
             else
                 r->lost_time++;
+            r->in_flight.nodes.v[cur].p.by_threshold = 1;
             if (take(&r->in_flight, cur, &r->lost) != 0)
                 return -1;
         }
@@ -355,6 +408,7 @@ int recovery_detect_lost(Recovery *r, double now) {
             r->lost_time++;
         else
             r->lost_tail++;
+        r->in_flight.nodes.v[h].p.by_threshold = (uint8_t)later_acked;
         if (take(&r->in_flight, h, &r->lost) != 0)
             return -1;
         if (!later_acked && needed) { /* a probe */

@@ -20,6 +20,7 @@ typedef struct {
     uint8_t retx;
     uint8_t first;    /* sent in the job's first window (recovery.SentPacket.first) */
     uint8_t copy;     /* a copy of a packet in flight (SentPacket.copy) */
+    uint8_t by_threshold; /* declared lost by the packet or time threshold (SentPacket.by_threshold) */
     uint32_t copies;  /* copies of this packet sent so far (SentPacket.copies) */
     uint16_t more_n;  /* a packed packet: the other messages it carried (SentPacket.more), ... */
     uint32_t more_off; /* ... at Sender.more_ids[more_off .. more_off + more_n) */
@@ -52,6 +53,11 @@ typedef struct {
     long long spare_probes;       /* recovery.py spare_probes */
     int64_t largest_acked;
     long long reorder_threshold;
+    int reordering;                   /* the path was seen reordering (recovery.py reordering) */
+    double reorder_window;            /* added to the time threshold (recovery.py reorder_window) */
+    int adaptive_reorder;             /* AtpConfig.adaptive_reorder */
+    int64_t spurious_losses;          /* recovery.py spurious_losses */
+    int64_t threshold_losses;         /* recovery.py _threshold_losses */
     PacketMap in_flight, declared_lost;
     int64_t packets_acked, packets_lost, late_acks;
     int64_t lost_reorder, lost_time, lost_tail, lost_trim; /* LossRecovery.lost_by */
@@ -59,10 +65,11 @@ typedef struct {
     RateCtl *rate;                              /* the listener */
 } Recovery;
 
-/* LossRecovery(initial_rtt_s=..., reorder_threshold=..., min_loss_timeout_s=..., listeners=[rate]): 0, or -1
+/* LossRecovery(initial_rtt_s=..., reorder_threshold=..., min_loss_timeout_s=..., adaptive_reorder=...,
+ * listeners=[rate]): 0, or -1
  * (no Python error set: the caller reports the MemoryError). */
 int recovery_init(Recovery *r, double initial_rtt_s, long long reorder_threshold, double min_loss_timeout_s,
-                  RateCtl *rate);
+                  int adaptive_reorder, RateCtl *rate);
 void recovery_free(Recovery *r);
 double recovery_tail_timeout(const Recovery *r);
 /* LossRecovery.queued(): the latest RTT sample shows a queue in the path. */

@@ -760,13 +760,14 @@ static int finish(Sender *s, double now, int confirmed, uint32_t *lost, size_t n
                                       (long long)r->lost_time, "tail", (long long)r->lost_tail, "trim",
                                       (long long)r->lost_trim);
     PyObject *kw = lost_by == NULL ? NULL : Py_BuildValue(
-        "{s:L,s:N,s:O,s:N,s:d,s:d,s:O,s:O,s:O,s:L,s:L,s:L,s:L,s:L,s:d,s:d,s:N,s:L,s:N}", "job_id", s->job_id, "mode", mode,
+        "{s:L,s:N,s:O,s:N,s:d,s:d,s:O,s:O,s:O,s:L,s:L,s:L,s:L,s:L,s:d,s:d,s:N,s:L,s:N,s:L}", "job_id", s->job_id, "mode", mode,
         "mrdf", s->sched.mrdf ? Py_True : Py_False, "completion", completion, "jct_s", completed - s->start_time,
         "closed_s", now - s->start_time, "receiver_confirmed", confirmed ? Py_True : Py_False, "groups", groups,
         "lost_ids", lost_ids, "packets_sent", s->packets_sent, "packets_acked", (long long)r->packets_acked,
         "packets_lost", (long long)r->packets_lost, "retransmissions", s->retransmissions, "epochs", s->epoch,
         "final_rate_bps", s->rate.rate_bps, "srtt_s", r->srtt, "losses_found_by", lost_by, "packets_surplus",
-        s->packets_surplus, "rejected", PyDict_Copy(s->rejected));
+        s->packets_surplus, "rejected", PyDict_Copy(s->rejected), "spurious_losses",
+        (long long)r->spurious_losses);
     if (kw == NULL)
         goto out;
     PyObject *summary = PyObject_Call(R.SendSummary, R.empty_tuple, kw);

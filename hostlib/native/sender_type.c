@@ -242,7 +242,7 @@ static int setup_rate(Sender *s, PyObject *config) {
     RateCtl *rc = &s->rate;
     long long initial_window, max_window, reorder_threshold;
     double initial_rate, pacing_gain, initial_rtt_s, min_loss_timeout_s;
-    int has_initial_rate, has_max_rate;
+    int has_initial_rate, has_max_rate, adaptive_reorder;
     if (cfg_opt_double(config, "max_rate_bps", &rc->max_rate_bps, &has_max_rate) ||
         cfg_double(config, "gain", &rc->gain) ||
         cfg_opt_double(config, "initial_rate_bps", &initial_rate, &has_initial_rate) ||
@@ -250,6 +250,7 @@ static int setup_rate(Sender *s, PyObject *config) {
         cfg_int(config, "first_window", &initial_window) || cfg_int(config, "max_window", &max_window) ||
         cfg_double(config, "pacing_gain", &pacing_gain) || cfg_double(config, "initial_rtt_s", &initial_rtt_s) ||
         cfg_int(config, "reorder_threshold", &reorder_threshold) ||
+        cfg_bool(config, "adaptive_reorder", &adaptive_reorder) ||
         cfg_double(config, "min_loss_timeout_s", &min_loss_timeout_s))
         return -1;
     if (!has_max_rate) /* no socket here to ask the link: the documented default (hostlib/link.py) */
@@ -276,7 +277,7 @@ static int setup_rate(Sender *s, PyObject *config) {
         double initial = has_initial_rate && initial_rate != 0.0 ? initial_rate : rc->max_rate_bps;
         rc->rate_bps = rc->fixed ? rc->max_rate_bps : initial;
     }
-    if (recovery_init(&s->recovery, initial_rtt_s, reorder_threshold, min_loss_timeout_s, rc) != 0) {
+    if (recovery_init(&s->recovery, initial_rtt_s, reorder_threshold, min_loss_timeout_s, adaptive_reorder, rc) != 0) {
         PyErr_NoMemory();
         return -1;
     }
@@ -750,13 +751,15 @@ static PyObject *get_rate_ns(Sender *s, void *c) {
 
 static PyObject *get_recovery(Sender *s, void *c) {
     const Recovery *r = &s->recovery;
-    return ns(Py_BuildValue("{s:d,s:d,s:d,s:d,s:O,s:L,s:L,s:L,s:L,s:n,s:{s:L,s:L,s:L,s:L}}", "srtt", r->srtt, "rttvar",
+    return ns(Py_BuildValue("{s:d,s:d,s:d,s:d,s:O,s:L,s:L,s:L,s:L,s:n,s:{s:L,s:L,s:L,s:L},s:O,s:d,s:L}", "srtt", r->srtt, "rttvar",
                             r->rttvar, "latest_rtt", r->latest_rtt, "min_rtt", r->min_rtt, "has_rtt_sample",
                             r->has_rtt_sample ? Py_True : Py_False, "largest_acked", (long long)r->largest_acked,
                             "packets_acked", (long long)r->packets_acked, "packets_lost", (long long)r->packets_lost,
                             "late_acks", (long long)r->late_acks, "packets_in_flight", (Py_ssize_t)r->in_flight.len,
                             "lost_by", "reorder", (long long)r->lost_reorder, "time", (long long)r->lost_time, "tail",
-                            (long long)r->lost_tail, "trim", (long long)r->lost_trim));
+                            (long long)r->lost_tail, "trim", (long long)r->lost_trim, "reordering",
+                            r->reordering ? Py_True : Py_False, "reorder_window", r->reorder_window, "spurious_losses",
+                            (long long)r->spurious_losses));
 }
 
 static PyObject *get_refused(Sender *s, void *c) {
