@@ -62,6 +62,9 @@ PATHS = {
     "bottleneck": {"forward": Path(rate_bps=25e6, queue_packets=4, delay=0.0005, queue_byte=6, seed=17)},
     "burst-drop": {"forward": Path(drop=lambda h, i: i % 40 < 12, seed=18)},
     "trimming": {"forward": TrimmingPath(rate_bps=25e6, queue_packets=3, delay=0.0005, seed=19)},
+    "spraying": {"forward": Path(jitter=0.006, seed=20), "reverse": Path(seed=21)},
+    "spraying-lossy": {"forward": Path(loss=0.1, jitter=0.006, seed=22),
+                       "reverse": Path(jitter=0.001, seed=23)},
 }
 
 
@@ -84,12 +87,20 @@ def test_every_mode_on_every_path(mode, path):
     {"receiver_grants": True, "grant_overrides_window": False, "initial_window": 3},
     {"receiver_grants": True, "completion": "all_sent", "initial_window": 2}, {"surplus": False},
     {"pack_messages": False}, {"first_window_low": True, "initial_window": 3}, {"open_admission_share": 0.0},
+    {"adaptive_reorder": False}, {"reorder_threshold": 8, "ack_every": 2},
 ])
 def test_knobs(knobs):
     cfg = AtpConfig(**{"max_rate_bps": 40e6, **knobs})
-    for path in ("lossy", "reorder-dup", "bottleneck", "trimming"):
+    for path in ("lossy", "reorder-dup", "bottleneck", "trimming", "spraying-lossy"):
         for job in ("groups", "mixed-sizes"):
             twin_run(JOBS[job], cfg, **PATHS[path])
+
+
+def test_the_spraying_paths_go_through_the_adaptive_reorder_rule():
+    """The "spraying" paths reorder enough that both cores leave the packet threshold (compared by check_state)."""
+    for path in ("spraying", "spraying-lossy"):
+        run = twin_run(JOBS["small-msr1"], AtpConfig(max_rate_bps=40e6), **PATHS[path])
+        assert run.sender.py.recovery.reordering or run.sender.py.recovery.spurious_losses > 0
 
 
 def test_receiver_limits_and_rejection():
