@@ -189,7 +189,7 @@ def _sender(port: int, out_q: Any, impl: str) -> None:
                          timeout=RUN_TIMEOUT_S)
         out_q.put({"jct_s": s.jct_s, "msr_met": s.msr_met(), "packets_sent": s.packets_sent,
                    "retransmissions": s.retransmissions, "losses_found_by": dict(s.losses_found_by),
-                   "srtt_s": s.srtt_s})
+                   "spurious_losses": s.spurious_losses, "srtt_s": s.srtt_s})
     except Exception as exc:
         out_q.put({"error": f"{type(exc).__name__}: {exc}"})
 

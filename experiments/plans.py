@@ -63,7 +63,8 @@ grants), the fabric without spraying, the receivers without grants (both: the pr
 and ``atp-flowhash-grants`` name grants on whatever hostlib's default, for the testbed), grants that
 the sender's window still bounds, the other receiver-side mechanisms (trimming, the first window in the
 lowest queue), the paper's k-MTU approximate queues, and a loss detection that tolerates the reordering of a
-spraying fabric (``atp-reorder64``: a packet is lost when one sent 64 later is acknowledged, not 3). Keys that are not ``AtpConfig`` fields are the simulated
+spraying fabric with fixed thresholds (``atp-reorder64``: a packet is lost when one sent 64 later is acknowledged;
+``atp-reorder3``: 3, hostlib's rule before ``adaptive_reorder``, which the default now has). Keys that are not ``AtpConfig`` fields are the simulated
 network's: ``trim`` (the switches trim approximate packets instead of dropping them), ``spray`` (per-packet load
 balancing of approximate ATP DATA), ``approx_buffer_unit`` (the approximate queues' buffers: 1, the paper's)."""
 
