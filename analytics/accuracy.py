@@ -39,27 +39,23 @@ def initial_msr(e_max: float) -> float:
 def needed_fraction(strata: Sequence[Stratum], e_max: float, confidence: float) -> float | None:
     """The sampling fraction (same in every stratum) at which the mean over ``strata`` meets ``e_max``, or ``None``
     when the sample cannot tell yet (a stratum with fewer than two rows, or a mean of zero)."""
-    ss = [s for s in strata if s.population > 0]
-    big_n = sum(s.population for s in ss)
-    if not ss or any(s.n < MIN_SAMPLE_PER_STRATUM and s.n < s.population for s in ss):
-        return None
-    a = 0.0
-    mean = 0.0
-    for s in ss:
+    def mean_var(s: Stratum) -> tuple[float, float]:
         m = math.fsum(s.values) / s.n
-        s2 = math.fsum((v - m) ** 2 for v in s.values) / (s.n - 1) if s.n > 1 else 0.0
-        w = s.population / big_n
-        mean += w * m
-        a += w * w * s2 / s.population
-    if mean == 0.0:
-        return None
-    b = (e_max * mean / z_of(confidence)) ** 2
-    return a / (a + b) if a > 0 else 0.0
+        return m, (math.fsum((v - m) ** 2 for v in s.values) / (s.n - 1) if s.n > 1 else 0.0)
+    return _needed_fraction(strata, mean_var, e_max, confidence)
 
 
 def needed_fraction_moments(strata: Sequence[Moments], e_max: float, confidence: float) -> float | None:
     """:func:`needed_fraction` from each stratum's moments (count, sum, sum of squares of its sampled values):
     the same fraction in O(strata), for a caller that keeps the moments as rows arrive (the live MSR)."""
+    def mean_var(s: Moments) -> tuple[float, float]:
+        m = s.total / s.n
+        return m, (max(0.0, (s.total_sq - s.n * m * m) / (s.n - 1)) if s.n > 1 else 0.0)
+    return _needed_fraction(strata, mean_var, e_max, confidence)
+
+
+def _needed_fraction(strata, mean_var, e_max: float, confidence: float) -> float | None:
+    """Both forms of :func:`needed_fraction`: ``mean_var(stratum)`` gives a stratum's sample mean and variance."""
     ss = [s for s in strata if s.population > 0]
     big_n = sum(s.population for s in ss)
     if not ss or any(s.n < MIN_SAMPLE_PER_STRATUM and s.n < s.population for s in ss):
@@ -67,8 +63,7 @@ def needed_fraction_moments(strata: Sequence[Moments], e_max: float, confidence:
     a = 0.0
     mean = 0.0
     for s in ss:
-        m = s.total / s.n
-        s2 = max(0.0, (s.total_sq - s.n * m * m) / (s.n - 1)) if s.n > 1 else 0.0
+        m, s2 = mean_var(s)
         w = s.population / big_n
         mean += w * m
         a += w * w * s2 / s.population

@@ -29,20 +29,26 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def test_spark_batch_source_reads_an_atp_job_and_bounds_its_average(spark):
-    rows = correlated_rows(4000, seed=3)
-    e_max = 0.05
-    dest = f"127.0.0.1:{_port()}"
+def _send_in_background(dest: str, rows, e_max: float, seed: int) -> tuple[threading.Thread, dict]:
+    """``nspark.send_rows`` on a thread of its own: its summary (or the error it raised) lands in the dict."""
     out: dict = {}
 
     def send():
         try:
-            out["summary"] = nspark.send_rows(dest, rows, e_max, seed=3, wait_s=60)
-        except Exception as err:  # noqa: BLE001 - surfaced by the assertion below
+            out["summary"] = nspark.send_rows(dest, rows, e_max, seed=seed, wait_s=60)
+        except Exception as err:  # noqa: BLE001 - surfaced by the caller's assertion
             out["error"] = err
 
     t = threading.Thread(target=send)
     t.start()
+    return t, out
+
+
+def test_spark_batch_source_reads_an_atp_job_and_bounds_its_average(spark):
+    rows = correlated_rows(4000, seed=3)
+    e_max = 0.05
+    dest = f"127.0.0.1:{_port()}"
+    t, out = _send_in_background(dest, rows, e_max, seed=3)
     df = spark.read.format("netapprox").option("bind", dest).option("timeout", "30").load()
     df = df.cache()
     n = df.count()
@@ -119,16 +125,7 @@ def test_spark_s2_partials_over_atp_give_the_s1_answer_exactly(spark):
     rows = correlated_rows(3000, seed=4)
     e_max = 0.05
     dest = f"127.0.0.1:{_port()}"
-    out: dict = {}
-
-    def send():
-        try:
-            out["summary"] = nspark.send_rows(dest, rows, e_max, seed=4, wait_s=60)
-        except Exception as err:  # noqa: BLE001 - surfaced by the assertion below
-            out["error"] = err
-
-    t = threading.Thread(target=send)
-    t.start()
+    t, out = _send_in_background(dest, rows, e_max, seed=4)
     df = spark.read.format("netapprox").option("bind", dest).option("timeout", "30").load().cache()
     df.count()
     t.join(60)
