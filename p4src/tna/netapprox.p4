@@ -34,6 +34,12 @@ control NetApproxIngress(inout parsed_headers_t hdr,
     Forwarding() forwarding;
     Classification() classification;
 
+    // One action, so one stage, counts the packet and hands its queue to the traffic manager.
+    action enqueue() {
+        enqueued_packets.count(ig_tm_md.ucast_egress_port ++ ig_md.bridged.qid);
+        ig_tm_md.qid = TNA_QID_OF(ig_md.bridged.qid);
+    }
+
     apply {
         ig_md.bridged.setValid();
         ig_md.bridged._pad0 = 0;
@@ -57,6 +63,22 @@ control NetApproxIngress(inout parsed_headers_t hdr,
                 malformed = true;
                 reason = DROPPED_IPV4_CHECKSUM;
             }
+            // Forwarding runs beside validation instead of after it (Tofino 1 has 12 stages): on every IPv4
+            // packet that is not a REPORT, whose header it must leave as it came to the controller. A packet that
+            // validation then finds malformed, or that is not forwardable IPv4 (below), is dropped whatever
+            // forwarding wrote, and forwarding counts nothing itself, so what leaves and what is counted are the
+            // v1model program's.
+            if (hdr.ipv4.isValid() && !(hdr.atp.isValid() && hdr.atp.type == ATP_TYPE_REPORT)) {
+                ig_md.ip_proto = hdr.ipv4.protocol;
+                if (hdr.udp.isValid()) {
+                    ig_md.l4_dport = hdr.udp.dst_port;
+                    ig_md.l4_sport = hdr.udp.src_port;
+                } else if (hdr.tcp.isValid()) {
+                    ig_md.l4_dport = hdr.tcp.dst_port;
+                    ig_md.l4_sport = hdr.tcp.src_port;
+                }
+                forwarding.apply(hdr, ig_md, ig_tm_md);
+            }
             if (malformed) {
                 malformed_packets.count(reason);
                 ig_dprsr_md.drop_ctl = 1;
@@ -72,26 +94,14 @@ control NetApproxIngress(inout parsed_headers_t hdr,
                 // Not IPv4, a malformed IPv4 header, or a parser error outside the ATP header (e.g. a short
                 // TCP header).
                 ig_dprsr_md.drop_ctl = 1;
+            } else if (ig_md.drop) {
+                if (ig_md.ttl_expired) {
+                    malformed_packets.count(DROPPED_TTL_EXPIRED);
+                }
+                ig_dprsr_md.drop_ctl = 1;
             } else {
-                ig_md.ip_proto = hdr.ipv4.protocol;
-                if (hdr.udp.isValid()) {
-                    ig_md.l4_dport = hdr.udp.dst_port;
-                    ig_md.l4_sport = hdr.udp.src_port;
-                } else if (hdr.tcp.isValid()) {
-                    ig_md.l4_dport = hdr.tcp.dst_port;
-                    ig_md.l4_sport = hdr.tcp.src_port;
-                }
-                forwarding.apply(hdr, ig_md, ig_tm_md);
-                if (ig_md.drop) {
-                    if (ig_md.ttl_expired) {
-                        malformed_packets.count(DROPPED_TTL_EXPIRED);
-                    }
-                    ig_dprsr_md.drop_ctl = 1;
-                } else {
-                    classification.apply(hdr, ig_md);
-                    enqueued_packets.count(ig_tm_md.ucast_egress_port ++ ig_md.bridged.qid);
-                    ig_tm_md.qid = TNA_QID_OF(ig_md.bridged.qid);
-                }
+                classification.apply(hdr, ig_md);
+                enqueue();
             }
         }
     }
