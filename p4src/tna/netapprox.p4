@@ -34,8 +34,9 @@ control NetApproxIngress(inout parsed_headers_t hdr,
     Forwarding() forwarding;
     Classification() classification;
 
-    // One action, so one stage, counts the packet and hands its queue to the traffic manager.
-    action enqueue() {
+    // One action, so one stage, counts the packet and hands its queue to the traffic manager. Hidden: not
+    // part of the control-plane contract (the P4Info stays the v1model program's).
+    @hidden action enqueue() {
         enqueued_packets.count(ig_tm_md.ucast_egress_port ++ ig_md.bridged.qid);
         ig_tm_md.qid = TNA_QID_OF(ig_md.bridged.qid);
     }

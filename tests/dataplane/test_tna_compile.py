@@ -5,6 +5,7 @@ differ; bf-p4c may prefix names with the pipe, ``pipe.``)."""
 from __future__ import annotations
 
 import pathlib
+import re
 import shutil
 import subprocess
 
@@ -61,8 +62,13 @@ def contract(info: p4info_pb2.P4Info) -> dict:
     return out
 
 
+TOFINO1_STAGES = 12  # match-action stages per gress on Tofino 1
+PIPE = REPO / "build" / "tna" / "pipe"
+
+
 @pytest.fixture(scope="module")
 def tna_p4info() -> p4info_pb2.P4Info:
+    (PIPE / "tofino.bin").unlink(missing_ok=True)  # so the test below sees this run's binary, not an old one
     res = subprocess.run(["make", "-C", str(REPO), "p4-tna"], capture_output=True, text=True, timeout=840)
     assert res.returncode == 0, f"make p4-tna failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
     return _load(REPO / "build" / "tna" / "p4info.txtpb")
@@ -71,6 +77,16 @@ def tna_p4info() -> p4info_pb2.P4Info:
 def test_the_tna_program_compiles_with_the_tofino_back_end(tna_p4info):
     names = {t.preamble.name.removeprefix("pipe.") for t in tna_p4info.tables}
     assert "NetApproxIngress.classification.queue_by_tag" in names
+
+
+def test_the_tna_program_assembles_for_tofino_1(tna_p4info):
+    """`make p4-tna` asks for the assembler (ENABLE_BF_ASM=1): the program must fit Tofino 1's stages and leave a
+    binary, not only compile."""
+    assert (PIPE / "tofino.bin").stat().st_size > 0
+    bfa = (PIPE / "netapprox.bfa").read_text()
+    for gress in ("ingress", "egress"):
+        used = [int(n) for n in re.findall(rf"^stage (\d+) {gress}:", bfa, re.M)]
+        assert used and max(used) < TOFINO1_STAGES, f"{gress} uses stages {used}"
 
 
 @pytest.mark.skipif(shutil.which("p4c-bm2-ss") is None, reason="needs p4c-bm2-ss (p4c) for the v1model P4Info")
