@@ -25,6 +25,7 @@ parser NetApproxIngressParser(packet_in pkt,
         pkt.extract(ig_intr_md);
         pkt.advance(PORT_METADATA_SIZE);
         ig_md.l4_dport = 0;
+        ig_md.l4_sport = 0;             // the ECMP flow hash reads 0 when neither TCP nor UDP was parsed
         ig_md.ip_proto = 0;
         ig_md.ipv4_checksum_err = false;
         ig_md.ipv4_residual = 0;
