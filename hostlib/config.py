@@ -136,6 +136,13 @@ class AtpConfig:
     to ``reorder_threshold`` after 16 losses with none spurious (model: RACK, RFC 8985; recovery.py). Off: the fixed
     ``reorder_threshold`` and 9/8 RTT."""
 
+    path_reorders: bool = False
+    """The network is known to reorder this job's packets (it sprays them over equal-cost paths; a deployment says
+    so, as Linux's ``net.ipv4.tcp_reordering`` does): with ``adaptive_reorder``, the job starts as if it had seen
+    reordering, its first window's losses found by time with the reorder window from the first RTT sample, not by
+    ``reorder_threshold`` packets before the first reordered ACK comes back. 16 losses with none spurious still
+    bring back ``reorder_threshold`` (a wrong hint costs only those)."""
+
     min_loss_timeout_s: float = 0.005
     """Floor of the time after which an unacknowledged packet counts as lost."""
 

@@ -44,7 +44,10 @@ at most one srtt. After ``REORDER_PERSIST`` losses declared by the thresholds wi
 both go back to the packet threshold and no window (RACK resets its window after 16 recoveries without a DSACK).
 A path that never reorders never leaves them: its losses are found exactly as with the fixed threshold. The
 cost on a path that reorders: a lost packet is found 9/8 RTT plus the window after it was sent, not when the
-``reorder_threshold``-th packet after it is acknowledged.
+``reorder_threshold``-th packet after it is acknowledged. A job on a path known to reorder (``path_reorders``:
+the network sprays its packets) starts in that state, the window opening at its first RTT sample: its first
+window is not taken for lost before the first reordered ACK comes back (on a spraying fabric, 4 packets per job
+were). The ``REORDER_PERSIST`` rule applies to it alike.
 
 An ACK arriving after its packet was declared lost still counts (the receiver has the data). Listeners
 (the rate controller) hear about every packet through keyword-only ``on_packet_sent/acked/lost`` hooks.
@@ -103,12 +106,14 @@ class PacketListener(Protocol):
 
 class LossRecovery:
     def __init__(self, *, initial_rtt_s: float, reorder_threshold: int, min_loss_timeout_s: float,
-                 adaptive_reorder: bool = True, listeners: Iterable[PacketListener] = ()) -> None:
+                 adaptive_reorder: bool = True, path_reorders: bool = False,
+                 listeners: Iterable[PacketListener] = ()) -> None:
         self.listeners = list(listeners)
         self.reorder_threshold = reorder_threshold
         self.adaptive_reorder = adaptive_reorder
-        self.reordering = False
-        """The path was seen reordering (``adaptive_reorder``): the packet threshold does not apply."""
+        self.reordering = adaptive_reorder and path_reorders
+        """The path was seen reordering, or is known to (``path_reorders``), with ``adaptive_reorder``: the packet
+        threshold does not apply."""
         self.reorder_window = 0.0
         """Added to the time threshold once the path reorders: min RTT / 4, widened by spurious losses (at most
         srtt)."""
@@ -222,6 +227,8 @@ class LossRecovery:
         self.min_rtt = min(self.min_rtt, sample)
         if not self.has_rtt_sample:
             self.srtt, self.rttvar, self.has_rtt_sample = sample, sample / 2, True
+            if self.reordering:  # known to reorder before any sample (path_reorders): the window opens now
+                self._reordered()
         else:
             self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - sample)
             self.srtt = 0.875 * self.srtt + 0.125 * sample

@@ -341,7 +341,8 @@ class AtpSender:
                                        gain=config.gain, packet_bits=wire_max * 8, fixed=base)
         self.recovery = LossRecovery(initial_rtt_s=config.initial_rtt_s, reorder_threshold=config.reorder_threshold,
                                      min_loss_timeout_s=config.min_loss_timeout_s,
-                                     adaptive_reorder=config.adaptive_reorder, listeners=[self.rate])
+                                     adaptive_reorder=config.adaptive_reorder, path_reorders=config.path_reorders,
+                                     listeners=[self.rate])
 
     @staticmethod
     def _announce_parts_for(job: JobSpec, config: AtpConfig) -> list[bytes]:

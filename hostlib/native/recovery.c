@@ -116,9 +116,9 @@ int recovery_queued(const Recovery *r) {
 }
 
 int recovery_init(Recovery *r, double initial_rtt_s, long long reorder_threshold, double min_loss_timeout_s,
-                  int adaptive_reorder, RateCtl *rate) {
+                  int adaptive_reorder, int path_reorders, RateCtl *rate) {
     r->reorder_threshold = reorder_threshold;
-    r->reordering = 0;
+    r->reordering = adaptive_reorder && path_reorders;
     r->reorder_window = 0.0;
     r->adaptive_reorder = adaptive_reorder;
     r->spurious_losses = r->threshold_losses = 0;
@@ -245,6 +245,8 @@ static void update_rtt(Recovery *r, double sample) {
         r->srtt = sample;
         r->rttvar = sample / 2;
         r->has_rtt_sample = 1;
+        if (r->reordering) /* known to reorder before any sample (path_reorders): the window opens now */
+            reordered(r);
     } else {
         r->rttvar = 0.75 * r->rttvar + 0.25 * fabs(r->srtt - sample);
         r->srtt = 0.875 * r->srtt + 0.125 * sample;

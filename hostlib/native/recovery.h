@@ -53,7 +53,7 @@ typedef struct {
     long long spare_probes;       /* recovery.py spare_probes */
     int64_t largest_acked;
     long long reorder_threshold;
-    int reordering;                   /* the path was seen reordering (recovery.py reordering) */
+    int reordering;                   /* the path was seen reordering, or is known to (recovery.py reordering) */
     double reorder_window;            /* added to the time threshold (recovery.py reorder_window) */
     int adaptive_reorder;             /* AtpConfig.adaptive_reorder */
     int64_t spurious_losses;          /* recovery.py spurious_losses */
@@ -66,10 +66,10 @@ typedef struct {
 } Recovery;
 
 /* LossRecovery(initial_rtt_s=..., reorder_threshold=..., min_loss_timeout_s=..., adaptive_reorder=...,
- * listeners=[rate]): 0, or -1
+ * path_reorders=..., listeners=[rate]): 0, or -1
  * (no Python error set: the caller reports the MemoryError). */
 int recovery_init(Recovery *r, double initial_rtt_s, long long reorder_threshold, double min_loss_timeout_s,
-                  int adaptive_reorder, RateCtl *rate);
+                  int adaptive_reorder, int path_reorders, RateCtl *rate);
 void recovery_free(Recovery *r);
 double recovery_tail_timeout(const Recovery *r);
 /* LossRecovery.queued(): the latest RTT sample shows a queue in the path. */

@@ -242,7 +242,7 @@ static int setup_rate(Sender *s, PyObject *config) {
     RateCtl *rc = &s->rate;
     long long initial_window, max_window, reorder_threshold;
     double initial_rate, pacing_gain, initial_rtt_s, min_loss_timeout_s;
-    int has_initial_rate, has_max_rate, adaptive_reorder;
+    int has_initial_rate, has_max_rate, adaptive_reorder, path_reorders;
     if (cfg_opt_double(config, "max_rate_bps", &rc->max_rate_bps, &has_max_rate) ||
         cfg_double(config, "gain", &rc->gain) ||
         cfg_opt_double(config, "initial_rate_bps", &initial_rate, &has_initial_rate) ||
@@ -250,7 +250,7 @@ static int setup_rate(Sender *s, PyObject *config) {
         cfg_int(config, "first_window", &initial_window) || cfg_int(config, "max_window", &max_window) ||
         cfg_double(config, "pacing_gain", &pacing_gain) || cfg_double(config, "initial_rtt_s", &initial_rtt_s) ||
         cfg_int(config, "reorder_threshold", &reorder_threshold) ||
-        cfg_bool(config, "adaptive_reorder", &adaptive_reorder) ||
+        cfg_bool(config, "adaptive_reorder", &adaptive_reorder) || cfg_bool(config, "path_reorders", &path_reorders) ||
         cfg_double(config, "min_loss_timeout_s", &min_loss_timeout_s))
         return -1;
     if (!has_max_rate) /* no socket here to ask the link: the documented default (hostlib/link.py) */
@@ -277,7 +277,8 @@ static int setup_rate(Sender *s, PyObject *config) {
         double initial = has_initial_rate && initial_rate != 0.0 ? initial_rate : rc->max_rate_bps;
         rc->rate_bps = rc->fixed ? rc->max_rate_bps : initial;
     }
-    if (recovery_init(&s->recovery, initial_rtt_s, reorder_threshold, min_loss_timeout_s, adaptive_reorder, rc) != 0) {
+    if (recovery_init(&s->recovery, initial_rtt_s, reorder_threshold, min_loss_timeout_s, adaptive_reorder,
+                      path_reorders, rc) != 0) {
         PyErr_NoMemory();
         return -1;
     }

@@ -88,6 +88,7 @@ def test_every_mode_on_every_path(mode, path):
     {"receiver_grants": True, "completion": "all_sent", "initial_window": 2}, {"surplus": False},
     {"pack_messages": False}, {"first_window_low": True, "initial_window": 3}, {"open_admission_share": 0.0},
     {"adaptive_reorder": False}, {"reorder_threshold": 8, "ack_every": 2},
+    {"path_reorders": True}, {"path_reorders": True, "adaptive_reorder": False},
 ])
 def test_knobs(knobs):
     cfg = AtpConfig(**{"max_rate_bps": 40e6, **knobs})
