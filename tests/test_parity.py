@@ -74,7 +74,7 @@ def test_parity_simulation_atp_is_hostlib_default_but_for_scaled_knobs():
     assert not atp_config(SimSettings(), "atp-nogrants").receiver_grants
 
 
-@pytest.mark.xfail(strict=True, reason="receiver grants: on in the simulation, off in hostlib's default "
+@pytest.mark.xfail(strict=True, reason="a design default the simulation sets and hostlib does not "
                                        "(experiments.sim.trial.KNOWN_DISAGREEMENTS says why)")
 @pytest.mark.parametrize("knob", sorted(KNOWN_DISAGREEMENTS))
 def test_parity_known_disagreements_between_simulation_and_hostlib(knob):
