@@ -58,12 +58,8 @@ control NetApproxIngress(inout parsed_headers_t hdr,
         } else {
             bool malformed;
             drop_reason_t reason;
-            validation.apply(hdr, malformed, reason);
-            if (ig_md.ipv4_checksum_err && hdr.ipv4.ihl == 5) {
-                // Verified over the fixed 20 bytes: only meaningful without options.
-                malformed = true;
-                reason = DROPPED_IPV4_CHECKSUM;
-            }
+            // The IPv4 checksum, verified over the fixed 20 bytes, is only meaningful without options.
+            validation.apply(hdr, ig_md.ipv4_checksum_err && hdr.ipv4.ihl == 5, malformed, reason);
             // Forwarding runs beside validation instead of after it (Tofino 1 has 12 stages): on every IPv4
             // packet that is not a REPORT, whose header it must leave as it came to the controller. A packet that
             // validation then finds malformed, or that is not forwardable IPv4 (below), is dropped whatever

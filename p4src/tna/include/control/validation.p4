@@ -1,13 +1,16 @@
 // NetApprox TNA: ATP header sanity checks (NetApproxIngress.validation).
 //
-// Same checks, order and reasons as p4src/v1model/include/control/validation.p4. Tofino gateways
+// Same checks, order and reasons as p4src/v1model/include/control/validation.p4, with one more in front:
+// ipv4_checksum_bad (the caller's IPv4 header checksum test) gives DROPPED_IPV4_CHECKSUM whatever the ATP
+// checks say, as v1model's override after validation does; tested here as the first link of the chain it
+// costs no stage of its own (docs/dataplane.md, Tofino stages). Tofino gateways
 // compare a few bytes of fields with constants (range comparisons on at most 12 bits); the
 // field-to-field comparisons (pkt_idx < pkt_cnt, UDP length against 40 + atp.length) are computed as
 // saturating subtractions tested against 0, and tlr > 1.0 as bit tests.
 #ifndef NETAPPROX_TNA_VALIDATION_P4
 #define NETAPPROX_TNA_VALIDATION_P4
 
-control AtpValidation(in parsed_headers_t hdr, out bool malformed, out drop_reason_t reason) {
+control AtpValidation(in parsed_headers_t hdr, in bool ipv4_checksum_bad, out bool malformed, out drop_reason_t reason) {
     bit<16> idx_room;           // pkt_cnt - pkt_idx, saturated at 0: 0 <=> pkt_idx >= pkt_cnt
     bit<16> need;               // 8 + 32 + atp.length, saturated (a UDP length is at most 65515)
     bit<16> short_by;           // need - udp.length, saturated at 0: > 0 <=> udp.length < need
@@ -38,7 +41,10 @@ control AtpValidation(in parsed_headers_t hdr, out bool malformed, out drop_reas
         reason = MALFORMED_TRUNCATED;
         compute_differences.apply();
         compute_shortfall.apply();
-        if (hdr.atp.isValid()) {
+        if (ipv4_checksum_bad) {
+            malformed = true;
+            reason = DROPPED_IPV4_CHECKSUM;
+        } else if (hdr.atp.isValid()) {
             // Each check sets one bit first, then one chain over the bits picks the first reason: a Tofino
             // gateway takes a few bytes of input, and an else-if chain accumulates its conditions' fields.
             bit<1> bad_version = 0;
