@@ -214,7 +214,7 @@ def fig15(seeds: Sequence[int], out: Path, progress: Callable[[str], None]) -> d
                 row = {"figure": "fig15", "seed": p.seed, "e_max": p.e_max, "protocol": tp.protocol, "msr": msr,
                        "sim": p.sim}
                 try:
-                    row.update(_measure(p, tp, msr, backend.run_trial(tp, wd), wd))
+                    row.update(_measure(p, tp, msr, backend.run_trial(tp, wd), wd, scale.rate_bps))
                 except Exception as exc:  # one broken trial is a row with its error
                     row["error"] = f"{type(exc).__name__}: {exc}"
                 rows_out.append(row)
@@ -223,7 +223,69 @@ def fig15(seeds: Sequence[int], out: Path, progress: Callable[[str], None]) -> d
     return {"rows": rows_out, "summary": summarize_fig15(rows_out)}
 
 
-def _measure(p: Fig15Job, tp, msr: float, rec: dict, wd: Path) -> dict:
+TCP_WIRE = 1514 / 1448
+"""Bytes on the wire per byte of a TCP stream (full segments, Ethernet, IP, TCP with timestamps)."""
+
+
+def flow_bytes_during(flows: Sequence[dict], start_s: float, end_s: float) -> float:
+    """Bytes on the wire the background flows carried between ``start_s`` and ``end_s`` (the flows' clock), each
+    flow's bytes spread evenly over its measured FCT (``start_s``, ``fct_s``, ``size`` of the flow client's
+    summary): exact for a flow alone above the job (strict priority), an average for one sharing a queue."""
+    total = 0.0
+    for f in flows:
+        a, fct = f.get("start_s"), f.get("fct_s")
+        if a is None or not fct or fct <= 0:
+            continue
+        overlap = min(end_s, a + fct) - max(start_s, a)
+        if overlap > 0:
+            total += f["size"] * TCP_WIRE * overlap / fct
+    return total
+
+
+def strict_priority_bound(job_bytes: float, flows: Sequence[dict], start_s: float, rate_bps: float) -> float:
+    """The shortest first stage a job of ``job_bytes`` on the wire can have from ``start_s`` below the flows
+    (strict priority, as the NetApprox switch places approximate traffic): the time ``t`` at which the link has
+    carried the job and every flow byte carried meanwhile, ``t = (job_bytes + flows in [start_s, start_s + t]) /
+    rate``, the fixed point from ``t = job_bytes / rate`` up."""
+    t = job_bytes * 8 / rate_bps
+    for _ in range(1000):
+        nxt = (job_bytes + flow_bytes_during(flows, start_s, start_s + t)) * 8 / rate_bps
+        if nxt - t < 1e-6:
+            return nxt
+        t = nxt
+    return t
+
+
+def link_use(p: Fig15Job, tp, rec: dict, wd: Path, ids: Sequence[int] | None, tx: dict | None,
+             rate_bps: float) -> dict:
+    """How the first stage used the link into the receiver: its rows' bytes on the wire (``job_wire_s``: alone
+    at the link rate), the flows' bytes carried while it ran (``flows_s``), their sum over the stage's time
+    (``link_use``); for ATP, the strict-priority bound (:func:`strict_priority_bound`) and the stage's time over
+    it (``s1_over_bound``: 1 is every byte the flows left taken)."""
+    from netapprox.hostlib.wire import HEADER_LEN, RECORD_HEADER_LEN
+    fl = _read_summary(wd, tp, "fcli0.json") or {}
+    flows, job = fl.get("flows"), rec["jobs"][0]
+    if not ids or flows is None or not job.get("jct_s") or not job.get("start_wall") or not fl.get("start_wall"):
+        return {}
+    messages = p.job.job_spec(1.0).messages
+    rows = sum(len(messages[i].data) for i in ids)
+    atp = tp.protocol in ("atp-s1", "atp-s12")
+    if atp:
+        wire = rows + RECORD_HEADER_LEN * len(ids) + (HEADER_LEN + AtpConfig().overhead_bytes) * (tx or {}).get(
+            "packets_acked", 0)
+    else:
+        wire = rows * TCP_WIRE
+    start, jct = job["start_wall"] - fl["start_wall"], job["jct_s"]
+    carried = flow_bytes_during(flows, start, start + jct)
+    out = {"job_wire_s": wire * 8 / rate_bps, "flows_s": carried * 8 / rate_bps,
+           "link_use": (wire + carried) * 8 / rate_bps / jct}
+    if atp:
+        bound = strict_priority_bound(wire, flows, start, rate_bps)
+        out.update(bound_s=bound, s1_over_bound=jct / bound)
+    return out
+
+
+def _measure(p: Fig15Job, tp, msr: float, rec: dict, wd: Path, rate_bps: float) -> dict:
     """A Fig. 15 trial's JCT, rows and errors. ATP-S1's answer is the job's own (the sample of the look that
     stopped it, from its sender's summary); ``delivered_error`` is that of every row the receiver got. A TCP's is
     the estimate from the rows it delivered."""
@@ -242,6 +304,7 @@ def _measure(p: Fig15Job, tp, msr: float, rec: dict, wd: Path) -> dict:
         if not s2.get("msr_met"):
             row["error"] = f"S2 did not deliver every partial aggregate: {s2.get('error') or s2}"
     if ids:
+        row.update(link_use(p, tp, rec, wd, ids, rx if atp else None, rate_bps))
         from netapprox.analytics.job import LIVE_LOOKS
         looks = LIVE_LOOKS if atp else 1
         est = p.job.estimate(_received(p.job, ids), looks=looks).answer("avg")
@@ -273,7 +336,8 @@ def summarize_fig15(rows: Sequence[dict]) -> dict:
     """Per e_max: mean JCT per transport (the whole job: ATP-S1's is its one stage), the first stage's mean JCT,
     ATP-S1&2's JCT over each TCP's (``atp_s12_over_tcp_es`` / ``_ss``, whole jobs) and ATP-S1's first stage over
     each TCP's first stage (``atp_over_tcp_es`` / ``_ss``), each the mean over seeds of the per-seed ratios, and
-    the largest measured error over e_max."""
+    the largest measured error over e_max; how the first stage used the link (``link_use_mean``) and ATP's first
+    stage over its strict-priority bound (``s1_over_bound_mean``; :func:`link_use`)."""
     out: dict[str, Any] = {}
 
     def ratios(rs, num: str, key_num: str, key_den: str) -> dict[str, list[float]]:
@@ -313,6 +377,10 @@ def summarize_fig15(rows: Sequence[dict]) -> dict:
             "rows_mean": {pr: mean([r["rows"] for r in rs if r["protocol"] == pr and r.get("rows") is not None])
                           for pr in protos},
             "trials_failed": sum(1 for r in rows if r["e_max"] == e and r.get("error")),
+            "link_use_mean": {pr: mean([r["link_use"] for r in rs if r["protocol"] == pr and r.get("link_use")])
+                              for pr in protos},
+            "s1_over_bound_mean": {pr: mean([r["s1_over_bound"] for r in rs if r["protocol"] == pr
+                                             and r.get("s1_over_bound")]) for pr in protos if pr.startswith("atp")},
         }
     return out
 

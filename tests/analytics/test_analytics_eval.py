@@ -61,3 +61,18 @@ def test_analytics_eval_registry_and_bad_figure(tmp_path: Path, capsys):
         A.register("fig16", lambda seeds, out, progress: {})
     assert A.main(["--figures", "fig99", "--out", str(tmp_path)]) == 2
     assert "fig99" in capsys.readouterr().err
+
+
+def test_analytics_eval_strict_priority_bound_counts_the_flows_carried_meanwhile():
+    """A job below the flows ends once the link carried it and every flow byte carried while it ran: a flow of one
+    second of the link from 0 s delays a half-second job started at 0 s to 1.5 s, one started at 0.5 s to 1 s,
+    and does not delay one started after it; flows without an FCT are not counted."""
+    rate = 20e6
+    second = rate / 8 / A.TCP_WIRE  # a flow's payload that takes the link one second
+    flows = [{"start_s": 0.0, "fct_s": 1.0, "size": second}, {"start_s": 0.2, "fct_s": None, "size": second}]
+    assert A.flow_bytes_during(flows, 0.25, 0.75) == pytest.approx(rate / 8 / 2)
+    assert A.flow_bytes_during(flows, 2.0, 3.0) == 0.0
+    job = rate / 8 / 2
+    assert A.strict_priority_bound(job, flows, 0.0, rate) == pytest.approx(1.5, abs=1e-4)
+    assert A.strict_priority_bound(job, flows, 0.5, rate) == pytest.approx(1.0, abs=1e-4)
+    assert A.strict_priority_bound(job, flows, 1.0, rate) == pytest.approx(0.5)
