@@ -337,7 +337,8 @@ def summarize_fig15(rows: Sequence[dict]) -> dict:
     ATP-S1&2's JCT over each TCP's (``atp_s12_over_tcp_es`` / ``_ss``, whole jobs) and ATP-S1's first stage over
     each TCP's first stage (``atp_over_tcp_es`` / ``_ss``), each the mean over seeds of the per-seed ratios, and
     the largest measured error over e_max; how the first stage used the link (``link_use_mean``) and ATP's first
-    stage over its strict-priority bound (``s1_over_bound_mean``; :func:`link_use`)."""
+    stage over its strict-priority bound (``s1_over_bound_mean``; :func:`link_use`), and that bound over TCP-ES's
+    first stage (``bound_over_tcp_es``: the fastest a first stage below the flows could be, against TCP-ES)."""
     out: dict[str, Any] = {}
 
     def ratios(rs, num: str, key_num: str, key_den: str) -> dict[str, list[float]]:
@@ -360,6 +361,7 @@ def summarize_fig15(rows: Sequence[dict]) -> dict:
                for pr in protos}
         s1 = ratios(rs, "atp-s1", "s1_jct_s", "s1_jct_s")
         s12 = ratios(rs, "atp-s12", "jct_s", "jct_s")
+        bound = ratios(rs, "atp-s1", "bound_s", "s1_jct_s")
         out[f"{e:g}"] = {
             "jct_mean_s": {pr: mean([r["jct_s"] for r in rs if r["protocol"] == pr and r.get("jct_s") is not None])
                            for pr in protos},
@@ -381,6 +383,7 @@ def summarize_fig15(rows: Sequence[dict]) -> dict:
                               for pr in protos},
             "s1_over_bound_mean": {pr: mean([r["s1_over_bound"] for r in rs if r["protocol"] == pr
                                              and r.get("s1_over_bound")]) for pr in protos if pr.startswith("atp")},
+            "bound_over_tcp_es": mean(bound["tcp-es"]), "bound_over_tcp_es_per_seed": bound["tcp-es"],
         }
     return out
 

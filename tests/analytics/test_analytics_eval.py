@@ -44,6 +44,21 @@ def test_analytics_eval_fig15_summary_is_ratios_of_the_same_seed():
     assert s["error_over_emax"]["atp-s12"] == pytest.approx(0.2)
 
 
+def test_analytics_eval_fig15_summary_of_the_link_and_the_bound():
+    """ATP-S1's strict-priority bound against TCP-ES's first stage of the same seed; each ATP's stage over its bound."""
+    rows = [{"seed": 1, "e_max": 0.1, "protocol": "atp-s1", "s1_jct_s": 0.3, "jct_s": 0.3, "bound_s": 0.28,
+             "s1_over_bound": 0.3 / 0.28, "link_use": 1.0, "msr": 0.06},
+            {"seed": 1, "e_max": 0.1, "protocol": "tcp-es", "s1_jct_s": 0.1, "jct_s": 0.15, "link_use": 0.9},
+            {"seed": 2, "e_max": 0.1, "protocol": "atp-s1", "s1_jct_s": 0.2, "jct_s": 0.2, "bound_s": 0.2,
+             "s1_over_bound": 1.0, "link_use": 0.8, "msr": 0.06},
+            {"seed": 2, "e_max": 0.1, "protocol": "tcp-es", "s1_jct_s": 0.4, "jct_s": 0.45}]
+    s = A.summarize_fig15(rows)["0.1"]
+    assert s["bound_over_tcp_es_per_seed"] == pytest.approx([2.8, 0.5])
+    assert s["bound_over_tcp_es"] == pytest.approx(1.65)
+    assert s["s1_over_bound_mean"] == {"atp-s1": pytest.approx((0.3 / 0.28 + 1.0) / 2)}
+    assert s["link_use_mean"] == {"atp-s1": pytest.approx(0.9), "tcp-es": pytest.approx(0.9)}
+
+
 def test_analytics_eval_fig15_runs_s2_after_s1_for_the_two_stage_transports():
     """The S2 job: one partial aggregate (36 bytes) per stratum, from the first stage's receiver to the reducer,
     started once the first stage's sender ended, at MSR 1."""
