@@ -256,33 +256,44 @@ def strict_priority_bound(job_bytes: float, flows: Sequence[dict], start_s: floa
     return t
 
 
+def wire_bytes(job: AnalyticsJob, ids: Sequence[int], packets: int | None) -> float:
+    """Bytes on the wire of the rows ``ids`` of ``job``: over ATP (``packets`` data packets acknowledged) each row
+    with its record header and each packet with its ATP header and ``AtpConfig.overhead_bytes``; over TCP
+    (``packets`` None) the rows as one stream in full segments."""
+    from netapprox.hostlib.wire import HEADER_LEN, RECORD_HEADER_LEN
+    messages = job.job_spec(1.0).messages
+    rows = sum(len(messages[i].data) for i in ids)
+    if packets is None:
+        return rows * TCP_WIRE
+    return rows + RECORD_HEADER_LEN * len(ids) + (HEADER_LEN + AtpConfig().overhead_bytes) * packets
+
+
+def stage_link(wire: float, flows: Sequence[dict], start_s: float, jct_s: float, rate_bps: float,
+               below_flows: bool) -> dict:
+    """How a stage of ``wire`` bytes that ran ``jct_s`` from ``start_s`` (the flows' clock) used the link into its
+    receiver: alone at the link rate (``job_wire_s``), the flows' bytes carried meanwhile (``flows_s``), their sum
+    over the stage's time (``link_use``); ``below_flows`` (ATP on the NetApprox switch), the strict-priority bound
+    (:func:`strict_priority_bound`) and the stage's time over it (``s1_over_bound``: 1 is every byte the flows
+    left taken)."""
+    carried = flow_bytes_during(flows, start_s, start_s + jct_s)
+    out = {"job_wire_s": wire * 8 / rate_bps, "flows_s": carried * 8 / rate_bps,
+           "link_use": (wire + carried) * 8 / rate_bps / jct_s}
+    if below_flows:
+        bound = strict_priority_bound(wire, flows, start_s, rate_bps)
+        out.update(bound_s=bound, s1_over_bound=jct_s / bound)
+    return out
+
+
 def link_use(p: Fig15Job, tp, rec: dict, wd: Path, ids: Sequence[int] | None, tx: dict | None,
              rate_bps: float) -> dict:
-    """How the first stage used the link into the receiver: its rows' bytes on the wire (``job_wire_s``: alone
-    at the link rate), the flows' bytes carried while it ran (``flows_s``), their sum over the stage's time
-    (``link_use``); for ATP, the strict-priority bound (:func:`strict_priority_bound`) and the stage's time over
-    it (``s1_over_bound``: 1 is every byte the flows left taken)."""
-    from netapprox.hostlib.wire import HEADER_LEN, RECORD_HEADER_LEN
+    """:func:`stage_link` of a Fig. 15 trial's first stage (``tx``: ATP's sender summary, None for TCP)."""
     fl = _read_summary(wd, tp, "fcli0.json") or {}
     flows, job = fl.get("flows"), rec["jobs"][0]
     if not ids or flows is None or not job.get("jct_s") or not job.get("start_wall") or not fl.get("start_wall"):
         return {}
-    messages = p.job.job_spec(1.0).messages
-    rows = sum(len(messages[i].data) for i in ids)
-    atp = tp.protocol in ("atp-s1", "atp-s12")
-    if atp:
-        wire = rows + RECORD_HEADER_LEN * len(ids) + (HEADER_LEN + AtpConfig().overhead_bytes) * (tx or {}).get(
-            "packets_acked", 0)
-    else:
-        wire = rows * TCP_WIRE
-    start, jct = job["start_wall"] - fl["start_wall"], job["jct_s"]
-    carried = flow_bytes_during(flows, start, start + jct)
-    out = {"job_wire_s": wire * 8 / rate_bps, "flows_s": carried * 8 / rate_bps,
-           "link_use": (wire + carried) * 8 / rate_bps / jct}
-    if atp:
-        bound = strict_priority_bound(wire, flows, start, rate_bps)
-        out.update(bound_s=bound, s1_over_bound=jct / bound)
-    return out
+    atp = tx is not None
+    wire = wire_bytes(p.job, ids, tx.get("packets_acked", 0) if atp else None)
+    return stage_link(wire, flows, job["start_wall"] - fl["start_wall"], job["jct_s"], rate_bps, atp)
 
 
 def _measure(p: Fig15Job, tp, msr: float, rec: dict, wd: Path, rate_bps: float) -> dict:

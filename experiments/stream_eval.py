@@ -156,6 +156,7 @@ def _run_trial(backend, p: StreamPlan, jobs, tp, label: str, wd: Path, progress)
         return [{"figure": "fig17", "seed": p.seed, "e_max": p.e_max, "protocol": label, "window": w.index,
                  "error": f"{type(exc).__name__}: {exc}"} for w, *_ in jobs]
     rx_jobs = (_summary(wd, tp, "rx1.json") or {}).get("jobs", [])
+    fl = _summary(wd, tp, "fcli0.json") or {}
     for (w, job, msr, jp), m in zip(jobs, rec["jobs"]):
         row = {"figure": "fig17", "seed": p.seed, "e_max": p.e_max, "protocol": label, "window": w.index,
                "rows": len(w.rows), "msr": msr, "jct_s": m.get("jct_s"), "msr_met": m.get("msr_met")}
@@ -172,12 +173,24 @@ def _run_trial(backend, p: StreamPlan, jobs, tp, label: str, wd: Path, progress)
             truth = job.truth(a.query)
             row.update(received=len(ids), measured_error=A.relative_error(a.estimate.value, truth),
                        reported_error=a.error)
+            row.update(_window_link(job, ids, m, tx if tp.protocol == "atp-s1" else None, fl, tp.switch))
         out.append(row)
     s = summarize(out)
     for e, v in s.items():
         progress(f"fig17 seed {p.seed} e_max {e} {label}: goodput {v['goodput_rows_s'].get(label)} "
                  f"rows/s, error mean {v['error_mean'].get(label)}")
     return out
+
+
+def _window_link(job: AnalyticsJob, ids, m: dict, tx: dict | None, fl: dict, switch: str) -> dict:
+    """A window's use of the link into the receiver (``analytics_eval.stage_link``; ``tx``: ATP's sender summary,
+    None for TCP), with the strict-priority bound where the window went below the flows (ATP, NetApprox switch)."""
+    from netapprox.experiments.emulated import Scale
+    if fl.get("flows") is None or not fl.get("start_wall") or not m.get("start_wall") or not m.get("jct_s"):
+        return {}
+    wire = A.wire_bytes(job, ids, tx.get("packets_acked", 0) if tx is not None else None)
+    return A.stage_link(wire, fl["flows"], m["start_wall"] - fl["start_wall"], m["jct_s"], Scale().rate_bps,
+                        tx is not None and switch == "netapprox")
 
 
 def _summary(wd: Path, tp, name: str) -> dict | None:
@@ -193,7 +206,9 @@ def _summary(wd: Path, tp, name: str) -> dict | None:
 def summarize(rows: Sequence[dict]) -> dict:
     """Per e_max: each transport's goodput (rows of the windows over the sum of their JCTs, mean over seeds), ATP's
     over each TCP's (mean of the per-seed ratios), and the measured error per window (mean, largest, share of
-    windows within e_max)."""
+    windows within e_max); ATP's goodput were each window at its strict-priority bound, over TCP-ES's
+    (``bound_goodput_over_tcp_es_per_seed``: the most a transport below the flows could reach), and ATP's goodput
+    over that (``atp_over_bound_goodput``)."""
     out: dict = {}
     labels = list(dict.fromkeys(r["protocol"] for r in rows))
     for e in sorted({r["e_max"] for r in rows}):
@@ -205,6 +220,9 @@ def summarize(rows: Sequence[dict]) -> dict:
                 w = [r for r in rs if r["protocol"] == pr and r["seed"] == s]
                 if w and all(r.get("jct_s") for r in w):
                     good[pr][s] = sum(r["rows"] for r in w) / sum(r["jct_s"] for r in w)
+        bound = {s: sum(r["rows"] for r in w) / sum(r["bound_s"] for r in w)
+                 for s in seeds if (w := [r for r in rs if r["protocol"] == "atp-s1" and r["seed"] == s])
+                 and all(r.get("bound_s") for r in w)}
         atp = good.get("atp-s1", {})
         ratio = {b: [atp[s] / good[b][s] for s in seeds if s in atp and s in good.get(b, {})]
                  for b in labels if b != "atp-s1"}
@@ -222,6 +240,9 @@ def summarize(rows: Sequence[dict]) -> dict:
             "error_max": {pr: max(v) if v else None for pr, v in err.items()},
             "within_e_max": {pr: sum(x <= e for x in v) / len(v) if v else None for pr, v in err.items()},
             "msr_mean": statistics.mean(r["msr"] for r in rs) if rs else None,
+            "bound_goodput_over_tcp_es_per_seed": [bound[s] / good["tcp-es"][s] for s in seeds
+                                                   if s in bound and s in good.get("tcp-es", {})],
+            "atp_over_bound_goodput": statistics.mean(atp[s] / bound[s] for s in bound if s in atp) if bound else None,
         }
     return out
 

@@ -33,3 +33,18 @@ def test_fig17_summary_is_goodput_of_the_same_seed():
     assert s["atp_over_tcp_ss_per_seed"] == [4.0, 1.0]
     assert s["atp_over"] == {"tcp-es": pytest.approx(1.5), "tcp-ss": pytest.approx(2.5)}
     assert s["error_max"]["tcp-es"] == pytest.approx(0.08) and s["within_e_max"]["tcp-es"] == pytest.approx(0.5)
+
+
+def test_fig17_summary_of_the_strict_priority_bound():
+    """ATP's windows at their strict-priority bounds as a goodput, over TCP-ES's of the same seed; ATP's goodput over
+    it. A seed with a window without its bound has none."""
+    from netapprox.experiments import stream_eval as S
+    rows = [{"seed": 1, "e_max": 0.05, "protocol": "atp-s1", "window": w, "rows": 100, "msr": 0.5, "jct_s": 0.5,
+             "bound_s": 0.4} for w in range(2)]
+    rows += [{"seed": 1, "e_max": 0.05, "protocol": "tcp-es", "window": w, "rows": 100, "msr": 0.5, "jct_s": 0.2}
+             for w in range(2)]
+    rows += [{"seed": 2, "e_max": 0.05, "protocol": p, "window": 0, "rows": 100, "msr": 0.5, "jct_s": 1.0}
+             for p in ("atp-s1", "tcp-es")]
+    s = S.summarize(rows)["0.05"]
+    assert s["bound_goodput_over_tcp_es_per_seed"] == pytest.approx([0.5])
+    assert s["atp_over_bound_goodput"] == pytest.approx(0.8)
