@@ -6,33 +6,26 @@
 // costs no stage of its own (docs/dataplane.md, Tofino stages). Tofino gateways
 // compare a few bytes of fields with constants (range comparisons on at most 12 bits); the
 // field-to-field comparisons (pkt_idx < pkt_cnt, UDP length against 40 + atp.length) are computed as
-// saturating subtractions tested against 0, and tlr > 1.0 as bit tests.
+// saturating subtractions tested against constants, and tlr > 1.0 as bit tests.
 #ifndef NETAPPROX_TNA_VALIDATION_P4
 #define NETAPPROX_TNA_VALIDATION_P4
 
 control AtpValidation(in parsed_headers_t hdr, in bool ipv4_checksum_bad, out bool malformed, out drop_reason_t reason) {
     bit<16> idx_room;           // pkt_cnt - pkt_idx, saturated at 0: 0 <=> pkt_idx >= pkt_cnt
-    bit<16> need;               // 8 + 32 + atp.length, saturated (a UDP length is at most 65515)
-    bit<16> short_by;           // need - udp.length, saturated at 0: > 0 <=> udp.length < need
+    // udp.length < 8 + 32 + atp.length <=> udp.length - atp.length, saturated at 0, < 40: exact for every 16-bit
+    // value (nothing saturates upwards), as v1model's 32-bit comparison.
+    bit<16> beyond_payload;     // udp.length - atp.length, saturated at 0
 
     // The arithmetic runs in actions of keyless tables, ahead of the gateways that test its results: the
     // compiler would otherwise fold it back into the conditions, which a gateway cannot evaluate. One
     // operation per result: a Tofino ALU instruction has two operands.
     @hidden action differences() {
         idx_room = hdr.atp.pkt_cnt |-| hdr.atp.pkt_idx;
-        need = hdr.atp.length |+| (UDP_HEADER_BYTES + ATP_HEADER_BYTES);
-    }
-    @hidden action shortfall() {
-        short_by = need |-| hdr.udp.length;
+        beyond_payload = hdr.udp.length |-| hdr.atp.length;
     }
     @hidden table compute_differences {
         actions = { differences; }
         const default_action = differences();
-        size = 1;
-    }
-    @hidden table compute_shortfall {
-        actions = { shortfall; }
-        const default_action = shortfall();
         size = 1;
     }
 
@@ -40,7 +33,6 @@ control AtpValidation(in parsed_headers_t hdr, in bool ipv4_checksum_bad, out bo
         malformed = false;
         reason = MALFORMED_TRUNCATED;
         compute_differences.apply();
-        compute_shortfall.apply();
         if (ipv4_checksum_bad) {
             malformed = true;
             reason = DROPPED_IPV4_CHECKSUM;
@@ -68,7 +60,8 @@ control AtpValidation(in parsed_headers_t hdr, in bool ipv4_checksum_bad, out bo
             if (idx_room == 0) {  // also pkt_cnt == 0
                 bad_index = 1;
             }
-            if (short_by != 0) {
+            // < 40 as a 6-bit compare: a gateway's range compare takes a few bits only.
+            if (beyond_payload[15:6] == 0 && beyond_payload[5:0] < (bit<6>)(UDP_HEADER_BYTES + ATP_HEADER_BYTES)) {
                 truncated = 1;
             }
             if (bad_version == 1) {
