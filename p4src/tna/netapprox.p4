@@ -1,9 +1,10 @@
 // NetApprox data plane for Tofino (TNA). Same P4Info names as p4src/v1model/netapprox.p4 (the contract
 // of docs/architecture.md); differences are confined to this tree and listed in docs/dataplane.md.
 //   ingress: packet-out -> validation (malformed: drop + count) -> REPORT: report_meter per ingress port,
-//            then packet-in to the controller -> forwarding (routes_v4, ECMP, TTL) -> classification (logical
-//            queue, queue-0 guard) -> enqueued_packets -> ig_intr_md_for_tm.qid = logical queue; bridged
-//            metadata carries it to egress
+//            then packet-in to the controller -> forwarding's decision (routes_v4, ECMP, TTL; computed beside
+//            validation, used only here) -> classification (logical queue, queue-0 guard) -> enqueued_packets
+//            and ig_intr_md_for_tm.qid = logical queue; bridged metadata carries it to egress. 9 of Tofino 1's
+//            12 stages with the open back end (docs/dataplane.md, Tofino stages)
 //   egress:  packet-in header on CPU_PORT | transmitted_packets -> ecn -> ATP DATA queue byte
 //   IPv4 checksum: updated incrementally in both deparsers (TTL in ingress, ECN in egress) from residuals the
 //            parsers compute, so headers with options are handled without parsing them (see parser.p4)
