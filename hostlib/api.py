@@ -71,7 +71,8 @@ class ReceiveResult:
     grants: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Receiver-wide, when it grants: ``budget`` (packets in flight towards it over all its jobs:
     ``AtpConfig.grant_window_packets``, or one bandwidth-delay product at its ``max_rate_bps`` and
-    ``initial_rtt_s``); empty when it does not."""
+    ``initial_rtt_s``, or, not told its rate, at the rate its DATA arrives: 0 before the first estimate) and
+    ``rate_bps`` (that rate; ``None`` before the estimate or with a fixed budget); empty when it does not."""
 
     @property
     def delivered(self) -> int:
@@ -398,7 +399,7 @@ def receive_result(r: JobResult, messages: dict[int, bytes], core: AtpReceiver) 
         vector_len=r.vector_len, elapsed_s=r.finished_at - r.first_packet_at, packets=r.packets,
         duplicates=r.duplicates, malformed=dict(core.malformed), dropped=dict(core.dropped),
         admission=dict(core.admission), memory=core.memory.as_dict(),
-        grants={"budget": core.grant_budget} if core.config.receiver_grants else {})
+        grants={"budget": core.grant_budget, "rate_bps": core.grant_rate_bps} if core.config.receiver_grants else {})
 
 
 def _with_partial(err: AtpError, results: list[ReceiveResult]) -> AtpError:

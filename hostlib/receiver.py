@@ -84,6 +84,55 @@ def out_reserve(budget: int) -> int:
     """The outgoing queue's reserve within a budget of ``budget`` bytes (``OUT_QUEUE_SHARE``)."""
     return max(min(64 << 10, budget // 4), budget // OUT_QUEUE_SHARE)
 
+RATE_GAINS = (1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+"""Receiver grants, a receiver not told its rate: the gain its budget has in each delivery window, in turn (BBR's
+ProbeBW cycle): 1.25 lets the arrivals show a rate above the estimate, 0.75 drains what that queued.
+hostlib/native/receiver.c has the same numbers."""
+
+
+class DeliveryRate:
+    """The rate at which a receiver's DATA arrives, for a granting receiver not told its link's rate
+    (``AtpConfig.max_rate_bps`` None): its grant budget is ``gain`` x this x ``initial_rtt_s``. A sample is the
+    bytes that arrived over a window of at least ``window_s``, over the time from the window's start to its last
+    arrival; arrivals at the same instant (one batch of the socket) count together, in the window that ends at
+    that instant, so a batch does not look infinitely fast. The first window is the first packets' train: its
+    dispersion on the bottleneck is the seed, so no grant goes out before one window has closed. The estimate is
+    the largest sample so far: the rate of the receiver's own link, which does not change; a window with idle time
+    or losses in it gives a smaller sample that does not lower it. A max over the last 10 windows only (BBR's)
+    spiralled down under random loss: the budget sized by what arrived let less arrive (docs/results.md, "Receiver
+    grants sized by the delivery rate"). hostlib/native/receiver.c (``rate_note``) is the same."""
+
+    __slots__ = ("window_s", "t0", "last", "bytes", "samples", "bps", "phase")
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+        self.t0: float | None = None  # the window's start: the arrival before its first counted one
+        self.last = 0.0  # the newest arrival's time
+        self.bytes = 0  # bytes that arrived after t0 up to and including ``last``
+        self.samples = 0  # windows closed
+        self.bps: float | None = None  # the estimate (bit/s), ``None`` before the first window closed
+        self.phase = 0  # index into RATE_GAINS
+
+    def note(self, nbytes: int, now: float) -> None:
+        """A DATA packet of ``nbytes`` on the wire arrived at ``now``."""
+        if self.t0 is None:
+            self.t0 = self.last = now
+            return
+        if now > self.last and self.last - self.t0 >= self.window_s > 0:
+            sample = 8 * self.bytes / (self.last - self.t0)
+            self.bps = sample if self.bps is None else max(self.bps, sample)
+            self.samples += 1
+            self.phase = (self.phase + 1) % len(RATE_GAINS)
+            self.t0, self.bytes = self.last, 0
+        if now > self.t0:
+            self.bytes += nbytes
+        self.last = max(self.last, now)
+
+    @property
+    def gain(self) -> float:
+        return RATE_GAINS[self.phase]
+
+
 REPLY_FACTOR = 3
 """A job's replies (ACKs, DONE) total at most this many times the bytes its sender sent it (QUIC's limit for an
 unvalidated address, RFC 9000 §8.1, here for every job): a reply that would pass it waits for more request
@@ -379,11 +428,26 @@ class AtpReceiver:
         until the first DATA packet; then the mean size on the wire of the DATA packets that arrived whole)."""
         self._grant_fixed = bool(config.grant_window_packets)
         self._bdp_bits = (config.max_rate_bps or DEFAULT_MAX_RATE_BPS) * config.initial_rtt_s
+        self.delivery: DeliveryRate | None = None
+        """A granting receiver not told its rate (``max_rate_bps`` None, no ``grant_window_packets``) sizes its
+        budget by the rate its DATA arrives at (:class:`DeliveryRate`), and grants nothing before the first
+        sample: until then its jobs' senders follow their own windows."""
+        if self.granting and not self._grant_fixed and not config.max_rate_bps:
+            self.delivery = DeliveryRate(config.initial_rtt_s)
+            self.grant_budget = 0
         self._data_packets = 0  # DATA packets of admitted jobs that arrived whole, and their bytes on the wire
         self._data_wire_bytes = 0  # (header, payload, ``overhead_bytes``): the budget's packet size
         self._grant_dirty = False
         self.trimmed = 0
         """DATA packets that arrived trimmed (a switch cut their payload): answered at once with a TRIM ACK."""
+
+    @property
+    def grant_rate_bps(self) -> float | None:
+        """Receiver grants: the rate the budget is sized at: the :class:`DeliveryRate` estimate for a receiver not
+        told its rate (``None`` before its first sample), else ``max_rate_bps``; ``None`` with a fixed budget."""
+        if self.delivery is not None:
+            return self.delivery.bps
+        return None if self._grant_fixed else self.config.max_rate_bps or DEFAULT_MAX_RATE_BPS
 
     # -- public sans-I/O interface -----------------------------------------------------------------
 
@@ -700,20 +764,33 @@ class AtpReceiver:
                                                 pkt_cnt=h.pkt_cnt, seq=h.seq, blocks=blocks, token=job.token,
                                                 grant=grant), "ack")
 
+    def _note_data_size(self, h: wire.Header, now: float) -> None:
+        """The grant budget: one bandwidth-delay product (the told rate, or the :class:`DeliveryRate` estimate
+        times its gain, x ``initial_rtt_s``) in the packets that arrive: counted in full packets, a budget
+        under-fills the link with smaller ones (1000-byte messages at 20 Mbit/s and 10 ms: 18 full packets where
+        24 fit)."""
+        nbytes = wire.HEADER_LEN + h.length + self.config.overhead_bytes
+        self._data_packets += 1
+        self._data_wire_bytes += nbytes
+        bits = self._bdp_bits
+        if self.delivery is not None:
+            self.delivery.note(nbytes, now)
+            rate = self.delivery.bps
+            if rate is None:
+                return
+            bits = self.delivery.gain * rate * self.config.initial_rtt_s
+        budget = max(2, math.ceil(bits * self._data_packets / (8 * self._data_wire_bytes)))
+        if budget != self.grant_budget:
+            self.grant_budget = budget
+            self._grant_dirty = True
+
     def _on_data(self, job: _Job, h: wire.Header, payload: bytes, now: float, ce: bool = False) -> None:
         m = job.manifest
         if m is None:
             self.dropped["before_announce"] += 1
             return
         if self.granting and not self._grant_fixed:
-            # one bandwidth-delay product in the packets that arrive: counted in full packets, a budget under-fills
-            # the link with smaller ones (1000-byte messages at 20 Mbit/s and 10 ms: 18 full packets where 24 fit)
-            self._data_packets += 1
-            self._data_wire_bytes += wire.HEADER_LEN + h.length + self.config.overhead_bytes
-            budget = max(2, math.ceil(self._bdp_bits * self._data_packets / (8 * self._data_wire_bytes)))
-            if budget != self.grant_budget:
-                self.grant_budget = budget
-                self._grant_dirty = True
+            self._note_data_size(h, now)
         if h.count > 1:
             self._on_packed(job, h, payload, now, ce)
             return
@@ -866,7 +943,7 @@ class AtpReceiver:
     def _grant_of(self, job: _Job) -> int | None:
         """The grant an answer to ``job`` carries: the newest sequence number plus what the job may have in
         flight (never less than given before); ``None`` when this receiver does not schedule."""
-        if not self.granting or job.top is None:
+        if not self.granting or job.top is None or self.grant_budget == 0:
             return None
         g = (job.top + 1 + job.alloc) & 0xFFFFFFFF
         if job.grant is None or (g - job.grant) & 0xFFFFFFFF < 1 << 31:

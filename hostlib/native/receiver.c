@@ -329,7 +329,7 @@ static void arrived(Receiver *r, Job *job, const AtpHeader *h) {
 
 /* _grant_of: the grant an answer to ``job`` carries (1 and *out), or 0 when this receiver does not schedule */
 static int grant_of(Receiver *r, Job *job, uint32_t *out) {
-    if (!r->granting || !job->has_top)
+    if (!r->granting || !job->has_top || r->grant_budget == 0)
         return 0;
     uint32_t g = job->top + 1 + (uint32_t)job->alloc;
     if (!job->has_grant || (uint32_t)(g - job->grant) < (1u << 31)) {
@@ -645,11 +645,44 @@ static int take(Receiver *r, Job *job, const AtpHeader *h, long long cost, long 
     return receiver_send_ack(r, job, h, ce) != 0 ? -1 : 1;
 }
 
-/* The grant budget: one bandwidth-delay product in the packets that arrive (receiver.py, _on_data). */
-static void note_data_size(Receiver *r, const AtpHeader *h) {
+static const double RATE_GAINS[RATE_PHASES] = {1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0};
+
+/* DeliveryRate.note: a DATA packet of nbytes on the wire arrived at now */
+static void rate_note(DeliveryRate *d, long long nbytes, double now) {
+    if (!d->started) {
+        d->started = 1;
+        d->t0 = d->last = now;
+        return;
+    }
+    if (now > d->last && d->last - d->t0 >= d->window_s && d->window_s > 0) {
+        double sample = (double)(8 * d->bytes) / (d->last - d->t0);
+        if (d->samples == 0 || sample > d->bps)
+            d->bps = sample;
+        d->samples++;
+        d->phase = (d->phase + 1) % RATE_PHASES;
+        d->t0 = d->last;
+        d->bytes = 0;
+    }
+    if (now > d->t0)
+        d->bytes += nbytes;
+    if (now > d->last)
+        d->last = now;
+}
+
+/* The grant budget: one bandwidth-delay product (the told rate, or the delivery rate's estimate times its gain, x
+   initial_rtt_s) in the packets that arrive (receiver.py, _note_data_size). */
+static void note_data_size(Receiver *r, const AtpHeader *h, double now) {
+    long long nbytes = ATP_HEADER_LEN + (long long)h->length + r->overhead_bytes;
     r->data_packets++;
-    r->data_wire_bytes += ATP_HEADER_LEN + (long long)h->length + r->overhead_bytes;
-    long long budget = (long long)ceil(r->bdp_bits * (double)r->data_packets / (double)(8 * r->data_wire_bytes));
+    r->data_wire_bytes += nbytes;
+    double bits = r->bdp_bits;
+    if (r->delivery.on) {
+        rate_note(&r->delivery, nbytes, now);
+        if (r->delivery.samples == 0)
+            return;
+        bits = RATE_GAINS[r->delivery.phase] * r->delivery.bps * r->rtt_s;
+    }
+    long long budget = (long long)ceil(bits * (double)r->data_packets / (double)(8 * r->data_wire_bytes));
     if (budget < 2)
         budget = 2;
     if (budget != r->grant_budget) {
@@ -662,7 +695,7 @@ static int on_data(Receiver *r, Job *job, const AtpHeader *h, const uint8_t *pay
     if (job->manifest == NULL)
         return drop(r, "before_announce");
     if (r->granting && !r->grant_fixed)
-        note_data_size(r, h);
+        note_data_size(r, h, now);
     if (h->count > 1)
         return on_packed(r, job, h, payload, now, ce);
     uint32_t msg_id = h->msg_id;

@@ -110,6 +110,18 @@ typedef struct {
     int has_na;
 } OutItem;
 
+#define RATE_PHASES 8 /* receiver.py's RATE_GAINS */
+
+/* receiver.py, DeliveryRate: a granting receiver not told its rate sizes its budget by the rate its DATA arrives at */
+typedef struct {
+    int on, started;           /* on: this receiver estimates; started: t0 is set */
+    double window_s, t0, last; /* the window's length, its start, the newest arrival */
+    long long bytes;           /* bytes after t0 up to and including last */
+    long long samples;         /* windows closed */
+    double bps;                /* the largest sample (the estimate), when samples > 0 */
+    int phase;                 /* index into the gains */
+} DeliveryRate;
+
 typedef struct {
     PyObject_HEAD
     PyObject *config, *accept_jobs, *malformed, *dropped, *admission, *tokens, *collected;
@@ -124,6 +136,8 @@ typedef struct {
     double bdp_bits;          /* max_rate_bps (DEFAULT_MAX_RATE_BPS when None) x initial_rtt_s */
     long long overhead_bytes; /* AtpConfig.overhead_bytes */
     long long data_packets, data_wire_bytes; /* DATA packets of admitted jobs that arrived whole, their wire bytes */
+    DeliveryRate delivery;    /* not told its rate: the rate its DATA arrives at (receiver.py, DeliveryRate) */
+    double rtt_s;             /* AtpConfig.initial_rtt_s: the delivery windows and the budget's time */
     long long trimmed;        /* DATA packets that arrived trimmed */
     PyObject *admission_key; /* bytes or None */
     long long jobs_seen, buffered, datagrams;

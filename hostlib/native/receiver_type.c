@@ -132,6 +132,13 @@ static int Receiver_init(Receiver *r, PyObject *args, PyObject *kwds) {
         return -1;
     r->bdp_bits = (has_rate && rate != 0.0 ? rate : R.default_max_rate_bps) * rtt;
     r->data_packets = r->data_wire_bytes = 0;
+    r->rtt_s = rtt;
+    memset(&r->delivery, 0, sizeof r->delivery);
+    if (r->granting && !r->grant_fixed && !(has_rate && rate != 0.0)) { /* receiver.py: ``delivery`` */
+        r->delivery.on = 1;
+        r->delivery.window_s = rtt;
+        r->grant_budget = 0;
+    }
     PyObject *rx_module = PyImport_ImportModule("netapprox.hostlib.receiver");
     long long small = 0;
     int bad = rx_module == NULL || cfg_int(rx_module, "SMALL_MANIFEST", &small);
@@ -467,6 +474,17 @@ static PyObject *get_buffered(Receiver *r, void *c) { return PyLong_FromLongLong
 static PyObject *get_datagrams(Receiver *r, void *c) { return PyLong_FromLongLong(r->datagrams); }
 static PyObject *get_trimmed(Receiver *r, void *c) { return PyLong_FromLongLong(r->trimmed); }
 static PyObject *get_grant_budget(Receiver *r, void *c) { return PyLong_FromLongLong(r->grant_budget); }
+static PyObject *get_grant_rate(Receiver *r, void *c) { /* receiver.py, grant_rate_bps */
+    if (r->delivery.on)
+        return r->delivery.samples ? PyFloat_FromDouble(r->delivery.bps) : Py_NewRef(Py_None);
+    if (r->grant_fixed)
+        return Py_NewRef(Py_None);
+    PyObject *told = PyObject_GetAttrString(r->config, "max_rate_bps");
+    if (told == NULL || (told != Py_None && PyObject_IsTrue(told) == 1))
+        return told;
+    Py_DECREF(told);
+    return PyFloat_FromDouble(R.default_max_rate_bps);
+}
 static PyObject *get_admission_mode(Receiver *r, void *c) {
     return PyUnicode_FromString(r->tokens_mode ? "tokens" : "open");
 }
@@ -487,6 +505,7 @@ static PyGetSetDef Receiver_getset[] = {
     {"datagrams", (getter)get_datagrams, NULL, "Datagrams received.", NULL},
     {"trimmed", (getter)get_trimmed, NULL, "DATA packets that arrived trimmed.", NULL},
     {"grant_budget", (getter)get_grant_budget, NULL, "Receiver grants: packets in flight towards it in all.", NULL},
+    {"grant_rate_bps", (getter)get_grant_rate, NULL, "Receiver grants: the rate the budget is sized at.", NULL},
     {"admission_mode", (getter)get_admission_mode, NULL,
      "'open' (token-less announces admitted at once) or 'tokens' (they get a RETRY).", NULL},
     {"malformed", (getter)get_malformed, NULL, "collections.Counter of malformed datagrams by reason.", NULL},
