@@ -85,52 +85,72 @@ def out_reserve(budget: int) -> int:
     return max(min(64 << 10, budget // 4), budget // OUT_QUEUE_SHARE)
 
 RATE_GAINS = (1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
-"""Receiver grants, a receiver not told its rate: the gain its budget has in each delivery window, in turn (BBR's
-ProbeBW cycle): 1.25 lets the arrivals show a rate above the estimate, 0.75 drains what that queued.
-hostlib/native/receiver.c has the same numbers."""
+"""Receiver grants, a receiver not told its rate: the gain its budget has in each delivery window, in turn from the
+first estimate on (BBR's ProbeBW cycle): 1.25 lets the arrivals show a rate above the estimate, 0.75 drains what
+that queued. hostlib/native/receiver.c has the same numbers."""
+
+LOSS_GAIN_MAX = 2.0
+"""... and at most this much more for the packets that die: a grant counts from the newest packet that arrived, so
+of the packets granted past it a fraction ``loss`` (the sequence numbers a window of arrivals skipped) holds a
+place without arriving; the budget is 1 / (1 - loss) larger, up to this."""
+
+MAX_GAP = 1 << 16
+"""A sequence number jump counts as at most this many packets skipped (a forged jump moves the loss to 1, not more)."""
 
 
 class DeliveryRate:
-    """The rate at which a receiver's DATA arrives, for a granting receiver not told its link's rate
-    (``AtpConfig.max_rate_bps`` None): its grant budget is ``gain`` x this x ``initial_rtt_s``. A sample is the
-    bytes that arrived over a window of at least ``window_s``, over the time from the window's start to its last
-    arrival; arrivals at the same instant (one batch of the socket) count together, in the window that ends at
-    that instant, so a batch does not look infinitely fast. The first window is the first packets' train: its
-    dispersion on the bottleneck is the seed, so no grant goes out before one window has closed. The estimate is
-    the largest sample so far: the rate of the receiver's own link, which does not change; a window with idle time
-    or losses in it gives a smaller sample that does not lower it. A max over the last 10 windows only (BBR's)
-    spiralled down under random loss: the budget sized by what arrived let less arrive (docs/results.md, "Receiver
-    grants sized by the delivery rate"). hostlib/native/receiver.c (``rate_note``) is the same."""
+    """The rate at which a receiver's link delivers DATA, for a granting receiver not told it (``AtpConfig.max_rate_bps``
+    None): its grant budget is ``gain`` x this x ``initial_rtt_s``. Measured over pairs of arrivals: a packet that is
+    its job's next sequence number (nothing of its job lost or overtaken before it) adds its bytes and the time since
+    the arrival before it (of any job); a packet after a gap adds neither, so time a dead packet spent on the link, or
+    the sender's wait for the loss, does not count as the link's. A sample closes once the pairs add up to
+    ``window_s`` (and at an instant later than the last, so one batch of the socket, read at one instant, counts
+    whole and does not look infinitely fast). The first sample is the first packets' train (their dispersion on the
+    bottleneck): no grant goes out before it. The estimate is the largest sample: the rate of the receiver's own
+    link, which does not change; a window with the senders idle gives a smaller sample that does not lower it.
+    Measured over every arrival, or the last 10 windows only (BBR's max filter), the estimate followed the losses
+    down (docs/results.md, "Receiver grants sized by the delivery rate"). ``loss``: the sequence numbers the last
+    window skipped over those and its arrivals. hostlib/native/receiver.c (``rate_note``) is the same."""
 
-    __slots__ = ("window_s", "t0", "last", "bytes", "samples", "bps", "phase")
+    __slots__ = ("window_s", "last", "busy", "bytes", "arrived", "gaps", "samples", "bps", "phase", "loss")
 
     def __init__(self, window_s: float) -> None:
         self.window_s = window_s
-        self.t0: float | None = None  # the window's start: the arrival before its first counted one
-        self.last = 0.0  # the newest arrival's time
-        self.bytes = 0  # bytes that arrived after t0 up to and including ``last``
+        self.last: float | None = None  # the newest arrival's time
+        self.busy = 0.0  # the window's pairs: their time ...
+        self.bytes = 0  # ... and bytes
+        self.arrived = 0  # the window's arrivals and the sequence numbers they skipped
+        self.gaps = 0
         self.samples = 0  # windows closed
         self.bps: float | None = None  # the estimate (bit/s), ``None`` before the first window closed
         self.phase = 0  # index into RATE_GAINS
+        self.loss = 0.0
 
-    def note(self, nbytes: int, now: float) -> None:
-        """A DATA packet of ``nbytes`` on the wire arrived at ``now``."""
-        if self.t0 is None:
-            self.t0 = self.last = now
+    def note(self, nbytes: int, now: float, skipped: int) -> None:
+        """A DATA packet of ``nbytes`` on the wire arrived at ``now``, ``skipped`` sequence numbers past its job's
+        newest (0: the next one; -1: below it, late or repeated)."""
+        if self.last is None:
+            self.last = now
             return
-        if now > self.last and self.last - self.t0 >= self.window_s > 0:
-            sample = 8 * self.bytes / (self.last - self.t0)
+        if now > self.last and self.busy >= self.window_s > 0:
+            sample = 8 * self.bytes / self.busy
             self.bps = sample if self.bps is None else max(self.bps, sample)
+            self.phase = self.samples % len(RATE_GAINS)
             self.samples += 1
-            self.phase = (self.phase + 1) % len(RATE_GAINS)
-            self.t0, self.bytes = self.last, 0
-        if now > self.t0:
+            self.loss = self.gaps / (self.gaps + self.arrived)
+            self.busy, self.bytes, self.arrived, self.gaps = 0.0, 0, 0, 0
+        if skipped == 0 and now >= self.last:
+            self.busy += now - self.last
             self.bytes += nbytes
+        self.arrived += 1
+        self.gaps += min(max(skipped, 0), MAX_GAP)
         self.last = max(self.last, now)
 
     @property
     def gain(self) -> float:
-        return RATE_GAINS[self.phase]
+        """The budget's gain: the cycle's, and 1 / (1 - loss) up to ``LOSS_GAIN_MAX``."""
+        lost = LOSS_GAIN_MAX if self.loss * LOSS_GAIN_MAX >= LOSS_GAIN_MAX - 1 else 1 / (1 - self.loss)
+        return RATE_GAINS[self.phase] * lost
 
 
 REPLY_FACTOR = 3
@@ -764,9 +784,9 @@ class AtpReceiver:
                                                 pkt_cnt=h.pkt_cnt, seq=h.seq, blocks=blocks, token=job.token,
                                                 grant=grant), "ack")
 
-    def _note_data_size(self, h: wire.Header, now: float) -> None:
+    def _note_data_size(self, job: _Job, h: wire.Header, now: float) -> None:
         """The grant budget: one bandwidth-delay product (the told rate, or the :class:`DeliveryRate` estimate
-        times its gain, x ``initial_rtt_s``) in the packets that arrive: counted in full packets, a budget
+        times its gains, x ``initial_rtt_s``) in the packets that arrive: counted in full packets, a budget
         under-fills the link with smaller ones (1000-byte messages at 20 Mbit/s and 10 ms: 18 full packets where
         24 fit)."""
         nbytes = wire.HEADER_LEN + h.length + self.config.overhead_bytes
@@ -774,7 +794,8 @@ class AtpReceiver:
         self._data_wire_bytes += nbytes
         bits = self._bdp_bits
         if self.delivery is not None:
-            self.delivery.note(nbytes, now)
+            skipped = 0 if job.top is None else (h.seq - job.top - 1) & 0xFFFFFFFF
+            self.delivery.note(nbytes, now, -1 if skipped >= 1 << 31 else skipped)
             rate = self.delivery.bps
             if rate is None:
                 return
@@ -790,7 +811,7 @@ class AtpReceiver:
             self.dropped["before_announce"] += 1
             return
         if self.granting and not self._grant_fixed:
-            self._note_data_size(h, now)
+            self._note_data_size(job, h, now)
         if h.count > 1:
             self._on_packed(job, h, payload, now, ce)
             return

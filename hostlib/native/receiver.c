@@ -647,40 +647,53 @@ static int take(Receiver *r, Job *job, const AtpHeader *h, long long cost, long 
 
 static const double RATE_GAINS[RATE_PHASES] = {1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0};
 
-/* DeliveryRate.note: a DATA packet of nbytes on the wire arrived at now */
-static void rate_note(DeliveryRate *d, long long nbytes, double now) {
+/* DeliveryRate.note: a DATA packet of nbytes on the wire arrived at now, skipped sequence numbers past its job's
+   newest (0: the next one; -1: below it) */
+static void rate_note(DeliveryRate *d, long long nbytes, double now, long long skipped) {
     if (!d->started) {
         d->started = 1;
-        d->t0 = d->last = now;
+        d->last = now;
         return;
     }
-    if (now > d->last && d->last - d->t0 >= d->window_s && d->window_s > 0) {
-        double sample = (double)(8 * d->bytes) / (d->last - d->t0);
+    if (now > d->last && d->busy >= d->window_s && d->window_s > 0) {
+        double sample = (double)(8 * d->bytes) / d->busy;
         if (d->samples == 0 || sample > d->bps)
             d->bps = sample;
+        d->phase = (int)(d->samples % RATE_PHASES);
         d->samples++;
-        d->phase = (d->phase + 1) % RATE_PHASES;
-        d->t0 = d->last;
-        d->bytes = 0;
+        d->loss = (double)d->gaps / (double)(d->gaps + d->arrived);
+        d->busy = 0.0;
+        d->bytes = d->arrived = d->gaps = 0;
     }
-    if (now > d->t0)
+    if (skipped == 0 && now >= d->last) {
+        d->busy += now - d->last;
         d->bytes += nbytes;
+    }
+    d->arrived++;
+    d->gaps += skipped < 0 ? 0 : skipped < MAX_GAP ? skipped : MAX_GAP;
     if (now > d->last)
         d->last = now;
 }
 
+/* DeliveryRate.gain: the cycle's gain, and 1 / (1 - loss) up to LOSS_GAIN_MAX */
+static double rate_gain(const DeliveryRate *d) {
+    double lost = d->loss * LOSS_GAIN_MAX >= LOSS_GAIN_MAX - 1 ? LOSS_GAIN_MAX : 1 / (1 - d->loss);
+    return RATE_GAINS[d->phase] * lost;
+}
+
 /* The grant budget: one bandwidth-delay product (the told rate, or the delivery rate's estimate times its gain, x
    initial_rtt_s) in the packets that arrive (receiver.py, _note_data_size). */
-static void note_data_size(Receiver *r, const AtpHeader *h, double now) {
+static void note_data_size(Receiver *r, const Job *job, const AtpHeader *h, double now) {
     long long nbytes = ATP_HEADER_LEN + (long long)h->length + r->overhead_bytes;
     r->data_packets++;
     r->data_wire_bytes += nbytes;
     double bits = r->bdp_bits;
     if (r->delivery.on) {
-        rate_note(&r->delivery, nbytes, now);
+        uint32_t skipped = job->has_top ? h->seq - job->top - 1 : 0;
+        rate_note(&r->delivery, nbytes, now, skipped >= (1u << 31) ? -1 : (long long)skipped);
         if (r->delivery.samples == 0)
             return;
-        bits = RATE_GAINS[r->delivery.phase] * r->delivery.bps * r->rtt_s;
+        bits = rate_gain(&r->delivery) * r->delivery.bps * r->rtt_s;
     }
     long long budget = (long long)ceil(bits * (double)r->data_packets / (double)(8 * r->data_wire_bytes));
     if (budget < 2)
@@ -695,7 +708,7 @@ static int on_data(Receiver *r, Job *job, const AtpHeader *h, const uint8_t *pay
     if (job->manifest == NULL)
         return drop(r, "before_announce");
     if (r->granting && !r->grant_fixed)
-        note_data_size(r, h, now);
+        note_data_size(r, job, h, now);
     if (h->count > 1)
         return on_packed(r, job, h, payload, now, ce);
     uint32_t msg_id = h->msg_id;

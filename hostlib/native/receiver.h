@@ -110,16 +110,21 @@ typedef struct {
     int has_na;
 } OutItem;
 
-#define RATE_PHASES 8 /* receiver.py's RATE_GAINS */
+#define RATE_PHASES 8       /* receiver.py's RATE_GAINS */
+#define LOSS_GAIN_MAX 2.0    /* receiver.py's LOSS_GAIN_MAX */
+#define MAX_GAP (1LL << 16)  /* receiver.py's MAX_GAP */
 
-/* receiver.py, DeliveryRate: a granting receiver not told its rate sizes its budget by the rate its DATA arrives at */
+/* receiver.py, DeliveryRate: a granting receiver not told its rate sizes its budget by the rate its link delivers */
 typedef struct {
-    int on, started;           /* on: this receiver estimates; started: t0 is set */
-    double window_s, t0, last; /* the window's length, its start, the newest arrival */
-    long long bytes;           /* bytes after t0 up to and including last */
-    long long samples;         /* windows closed */
-    double bps;                /* the largest sample (the estimate), when samples > 0 */
-    int phase;                 /* index into the gains */
+    int on, started;             /* on: this receiver estimates; started: last is set */
+    double window_s, last;       /* the window's length (pairs' time), the newest arrival */
+    double busy;                 /* the window's pairs: their time and bytes */
+    long long bytes;
+    long long arrived, gaps;     /* the window's arrivals and the sequence numbers they skipped */
+    long long samples;           /* windows closed */
+    double bps;                  /* the largest sample (the estimate), when samples > 0 */
+    int phase;                   /* index into the gains */
+    double loss;                 /* the last closed window's gaps / (gaps + arrivals) */
 } DeliveryRate;
 
 typedef struct {
