@@ -103,20 +103,22 @@ class DeliveryRate:
     None): its grant budget is ``gain`` x this x ``initial_rtt_s``. Measured over pairs of arrivals: a packet that is
     its job's next sequence number (nothing of its job lost or overtaken before it) adds its bytes and the time since
     the arrival before it (of any job); a packet after a gap adds neither, so time a dead packet spent on the link, or
-    the sender's wait for the loss, does not count as the link's. A sample closes once the pairs add up to
-    ``window_s`` (and at an instant later than the last, so one batch of the socket, read at one instant, counts
-    whole and does not look infinitely fast). The first sample is the first packets' train (their dispersion on the
+    the sender's wait for the loss, does not count as the link's. Packets read in one batch of the socket arrive at
+    one instant: the first adds the time since the batch before, the others their bytes only if that time counted
+    (the first batch's never does), so a batch does not look infinitely fast. A sample closes once the pairs add up
+    to ``window_s``, at an instant later than the last (a batch counts whole). The first sample is the first packets' train (their dispersion on the
     bottleneck): no grant goes out before it. The estimate is the largest sample: the rate of the receiver's own
     link, which does not change; a window with the senders idle gives a smaller sample that does not lower it.
     Measured over every arrival, or the last 10 windows only (BBR's max filter), the estimate followed the losses
     down (docs/results.md, "Receiver grants sized by the delivery rate"). ``loss``: the sequence numbers the last
     window skipped over those and its arrivals. hostlib/native/receiver.c (``rate_note``) is the same."""
 
-    __slots__ = ("window_s", "last", "busy", "bytes", "arrived", "gaps", "samples", "bps", "phase", "loss")
+    __slots__ = ("window_s", "last", "counted", "busy", "bytes", "arrived", "gaps", "samples", "bps", "phase", "loss")
 
     def __init__(self, window_s: float) -> None:
         self.window_s = window_s
         self.last: float | None = None  # the newest arrival's time
+        self.counted: float | None = None  # the newest instant whose time since the one before counted
         self.busy = 0.0  # the window's pairs: their time ...
         self.bytes = 0  # ... and bytes
         self.arrived = 0  # the window's arrivals and the sequence numbers they skipped
@@ -139,8 +141,11 @@ class DeliveryRate:
             self.samples += 1
             self.loss = self.gaps / (self.gaps + self.arrived)
             self.busy, self.bytes, self.arrived, self.gaps = 0.0, 0, 0, 0
-        if skipped == 0 and now >= self.last:
+        if skipped == 0 and now > self.last:
             self.busy += now - self.last
+            self.bytes += nbytes
+            self.counted = now
+        elif skipped == 0 and now == self.counted:  # the rest of a batch whose time counted
             self.bytes += nbytes
         self.arrived += 1
         self.gaps += min(max(skipped, 0), MAX_GAP)

@@ -665,8 +665,12 @@ static void rate_note(DeliveryRate *d, long long nbytes, double now, long long s
         d->busy = 0.0;
         d->bytes = d->arrived = d->gaps = 0;
     }
-    if (skipped == 0 && now >= d->last) {
+    if (skipped == 0 && now > d->last) {
         d->busy += now - d->last;
+        d->bytes += nbytes;
+        d->counted = now;
+        d->has_counted = 1;
+    } else if (skipped == 0 && d->has_counted && now == d->counted) { /* the rest of a batch whose time counted */
         d->bytes += nbytes;
     }
     d->arrived++;

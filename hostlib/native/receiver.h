@@ -117,7 +117,9 @@ typedef struct {
 /* receiver.py, DeliveryRate: a granting receiver not told its rate sizes its budget by the rate its link delivers */
 typedef struct {
     int on, started;             /* on: this receiver estimates; started: last is set */
+    int has_counted;
     double window_s, last;       /* the window's length (pairs' time), the newest arrival */
+    double counted;              /* the newest instant whose time since the one before counted (has_counted) */
     double busy;                 /* the window's pairs: their time and bytes */
     long long bytes;
     long long arrived, gaps;     /* the window's arrivals and the sequence numbers they skipped */

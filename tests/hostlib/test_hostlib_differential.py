@@ -97,6 +97,15 @@ def test_knobs(knobs):
             twin_run(JOBS[job], cfg, **PATHS[path])
 
 
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_a_granting_receiver_not_told_its_rate(path):
+    """The receiver measures the rate its link delivers (receiver.py, DeliveryRate) on every path: the same
+    estimate, budget and grants in both cores (check_state compares ``grant_rate_bps`` and ``grant_budget``)."""
+    for rx in (AtpConfig(receiver_grants=True), AtpConfig(receiver_grants=True, initial_rtt_s=0.002, ack_every=2)):
+        for job in ("groups", "small-msr1", "mixed-sizes"):
+            twin_run(JOBS[job], AtpConfig(max_rate_bps=40e6), receiver_config=rx, **PATHS[path])
+
+
 def test_the_spraying_paths_go_through_the_adaptive_reorder_rule():
     """The "spraying" paths reorder enough that both cores leave the packet threshold (compared by check_state)."""
     for path in ("spraying", "spraying-lossy"):

@@ -10,7 +10,7 @@ import pytest
 
 from netapprox.hostlib import control, wire
 from netapprox.hostlib.config import DEFAULT_FIRST_WINDOW_MAX, AtpConfig, JobSpec
-from netapprox.hostlib.receiver import AtpReceiver
+from netapprox.hostlib.receiver import LOSS_GAIN_MAX, RATE_GAINS, AtpReceiver, DeliveryRate
 from netapprox.hostlib.sender import AtpSender
 from hostlib_sim import RECEIVER_ADDR, SENDER_ADDR, Path, TrimmingPath, announce, run_job, trim
 from test_hostlib_transfer import assert_guarantee
@@ -151,6 +151,92 @@ def test_the_grant_budget_is_one_bandwidth_delay_product_in_the_packets_that_arr
     fixed.receive_datagram(announce(1, [(0, 1.0, range(100))], 100, seq=100), SENDER_ADDR, 0.0)
     fixed.receive_datagram(data(1, 0, 101, size=1000), SENDER_ADDR, 0.0)
     assert fixed.grant_budget == 10 and [grant for _, _, grant, _ in answers(fixed)] == [101 + 1 + 10]
+
+
+# --- a receiver not told its rate: the rate its link delivers sizes its budget -------------------------------------
+
+WIRE = wire.HEADER_LEN + 1000 + AtpConfig().overhead_bytes  # a 1000-byte message on the wire: 1074 bytes
+GAP = WIRE * 8 / 20e6  # its time on a 20 Mbit/s link
+
+
+def test_the_delivery_rate_counts_in_order_pairs_batches_whole_and_keeps_its_largest_sample():
+    """Windows of 10 ms of pairs: a train at 20 Mbit/s measures 20 Mbit/s once its first window has closed (no
+    sample before); packets read in one batch, at one instant, count with the time since the batch before, so 16 at
+    once do not look infinitely fast (the first batch, with no time before it, not at all); a packet after a gap
+    (its job skipped sequence numbers: lost) adds neither its bytes nor its time, so a link on which a third of the
+    packets die still measures 20 Mbit/s; an idle second does not lower the estimate; the budget's gain goes round
+    BBR's cycle, one step per window, and grows by 1 / (1 - the skipped fraction), at most 2x."""
+    d = DeliveryRate(0.01)
+    for k in range(25):
+        d.note(WIRE, k * GAP, 0)
+    assert d.bps is None and d.samples == 0  # 24 pairs: 10.3 ms, the window closes at the next instant
+    d.note(WIRE, 25 * GAP, 0)
+    assert d.samples == 1 and d.bps == pytest.approx(20e6) and d.gain == RATE_GAINS[0] == 1.25
+    b = DeliveryRate(0.01)
+    for k in range(4):
+        for _ in range(16):
+            b.note(WIRE, k * 16 * GAP, 0)
+    assert b.samples == 1 and b.bps == pytest.approx(20e6)
+    lossy = DeliveryRate(0.01)
+    seq_gap = 0
+    for k in range(200):  # every third packet dies on the link: it takes its time, the next one skips it
+        if k % 3 == 2:
+            seq_gap = 1
+        else:
+            lossy.note(WIRE, k * GAP, seq_gap)
+            seq_gap = 0
+    assert lossy.bps == pytest.approx(20e6) and lossy.loss == pytest.approx(1 / 3, abs=0.02)
+    assert lossy.gain == pytest.approx(RATE_GAINS[lossy.phase] / (1 - lossy.loss))
+    t = 25 * GAP + 1.0
+    for k in range(2):  # a second with nothing: a pair of 1 s, then one
+        d.note(WIRE, t + k * GAP, 0)
+    d.note(WIRE, t + 2 * GAP, 0)
+    assert d.samples == 2 and d.bps == pytest.approx(20e6) and d.gain == RATE_GAINS[1] == 0.75
+    gains = set()
+    for k in range(3, 300):
+        d.note(WIRE, t + k * GAP, 0)
+        gains.add(d.gain)
+    assert d.bps == pytest.approx(20e6) and gains == set(RATE_GAINS)
+    heavy = DeliveryRate(0.01)
+    heavy.loss = 0.8
+    assert heavy.gain == RATE_GAINS[0] * LOSS_GAIN_MAX == 2.5
+
+
+def test_a_receiver_not_told_its_rate_grants_one_bdp_at_the_rate_its_link_delivers():
+    """No ``max_rate_bps``: the budget is not one bandwidth-delay product at 1 Gbit/s and the 10 ms guess (867
+    packets, which bounded nothing on a 20 Mbit/s testbed; docs/results.md), and no grant goes out until the first
+    window of arrivals has measured the rate: until then the senders follow their own windows. Then the budget is
+    the one of a receiver told 20 Mbit/s (24 of these packets) times the cycle's gain."""
+    r = AtpReceiver(config=AtpConfig(receiver_grants=True))
+    told = AtpReceiver(config=AtpConfig(receiver_grants=True, max_rate_bps=20e6))
+    assert r.grant_budget == 0 and r.grant_rate_bps is None and told.grant_rate_bps == 20e6
+    for rx in (r, told):
+        rx.receive_datagram(announce(1, [(0, 1.0, range(1000))], 1000, seq=100), SENDER_ADDR, 0.0)
+    grants = []
+    for k in range(26):
+        for rx in (r, told):
+            rx.receive_datagram(data(1, k, 101 + k, size=1000), SENDER_ADDR, k * GAP)
+        grants.append([grant for _, _, grant, _ in answers(r)])
+        answers(told)
+    assert grants[:25] == [[None]] * 25  # its ACKs carry no grant while the first window is open
+    assert told.grant_budget == 24 and r.grant_rate_bps == pytest.approx(20e6)
+    assert r.grant_budget == math.ceil(1.25 * 24) and grants[25] == [126 + 1 + r.grant_budget]
+
+
+@pytest.mark.parametrize("rate", [20e6, 100e6])
+def test_a_receiver_not_told_its_rate_measures_its_links_and_keeps_the_jct_of_one_told(rate):
+    """One job through a bottleneck with a 1 ms RTT: the rate the receiver measures is the link's, and the job takes
+    no longer than with a receiver told it (the same first window; then the same budget within the cycle's gain)."""
+    job = JobSpec.uniform(7, messages=600, size=1000, msr=0.9)
+    runs = {}
+    for name, rx in (("told", AtpConfig(receiver_grants=True, max_rate_bps=rate)),
+                     ("untold", AtpConfig(receiver_grants=True))):
+        runs[name] = run_job(job, AtpConfig(max_rate_bps=rate), receiver_config=rx,
+                             forward=Path(delay=0.0005, rate_bps=rate, queue_packets=64, seed=3),
+                             reverse=Path(delay=0.0005, seed=4))
+        assert_guarantee(runs[name], job)
+    assert runs["untold"].receiver.grant_rate_bps == pytest.approx(rate, rel=0.02)
+    assert runs["untold"].summary.jct_s <= 1.02 * runs["told"].summary.jct_s
 
 
 def test_grants_follow_the_queue_the_switches_put_a_job_in_then_srpt():

@@ -155,7 +155,8 @@ class TwinReceiver(_Twin):
         self.py.collect_messages = self.native.collect_messages = value
 
     def check_state(self):
-        self.compare("buffered", "datagrams", "malformed", "dropped", "jobs_seen", "admission", "grant_budget")
+        self.compare("buffered", "datagrams", "malformed", "dropped", "jobs_seen", "admission", "grant_budget",
+                     "grant_rate_bps")
         for name in ("used", "pool", "peak", "limit", "guarantee", "pool_limit", "reserve", "out"):
             a, b = getattr(self.py.memory, name), getattr(self.native.memory, name)
             if a != b:
