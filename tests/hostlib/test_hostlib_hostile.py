@@ -52,7 +52,8 @@ def test_an_announce_without_token_under_pressure_gets_a_retry_and_no_state():
 
 @pytest.mark.parametrize("grants", [False, True], ids=["no-grants", "grants"])
 def test_an_announce_without_token_is_admitted_at_once_while_not_under_pressure(grants):
-    r = AtpReceiver(config=AtpConfig(receiver_grants=grants))
+    # told its rate: a receiver not told grants nothing before it has measured one (test_hostlib_mechanisms.py)
+    r = AtpReceiver(config=AtpConfig(receiver_grants=grants, max_rate_bps=20e6))
     hello = announce(7, G10, 10, seq=42)
     r.receive_datagram(hello, SENDER_ADDR, 0.0)
     r.receive_datagram(wire.encode(wire.Header(flags=1, job_id=7, msg_id=3, seq=43), b"x" * 100), SENDER_ADDR, 0.0)
