@@ -232,7 +232,9 @@ class AtpConfig:
     grant_window_packets: int | None = None
     """Receiver: packets in flight towards it, over all the jobs it grants; ``None``: one bandwidth-delay product
     (``max_rate_bps`` x ``initial_rtt_s``, at least 2 packets) in the packets that arrive: full packets until the
-    first DATA packet, then the mean size on the wire of the DATA packets that arrived whole."""
+    first DATA packet, then the mean size on the wire of the DATA packets that arrived whole. A receiver not told
+    its rate (``max_rate_bps`` None) measures the rate its link delivers (hostlib/receiver.py, ``DeliveryRate``)
+    and grants nothing before its first estimate."""
 
     ack_every: int = 16
     """Receiver: ACK coalescing. Packets of a job that arrive in one batch (between two ``datagrams_to_send``
