@@ -248,7 +248,7 @@ KNOWN_DISAGREEMENTS: dict[str, str] = {
                        "default user) now measures the rate its link delivers instead of sizing its budget at 1 "
                        "Gbit/s (867 packets): on the testbed it is 0.80-0.93x the JCT of no grants in the rack's "
                        "ATP rows, but it misses the loss benchmark's bar at 90% random loss (4.06x the ideal, bar "
-                       "3x; 2.28x without grants), loses more packets in 10 rows of 13, and one test of ACK-path "
+                       "3x; 2.28x without grants), loses more packets in 9 rows of 13, and one test of ACK-path "
                        "loss still fails with grants (docs/results.md, Receiver grants sized by the delivery "
                        "rate): hostlib does not follow either",
     "path_reorders": "the simulated fabric sprays ATP's approximate packets and tells its senders so (hostlib.config "
