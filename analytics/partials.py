@@ -46,12 +46,13 @@ def decode_partial(data: bytes) -> tuple[int, estimators.Moments]:
     return h, estimators.Moments(pop, n, t, t2)
 
 
-def partials(rows, column: str = "value") -> dict[int, estimators.Moments]:
+def partials(rows, column: str = "value", predicate=None) -> dict[int, estimators.Moments]:
     """A map task's partial aggregates: per stratum, the moments of ``column`` over its rows (Spark ``Row``s of the
-    netapprox source, or anything with ``stratum``, ``population`` and ``column``)."""
+    netapprox source, or anything with ``stratum``, ``population`` and ``column``); with ``predicate``, of the 0/1
+    indicator ``predicate(row)`` instead (a Count's partials: their sum is the task's count, :func:`combine`)."""
     out: dict[int, list] = {}
     for r in rows:
-        v = float(r[column])
+        v = float(r[column]) if predicate is None else (1.0 if predicate(r) else 0.0)
         c = out.setdefault(int(r["stratum"]), [int(r["population"]), 0, 0.0, 0.0])
         c[1] += 1
         c[2] += v
@@ -126,19 +127,34 @@ class Reducer:
         self.close()
 
 
+def _check_indicators(merged: dict[int, estimators.Moments]) -> None:
+    """A Count's partials are moments of 0/1 values: per stratum a whole count ``c`` of at most ``n`` rows, and the
+    sum of squares equal to it (one line otherwise: they were made without ``partials(..., predicate=...)``)."""
+    for h, m in sorted(merged.items()):
+        c = m.total
+        if not (0.0 <= c <= m.n and c == round(c) and abs(m.total_sq - c) <= 1e-9 * max(1.0, c)):
+            raise AnalyticsError(f"count: the partial aggregates of stratum {h} are not of 0/1 indicators (sum {c!r}, "
+                                 f"sum of squares {m.total_sq!r} over {m.n} rows): make them with a predicate")
+
+
 def combine(partials_arrived, aggregate: str, confidence: float = 0.95, looks: int = 1, *,
             strata=None) -> estimators.Estimate:
     """The reduce side: the partial aggregates that arrived, ``(stratum, Moments)`` from any tasks, added up per
-    stratum and read as ``spark.approx`` reads rows (``looks`` as there). ``strata``: every stratum the map tasks
-    held; one of them without any partial is one line (the estimate would be of part of the population)."""
-    fn = {"avg": estimators.avg_from_moments, "sum": estimators.total_from_moments}.get(aggregate)
+    stratum and read as ``spark.approx`` reads rows (``looks`` as there): ``avg``, ``sum``, or ``count`` (of partials
+    of 0/1 indicators, ``partials(..., predicate=...)``: the estimator ``estimators.count`` gives from the rows).
+    ``strata``: every stratum the map tasks held; one of them without any partial is one line (the estimate would
+    be of part of the population)."""
+    fn = {"avg": estimators.avg_from_moments, "sum": estimators.total_from_moments,
+          "count": estimators.total_from_moments}.get(aggregate)
     if fn is None:
-        raise AnalyticsError(f"aggregate {aggregate!r}: avg or sum")
+        raise AnalyticsError(f"aggregate {aggregate!r}: avg, sum or count")
     if not (isinstance(looks, int) and looks >= 1):
         raise AnalyticsError(f"looks={looks!r}: an integer >= 1")
     merged = estimators.merge_moments(partials_arrived)
     if not merged:
         raise AnalyticsError("no partial aggregate arrived: nothing to estimate from")
+    if aggregate == "count":
+        _check_indicators(merged)
     missing = sorted(set(strata or ()) - set(merged))
     if missing:
         raise AnalyticsError(f"no partial aggregate of stratum {missing[0]} arrived ({len(missing)} strata without "

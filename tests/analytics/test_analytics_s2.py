@@ -103,3 +103,29 @@ def test_partials_go_over_atp_to_the_reducer():
         red.wait([1, 2], 10)
         got = [p for j in (1, 2) for p in red.jobs[j]["partials"]]
     assert sorted(got, key=lambda p: p[0]) == sorted(list(cells.items()) * 2, key=lambda p: p[0])
+
+
+def test_count_over_partials_is_the_count_of_the_rows_and_refuses_partials_of_values():
+    """Count's partials (moments of the 0/1 indicator, ``partials(..., predicate=...)``) split over tasks give
+    ``estimators.count`` of the rows themselves; partials of the values are refused in one line."""
+    rows = _rows(_strata(11), 0.3, 12)
+    random.Random(13).shuffle(rows)
+
+    def long_trip(r):
+        return r["value"] > 6.0
+
+    by: dict[int, list] = {}
+    for r in rows:
+        by.setdefault(r["stratum"], []).append(r)
+    pops = {r["stratum"]: r["population"] for r in rows}
+    direct = estimators.count(estimators.indicator_strata([(pops[h], by[h]) for h in sorted(by)], long_trip))
+    parts = [(h, m) for t in (rows[0::3], rows[1::3], rows[2::3])
+             for h, m in nspark.partials(t, predicate=long_trip).items()]
+    got = nspark.combine(parts, "count")
+    assert 0 < direct.value < sum(pops.values())
+    assert got.value == pytest.approx(direct.value, rel=1e-12)
+    assert got.half_width == pytest.approx(direct.half_width, rel=1e-9) and got.name == "count"
+    with pytest.raises(AnalyticsError, match="not of 0/1 indicators"):
+        nspark.combine(nspark.partials(rows).items(), "count")
+    with pytest.raises(AnalyticsError, match="avg, sum or count"):
+        nspark.combine(parts, "median")
