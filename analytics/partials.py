@@ -31,6 +31,14 @@ a smaller sample of its stratum, so the bound widens), which stays unbiased beca
 seeded random order and each task holds a random share of every stratum's rows (``repartition``)."""
 
 
+KEY_COUNTS = struct.Struct("!iqqI")
+"""A Rank's partial aggregate (one ATP message per stratum a map task holds): stratum, its population, the task's
+rows of it, and how many ``KEY_COUNT`` pairs follow (each key the task saw there and how many of its rows have it;
+24 + 16 per key bytes, never ``PARTIAL``'s 36). The counts travel with their ``n``: a lost message is a smaller
+sample of its stratum for every key at once, as a lost moments partial is (the estimate stays unbiased)."""
+KEY_COUNT = struct.Struct("!qq")
+
+
 def encode_partial(stratum: int, m: estimators.Moments) -> bytes:
     return PARTIAL.pack(stratum, m.population, m.n, m.total, m.total_sq)
 
@@ -44,6 +52,39 @@ def decode_partial(data: bytes) -> tuple[int, estimators.Moments]:
     if not (math.isfinite(t) and math.isfinite(t2) and t2 >= 0.0):
         raise AnalyticsError(f"partial aggregate of stratum {h}: sums {t!r}, {t2!r} are not a sample's")
     return h, estimators.Moments(pop, n, t, t2)
+
+
+def encode_key_counts(stratum: int, population: int, n: int, counts: dict[int, int]) -> bytes:
+    items = sorted(counts.items())
+    return KEY_COUNTS.pack(stratum, population, n, len(items)) + b"".join(KEY_COUNT.pack(k, c) for k, c in items)
+
+
+def decode_key_counts(data: bytes) -> tuple[int, int, int, dict[int, int]]:
+    """``(stratum, population, n, {key: count})`` of a Rank's partial (one line if it cannot be one)."""
+    if len(data) < KEY_COUNTS.size or (len(data) - KEY_COUNTS.size) % KEY_COUNT.size:
+        raise AnalyticsError(f"a partial of key counts is {KEY_COUNTS.size} + {KEY_COUNT.size} per key bytes, "
+                             f"not {len(data)}")
+    h, pop, n, k = KEY_COUNTS.unpack_from(data)
+    if k != (len(data) - KEY_COUNTS.size) // KEY_COUNT.size:
+        raise AnalyticsError(f"partial of key counts of stratum {h}: {k} keys announced, "
+                             f"{(len(data) - KEY_COUNTS.size) // KEY_COUNT.size} present")
+    if pop < 1 or not 0 <= n <= pop:
+        raise AnalyticsError(f"partial of key counts of stratum {h}: {n} rows of a population of {pop}")
+    counts = dict(KEY_COUNT.iter_unpack(data[KEY_COUNTS.size:]))
+    if len(counts) != k or any(c < 1 for c in counts.values()) or sum(counts.values()) > n:
+        raise AnalyticsError(f"partial of key counts of stratum {h}: counts {counts} of {n} rows are not a sample's")
+    return h, pop, n, counts
+
+
+def key_partials(rows, key_column: str = "key") -> dict[int, tuple[int, int, dict[int, int]]]:
+    """A map task's partials for a Rank: per stratum, ``(population, rows, {key: count})`` of its rows."""
+    out: dict[int, list] = {}
+    for r in rows:
+        c = out.setdefault(int(r["stratum"]), [int(r["population"]), 0, {}])
+        c[1] += 1
+        key = int(r[key_column])
+        c[2][key] = c[2].get(key, 0) + 1
+    return {h: (pop, n, counts) for h, (pop, n, counts) in out.items()}
 
 
 def partials(rows, column: str = "value", predicate=None) -> dict[int, estimators.Moments]:
@@ -67,6 +108,16 @@ def send_partials(dest: str, cells: dict[int, estimators.Moments], *, job_id: in
     items = sorted(cells.items())
     random.Random(seed * 1_000_003 + job_id).shuffle(items)
     spec = JobSpec(job_id=job_id, messages=tuple(Message(encode_partial(h, m)) for h, m in items), msr=msr)
+    return send_job(dest, spec, config=AnalyticsJob.config(), timeout=timeout)
+
+
+def send_key_partials(dest: str, cells: dict[int, tuple[int, int, dict[int, int]]], *, job_id: int,
+                      msr: float = S2_MSR, seed: int = 0, timeout: float = 30.0):
+    """:func:`send_partials` for a Rank's partials (:func:`key_partials`): one message per stratum."""
+    items = sorted(cells.items())
+    random.Random(seed * 1_000_003 + job_id).shuffle(items)
+    spec = JobSpec(job_id=job_id, msr=msr,
+                   messages=tuple(Message(encode_key_counts(h, pop, n, c)) for h, (pop, n, c) in items))
     return send_job(dest, spec, config=AnalyticsJob.config(), timeout=timeout)
 
 
@@ -94,13 +145,16 @@ class Reducer:
             self._arrived.setdefault(ev.job_id, []).append(ev.data)
 
         def on_job(r):
-            good, bad = [], 0
+            good, keyed, bad = [], [], 0
             for d in self._arrived.pop(r.job_id, []):
                 try:
-                    good.append(decode_partial(d))
+                    if len(d) == PARTIAL.size:
+                        good.append(decode_partial(d))
+                    else:
+                        keyed.append(decode_key_counts(d))
                 except AnalyticsError:  # not a partial aggregate: counted, never estimated from
                     bad += 1
-            self.jobs[r.job_id] = {"partials": good, "total": r.total, "malformed": bad}
+            self.jobs[r.job_id] = {"partials": good, "key_counts": keyed, "total": r.total, "malformed": bad}
 
         while not self._stop.is_set():
             self._ep.serve(jobs=None, timeout=0.1, on_job=on_job, on_message=on_message)
@@ -163,3 +217,41 @@ def combine(partials_arrived, aggregate: str, confidence: float = 0.95, looks: i
     return dataclasses.replace(est, confidence=confidence)
 
 
+
+
+def combine_rank(arrived, k: int, confidence: float = 0.95, looks: int = 1, *, strata=None) -> estimators.RankEstimate:
+    """The reduce side of a Rank: the partials of key counts that arrived, ``(stratum, population, n, {key: count})``
+    from any tasks, added up per stratum and read as ``estimators.rank`` reads the rows' keys (each key's count a
+    total of its 0/1 indicator, the k reported bounds jointly at ``confidence``, Bonferroni; ``looks`` and
+    ``strata`` as :func:`combine`)."""
+    if not (isinstance(k, int) and k >= 1):
+        raise AnalyticsError(f"rank k={k!r}: an integer >= 1")
+    if not (isinstance(looks, int) and looks >= 1):
+        raise AnalyticsError(f"looks={looks!r}: an integer >= 1")
+    merged: dict[int, list] = {}
+    for h, pop, n, counts in arrived:
+        m = merged.setdefault(h, [pop, 0, {}])
+        if m[0] != pop:
+            raise AnalyticsError(f"stratum {h}: partials of key counts of populations {m[0]} and {pop}")
+        m[1] += n
+        for key, c in counts.items():
+            m[2][key] = m[2].get(key, 0) + c
+    if not merged:
+        raise AnalyticsError("no partial of key counts arrived: nothing to rank")
+    missing = sorted(set(strata or ()) - set(merged))
+    if missing:
+        raise AnalyticsError(f"no partial of key counts of stratum {missing[0]} arrived ({len(missing)} strata without "
+                             f"one): the ranking would be of part of the population (raise S2's MSR)")
+    keys = sorted({key for _, _, counts in merged.values() for key in counts}, key=repr)
+    if not keys:
+        raise AnalyticsError("rank: the partials hold no keys")
+    level = 1.0 - (1.0 - confidence) / looks
+    joint = 1.0 - (1.0 - level) / min(k, len(keys))
+    ranked = []
+    for key in keys:
+        ms = [estimators.Moments(pop, n, float(c.get(key, 0)), float(c.get(key, 0))) for pop, n, c in merged.values()]
+        ranked.append((key, estimators.total_from_moments(ms, joint, f"count[{key!r}]")))
+    ranked.sort(key=lambda kv: (-kv[1].value, repr(kv[0])))
+    top, rest = tuple(ranked[:k]), ranked[k:]
+    separated = not rest or top[-1][1].low > max(e.high for _, e in rest)
+    return estimators.RankEstimate(top, confidence, separated)

@@ -129,3 +129,54 @@ def test_count_over_partials_is_the_count_of_the_rows_and_refuses_partials_of_va
         nspark.combine(nspark.partials(rows).items(), "count")
     with pytest.raises(AnalyticsError, match="avg, sum or count"):
         nspark.combine(parts, "median")
+
+
+def _keyed_rows(seed: int) -> list[dict]:
+    """Rows with a key (a pickup zone) whose popularity differs by stratum."""
+    rng = random.Random(seed)
+    out = []
+    for h, n in enumerate((900, 500, 200)):
+        weights = [1.0 / (1 + (z + 3 * h) % 12) for z in range(12)]
+        keys = rng.choices(range(100, 112), weights, k=n)
+        out += [{"stratum": h, "population": n, "key": key} for key in rng.sample(keys, int(0.3 * n))]
+    return out
+
+
+def test_rank_over_partials_is_the_rank_of_the_rows_and_bad_key_counts_are_refused():
+    """A Rank's partials (per stratum the task's rows and each key's count, one message) split over tasks give
+    ``estimators.rank`` of the rows' keys: the same keys, counts and bounds; a lost one is a smaller sample of its
+    stratum; malformed ones are one line."""
+    rows = _keyed_rows(21)
+    random.Random(22).shuffle(rows)
+    by: dict[int, list] = {}
+    for r in rows:
+        by.setdefault(r["stratum"], []).append(r["key"])
+    pops = {r["stratum"]: r["population"] for r in rows}
+    direct = estimators.rank([(pops[h], by[h]) for h in sorted(by)], 3)
+    tasks = [nspark.key_partials(rows[i::3]) for i in range(3)]
+    parts = [(h, *cell) for t in tasks for h, cell in t.items()]
+    got = nspark.combine_rank(parts, 3)
+    assert got.keys() == direct.keys() and got.separated == direct.separated
+    for (_, a), (_, b) in zip(got.top, direct.top):
+        assert a.value == pytest.approx(b.value, rel=1e-12) and a.half_width == pytest.approx(b.half_width, rel=1e-9)
+    fewer = nspark.combine_rank(parts[1:], 3)
+    assert fewer.top[0][1].sample < got.top[0][1].sample
+    data = nspark.encode_key_counts(*parts[0])
+    assert nspark.decode_key_counts(data) == parts[0]
+    with pytest.raises(AnalyticsError, match="not 25"):
+        nspark.decode_key_counts(data[:25])
+    with pytest.raises(AnalyticsError, match="not a sample's"):
+        nspark.decode_key_counts(nspark.encode_key_counts(0, 10, 2, {5: 3}))
+    with pytest.raises(AnalyticsError, match="stratum 2 arrived"):
+        nspark.combine_rank([p for p in parts if p[0] != 2], 3, strata={0, 1, 2})
+
+
+def test_rank_partials_go_over_atp_to_the_reducer():
+    rows = _keyed_rows(23)
+    cells = nspark.key_partials(rows)
+    with nspark.Reducer() as red:
+        assert nspark.send_key_partials(red.address, cells, job_id=5, seed=1).msr_met()
+        red.wait([5], 10)
+        got = red.jobs[5]
+    assert sorted(got["key_counts"]) == sorted((h, *c) for h, c in cells.items())
+    assert got["malformed"] == 0 and got["partials"] == []
