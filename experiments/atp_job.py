@@ -62,7 +62,8 @@ def build_config(args: argparse.Namespace) -> AtpConfig:
 
 def receiver_config(args: argparse.Namespace) -> AtpConfig:
     """hostlib's default receiver, told its link's rate (``--rate``: a granting receiver's budget is one
-    bandwidth-delay product at it), granting or not as a named variant says (``--grants on|off``)."""
+    bandwidth-delay product at it; not told, it measures the rate its link delivers), granting or not as a named
+    variant says (``--grants on|off``)."""
     kw: dict[str, Any] = {"max_rate_bps": parse_rate(args.rate) if args.rate else None}
     if args.grants is not None:
         kw["receiver_grants"] = args.grants == "on"
@@ -182,7 +183,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--jobs", type=int, default=1)
     r.add_argument("--timeout", type=float, default=120.0)
     r.add_argument("--vector-out", default=None)
-    r.add_argument("--rate", default=None, help="the receiver's link rate, e.g. 20M: sizes its grant budget")
+    r.add_argument("--rate", default=None, help="the receiver's link rate, e.g. 20M: sizes its grant budget "
+                   "(without it a granting receiver measures the rate its link delivers)")
     r.add_argument("--grants", choices=("on", "off"), default=None,
                    help="receiver grants (default: hostlib's AtpConfig.receiver_grants)")
     r.add_argument("--grant-window", type=int, default=None,
