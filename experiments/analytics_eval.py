@@ -293,7 +293,28 @@ def link_use(p: Fig15Job, tp, rec: dict, wd: Path, ids: Sequence[int] | None, tx
         return {}
     atp = tx is not None
     wire = wire_bytes(p.job, ids, tx.get("packets_acked", 0) if atp else None)
-    return stage_link(wire, flows, job["start_wall"] - fl["start_wall"], job["jct_s"], rate_bps, atp)
+    start = job["start_wall"] - fl["start_wall"]
+    return {**stage_link(wire, flows, start, job["jct_s"], rate_bps, atp), "stage_start_s": start,
+            "flow_fct_s": {str(f["id"]): [f["start_s"], f["fct_s"]] for f in flows
+                           if f.get("fct_s") and f.get("id") is not None}}
+
+
+def flows_next_to_atp(rs: Sequence[dict]) -> list[float]:
+    """Per seed, the mean FCT of the flows that started during ATP-S1's first stage, next to ATP-S1 (NetApprox
+    switch) over the same flows' next to TCP-ES (FIFO switch): what the flows gain or lose from the job's transport
+    and its switch (the same seeded flows in both trials; the other side of the JCT ratio)."""
+    out = []
+    for seed in sorted({r["seed"] for r in rs}):
+        a = next((r for r in rs if r["seed"] == seed and r["protocol"] == "atp-s1" and r.get("flow_fct_s")), None)
+        b = next((r for r in rs if r["seed"] == seed and r["protocol"] == "tcp-es" and r.get("flow_fct_s")), None)
+        if a is None or b is None:
+            continue
+        end = a["stage_start_s"] + a["s1_jct_s"]
+        ids = [i for i, (st, _) in a["flow_fct_s"].items() if a["stage_start_s"] <= st <= end and i in b["flow_fct_s"]]
+        if ids:
+            out.append(statistics.mean(a["flow_fct_s"][i][1] for i in ids)
+                       / statistics.mean(b["flow_fct_s"][i][1] for i in ids))
+    return out
 
 
 def _measure(p: Fig15Job, tp, msr: float, rec: dict, wd: Path, rate_bps: float) -> dict:
@@ -349,7 +370,8 @@ def summarize_fig15(rows: Sequence[dict]) -> dict:
     each TCP's first stage (``atp_over_tcp_es`` / ``_ss``), each the mean over seeds of the per-seed ratios, and
     the largest measured error over e_max; how the first stage used the link (``link_use_mean``) and ATP's first
     stage over its strict-priority bound (``s1_over_bound_mean``; :func:`link_use`), and that bound over TCP-ES's
-    first stage (``bound_over_tcp_es``: the fastest a first stage below the flows could be, against TCP-ES)."""
+    first stage (``bound_over_tcp_es``: the fastest a first stage below the flows could be, against TCP-ES); and
+    the flows' side, :func:`flows_next_to_atp` per seed."""
     out: dict[str, Any] = {}
 
     def ratios(rs, num: str, key_num: str, key_den: str) -> dict[str, list[float]]:
@@ -395,6 +417,7 @@ def summarize_fig15(rows: Sequence[dict]) -> dict:
             "s1_over_bound_mean": {pr: mean([r["s1_over_bound"] for r in rs if r["protocol"] == pr
                                              and r.get("s1_over_bound")]) for pr in protos if pr.startswith("atp")},
             "bound_over_tcp_es": mean(bound["tcp-es"]), "bound_over_tcp_es_per_seed": bound["tcp-es"],
+            "flows_fct_next_to_atp_over_tcp_es_per_seed": flows_next_to_atp(rs),
         }
     return out
 

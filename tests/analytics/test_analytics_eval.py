@@ -91,3 +91,13 @@ def test_analytics_eval_strict_priority_bound_counts_the_flows_carried_meanwhile
     assert A.strict_priority_bound(job, flows, 0.0, rate) == pytest.approx(1.5, abs=1e-4)
     assert A.strict_priority_bound(job, flows, 0.5, rate) == pytest.approx(1.0, abs=1e-4)
     assert A.strict_priority_bound(job, flows, 1.0, rate) == pytest.approx(0.5)
+
+
+def test_analytics_eval_flows_next_to_atp_compare_the_same_flows():
+    """The flows that started during ATP-S1's first stage, their mean FCT next to ATP-S1 over next to TCP-ES."""
+    atp = {"seed": 1, "protocol": "atp-s1", "stage_start_s": 0.3, "s1_jct_s": 0.5,
+           "flow_fct_s": {"0": [0.1, 9.0], "1": [0.4, 0.02], "2": [0.7, 0.04], "3": [0.9, 5.0]}}
+    es = {"seed": 1, "protocol": "tcp-es", "stage_start_s": 0.3, "s1_jct_s": 0.2,
+          "flow_fct_s": {"0": [0.1, 1.0], "1": [0.4, 0.05], "2": [0.7, 0.07], "3": [0.9, 1.0]}}
+    assert A.flows_next_to_atp([atp, es]) == pytest.approx([0.03 / 0.06])
+    assert A.flows_next_to_atp([atp]) == []
