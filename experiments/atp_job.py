@@ -57,6 +57,8 @@ def build_config(args: argparse.Namespace) -> AtpConfig:
         kw["queue_packets"] = parse_queue_packets(args.queue_packets)
     if args.report_key_file:
         kw["report_key"] = read_report_key(args.report_key_file, "--report-key-file")
+    if getattr(args, "path_reorders", False):
+        kw["path_reorders"] = True
     return AtpConfig(**kw)
 
 
@@ -151,7 +153,8 @@ def recv(args: argparse.Namespace) -> dict:
     return {"protocol": "atp-recv", "jobs": results, "error": error}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command line of ``send``, ``send-vector`` and ``recv``."""
     p = argparse.ArgumentParser(prog="python -m netapprox.experiments.atp_job", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     for name in ("send", "send-vector"):
@@ -172,6 +175,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         s.add_argument("--rate", default=None, help="R_max, e.g. 20M")
         s.add_argument("--queue-packets", default=None,
                        help="the switch queues' buffers in MTUs, 8 comma-separated sizes from queue 0 (default: hostlib's)")
+        s.add_argument("--path-reorders", action="store_true",
+                       help="the network sprays this job's packets over equal-cost paths (AtpConfig.path_reorders)")
         s.add_argument("--report-to", default=None)
         s.add_argument("--report-key-file", default=None, help="the controller's report key (default: unsigned)")
         s.add_argument("--timeline", default=None)
@@ -190,6 +195,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--grant-window", type=int, default=None,
                    help="a granting receiver's budget, packets in flight (default: one BDP at --rate)")
     r.add_argument("--json")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = parser()
     args = p.parse_args(argv)
     if args.cmd != "recv" and not getattr(args, "analytics", None):
         if args.cmd == "send" and not args.job:

@@ -51,7 +51,10 @@ leaf-spine hashing every flow instead of spraying approximate DATA (the policy's
 RECEIVER_VARIANTS = ("atp-nogrants", "atp-flowhash-nogrants", "atp-grants", "atp-flowhash-grants")
 """ATP variants whose receivers grant or not whatever hostlib's default (``receiver_grants``; experiments.plans),
 with the fabric spraying and hashing: the side-by-side measurement of docs/results.md, "Receiver grants"."""
-PROTOCOLS = tuple(ATP_VARIANTS) + NETWORK_VARIANTS + RECEIVER_VARIANTS + BASELINES
+SENDER_VARIANTS = ("atp-reorderseen",)
+"""ATP variants whose senders are not told what the fabric does: ``atp-reorderseen``, a sender on a spraying
+leaf-spine that is not told so (``AtpConfig.path_reorders`` off: its first window on the packet threshold)."""
+PROTOCOLS = tuple(ATP_VARIANTS) + NETWORK_VARIANTS + RECEIVER_VARIANTS + SENDER_VARIANTS + BASELINES
 START_LEAD_S = 0.4
 START_LEAD_PER_PROGRAM_S = 0.15
 """The start line is this far in the future when the programs are launched (process start-up, ~0.3 s of
@@ -414,6 +417,8 @@ class _TrialRun:
                     "--timeline", str(wd / f"timeline{j.job_id}.jsonl"), *start]
             if not v["mrdf"]:
                 args.append("--no-mrdf")
+            if tb.config.sprays and v.get("path_reorders", True):
+                args.append("--path-reorders")  # a fabric that sprays tells its senders (AtpConfig.path_reorders)
             if tb.controller is not None:
                 args += tb.report_args
             return "netapprox.experiments.atp_job", args, out

@@ -87,12 +87,29 @@ def test_parity_the_testbeds_receivers_are_hostlibs_default_but_for_their_links_
     assert atp_job.receiver_config(argparse.Namespace(rate=None, grants="on")).receiver_grants  # a named variant
 
 
-def test_parity_emulated_atp_is_hostlib_default_but_for_scaled_knobs():
+@pytest.mark.parametrize("sprays", [False, True])
+def test_parity_emulated_atp_is_hostlib_default_but_for_scaled_knobs(sprays):
     tb = TbConfig()
     args = argparse.Namespace(mode="adaptive", no_mrdf=False, completion="early", rate=f"{Scale().rate_mbit:g}M",
-                              queue_packets=",".join(map(str, tb.queue_packets)), report_key_file=None)
+                              queue_packets=",".join(map(str, tb.queue_packets)), report_key_file=None,
+                              path_reorders=sprays)
     emu = differing(atp_job.build_config(args))
-    assert set(emu) <= {"max_rate_bps", "queue_packets"}, emu
+    assert set(emu) <= {"max_rate_bps", "queue_packets", "path_reorders"}, emu
+    assert atp_job.build_config(args).path_reorders == sprays
+
+
+def test_parity_every_fabric_that_sprays_tells_its_senders():
+    """The simulation's senders are told when the fabric sprays (``path_reorders``), and so are the emulated
+    leaf-spine's: a testbed sprays exactly when its topology is multi-path, its policy sprays and its switch is
+    not FIFO (experiments.emulated passes ``--path-reorders`` then)."""
+    assert atp_config(SimSettings(), "atp").path_reorders is SimSettings().spray is True
+    assert not atp_config(SimSettings(), "atp-flowhash").path_reorders
+    assert not atp_config(SimSettings(), "atp-reorderseen").path_reorders  # the named variant not told
+    leafspine = dict(topology="leafspine", hosts=4, leaves=2, spines=2)
+    assert TbConfig(**leafspine).sprays
+    assert not TbConfig(**leafspine, spray=False).sprays
+    assert not TbConfig(**leafspine, switch="fifo", controller=False).sprays
+    assert not TbConfig().sprays  # one switch: nothing to spray over
 
 
 def test_parity_a_variant_is_the_only_way_to_change_a_knob():

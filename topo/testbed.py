@@ -279,6 +279,12 @@ class TestbedConfig:
         return sizes[:1] + (0,) * (tc.NUM_QUEUES - 1) if self.switch == "fifo" else sizes
 
     @property
+    def sprays(self) -> bool:
+        """Whether approximate ATP DATA is sprayed over equal-cost paths here (its senders are told so:
+        ``AtpConfig.path_reorders``)."""
+        return self.topology != "rack" and self.spray and self.switch != "fifo"
+
+    @property
     def policy_mode(self) -> str:
         if self.switch == "fifo":
             return "fifo"

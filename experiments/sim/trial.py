@@ -234,8 +234,11 @@ SCALED_ATP_KNOBS: dict[str, str] = {
     "finished_linger_s": "the simulated trial's time scale",
     "queue_packets": "the switches' buffers",
     "max_jobs": "the number of hosts (an incast's receiver serves all of them)",
+    "path_reorders": "whether the fabric sprays ATP's approximate packets (every data plane that sprays tells its "
+                     "senders: the emulated leaf-spine too, experiments.emulated)",
 }
-"""The ``AtpConfig`` knobs ``atp_config`` sets from the network's sizes, rates and times; every other knob is
+"""The ``AtpConfig`` knobs ``atp_config`` sets from the network's sizes, rates and times and from whether it
+sprays; every other knob is
 hostlib's default unless a named variant (``experiments.plans``) overrides it (tests/test_parity.py)."""
 
 KNOWN_DISAGREEMENTS: dict[str, str] = {
@@ -251,11 +254,6 @@ KNOWN_DISAGREEMENTS: dict[str, str] = {
                        "3x; 2.28x without grants), loses more packets in 9 rows of 13, and one test of ACK-path "
                        "loss still fails with grants (docs/results.md, Receiver grants sized by the delivery "
                        "rate): hostlib does not follow either",
-    "path_reorders": "the simulated fabric sprays ATP's approximate packets and tells its senders so (hostlib.config "
-                     "AtpConfig.path_reorders: the first window's losses by time, not 3 packets); hostlib cannot know "
-                     "its network, and the emulated testbeds, which spray too, do not tell their senders (not measured "
-                     "there: the leaf-spine's approximate queues drop a quarter of ATP's packets, whose detection by "
-                     "time comes later than by 3 packets; docs/results.md, Loss detection under reordering)",
 }
 """Design defaults that still differ between the simulation and the other data planes, and why. Each one is an
 expected failure in tests/test_parity.py (strict: it fails once the two agree, so the entry must go)."""
@@ -278,12 +276,12 @@ def atp_config(settings: SimSettings, protocol: str) -> AtpConfig:
                   queue_packets=tuple(queue_limits(settings.buffer_packets,
                                                    unit=network_knobs(protocol, settings)["approx_unit"])),
                   # a receiver serves every job sent to its host at once (incast: all the other hosts')
-                  max_jobs=max(AtpConfig.max_jobs, topo.n_hosts))
+                  max_jobs=max(AtpConfig.max_jobs, topo.n_hosts),
+                  path_reorders=network_knobs(protocol, settings)["spray"])
     unscaled = set(wanted) - set(SCALED_ATP_KNOBS)
     if unscaled:
         raise ValueError(f"atp_config sets {sorted(unscaled)}, which are not scaled knobs: use a named variant")
     wanted["receiver_grants"] = settings.atp_receiver_grants  # KNOWN_DISAGREEMENTS
-    wanted["path_reorders"] = network_knobs(protocol, settings)["spray"]  # KNOWN_DISAGREEMENTS
     wanted.update(atp_variant(protocol))
     known = {f.name for f in dataclasses.fields(AtpConfig)}
     return AtpConfig(**{k: v for k, v in wanted.items() if k in known})
