@@ -112,6 +112,14 @@ pytestmark_cores = pytest.mark.usefixtures("cores")
 JOB = JobSpec.uniform(1, messages=400, size=1000, msr=1.0)
 
 
+def _jittered(jitter: float, seed: int, **knobs):
+    """``JOB`` at 50 Mbit/s over a forward path with ``jitter`` s of jitter (nothing lost), its guarantee checked."""
+    run = run_job(JOB, AtpConfig(max_rate_bps=50e6, initial_rtt_s=RTT, **knobs),
+                  forward=Path(delay=RTT / 2, jitter=jitter, seed=seed), reverse=Path(delay=RTT / 2, seed=seed + 1))
+    assert_guarantee(run, JOB)
+    return run
+
+
 @pytestmark_cores
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_reordering_without_loss_costs_a_bounded_number_of_retransmissions(seed):
@@ -119,11 +127,7 @@ def test_reordering_without_loss_costs_a_bounded_number_of_retransmissions(seed)
     sends ~250 of 400 packets twice; adapting, a few before the path is seen reordering."""
     runs = {}
     for adaptive in (True, False):
-        cfg = AtpConfig(max_rate_bps=50e6, initial_rtt_s=RTT, adaptive_reorder=adaptive)
-        run = run_job(JOB, cfg, forward=Path(delay=RTT / 2, jitter=0.004, seed=seed),
-                      reverse=Path(delay=RTT / 2, seed=seed + 1))
-        assert_guarantee(run, JOB)
-        runs[adaptive] = run.summary
+        runs[adaptive] = _jittered(0.004, seed, adaptive_reorder=adaptive).summary
     assert runs[False].retransmissions > 200  # the path does reorder
     assert runs[True].retransmissions <= 32
     assert runs[True].jct_s < runs[False].jct_s
@@ -188,10 +192,7 @@ def test_a_path_known_to_reorder_sends_its_first_window_once():
     for seed in (1, 2, 3):
         runs = {}
         for hint in (True, False):
-            cfg = AtpConfig(max_rate_bps=50e6, initial_rtt_s=RTT, path_reorders=hint)
-            run = run_job(JOB, cfg, forward=Path(delay=RTT / 2, jitter=0.002, seed=seed),
-                          reverse=Path(delay=RTT / 2, seed=seed + 1))
-            assert_guarantee(run, JOB)
+            run = _jittered(0.002, seed, path_reorders=hint)
             runs[hint] = run.summary
             spurious[hint] += run.summary.spurious_losses
         assert runs[True].losses_found_by["reorder"] == 0
