@@ -586,7 +586,8 @@ def exp_shift(seeds: Sequence[int], out: Path, sweep: Sweep, *, settings=SHIFT_R
     (``SHIFT_SETTINGS``): mean JCT per phase (jobs by the phase they start in) and overall, and per seed the
     default and the tuned policy's over the best fixed configuration's in hindsight (the best of every fixed
     setting the run contains, that seed's best per phase and overall: settings ``default/best-fixed``,
-    ``adaptive/best-fixed``); the notes hold the pool, the best on the mean and each policy's verdict
+    ``adaptive/best-fixed``); the notes hold the pool, the best on the mean, each policy's verdict and the
+    selection oracle (``hindsight.selection_oracle``)
     (``best_fixed_ratios``, ``experiments.hindsight``)."""
     sweep = as_sweep(sweep)
     backend = sweep.backend
@@ -614,6 +615,7 @@ def exp_shift(seeds: Sequence[int], out: Path, sweep: Sweep, *, settings=SHIFT_R
         for name, _, _ in SHIFT_PHASES:
             jcts = [t for (phase, _), t in done if phase == name]
             out[f"jct_{name}_s"] = float(np.mean(jcts)) if jcts else None
+            out[f"jobs_{name}"] = len(jcts)
         for kind in ("fbkv", "fbhd"):
             jcts = [t for (_, k), t in done if k == kind]
             out[f"jct_{kind}_s"] = float(np.mean(jcts)) if jcts else None
@@ -645,6 +647,10 @@ def best_fixed_ratios(rf: R.ResultFile, settings: Sequence[str]) -> None:
                                   **{c.key: {"on_mean": c.on_mean, "best_on_mean": c.best_on_mean,
                                              "per_seed": {str(seed): list(v) for seed, v in c.per_seed.items()}}
                                      for c in j.criteria}} for j in judgements}})
+    oracle = hindsight.run_oracle({"runs": rf.runs}, pool)
+    if oracle is not None:
+        rf.notes[-1]["selection_oracle"] = {"on_mean": oracle.on_mean, "best_on_mean": oracle.best_on_mean,
+                                            "per_seed": {str(seed): v for seed, v in oracle.per_seed.items()}}
     for j in judgements:
         if j.policy not in ("default", "adaptive"):
             continue

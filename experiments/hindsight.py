@@ -19,6 +19,11 @@ design seed (``DESIGN_SEEDS``: used while the policies were built) is reported a
 The bar's other branch, the default being the best fixed configuration, is checked the same way
 (``default_is_best``: best on the mean, and in how many seeds).
 
+What a tuner that *picks among* the pool could reach at most (``selection_oracle``): in every seed and phase the
+pool member best in that phase, known in advance and switched to at no cost, each phase's mean weighted by its
+jobs. When that is above the bar's 0.9, no selection among these configurations (a bandit per phase, say) can
+meet the bar; only a policy outside the pool could.
+
 ``python -m netapprox.experiments.hindsight results/sim/shift/result.json`` prints the table and the verdicts.
 """
 from __future__ import annotations
@@ -42,6 +47,8 @@ frozen at the commit docs/results.md names; a later design change needs seeds fr
 PHASE_KEYS: tuple[str, ...] = ("jct_fbkv_heavy_s", "jct_fbhd_heavy_s", "jct_mix_web_s")
 """The shifting workload's per-phase mean JCT metrics (``figures.SHIFT_PHASES``, in order)."""
 KEYS: tuple[str, ...] = ("jct_mean_s", *PHASE_KEYS)
+PHASE_JOBS: tuple[str, ...] = tuple(f"jobs_{k[4:-2]}" for k in PHASE_KEYS)
+"""Per phase, the jobs that finished in it (``jobs_fbkv_heavy`` ...): what its mean JCT is over."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,7 +206,7 @@ def judge_run(result: Mapping[str, Any], table: Mapping[str, Sequence[tuple[str,
     runs = [r for r in result["runs"] if "/" not in str(r["params"].get("setting"))]
     settings = list(dict.fromkeys(r["params"]["setting"] for r in runs))
     seeds = sorted({r["seed"] for r in runs})
-    by = {(r["params"]["setting"], r["seed"]): r["metrics"] for r in runs}
+    by = _metrics_by(result, runs)
     pool = baseline_pool(settings, table)
     problems = []
     missing = grid_missing(settings, table, thresholds, horizons)
@@ -210,6 +217,19 @@ def judge_run(result: Mapping[str, Any], table: Mapping[str, Sequence[tuple[str,
         problems.append(f"seeds {design} are design seeds, not held-out")
     judged = [s for s in settings if s not in pool] + (["default"] if "default" in pool else [])
     return pool, [judge(by, s, pool, seeds, bar, problems=problems) for s in judged]
+
+
+def _metrics_by(result: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) -> dict:
+    """(setting, seed) -> metrics, each with its ``PHASE_JOBS`` (counted from the trial when it lacks them)."""
+    counted = phase_jobs(result) if any(PHASE_JOBS[0] not in r["metrics"] for r in runs) else {}
+    return {(r["params"]["setting"], r["seed"]): {**counted.get((r["params"]["setting"], r["seed"]), {}),
+                                                   **r["metrics"]} for r in runs}
+
+
+def run_oracle(result: Mapping[str, Any], pool: Sequence[str]) -> Oracle | None:
+    """``selection_oracle`` over ``pool`` for a shifting-workload result (``result.json``'s dict)."""
+    runs = [r for r in result["runs"] if "/" not in str(r["params"].get("setting"))]
+    return selection_oracle(_metrics_by(result, runs), pool, sorted({r["seed"] for r in runs}))
 
 
 def default_is_best(j: Judgement) -> str:
@@ -224,6 +244,58 @@ def default_is_best(j: Judgement) -> str:
     state = "met" if on_mean and len(seeds) == len(c.per_seed) else "met on the mean only" if on_mean else "not met"
     return (f"{j.policy} as the best fixed configuration: {state} (best on the mean: "
             f"{'yes' if on_mean else 'no, ' + mean}; best in {len(seeds)} of {len(c.per_seed)} seeds)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Oracle:
+    """The selection oracle over a pool: its mean JCT per seed over that seed's best pool member's, and on the
+    mean over the best member on the mean (``best_on_mean``)."""
+
+    per_seed: dict[int, float]
+    on_mean: float
+    best_on_mean: str
+
+
+def selection_oracle(by: Mapping[tuple[str, int], Mapping[str, Any]], pool: Sequence[str],
+                     seeds: Sequence[int]) -> Oracle | None:
+    """Each seed's mean JCT had every phase run under that phase's best pool member (the phase's jobs,
+    ``PHASE_JOBS``, weighting its mean), against the best single pool member; None when a pool member, a phase's
+    mean or its job count is missing in a seed (never a guess)."""
+    best = best_on_mean(by, pool, seeds, "jct_mean_s")
+    if best is None or not all((s, seed) in by for s in pool for seed in seeds):
+        return None
+    oracle, single = {}, {}
+    for seed in seeds:
+        rows = [by[(s, seed)] for s in pool]
+        if any(r.get(k) is None for r in rows for k in (*PHASE_KEYS, *PHASE_JOBS)):
+            return None
+        picks = [min(rows, key=lambda r: r[k]) for k in PHASE_KEYS]  # each phase's best, with its own jobs
+        n = [r[j] for r, j in zip(picks, PHASE_JOBS)]
+        oracle[seed] = sum(w * r[k] for w, r, k in zip(n, picks, PHASE_KEYS)) / sum(n)
+        single[seed] = min(r["jct_mean_s"] for r in rows)
+    on_mean = statistics.fmean(oracle.values()) / statistics.fmean([by[(best, seed)]["jct_mean_s"] for seed in seeds])
+    return Oracle({seed: oracle[seed] / single[seed] for seed in seeds}, on_mean, best)
+
+
+def phase_jobs(result: Mapping[str, Any]) -> dict[tuple[str, int], dict[str, int]]:
+    """(setting, seed) -> ``PHASE_JOBS`` counted from a result's trials (each finished job by the phase its start
+    falls in, the result's ``config.phases``), for runs written before their metrics carried them."""
+    phases = (result.get("config") or {}).get("phases") or []
+    if len(phases) != len(PHASE_JOBS):
+        return {}
+    out = {}
+    for r in result["runs"]:
+        jobs = (r.get("raw") or {}).get("jobs")
+        if not jobs:
+            continue
+        counts = dict.fromkeys(PHASE_JOBS, 0)
+        for j in jobs:
+            if j.get("jct_s") is None:
+                continue
+            p = sum(1 for ph in phases[1:] if j["start_s"] >= ph["start"])
+            counts[PHASE_JOBS[p]] += 1
+        out[(r["params"].get("setting"), r["seed"])] = counts
+    return out
 
 
 def best_fixed(result: Mapping[str, Any], pool: Sequence[str]) -> dict[str, str | None]:
@@ -251,6 +323,13 @@ def render(result: Mapping[str, Any], pool: Sequence[str], judgements: Sequence[
     lines.append("")
     lines += [f"- {j.policy}: {j.verdict}" for j in judgements]
     lines += [f"- {default_is_best(j)}" for j in judgements if j.policy == "default"]
+    o = run_oracle(result, pool)
+    if o is not None:
+        per = ", ".join(f"{v:.3f}" for _, v in sorted(o.per_seed.items()))
+        lines.append(f"- selection oracle (each phase's best pool member, known in advance): {o.on_mean:.3f} of "
+                     f"{o.best_on_mean} on the mean (per seed {per}): "
+                     + ("no tuner that only picks among the pool can meet the bar" if o.on_mean > Bar().jct
+                        else "a tuner picking among the pool could meet the bar"))
     return "\n".join(lines)
 
 

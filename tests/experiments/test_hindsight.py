@@ -175,3 +175,42 @@ def test_the_default_as_the_best_fixed_configuration_is_checked_per_seed_too():
     spent = H.judge(_by({"default": [90, 90, 90], "finish-k8": [100, 100, 100]}), "default", pool, [1, 2, 3],
                     problems=["seeds [1, 2, 3] are design seeds, not held-out"])
     assert "not judged" in H.default_is_best(spent)
+
+
+def _with_phases(by, phase_jcts: dict[str, list[tuple[float, float, float]]], jobs=(10, 20, 10)):
+    """``by`` with each setting's per-seed phase means from ``phase_jcts`` and its overall mean their job-weighted
+    mean (``jobs`` per phase)."""
+    for s, per_seed in phase_jcts.items():
+        for i, ph in enumerate(per_seed):
+            m = by[(s, i + 1)]
+            m.update(dict(zip(H.PHASE_KEYS, ph)), **dict(zip(H.PHASE_JOBS, jobs)))
+            m["jct_mean_s"] = sum(n * v for n, v in zip(jobs, ph)) / sum(jobs)
+    return by
+
+
+def test_selection_oracle_takes_each_phase_best_weighted_by_its_jobs():
+    """Two configurations, each best in different phases: the oracle runs every phase under its best, weighted
+    by the phase's jobs; against the best single one per seed and on the mean. With one configuration best in
+    every phase the oracle is that configuration (1.0)."""
+    a, b = (100.0, 200.0, 100.0), (150.0, 100.0, 150.0)
+    by = _with_phases(_by({"a": [0, 0], "b": [0, 0]}), {"a": [a, a], "b": [b, b]})
+    o = H.selection_oracle(by, ["a", "b"], [1, 2])
+    # a: (1000 + 4000 + 1000) / 40 = 150, b: (1500 + 2000 + 1500) / 40 = 125; the oracle (1000 + 2000 + 1000) / 40
+    assert o.best_on_mean == "b" and o.on_mean == pytest.approx(100 / 125)
+    assert o.per_seed == {1: pytest.approx(0.8), 2: pytest.approx(0.8)}
+    same = _with_phases(_by({"a": [0], "b": [0]}), {"a": [a], "b": [tuple(2 * v for v in a)]})
+    assert H.selection_oracle(same, ["a", "b"], [1]).on_mean == pytest.approx(1.0)
+    del by[("b", 2)]["jobs_mix_web"]
+    assert H.selection_oracle(by, ["a", "b"], [1, 2]) is None  # a count missing: no oracle, never a guess
+
+
+def test_phase_jobs_are_counted_from_the_trials_when_the_metrics_lack_them():
+    """A result written before its metrics carried per-phase job counts: each finished job counts in the phase its
+    start falls in (the result's phases); an unfinished one in none."""
+    phases = [{"name": n, "start": i * 1.0, "duration": 1.0} for i, n in enumerate(("fbkv_heavy", "fbhd_heavy",
+                                                                                     "mix_web"))]
+    jobs = [{"start_s": t, "jct_s": None if t == 2.5 else 1e-4} for t in (0.1, 0.9, 1.0, 2.2, 2.5, 3.4)]
+    result = {"config": {"phases": phases}, "runs": [{"seed": 16, "params": {"setting": "a"},
+                                                      "metrics": {"jct_mean_s": 1e-4}, "raw": {"jobs": jobs}}]}
+    assert H.phase_jobs(result) == {("a", 16): {"jobs_fbkv_heavy": 2, "jobs_fbhd_heavy": 1, "jobs_mix_web": 2}}
+    assert H.phase_jobs({"config": {}, "runs": result["runs"]}) == {}
