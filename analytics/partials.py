@@ -181,6 +181,53 @@ class Reducer:
         self.close()
 
 
+S2_AGGREGATES = ("avg", "sum", "count", "rank")
+"""What S2 answers: Avg and Sum from moments partials, Count from moments of a 0/1 indicator, Rank from key counts."""
+
+
+def check_s2_query(aggregate: str, *, predicate=None, k=None) -> None:
+    """One line for a query S2 cannot answer: an unknown aggregate, a Count without its ``predicate``, a Rank
+    without its ``k`` (or ``k`` not an integer >= 1), or an argument of one aggregate given to another."""
+    if aggregate not in S2_AGGREGATES:
+        raise AnalyticsError(f"aggregate {aggregate!r}: avg, sum, count or rank")
+    if aggregate == "count" and predicate is None:
+        raise AnalyticsError("count needs predicate=: the rows to count (a Column such as F.col('value') > 5, "
+                             "or a function of the row)")
+    if aggregate != "count" and predicate is not None:
+        raise AnalyticsError(f"predicate= is count's; {aggregate} takes none")
+    if aggregate == "rank":
+        if k is None:
+            raise AnalyticsError("rank needs k=: how many keys (the top k by count)")
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise AnalyticsError(f"rank k={k!r}: an integer >= 1")
+    elif k is not None:
+        raise AnalyticsError(f"k= is rank's; {aggregate} takes none")
+
+
+def map_s2(rows, aggregate: str, *, column: str = "value", predicate=None, key_column: str = "key") -> dict:
+    """A map task's S2 partials for ``aggregate`` (:func:`check_s2_query`'s): key counts for a Rank
+    (:func:`key_partials`), moments of the 0/1 ``predicate(row)`` for a Count, of ``column`` otherwise."""
+    if aggregate == "rank":
+        return key_partials(rows, key_column)
+    return partials(rows, column, predicate if aggregate == "count" else None)
+
+
+def send_s2(dest: str, cells: dict, aggregate: str, *, job_id: int, msr: float = S2_MSR, seed: int = 0,
+            timeout: float = 30.0):
+    """:func:`map_s2`'s partials to the reduce stage at ``dest``, one ATP job (the sender's ``SendSummary``)."""
+    send = send_key_partials if aggregate == "rank" else send_partials
+    return send(dest, cells, job_id=job_id, msr=msr, seed=seed, timeout=timeout)
+
+
+def reduce_s2(jobs, aggregate: str, confidence: float = 0.95, looks: int = 1, *, k: int | None = None,
+              strata=None):
+    """The reduce stage's answer from the map tasks' jobs as :class:`Reducer` keeps them (``Reducer.jobs[j]``):
+    :func:`combine_rank` of their key counts for a Rank, :func:`combine` of their moments otherwise."""
+    if aggregate == "rank":
+        return combine_rank([p for j in jobs for p in j["key_counts"]], k, confidence, looks, strata=strata)
+    return combine([p for j in jobs for p in j["partials"]], aggregate, confidence, looks, strata=strata)
+
+
 def _check_indicators(merged: dict[int, estimators.Moments]) -> None:
     """A Count's partials are moments of 0/1 values: per stratum a whole count ``c`` of at most ``n`` rows, and the
     sum of squares equal to it (one line otherwise: they were made without ``partials(..., predicate=...)``)."""

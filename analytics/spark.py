@@ -21,8 +21,9 @@ from pyspark.sql.types import DoubleType, IntegerType, LongType, StructField, St
 from netapprox.analytics import accuracy, estimators
 from netapprox.analytics.errors import AnalyticsError
 from netapprox.analytics.job import LIVE_LOOKS, AnalyticsJob, Query, Result, Row
-from netapprox.analytics.partials import (PARTIAL, S2_MSR, Reducer, combine, decode_partial,  # noqa: F401
-                                          encode_partial, partials, send_partials)
+from netapprox.analytics.partials import (PARTIAL, S2_MSR, Reducer, check_s2_query, combine,  # noqa: F401
+                                          decode_partial, encode_partial, map_s2, partials, reduce_s2, send_partials,
+                                          send_s2)
 from netapprox.hostlib.api import ReceiverEndpoint
 from netapprox.hostlib.errors import PeerUnreachableError, ReceiveTimeout
 
@@ -229,9 +230,10 @@ def approx(df, aggregate: str, e_max: float, *, confidence: float = 0.95, column
 
 @dataclasses.dataclass(frozen=True)
 class S2Result:
-    """:func:`approx_s2`'s answer: the estimate, and what S2 moved (per map task: partials sent and arrived)."""
+    """:func:`approx_s2`'s answer: the estimate (a ``RankEstimate`` for ``rank``), and what S2 moved (per map task:
+    partials sent and arrived)."""
 
-    estimate: estimators.Estimate
+    estimate: estimators.Estimate | estimators.RankEstimate
     maps: int
     partials_sent: int
     partials_arrived: int
@@ -239,39 +241,70 @@ class S2Result:
     """From the first map task's start to the last partial at the reducer (the map tasks' S2 jobs)."""
 
 
+HIT = "_netapprox_hit"
+"""The 0/1 column a Count's Column predicate becomes before the map tasks (null counts as not satisfied)."""
+
+
+def _is_hit(row) -> bool:
+    return row[HIT] == 1
+
+
+def _s2_input(df, aggregate: str, column: str, predicate, key_column: str):
+    """``df`` narrowed to what the map tasks read, and the predicate they apply to each row (a Count)."""
+    from pyspark.sql import Column
+    from pyspark.sql import functions as F
+    if aggregate == "rank":
+        return df.select("stratum", "population", key_column), None
+    if aggregate != "count":
+        return df.select("stratum", "population", column), None
+    if isinstance(predicate, str):
+        predicate = F.expr(predicate)
+    if isinstance(predicate, Column):
+        return df.select("stratum", "population", F.when(predicate, 1).otherwise(0).alias(HIT)), _is_hit
+    if callable(predicate):
+        return df, predicate
+    raise AnalyticsError(f"predicate={predicate!r}: a Column (F.col('value') > 5), a SQL condition ('value > 5') "
+                         f"or a function of the row")
+
+
 def approx_s2(df, aggregate: str, e_max: float, *, maps: int = 2, confidence: float = 0.95, column: str = "value",
-              looks: int = 1, msr: float = S2_MSR, bind: str = "127.0.0.1:0", seed: int = 0,
-              timeout: float = 30.0) -> S2Result:
+              predicate=None, k: int | None = None, key_column: str = "key", looks: int = 1, msr: float = S2_MSR,
+              bind: str = "127.0.0.1:0", seed: int = 0, timeout: float = 30.0) -> S2Result:
     """:func:`approx` as a map/reduce job whose S2 goes over ATP: ``df`` (the netapprox source's rows) is split at
-    random into ``maps`` map tasks (``repartition``), each computes its partial aggregates (:func:`partials`) and
+    random into ``maps`` map tasks (``repartition``), each computes its partial aggregates (:func:`map_s2`) and
     sends them to the reduce stage on the driver (:class:`Reducer` on ``bind``) as one ATP job at ``msr``
-    (:func:`send_partials`); the reducer's estimate is read from the partials that arrived (:func:`combine`)."""
+    (:func:`send_s2`); the reducer's estimate is read from the partials that arrived (:func:`reduce_s2`).
+
+    ``aggregate``: ``avg`` or ``sum`` of ``column``; ``count`` of the rows that satisfy ``predicate``, what
+    ``df.filter`` takes (a Column, ``F.col("value") > 5``, or a SQL condition, ``"value > 5"``; null counts as
+    false) or a function of the row (``lambda r: r.value > 5``, run in the map tasks); ``rank``, the top ``k`` keys
+    of ``key_column`` by count."""
     accuracy.check_e_max(e_max)
-    if aggregate not in ("avg", "sum"):
-        raise AnalyticsError(f"aggregate {aggregate!r}: avg or sum")
+    check_s2_query(aggregate, predicate=predicate, k=k)
     if not (isinstance(maps, int) and maps >= 1):
         raise AnalyticsError(f"maps={maps!r}: an integer >= 1")
     if not 0.0 < msr <= 1.0:
         raise AnalyticsError(f"S2's MSR {msr!r} must be in (0, 1]")
+    narrowed, row_predicate = _s2_input(df, aggregate, column, predicate, key_column)
     with Reducer(bind) as reducer:
         dest = reducer.address
 
         def map_task(index, it):
-            cells = partials(it, column)
+            cells = map_s2(it, aggregate, column=column, predicate=row_predicate, key_column=key_column)
             if not cells:
                 return iter([])
             t = time.time()
-            summary = send_partials(dest, cells, job_id=index + 1, msr=msr, seed=seed, timeout=timeout)
+            summary = send_s2(dest, cells, aggregate, job_id=index + 1, msr=msr, seed=seed, timeout=timeout)
             return iter([(index + 1, len(cells), t, summary.jct_s)])
 
-        sent = df.select("stratum", "population", column).repartition(maps).rdd.mapPartitionsWithIndex(
-            map_task).collect()
+        sent = narrowed.repartition(maps).rdd.mapPartitionsWithIndex(map_task).collect()
         if not sent:
             raise AnalyticsError("no rows arrived: nothing to estimate from")
         reducer.wait([j for j, *_ in sent], timeout)
-        arrived = [p for j, *_ in sent for p in reducer.jobs[j]["partials"]]
+        jobs = [reducer.jobs[j] for j, *_ in sent]
         strata = None if msr >= 1.0 else {r[0] for r in df.select("stratum").distinct().collect()}
         start = min(t for _, _, t, _ in sent)
         s2 = max(t + jct for _, _, t, jct in sent) - start
-    est = combine(arrived, aggregate, confidence, looks, strata=strata)
-    return S2Result(est, len(sent), sum(n for _, n, _, _ in sent), len(arrived), s2)
+    est = reduce_s2(jobs, aggregate, confidence, looks, k=k, strata=strata)
+    arrived = sum(len(j["key_counts" if aggregate == "rank" else "partials"]) for j in jobs)
+    return S2Result(est, len(sent), sum(n for _, n, _, _ in sent), arrived, s2)

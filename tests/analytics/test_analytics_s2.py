@@ -180,3 +180,52 @@ def test_rank_partials_go_over_atp_to_the_reducer():
         got = red.jobs[5]
     assert sorted(got["key_counts"]) == sorted((h, *c) for h, c in cells.items())
     assert got["malformed"] == 0 and got["partials"] == []
+
+
+def test_s2_queries_it_cannot_answer_are_one_line():
+    """``approx_s2``'s checks, without Spark: the aggregate, Count's predicate, Rank's k, and neither given to
+    another aggregate."""
+    nspark.check_s2_query("avg")
+    nspark.check_s2_query("count", predicate=lambda r: True)
+    nspark.check_s2_query("rank", k=3)
+    for kwargs, message in [(dict(aggregate="median"), "avg, sum, count or rank"),
+                            (dict(aggregate="count"), "count needs predicate="),
+                            (dict(aggregate="rank"), "rank needs k="),
+                            (dict(aggregate="rank", k=0), "rank k=0: an integer >= 1"),
+                            (dict(aggregate="rank", k=2.5), "rank k=2.5"),
+                            (dict(aggregate="rank", k=True), "rank k=True"),
+                            (dict(aggregate="avg", k=3), "k= is rank's"),
+                            (dict(aggregate="sum", predicate=lambda r: True), "predicate= is count's")]:
+        aggregate = kwargs.pop("aggregate")
+        with pytest.raises(AnalyticsError, match=message):
+            nspark.check_s2_query(aggregate, **kwargs)
+
+
+def test_s2_count_and_rank_map_tasks_over_atp_give_the_rows_own_answers():
+    """What ``approx_s2`` runs for Count and Rank, without Spark: three map tasks' partials (``map_s2``) over ATP
+    (``send_s2``, loopback) to the reducer, whose answer (``reduce_s2``) is the rows' own estimate."""
+    rows = [dict(r, value=float(r["key"] % 7)) for r in _keyed_rows(31)]
+    random.Random(32).shuffle(rows)
+    by: dict[int, list] = {}
+    for r in rows:
+        by.setdefault(r["stratum"], []).append(r)
+    pops = {h: rs[0]["population"] for h, rs in by.items()}
+    answers = {}
+    with nspark.Reducer() as red:
+        for job, aggregate in enumerate(("count", "rank")):
+            ids = [10 * job + i + 1 for i in range(3)]
+            for i, j in enumerate(ids):
+                cells = nspark.map_s2(rows[i::3], aggregate, predicate=lambda r: r["value"] >= 4)
+                assert nspark.send_s2(red.address, cells, aggregate, job_id=j, seed=2).msr_met()
+            red.wait(ids, 10)
+            answers[aggregate] = nspark.reduce_s2([red.jobs[j] for j in ids], aggregate,
+                                                  k=3 if aggregate == "rank" else None, strata=set(by))
+    direct = estimators.count(estimators.indicator_strata([(pops[h], by[h]) for h in sorted(by)],
+                                                          lambda r: r["value"] >= 4))
+    assert 0 < direct.value < sum(pops.values())
+    assert answers["count"].value == pytest.approx(direct.value, rel=1e-12)
+    assert answers["count"].half_width == pytest.approx(direct.half_width, rel=1e-9)
+    ranked = estimators.rank([(pops[h], [r["key"] for r in by[h]]) for h in sorted(by)], 3)
+    assert answers["rank"].keys() == ranked.keys()
+    for (_, a), (_, b) in zip(answers["rank"].top, ranked.top):
+        assert a.value == pytest.approx(b.value, rel=1e-12) and a.half_width == pytest.approx(b.half_width, rel=1e-9)

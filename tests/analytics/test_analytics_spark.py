@@ -151,3 +151,51 @@ def test_spark_s2_rejects_bad_arguments_in_one_line(spark):
         nspark.approx_s2(df, "avg", 0.05, maps=0)
     with pytest.raises(AnalyticsError, match="S2's MSR"):
         nspark.approx_s2(df, "avg", 0.05, msr=1.5)
+    with pytest.raises(AnalyticsError, match="avg, sum, count or rank"):
+        nspark.approx_s2(df, "median", 0.05)
+    with pytest.raises(AnalyticsError, match="count needs predicate="):
+        nspark.approx_s2(df, "count", 0.05)
+    with pytest.raises(AnalyticsError, match="a Column .* or a function of the row"):
+        nspark.approx_s2(df, "count", 0.05, predicate=5)
+    with pytest.raises(AnalyticsError, match="rank needs k="):
+        nspark.approx_s2(df, "rank", 0.05)
+    with pytest.raises(AnalyticsError, match="rank k=0"):
+        nspark.approx_s2(df, "rank", 0.05, k=0)
+
+
+def _sampled_df(spark, seed: int):
+    """A DataFrame as the netapprox source gives one: 30 % of each of two groups' rows of ``correlated_rows``,
+    each row with its stratum (the group) and the stratum's size at the sender."""
+    import random
+    rows = correlated_rows(2000, seed=seed)
+    rng = random.Random(seed)
+    out = []
+    for g in (0, 1):
+        mine = [r for r in rows if r.group == g]
+        out += [(r.value, r.key, r.group, g, len(mine)) for r in rng.sample(mine, int(0.3 * len(mine)))]
+    return spark.createDataFrame(out, nspark.SCHEMA), out
+
+
+def test_spark_s2_count_and_rank_over_atp_give_the_rows_own_answers(spark):
+    """Count (a Column predicate, a SQL condition and a Python function) and Rank through ``approx_s2``: the map tasks' partials over
+    ATP give the estimate read from the DataFrame's rows themselves."""
+    from pyspark.sql import functions as F
+
+    from netapprox.analytics import estimators
+    df, rows = _sampled_df(spark, 8)
+    by = {h: [r for r in rows if r[3] == h] for h in (0, 1)}
+    strata = [(by[h][0][4], by[h]) for h in (0, 1)]
+    direct = estimators.count(estimators.indicator_strata(strata, lambda r: r[0] > 4.0))
+    by_column = nspark.approx_s2(df, "count", 0.1, maps=2, predicate=F.col("value") > 4.0, seed=1)
+    by_function = nspark.approx_s2(df, "count", 0.1, maps=3, predicate=lambda r: r.value > 4.0, seed=2)
+    by_sql = nspark.approx_s2(df, "count", 0.1, maps=2, predicate="value > 4.0", seed=4)
+    ranked = nspark.approx_s2(df, "rank", 0.2, maps=2, k=3, seed=3)
+    expected = estimators.rank([(pop, [r[1] for r in rs]) for pop, rs in strata], 3)
+    assert 0 < direct.value < 2000
+    for got in (by_column, by_function, by_sql):
+        assert got.partials_arrived == got.partials_sent >= 2
+        assert got.estimate.value == pytest.approx(direct.value, rel=1e-12)
+        assert got.estimate.half_width == pytest.approx(direct.half_width, rel=1e-9)
+    assert ranked.estimate.keys() == expected.keys()
+    for (_, a), (_, b) in zip(ranked.estimate.top, expected.top):
+        assert a.value == pytest.approx(b.value, rel=1e-12) and a.half_width == pytest.approx(b.half_width, rel=1e-9)
