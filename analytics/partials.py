@@ -123,7 +123,8 @@ def send_key_partials(dest: str, cells: dict[int, tuple[int, int, dict[int, int]
 
 class Reducer:
     """The reduce stage's receiving end: an ATP receiver on ``bind`` (port 0: any; ``address`` says which) that
-    keeps every partial aggregate of every map task's job that finishes, until :meth:`close`."""
+    keeps every partial aggregate of every map task's job that finishes, until :meth:`close` (``jobs[job_id]``:
+    :meth:`_decode_job`'s, and the job's ``total`` messages)."""
 
     def __init__(self, bind: str = "127.0.0.1:0") -> None:
         host, _, port = bind.rpartition(":")
@@ -145,19 +146,24 @@ class Reducer:
             self._arrived.setdefault(ev.job_id, []).append(ev.data)
 
         def on_job(r):
-            good, keyed, bad = [], [], 0
-            for d in self._arrived.pop(r.job_id, []):
-                try:
-                    if len(d) == PARTIAL.size:
-                        good.append(decode_partial(d))
-                    else:
-                        keyed.append(decode_key_counts(d))
-                except AnalyticsError:  # not a partial aggregate: counted, never estimated from
-                    bad += 1
-            self.jobs[r.job_id] = {"partials": good, "key_counts": keyed, "total": r.total, "malformed": bad}
+            self.jobs[r.job_id] = {**self._decode_job(self._arrived.pop(r.job_id, [])), "total": r.total}
 
         while not self._stop.is_set():
             self._ep.serve(jobs=None, timeout=0.1, on_job=on_job, on_message=on_message)
+
+    def _decode_job(self, messages: list[bytes]) -> dict:
+        """What the reduce stage keeps of one map task's job: its moments partials and its partials of key counts
+        (told apart by their size), and how many messages were neither (counted, never estimated from)."""
+        good, keyed, bad = [], [], 0
+        for d in messages:
+            try:
+                if len(d) == PARTIAL.size:
+                    good.append(decode_partial(d))
+                else:
+                    keyed.append(decode_key_counts(d))
+            except AnalyticsError:
+                bad += 1
+        return {"partials": good, "key_counts": keyed, "malformed": bad}
 
     def wait(self, job_ids, timeout: float) -> None:
         """Until every job of ``job_ids`` finished here (one line if not within ``timeout`` s)."""
@@ -165,7 +171,7 @@ class Reducer:
         while not set(job_ids) <= set(self.jobs):
             if time.monotonic() > deadline:
                 missing = sorted(set(job_ids) - set(self.jobs))
-                raise AnalyticsError(f"reduce stage {self.address}: the partial aggregates of map task(s) "
+                raise AnalyticsError(f"reduce stage {self.address}: the S2 job(s) of map task(s) "
                                      f"{missing} did not arrive within {timeout:g} s")
             time.sleep(0.01)
 
