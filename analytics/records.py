@@ -83,6 +83,19 @@ def _need(cells, aggregate: str, e_max: float, level: float, k: int | None) -> f
     return None if not needs or None in needs else max(needs)
 
 
+def merge_cells(parts, aggregate: str) -> dict:
+    """The map tasks' S2 partials (:func:`partials.map_s2`, one dict per task) added up per stratum: S1's whole
+    sample as :func:`plan_msr` reads it (``Moments``; a Rank's ``(population, n, {key: count})``)."""
+    if aggregate != "rank":
+        return estimators.merge_moments(p for cells in parts for p in cells.items())
+    out: dict[int, tuple[int, int, dict[int, int]]] = {}
+    for cells in parts:
+        for h, (pop, n, counts) in cells.items():
+            _, n0, c0 = out.get(h, (pop, 0, {}))
+            out[h] = (pop, n0 + n, {key: c0.get(key, 0) + counts.get(key, 0) for key in {*c0, *counts}})
+    return out
+
+
 def plan_msr(cells, aggregate: str, e_max: float, confidence: float = 0.95, looks: int = 1, *,
              k: int | None = None) -> dict[int, float]:
     """S2's MSR per stratum: the share of S1's sample of it (``n_h`` rows) that the reducer's bound needs.

@@ -1,6 +1,7 @@
 """The Spark port: the input stage (the paper's S1), rows sent over ATP (UDP) arriving in a Spark DataFrame through
-Spark 4's Python Data Source API, and the map->reduce stage (S2), each map task's partial aggregates sent over ATP
-to the reduce stage (:func:`approx_s2`); an aggregate over the DataFrame comes back with its error bound.
+Spark 4's Python Data Source API, and the map->reduce stage (S2), each map task's partial aggregates or its rows
+(records, sampled again) sent over ATP to the reduce stage (:func:`approx_s2`); an aggregate over the DataFrame
+comes back with its error bound.
 
 The user writes ordinary DataFrame code and the error bound: the sending side states ``e_max`` (it sets the
 initial MSR of every stratum, :class:`netapprox.analytics.AnalyticsJob`); the source's rows carry the stratum and
@@ -18,7 +19,7 @@ from collections.abc import Sequence
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition, SimpleDataSourceStreamReader
 from pyspark.sql.types import DoubleType, IntegerType, LongType, StructField, StructType
 
-from netapprox.analytics import accuracy, estimators
+from netapprox.analytics import accuracy, estimators, records
 from netapprox.analytics.errors import AnalyticsError
 from netapprox.analytics.job import LIVE_LOOKS, AnalyticsJob, Query, Result, Row
 from netapprox.analytics.partials import (PARTIAL, S2_MSR, Reducer, check_s2_query, combine,  # noqa: F401
@@ -231,14 +232,17 @@ def approx(df, aggregate: str, e_max: float, *, confidence: float = 0.95, column
 @dataclasses.dataclass(frozen=True)
 class S2Result:
     """:func:`approx_s2`'s answer: the estimate (a ``RankEstimate`` for ``rank``), and what S2 moved (per map task:
-    partials sent and arrived)."""
+    its messages sent and arrived, partial aggregates or, ``shuffle="records"``, records)."""
 
     estimate: estimators.Estimate | estimators.RankEstimate
     maps: int
     partials_sent: int
     partials_arrived: int
     s2_seconds: float
-    """From the first map task's start to the last partial at the reducer (the map tasks' S2 jobs)."""
+    """From the first map task's start to the last message at the reducer (the map tasks' S2 jobs)."""
+    shuffle: str = "partials"
+    msr: tuple[tuple[int, float], ...] = ()
+    """``shuffle="records"``: S2's MSR per stratum, ``(stratum, msr)`` (:func:`records.plan_msr`)."""
 
 
 HIT = "_netapprox_hit"
@@ -267,13 +271,29 @@ def _s2_input(df, aggregate: str, column: str, predicate, key_column: str):
                          f"or a function of the row")
 
 
+def _plan_records(narrowed, aggregate: str, e_max: float, confidence: float, looks: int, k, msr, map_kw: dict
+                  ) -> dict[int, float]:
+    """S2's MSR per stratum for ``shuffle="records"``: what the reducer's bound needs of S1's sample, read from the
+    tasks' partials added up on the driver (:func:`records.plan_msr`), or ``msr`` for every stratum if given."""
+    parts = narrowed.rdd.mapPartitions(lambda it: [map_s2(it, aggregate, **map_kw)]).collect()
+    cells = records.merge_cells(parts, aggregate)
+    if not cells:
+        raise AnalyticsError("no rows arrived: nothing to estimate from")
+    if msr is not None:
+        return {h: float(msr) for h in cells}
+    return records.plan_msr(cells, aggregate, e_max, confidence, looks, k=k)
+
+
 def approx_s2(df, aggregate: str, e_max: float, *, maps: int = 2, confidence: float = 0.95, column: str = "value",
-              predicate=None, k: int | None = None, key_column: str = "key", looks: int = 1, msr: float = S2_MSR,
-              bind: str = "127.0.0.1:0", seed: int = 0, timeout: float = 30.0) -> S2Result:
+              predicate=None, k: int | None = None, key_column: str = "key", looks: int = 1,
+              shuffle: str = "partials", msr: float | None = None, bind: str = "127.0.0.1:0", seed: int = 0,
+              timeout: float = 30.0) -> S2Result:
     """:func:`approx` as a map/reduce job whose S2 goes over ATP: ``df`` (the netapprox source's rows) is split at
-    random into ``maps`` map tasks (``repartition``), each computes its partial aggregates (:func:`map_s2`) and
-    sends them to the reduce stage on the driver (:class:`Reducer` on ``bind``) as one ATP job at ``msr``
-    (:func:`send_s2`); the reducer's estimate is read from the partials that arrived (:func:`reduce_s2`).
+    random into ``maps`` map tasks (``repartition``), each sends to the reduce stage on the driver (on ``bind``) one
+    ATP job of its partial aggregates (``shuffle="partials"``: :func:`map_s2`, :func:`send_s2`, at ``msr``,
+    ``S2_MSR`` by default; read by :func:`reduce_s2`) or of its rows (``"records"``: :func:`records.send_records`,
+    each stratum at the MSR the reducer's bound needs of S1's sample, :func:`records.plan_msr`, or ``msr`` for
+    all; read by :func:`records.combine_records`). docs/analytics.md, S2.
 
     ``aggregate``: ``avg`` or ``sum`` of ``column``; ``count`` of the rows that satisfy ``predicate``, what
     ``df.filter`` takes (a Column, ``F.col("value") > 5``, or a SQL condition, ``"value > 5"``; null counts as
@@ -283,18 +303,27 @@ def approx_s2(df, aggregate: str, e_max: float, *, maps: int = 2, confidence: fl
     check_s2_query(aggregate, predicate=predicate, k=k)
     if not (isinstance(maps, int) and maps >= 1):
         raise AnalyticsError(f"maps={maps!r}: an integer >= 1")
-    if not 0.0 < msr <= 1.0:
+    if shuffle not in ("partials", "records"):
+        raise AnalyticsError(f"shuffle={shuffle!r}: partials or records")
+    if msr is not None and not 0.0 < msr <= 1.0:
         raise AnalyticsError(f"S2's MSR {msr!r} must be in (0, 1]")
     narrowed, row_predicate = _s2_input(df, aggregate, column, predicate, key_column)
-    with Reducer(bind) as reducer:
+    map_kw = dict(column=column, predicate=row_predicate, key_column=key_column)
+    plan = None if shuffle == "partials" else _plan_records(narrowed, aggregate, e_max, confidence, looks, k, msr,
+                                                            map_kw)
+    msr = S2_MSR if msr is None else msr
+    with (Reducer if plan is None else records.RecordReducer)(bind) as reducer:
         dest = reducer.address
 
         def map_task(index, it):
-            cells = map_s2(it, aggregate, column=column, predicate=row_predicate, key_column=key_column)
+            cells = map_s2(it, aggregate, **map_kw) if plan is None else records.map_records(it, aggregate, **map_kw)
             if not cells:
                 return iter([])
             t = time.time()
-            summary = send_s2(dest, cells, aggregate, job_id=index + 1, msr=msr, seed=seed, timeout=timeout)
+            if plan is None:
+                summary = send_s2(dest, cells, aggregate, job_id=index + 1, msr=msr, seed=seed, timeout=timeout)
+            else:
+                summary = records.send_records(dest, cells, plan, job_id=index + 1, seed=seed, timeout=timeout)
             return iter([(index + 1, len(cells), t, summary.jct_s)])
 
         sent = narrowed.repartition(maps).rdd.mapPartitionsWithIndex(map_task).collect()
@@ -302,9 +331,23 @@ def approx_s2(df, aggregate: str, e_max: float, *, maps: int = 2, confidence: fl
             raise AnalyticsError("no rows arrived: nothing to estimate from")
         reducer.wait([j for j, *_ in sent], timeout)
         jobs = [reducer.jobs[j] for j, *_ in sent]
-        strata = None if msr >= 1.0 else {r[0] for r in df.select("stratum").distinct().collect()}
+        if plan is not None:
+            strata = set(plan)
+        else:
+            strata = None if msr >= 1.0 else {r[0] for r in df.select("stratum").distinct().collect()}
         start = min(t for _, _, t, _ in sent)
         s2 = max(t + jct for _, _, t, jct in sent) - start
-    est = reduce_s2(jobs, aggregate, confidence, looks, k=k, strata=strata)
-    arrived = sum(len(j["key_counts" if aggregate == "rank" else "partials"]) for j in jobs)
-    return S2Result(est, len(sent), sum(n for _, n, _, _ in sent), arrived, s2)
+    return _s2_answer(jobs, sent, s2, aggregate, confidence, looks, k, strata, plan)
+
+
+def _s2_answer(jobs, sent, s2_seconds, aggregate, confidence, looks, k, strata, plan) -> S2Result:
+    """The reducer's estimate from the map tasks' jobs, and what they moved."""
+    if plan is None:
+        est = reduce_s2(jobs, aggregate, confidence, looks, k=k, strata=strata)
+        arrived = sum(len(j["key_counts" if aggregate == "rank" else "partials"]) for j in jobs)
+    else:
+        got = [r for j in jobs for r in j["records"]]
+        est = records.combine_records(got, aggregate, confidence, looks, k=k, strata=strata)
+        arrived = len(got)
+    return S2Result(est, len(sent), sum(n for _, n, _, _ in sent), arrived, s2_seconds,
+                    "partials" if plan is None else "records", tuple(sorted((plan or {}).items())))

@@ -98,10 +98,21 @@ def test_plan_msr_asks_what_the_bound_needs_of_s1s_sample():
     assert records.plan_msr({0: estimators.Moments(100, 1, 3.0, 9.0)}, "avg", 0.1) == {0: 1.0}
     ranks = records.plan_msr({0: (1000, 300, {7: 150, 8: 90, 9: 60})}, "rank", 0.2, k=2)
     assert 0.0 < ranks[0] < 1.0
+    assert records.plan_msr({0: (1000, 300, {7: 150, 8: 90, 9: 60})}, "rank", 0.2, k=3)[0] > ranks[0]  # key 9
     with pytest.raises(AnalyticsError, match="must be in"):
         records.plan_msr(cells, "avg", 1.0)
     with pytest.raises(AnalyticsError, match="looks=0"):
         records.plan_msr(cells, "avg", 0.1, looks=0)
+
+
+def test_merge_cells_adds_up_the_tasks_partials_per_stratum():
+    """S1's whole sample, as ``plan_msr`` reads it, from the map tasks' partials (the Spark port's first pass)."""
+    tasks = [{0: estimators.Moments(10, 3, 6.0, 14.0)}, {0: estimators.Moments(10, 2, 5.0, 13.0),
+                                                         1: estimators.Moments(4, 4, 4.0, 4.0)}]
+    assert records.merge_cells(tasks, "avg") == {0: estimators.Moments(10, 5, 11.0, 27.0),
+                                                 1: estimators.Moments(4, 4, 4.0, 4.0)}
+    keyed = [{0: (10, 3, {7: 2, 8: 1})}, {0: (10, 2, {8: 2}), 1: (4, 1, {9: 1})}]
+    assert records.merge_cells(keyed, "rank") == {0: (10, 5, {7: 2, 8: 3}), 1: (4, 1, {9: 1})}
 
 
 def test_combine_records_is_the_stratified_estimator_and_refuses_bad_records():

@@ -161,6 +161,8 @@ def test_spark_s2_rejects_bad_arguments_in_one_line(spark):
         nspark.approx_s2(df, "rank", 0.05)
     with pytest.raises(AnalyticsError, match="rank k=0"):
         nspark.approx_s2(df, "rank", 0.05, k=0)
+    with pytest.raises(AnalyticsError, match="shuffle='rows': partials or records"):
+        nspark.approx_s2(df, "avg", 0.05, shuffle="rows")
 
 
 def _sampled_df(spark, seed: int):
@@ -177,8 +179,8 @@ def _sampled_df(spark, seed: int):
 
 
 def test_spark_s2_count_and_rank_over_atp_give_the_rows_own_answers(spark):
-    """Count (a Column predicate, a SQL condition and a Python function) and Rank through ``approx_s2``: the map tasks' partials over
-    ATP give the estimate read from the DataFrame's rows themselves."""
+    """Count (a Column predicate, a SQL condition and a Python function) and Rank through ``approx_s2``: the map
+    tasks' partials over ATP give the estimate read from the DataFrame's rows themselves."""
     from pyspark.sql import functions as F
 
     from netapprox.analytics import estimators
@@ -199,3 +201,25 @@ def test_spark_s2_count_and_rank_over_atp_give_the_rows_own_answers(spark):
     assert ranked.estimate.keys() == expected.keys()
     for (_, a), (_, b) in zip(ranked.estimate.top, expected.top):
         assert a.value == pytest.approx(b.value, rel=1e-12) and a.half_width == pytest.approx(b.half_width, rel=1e-9)
+
+
+def test_spark_s2_records_over_atp_sample_s1s_rows_at_the_planned_msr(spark):
+    """``shuffle="records"``: the map tasks send the rows themselves over ATP, each stratum at the MSR the
+    reducer's bound needs of S1's sample (below 1 here: S2 samples again); the reducer's estimate is read from the
+    records that arrived, at least that MSR of them, its bound within ``e_max``."""
+    from netapprox.hostlib import wire
+    from netapprox.hostlib.config import required_messages
+    df, rows = _sampled_df(spark, 9)
+    s1 = nspark.approx(df, "avg", 0.1)
+    got = nspark.approx_s2(df, "avg", 0.1, maps=2, shuffle="records", seed=5)
+    count = nspark.approx_s2(df, "count", 0.2, maps=2, predicate="value > 4.0", shuffle="records", seed=6)
+    assert got.shuffle == "records" and got.partials_sent == len(rows) == count.partials_sent
+    plan = dict(got.msr)
+    assert set(plan) == {0, 1} and all(0.0 < m < 1.0 for m in plan.values())
+    on_wire = [wire.q15_to_tlr(wire.tlr_to_q15(m)) for m in plan.values()]  # the MSR both ends agree on
+    assert got.partials_arrived >= sum(required_messages(m, 300) for m in on_wire)
+    assert got.estimate.sample == got.partials_arrived and got.estimate.population == 2000
+    assert got.estimate.relative_error <= 0.1 and count.estimate.relative_error <= 0.2
+    if got.partials_arrived == len(rows):  # loopback delivered every record: S1's sample, S1's estimate
+        assert got.estimate.value == pytest.approx(s1.value, rel=1e-12)
+    assert abs(got.estimate.value - s1.value) <= got.estimate.half_width
