@@ -42,8 +42,9 @@ from netapprox.controller.config import PolicyConfig, with_policy
 DESIGN_SEEDS: tuple[int, ...] = tuple(range(1, 13))
 """Seeds of the shifting workload spent before the last judgement: 1-9 used to design or choose the policies
 (the finishing rule, the tuner, the default thresholds, the SRPT-like and finishing-horizon variants), 10-12 to
-judge an earlier design. A judgement on any of them is not a held-out one. (Seeds 13-15 judged the design
-frozen at the commit docs/results.md names; a later design change needs seeds from 16 on.)"""
+judge an earlier design. A judgement on any of them is not a held-out one. (Seeds 13-15 and 16-18 judged the
+design frozen at the commits docs/results.md names, nothing was chosen on them; a design change made after them
+needs seeds from 19 on.)"""
 PHASE_KEYS: tuple[str, ...] = ("jct_fbkv_heavy_s", "jct_fbhd_heavy_s", "jct_mix_web_s")
 """The shifting workload's per-phase mean JCT metrics (``figures.SHIFT_PHASES``, in order)."""
 KEYS: tuple[str, ...] = ("jct_mean_s", *PHASE_KEYS)
