@@ -3,6 +3,7 @@ carries from one job to the next, a restarted peer re-admitted cleanly, both I/O
 the sockets, and the socket module with injected loss) delivering what was sent within every group's bound."""
 from __future__ import annotations
 
+import dataclasses
 import socket
 
 import pytest
@@ -126,8 +127,10 @@ def test_session_exchange_rejects_bad_input_and_reports_failures():
             AtpExchange(blocker.getsockname())
     finally:
         blocker.close()
-    with AtpExchange(config=CONFIG) as a, AtpExchange(config=CONFIG) as b:
-        job = JobSpec.uniform(7, messages=3, size=1000)
+    # the first job takes ~0.3 s at 8 Mbit/s, so it is still under way when the second send reaches the exchange's
+    # thread however late this thread runs (3 small messages could be sent and confirmed in between, under load)
+    with AtpExchange(config=dataclasses.replace(CONFIG, max_rate_bps=8e6)) as a, AtpExchange(config=CONFIG) as b:
+        job = JobSpec.uniform(7, messages=300, size=1000)
         first = a.send(b.address, job)
         again = a.send(b.address, job)  # the same job to the same peer while the first is under way
         with pytest.raises(ExchangeError, match="already being sent"):
