@@ -552,17 +552,28 @@ class AnalyticsJob:
 
     def truth(self, q: Query, group: int | None = None) -> float | dict[int, float]:
         """The exact answer over all rows (tests and the evaluation compare with it)."""
-        rows = [r for r in self.rows if group is None or r.group == group]
-        if q.aggregate == "avg":
-            return math.fsum(r.value for r in rows) / len(rows)
-        if q.aggregate == "sum":
-            return math.fsum(r.value for r in rows)
-        if q.aggregate == "count":
-            return float(sum(1 for r in rows if r.value > q.above))
-        freq: dict[int, float] = {}
-        for r in rows:
-            freq[r.key] = freq.get(r.key, 0.0) + 1.0
-        return freq
+        return truth_of(self.rows, q, group)
+
+    def post_strata(self, group: int | None, received: Mapping[int, bytes]) -> list[tuple[int, list[Row]]]:
+        """(population, sampled rows) of the strata a bound over ``group`` (``None``: all rows) is estimated from,
+        given the messages that arrived (:mod:`netapprox.analytics.sources` adds up several jobs' strata)."""
+        members = [s for s in self.strata if group is None or s.group == group]
+        return self._post_strata(members, self._samples(received)) if members else []
+
+
+def truth_of(rows: Sequence[Row], q: Query, group: int | None = None) -> float | dict[int, float]:
+    """The exact answer of ``q`` over ``rows`` (of ``group``, or all)."""
+    rows = [r for r in rows if group is None or r.group == group]
+    if q.aggregate == "avg":
+        return math.fsum(r.value for r in rows) / len(rows)
+    if q.aggregate == "sum":
+        return math.fsum(r.value for r in rows)
+    if q.aggregate == "count":
+        return float(sum(1 for r in rows if r.value > q.above))
+    freq: dict[int, float] = {}
+    for r in rows:
+        freq[r.key] = freq.get(r.key, 0.0) + 1.0
+    return freq
 
 
 def _size_classes(rows: list[int], sizes: list[int]) -> list[list[int]]:
