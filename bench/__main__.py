@@ -17,6 +17,8 @@ Every number is a ratio of two things measured in this run, on this machine, wit
    per e_max (``bench.analytics``);
 7. streaming analytics: the paper's Fig. 17 (window averages) on the emulated testbed, ATP-S1's goodput against
    TCP-ES's (``bench.analytics_stream``).
+8. analytics with several sources: Fig. 15's input split over three sources sending to the worker at once, ATP-S1
+   against TCP-ES / TCP-SS per e_max (``bench.analytics_sources``).
 
 Writes ``results/bench.json`` (its ``headline`` object keeps the same keys across versions; a value is null
 when it was not measured), ``results/bench.md`` and ``results/bench.csv`` (one row per trial), and prints a
@@ -38,6 +40,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from netapprox.bench import analytics as bench_analytics
+from netapprox.bench import analytics_sources as bench_analytics_sources
 from netapprox.bench import analytics_stream as bench_analytics_stream
 from netapprox.bench import controller as bench_controller
 from netapprox.bench import hostlib as bench_hostlib
@@ -51,7 +54,7 @@ from netapprox.experiments.results import Progress, environment, git_commit, now
 from netapprox.topo.netns import stop_on_signals
 
 NETWORK_SECTIONS = N.SECTIONS
-OTHER_SECTIONS = ("hostlib", "controller", "sim", "loss", "analytics", "analytics-stream")
+OTHER_SECTIONS = ("hostlib", "controller", "sim", "loss", "analytics", "analytics-stream", "analytics-sources")
 HEADLINE_KEYS = (
     "atp_over_tcp_es_fifo", "atp_over_tcp_ss_fifo", "atp_over_tcp_es_background", "atp_over_bound_idle",
     "msr_met_fraction", "nonapprox_fct_netapprox_over_fifo", "hostlib_pps_over_raw_udp", "hostlib_loopback_gbps",
@@ -62,6 +65,7 @@ HEADLINE_KEYS = (
     "atp_jct_under_loss_over_ideal",
     "analytics_jct_over_tcp_es", "analytics_error_over_emax",
     "analytics_stream_goodput_over_tcp_es",
+    "analytics_sources_jct_over_tcp_es",
 )
 HEADLINE_ABOUT = {
     "atp_over_tcp_es_fifo": "all-to-all FBKV, ATP JCT / TCP-ES JCT on a FIFO switch, per MSR",
@@ -93,6 +97,8 @@ HEADLINE_ABOUT = {
     "analytics_error_over_emax": "the same, ATP-S1&2's largest measured error / e_max, per e_max",
     "analytics_stream_goodput_over_tcp_es": "hourly windows of a generated TLC day, Avg within e_max next to "
                                             "web-search flows (Fig. 17), ATP-S1 / TCP-ES goodput, per e_max",
+    "analytics_sources_jct_over_tcp_es": "Fig. 15's input split over three sources into one worker (the paper's "
+                                         "three brokers), ATP-S1 / TCP-ES JCT (first start to last end), per e_max",
 }
 """What each headline key measures, in a few words (README's table; a key without one shows its name only)."""
 HEADLINE_BARS = {
@@ -105,6 +111,7 @@ HEADLINE_BARS = {
     "leafspine_atp_over_tcp_es": "<= 0.5", "leafspine_spray_over_flowhash": "<= 0.9",
     "analytics_jct_over_tcp_es": "<= 0.7", "analytics_error_over_emax": "<= 1",
     "analytics_stream_goodput_over_tcp_es": ">= 1.3",
+    "analytics_sources_jct_over_tcp_es": "<= 0.7",
 }
 """Each headline key's bar, ``[leaf] op limit`` (every number of the value, or its leaves named ``leaf``, must
 meet it; experiments/headline.py checks it for README's table). A key without a bar has none to meet."""
@@ -286,7 +293,8 @@ def bars(h: dict, summary: dict | None) -> dict:
     best = h.get("sim_atp_over_best_peer")
     if best:  # the goal: ATP ahead of the fastest peer at every MSR (bench.sim's k=4 row)
         out["sim_atp_over_best_peer_lt_1"] = all(v is not None and v < 1.0 for v in best.values())
-    for key, limit in (("analytics_jct_over_tcp_es", 0.7), ("analytics_error_over_emax", 1.0)):
+    for key, limit in (("analytics_jct_over_tcp_es", 0.7), ("analytics_error_over_emax", 1.0),
+                       ("analytics_sources_jct_over_tcp_es", 0.7)):
         v = h.get(key)
         if v:
             out[f"{key}_le_{limit:g}"] = all(x is not None and x <= limit for x in v.values())
@@ -330,6 +338,12 @@ def _analytics_stream(progress: Callable[[str], None], seeds: Sequence[int]) -> 
     if os.geteuid() != 0:
         return {"skipped": "the analytics-stream section runs on the emulated testbed: it needs root"}
     return bench_analytics_stream.run(seeds, progress=progress)
+
+
+def _analytics_sources(progress: Callable[[str], None], seeds: Sequence[int]) -> dict:
+    if os.geteuid() != 0:
+        return {"skipped": "the analytics-sources section runs on the emulated testbed: it needs root"}
+    return bench_analytics_sources.run(seeds, progress=progress)
 
 
 def _fmt(x: Any, nd: int = 3) -> str:
@@ -466,7 +480,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{p.prog}: error: cannot create --out {out}: {exc.strerror}", file=sys.stderr)
         return 2
     sections = [s for s in args.sections
-                if not (args.skip_network and (s in NETWORK_SECTIONS or s in ("analytics", "analytics-stream")))]
+                if not (args.skip_network and (s in NETWORK_SECTIONS
+                                               or s in ("analytics", "analytics-stream", "analytics-sources")))]
     net_sections = [s for s in sections if s in NETWORK_SECTIONS]
     if net_sections and os.geteuid() != 0:
         print(f"{p.prog}: error: the network sections need root (namespaces, qdiscs); use --skip-network",
@@ -486,7 +501,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                      ("loss", lambda: _loss(lambda line: progress.note("loss: " + line))),
                      ("analytics", lambda: _analytics(lambda line: progress.note("analytics: " + line), args.seeds)),
                      ("analytics-stream", lambda: _analytics_stream(
-                         lambda line: progress.note("analytics-stream: " + line), args.seeds))):
+                         lambda line: progress.note("analytics-stream: " + line), args.seeds)),
+                     ("analytics-sources", lambda: _analytics_sources(
+                         lambda line: progress.note("analytics-sources: " + line), args.seeds))):
         if name in sections:
             progress.note(f"{name}: running")
             parts[name] = _part(name, fn)

@@ -585,12 +585,22 @@ register("fig16", fig16)
 register("fig16-testbed", fig16_testbed)
 
 
-def run(figures: Sequence[str], seeds: Sequence[int], out: Path, progress: Callable[[str], None] = print) -> dict:
-    """Run ``figures`` and write ``out/analytics/result.json``."""
+def run(figures: Sequence[str], seeds: Sequence[int], out: Path, progress: Callable[[str], None] = print,
+        sources: int = 1) -> dict:
+    """Run ``figures`` and write ``out/analytics/result.json``. ``sources`` > 1: ``fig15`` is the job's input
+    split over that many sources (``fig15-sources``, experiments/analytics_sources.py; 1: one source, as ever)."""
+    from netapprox.analytics.sources import check_sources
+    check_sources(sources)
     unknown = [f for f in figures if f not in FIGURES]
     if unknown:
         raise AnalyticsError(f"unknown analytics figure {unknown[0]!r}: one of {', '.join(FIGURES)}")
-    res = {name: FIGURES[name](seeds, out / "analytics", progress) for name in figures}
+    if sources > 1:
+        from netapprox.experiments.analytics_sources import fig15_sources
+        res = {("fig15-sources" if name == "fig15" else name):
+               (fig15_sources(seeds, out / "analytics", progress, sources) if name == "fig15"
+                else FIGURES[name](seeds, out / "analytics", progress)) for name in figures}
+    else:
+        res = {name: FIGURES[name](seeds, out / "analytics", progress) for name in figures}
     (out / "analytics").mkdir(parents=True, exist_ok=True)
     if "fig15" in res:
         plot_fig15(res["fig15"]["summary"], out / "analytics" / "fig15.png")
@@ -610,9 +620,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     p.add_argument("--figures", nargs="+", default=list(FIGURES))
     p.add_argument("--out", type=Path, default=Path("results"))
+    p.add_argument("--sources", type=int, default=1,
+                   help="fig15's input split over this many sources sending to the worker at once (the paper's "
+                        "three Kafka brokers: 3); 1: one source")
     args = p.parse_args(argv)
     try:
-        res = run(args.figures, args.seeds, args.out)
+        res = run(args.figures, args.seeds, args.out, sources=args.sources)
     except AnalyticsError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
