@@ -8,18 +8,21 @@ the worker, and one answer with one bound over every row that arrived (docs/anal
   ``sum W_kh ybar_kh``, its variance ``sum W_kh^2 (1 - f_kh) s_kh^2 / n_kh``; Sum, Count and Rank as one job's),
   read at the level of the sources' looks.
 - **The MSR split.** The combined variance is the sum of the sources' parts, ``Var = sum_k W_k^2 V_k`` (``W_k``
-  the source's share of the bound's rows, ``V_k`` the variance of its own estimate). Each source gets an equal
-  share of the variance the bound allows: ``W_k^2 V_k <= (e_max ybar / z)^2 / S``, that is a relative bound of
-  its own, ``e_k = e_max / (W_k sqrt(S))`` (``e_max sqrt(S)`` for equal parts; the sources' rows are random
-  partitions, so their means are the population's up to sampling noise, and no source's share is cheaper than
-  another's). Each source's job then follows its own running estimate at ``e_k`` (the live MSR of one job) and
+  the source's share of the bound's rows, ``V_k`` the variance of its own estimate). Each source gets a share of
+  the variance the bound allows in proportion to its rows: ``W_k^2 V_k <= W_k (e_max ybar / z)^2``, that is a
+  relative bound of its own, ``e_k = e_max / sqrt(W_k)`` (``e_max sqrt(S)`` for equal parts). The shares add up to
+  the bound (``sum W_k = 1``), and for sources alike (random partitions: their means and variances are the
+  population's up to sampling noise) it is the split that needs the fewest rows: minimising ``sum n_k`` subject to
+  ``sum W_k^2 S^2 / n_k <= B`` gives ``n_k`` proportional to ``W_k`` (proportional allocation, Cochran 5.5), at which
+  ``W_k^2 V_k`` is proportional to ``W_k``. Each source's job then follows its own running estimate at ``e_k`` (the live MSR of one job) and
   ends when its share holds; the job ends when every source's has, which is when the combined bound holds (up to
   the sources' means differing). No control channel from the worker to the sources is needed.
   Sources that hold *different* data (``alike=False``: a topic partitioned by key, where a Rank's key lives in
   one source) get ``e_k = e_max`` each: if every source's half-width is within ``e_max`` of its own answer
   (non-negative values), the combined one is within ``e_max`` of the combined answer whatever the sources hold
-  (``sqrt(sum a_k^2) <= sum a_k``), at the price of more rows. The equal share there would miss the bound: a key
-  held by one source of a third of the rows got a bound 1.6x too loose (measured: 72 of 200 jobs met every bound).
+  (``sqrt(sum a_k^2) <= sum a_k``), at the price of more rows. The share of alike sources would miss the bound
+  there: a key held by one source of 38 % of the rows gets a bound ``1 / sqrt(W_k)`` = 1.6x too loose (measured: 72
+  of 200 jobs met every bound).
 
 ``SourcesJob(parts, queries)`` takes the parts as given (a source's partition), ``split(rows, S, seed)`` makes
 random ones; ``run`` sends every source's job over its own simulated link (:mod:`.link`), ``estimate`` answers
@@ -89,8 +92,8 @@ class SourcesJob:
                                      f"over fewer sources)")
         self.parts = [list(p) for p in parts]
         self.alike = alike
-        """The parts are random partitions of the data (:func:`split`): each source an equal share of the
-        combined variance; ``False``: each source meets every bound on its own."""
+        """The parts are random partitions of the data (:func:`split`): each source a share of the combined variance
+        in proportion to its rows; ``False``: each source meets every bound on its own."""
         self.queries = tuple(queries)
         self.rows = [r for p in self.parts for r in p]
         sizes: dict[int, int] = {}
@@ -117,15 +120,13 @@ class SourcesJob:
                                          f"at least {accuracy.MIN_GROUP_ROWS}")
 
     def share(self, k: int, group: int | None, e_max: float) -> float:
-        """Source ``k``'s relative bound for a bound ``e_max`` over ``group`` (``None``: all rows): an equal share of
-        the combined variance, ``e_max / (W_k sqrt(S))`` over the sources holding rows of it; ``e_max`` itself when
-        the sources are not :attr:`alike`."""
+        """Source ``k``'s relative bound for a bound ``e_max`` over ``group`` (``None``: all rows): its share of the
+        combined variance in proportion to its rows of it, ``e_max / sqrt(W_k)``; ``e_max`` itself when the sources
+        are not :attr:`alike`."""
         if not self.alike:
             return e_max
         held = [sum(1 for r in p if group is None or r.group == group) for p in self.parts]
-        holders = sum(1 for n in held if n)
-        w = held[k] / sum(held)
-        return min(MAX_SOURCE_E_MAX, e_max / (w * math.sqrt(holders)))
+        return min(MAX_SOURCE_E_MAX, e_max / math.sqrt(held[k] / sum(held)))
 
     def source_queries(self, k: int) -> list[Query]:
         """Source ``k``'s queries: every bound at the source's share (:meth:`share`), for the groups it holds."""

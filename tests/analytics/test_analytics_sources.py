@@ -68,8 +68,8 @@ def _by_key(rows: list[Row], seed: int) -> list[list[Row]]:
 def test_sources_holding_different_data_meet_the_bound_only_each_on_its_own():
     """Sources of unequal size holding different keys (a Rank's key is then one source's): with every source
     meeting every bound on its own (``alike=False``) all 20 jobs of 2,000 rows meet every combined bound; with the
-    equal share of random partitions about half do (a key held by one source of a third of the rows gets a bound
-    1.6x too loose)."""
+    share of random partitions about half do (a key held by one source of 38 % of the rows gets a bound 1.6x too
+    loose)."""
     own = _draws(20, 2000, _by_key, alike=False)
     assert own["met"] == 20
     shared = _draws(20, 2000, _by_key, alike=True)
@@ -91,7 +91,9 @@ def test_one_source_is_the_one_source_job():
         assert a.value == pytest.approx(b.value, rel=1e-12) and a.half_width == pytest.approx(b.half_width, rel=1e-9)
 
 
-def test_each_source_gets_an_equal_share_of_the_combined_variance():
+def test_each_source_gets_a_share_of_the_combined_variance_in_proportion_to_its_rows():
+    """``e_k = e_max / sqrt(W_k)``: the shares ``W_k^2 (e_k / z)^2`` add up to the bound's ``(e_max / z)^2``; per group
+    with the source's share of the group's rows."""
     rows = correlated_rows(3000, seed=1)
     job = SourcesJob(split(rows, 3, seed=2), [Query("avg", 0.02, per_group=True)], seed=1)
     for k, part in enumerate(job.parts):
@@ -99,11 +101,11 @@ def test_each_source_gets_an_equal_share_of_the_combined_variance():
         assert q.e_max == pytest.approx(0.02 * math.sqrt(3))  # W_k = 1/3
         for g in (0, 1):  # W_kg: the source's share of the group's rows
             w = sum(1 for r in part if r.group == g) / sum(1 for r in rows if r.group == g)
-            assert dict(q.group_e_max)[g] == pytest.approx(0.02 / (w * math.sqrt(3)))
+            assert dict(q.group_e_max)[g] == pytest.approx(0.02 / math.sqrt(w))
     uneven = SourcesJob([rows[:2000], rows[2000:]], [Query("avg", 0.02)], seed=1)
-    # W = 2/3 and 1/3: e_max / (W sqrt(2))
-    assert uneven.share(0, None, 0.02) == pytest.approx(0.02 / (2 / 3 * math.sqrt(2)))
-    assert uneven.share(1, None, 0.02) == pytest.approx(0.02 / (1 / 3 * math.sqrt(2)))
+    shares = [uneven.share(k, None, 0.02) for k in (0, 1)]
+    assert shares == pytest.approx([0.02 / math.sqrt(2 / 3), 0.02 / math.sqrt(1 / 3)])
+    assert sum(w * w * e * e for w, e in zip((2 / 3, 1 / 3), shares)) == pytest.approx(0.02 ** 2)
     assert uneven.share(1, None, 0.9) == 0.99  # never a bound of 1 or more
     assert SourcesJob([rows[:2000], rows[2000:]], [Query("avg", 0.02)], alike=False).share(1, None, 0.02) == 0.02
 
