@@ -91,38 +91,59 @@ that queued. hostlib/native/receiver.c has the same numbers."""
 
 LOSS_GAIN_MAX = 2.0
 """... and at most this much more for the packets that die: a grant counts from the newest packet that arrived, so
-of the packets granted past it a fraction ``loss`` (the sequence numbers a window of arrivals skipped) holds a
-place without arriving; the budget is 1 / (1 - loss) larger, up to this."""
+of the packets granted past it a fraction ``loss`` (of a window's link time, the share that carried packets that died
+after the bottleneck: ``DeliveryRate.loss``) holds a place without arriving; the budget is 1 / (1 - loss) larger, up
+to this."""
 
-MAX_GAP = 1 << 16
-"""A sequence number jump counts as at most this many packets skipped (a forged jump moves the loss to 1, not more)."""
+GAP_CREDIT_MAX = 64
+"""A packet after a gap counts at most this many sequence numbers it skipped as the link's (at 90 % random loss a gap
+longer than 64 has a chance of 0.1 %; a forged jump moves a window's count by no more)."""
+
+
+IDLE_FACTOR = 2.0
+"""A pair of arrivals counts at most this many times the time its packets (with those it skipped) take at the estimate:
+a longer one held a link the senders left idle (waiting for ACKs that were lost, or for a timer), which is not the
+link's rate."""
 
 
 class DeliveryRate:
-    """The rate at which a receiver's link delivers DATA, for a granting receiver not told it (``AtpConfig.max_rate_bps``
-    None): its grant budget is ``gain`` x this x ``initial_rtt_s``. Measured over pairs of arrivals: a packet that is
-    its job's next sequence number (nothing of its job lost or overtaken before it) adds its bytes and the time since
-    the arrival before it (of any job); a packet after a gap adds neither, so time a dead packet spent on the link, or
-    the sender's wait for the loss, does not count as the link's. Packets read in one batch of the socket arrive at
-    one instant: the first adds the time since the batch before, the others their bytes only if that time counted
-    (the first batch's never does), so a batch does not look infinitely fast. A sample closes once the pairs add up
-    to ``window_s``, at an instant later than the last (a batch counts whole). The first sample is the first packets' train (their dispersion on the
-    bottleneck): no grant goes out before it. The estimate is the largest sample: the rate of the receiver's own
-    link, which does not change; a window with the senders idle gives a smaller sample that does not lower it.
-    Measured over every arrival, or the last 10 windows only (BBR's max filter), the estimate followed the losses
-    down (docs/results.md, "Receiver grants sized by the delivery rate"). ``loss``: the sequence numbers the last
-    window skipped over those and its arrivals. hostlib/native/receiver.c (``rate_note``) is the same."""
+    """The rate at which a receiver's link delivers DATA, for a granting receiver not told it
+    (``AtpConfig.max_rate_bps`` None): its grant budget is ``gain`` x this x ``initial_rtt_s``. Measured over windows of
+    ``window_s`` of arrival time, two ways at once. *In order*: a packet that is its job's next sequence number adds its
+    bytes and the time since the arrival before it (of any job): the pace at which packets leave the bottleneck back to
+    back, or the senders' when they send slower. *With the gaps*: every packet at or past its job's next sequence number
+    adds the time since the arrival before it and its bytes, and as many more packets of its size as sequence numbers it
+    skipped (up to ``GAP_CREDIT_MAX``): a packet that died after the bottleneck took its time on the link too. Under
+    heavy random loss few pairs are in order (at 90 %, one arrival in ten), so the second closes the windows and gives
+    the rate early; but a packet a full bottleneck queue dropped never took link time, so the sample is the smaller of
+    the two (the in-order pairs leave the full queue back to back, at the link's rate): gaps cannot make it faster than
+    the in-order pace. A window with no in-order pair does not raise the estimate, and the first sample waits for one
+    (at 90 % random loss, about five windows). Packets read in one batch of the socket arrive at one instant: the first
+    adds the time since the batch before, the others their bytes only if that time counted (the first batch's never
+    does), so a batch does not look infinitely fast. A sample closes once the window holds ``window_s`` of time, at an
+    instant later than the last (a batch counts whole); the first is the first packets' train: no grant goes out before
+    it. The estimate is the largest sample: the rate of the receiver's own link, which does not change; a window with
+    the senders idle gives a smaller sample that does not lower it. Measured over every arrival's bytes, or the last 10
+    windows only (BBR's max filter), the estimate followed the losses down; over in-order pairs only, its first sample
+    came late and low at 90 % random loss (docs/results.md, "Receiver grants sized by the delivery rate"). ``loss``: of
+    what the window's link carried (the bytes with the gaps', at most the sample x the window's time), the share that
+    did not arrive: the packets that died after the bottleneck, not the ones a full queue dropped (the budget grows for
+    the first, ``gain``; growing it for the second would overflow the queue more). hostlib/native/receiver.c
+    (``rate_note``) is the same."""
 
-    __slots__ = ("window_s", "last", "counted", "busy", "bytes", "arrived", "gaps", "samples", "bps", "phase", "loss")
+    __slots__ = ("window_s", "last", "counted", "busy", "bytes", "at", "span", "sent", "got", "samples", "bps", "phase",
+                 "loss")
 
     def __init__(self, window_s: float) -> None:
         self.window_s = window_s
         self.last: float | None = None  # the newest arrival's time
-        self.counted: float | None = None  # the newest instant whose time since the one before counted
-        self.busy = 0.0  # the window's pairs: their time ...
-        self.bytes = 0  # ... and bytes
-        self.arrived = 0  # the window's arrivals and the sequence numbers they skipped
-        self.gaps = 0
+        self.counted: float | None = None  # the newest instant whose time counted for the in-order pairs ...
+        self.busy = 0.0  # ... and their time and bytes in the window
+        self.bytes = 0
+        self.at: float | None = None  # the newest instant whose time counted with the gaps ...
+        self.span = 0.0  # ... their time, the bytes with the gaps', and the bytes that arrived
+        self.sent = 0
+        self.got = 0
         self.samples = 0  # windows closed
         self.bps: float | None = None  # the estimate (bit/s), ``None`` before the first window closed
         self.phase = 0  # index into RATE_GAINS
@@ -134,22 +155,33 @@ class DeliveryRate:
         if self.last is None:
             self.last = now
             return
-        if now > self.last and self.busy >= self.window_s > 0:
-            sample = 8 * self.bytes / self.busy
-            self.bps = sample if self.bps is None else max(self.bps, sample)
-            self.phase = self.samples % len(RATE_GAINS)
-            self.samples += 1
-            self.loss = self.gaps / (self.gaps + self.arrived)
-            self.busy, self.bytes, self.arrived, self.gaps = 0.0, 0, 0, 0
+        if now > self.last and self.span >= self.window_s > 0 and (self.busy > 0 or self.bps is not None):
+            self._close()
+        credit = 1 + min(skipped, GAP_CREDIT_MAX)
+        dt = now - self.last
+        if self.bps is not None:  # a pair slower than twice the estimate waited on an idle link: not the link's time
+            dt = min(dt, IDLE_FACTOR * credit * 8 * nbytes / self.bps)
+        if skipped >= 0 and now > self.last:
+            self.span += dt
+            self.at = now
+        if skipped >= 0 and now == self.at:  # the first of its instant, or the rest of a batch whose time counted
+            self.sent += credit * nbytes
+            self.got += nbytes
         if skipped == 0 and now > self.last:
-            self.busy += now - self.last
-            self.bytes += nbytes
+            self.busy += dt
             self.counted = now
-        elif skipped == 0 and now == self.counted:  # the rest of a batch whose time counted
+        if skipped == 0 and now == self.counted:
             self.bytes += nbytes
-        self.arrived += 1
-        self.gaps += min(max(skipped, 0), MAX_GAP)
         self.last = max(self.last, now)
+
+    def _close(self) -> None:
+        sample = min(8 * self.sent / self.span, 8 * self.bytes / self.busy if self.busy > 0 else self.bps)
+        self.bps = sample if self.bps is None else max(self.bps, sample)
+        self.phase = self.samples % len(RATE_GAINS)
+        self.samples += 1
+        carried = min(8 * self.sent, sample * self.span)  # the bits the link carried, at most the sample's
+        self.loss = max(0.0, 1 - 8 * self.got / carried) if carried > 0 else 0.0
+        self.busy, self.bytes, self.span, self.sent, self.got = 0.0, 0, 0.0, 0, 0
 
     @property
     def gain(self) -> float:

@@ -647,6 +647,24 @@ static int take(Receiver *r, Job *job, const AtpHeader *h, long long cost, long 
 
 static const double RATE_GAINS[RATE_PHASES] = {1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0};
 
+/* DeliveryRate._close: the window's sample (with the gaps, at most the in-order pace), the estimate, the loss */
+static void rate_close(DeliveryRate *d) {
+    double sample = (double)(8 * d->sent) / d->span;
+    double bound = d->busy > 0 ? (double)(8 * d->bytes) / d->busy : d->bps; /* no in-order pair: not above it */
+    if (bound < sample)
+        sample = bound;
+    if (d->samples == 0 || sample > d->bps)
+        d->bps = sample;
+    d->phase = (int)(d->samples % RATE_PHASES);
+    d->samples++;
+    double carried = sample * d->span < (double)(8 * d->sent) ? sample * d->span : (double)(8 * d->sent);
+    d->loss = carried > 0 ? 1 - (double)(8 * d->got) / carried : 0.0;
+    if (d->loss < 0)
+        d->loss = 0.0;
+    d->busy = d->span = 0.0;
+    d->bytes = d->sent = d->got = 0;
+}
+
 /* DeliveryRate.note: a DATA packet of nbytes on the wire arrived at now, skipped sequence numbers past its job's
    newest (0: the next one; -1: below it) */
 static void rate_note(DeliveryRate *d, long long nbytes, double now, long long skipped) {
@@ -655,26 +673,31 @@ static void rate_note(DeliveryRate *d, long long nbytes, double now, long long s
         d->last = now;
         return;
     }
-    if (now > d->last && d->busy >= d->window_s && d->window_s > 0) {
-        double sample = (double)(8 * d->bytes) / d->busy;
-        if (d->samples == 0 || sample > d->bps)
-            d->bps = sample;
-        d->phase = (int)(d->samples % RATE_PHASES);
-        d->samples++;
-        d->loss = (double)d->gaps / (double)(d->gaps + d->arrived);
-        d->busy = 0.0;
-        d->bytes = d->arrived = d->gaps = 0;
+    if (now > d->last && d->span >= d->window_s && d->window_s > 0 && (d->busy > 0 || d->samples > 0))
+        rate_close(d);
+    long long credit = 1 + (skipped < GAP_CREDIT_MAX ? skipped : GAP_CREDIT_MAX);
+    double dt = now - d->last;
+    if (d->samples > 0) { /* a pair slower than twice the estimate waited on an idle link: not the link's time */
+        double idle = IDLE_FACTOR * (double)credit * (double)(8 * nbytes) / d->bps;
+        if (idle < dt)
+            dt = idle;
+    }
+    if (skipped >= 0 && now > d->last) {
+        d->span += dt;
+        d->at = now;
+        d->has_at = 1;
+    }
+    if (skipped >= 0 && d->has_at && now == d->at) { /* the first of its instant, or the rest of a counted batch */
+        d->sent += credit * nbytes;
+        d->got += nbytes;
     }
     if (skipped == 0 && now > d->last) {
-        d->busy += now - d->last;
-        d->bytes += nbytes;
+        d->busy += dt;
         d->counted = now;
         d->has_counted = 1;
-    } else if (skipped == 0 && d->has_counted && now == d->counted) { /* the rest of a batch whose time counted */
-        d->bytes += nbytes;
     }
-    d->arrived++;
-    d->gaps += skipped < 0 ? 0 : skipped < MAX_GAP ? skipped : MAX_GAP;
+    if (skipped == 0 && d->has_counted && now == d->counted)
+        d->bytes += nbytes;
     if (now > d->last)
         d->last = now;
 }

@@ -112,21 +112,24 @@ typedef struct {
 
 #define RATE_PHASES 8       /* receiver.py's RATE_GAINS */
 #define LOSS_GAIN_MAX 2.0    /* receiver.py's LOSS_GAIN_MAX */
-#define MAX_GAP (1LL << 16)  /* receiver.py's MAX_GAP */
+#define GAP_CREDIT_MAX 64     /* receiver.py's GAP_CREDIT_MAX */
+#define IDLE_FACTOR 2.0       /* receiver.py's IDLE_FACTOR */
 
 /* receiver.py, DeliveryRate: a granting receiver not told its rate sizes its budget by the rate its link delivers */
 typedef struct {
     int on, started;             /* on: this receiver estimates; started: last is set */
-    int has_counted;
-    double window_s, last;       /* the window's length (pairs' time), the newest arrival */
-    double counted;              /* the newest instant whose time since the one before counted (has_counted) */
-    double busy;                 /* the window's pairs: their time and bytes */
+    int has_counted, has_at;
+    double window_s, last;       /* the window's length (arrival time), the newest arrival */
+    double counted;              /* the newest instant whose time counted for the in-order pairs (has_counted) ... */
+    double busy;                 /* ... their time and bytes in the window */
     long long bytes;
-    long long arrived, gaps;     /* the window's arrivals and the sequence numbers they skipped */
+    double at;                   /* the newest instant whose time counted with the gaps (has_at) ... */
+    double span;                 /* ... their time, the bytes with the gaps', and the bytes that arrived */
+    long long sent, got;
     long long samples;           /* windows closed */
     double bps;                  /* the largest sample (the estimate), when samples > 0 */
     int phase;                   /* index into the gains */
-    double loss;                 /* the last closed window's gaps / (gaps + arrivals) */
+    double loss;                 /* of what the last closed window's link carried, the share that did not arrive */
 } DeliveryRate;
 
 typedef struct {
