@@ -98,7 +98,7 @@ HEADLINE_ABOUT = {
     "analytics_stream_goodput_over_tcp_es": "hourly windows of a generated TLC day, Avg within e_max next to "
                                             "web-search flows (Fig. 17), ATP-S1 / TCP-ES goodput, per e_max",
     "analytics_sources_jct_over_tcp_es": "Fig. 15's input split over three sources into one worker (the paper's "
-                                         "three brokers), ATP-S1 / TCP-ES JCT (first start to last end), per e_max",
+                                         "three brokers), ATP-S1&2 / TCP-ES JCT (both stages), per e_max",
 }
 """What each headline key measures, in a few words (README's table; a key without one shows its name only)."""
 HEADLINE_BARS = {

@@ -27,14 +27,30 @@ from netapprox.analytics.sources import PAPER_SOURCES, SourcesJob, check_sources
 from netapprox.experiments import analytics_eval as ae
 from netapprox.hostlib.config import AtpConfig
 
-PROTOCOLS = ("atp-s1", "tcp-es", "tcp-ss")
+PROTOCOLS = ("atp-s1", "atp-s12", "tcp-es", "tcp-ss")
+TWO_STAGE = ("atp-s12", "tcp-es", "tcp-ss")
+"""As in the one-source Fig. 15 (``analytics_eval.TWO_STAGE``): these trials run S2 too, the worker (the one map
+task) sending its partial aggregates of every source's strata to the reducer once the last source ended."""
 WORKER = 1
 FLOW_HOST = 2
 
 
 def source_hosts(sources: int) -> list[int]:
-    """The sources' hosts: every host of the rack but the worker (1) and the flows' sender (2)."""
+    """The sources' hosts: every host of the rack but the worker (1) and the flows' sender (2); the reducer is
+    the next host (``reducer_host``)."""
     return [h for h in range(sources + 2) if h not in (WORKER, FLOW_HOST)]
+
+
+def reducer_host(sources: int) -> int:
+    return sources + 2
+
+
+def s2_workload(job: SourcesJob, seed: int):
+    """The map task's partial aggregates: one ``partials.PARTIAL`` message per stratum of every source's job."""
+    from netapprox.analytics.partials import PARTIAL
+    from netapprox.experiments.jobs import JobWorkload
+    n = sum(len(j.strata) for j in job.jobs)
+    return JobWorkload(kind="partials", seed=seed, sizes=(PARTIAL.size,) * n, ready_s=(0.0,) * n)
 
 
 @dataclasses.dataclass
@@ -71,7 +87,7 @@ def fig15_sources(seeds: Sequence[int], out: Path, progress: Callable[[str], Non
     from netapprox.experiments.plans import JobPlan, TrialPlan, switch_for
     from netapprox.experiments.workloads import web_search_flows
     check_sources(sources)
-    scale = Scale(hosts=max(4, sources + 2))
+    scale = Scale(hosts=max(4, sources + 3))
     hosts = source_hosts(sources)
     plans = []
     for seed in seeds:
@@ -98,7 +114,11 @@ def fig15_sources(seeds: Sequence[int], out: Path, progress: Callable[[str], Non
                                        senders=[FLOW_HOST], receivers=[WORKER], size_scale=scale.flow_size_scale))
         for proto in PROTOCOLS:
             plan_jobs = tuple(JobPlan(1 + k, hosts[k], WORKER, wl, msr, start_s=ae.FLOW_LEAD_S,
-                                      analytics=str(jf) if proto == "atp-s1" else None) for k, wl, msr, jf in jobs)
+                                      analytics=str(jf) if proto.startswith("atp") else None)
+                              for k, wl, msr, jf in jobs)
+            if proto in TWO_STAGE:
+                plan_jobs += (JobPlan(sources + 1, WORKER, reducer_host(sources), s2_workload(p.job, p.seed), 1.0,
+                                      after=tuple(range(1, sources + 1))),)
             tp = TrialPlan({"figure": "fig15-sources", "e_max": p.e_max, "sources": sources}, p.seed, proto,
                            plan_jobs, flows=flows)
             kind = switch_for(proto)
@@ -134,7 +154,7 @@ def _delivered(p: SourcesPlan, tp, k: int, wd: Path, rx_jobs: list[dict]) -> tup
     if tx is None:
         return None, None
     n = len(p.job.jobs[k].rows)
-    if tp.protocol == "atp-s1":
+    if tp.protocol.startswith("atp"):
         own = tx.get("analytics") or {}
         return (list(own["sample_ids"]) if own.get("sample_ids") is not None else None), tx
     rx = next((r for r in rx_jobs if r.get("job_id") == tx.get("job_id")), None)
@@ -146,13 +166,14 @@ def _delivered(p: SourcesPlan, tp, k: int, wd: Path, rx_jobs: list[dict]) -> tup
 
 
 def measure(p: SourcesPlan, tp, rec: dict, wd: Path, rate_bps: float) -> dict:
-    """A trial's JCT (first source's start to the last source's end), rows, the combined estimate's error, and
-    every source's JCT, losses and strict-priority bound."""
+    """A trial's first stage (``s1_jct_s``: first source's start to the last source's end), its JCT (``jct_s``: to
+    S2's end for the two-stage transports), rows, the combined estimate's error, and every source's JCT, losses and
+    strict-priority bound."""
     rx_jobs = (_summary(wd, tp, f"rx{WORKER}.json") or {}).get("jobs", [])
     fl = _summary(wd, tp, "fcli0.json") or {}
-    atp = tp.protocol == "atp-s1"
+    atp = tp.protocol.startswith("atp")
     samples, per_source = [], []
-    for k, job in enumerate(rec["jobs"]):
+    for k, job in enumerate(rec["jobs"][:len(p.job.jobs)]):
         ids, tx = _delivered(p, tp, k, wd, rx_jobs)
         src: dict[str, Any] = {"jct_s": job.get("jct_s"), "start_wall": job.get("start_wall"),
                                "pkt_loss": job.get("pkt_loss"), "rows": len(ids) if ids is not None else None}
@@ -168,8 +189,16 @@ def measure(p: SourcesPlan, tp, rec: dict, wd: Path, rate_bps: float) -> dict:
         samples.append(ae._received(p.job.jobs[k], ids or []))
     starts = [s["start_wall"] for s in per_source if s.get("start_wall")]
     ends = [s["start_wall"] + s["jct_s"] for s in per_source if s.get("start_wall") and s.get("jct_s") is not None]
-    row: dict[str, Any] = {"per_source": per_source,
-                           "jct_s": max(ends) - min(starts) if len(ends) == len(per_source) and starts else None}
+    s1 = max(ends) - min(starts) if len(ends) == len(per_source) and starts else None
+    row: dict[str, Any] = {"per_source": per_source, "s1_jct_s": s1, "jct_s": s1}
+    if tp.protocol in TWO_STAGE:
+        s2 = rec["jobs"][len(p.job.jobs)] if len(rec["jobs"]) > len(p.job.jobs) else {}
+        done = s2["start_wall"] + s2["jct_s"] if s2.get("start_wall") and s2.get("jct_s") is not None else None
+        row.update(s2_jct_s=s2.get("jct_s"), s2_msr_met=s2.get("msr_met"),
+                   s2_wait_s=s2["start_wall"] - max(ends) if s2.get("start_wall") and s1 is not None else None,
+                   jct_s=done - min(starts) if done and starts else None)
+        if not s2.get("msr_met"):
+            row["error"] = f"S2 did not deliver every partial aggregate: {s2.get('error') or s2}"
     if any(s.get("rows") is None for s in per_source):
         row["error"] = "a source's delivered rows are unknown"
         return row
@@ -177,20 +206,33 @@ def measure(p: SourcesPlan, tp, rec: dict, wd: Path, rate_bps: float) -> dict:
     row.update(rows=sum(s["rows"] for s in per_source), measured_error=ae.relative_error(est.estimate.value, p.truth),
                reported_error=est.error, met=est.met)
     wires = [s.get("job_wire_s") for s in per_source]
-    if atp and row["jct_s"] and fl.get("flows") and all(wires) and starts:
+    if atp and s1 and fl.get("flows") and all(wires) and starts:
         # the sources share the link into the worker: the trial's bound carries every source's bytes and the
         # flows' from the first source's start (a source's own ``bound_s`` counts only its bytes)
         start = min(starts) - fl["start_wall"]
         row["bound_s"] = ae.strict_priority_bound(sum(wires) * rate_bps / 8, fl["flows"], start, rate_bps)
-        row["s1_over_bound"] = row["jct_s"] / row["bound_s"]
+        row["s1_over_bound"] = s1 / row["bound_s"]
     return row
 
 
+def _ratios(rs: Sequence[dict], num: str, key: str) -> dict[str, list[float]]:
+    """Per seed, ``num``'s ``key`` over each TCP's ``key`` of the same seed."""
+    out: dict[str, list[float]] = {"tcp-es": [], "tcp-ss": []}
+    for seed in sorted({r["seed"] for r in rs}):
+        a = [r[key] for r in rs if r["seed"] == seed and r["protocol"] == num and r.get(key)]
+        for base in out:
+            b = [r[key] for r in rs if r["seed"] == seed and r["protocol"] == base and r.get(key)]
+            if a and b:
+                out[base].append(a[0] / b[0])
+    return out
+
+
 def summarize(rows: Sequence[dict]) -> dict:
-    """Per e_max: mean JCT per transport, ATP-S1's JCT over each TCP's (mean over seeds of the per-seed ratios, and
-    per seed), the largest measured and reported error, the rows moved, ATP-S1's JCT over the trial's
-    strict-priority bound (every source's bytes and the flows' from the first start) and that bound over TCP-ES's
-    JCT per seed, and the sources' packet loss."""
+    """Per e_max: mean JCT and first stage per transport; ATP-S1's first stage over each TCP's first stage
+    (``atp_over_tcp_es``, the headline) and ATP-S1&2's whole job over each TCP's whole job (``atp_s12_over_tcp_es``),
+    each the mean over seeds of the per-seed ratios, and per seed; the largest measured and reported error, the rows
+    moved, ATP-S1's first stage over the trial's strict-priority bound (every source's bytes and the flows' from the
+    first start) and that bound over TCP-ES's first stage per seed, and the sources' packet loss."""
     out: dict[str, Any] = {}
 
     def mean(v):
@@ -198,26 +240,25 @@ def summarize(rows: Sequence[dict]) -> dict:
 
     for e in sorted({r["e_max"] for r in rows}):
         rs = [r for r in rows if r["e_max"] == e and not r.get("error")]
-        ratio: dict[str, list[float]] = {"tcp-es": [], "tcp-ss": []}
-        for seed in sorted({r["seed"] for r in rs}):
-            a = [r["jct_s"] for r in rs if r["seed"] == seed and r["protocol"] == "atp-s1" and r.get("jct_s")]
-            for base in ratio:
-                b = [r["jct_s"] for r in rs if r["seed"] == seed and r["protocol"] == base and r.get("jct_s")]
-                if a and b:
-                    ratio[base].append(a[0] / b[0])
+        s1, s12 = _ratios(rs, "atp-s1", "s1_jct_s"), _ratios(rs, "atp-s12", "jct_s")
         by = {pr: [r for r in rs if r["protocol"] == pr] for pr in PROTOCOLS}
         out[f"{e:g}"] = {
             "jct_mean_s": {pr: mean([r["jct_s"] for r in v if r.get("jct_s")]) for pr, v in by.items()},
-            "atp_over_tcp_es": mean(ratio["tcp-es"]), "atp_over_tcp_ss": mean(ratio["tcp-ss"]),
-            "atp_over_tcp_es_per_seed": ratio["tcp-es"], "atp_over_tcp_ss_per_seed": ratio["tcp-ss"],
+            "s1_jct_mean_s": {pr: mean([r["s1_jct_s"] for r in v if r.get("s1_jct_s")]) for pr, v in by.items()},
+            "s2_jct_mean_s": {pr: mean([r["s2_jct_s"] for r in v if r.get("s2_jct_s") is not None])
+                              for pr, v in by.items() if pr in TWO_STAGE},
+            "atp_over_tcp_es": mean(s1["tcp-es"]), "atp_over_tcp_ss": mean(s1["tcp-ss"]),
+            "atp_over_tcp_es_per_seed": s1["tcp-es"], "atp_over_tcp_ss_per_seed": s1["tcp-ss"],
+            "atp_s12_over_tcp_es": mean(s12["tcp-es"]), "atp_s12_over_tcp_ss": mean(s12["tcp-ss"]),
+            "atp_s12_over_tcp_es_per_seed": s12["tcp-es"], "atp_s12_over_tcp_ss_per_seed": s12["tcp-ss"],
             "error_max": {pr: max((r["measured_error"] for r in v), default=None) for pr, v in by.items()},
             "error_over_emax": {pr: (max((r["measured_error"] for r in v), default=0) / e if v else None)
                                 for pr, v in by.items()},
             "reported_error_max": {pr: max((r["reported_error"] for r in v), default=None) for pr, v in by.items()},
             "rows_mean": {pr: mean([r["rows"] for r in v]) for pr, v in by.items()},
             "s1_over_bound": [r.get("s1_over_bound") for r in by["atp-s1"]],
-            "bound_over_tcp_es_per_seed": [a["bound_s"] / b["jct_s"] for a in by["atp-s1"] for b in by["tcp-es"]
-                                           if a["seed"] == b["seed"] and a.get("bound_s") and b.get("jct_s")],
+            "bound_over_tcp_es_per_seed": [a["bound_s"] / b["s1_jct_s"] for a in by["atp-s1"] for b in by["tcp-es"]
+                                           if a["seed"] == b["seed"] and a.get("bound_s") and b.get("s1_jct_s")],
             "pkt_loss_mean": {pr: mean([s["pkt_loss"] for r in v for s in r["per_source"]
                                         if s.get("pkt_loss") is not None]) for pr, v in by.items()},
             "trials_failed": sum(1 for r in rows if r["e_max"] == e and r.get("error")),

@@ -403,10 +403,11 @@ class _TrialRun:
         job_file.write_text(json.dumps(j.workload.to_dict()))
         out = wd / f"tx{j.job_id}.json"
         start = ["--start-at", repr(self.t_start + j.start_s)]
-        if j.after is not None:  # a second stage: once job ``after``'s sender ended
-            (wd / f"done{j.after}").unlink(missing_ok=True)
-            start = ["--start-after", str(wd / f"done{j.after}")]
-        if any(k.after == j.job_id for k in self.plan.jobs):
+        if j.after is not None:  # a second stage: once job ``after``'s sender ended (every one of a tuple)
+            for a in _afters(j):
+                (wd / f"done{a}").unlink(missing_ok=True)
+            start = ["--start-after", *(str(wd / f"done{a}") for a in _afters(j))]
+        if any(j.job_id in _afters(k) for k in self.plan.jobs):
             start += ["--done-file", str(wd / f"done{j.job_id}")]
         jid = str(self.wire_id[j.job_id])
         if is_atp(protocol):
@@ -499,6 +500,11 @@ def queue_stats(tb: Testbed, start_wall: float, end_wall: float, hosts: Sequence
                 "receiver_port_max_pkts": None}
     return {"receiver_port_mean_pkts": float(np.mean(totals)), "receiver_port_approx_mean_pkts": float(np.mean(approx)),
             "receiver_port_max_pkts": float(np.max(totals))}
+
+
+def _afters(j: JobPlan) -> tuple[int, ...]:
+    """The jobs ``j`` starts after (``JobPlan.after``: one, a tuple, or none)."""
+    return () if j.after is None else (j.after,) if isinstance(j.after, int) else tuple(j.after)
 
 
 def job_metrics(protocol: str, job: JobPlan, tx: dict | None, rx: dict | None, rate_bps: float) -> dict:

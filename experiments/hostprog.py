@@ -14,7 +14,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 
 def address(text: str, default_port: int) -> tuple[str, int]:
@@ -34,8 +34,8 @@ def add_start_at(parser: argparse.ArgumentParser) -> None:
 
 
 def add_start_after(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--start-after", default=None, metavar="FILE",
-                        help="start once FILE exists (another sender's --done-file: a stage that follows another)")
+    parser.add_argument("--start-after", default=None, metavar="FILE", nargs="+",
+                        help="start once every FILE exists (other senders' --done-file: a stage that follows others)")
     parser.add_argument("--done-file", default=None, metavar="FILE",
                         help="create FILE the moment the transfer ended, before the summary is computed and written")
 
@@ -46,15 +46,17 @@ def mark_done(path: str | None) -> None:
         Path(path).write_bytes(b"")
 
 
-def wait_for_file(path: str | None, timeout: float = 300.0, poll_s: float = 0.001) -> None:
-    """Poll every ``poll_s`` until ``path`` exists (None: return at once); one line after ``timeout`` s."""
+def wait_for_file(path: str | Sequence[str] | None, timeout: float = 300.0, poll_s: float = 0.001) -> None:
+    """Poll every ``poll_s`` until ``path`` exists, or every path of a list (None: return at once); one line after
+    ``timeout`` s."""
     if path is None:
         return
     deadline = time.monotonic() + timeout
-    while not os.path.exists(path):
-        if time.monotonic() > deadline:
-            raise SystemExit(f"--start-after {path}: not there after {timeout:g} s")
-        time.sleep(poll_s)
+    for one in ([path] if isinstance(path, str) else path):
+        while not os.path.exists(one):
+            if time.monotonic() > deadline:
+                raise SystemExit(f"--start-after {one}: not there after {timeout:g} s")
+            time.sleep(poll_s)
 
 
 def wait_for_start(start_at: float | None) -> float:

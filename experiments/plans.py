@@ -119,9 +119,9 @@ class JobPlan:
     """An ATP job that is an analytics job (``AnalyticsJob.save``'s file, with ``workload`` its message sizes): its
     sender sends its rows, its MSR following its running estimate from the paper's heuristic (``msr`` is then what
     the baselines send)."""
-    after: int | None = None
-    """Start once job ``after`` of the trial has ended (its sender returned; the analytics evaluation's
-    second stage, S2, whose sender is the first stage's receiver host), not at ``start_s``."""
+    after: int | tuple[int, ...] | None = None
+    """Start once job ``after`` (or every job of a tuple) of the trial has ended (its sender returned; the analytics
+    evaluation's second stage, S2, whose sender is the first stage's receiver host), not at ``start_s``."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -108,28 +108,35 @@ def test_analytics_eval_sources_hosts_plan_and_bad_count(tmp_path: Path, capsys)
     source's job is its random part of the trips, what TCP sends per source is what its ATP job needed over the
     simulated link (a fraction of its rows, below 1 at 10 %); ``--sources 0`` is one line."""
     from netapprox.experiments import analytics_sources as S
-    assert S.source_hosts(3) == [0, 3, 4] and S.source_hosts(1) == [0]
+    assert S.source_hosts(3) == [0, 3, 4] and S.source_hosts(1) == [0] and S.reducer_host(3) == 5
     p = S.plan(1, 0.1, A.trips(3000, 1), 3, 20e6)
     assert [len(j.rows) for j in p.job.jobs] == [1000, 1000, 1000]
     assert len(p.fractions) == 3 and all(0 < f < 1 for f in p.fractions)
     assert p.sim["met"] and p.sim["rows"] == pytest.approx(sum(f * 1000 for f in p.fractions))
+    assert S.s2_workload(p.job, 1).sizes == (36,) * sum(len(j.strata) for j in p.job.jobs)
     assert A.main(["--figures", "fig15", "--sources", "0", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "sources 0: must be an integer >= 1" in err and err.count("\n") == 1
 
 
 def test_analytics_eval_sources_summary_is_ratios_of_the_same_seed():
-    """The several-sources rows: ATP-S1's JCT (first start to last end) over each TCP's of the same seed, and the
-    trial's strict-priority bound over TCP-ES's JCT."""
+    """The several-sources rows: ATP-S1's first stage (first start to last source's end) over each TCP's first
+    stage, ATP-S1&2's whole job over each TCP's whole job (S2 included), of the same seed, and the trial's
+    strict-priority bound over TCP-ES's first stage."""
     from netapprox.experiments import analytics_sources as S
-    rows = [{"seed": s, "e_max": 0.05, "protocol": p, "jct_s": j, "measured_error": 0.01 * (i + 1),
+    rows = [{"seed": s, "e_max": 0.05, "protocol": p, "s1_jct_s": j1, "jct_s": j, "measured_error": 0.01 * (i + 1),
              "reported_error": 0.04, "rows": 100, "per_source": [{"pkt_loss": 0.1 * i}],
-             **({"bound_s": j / 2, "s1_over_bound": 2.0} if p == "atp-s1" else {})}
-            for s, js in ((1, (1.0, 2.0, 4.0)), (2, (3.0, 3.0, 1.5))) for i, (p, j) in enumerate(zip(S.PROTOCOLS, js))]
+             **({"bound_s": j1 / 2, "s1_over_bound": 2.0} if p == "atp-s1" else {})}
+            for s, js in ((1, ((1.0, 1.0), (1.2, 1.6), (2.0, 2.5), (4.0, 4.5))),
+                          (2, ((3.0, 3.0), (3.0, 3.3), (3.0, 3.3), (1.5, 1.65))))
+            for i, (p, (j1, j)) in enumerate(zip(S.PROTOCOLS, js))]
     s = S.summarize(rows)["0.05"]
+    assert S.PROTOCOLS == ("atp-s1", "atp-s12", "tcp-es", "tcp-ss")
     assert s["atp_over_tcp_es_per_seed"] == [0.5, 1.0] and s["atp_over_tcp_ss_per_seed"] == [0.25, 2.0]
     assert s["atp_over_tcp_es"] == pytest.approx(0.75)
+    assert s["atp_s12_over_tcp_es_per_seed"] == pytest.approx([1.6 / 2.5, 1.0])
+    assert s["atp_s12_over_tcp_ss_per_seed"] == pytest.approx([1.6 / 4.5, 3.3 / 1.65])
     assert s["bound_over_tcp_es_per_seed"] == pytest.approx([0.25, 0.5])
-    assert s["error_over_emax"] == {"atp-s1": pytest.approx(0.2), "tcp-es": pytest.approx(0.4),
-                                    "tcp-ss": pytest.approx(0.6)}
-    assert s["pkt_loss_mean"]["tcp-es"] == pytest.approx(0.1)
+    assert s["error_over_emax"] == {"atp-s1": pytest.approx(0.2), "atp-s12": pytest.approx(0.4),
+                                    "tcp-es": pytest.approx(0.6), "tcp-ss": pytest.approx(0.8)}
+    assert s["pkt_loss_mean"]["tcp-es"] == pytest.approx(0.2)

@@ -141,3 +141,24 @@ def test_cli_writes_json(tmp_path):
     tx, rxo = json.loads(tx_json.read_text()), json.loads(rx_json.read_text())
     assert tx["protocol"] == "tcp-es" and tx["completed"] and tx["target"] == 16
     assert rxo["jobs"][0]["delivered"] >= 16
+
+
+def test_start_after_waits_for_every_file_and_names_the_missing_one(tmp_path):
+    """A stage that follows several senders (Fig. 15's S2 after three sources) starts once every done file exists;
+    one that never comes is one line naming it. The trial runner passes every job of ``JobPlan.after``."""
+    from netapprox.experiments import emulated
+    from netapprox.experiments.hostprog import wait_for_file
+    from netapprox.experiments.jobs import JobWorkload
+    from netapprox.experiments.plans import JobPlan
+    a, b = tmp_path / "done1", tmp_path / "done2"
+    a.write_bytes(b"")
+    with pytest.raises(SystemExit, match="done2: not there") as err:
+        wait_for_file([str(a), str(b)], timeout=0.05)
+    assert "\n" not in str(err.value)
+    b.write_bytes(b"")
+    wait_for_file([str(a), str(b)], timeout=0.05)
+    wait_for_file(str(a), timeout=0.05)
+    wl = JobWorkload(kind="partials", seed=1, sizes=(36,), ready_s=(0.0,))
+    assert emulated._afters(JobPlan(4, 1, 5, wl, 1.0, after=(1, 2, 3))) == (1, 2, 3)
+    assert emulated._afters(JobPlan(2, 1, 3, wl, 1.0, after=1)) == (1,)
+    assert emulated._afters(JobPlan(1, 0, 1, wl, 1.0)) == ()
