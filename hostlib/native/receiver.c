@@ -430,11 +430,11 @@ int receiver_send_ack(Receiver *r, Job *job, const AtpHeader *h, int ce) {
     return 0;
 }
 
-/* _send_grant: a GRANT to a job given more than before that has no ACK waiting */
-static int send_grant(Receiver *r, Job *job) {
+/* _send_grant: a GRANT to a job given more than before that has no ACK waiting (again: whatever it was given) */
+static int send_grant(Receiver *r, Job *job, int again) {
     int had = job->has_grant;
     uint32_t before = job->grant, grant;
-    if (!grant_of(r, job, &grant) || (had && grant == before))
+    if (!grant_of(r, job, &grant) || (had && grant == before && !again))
         return 0;
     uint8_t *p;
     int ok = receiver_reply_within(r, job, ack_len(0, 1, NULL), "grant", &p);
@@ -489,7 +489,7 @@ static int schedule(Receiver *r) {
         left = left - need > 0 ? left - need : 0;
         if (a > j->alloc && !j->pending && j->has_top) {
             j->alloc = a;
-            rc = send_grant(r, j);
+            rc = send_grant(r, j, 0);
         }
         j->alloc = a;
     }
@@ -1292,6 +1292,7 @@ int receiver_receive(Receiver *r, const uint8_t *data, size_t len, PyObject *add
         return send_done(r, job, job->done_datagrams);
     }
     job->last_at = now;
+    job->grant_repeats = 0;
     if (trimmed)
         return on_trimmed(r, job, &h);
     if (h.msg_id == FIN_MSG_ID)
@@ -1313,13 +1314,25 @@ int receiver_receive(Receiver *r, const uint8_t *data, size_t len, PyObject *add
 
 /* ============================== timers ============================== */
 
+/* _grant_repeat_at: when the job's grant goes again in a GRANT; 0 when not due */
+static int grant_repeat_at(const Receiver *r, const Job *job, double *at) {
+    if (!r->granting || !job->has_grant || !job->has_top || job->grant == job->top + 1)
+        return 0;
+    int n = job->grant_repeats, k = n < GRANT_REPEAT_DOUBLINGS ? n : GRANT_REPEAT_DOUBLINGS; /* waits: 1, 2, .. 64 */
+    long long waits = (1LL << (k + 1)) - 1 + (long long)(n - k) * (1LL << GRANT_REPEAT_DOUBLINGS);
+    *at = job->last_at + GRANT_REPEAT_RTTS * r->rtt_s * (double)waits;
+    return 1;
+}
+
 int receiver_timer_at(Receiver *r, double *out) {
     if (r->jobs.n == 0)
         return 1;
-    double best = 0.0;
+    double best = 0.0, repeat;
     for (size_t i = 0; i < r->jobs.n; i++) {
         Job *job = r->jobs.v[i];
         double t = job->finished ? job->finished_at + r->linger_s : job->last_at + r->idle_timeout_s;
+        if (!job->finished && grant_repeat_at(r, job, &repeat) && repeat < t)
+            t = repeat;
         if (i == 0 || t < best)
             best = t;
     }
@@ -1347,6 +1360,12 @@ int receiver_handle_timer(Receiver *r, double now) {
                 rc = forget(r, job);
         } else if (now >= job->last_at + r->idle_timeout_s) {
             rc = receiver_abandon(r, job, "idle");
+        } else {
+            double repeat;
+            if (grant_repeat_at(r, job, &repeat) && now >= repeat) {
+                job->grant_repeats++;
+                rc = send_grant(r, job, 1);
+            }
         }
     }
     free(ids);

@@ -97,6 +97,7 @@ typedef struct Job {
     uint8_t grant_queue; /* the switch queue stamped on its newest needed (TLR < 1) packet; 0xFF: none */
     long long alloc;
     int64_t data_packets, records, trimmed, need_bytes, payload; /* need_packets' inputs */
+    int grant_repeats; /* GRANTs repeated since the sender's last datagram (GRANT_REPEAT_RTTS) */
 } Job;
 
 typedef ARRAY(Job *) JobList;
@@ -114,6 +115,8 @@ typedef struct {
 #define LOSS_GAIN_MAX 2.0    /* receiver.py's LOSS_GAIN_MAX */
 #define GAP_CREDIT_MAX 64     /* receiver.py's GAP_CREDIT_MAX */
 #define IDLE_FACTOR 2.0       /* receiver.py's IDLE_FACTOR */
+#define GRANT_REPEAT_RTTS 2.0 /* receiver.py's GRANT_REPEAT_RTTS */
+#define GRANT_REPEAT_DOUBLINGS 6 /* receiver.py's GRANT_REPEAT_DOUBLINGS */
 
 /* receiver.py, DeliveryRate: a granting receiver not told its rate sizes its budget by the rate its link delivers */
 typedef struct {

@@ -132,6 +132,34 @@ def test_the_receiver_grants_its_window_to_the_job_with_least_left_to_its_msr():
     assert grant_a[0].type == wire.PacketType.GRANT and grant_a[0].seq == 101 and grant_a[1] == 101 + 1 + 10
 
 
+def test_a_silent_granted_sender_is_sent_its_grant_again_until_it_sends():
+    """A sender waits at its grant with nothing in flight: when the ACK that raised it was lost, nothing of its own
+    fires. The receiver sends the grant again in a GRANT after 2 x ``initial_rtt_s`` (10 ms) of silence, then after
+    twice that, up to 64x, then at that interval; a datagram from the sender starts over. A receiver that has granted
+    nothing (not told its rate, no estimate yet) repeats nothing."""
+    r = AtpReceiver(config=GRANTS)
+    r.receive_datagram(announce(1, [(0, 1.0, range(100))], 100, seq=100), SENDER_ADDR, 0.0)
+    for m in range(10):  # (a job not yet validated is sent at most the bytes it sent: 10 packets' worth)
+        r.receive_datagram(data(1, m, 101 + m), SENDER_ADDR, 0.0)
+    assert [grant for _, _, grant, _ in answers(r)] == [110 + 1 + 10]  # this ACK is lost
+    due = [r.get_timer()]
+    for _ in range(9):
+        r.handle_timer(due[-1])
+        (h, blocks, grant, _), = answers(r)
+        assert h.type == wire.PacketType.GRANT and h.seq == 110 and grant == 121 and not blocks
+        due.append(r.get_timer())
+    waits = [round((b - a) / 0.02, 9) for a, b in zip([0.0] + due, due)]
+    assert waits == [1, 2, 4, 8, 16, 32, 64, 64, 64, 64]
+    r.receive_datagram(data(1, 10, 111), SENDER_ADDR, 3.0)
+    answers(r)
+    assert r.get_timer() == pytest.approx(3.02)
+    done = AtpReceiver(config=dataclasses.replace(GRANTS, grant_window_packets=None, max_rate_bps=None))
+    done.receive_datagram(announce(1, [(0, 1.0, range(100))], 100, seq=100), SENDER_ADDR, 0.0)
+    done.receive_datagram(data(1, 0, 101), SENDER_ADDR, 0.0)
+    assert [grant for _, _, grant, _ in answers(done)] == [None]  # no estimate yet: no grant, nothing to repeat
+    assert done.get_timer() == pytest.approx(AtpConfig().idle_timeout_s)
+
+
 def test_the_grant_budget_is_one_bandwidth_delay_product_in_the_packets_that_arrive():
     """20 Mbit/s and 10 ms: 18 full packets until DATA arrives; then the mean size on the wire of what arrives sizes
     it (1000-byte payloads, 1074 bytes with the header and overhead: 24 packets, and a job's grant follows at once).
