@@ -364,6 +364,19 @@ def _read_summary(wd: Path, tp, name: str) -> dict | None:
     return jobs[0] if isinstance(jobs, list) and jobs else d
 
 
+def tcp_ratios(rs: Sequence[dict], num: str, key_num: str, key_den: str) -> dict[str, list[float]]:
+    """Per seed of ``rs``, ``num``'s ``key_num`` over each TCP's (``tcp-es``, ``tcp-ss``) ``key_den`` of the same
+    seed (a seed missing either side adds nothing)."""
+    r: dict[str, list[float]] = {"tcp-es": [], "tcp-ss": []}
+    for seed in sorted({x["seed"] for x in rs}):
+        a = [x[key_num] for x in rs if x["seed"] == seed and x["protocol"] == num and x.get(key_num)]
+        for base in r:
+            b = [x[key_den] for x in rs if x["seed"] == seed and x["protocol"] == base and x.get(key_den)]
+            if a and b:
+                r[base].append(a[0] / b[0])
+    return r
+
+
 def summarize_fig15(rows: Sequence[dict]) -> dict:
     """Per e_max: mean JCT per transport (the whole job: ATP-S1's is its one stage), the first stage's mean JCT,
     ATP-S1&2's JCT over each TCP's (``atp_s12_over_tcp_es`` / ``_ss``, whole jobs) and ATP-S1's first stage over
@@ -374,16 +387,6 @@ def summarize_fig15(rows: Sequence[dict]) -> dict:
     the flows' side, :func:`flows_next_to_atp` per seed."""
     out: dict[str, Any] = {}
 
-    def ratios(rs, num: str, key_num: str, key_den: str) -> dict[str, list[float]]:
-        r: dict[str, list[float]] = {"tcp-es": [], "tcp-ss": []}
-        for seed in sorted({x["seed"] for x in rs}):
-            a = [x[key_num] for x in rs if x["seed"] == seed and x["protocol"] == num and x.get(key_num)]
-            for base in r:
-                b = [x[key_den] for x in rs if x["seed"] == seed and x["protocol"] == base and x.get(key_den)]
-                if a and b:
-                    r[base].append(a[0] / b[0])
-        return r
-
     def mean(v):
         return statistics.mean(v) if v else None
 
@@ -392,9 +395,9 @@ def summarize_fig15(rows: Sequence[dict]) -> dict:
         protos = [pr for pr in FIG15_PROTOCOLS if any(r["protocol"] == pr for r in rows)]
         err = {pr: [r["measured_error"] for r in rs if r["protocol"] == pr and r.get("measured_error") is not None]
                for pr in protos}
-        s1 = ratios(rs, "atp-s1", "s1_jct_s", "s1_jct_s")
-        s12 = ratios(rs, "atp-s12", "jct_s", "jct_s")
-        bound = ratios(rs, "atp-s1", "bound_s", "s1_jct_s")
+        s1 = tcp_ratios(rs, "atp-s1", "s1_jct_s", "s1_jct_s")
+        s12 = tcp_ratios(rs, "atp-s12", "jct_s", "jct_s")
+        bound = tcp_ratios(rs, "atp-s1", "bound_s", "s1_jct_s")
         out[f"{e:g}"] = {
             "jct_mean_s": {pr: mean([r["jct_s"] for r in rs if r["protocol"] == pr and r.get("jct_s") is not None])
                            for pr in protos},

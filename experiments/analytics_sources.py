@@ -215,18 +215,6 @@ def measure(p: SourcesPlan, tp, rec: dict, wd: Path, rate_bps: float) -> dict:
     return row
 
 
-def _ratios(rs: Sequence[dict], num: str, key: str) -> dict[str, list[float]]:
-    """Per seed, ``num``'s ``key`` over each TCP's ``key`` of the same seed."""
-    out: dict[str, list[float]] = {"tcp-es": [], "tcp-ss": []}
-    for seed in sorted({r["seed"] for r in rs}):
-        a = [r[key] for r in rs if r["seed"] == seed and r["protocol"] == num and r.get(key)]
-        for base in out:
-            b = [r[key] for r in rs if r["seed"] == seed and r["protocol"] == base and r.get(key)]
-            if a and b:
-                out[base].append(a[0] / b[0])
-    return out
-
-
 def summarize(rows: Sequence[dict]) -> dict:
     """Per e_max: mean JCT and first stage per transport; ATP-S1's first stage over each TCP's first stage
     (``atp_over_tcp_es``, the headline) and ATP-S1&2's whole job over each TCP's whole job (``atp_s12_over_tcp_es``),
@@ -240,7 +228,7 @@ def summarize(rows: Sequence[dict]) -> dict:
 
     for e in sorted({r["e_max"] for r in rows}):
         rs = [r for r in rows if r["e_max"] == e and not r.get("error")]
-        s1, s12 = _ratios(rs, "atp-s1", "s1_jct_s"), _ratios(rs, "atp-s12", "jct_s")
+        s1, s12 = ae.tcp_ratios(rs, "atp-s1", "s1_jct_s", "s1_jct_s"), ae.tcp_ratios(rs, "atp-s12", "jct_s", "jct_s")
         by = {pr: [r for r in rs if r["protocol"] == pr] for pr in PROTOCOLS}
         out[f"{e:g}"] = {
             "jct_mean_s": {pr: mean([r["jct_s"] for r in v if r.get("jct_s")]) for pr, v in by.items()},
