@@ -222,6 +222,10 @@ PyObject *receiver_source_of(PyObject *addr);
 Job *job_new(uint32_t job_id, PyObject *peer, const NetAddr *na, double now);
 void job_note_seq(Job *job, uint32_t seq);
 void job_free_manifest_arrays(Job *job);
+void job_free_partial(Partial *p);
+void job_free_group_index(Job *job);
+void job_clear_partials(Job *job, int reuse); /* reuse: the map stays usable, empty */
+void job_clear_chunks(Job *job, int reuse);
 
 /* receiver_announce.c: the packets of admission and the announce, dispatched by receiver_receive */
 int receiver_announce_chunk(Receiver *r, const AtpHeader *h, const uint8_t *payload);
