@@ -49,7 +49,8 @@ the network sprays its packets) starts in that state, the window opening at its 
 window is not taken for lost before the first reordered ACK comes back (on a spraying fabric, 4 packets per job
 were). The ``REORDER_PERSIST`` rule applies to it alike.
 
-An ACK arriving after its packet was declared lost still counts (the receiver has the data). Listeners
+An ACK arriving after its packet was declared lost still counts (the receiver has the data), its SACK blocks too,
+however long (``_late_in``: at most 64 lookups a block). Listeners
 (the rate controller) hear about every packet through keyword-only ``on_packet_sent/acked/lost`` hooks.
 """
 from __future__ import annotations
@@ -64,6 +65,8 @@ from netapprox.hostlib.rate import LossEstimate
 
 K_TIME_THRESHOLD = 9 / 8
 _LATE_ACK_MEMORY = 16384
+_LATE_WALK = 64
+"""The most sequence numbers one SACK block is looked up in the packets declared lost (``_late_in``)."""
 _MAX_TAIL_BACKOFF = 2
 _LOSS_MEMORY = 64
 _LOSS_MIN_SAMPLES = 1
@@ -278,14 +281,8 @@ class LossRecovery:
         largest = max([seq] + [last for _, last in blocks])
         if largest > self.largest_acked:
             self.largest_acked = largest
-        if blocks:
-            for first, last in blocks:  # late ACKs of packets already declared lost
-                if last - first < 64:
-                    for s in range(first, last + 1):
-                        late = self._declared_lost.pop(s, None)
-                        if late is not None:
-                            self.late_acks += 1
-                            late_acked.append(late)
+        for first, last in blocks:  # late ACKs of packets already declared lost
+            self._late_in(first, last, late_acked)
         for p in late_acked:
             if p.by_threshold:
                 self._spurious(p, now)
@@ -318,6 +315,27 @@ class LossRecovery:
             self.tail_backoff, self._tail_at, self.spare_probes = 0, now, 0
         self._account(acked, lost, now, late_acked)
         return acked + late_acked, lost
+
+    def _late_in(self, first: int, last: int, out: list[SentPacket]) -> None:
+        """Move the packets declared lost that block [first, last] acknowledges to ``out``, with at most
+        ``_LATE_WALK`` lookups: every sequence number of a short block; in a longer one each packet remembered,
+        oldest first, when few are; else the block's newest ``_LATE_WALK`` (a forged block of 2^32 costs as
+        little as a short one). A long block is what the ACKs after a run of lost ones carry: nothing was lost on
+        the way there, so the packets their tail timeout declared lost in between arrived, and their messages
+        are delivered (without it, 89 % of the ACKs lost sent the same message again at every tail timeout)."""
+        if not self._declared_lost:
+            return
+        if last - first < _LATE_WALK:
+            seqs: Iterable[int] = range(first, last + 1)
+        elif len(self._declared_lost) <= _LATE_WALK:
+            seqs = [s for s in self._declared_lost if first <= s <= last]
+        else:
+            seqs = range(last - _LATE_WALK + 1, last + 1)
+        for s in seqs:
+            late = self._declared_lost.pop(s, None)
+            if late is not None:
+                self.late_acks += 1
+                out.append(late)
 
     def detect_lost(self, now: float) -> list[SentPacket]:
         """Declare lost every packet past its time threshold, or the oldest one past the tail timeout (which

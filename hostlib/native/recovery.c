@@ -6,6 +6,7 @@
 
 #define K_TIME_THRESHOLD (9.0 / 8.0)
 #define LATE_ACK_MEMORY 16384
+#define LATE_WALK 64 /* recovery.py's _LATE_WALK */
 #define REORDER_PERSIST 16       /* recovery.py REORDER_PERSIST */
 
 
@@ -314,6 +315,35 @@ static int account(Recovery *r) {
     return 0;
 }
 
+/* recovery.py _late_in: the packets declared lost that block [first, last] acknowledges, to r->late, with at most
+   LATE_WALK lookups (the block's numbers when it is short; else each packet remembered, oldest first, when few are;
+   else the block's newest LATE_WALK) */
+static int late_in(Recovery *r, int64_t first, int64_t last) {
+    int32_t k;
+    if (r->declared_lost.len == 0)
+        return 0;
+    if (last - first < LATE_WALK || r->declared_lost.len > LATE_WALK) {
+        for (int64_t q = last - first < LATE_WALK ? first : last - LATE_WALK + 1; q <= last; q++)
+            if ((k = pmap_find(&r->declared_lost, (uint32_t)q)) >= 0) {
+                r->late_acks++;
+                if (take(&r->declared_lost, k, &r->late) != 0)
+                    return -1;
+            }
+        return 0;
+    }
+    for (int32_t cur = r->declared_lost.head; cur >= 0;) {
+        int32_t next = r->declared_lost.nodes.v[cur].next;
+        int64_t q = r->declared_lost.nodes.v[cur].p.seq;
+        if (first <= q && q <= last) {
+            r->late_acks++;
+            if (take(&r->declared_lost, cur, &r->late) != 0)
+                return -1;
+        }
+        cur = next;
+    }
+    return 0;
+}
+
 int recovery_on_ack(Recovery *r, uint32_t seq, const SackBlock *blocks, int nblocks, double now, int trimmed) {
     r->acked.n = r->late.n = r->lost.n = 0;
     int64_t prior_largest = r->largest_acked;
@@ -342,13 +372,8 @@ int recovery_on_ack(Recovery *r, uint32_t seq, const SackBlock *blocks, int nblo
     if (largest > r->largest_acked)
         r->largest_acked = largest;
     for (int i = 0; i < nblocks; i++) /* late ACKs of packets already declared lost */
-        if ((int64_t)blocks[i].last - (int64_t)blocks[i].first < 64)
-            for (int64_t q = blocks[i].first; q <= (int64_t)blocks[i].last; q++)
-                if ((k = pmap_find(&r->declared_lost, (uint32_t)q)) >= 0) {
-                    r->late_acks++;
-                    if (take(&r->declared_lost, k, &r->late) != 0)
-                        return -1;
-                }
+        if (late_in(r, blocks[i].first, blocks[i].last) != 0)
+            return -1;
     for (size_t i = 0; i < r->late.n; i++)
         if (r->late.v[i].by_threshold)
             spurious(r, &r->late.v[i], now);
