@@ -441,8 +441,10 @@ class AtpSender:
         if self.state == SenderState.SENDING:
             lost = self.recovery.detect_lost(now)
             self._on_lost(lost, now)
-            if lost and self._grant is not None and not self._granted():
-                self._probe = True  # the tail timed out and the grant is spent: one packet may go to ask for more
+            if self._grant is not None and any(not p.by_threshold for p in lost):  # the tail timed out
+                self._give_back_overdue(now)
+                if not self._granted():
+                    self._probe = True  # and the grant is still spent: one packet may go to ask for more
             if lost and self._token_pending and now >= self._echo_next:
                 # nothing acknowledged for a while and the receiver had not seen the echo: it may have been lost,
                 # and an unvalidated job's data past its guarantee is not acknowledged (no ACK would ask again)
@@ -625,6 +627,21 @@ class AtpSender:
     def _granted(self) -> bool:
         off = (self._seq - self._isn) & 0xFFFFFFFF
         return off < self._free_until or off < self._grant  # type: ignore[operator]
+
+    def _give_back_overdue(self, now: float) -> None:
+        """The tail timed out: every granted packet still in flight past the newest the receiver had when it granted
+        that is overdue (sent a time threshold ago, nothing acknowledged since) gives its place back, as a lost one
+        does (``_on_lost``): it died, or it arrived and the ACK that raised the grant by one for it was lost. Until
+        then a sender whose ACKs were lost waited at its grant with one probe per tail timeout (docs/hostlib.md,
+        Receiver grants)."""
+        thr = self.recovery.time_threshold
+        for p in self.recovery.in_flight.values():
+            off = (p.seq - self._isn) & 0xFFFFFFFF
+            if now - p.sent_time < thr:
+                break
+            if self._free_until <= off < self._grant and off > self._grant_top:  # type: ignore[operator]
+                self._grant += 1  # type: ignore[operator]
+                self._grant_top = off
 
     def _on_grant(self, grant: int, echo: int) -> None:
         """The receiver schedules this job: data may go up to (not including) sequence number ``grant``. Grants

@@ -208,6 +208,8 @@ static inline double base_time_threshold(const Recovery *r) {
 /* 9/8 RTT (at least min_loss_timeout / 5) plus the reorder window */
 static inline double time_threshold(const Recovery *r) { return base_time_threshold(r) + r->reorder_window; }
 
+double recovery_time_threshold(const Recovery *r) { return time_threshold(r); }
+
 /* recovery.py _reordered: a packet was acknowledged after one sent later: losses by time only, the reorder window
  * at least min RTT / 4 */
 static void reordered(Recovery *r) {

@@ -72,6 +72,8 @@ int recovery_init(Recovery *r, double initial_rtt_s, long long reorder_threshold
                   int adaptive_reorder, int path_reorders, RateCtl *rate);
 void recovery_free(Recovery *r);
 double recovery_tail_timeout(const Recovery *r);
+/* LossRecovery.time_threshold */
+double recovery_time_threshold(const Recovery *r);
 /* LossRecovery.queued(): the latest RTT sample shows a queue in the path. */
 int recovery_queued(const Recovery *r);
 /* LossRecovery.lossy(), probes(), copies(), delivery(), drain() */

@@ -1041,6 +1041,24 @@ static int fail_no_ack(Sender *s, int admission) {
     return rc;
 }
 
+/* _give_back_overdue: the tail timed out: every granted packet still in flight past the newest the receiver had when
+ * it granted that is overdue (sent a time threshold ago, nothing acknowledged since) gives its place back, as a lost
+ * one does (sender_on_lost): it died, or it arrived and the ACK that raised the grant by one for it was lost */
+static void give_back_overdue(Sender *s, double now) {
+    double thr = recovery_time_threshold(&s->recovery);
+    for (int32_t cur = s->recovery.in_flight.head; cur >= 0;) {
+        const struct PNode *node = &s->recovery.in_flight.nodes.v[cur];
+        int64_t off = (uint32_t)(node->p.seq - s->isn);
+        if (now - node->p.sent_time < thr)
+            break;
+        if (off >= (int64_t)s->free_until && off < s->grant && off > s->grant_top) {
+            s->grant++;
+            s->grant_top = off;
+        }
+        cur = node->next;
+    }
+}
+
 int sender_handle_timer(Sender *s, double now) {
     if (!s->started)
         return 0;
@@ -1049,8 +1067,14 @@ int sender_handle_timer(Sender *s, double now) {
             return -1;
         if (sender_on_lost(s, s->recovery.lost.v, s->recovery.lost.n) != 0)
             return -1;
-        if (s->recovery.lost.n && s->grant >= 0 && !granted(s))
-            s->probe = 1; /* the tail timed out and the grant is spent: one packet may go to ask for more */
+        int tail = 0; /* the tail timed out */
+        for (size_t i = 0; i < s->recovery.lost.n && !tail; i++)
+            tail = !s->recovery.lost.v[i].by_threshold;
+        if (s->grant >= 0 && tail) {
+            give_back_overdue(s, now);
+            if (!granted(s))
+                s->probe = 1; /* and the grant is still spent: one packet may go to ask for more */
+        }
         if (s->recovery.lost.n && s->token_pending && now >= s->echo_next) {
             /* nothing acknowledged for a while and the receiver had not seen the echo: it may have been lost, and
              * an unvalidated job's data past its guarantee is not acknowledged (no ACK would ask again) */
