@@ -246,7 +246,7 @@ def test_a_granted_job_under_ack_path_loss_finishes_near_the_ideal(seed):
     fit) under-filled, and the grants the lost ACKs carried came late (seed 132: 0.97 s against a bound of 0.79 s,
     0.61 s after that fix, 0.46 s now). Seed 9091: when every ACK of a grant's packets was lost, the sender waited
     at its spent grant and sent one probe per tail timeout (0.89 s); now a tail timeout gives the overdue granted
-    packets' places back, as their ACKs would have (0.67 s)."""
+    packets' places back, as their ACKs would have (0.69 s)."""
     reverse = Path(delay=DELAY_S, loss=0.875, seed=seed + 1)
     r, ideal = run(random_loss(0.0, seed), 0.0, reverse=reverse, seed=seed, config=GRANTED)
     within(r, ideal, BOUND["ack"])
