@@ -18,6 +18,7 @@ from netapprox.controller.drivers import ARBITRATED_KINDS, DEFAULT_KIND, DRIVER_
 from netapprox.controller.errors import ConfigError, did_you_mean
 from netapprox.controller.model import (
     DEFAULT_APPROX_BUFFERS,
+    FIRST_APPROX_QUEUE,
     POLICY_THRESHOLDS,
     NUM_QUEUES,
     ClassRule,
@@ -187,6 +188,12 @@ class PolicyConfig:
     """On switches with ECMP groups (``[[switch]] ecmp_routes``): spray approximate ATP DATA per packet over the
     equal-cost next hops (the design); False: every packet by its flow's hash, as an ordinary ECMP switch
     (the flow-hash variant). Mode ``fifo`` never sprays."""
+    rank_levels: int = 0
+    """Job ranks (hostlib's ``job_rank_levels``; 0: off, the default): ``queue_by_tag`` sends a TAGGED
+    approximate packet whose ``priority`` is r < ``rank_levels`` to queue 1 + r (below every CadentFlow rule),
+    and the controller leaves every job to the tags its packets carry (no ``queue_by_job`` entry, no tuning
+    sample): a ranked job's rank, not its TLR, places it, from its first packet (docs/controller.md, Job
+    ranks). Untagged packets still go by their TLR."""
 
     def __post_init__(self) -> None:
         _check_fields(self, POLICY_KEYS, "[policy]")
@@ -418,6 +425,7 @@ POLICY_KEYS: dict[str, C.Check] = {
     "tuning": _instance(TuningConfig),
     "finish_epochs": C.number(ge=0.0, le=1e6),
     "spray": C.boolean(),
+    "rank_levels": C.integer(ge=0, le=NUM_QUEUES - FIRST_APPROX_QUEUE),
 }
 TUNING_KEYS: dict[str, C.Check] = {
     "every_epochs": C.integer(ge=1, le=1_000_000),

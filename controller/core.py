@@ -138,13 +138,14 @@ class ControllerCore:
         self._retuned = False
         self.switches: Mapping[str, SwitchConfig] = types.MappingProxyType(dict(switches))
         self._tag_only = policy.tag_only_jobs(cfg)
+        self._ranked = cfg.rank_levels > 0  # job ranks: every job is left to its tags
         self._build_static()
         self._by_source = [(ipaddress.ip_network(prefix, strict=False), name) for name, sc in switches.items()
                            for prefix in sc.job_sources]
         self._everywhere = tuple(name for name, sc in switches.items() if not sc.job_sources)
         self._sources.clear()
         for job in self._jobs.values():
-            job.tag_only = job.job_id in self._tag_only
+            job.tag_only = self._left_to_tags(job.job_id)
             job.switches = self._switches_of(job.source)
         if self._decides:
             self._assignments = {j.job_id: j.qid for j in self._jobs.values() if j.qid is not None}
@@ -152,7 +153,7 @@ class ControllerCore:
             self._assignments = dict(cfg.pinned)
         self._tables: dict[str, dict[int, int]] = {}
         for name in switches:
-            table = {} if cfg.mode == "fifo" else {j: q for j, q in cfg.pinned if j not in self._tag_only}
+            table = {} if cfg.mode == "fifo" else {j: q for j, q in cfg.pinned if not self._left_to_tags(j)}
             self._tables[name] = table
         if self._decides:
             for job in self._jobs.values():
@@ -227,7 +228,7 @@ class ControllerCore:
         job = self._jobs.get(report.job_id)
         if job is None:
             job = self._jobs[report.job_id] = _Job(report.job_id, source, self._switches_of(source),
-                                                   report.job_id in self._tag_only)
+                                                   self._left_to_tags(report.job_id))
         group_id = report.group_id
         old = job.groups.get(group_id)
         new = job.groups[group_id] = policy.next_group_report(old, now, report.tlr, report.loss,
@@ -313,6 +314,11 @@ class ControllerCore:
         self._sender_ports[(switch, source)] = (routes, port)
         return port
 
+    def _left_to_tags(self, job_id: int) -> bool:
+        """Whether the tags a job's packets carry place it (no queue_by_job entry): a job of a CadentFlow
+        declaration, or any job when the policy ranks jobs (``rank_levels``)."""
+        return self._ranked or job_id in self._tag_only
+
     def _switches_of(self, source: str) -> tuple[str, ...]:
         """The switches that carry jobs reported from ``source``: those whose ``job_sources`` hold it, plus
         every switch without ``job_sources``."""
@@ -376,7 +382,7 @@ class ControllerCore:
         every switch gets its whole state and every job is placed afresh in this epoch."""
         cfg = self.config.policy
         jobs = {j: job.groups for j, job in self._jobs.items() if j not in expired and job.groups}
-        exclude = set(self._tag_only) | {j for j, _ in cfg.pinned}
+        exclude = set(jobs) if self._ranked else set(self._tag_only) | {j for j, _ in cfg.pinned}
         samples = policy.tuning_samples(jobs, exclude, now, self.config.epoch_s, self._assignments)
         new, change = tuning.tune(samples, self._tuned, cfg.tuning, cfg.thresholds)
         work_moved = new.work_ref != self._tuned.work_ref
@@ -536,7 +542,7 @@ class ControllerCore:
             table = self._tables[name]
             if job_id not in table:
                 continue
-            if pin is not None and job_id not in self._tag_only:
+            if pin is not None and not self._left_to_tags(job_id):
                 if table[job_id] != pin:
                     table[job_id] = deltas[name][job_id] = pin
             else:

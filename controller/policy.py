@@ -429,6 +429,20 @@ def tag_rules(cadentflows: tuple[CadentFlow, ...]) -> frozenset[TagRule]:
     return frozenset(rules)
 
 
+def rank_rules(levels: int) -> tuple[TagRule, ...]:
+    """queue_by_tag rules of the job ranks (``PolicyConfig.rank_levels``): priority r -> queue 1 + r, any
+    deadline, ranks 1..``levels`` (below every CadentFlow rule, which ``static_state`` lifts above them)."""
+    return tuple(TagRule(rank=levels - r, priority_lo=r, priority_hi=r, deadline_lo_us=0,
+                         deadline_hi_us=(1 << 32) - 1, qid=FIRST_APPROX_QUEUE + r) for r in range(levels))
+
+
+def all_tag_rules(config: PolicyConfig) -> frozenset[TagRule]:
+    """The CadentFlow declarations' rules above the job ranks' rules."""
+    ranks = rank_rules(config.rank_levels)
+    return frozenset(dataclasses.replace(r, rank=r.rank + len(ranks)) for r in tag_rules(config.cadentflows)
+                     ) | frozenset(ranks)
+
+
 def fifo_state(switch: SwitchConfig, config: PolicyConfig) -> SwitchState:
     """A network-oblivious switch: every packet in queue 0 (whose buffer is then the port's whole buffer),
     routes and ECMP groups kept (every packet by flow hash), queue 0's ECN marking kept."""
@@ -448,7 +462,7 @@ def static_state(switch: SwitchConfig, config: PolicyConfig, buffers: tuple[int,
         ecmp_routes=frozenset(switch.ecmp_routes),
         spray=config.spray,
         class_rules=frozenset(switch.class_rules),
-        tag_rules=tag_rules(config.cadentflows),
+        tag_rules=all_tag_rules(config),
         tlr_rules=default_tlr_rules(config.thresholds) if config.install_tlr_rules else frozenset(),
         ecn_rules=frozenset({EcnRule(qid=0, depth_pkts=config.ecn_threshold_pkts)}),
         queue_buffers=tuple(buffers),

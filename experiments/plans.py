@@ -56,6 +56,7 @@ ATP_ABLATION: dict[str, dict[str, Any]] = {
     "atp-reorder64": {"mode": "adaptive", "mrdf": True, "reorder_threshold": 64, "adaptive_reorder": False},
     "atp-reorder3": {"mode": "adaptive", "mrdf": True, "adaptive_reorder": False},
     "atp-reorderseen": {"mode": "adaptive", "mrdf": True, "path_reorders": False},
+    "atp-rank": {"mode": "adaptive", "mrdf": True, "job_rank_levels": 3, "job_rank_promote_s": 60e-6},
 }
 """Issue 23's ablation, in the ns-3 world only (docs/simulation.md), each against the simulation's ATP (hostlib's
 sender on a fabric that sprays approximate packets, with receiver grants: ``SimSettings.spray``,
@@ -67,7 +68,9 @@ lowest queue), the paper's k-MTU approximate queues, and a loss detection that t
 spraying fabric with fixed thresholds (``atp-reorder64``: a packet is lost when one sent 64 later is acknowledged;
 ``atp-reorder3``: 3, hostlib's rule before ``adaptive_reorder``, which the default now has; ``atp-reorderseen``: the
 adaptive rule only once a job has seen reordering, its first window on the threshold of 3, as before the simulated
-fabric told its senders that it sprays, ``path_reorders``). Keys that are not ``AtpConfig`` fields are the simulated
+fabric told its senders that it sprays, ``path_reorders``); ``atp-rank``: a rank between jobs from their first
+packet (``job_rank_levels`` 3, promoted every 60 µs, about four base RTTs of the k=4 fabric; the controller's
+policy gets ``rank_levels`` 3: ranks to queues 1-3, no per-job placement). Keys that are not ``AtpConfig`` fields are the simulated
 network's: ``trim`` (the switches trim approximate packets instead of dropping them), ``spray`` (per-packet load
 balancing of approximate ATP DATA), ``approx_buffer_unit`` (the approximate queues' buffers: 1, the paper's)."""
 

@@ -19,6 +19,21 @@ DEFAULT_FIRST_WINDOW_MAX = 64
 """R_max when none is configured and the egress interface reports no speed (hostlib/link.py)."""  # half of it is the slot's guarantee: a job record and some data
 
 
+JOB_RANK_MAX_LEVELS = 7
+"""The most job ranks: one per approximate queue of a NetApprox switch (queues 1..7)."""
+_JOB_RANK_HASH = 2654435761
+
+
+def job_rank(job_id: int, levels: int, age_s: float = 0.0, promote_s: float = 0.0) -> int:
+    """The rank a job's packets carry (``AtpConfig.job_rank_levels``): ``(job_id x 2654435761 >> 7) mod
+    levels`` (Knuth's multiplicative hash: consecutive ids spread over the levels), less one per ``promote_s``
+    of ``age_s`` when ``promote_s`` > 0, at least 0. The C core computes the same (hostlib/native/sender.c)."""
+    rank = ((job_id & 0xFFFFFFFF) * _JOB_RANK_HASH >> 7) % levels
+    if promote_s > 0 and age_s > 0:
+        rank = max(0, rank - int(age_s / promote_s))
+    return rank
+
+
 class ConfigError(ValueError):
     """A configuration or job description that cannot work; the message says which field and why."""
 
@@ -103,6 +118,19 @@ class AtpConfig:
     """Send the first window as the lowest priority (TLR 1.0, the surplus queue of every NetApprox switch), so
     that it uses only capacity that scheduled packets (those a receiver granted) leave free (Aeolus). Off by
     default (docs/simulation.md has the measurement)."""
+
+    job_rank_levels: int = 0
+    """A rank between jobs from their first packet (0: off, hostlib's default). With L in 1..7, every approximate
+    DATA packet of a message without CadentFlow tags carries the flag ``TAGGED`` and, in ``priority``, the job's
+    rank: ``job_rank(job_id, L)`` (a hash of the job id, 0..L-1), one level more urgent every
+    ``job_rank_promote_s`` of the job's age, never below 0 (weight 1, no deadline). A controller with the
+    policy key ``rank_levels`` maps rank r to approximate queue 1 + r and leaves ranked jobs to their tags, so
+    jobs into one receiver are served one before another rather than interleaved in one queue
+    (docs/hostlib.md, Job ranks; docs/results.md, "Jobs that share a receiver")."""
+
+    job_rank_promote_s: float = 0.0
+    """With ``job_rank_levels``: a job's rank moves one level towards 0 every this many seconds of its age
+    (0: never), so no job stays behind the others it meets for longer than ``(L - 1)`` x this."""
 
     surplus: bool = True
     """``adaptive``: once the messages on their way cover a group's MSR, send further messages as surplus (TLR 1.0:
@@ -285,6 +313,10 @@ class AtpConfig:
             raise ConfigError("need loss_memory >= 1 and 1 <= loss_min_samples <= 2 * loss_memory")
         if self.reorder_threshold < 1:
             raise ConfigError("reorder_threshold must be >= 1")
+        if not 0 <= self.job_rank_levels <= JOB_RANK_MAX_LEVELS:
+            raise ConfigError(f"job_rank_levels must be in 0..{JOB_RANK_MAX_LEVELS}, got {self.job_rank_levels}")
+        if not self.job_rank_promote_s >= 0 or math.isinf(self.job_rank_promote_s):
+            raise ConfigError(f"job_rank_promote_s must be >= 0 seconds, got {self.job_rank_promote_s}")
         if not 1 <= self.max_messages <= MAX_MESSAGES:
             raise ConfigError(f"max_messages must be in 1..{MAX_MESSAGES}")
         if not 1 <= self.max_packets_per_message <= 0xFFFF:

@@ -45,7 +45,8 @@ import secrets
 from typing import Any
 
 from netapprox.hostlib import control, events, wire
-from netapprox.hostlib.config import DEFAULT_MAX_RATE_BPS, AtpConfig, ConfigError, JobSpec, Tags, required_messages
+from netapprox.hostlib.config import (DEFAULT_MAX_RATE_BPS, AtpConfig, ConfigError, JobSpec, Tags, job_rank,
+                                      required_messages)
 from netapprox.hostlib.rate import RateController, TokenBucket, WindowController
 from netapprox.hostlib.recovery import LossRecovery, SentPacket
 from netapprox.hostlib.scheduler import Scheduler
@@ -763,6 +764,11 @@ class AtpSender:
             if tags.deadline_s is not None:
                 slack = self.start_time + tags.deadline_s - now
                 deadline = min(_MAX_SLACK_US, max(0, int(slack * 1e6)))
+        elif g.approx and self.config.job_rank_levels:  # a rank between jobs (AtpConfig.job_rank_levels)
+            flags |= wire.Flags.TAGGED
+            weight = 1
+            priority = job_rank(self.job.job_id, self.config.job_rank_levels, now - self.start_time,
+                                self.config.job_rank_promote_s)
         return wire.encode_data(flags=int(flags), priority=priority, job_id=self.job.job_id, msg_id=m.msg_id,
                                 group_id=g.group_id, tlr=wire.TLR_ONE if low else wire.tlr_to_q15(g.tlr),
                                 pkt_idx=idx, pkt_cnt=m.cnt, seq=seq, deadline_us=deadline, weight=weight,

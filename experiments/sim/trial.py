@@ -496,6 +496,9 @@ class Trial:
         else:
             policy = PolicyConfig(mode="fifo" if self.switch in ("pfabric", "homa", "aeolus") else self.switch,
                                   ecn_threshold_pkts=s.ecn_threshold_pkts)
+            ranks = atp_variant(self.protocol).get("job_rank_levels", 0) if is_atp(self.protocol) else 0
+            if ranks and self.switch == "netapprox":  # the hosts rank their jobs: the switches map the ranks
+                policy = dataclasses.replace(policy, rank_levels=ranks)
             if self.policy_overrides:
                 policy = with_policy(policy, self.policy_overrides, f"trial {self.label!r}")
         self.policy = policy

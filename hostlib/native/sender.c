@@ -225,6 +225,16 @@ static inline int same_tags(const Msg *a, const Msg *b) {
            (!a->has_deadline || a->deadline_s == b->deadline_s);
 }
 
+/* config.job_rank: (job_id x 2654435761 >> 7) mod levels, one level less per promote_s of the job's age, >= 0 */
+static long long job_rank(uint32_t job_id, long long levels, double age_s, double promote_s) {
+    long long rank = (long long)((((uint64_t)job_id * 2654435761u) >> 7) % (uint64_t)levels);
+    if (promote_s > 0 && age_s > 0) {
+        double steps = age_s / promote_s;
+        rank = steps >= (double)rank ? 0 : rank - (long long)steps;
+    }
+    return rank;
+}
+
 /* _data_datagram's header fields: flags, tags, group, TLR (``low``: TLR 1.0, the lowest queue), counts */
 static void data_header(Sender *s, const Msg *m, AtpHeader *h, int retx, int low, unsigned count, Py_ssize_t plen,
                         double now) {
@@ -246,6 +256,10 @@ static void data_header(Sender *s, const Msg *m, AtpHeader *h, int retx, int low
                 v = 0;
             h->deadline_us = (uint32_t)v;
         }
+    } else if (g->approx && s->rank_levels > 0) { /* a rank between jobs: config.job_rank */
+        flags |= F_TAGGED;
+        h->weight = 1;
+        h->priority = (uint8_t)job_rank((uint32_t)s->job_id, s->rank_levels, now - s->start_time, s->rank_promote_s);
     }
     h->flags = flags;
     h->group_id = (uint16_t)g->group_id;

@@ -76,6 +76,8 @@ typedef struct {
     long long first_window; /* AtpConfig.first_window */
     int pack, surplus_on, first_low; /* AtpConfig.pack_messages, surplus, first_window_low */
     int grant_overrides; /* AtpConfig.grant_overrides_window */
+    long long rank_levels;  /* AtpConfig.job_rank_levels (0: off) */
+    double rank_promote_s;  /* AtpConfig.job_rank_promote_s */
     int queue_packets[8];
     /* messages and groups (by index, ascending group id) */
     Msg *msgs;

@@ -413,7 +413,9 @@ static int Sender_init(Sender *s, PyObject *args, PyObject *kwds) {
         cfg_double(config, "pacing_train_s", &s->pacing_train_s) ||
         cfg_int(config, "first_window", &s->first_window) || cfg_bool(config, "pack_messages", &s->pack) ||
         cfg_bool(config, "surplus", &s->surplus_on) || cfg_bool(config, "first_window_low", &s->first_low) ||
-        cfg_bool(config, "grant_overrides_window", &s->grant_overrides))
+        cfg_bool(config, "grant_overrides_window", &s->grant_overrides) ||
+        cfg_int(config, "job_rank_levels", &s->rank_levels) ||
+        cfg_double(config, "job_rank_promote_s", &s->rank_promote_s))
         return -1;
     s->scratch = malloc((size_t)(ATP_HEADER_LEN + ANNOUNCE_PREFIX_LEN + s->max_payload));
     if (s->scratch == NULL) {

@@ -228,3 +228,18 @@ def test_finishing_is_the_remaining_work_within_the_rate(groups, within):
     rate = sum(r.rate_bps for r in reports.values())
     want = within > 0 and bool(work) and work * 8.0 <= rate * within * (1 + 1e-12)
     assert policy.finishing(reports, within) == want or abs(work * 8.0 - rate * within) <= 1e-9 * rate * within
+
+
+def test_a_policy_that_ranks_jobs_leaves_every_job_to_its_tags():
+    """``rank_levels``: no queue_by_job entry (it would override the rank the packets carry), the rank rules
+    installed; without it the same reports place the jobs."""
+    placed = {}
+    for ranks in (0, 3):
+        cfg = PolicyConfig(rank_levels=ranks)
+        core = ControllerCore(ControllerConfig(switches=(SwitchConfig("s1"),), policy=cfg, reports=REPORTS))
+        for seq, (job, tlr) in enumerate(((1, 0.1), (2, 0.5), (3, 0.9)), 1):
+            assert core.ingest(report(job, 0, seq, tlr, 0.0), "10.0.0.1", 0.0) is not None
+        plan = core.step(0.0)
+        placed[ranks] = plan.desired["s1"].job_rules
+        assert len([r for r in plan.desired["s1"].tag_rules if r.priority_lo < 3]) == ranks
+    assert len(placed[0]) == 3 and not placed[3]

@@ -219,3 +219,30 @@ def test_next_group_report_builds_the_namedtuple_its_fields_say():
     assert second == GroupReport(0.4, 1.5, 0.0, 4e6, remaining=60, resolved=32, unresolved_bytes=0.0,
                                  message_bytes=25_000.0, interval=0.5)
     assert second.last_seen == 1.5 and second.rate_bps == 4e6
+
+
+def _tagged_packet(priority: int, job_id: int = 5, tlr: float = 0.5) -> bytes:
+    from netapprox.hostlib import wire
+    hdr = wire.Header(type=wire.PacketType.DATA, flags=int(wire.Flags.APPROX | wire.Flags.TAGGED), job_id=job_id,
+                      priority=priority, weight=1, tlr=wire.tlr_to_q15(tlr))
+    udp = (40000).to_bytes(2, "big") + wire.DEFAULT_ATP_PORT.to_bytes(2, "big") + (8 + 32).to_bytes(2, "big") + b"\0\0"
+    ip = bytes([0x45, 0, 0, 60, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2])
+    return ip + udp + wire.encode(hdr, b"")
+
+
+def test_job_ranks_go_to_queue_one_plus_rank_below_every_cadentflow_rule():
+    from netapprox.controller.reference import reference_queue
+    cfg = PolicyConfig(rank_levels=3, cadentflows=(
+        CadentFlow(name="x", flows=(TaggedFlow(priority=(1, 1), queue=6),), jobs=(9,)),))
+    static = policy.static_state(SwitchConfig(name="s1"), cfg)
+    assert static.tag_rules == {TagRule(4, 1, 1, 0, 0xFFFFFFFF, 6), TagRule(3, 0, 0, 0, 0xFFFFFFFF, 1),
+                                TagRule(2, 1, 1, 0, 0xFFFFFFFF, 2), TagRule(1, 2, 2, 0, 0xFFFFFFFF, 3)}
+    assert [reference_queue(static, _tagged_packet(p)) for p in (0, 1, 2)] == [1, 6, 3]
+    assert reference_queue(static, _tagged_packet(3)) == queue_for_tlr(0.5, cfg.thresholds)  # no rank 3: its TLR
+    plain = policy.static_state(SwitchConfig(name="s1"), PolicyConfig())
+    assert not plain.tag_rules and reference_queue(plain, _tagged_packet(2)) == queue_for_tlr(0.5, cfg.thresholds)
+
+
+def test_rank_levels_must_fit_the_approximate_queues():
+    with pytest.raises(config.ConfigError, match="rank_levels"):
+        PolicyConfig(rank_levels=8)

@@ -89,12 +89,19 @@ def test_every_mode_on_every_path(mode, path):
     {"pack_messages": False}, {"first_window_low": True, "initial_window": 3}, {"open_admission_share": 0.0},
     {"adaptive_reorder": False}, {"reorder_threshold": 8, "ack_every": 2},
     {"path_reorders": True}, {"path_reorders": True, "adaptive_reorder": False},
+    {"job_rank_levels": 3, "job_rank_promote_s": 0.001}, {"job_rank_levels": 7},
 ])
 def test_knobs(knobs):
     cfg = AtpConfig(**{"max_rate_bps": 40e6, **knobs})
     for path in ("lossy", "reorder-dup", "bottleneck", "trimming", "spraying-lossy"):
         for job in ("groups", "mixed-sizes"):
             twin_run(JOBS[job], cfg, **PATHS[path])
+
+
+def test_job_ranks_next_to_cadentflow_tags():
+    cfg = AtpConfig(max_rate_bps=40e6, job_rank_levels=3, job_rank_promote_s=0.002)
+    for path in ("clean", "lossy", "reorder-dup"):
+        twin_run(JOBS["tagged"], cfg, **PATHS[path])
 
 
 @pytest.mark.parametrize("path", sorted(PATHS))

@@ -411,6 +411,38 @@ def test_cadentflow_tags_and_deadline_slack_are_stamped():
     assert all(not h.tagged and h.deadline_us == wire.NO_DEADLINE for _, h in untagged)
 
 
+def test_job_rank_is_stamped_on_untagged_approximate_data_and_promoted_with_age():
+    from netapprox.hostlib.config import job_rank
+    assert [job_rank(j, 3) for j in range(1, 9)] == [0, 0, 1, 1, 1, 2, 2, 0]  # (id x 2654435761 >> 7) mod 3
+    assert job_rank(6, 3, 0.0049, 0.002) == 0 and job_rank(6, 3, 0.0021, 0.002) == 1 and job_rank(6, 3, 1.0) == 2
+    msgs = tuple(Message(pattern_bytes(i, 1000), group_id=1 if i < 6 else 0,
+                         tags=Tags(priority=9, weight=4) if i == 20 else None) for i in range(40))
+    job = JobSpec(job_id=6, messages=msgs, msr=0.5, group_msr={1: 1.0})
+    record: list = []
+    run = run_job(job, AtpConfig(max_rate_bps=50e6, job_rank_levels=3, job_rank_promote_s=0.002),
+                  forward=Path(record=record))
+    assert_guarantee(run, job)
+    data = [h for _, h in record if h.type == wire.PacketType.DATA and h.msg_id < 40]
+    ranked = [(t, h.priority) for t, h in record if h.type == wire.PacketType.DATA and h.msg_id < 40 and h.approx
+              and h.msg_id != 20]
+    assert all(p == job_rank(6, 3, t, 0.002) for t, p in ranked)  # the sender starts at 0: t is the job's age
+    assert {p for _, p in ranked} == {0, 1, 2} and ranked[0][1] == job_rank(6, 3) == 2
+    assert all(h.tagged and h.weight == 1 for h in data if h.approx and h.msg_id != 20)
+    assert all(not h.tagged for h in data if not h.approx)  # the MSR-1.0 group is not approximate: no rank
+    assert all(h.priority == 9 and h.weight == 4 for h in data if h.msg_id == 20)  # its own tags win
+    plain: list = []
+    run_job(job, AtpConfig(max_rate_bps=50e6), forward=Path(record=plain))
+    assert all(not h.tagged for _, h in plain if h.type == wire.PacketType.DATA and h.msg_id != 20)
+
+
+def test_job_rank_levels_must_fit_the_approximate_queues():
+    from netapprox.hostlib.config import ConfigError
+    with pytest.raises(ConfigError, match="job_rank_levels"):
+        AtpConfig(job_rank_levels=8)
+    with pytest.raises(ConfigError, match="job_rank_promote_s"):
+        AtpConfig(job_rank_levels=3, job_rank_promote_s=-1.0)
+
+
 def test_float_vector_comes_back_with_lost_ranges_zero_filled():
     from netapprox.hostlib.vector import assemble
     values = [float(i) for i in range(1000)]
