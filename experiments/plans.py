@@ -70,9 +70,10 @@ spraying fabric with fixed thresholds (``atp-reorder64``: a packet is lost when 
 adaptive rule only once a job has seen reordering, its first window on the threshold of 3, as before the simulated
 fabric told its senders that it sprays, ``path_reorders``); ``atp-rank``: a rank between jobs from their first
 packet (``job_rank_levels`` 3, promoted every 60 µs, about four base RTTs of the k=4 fabric; the controller's
-policy gets ``rank_levels`` 3: ranks to queues 1-3, no per-job placement). Keys that are not ``AtpConfig`` fields are the simulated
-network's: ``trim`` (the switches trim approximate packets instead of dropping them), ``spray`` (per-packet load
-balancing of approximate ATP DATA), ``approx_buffer_unit`` (the approximate queues' buffers: 1, the paper's)."""
+policy gets ``rank_levels`` 3: ranks to queues 1-3, no per-job placement). Keys that are not ``AtpConfig``
+fields are the simulated network's: ``trim`` (the switches trim approximate packets instead of dropping them),
+``spray`` (per-packet load balancing of approximate ATP DATA), ``approx_buffer_unit`` (the approximate queues'
+buffers: 1, the paper's)."""
 
 SWITCHES = ("netapprox", "static", "fifo")
 """The switches a trial runs on: NetApprox queues re-mapped by the controller; the same queues with static
