@@ -815,6 +815,19 @@ def test_tag_rules_as_prefixes_classify_like_their_ranges():
     check()
 
 
+def test_job_rank_rules_as_p4_entries():
+    """The controller's job-rank rules (``[policy] rank_levels`` 3) as the P4 program's queue_by_tag entries:
+    rank r to queue 1 + r at any deadline, nothing for a priority above the ranks."""
+    from netapprox.controller import policy
+    from netapprox.controller.config import PolicyConfig
+    driver = P4RuntimeDriver("s1", P4RuntimeOptions(p4info=str(P4INFO), check_bmv2_version=False))
+    state = policy.static_state(SwitchConfig(name="s1"), PolicyConfig(rank_levels=3))
+    entries = [c.entry for c in driver.pending_changes(SwitchState(tag_rules=state.tag_rules))
+               if c.table is driver.classification.queue_by_tag]
+    for deadline in (0, 999, wire.NO_DEADLINE):
+        assert [_p4_tag_queue(entries, p, deadline) for p in range(5)] == [1, 2, 3, None, None]
+
+
 def test_the_reference_model_never_puts_approximate_traffic_in_queue_zero():
     hdr = wire.Header(type=wire.PacketType.DATA, flags=int(wire.Flags.APPROX), job_id=5, tlr=0x1000)
     udp = (40000).to_bytes(2, "big") + (7600).to_bytes(2, "big") + (8 + 32).to_bytes(2, "big") + b"\x00\x00"

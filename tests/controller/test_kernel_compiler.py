@@ -197,3 +197,15 @@ def test_the_p4_driver_refuses_a_fifo_state():
     d.name = "s1"
     with pytest.raises(ConfigError, match="fifo needs a kernel"):
         d._set_desired(SwitchState(fifo=True))
+
+
+def test_job_ranks_compile_to_queue_one_plus_rank():
+    """The controller's job-rank rules (``[policy] rank_levels``) in the kernel switch's u32 layout: a TAGGED
+    approximate packet of rank r goes to queue 1 + r, whatever its TLR; a priority above the ranks by its TLR."""
+    from netapprox.controller import policy
+    from netapprox.controller.config import PolicyConfig, SwitchConfig
+    state = policy.static_state(SwitchConfig(name="s1"), PolicyConfig(rank_levels=3))
+    tagged = wire.Flags.APPROX | wire.Flags.TAGGED
+    for priority, want in ((0, 1), (1, 2), (2, 3), (3, 6)):
+        assert both(state, atp_data(job=6, tlr=0x7800, flags=tagged, priority=priority)) == (want, want)
+    assert both(state, atp_data(job=6, tlr=0x7800, priority=0)) == (6, 6)  # untagged: TLR 0.94, queue 6 (T_6 0.875)

@@ -84,6 +84,18 @@ def test_table_order_job_then_tag_then_tlr_then_default(cpp):
         assert both(cpp, state, pkt) == (q, q), name
 
 
+def test_job_ranks_go_to_queue_one_plus_rank(cpp):
+    """The controller's job-rank state (``[policy] rank_levels`` 3) on the ns-3 switch: rank r to queue 1 + r
+    whatever the TLR, a priority above the ranks and an untagged packet by their TLR."""
+    from netapprox.controller import policy
+    from netapprox.controller.config import PolicyConfig, SwitchConfig
+    state = policy.static_state(SwitchConfig(name="s1"), PolicyConfig(rank_levels=3))
+    tagged = wire.Flags.APPROX | wire.Flags.TAGGED
+    for priority, want in ((0, 1), (1, 2), (2, 3), (3, 6)):
+        assert both(cpp, state, atp_data(job=6, tlr=0x7800, flags=tagged, priority=priority)) == (want, want)
+    assert both(cpp, state, atp_data(job=6, tlr=0x7800, priority=0)) == (6, 6)
+
+
 def test_port_zero_rule_matches_protocols_without_ports(cpp):
     state = SwitchState(class_rules=frozenset({ClassRule(rank=1, ip_proto=0, ip_proto_mask=0, l4_dport=0,
                                                          l4_dport_mask=0xFFFF, qid=5)}))
