@@ -244,13 +244,14 @@ class AtpConfig:
     finished_linger_s: float = 5.0
     """Receiver: how long a finished job's DONE is kept to answer repeated FINs."""
 
-    receiver_grants: bool = False
+    receiver_grants: bool = True
     """Receiver: schedule what its jobs send beyond their first window (Homa, pHost). It grants each job how far
     it may send (a sequence number, on its ACKs or in a GRANT), in order of the least data left to reach the MSR,
     keeping ``grant_window_packets`` in flight towards itself in all; a job whose MSR is met comes last, with what
     the others are not expected to need (its sender may still send the rest: ``all_sent``). A sender follows
-    grants once its receiver sends them. The grants are a few numbers
-    in each job's record."""
+    grants once its receiver sends them. The grants are a few numbers in each job's record. On by default, as in
+    the simulation (one default for every data plane: tests/test_parity.py); docs/results.md, "Receiver grants",
+    has what was measured with and without."""
 
     grant_overrides_window: bool = True
     """Sender: once its receiver grants, data below the grant leaves whatever the ``adaptive`` window says (Homa,

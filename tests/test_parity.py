@@ -19,7 +19,7 @@ from netapprox.experiments import atp_job
 from netapprox.experiments.emulated import Scale, sprays
 from netapprox.experiments.plans import ATP_ABLATION, ATP_VARIANTS
 from netapprox.experiments.sim.trial import (
-    KNOWN_DISAGREEMENTS, SCALED_ATP_KNOBS, SETTINGS_PARITY, SimSettings, atp_config)
+    SCALED_ATP_KNOBS, SETTINGS_PARITY, SimSettings, atp_config)
 from netapprox.hostlib.config import AtpConfig
 from netapprox.topo.testbed import TestbedConfig as TbConfig
 
@@ -64,7 +64,7 @@ def test_parity_one_approximate_queue_sizing_policy(buffer):
 
 
 def test_parity_simulation_atp_is_hostlib_default_but_for_scaled_knobs():
-    allowed = set(SCALED_ATP_KNOBS) | set(KNOWN_DISAGREEMENTS)
+    allowed = set(SCALED_ATP_KNOBS)
     sim = differing(atp_config(SimSettings(), "atp"))
     assert set(sim) <= allowed, f"the simulation changes unscaled knobs: {set(sim) - allowed}"
     for name, knobs in {**ATP_VARIANTS, **ATP_ABLATION}.items():  # a variant changes its own knobs only
@@ -72,13 +72,6 @@ def test_parity_simulation_atp_is_hostlib_default_but_for_scaled_knobs():
         extra = set(differing(cfg)) - allowed - set(knobs)
         assert not extra, (name, extra)
     assert not atp_config(SimSettings(), "atp-nogrants").receiver_grants
-
-
-@pytest.mark.xfail(strict=True, reason="a design default the simulation sets and hostlib does not "
-                                       "(experiments.sim.trial.KNOWN_DISAGREEMENTS says why)")
-@pytest.mark.parametrize("knob", sorted(KNOWN_DISAGREEMENTS))
-def test_parity_known_disagreements_between_simulation_and_hostlib(knob):
-    assert getattr(atp_config(SimSettings(), "atp"), knob) == getattr(DEFAULT, knob)
 
 
 def test_parity_the_testbeds_receivers_are_hostlibs_default_but_for_their_links_rate():

@@ -136,8 +136,8 @@ class SimSettings:
     reordering (docs/simulation.md, "Spraying and grants"). A protocol variant may say otherwise (``spray``)."""
     atp_receiver_grants: bool = True
     """ATP receivers schedule what their jobs send beyond the first window (hostlib's ``receiver_grants``; granted
-    data is not held by the sender's window, ``grant_overrides_window``). hostlib leaves grants off by default:
-    a known disagreement (``SETTINGS_PARITY``; tests/test_parity.py keeps it flagged until it is resolved)."""
+    data is not held by the sender's window, ``grant_overrides_window``), as hostlib's default does
+    (``SETTINGS_PARITY``, tests/test_parity.py)."""
     pfabric_buffer_packets: int | None = None
     """pFabric: every switch port's buffer, packets; None: two bandwidth-delay products of the topology
     (``peers.pfabric_buffer_packets``, pFabric's §4 setting)."""
@@ -197,8 +197,8 @@ SETTINGS_PARITY: dict[str, tuple[str, str]] = {
     "check_us": ("simulator", "how often a simulated trial checks for completion"),
     "topology": ("scaled", "the fabric being modelled"),
     "atp_core": ("simulator", "which implementation of hostlib's cores runs (same datagrams either way)"),
-    "atp_receiver_grants": ("shared", "hostlib's AtpConfig.receiver_grants, which every testbed runs: off there, on "
-                                      "here (KNOWN_DISAGREEMENTS)"),
+    "atp_receiver_grants": ("shared", "hostlib's AtpConfig.receiver_grants, which every testbed runs: on "
+                                      "everywhere (off: the named variant atp-nogrants)"),
     "min_rto_us": ("baseline", "TCP's minimum RTO (ATP's min_loss_timeout_s follows it: SCALED_ATP_KNOBS)"),
     "initial_rto_us": ("baseline", "TCP's first RTO"),
     "initial_cwnd": ("baseline", "TCP's initial window"),
@@ -241,25 +241,6 @@ SCALED_ATP_KNOBS: dict[str, str] = {
 sprays; every other knob is
 hostlib's default unless a named variant (``experiments.plans``) overrides it (tests/test_parity.py)."""
 
-KNOWN_DISAGREEMENTS: dict[str, str] = {
-    "receiver_grants": "the simulation grants (SimSettings.atp_receiver_grants), hostlib's default does not "
-                       "(docs/results.md, Receiver grants: one default? and Receiver grants: lost ACKs and the "
-                       "default). Without grants the k=12 simulation loses 22%/18% of ATP's payloads (bar: 5%), so "
-                       "the simulation cannot follow hostlib. What kept hostlib from following is measured as "
-                       "fixed or not worse: a tail timeout gives a granted sender's overdue packets their places "
-                       "back (87.5-90% ACK-path loss: grants 0.90-0.98x the JCT of none, the ACK-path example "
-                       "passes), and side by side on the emulated rack and leaf-spine grants kept the rack's ATP JCTs "
-                       "(0.85-1.02x), the sprayed leaf-spine's (0.97/0.93x over six seeds) and its spray / flow-hash "
-                       "ratio (0.80/0.75 against 0.90/0.84) and met the loss benchmark's bars. But with hostlib's "
-                       "default on, two statistical tests of "
-                       "tests/analytics miss their bars by one draw (coverage 185 of 200, 186 needed; 848 of 1,200 "
-                       "rows, under 840 needed), as close to them without grants (186; 833): hostlib does not "
-                       "follow until they are examined",
-}
-"""Design defaults that still differ between the simulation and the other data planes, and why. Each one is an
-expected failure in tests/test_parity.py (strict: it fails once the two agree, so the entry must go)."""
-
-
 def atp_config(settings: SimSettings, protocol: str) -> AtpConfig:
     """hostlib's AtpConfig for ``protocol`` at data-center scale: every knob that is a rate or a time scaled
     to the topology, everything else hostlib's default."""
@@ -282,7 +263,7 @@ def atp_config(settings: SimSettings, protocol: str) -> AtpConfig:
     unscaled = set(wanted) - set(SCALED_ATP_KNOBS)
     if unscaled:
         raise ValueError(f"atp_config sets {sorted(unscaled)}, which are not scaled knobs: use a named variant")
-    wanted["receiver_grants"] = settings.atp_receiver_grants  # KNOWN_DISAGREEMENTS
+    wanted["receiver_grants"] = settings.atp_receiver_grants  # hostlib's default unless a study turns it off
     wanted.update(atp_variant(protocol))
     known = {f.name for f in dataclasses.fields(AtpConfig)}
     return AtpConfig(**{k: v for k, v in wanted.items() if k in known})

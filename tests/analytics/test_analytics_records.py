@@ -63,18 +63,23 @@ def _two_phase(run: int, aggregate: str, e_max: float, *, mrdf: bool = False, ma
     return est, truth, len(sample), len(arrived)
 
 
+RUNS = 1000
+
+
 @pytest.mark.parametrize("aggregate, e_max", [("avg", 0.05), ("count", 0.1)])
 def test_s2_records_two_phase_sample_covers_at_its_confidence(aggregate, e_max):
-    """200 draws: the reducer's 95 % bound, read from the records S2 delivered of S1's sample, covers the
-    population's answer in >= 93 % of them, its z-scores centred, while S2 moved a sample of S1's rows."""
+    """1,000 draws: the reducer's 95 % bound, read from the records S2 delivered of S1's sample, covers the
+    population's answer in >= 93 % of them, its z-scores centred, while S2 moved a sample of S1's rows. (With 200
+    draws the share a 95 % bound covers has a standard deviation of 1.5 points: the Avg's was 186 of 200 without
+    receiver grants and 185 with them, 94.8 % and 94.5 % over these 1,000.)"""
     covered, zs, s1, s2 = 0, [], [], []
-    for run in range(200):
+    for run in range(RUNS):
         est, truth, n1, n2 = _two_phase(run, aggregate, e_max)
         covered += est.covers(truth)
         zs.append((est.value - truth) / (est.half_width / 1.96))
         s1.append(n1)
         s2.append(n2)
-    assert covered >= 0.93 * 200, covered
+    assert covered >= 0.93 * RUNS, covered
     assert abs(statistics.mean(zs)) < 0.2
     assert statistics.mean(s2) < 0.8 * statistics.mean(s1)  # S2 sampled again: not every row of S1 moved
 
