@@ -303,6 +303,7 @@ class AtpHookState:
         self.config = config
         self.rank = rank
         self.world = world
+        self._group = process_group
         self.fpp = wire.floats_per_packet(config.atp.max_payload)
         seed = None if config.seed is None else config.seed * 1000 + rank
         addr = config.address or _default_address()
@@ -327,6 +328,7 @@ class AtpHookState:
         self._lock = threading.Lock()
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="atp-bucket")
         self._unsettled: set[concurrent.futures.Future] = set()
+        self._settled = threading.Condition(self._lock)  # notified when a job's summary is folded into its row
         self.stats: list[dict] = []
         self.tail = None if config.msr_floor is None else TailBound(TailConfig(config.msr_floor),
                                                                      [p for p in range(world) if p != rank])
@@ -340,11 +342,15 @@ class AtpHookState:
     # -- statistics ---------------------------------------------------------------------------------------
 
     def settle(self, timeout: float | None = None) -> None:
-        """Wait until every job sent so far is confirmed (or failed), so ``stats`` and ``group_loss`` are
-        complete."""
-        with self._lock:
-            pending = list(self._unsettled)
-        concurrent.futures.wait(pending, timeout=timeout)
+        """Wait until every job sent so far is confirmed (or failed) and its bucket's row is in ``stats``, so
+        ``stats`` and ``group_loss`` are complete (a future's waiters wake before its callbacks run, so waiting
+        for the futures alone could read ``stats`` a row short). A collective: every worker calls it, and it
+        returns once every worker's jobs settled, so no worker closes (and leaves a peer's last jobs to it
+        unanswered) while a peer still waits for its DONEs."""
+        with self._settled:
+            self._settled.wait_for(lambda: not self._unsettled, timeout=timeout)
+        if self.world > 1 and dist.is_available() and dist.is_initialized():
+            dist.barrier(group=self._group)
 
     def group_loss(self, phase: str = "reduce") -> dict[int, dict[str, float]]:
         """Over every job of ``phase`` (``reduce`` or ``gather``) this worker sent: per group, MSR, messages,
@@ -664,6 +670,7 @@ class AtpHookState:
                     self.stats.append(row)
                     if len(self.stats) > 20000:
                         del self.stats[:10000]
+                self._settled.notify_all()
 
         if not futures:
             with self._lock:

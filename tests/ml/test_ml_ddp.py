@@ -326,6 +326,30 @@ def test_ddp_tail_bound_lowers_the_slow_paths_msr_and_keeps_replicas_identical()
     assert 0.38 < results[0]["zeroed"] < 0.5
 
 
+def test_settle_returns_only_once_every_row_is_in_stats():
+    """A future's waiters wake before its callbacks run: ``settle`` waits for the row the last summary completes,
+    not for the futures alone (the tail-bound test once read one worker's ``stats`` a row short). A callback
+    registered ahead of the hook's holds the future's callbacks back while the job is already done."""
+    import concurrent.futures
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from netapprox.ml.hook import AtpHookState
+    state = AtpHookState.__new__(AtpHookState)
+    state.world, state._unsettled, state.stats = 1, set(), []
+    state._lock = threading.Lock()
+    state._settled = threading.Condition(state._lock)
+    fut: concurrent.futures.Future = concurrent.futures.Future()
+    fut.add_done_callback(lambda f: time.sleep(0.3))
+    state._account({"jobs": {}, "groups": {}, "gather_groups": {}}, [("agree", fut)])
+    summary = SimpleNamespace(jct_s=0.0, closed_s=0.0, packets_sent=1, retransmissions=0, packets_surplus=0,
+                              packets_lost=0, groups=[])
+    threading.Thread(target=fut.set_result, args=(summary,)).start()
+    state.settle(5.0)
+    assert len(state.stats) == 1 and state.stats[0]["jobs"]["agree"]["n"] == 1
+
+
 def test_ddp_tail_bound_config_needs_the_shapes_it_lowers():
     from netapprox.hostlib.config import ConfigError
     from netapprox.ml.hook import HookConfig, bounded
