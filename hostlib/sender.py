@@ -61,7 +61,6 @@ UNSENT, IN_FLIGHT, ACKED, LOST = range(4)
 _MAX_SLACK_US = wire.NO_DEADLINE - 1
 _FIN_RETRY_MIN_S = 0.02
 _ECHO = -1  # control queue entry: announce part 0 once more, carrying the token an ACK brought (validation)
-_MAX_ANNOUNCE_DOUBLINGS = 3  # an announce part goes at most 2^3 = 8 times a round (``_announce_copies``)
 
 
 class SenderState(enum.Enum):
@@ -298,11 +297,6 @@ class AtpSender:
         """The address-validation token of the receiver's NEW_TOKEN, for the next job to it (``address_token``)."""
         self._admitted = False  # an ACK came: the receiver holds the job
         self.retries_received = 0  # RETRYs that made the job start over
-        self.announce_rounds_unanswered = 0
-        """Tail timeouts that found an announce part unanswered before the job was admitted (no ACK yet; a RETRY
-        does not reset it): each doubles the copies of the announce a round sends (``_announce_copies``)."""
-        self._retry_floor = 0  # offset of the first sequence number sent since the job last started over
-        self._round_floor = 0  # offset of the first sequence number of the announce's current round
         self._echo_next = 0.0  # earliest time the token may be echoed again (validation of a job admitted at once)
         self._token_pending = False  # the last ACK carried a token: the receiver still waits for the echo
         self._sent_msg = array.array("I")  # per sequence number used (seq - ISN): the msg_id and pkt_idx it
@@ -788,25 +782,23 @@ class AtpSender:
         message or one part of one (not a packed one), not yet acknowledged. Keeps the sender busy when most of
         what it sends dies and the rest would wait a tail timeout per round. ``adaptive`` only: the paper's rate
         control (``paper`` and its ablations) sends what it always sent. None below p = 1/3 until a tail timeout
-        (``LossRecovery.copies``). Before the job is admitted, an announce part also goes ``_announce_copies()``
-        times a round (the original and its copies)."""
+        (``LossRecovery.copies``)."""
         if not self.adaptive or self.state != SenderState.SENDING or (
                 nxt is not None and (nxt[0] in control.CONTROL_MSG_IDS or nxt[0] == _ECHO)):
             return None
         want = self.recovery.copies()
-        extra = max(want, 0 if self._admitted else self._announce_copies() - 1)  # of an announce part
-        if extra == 0:
+        if want == 0:
             return None
         announce: SentPacket | None = None
         data: SentPacket | None = None
         for p in self.recovery.in_flight.values():
-            if p.copy or p.copies >= extra:
+            if p.copy or p.copies >= want:
                 continue
             if p.msg_id == control.ANNOUNCE_MSG_ID:
                 if not self._announce_acked[p.pkt_idx] and (announce is None or p.copies < announce.copies):
                     announce = p
-            elif (p.copies < want and nxt is None and p.group_id is not None and not p.more
-                  and p.msg_id < len(self.messages) and (data is None or p.copies < data.copies)
+            elif (nxt is None and p.group_id is not None and not p.more and p.msg_id < len(self.messages)
+                  and (data is None or p.copies < data.copies)
                   and self.messages[p.msg_id].pkt_state[p.pkt_idx] == IN_FLIGHT):
                 data = p
         return announce or data
@@ -923,9 +915,6 @@ class AtpSender:
         if self._carried(header.seq) != (control.ANNOUNCE_MSG_ID, header.pkt_idx):
             self.rejected["retry_unsent_seq"] += 1
             return
-        if self.announce_rounds_unanswered and (header.seq - self._isn) & 0xFFFFFFFF < self._retry_floor:
-            self.rejected["retry_stale"] += 1  # a copy's answer from before the job started over: one restart
-            return
         try:
             token = wire.decode_retry_payload(payload)
         except wire.MalformedPacket:
@@ -938,7 +927,6 @@ class AtpSender:
         self._free_until = ((self._seq - self._isn) & 0xFFFFFFFF) + max(self.config.first_window, len(self._announce))
         self._grant = None
         self._grant_top = -1
-        self._retry_floor = self._round_floor = (self._seq - self._isn) & 0xFFFFFFFF
         self._control = collections.deque((control.ANNOUNCE_MSG_ID, i) for i in range(len(self._announce)))
         # live MSR changes made so far hold on: applied again, and sent again behind the announce
         self._msr_sent.clear()
@@ -949,16 +937,6 @@ class AtpSender:
             self._queue_msr_change(gid)
         self._epoch_end = now + self._epoch_length()
         self._last_progress = now
-
-    def _announce_copies(self) -> int:
-        """How many times each announce part goes in a round before the job is admitted: 1 while no round went
-        unanswered (a path whose first announce is answered sends what it always sent), then 2, 4 and at most 8,
-        doubling with each unanswered round (``announce_rounds_unanswered``; the backoff stays the tail
-        timeout's). One RETRY or ACK is all a round needs back, and the receiver answers every copy: with 90 % of
-        the answers lost, a round of 8 copies of a part goes unanswered with probability 0.43, a single one 0.9.
-        A duplicate announce costs the receiver no state (a RETRY is stateless, and a duplicate of an admitted
-        job's part is acknowledged)."""
-        return 1 << min(self.announce_rounds_unanswered, _MAX_ANNOUNCE_DOUBLINGS)
 
     def _on_new_token(self, header: wire.Header, payload: bytes) -> None:
         """The receiver holds the job validated and gives this host an address-validation token for its next jobs:
@@ -1089,11 +1067,6 @@ class AtpSender:
             self._events.append(events.MessageAcked(m.msg_id, g.group_id))
 
     def _on_lost(self, lost: list[SentPacket], now: float) -> None:
-        if not self._admitted and any(p.msg_id == control.ANNOUNCE_MSG_ID and not p.copy
-                                      and not self._announce_acked[p.pkt_idx]
-                                      and (p.seq - self._isn) & 0xFFFFFFFF >= self._round_floor for p in lost):
-            self.announce_rounds_unanswered += 1  # a round of the announce went unanswered: the next one opens
-            self._round_floor = (self._seq - self._isn) & 0xFFFFFFFF
         if self._grant is not None:  # a granted packet lost past what the receiver had gives its place back
             for p in lost:
                 off = (p.seq - self._isn) & 0xFFFFFFFF
@@ -1112,7 +1085,7 @@ class AtpSender:
             if p.msg_id == control.ANNOUNCE_MSG_ID:
                 if not self._announce_acked[p.pkt_idx]:
                     self._control.append((p.msg_id, p.pkt_idx))
-                    if self.recovery.every_overdue and self._admitted:  # twice (before admission: copies)
+                    if self.recovery.every_overdue:  # twice: a receiver takes no data of the job before it
                         self._control.append((p.msg_id, p.pkt_idx))
                 continue
             if p.msg_id == control.MSR_MSG_ID:

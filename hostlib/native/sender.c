@@ -407,21 +407,18 @@ static int32_t copy_candidate(Sender *s, int have_next, uint32_t next_msg) {
     if (!s->adaptive || s->state != S_SENDING || (have_next && is_control(next_msg)))
         return -1;
     long long want = recovery_copies(&s->recovery);
-    long long extra = s->admitted ? 0 : sender_announce_copies(s) - 1; /* of an announce part */
-    if (extra < want)
-        extra = want;
-    if (extra == 0)
+    if (want == 0)
         return -1;
     const PacketMap *f = &s->recovery.in_flight;
     int32_t ann = -1, data = -1;
     for (int32_t cur = f->head; cur >= 0; cur = f->nodes.v[cur].next) {
         const SentPkt *p = &f->nodes.v[cur].p;
-        if (p->copy || (long long)p->copies >= extra)
+        if (p->copy || (long long)p->copies >= want)
             continue;
         if (p->msg_id == ANNOUNCE_MSG_ID) {
             if (!s->announce_acked[p->pkt_idx] && (ann < 0 || p->copies < f->nodes.v[ann].p.copies))
                 ann = cur;
-        } else if ((long long)p->copies < want && !have_next && p->group_id >= 0 && p->more_n == 0 && p->msg_id < s->nmsgs &&
+        } else if (!have_next && p->group_id >= 0 && p->more_n == 0 && p->msg_id < s->nmsgs &&
                    (data < 0 || p->copies < f->nodes.v[data].p.copies) &&
                    s->pkt_state[s->msgs[p->msg_id].pkt_base + p->pkt_idx] == P_IN_FLIGHT) {
             data = cur;

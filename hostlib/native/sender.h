@@ -116,9 +116,6 @@ typedef struct {
     PyObject *admission_key; /* bytes or None */
     int admitted;            /* an ACK came: the receiver holds the job */
     long long retries_received;
-    long long announce_rounds_unanswered; /* rounds of the announce unanswered before admission (sender.py) */
-    uint32_t retry_floor;    /* offset of the first sequence number sent since the job last started over */
-    uint32_t round_floor;    /* offset of the first sequence number of the announce's current round */
     double echo_next;        /* earliest time the token may be echoed again */
     int token_pending;       /* the last ACK carried a token: the receiver still waits for the echo */
     uint32_t free_until;     /* sequence numbers (offsets from the ISN) below this are the first window */
@@ -173,11 +170,6 @@ int sender_build_announce(Sender *s, PyObject *vector_len);
 
 /* sequence number offset from the ISN of the next packet */
 static inline uint32_t sender_next_off(const Sender *s) { return s->seq - s->isn; }
-/* _announce_copies: how many times each announce part goes a round before admission: 1, then doubling with each
- * unanswered round, at most 8 */
-static inline long long sender_announce_copies(const Sender *s) {
-    return 1LL << (s->announce_rounds_unanswered < 3 ? s->announce_rounds_unanswered : 3);
-}
 /* a datagram rejected for ``reason`` (counted in ``rejected``): 0, or -1 with a Python error */
 int sender_reject(Sender *s, const char *reason);
 /* _carried: whether this sender used ``seq`` (1), and for which (msg_id, pkt_idx) */

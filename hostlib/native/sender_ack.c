@@ -157,14 +157,6 @@ static int message_packet_lost(Sender *s, uint32_t id, uint32_t idx, int retx, u
 
 /* _on_lost over ``lost`` */
 int sender_on_lost(Sender *s, const SentPkt *lost, size_t n) {
-    if (!s->admitted) /* a round of the announce went unanswered: the next one opens (_announce_copies) */
-        for (size_t i = 0; i < n; i++)
-            if (lost[i].msg_id == ANNOUNCE_MSG_ID && !lost[i].copy && !s->announce_acked[lost[i].pkt_idx] &&
-                (uint32_t)(lost[i].seq - s->isn) >= s->round_floor) {
-                s->announce_rounds_unanswered++;
-                s->round_floor = sender_next_off(s);
-                break;
-            }
     if (s->grant >= 0) /* a granted packet lost past what the receiver had gives its place back */
         for (size_t i = 0; i < n; i++) {
             int64_t off = (uint32_t)(lost[i].seq - s->isn);
@@ -199,7 +191,7 @@ int sender_on_lost(Sender *s, const SentPkt *lost, size_t n) {
         if (p->msg_id == ANNOUNCE_MSG_ID) {
             if (!s->announce_acked[p->pkt_idx]) {
                 rc = sender_ctl_append(s, p->msg_id, p->pkt_idx);
-                if (rc == 0 && s->recovery.every_overdue && s->admitted) /* twice (before admission: copies) */
+                if (rc == 0 && s->recovery.every_overdue) /* twice: no data is taken before it */
                     rc = sender_ctl_append(s, p->msg_id, p->pkt_idx);
             }
             continue;

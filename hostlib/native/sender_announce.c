@@ -85,8 +85,6 @@ int sender_on_retry(Sender *s, const AtpHeader *h, const uint8_t *payload, size_
     uint32_t cm, ci;
     if (!sender_carried(s, h->seq, &cm, &ci) || cm != ANNOUNCE_MSG_ID || ci != h->pkt_idx)
         return sender_reject(s, "retry_unsent_seq");
-    if (s->announce_rounds_unanswered && (uint32_t)(h->seq - s->isn) < s->retry_floor)
-        return sender_reject(s, "retry_stale"); /* a copy's answer from before the job started over */
     PyObject *token;
     int bad = read_token(s, payload, len, &token);
     if (bad != 0)
@@ -100,7 +98,6 @@ int sender_on_retry(Sender *s, const AtpHeader *h, const uint8_t *payload, size_
                                                                                           : s->first_window);
     s->grant = -1;
     s->grant_top = -1;
-    s->retry_floor = s->round_floor = sender_next_off(s);
     while (!RING_EMPTY(&s->ctl))
         RING_POP(&s->ctl);
     for (size_t i = 0; i < s->nannounce; i++)

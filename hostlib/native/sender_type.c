@@ -771,9 +771,6 @@ static PyObject *get_refused(Sender *s, void *c) {
 }
 static PyObject *get_surplus(Sender *s, void *c) { return PyLong_FromLongLong(s->packets_surplus); }
 static PyObject *get_retries_received(Sender *s, void *c) { return PyLong_FromLongLong(s->retries_received); }
-static PyObject *get_announce_rounds_unanswered(Sender *s, void *c) {
-    return PyLong_FromLongLong(s->announce_rounds_unanswered);
-}
 static PyObject *get_new_token(Sender *s, void *c) { return new_ref_or_none(s->new_token); }
 
 static PyGetSetDef Sender_getset[] = {
@@ -784,8 +781,6 @@ static PyGetSetDef Sender_getset[] = {
     {"socket_refused", (getter)get_refused, NULL,
      "ECONNREFUSED seen by transmit/receive_from/run (ICMP port unreachable on a connected socket).", NULL},
     {"retries_received", (getter)get_retries_received, NULL, "RETRYs that made the job start over.", NULL},
-    {"announce_rounds_unanswered", (getter)get_announce_rounds_unanswered, NULL,
-     "Rounds of the announce the tail timeout found unanswered before the job was admitted.", NULL},
     {"new_token", (getter)get_new_token, NULL, "The address-validation token of the receiver's NEW_TOKEN, or None.",
      NULL},
     {"job", (getter)get_job, NULL, "The JobSpec.", NULL},

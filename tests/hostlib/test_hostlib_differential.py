@@ -134,21 +134,6 @@ def test_the_answers_loss_sizes_the_tail_and_the_fin_alike(seed):
     assert run.sender.py.recovery.missed_answers > 0 and run.sender.py.recovery.answer_loss() > 0.5
 
 
-@pytest.mark.parametrize("seed,grants", [(1, False), (2, True), (3, False)])
-def test_an_unanswered_announce_goes_as_copies_alike(seed, grants):
-    """test_hostlib_loss.py's job (a two-part announce, which the receiver answers with RETRYs) with its first
-    announce round lost and 88 % of the answers lost: both cores count the unanswered rounds alike
-    (``announce_rounds_unanswered``, ``retries_received`` and ``rejected["retry_stale"]`` compared) and send the
-    announce's copies alike (every datagram compared)."""
-    job = JobSpec(job_id=7, messages=tuple(Message(bytes([i % 251]) * 1000, group_id=i % 2) for i in range(300)),
-                  group_msr=((0, 1.0), (1, 0.5)))
-    cfg = AtpConfig(max_rate_bps=20e6, initial_rtt_s=0.01, receiver_grants=grants)
-    run = twin_run(job, cfg, until=600, forward=Path(delay=0.005, rate_bps=20e6, queue_packets=64, seed=seed,
-                                                       drop=lambda h, i: i <= 2),
-                   reverse=Path(delay=0.005, loss=0.88, seed=seed + 1))
-    assert run.sender.py.announce_rounds_unanswered >= 1
-
-
 def test_receiver_limits_and_rejection():
     job = JOBS["groups"]
     tight = AtpConfig(memory_budget_bytes=64 << 10, max_jobs=2, max_packets_per_message=1)
