@@ -33,13 +33,6 @@ needed packets in flight when it has nothing else to send (``copies()``), and th
 the loss nor grows slower for it (rate.py). With nothing ever acknowledged after two backed-off probes, every
 overdue packet is declared (``unanswered()``). docs/hostlib.md, "Loss recovery at each loss rate", has the table.
 
-**Answers that die.** The probes of a tail timeout need an answer back as much as they need to arrive. Once an
-answer is known to have died (an ACK newly acknowledging more than the ``ACK_COVERS`` packets one ACK may cover, or
-a SACK block acknowledging a packet the tail timeout declared lost), ``answer_loss()`` is the share of acknowledged
-packets no ACK of their own acknowledged, and ``probes()`` counts it: round(1 / ((1 - p)(1 - a))); the FIN goes
-``fin_copies()`` at a time. Before that it is 0 (a block may cover the packets an ACK coalesced): a path that loses
-no ACKs is sent to as before.
-
 **Reordering** (model: RACK, RFC 8985). With ``adaptive_reorder`` (on), once the path is seen reordering, a
 packet is lost only by time: the packet threshold no longer applies (RACK stops counting duplicate ACKs once it
 has seen reordering), and the time threshold grows by a reorder window. The path is seen reordering when an ACK
