@@ -59,7 +59,6 @@ PATHS = {
     "reorder-dup": {"forward": Path(loss=0.05, jitter=0.003, duplicate=0.2, seed=13),
                     "reverse": Path(jitter=0.002, duplicate=0.2, seed=14)},
     "ack-loss": {"forward": Path(seed=15), "reverse": Path(loss=0.5, seed=16)},
-    "heavy-ack-loss": {"forward": Path(loss=0.1, rate_bps=20e6, seed=24), "reverse": Path(loss=0.88, seed=25)},
     "bottleneck": {"forward": Path(rate_bps=25e6, queue_packets=4, delay=0.0005, queue_byte=6, seed=17)},
     "burst-drop": {"forward": Path(drop=lambda h, i: i % 40 < 12, seed=18)},
     "trimming": {"forward": TrimmingPath(rate_bps=25e6, queue_packets=3, delay=0.0005, seed=19)},
@@ -119,19 +118,6 @@ def test_the_spraying_paths_go_through_the_adaptive_reorder_rule():
     for path in ("spraying", "spraying-lossy"):
         run = twin_run(JOBS["small-msr1"], AtpConfig(max_rate_bps=40e6), **PATHS[path])
         assert run.sender.py.recovery.reordering or run.sender.py.recovery.spurious_losses > 0
-
-
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_the_answers_loss_sizes_the_tail_and_the_fin_alike(seed):
-    """test_hostlib_loss.py's ACK-path job (300 messages of 1000 B at 20 Mbit/s) with 80-90 % of the ACKs lost:
-    both cores measure the answers' loss alike (check_state compares ``missed_answers`` and ``answer_loss``) and size
-    the tail's probes and the FINs by it (every datagram compared)."""
-    job = JobSpec(job_id=7, messages=tuple(Message(bytes([i % 251]) * 1000, group_id=i % 2) for i in range(300)),
-                  group_msr=((0, 1.0), (1, 0.5)))
-    cfg = AtpConfig(max_rate_bps=20e6, initial_rtt_s=0.01, receiver_grants=False)
-    run = twin_run(job, cfg, until=600, forward=Path(delay=0.005, rate_bps=20e6, queue_packets=64, seed=seed),
-                   reverse=Path(delay=0.005, loss=0.8 + 0.05 * (seed - 1), seed=seed + 1))
-    assert run.sender.py.recovery.missed_answers > 0 and run.sender.py.recovery.answer_loss() > 0.5
 
 
 def test_receiver_limits_and_rejection():
