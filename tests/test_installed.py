@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from support.ports import udp_port_bound
+
 REPO = Path(__file__).resolve().parents[1]
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -72,15 +74,12 @@ def test_the_wheel_is_what_runs(installed, tmp_path):
 
 
 def _wait_until_bound(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> None:
-    """Until ``proc`` holds UDP ``port`` on 127.0.0.1 (atp-recv binds without SO_REUSEADDR, so our bind then fails)."""
+    """Until ``proc`` holds UDP ``port`` (read from the kernel's table: a probe's own bind would race atp-recv's)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, f"atp-recv exited {proc.returncode}: {proc.communicate()[1]}"
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                return
+        if udp_port_bound(port):
+            return
         time.sleep(0.05)
     raise AssertionError(f"atp-recv did not bind UDP 127.0.0.1:{port} within {timeout:.0f} s")
 

@@ -15,6 +15,7 @@ if shutil.which("java") is None:
 
 from netapprox.analytics import AnalyticsError, AnalyticsJob, Query, correlated_rows  # noqa: E402
 from netapprox.analytics import spark as nspark  # noqa: E402
+from support.ports import udp_port_bound  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -30,12 +31,6 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def _bound(port: int) -> bool:
-    """Whether a UDP socket of this host is bound to ``port`` (Linux: /proc/net/udp, read without binding)."""
-    with open("/proc/net/udp") as f:
-        return any(line.split()[1].endswith(f":{port:04X}") for line in f.readlines()[1:])
-
-
 def _send_in_background(dest: str, rows, e_max: float, seed: int) -> tuple[threading.Thread, dict]:
     """``nspark.send_rows`` on a thread of its own once the source has bound ``dest``'s port (the port ``_port``
     released could otherwise go to the sender's own socket first); its summary (or the error it raised) lands in
@@ -46,7 +41,7 @@ def _send_in_background(dest: str, rows, e_max: float, seed: int) -> tuple[threa
     def send():
         try:
             deadline = time.monotonic() + 60
-            while not _bound(port) and time.monotonic() < deadline:
+            while not udp_port_bound(port) and time.monotonic() < deadline:
                 time.sleep(0.01)
             out["summary"] = nspark.send_rows(dest, rows, e_max, seed=seed, wait_s=60)
         except Exception as err:  # noqa: BLE001 - surfaced by the caller's assertion

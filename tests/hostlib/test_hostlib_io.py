@@ -18,6 +18,7 @@ import pytest
 from netapprox.hostlib import aio, api, wire
 from netapprox.hostlib.config import AtpConfig, JobSpec, pattern_bytes
 from hostlib_sim import announce, token_of
+from support.ports import udp_port_bound
 
 pytestmark = pytest.mark.usefixtures("cores")
 
@@ -182,23 +183,15 @@ def test_cli_send_and_receive(tmp_path):
     assert (tmp_path / "t.jsonl").read_text().count("\n") >= 1
 
 
-def port_in_use(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return True
-    return False
-
-
 def test_cli_receiver_serves_until_sigterm_and_exits_cleanly():
     port = free_port()
     rx = subprocess.Popen([PY, "-m", "netapprox.hostlib", "recv", "--serve", "--bind", "127.0.0.1", "--port", str(port)],
                           cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60  # it binds its port after its signal handlers are in place
-        while not port_in_use(port):
-            assert rx.poll() is None and time.monotonic() < deadline, "the receiver never bound its port"
+        while not udp_port_bound(port):  # read, never bound: a probe's bind would race the receiver's
+            assert rx.poll() is None, f"the receiver exited {rx.returncode} before it bound: {rx.stderr.read()}"
+            assert time.monotonic() < deadline, "the receiver never bound its port"
             time.sleep(0.05)
         assert rx.poll() is None
         rx.send_signal(signal.SIGTERM)
