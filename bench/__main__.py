@@ -209,7 +209,8 @@ def summarize(rows: Sequence[dict]) -> dict:
                 "delivered_bytes_frac": {p: _mean(r.get("delivered_bytes_frac") for r in _pick(rs, protocol=p))
                                          for p in N.LEAFSPINE_PROTOCOLS},
                 "jobs_done": {p: sum(1 for j in _jcts(_pick(rs, protocol=p)) if j is not None)
-                              for p in N.LEAFSPINE_PROTOCOLS}}
+                              for p in N.LEAFSPINE_PROTOCOLS},
+                "runs": {p: len(_pick(rs, protocol=p)) for p in N.LEAFSPINE_PROTOCOLS}}
     s["leafspine"] = leafspine
     atp_jobs = [m for r in rows if r.get("protocol", "").startswith("atp") for m in (r.get("msr_met") or [])]
     s["msr_met"] = {"jobs": len(atp_jobs), "met": sum(atp_jobs),
@@ -366,8 +367,9 @@ def markdown(doc: dict) -> str:
              f"port buffer (NetApprox: queue 0 gets {meta['scale']['buffer_packets'] - 28}, queues 1-7 hold 7..1; "
              f"FIFO: one queue of {meta['scale']['buffer_packets']}), TCP `{env['tcp_cc']}` (ECN "
              f"{env.get('tcp_ecn')}, min RTO {env.get('tcp_rto_min_ms')} ms, initial window "
-             f"{env.get('tcp_initcwnd')}), seeds {meta['seeds']}, {meta['duration_s'] / 60:.1f} min. "
-             "Ratios below 1 favour ATP.", "", "## Headline", "", "```", json.dumps(h, indent=1), "```", "",
+             f"{env.get('tcp_initcwnd')}), seeds {meta['seeds']}, {meta['duration_s'] / 60:.1f} min"
+             + (" (" + ", ".join(f"{k} {v / 60:.1f}" for k, v in meta["wall_s"].items()) + ")"
+                if meta.get("wall_s") else "") + ". Ratios below 1 favour ATP.", "", "## Headline", "", "```", json.dumps(h, indent=1), "```", "",
              "| bar | met |", "|---|---|"]
     lines += [f"| {k} | {_fmt(v)} |" for k, v in doc["bars"].items()]
     if s and s["contention"]:
@@ -427,7 +429,9 @@ def markdown(doc: dict) -> str:
         if s.get("leafspine"):
             lines += ["", "## Multi-path: all-to-all FBKV on an emulated leaf-spine (2 leaves x 2 spines, 2 hosts per "
                       f"leaf, leaf-spine links at 1/{N.LEAFSPINE_OVERSUBSCRIPTION:g} of the host rate): ATP with "
-                      "spraying vs ATP with flow hashing vs TCP-ES on FIFO switches", "",
+                      "spraying vs ATP with flow hashing vs TCP-ES on FIFO switches; runs of each seed: "
+                      + ", ".join(f"{p} {n}" for p, n in N.LEAFSPINE_RUNS.items())
+                      + " (JCT: the mean over every job of every run)", "",
                       "| MSR | ATP JCT (s) | ATP flow-hash JCT (s) | TCP-ES JCT (s) | ATP/ES | spray/flow-hash | "
                       "ATP/ES per seed | spray/flow-hash per seed |", "|---|---|---|---|---|---|---|---|"]
             for m, v in s["leafspine"].items():
@@ -494,6 +498,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan = N.trials(args.seeds, scale, sections=net_sections) if net_sections else []
     progress = Progress(len(plan) + sum(1 for s in sections if s in OTHER_SECTIONS))
     rows = N.run(plan, scale, out / "bench", progress) if plan else []
+    wall = {"network": round(time.monotonic() - t0, 1)} if plan else {}
     parts: dict[str, dict] = {}
     for name, fn in (("hostlib", lambda: _hostlib(lambda line: progress.note("hostlib: " + line))),
                      ("controller", lambda: _controller(lambda line: progress.note("controller: " + line))),
@@ -506,12 +511,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                          lambda line: progress.note("analytics-sources: " + line), args.seeds))):
         if name in sections:
             progress.note(f"{name}: running")
+            t_part = time.monotonic()
             parts[name] = _part(name, fn)
+            wall[name] = round(time.monotonic() - t_part, 1)
             progress.step(name, json.dumps(parts[name].get("headline")
                                            or parts[name].get("error") or parts[name].get("skipped")))
     summary = summarize(rows) if rows else None
     h = headline(summary, parts)
-    meta = {"started_utc": started, "finished_utc": now_utc(), "duration_s": time.monotonic() - t0,
+    meta = {"started_utc": started, "finished_utc": now_utc(), "duration_s": time.monotonic() - t0, "wall_s": wall,
             "seeds": args.seeds, "sections": sections, "scale": dataclasses.asdict(scale),
             "environment": {**environment(), **tcp_environment()}, "git_commit": git_commit(),
             "command": ["python", "-m", "netapprox.bench", *(sys.argv[1:] if argv is None else argv)]}

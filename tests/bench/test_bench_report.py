@@ -111,7 +111,11 @@ def test_progress_says_what_remains():
 
 def test_leafspine_row_plans_spray_flowhash_and_tcp_es_on_the_leaf_spine():
     plan = [t for t in N.trials([1, 2, 3], Scale()) if t.section == "leafspine"]
-    assert len(plan) == len(N.LEAFSPINE_MSRS) * 3 * len(N.LEAFSPINE_PROTOCOLS)
+    assert len(plan) == len(N.LEAFSPINE_MSRS) * 3 * sum(N.LEAFSPINE_RUNS[p] for p in N.LEAFSPINE_PROTOCOLS)
+    runs = {p: sorted(t.params["run"] for t in plan if t.protocol == p and t.seed == 1 and t.params["msr"] == 0.5)
+            for p in N.LEAFSPINE_PROTOCOLS}  # spray and flow hash alike: the ratio's two sides get as many runs
+    assert runs["atp"] == runs["atp-flowhash"] == [1, 2, 3] and runs["tcp-es"] == [1]
+    assert len({t.label for t in plan}) == len(plan)
     assert {t.topology for t in plan} == {"leafspine"} and {t.params["msr"] for t in plan} == {0.5, 0.7}
     assert {(t.protocol, t.kind) for t in plan} == {("atp", "netapprox"), ("atp-flowhash", "netapprox"),
                                                      ("tcp-es", "fifo")}
@@ -146,6 +150,12 @@ def test_leafspine_summary_headline_and_bars():
             "environment": {"tcp_cc": "cubic", "tcp_ecn": "2", "tcp_rto_min_ms": 200, "tcp_initcwnd": 10}}
     md = markdown({"meta": meta, "summary": s, "headline": h, "bars": b})
     assert "leaf-spine" in md and "| 0.7 | 0.300 | 0.600 | 1.500 | 0.200 | 0.500 |" in md
+    # a second run of a seed: its jobs count in the means and the per-seed ratios like the first run's
+    rows.append(_row("leafspine", "atp-flowhash", 2, [1.4, 1.4], pattern="alltoall-fbkv", msr=0.7, run=2))
+    s = summarize(rows)
+    assert s["leafspine"]["0.7"]["runs"] == {"atp": 2, "atp-flowhash": 3, "tcp-es": 2}
+    assert s["leafspine"]["0.7"]["spray_over_flowhash_per_seed"] == [pytest.approx(0.5), pytest.approx(0.4 / 1.1)]
+    assert s["leafspine"]["0.7"]["jct_mean_s"]["atp-flowhash"] == pytest.approx((0.4 * 2 + 0.8 * 2 + 1.4 * 2) / 6)
 def test_loss_section_headline_and_bars():
     """The loss section's summary: per pattern, the worse core's mean JCT / ideal over the seeds; a run that failed or
     broke a guarantee leaves its pattern unknown, and an unknown pattern does not meet the bar."""
