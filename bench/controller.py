@@ -436,19 +436,26 @@ while True:   # 1 job in `every` changes queue every epoch, until the benchmark 
 SAMPLE_TIMEOUT_S = 10.0
 
 
-def _await_write(notify: socket.socket, want: int, t0: float) -> float | None:
+def _await_write(notify: socket.socket, want: int, t0: float, resend: Callable[[], None]) -> float | None:
     """When (perf_counter, i.e. CLOCK_MONOTONIC, in the switch's process) the switch received the probe's entry
-    with queue ``want``, sent after ``t0``; None if that did not happen within ``SAMPLE_TIMEOUT_S``."""
+    with queue ``want``, sent after ``t0``; None if that did not happen within ``SAMPLE_TIMEOUT_S``. ``resend``
+    reports again, once an epoch while waiting, as a host reports every epoch: under the churn the kernel drops
+    some datagrams of the controller's report socket, and the probe's one report was then the end of its move
+    (the next sample's move was then no move, and both waited out the timeout). The time counts from the first."""
     deadline = t0 + SAMPLE_TIMEOUT_S
+    again = t0 + EPOCH_S
     while True:
-        remaining = deadline - time.perf_counter()
-        if remaining <= 0:
+        now = time.perf_counter()
+        if now >= deadline:
             return None
-        notify.settimeout(remaining)
+        if now >= again:
+            resend()
+            again = now + EPOCH_S
+        notify.settimeout(max(1e-4, min(deadline, again) - now))
         try:
             qid, stamp = struct.unpack("!Bd", notify.recv(64))
         except (socket.timeout, TimeoutError):
-            return None
+            continue
         if qid == want and stamp >= t0:
             return stamp
 
@@ -489,7 +496,7 @@ def bench_latency(samples: int, jobs: int, churn: float, losing: bool = False) -
             procs.append(subprocess.Popen([sys.executable, "-c", CHURN, host, str(port), str(jobs), str(EPOCH_S),
                                            str(round(1 / churn))], cwd=str(REPO)))
             time.sleep(0.5)  # churn under way
-            lat, timeouts = [], 0
+            lat, timeouts, seq = [], 0, 0
             wall0, cpu0, wait0 = time.perf_counter(), time.process_time(), runqueue_wait_s()
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
                 for i in range(2 * samples if losing else samples):
@@ -501,8 +508,13 @@ def bench_latency(samples: int, jobs: int, churn: float, losing: bool = False) -
                     want = 1 if loss > tlr else queue_for_tlr(tlr, config.policy.thresholds)
                     time.sleep(EPOCH_S * ((i * 0.37) % 1.0) + 0.05)  # land at varying epoch phases
                     t0 = time.perf_counter()
-                    s.sendto(report(probe, i + 1, tlr, loss=loss), (host, port))
-                    stamp = _await_write(notify, want, t0)
+
+                    def send(tlr=tlr, loss=loss) -> None:
+                        nonlocal seq
+                        seq += 1
+                        s.sendto(report(probe, seq, tlr, loss=loss), (host, port))
+                    send()
+                    stamp = _await_write(notify, want, t0, send)
                     if stamp is None:  # not written within SAMPLE_TIMEOUT_S: counted at that (a lower bound)
                         timeouts += 1
                         stamp = t0 + SAMPLE_TIMEOUT_S
