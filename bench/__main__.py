@@ -369,7 +369,8 @@ def markdown(doc: dict) -> str:
              f"{env.get('tcp_ecn')}, min RTO {env.get('tcp_rto_min_ms')} ms, initial window "
              f"{env.get('tcp_initcwnd')}), seeds {meta['seeds']}, {meta['duration_s'] / 60:.1f} min"
              + (" (" + ", ".join(f"{k} {v / 60:.1f}" for k, v in meta["wall_s"].items()) + ")"
-                if meta.get("wall_s") else "") + ". Ratios below 1 favour ATP.", "", "## Headline", "", "```", json.dumps(h, indent=1), "```", "",
+                if meta.get("wall_s") else "") + ". Ratios below 1 favour ATP.",
+             "", "## Headline", "", "```", json.dumps(h, indent=1), "```", "",
              "| bar | met |", "|---|---|"]
     lines += [f"| {k} | {_fmt(v)} |" for k, v in doc["bars"].items()]
     if s and s["contention"]:

@@ -34,7 +34,9 @@ Wall-clock numbers move with whatever else runs on the machine; the CPU times an
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
+import itertools
 import json
 import socket
 import statistics
@@ -45,7 +47,7 @@ import resource
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from netapprox.controller import reports as reports_module
 from netapprox.controller.model import queue_for_tlr
@@ -436,6 +438,12 @@ while True:   # 1 job in `every` changes queue every epoch, until the benchmark 
 SAMPLE_TIMEOUT_S = 10.0
 
 
+def _send_report(sock: socket.socket, to: tuple[str, int], job: int, seqs: Iterator[int], tlr: float,
+                 loss: float) -> None:
+    """Job ``job``'s next report (its sequence numbers from ``seqs``: the controller drops a repeated one)."""
+    sock.sendto(report(job, next(seqs), tlr, loss=loss), to)
+
+
 def _await_write(notify: socket.socket, want: int, t0: float, resend: Callable[[], None]) -> float | None:
     """When (perf_counter, i.e. CLOCK_MONOTONIC, in the switch's process) the switch received the probe's entry
     with queue ``want``, sent after ``t0``; None if that did not happen within ``SAMPLE_TIMEOUT_S``. ``resend``
@@ -496,7 +504,7 @@ def bench_latency(samples: int, jobs: int, churn: float, losing: bool = False) -
             procs.append(subprocess.Popen([sys.executable, "-c", CHURN, host, str(port), str(jobs), str(EPOCH_S),
                                            str(round(1 / churn))], cwd=str(REPO)))
             time.sleep(0.5)  # churn under way
-            lat, timeouts, seq = [], 0, 0
+            lat, timeouts, seqs = [], 0, itertools.count(1)
             wall0, cpu0, wait0 = time.perf_counter(), time.process_time(), runqueue_wait_s()
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
                 for i in range(2 * samples if losing else samples):
@@ -508,11 +516,7 @@ def bench_latency(samples: int, jobs: int, churn: float, losing: bool = False) -
                     want = 1 if loss > tlr else queue_for_tlr(tlr, config.policy.thresholds)
                     time.sleep(EPOCH_S * ((i * 0.37) % 1.0) + 0.05)  # land at varying epoch phases
                     t0 = time.perf_counter()
-
-                    def send(tlr=tlr, loss=loss) -> None:
-                        nonlocal seq
-                        seq += 1
-                        s.sendto(report(probe, seq, tlr, loss=loss), (host, port))
+                    send = functools.partial(_send_report, s, (host, port), probe, seqs, tlr, loss)
                     send()
                     stamp = _await_write(notify, want, t0, send)
                     if stamp is None:  # not written within SAMPLE_TIMEOUT_S: counted at that (a lower bound)
