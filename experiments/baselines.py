@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from netapprox.hostlib import wire
-from netapprox.experiments.hostprog import (add_start_after, add_start_at, address, emit_summary, mark_done,
-                                            wait_for_file, wait_for_start)
+from netapprox.experiments.hostprog import (StartFile, add_start_after, add_start_at, address, emit_summary,
+                                            mark_done, wait_for_file, wait_for_start)
 from netapprox.experiments.jobs import JobWorkload
 from netapprox.hostlib.config import required_messages
 from netapprox.topo.trafgen import Pacer, send_paced
@@ -119,7 +119,8 @@ def _payload(msg_id: int, size: int) -> bytes:
 
 
 def tcp_send(dest: tuple[str, int], job: JobWorkload, *, job_id: int, msr: float, mode: str = "es",
-             seed: int = 0, cc: str | None = None, timeout: float = 120.0, start_at: float | None = None) -> dict:
+             seed: int = 0, cc: str | None = None, timeout: float = 120.0,
+             start_at: float | StartFile | None = None) -> dict:
     """Send one job over TCP as EarlySend (``mode='es'``) or SampleSend (``'ss'``); return the summary.
     ``start_at``: the trial's start line (``experiments.hostprog``); the JCT clock starts there."""
     if mode not in ("es", "ss"):
@@ -311,7 +312,7 @@ def tcp_receive(bind: tuple[str, int], *, jobs: int = 1, timeout: float = 120.0,
 
 def udp_send(dest: tuple[str, int], job: JobWorkload, *, job_id: int, rate_bps: float, mtu: int = 1400,
              tlr: float | None = None, duration_s: float | None = None, end_copies: int = 5,
-             start_at: float | None = None) -> dict:
+             start_at: float | StartFile | None = None) -> dict:
     """Send every message of ``job`` as ATP-format DATA packets paced at ``rate_bps`` (UDP payload bits), through
     the one paced generator (``topo.trafgen.send_paced``).
 

@@ -37,6 +37,7 @@ from netapprox.experiments import ddnn
 from netapprox.experiments import metrics as M
 from netapprox.experiments.baselines import TCP_DEFAULT_PORT, UDP_DEFAULT_PORT
 from netapprox.experiments.flows import FLOW_DEFAULT_PORT
+from netapprox.experiments.hostprog import ready_marks, write_start
 from netapprox.experiments.jobs import Flow, JobWorkload
 from netapprox.experiments.plans import (
     ATP_VARIANTS, Background, JobPlan, TrialPlan, atp_variant, is_atp, switch_for)
@@ -55,10 +56,11 @@ SENDER_VARIANTS = ("atp-reorderseen",)
 """ATP variants whose senders are not told what the fabric does: ``atp-reorderseen``, a sender on a spraying
 leaf-spine that is not told so (``AtpConfig.path_reorders`` off: its first window on the packet threshold)."""
 PROTOCOLS = tuple(ATP_VARIANTS) + NETWORK_VARIANTS + RECEIVER_VARIANTS + SENDER_VARIANTS + BASELINES
-START_LEAD_S = 0.4
-START_LEAD_PER_PROGRAM_S = 0.15
-"""The start line is this far in the future when the programs are launched (process start-up, ~0.3 s of
-CPU each on two shared cores, overlaps the wait)."""
+START_MARGIN_S = 0.1
+"""The start line is this far after the last program of a trial said it is ready (``experiments.hostprog``: each
+polls the start file every 2 ms), so every program has seen it before the instant comes."""
+START_READY_TIMEOUT_S = 60.0
+"""At most this long for the programs to get ready; the line opens then anyway (a late program records it)."""
 SWITCH_CONFIG = {"netapprox": {"switch": "netapprox", "controller": True},
                  "static": {"switch": "netapprox", "controller": False},
                  "fifo": {"switch": "fifo", "controller": False}}
@@ -290,6 +292,19 @@ def run_on_testbed(tb: Testbed, plan: TrialPlan, *, timeout: float = 60.0) -> di
     return run.collect()
 
 
+def open_start_line(start_file: Path, procs: Sequence[Proc]) -> float:
+    """Wait until each of ``procs`` marked itself ready at ``start_file`` or exited (at most
+    ``START_READY_TIMEOUT_S``), then write the start line, ``START_MARGIN_S`` from now, and return it."""
+    end = time.monotonic() + START_READY_TIMEOUT_S
+    while time.monotonic() < end:
+        if len(ready_marks(start_file)) + sum(p.poll() is not None for p in procs) >= len(procs):
+            break
+        time.sleep(0.005)
+    t_start = time.time() + START_MARGIN_S
+    write_start(start_file, t_start)
+    return t_start
+
+
 class _TrialRun:
     """One trial on the testbed, phase by phase: what each phase started, for the next to wait on and read."""
 
@@ -313,6 +328,7 @@ class _TrialRun:
         self.flow_clients: list[tuple[Proc, Path, tuple[int, int]]] = []
         self.senders: list[tuple[Proc, Path, JobPlan]] = []
         self.t_start = self.t_end = 0.0
+        self.start_file = wd / "start"
         self.codes: list = []
         self.rx_codes: list = []
         self.bg_codes: list = []
@@ -372,15 +388,14 @@ class _TrialRun:
                 tb.wait_bound(dst, ATP_PORT)
 
     # 2. background, flows and jobs, all from one start line (experiments.hostprog): every program is
-    # launched first and waits for ``t_start``, so start-up costs do not stagger an "all at once" pattern.
+    # launched first and waits at the line; once all are there it opens at ``t_start``, so start-up costs do
+    # not stagger an "all at once" pattern.
     def launch(self) -> None:
         tb, wd, timeout, name, plan = self.tb, self.wd, self.timeout, self.name, self.plan
-        launches = len(plan.background) + len(self.flow_pairs) + len(plan.jobs)
-        t_start = self.t_start = time.time() + START_LEAD_S + START_LEAD_PER_PROGRAM_S * launches
         for i, (b, port) in enumerate(zip(plan.background, self.bg_ports)):
             args = ["udp-send", f"{tb.alias_ip(b.dst)}:{port}", "--rate", str(b.rate_bps), "--duration",
                     str(b.duration_s), "--n", "50", "--fixed-size", "1368", "--job-id", str(900000 + i),
-                    "--json", str(wd / f"bgtx{i}.json"), "--start-at", repr(t_start + b.start_s)]
+                    "--json", str(wd / f"bgtx{i}.json"), "--start-at", self.start_arg(b.start_s)]
             if b.tlr is not None:
                 args += ["--tlr", str(b.tlr)]
             self.bg_tx.append(tb.start_py(b.src, "netapprox.experiments.baselines", args, f"{name}-bgtx{i}"))
@@ -391,10 +406,18 @@ class _TrialRun:
             self.flow_clients.append((tb.start_py(src, "netapprox.experiments.flows",
                                                   ["client", f"{tb.ip(dst)}:{FLOW_DEFAULT_PORT}", "--schedule",
                                                    str(sched), "--timeout", str(timeout), "--json", str(out),
-                                                   "--start-at", repr(t_start)], f"{name}-fcli{i}"), out, (src, dst)))
+                                                   "--start-at", self.start_arg(0.0)], f"{name}-fcli{i}"),
+                                      out, (src, dst)))
         for j in plan.jobs:
             module, args, out = self.sender_args(j)
             self.senders.append((tb.start_py(j.src, module, args, f"{name}-tx{j.job_id}"), out, j))
+        at_line = [*self.bg_tx, *(c[0] for c in self.flow_clients),
+                   *(s[0] for s in self.senders if s[2].after is None)]
+        self.t_start = open_start_line(self.start_file, at_line)
+
+    def start_arg(self, offset_s: float) -> str:
+        """``--start-at`` for a program that starts ``offset_s`` after the trial's start line."""
+        return f"@{self.start_file}+{offset_s!r}"
 
     def sender_args(self, j: JobPlan) -> tuple[str, list[str], Path]:
         """The program and arguments that send job ``j`` with this trial's protocol, and where it writes."""
@@ -402,7 +425,7 @@ class _TrialRun:
         job_file = wd / f"job{j.job_id}.json"
         job_file.write_text(json.dumps(j.workload.to_dict()))
         out = wd / f"tx{j.job_id}.json"
-        start = ["--start-at", repr(self.t_start + j.start_s)]
+        start = ["--start-at", self.start_arg(j.start_s)]
         if j.after is not None:  # a second stage: once job ``after``'s sender ended (every one of a tuple)
             for a in _afters(j):
                 (wd / f"done{a}").unlink(missing_ok=True)

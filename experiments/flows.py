@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Sequence
 
 from netapprox.experiments.baselines import pick_congestion_control, tcp_listen
-from netapprox.experiments.hostprog import add_start_at, address, emit_summary, wait_for_start
+from netapprox.experiments.hostprog import StartFile, add_start_at, address, emit_summary, wait_for_start
 
 FLOW_DEFAULT_PORT = 5800
 _HDR = struct.Struct("!IQ")  # flow id, size
@@ -44,7 +44,7 @@ class _ClientFlow:
 
 
 def run_client(dest: tuple[str, int], schedule: Sequence[dict], *, timeout: float = 60.0, cc: str | None = None,
-               tos: int | None = None, start_at: float | None = None) -> dict:
+               tos: int | None = None, start_at: float | StartFile | None = None) -> dict:
     """Run every flow of ``schedule``; return per-flow FCTs (``None`` for flows that did not finish).
     Flow start times count from ``start_at`` (the trial's start line, ``experiments.hostprog``)."""
     cc = cc or pick_congestion_control()
