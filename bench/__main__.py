@@ -105,6 +105,7 @@ HEADLINE_BARS = {
     "atp_over_tcp_es_fifo": "<= 0.5", "atp_over_tcp_es_background": "<= 0.5", "atp_over_bound_idle": "<= 1.10",
     "msr_met_fraction": "== 1", "nonapprox_fct_netapprox_over_fifo": "<= 0.3",
     "controller_epoch_ms_10k": "median < 10", "controller_reports_per_s": ">= 100000",
+    "hostlib_pps_over_raw_udp": ">= 0.8", "hostlib_loopback_gbps": ">= 1",
     "sim_atp_over_dctcp_es": "< 0.7", "sim_atp_p99_over_dctcp_es": "<= 1", "sim_atp_network_drop_frac": "<= 0.05",
     "sim_atp_over_best_peer": "< 1",
     "hostlib_jct_under_flood_over_alone": "<= 2", "hostlib_jct_under_receiver_attacks_over_alone": "<= 2",
