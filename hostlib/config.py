@@ -20,6 +20,11 @@ DEFAULT_FIRST_WINDOW_MAX = 64
 
 
 JOB_RANK_MAX_LEVELS = 7
+GRANT_WINDOW_MAX_PACKETS = (4 << 20) // 4096
+"""Receiver grants: the most packets a budget sized by the rate may keep in flight towards a receiver (1024): what
+the 4 MiB receive buffer hostlib asks its UDP sockets for (hostlib/udp.py) holds at 4 KiB of kernel memory per
+full-size datagram. Granting more than the socket holds turns a receiver that is slower than its senders into
+losses (docs/results.md, "Two keys that slipped")."""
 """The most job ranks: one per approximate queue of a NetApprox switch (queues 1..7)."""
 _JOB_RANK_HASH = 2654435761
 
@@ -265,6 +270,12 @@ class AtpConfig:
     its rate (``max_rate_bps`` None) measures the rate its link delivers (hostlib/receiver.py, ``DeliveryRate``)
     and grants nothing before its first estimate."""
 
+    grant_window_max_packets: int | None = GRANT_WINDOW_MAX_PACKETS
+    """Receiver: the most packets a budget that follows the rate (``grant_window_packets`` None) may grant in flight;
+    ``None``: no bound. The default is what hostlib's receive buffer holds (``GRANT_WINDOW_MAX_PACKETS``): a
+    bandwidth-delay product at the guessed ``initial_rtt_s`` of a fast host (4-5 Gbit/s over loopback: 4,000
+    packets) would otherwise send the senders more than the receiving socket can queue."""
+
     ack_every: int = 16
     """Receiver: ACK coalescing. Packets of a job that arrive in one batch (between two ``datagrams_to_send``
     calls) share one ACK, at most this many per ACK; it echoes the newest of them and its SACK blocks cover the
@@ -308,6 +319,8 @@ class AtpConfig:
             raise ConfigError(f"need 1 <= initial_window <= max_window, got {self.initial_window}, {self.max_window}")
         if self.grant_window_packets is not None and self.grant_window_packets < 1:
             raise ConfigError(f"grant_window_packets must be >= 1 or None, got {self.grant_window_packets}")
+        if self.grant_window_max_packets is not None and self.grant_window_max_packets < 2:
+            raise ConfigError(f"grant_window_max_packets must be >= 2 or None, got {self.grant_window_max_packets}")
         if len(self.queue_packets) != 8 or any(q < 0 for q in self.queue_packets):
             raise ConfigError(f"queue_packets needs 8 sizes >= 0, got {self.queue_packets}")
         if self.loss_memory < 1 or not 1 <= self.loss_min_samples <= 2 * self.loss_memory:
@@ -335,6 +348,16 @@ class AtpConfig:
     @property
     def max_payload(self) -> int:
         return self.packet_size - wire.HEADER_LEN
+
+    @property
+    def grant_cap_packets(self) -> int:
+        """``grant_window_max_packets``, 0 for none (the native receiver reads it)."""
+        return self.grant_window_max_packets or 0
+
+    def grant_budget_for(self, packets: int) -> int:
+        """A budget that follows the rate, ``packets`` (at least 2), bounded by ``grant_window_max_packets``."""
+        packets = max(2, packets)
+        return min(packets, self.grant_window_max_packets) if self.grant_window_max_packets else packets
 
     @property
     def bdp_packets(self) -> int:

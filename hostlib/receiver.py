@@ -489,7 +489,7 @@ class AtpReceiver:
         """``open``: token-less announces are admitted at once; ``tokens``: they get a RETRY (under pressure, or
         always with ``accept_jobs`` or ``open_admission_share`` 0)."""
         self.granting = config.receiver_grants
-        self.grant_budget = config.grant_window_packets or config.bdp_packets
+        self.grant_budget = config.grant_window_packets or config.grant_budget_for(config.bdp_packets)
         """Receiver grants: packets in flight towards this receiver over all its jobs: ``grant_window_packets``, or
         one bandwidth-delay product (``max_rate_bps`` x ``initial_rtt_s``) in the packets that arrive (full packets
         until the first DATA packet; then the mean size on the wire of the DATA packets that arrived whole)."""
@@ -856,7 +856,7 @@ class AtpReceiver:
             if rate is None:
                 return
             bits = self.delivery.gain * rate * self.config.initial_rtt_s
-        budget = max(2, math.ceil(bits * self._data_packets / (8 * self._data_wire_bytes)))
+        budget = self.config.grant_budget_for(math.ceil(bits * self._data_packets / (8 * self._data_wire_bytes)))
         if budget != self.grant_budget:
             self.grant_budget = budget
             self._grant_dirty = True

@@ -615,6 +615,8 @@ static void note_data_size(Receiver *r, const Job *job, const AtpHeader *h, doub
     long long budget = (long long)ceil(bits * (double)r->data_packets / (double)(8 * r->data_wire_bytes));
     if (budget < 2)
         budget = 2;
+    if (r->grant_cap > 0 && budget > r->grant_cap) /* config.grant_budget_for */
+        budget = r->grant_cap;
     if (budget != r->grant_budget) {
         r->grant_budget = budget;
         r->grant_dirty = 1;

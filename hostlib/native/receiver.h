@@ -145,6 +145,7 @@ typedef struct {
     int tokens_mode;          /* admission_mode: 0 "open", 1 "tokens" */
     int granting, grant_dirty; /* AtpConfig.receiver_grants; the schedule must be recomputed */
     long long grant_budget;   /* packets in flight towards this receiver over all the jobs it grants */
+    long long grant_cap;      /* AtpConfig.grant_window_max_packets (0: none): a budget that follows the rate */
     int grant_fixed;          /* AtpConfig.grant_window_packets is set: the budget does not follow the packet size */
     double bdp_bits;          /* max_rate_bps (DEFAULT_MAX_RATE_BPS when None) x initial_rtt_s */
     long long overhead_bytes; /* AtpConfig.overhead_bytes */

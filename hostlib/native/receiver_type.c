@@ -122,9 +122,12 @@ static int Receiver_init(Receiver *r, PyObject *args, PyObject *kwds) {
         return -1;
     int gw_none = gw == Py_None || PyObject_Not(gw) == 1; /* ``grant_window_packets or bdp_packets`` */
     Py_DECREF(gw);
-    if (cfg_int(config, gw_none ? "bdp_packets" : "grant_window_packets", &r->grant_budget) != 0)
+    if (cfg_int(config, gw_none ? "bdp_packets" : "grant_window_packets", &r->grant_budget) != 0 ||
+        cfg_int(config, "grant_cap_packets", &r->grant_cap) != 0)
         return -1;
     r->grant_fixed = !gw_none;
+    if (gw_none && r->grant_cap > 0 && r->grant_budget > r->grant_cap) /* config.grant_budget_for */
+        r->grant_budget = r->grant_cap;
     double rate = 0.0, rtt = 0.0;
     int has_rate = 0;
     if (cfg_opt_double(config, "max_rate_bps", &rate, &has_rate) || cfg_double(config, "initial_rtt_s", &rtt) ||

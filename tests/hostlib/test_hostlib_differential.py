@@ -84,6 +84,7 @@ def test_every_mode_on_every_path(mode, path):
     {"reorder_threshold": 1, "min_loss_timeout_s": 0.001, "loss_memory": 8, "loss_min_samples": 2},
     {"admission_key": b"shared secret", "ack_every": 3},
     {"receiver_grants": True, "grant_window_packets": 6}, {"receiver_grants": True, "surplus": False},
+    {"receiver_grants": True, "grant_window_max_packets": 4},
     {"receiver_grants": True, "grant_overrides_window": False, "initial_window": 3},
     {"receiver_grants": True, "completion": "all_sent", "initial_window": 2}, {"surplus": False},
     {"pack_messages": False}, {"first_window_low": True, "initial_window": 3}, {"open_admission_share": 0.0},

@@ -9,7 +9,7 @@ import math
 import pytest
 
 from netapprox.hostlib import control, wire
-from netapprox.hostlib.config import DEFAULT_FIRST_WINDOW_MAX, AtpConfig, JobSpec
+from netapprox.hostlib.config import DEFAULT_FIRST_WINDOW_MAX, AtpConfig, ConfigError, JobSpec
 from netapprox.hostlib.receiver import (GAP_CREDIT_MAX, IDLE_FACTOR, LOSS_GAIN_MAX, RATE_GAINS, AtpReceiver,
                                        DeliveryRate)
 from netapprox.hostlib.sender import AtpSender
@@ -180,6 +180,30 @@ def test_the_grant_budget_is_one_bandwidth_delay_product_in_the_packets_that_arr
     fixed.receive_datagram(announce(1, [(0, 1.0, range(100))], 100, seq=100), SENDER_ADDR, 0.0)
     fixed.receive_datagram(data(1, 0, 101, size=1000), SENDER_ADDR, 0.0)
     assert fixed.grant_budget == 10 and [grant for _, _, grant, _ in answers(fixed)] == [101 + 1 + 10]
+
+
+def test_a_budget_that_follows_the_rate_stops_at_what_the_receive_buffer_holds():
+    """A fast receiver's bandwidth-delay product at the guessed RTT (100 Gbit/s x 10 ms: 86,686 packets) would grant
+    its senders more than its socket can queue: the budget stops at ``grant_window_max_packets`` (1,024 by default:
+    hostlib's 4 MiB receive buffer at 4 KiB a datagram), also once DATA resizes it; a fixed
+    ``grant_window_packets`` and ``grant_window_max_packets=None`` are not bounded; bad input is one line."""
+    fast = AtpConfig(receiver_grants=True, max_rate_bps=100e9, initial_rtt_s=0.01)
+    assert fast.bdp_packets == 86686 and fast.grant_window_max_packets == 1024
+    r = AtpReceiver(config=fast)
+    assert r.grant_budget == 1024
+    r.receive_datagram(announce(1, [(0, 1.0, range(5000))], 5000, seq=100), SENDER_ADDR, 0.0)
+    r.receive_datagram(data(1, 0, 101, size=100), SENDER_ADDR, 0.0)  # small packets: a larger budget, still bounded
+    assert r.grant_budget == 1024
+    assert [grant for _, _, grant, _ in answers(r)] == [101 + 1 + 1024]
+    small = AtpReceiver(config=dataclasses.replace(fast, grant_window_max_packets=16))
+    assert small.grant_budget == 16
+    assert AtpReceiver(config=dataclasses.replace(fast, grant_window_max_packets=None)).grant_budget == 86686
+    assert AtpReceiver(config=dataclasses.replace(fast, grant_window_packets=5000)).grant_budget == 5000
+    slow = AtpReceiver(config=dataclasses.replace(fast, max_rate_bps=20e6))
+    assert slow.grant_budget == 18  # the testbed's rate: far below the bound
+    with pytest.raises(ConfigError, match="grant_window_max_packets must be >= 2") as err:
+        AtpConfig(grant_window_max_packets=1)
+    assert "\n" not in str(err.value)
 
 
 # --- a receiver not told its rate: the rate its link delivers sizes its budget -------------------------------------
