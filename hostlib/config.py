@@ -20,12 +20,12 @@ DEFAULT_FIRST_WINDOW_MAX = 64
 
 
 JOB_RANK_MAX_LEVELS = 7
+"""The most job ranks: one per approximate queue of a NetApprox switch (queues 1..7)."""
 GRANT_WINDOW_MAX_PACKETS = (4 << 20) // 4096
 """Receiver grants: the most packets a budget sized by the rate may keep in flight towards a receiver (1024): what
 the 4 MiB receive buffer hostlib asks its UDP sockets for (hostlib/udp.py) holds at 4 KiB of kernel memory per
 full-size datagram. Granting more than the socket holds turns a receiver that is slower than its senders into
 losses (docs/results.md, "Two keys that slipped")."""
-"""The most job ranks: one per approximate queue of a NetApprox switch (queues 1..7)."""
 _JOB_RANK_HASH = 2654435761
 
 
