@@ -457,8 +457,11 @@ class ControllerCore:
         job that changed, each epoch. Losing and promoted jobs go to ``urgent``. ``retuned``: the thresholds
         just changed, every job is placed afresh."""
         jobs, losing, assignments, tables = self._jobs, self._losing, self._assignments, self._tables
-        place, margin, job_change = self._placer.place, self.config.policy.loss_margin, policy.JobChange
+        place, margin = self._placer.place, self.config.policy.loss_margin
+        new_change, job_change = tuple.__new__, policy.JobChange  # a JobChange without its __new__'s defaults
         valued = self._valued
+        finishing, finish_s, finish_value = policy.finishing, self._finish_s, policy.FINISH_VALUE
+        by_finishing = valued and not self._adaptive  # mode netapprox's value, inlined (``_value``)
         for job_id in job_ids:
             job = jobs[job_id]
             groups = job.groups
@@ -478,7 +481,10 @@ class ControllerCore:
                 continue
             loss = report.loss
             old = job.qid
-            if valued:
+            if by_finishing:
+                job.value = value = finish_value if finishing(groups, finish_s) else tlr
+                new, reason, job.streak = place(tlr, loss, old, job.streak, value, retuned)
+            elif valued:
                 job.value = value = self._value(job, tlr)
                 new, reason, job.streak = place(tlr, loss, old, job.streak, value, retuned)
             else:
@@ -492,7 +498,7 @@ class ControllerCore:
             assignments[job_id] = new
             if reason is None:
                 continue
-            changes.append(job_change(job_id, reason, old, new, tlr, group_id, loss))
+            changes.append(new_change(job_change, (job_id, reason, old, new, tlr, group_id, loss)))
             if reason == "promoted":
                 urgent.add(job_id)
             if new != old and not job.tag_only:
