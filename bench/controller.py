@@ -68,6 +68,15 @@ JOB_TABLE_SIZE = 16384
 QUEUE_BY_JOB_TABLE_SIZE; a Tofino build raises it, and the controller caps jobs at whatever the P4Info says)."""
 
 
+EPOCHS_10K = 200
+"""Epochs timed at 10,000 jobs: enough for a p99 that is not the largest sample (with 60, the p99 was the
+maximum, and moved 12-22 ms between runs of unchanged code). ``epoch_ms_max`` is reported beside it."""
+INGEST_OFFERED = 120_000
+"""Reports per second the ingest measurement offers: a fifth above the issue's bar (100,000/s with no drops), so
+that ``controller_reports_per_s`` says whether the controller keeps up beyond the bar. Offered at exactly the
+bar, the key read the sender's pace (99,472-100,003/s over many runs, on either side of the bar by chance)."""
+
+
 def bench_p4info(tmp: str) -> str:
     """The fixture P4Info with queue_by_job holding ``JOB_TABLE_SIZE`` entries, written into ``tmp``."""
     import google.protobuf.text_format
@@ -244,6 +253,7 @@ def bench_epochs(n_jobs: int, epochs: int, switches: int = 1) -> dict[str, Any]:
             runtime.close()
     return {"jobs": n_jobs, "switches": switches, "epochs": epochs, "changing_per_epoch": n_jobs // 10,
             "epoch_ms_median": round(statistics.median(epoch_ms), 3), "epoch_ms_p99": round(_pct(epoch_ms, 0.99), 3),
+            "epoch_ms_max": round(max(epoch_ms), 3),
             "epoch_cpu_ms_median": round(statistics.median(epoch_cpu_ms), 3),
             "epoch_cpu_ms_p99": round(_pct(epoch_cpu_ms, 0.99), 3),
             "epoch_waiting_for_cpu_ms_median": round(statistics.median(wait_ms), 3),
@@ -557,10 +567,10 @@ def run(quick: bool = False, progress: Callable[[str], None] = print) -> dict:
     the section). Returns a JSON-serialisable dict whose ``headline`` has ``controller_epoch_ms_10k``
     ({median, p99}) and ``controller_reports_per_s``."""
     sizes = (100, 1000, 10000)
-    epochs = {100: 50 if quick else 200, 1000: 20 if quick else 100, 10000: 10 if quick else 60}
+    epochs = {100: 50 if quick else 200, 1000: 20 if quick else 100, 10000: 10 if quick else EPOCHS_10K}
 
     def epoch_line(r: dict) -> str:
-        return (f"epoch median {r['epoch_ms_median']:.2f} ms, p99 {r['epoch_ms_p99']:.2f} ms "
+        return (f"epoch median {r['epoch_ms_median']:.2f} ms, p99 {r['epoch_ms_p99']:.2f} ms, max {r['epoch_ms_max']:.2f} ms "
                 f"(CPU median {r['epoch_cpu_ms_median']:.2f} ms, p99 {r['epoch_cpu_ms_p99']:.2f} ms; waiting for a CPU "
                 f"p99 {r['epoch_waiting_for_cpu_ms_p99']:.2f} ms), {r['updates_per_epoch_median']:.0f} updates")
 
@@ -579,9 +589,9 @@ def run(quick: bool = False, progress: Callable[[str], None] = print) -> dict:
                 f"for a CPU in {r['wall_s']} s")
 
     seconds = 1.0 if quick else 3.0
-    ingest = _step(progress, "report ingest, HMAC", lambda: bench_ingest(100_000, seconds), ingest_line)
+    ingest = _step(progress, "report ingest, HMAC", lambda: bench_ingest(INGEST_OFFERED, seconds), ingest_line)
     ingest_py = _step(progress, "report ingest, HMAC, pure-Python receive",
-                      lambda: bench_ingest(100_000, seconds, native=False), ingest_line)
+                      lambda: bench_ingest(INGEST_OFFERED, seconds, native=False), ingest_line)
     flood = _step(progress, "a host's reports beside a 5,000/s forged flood", lambda: bench_forged_flood(seconds),
                   lambda r: (f"accepted {r['alone']['accepted']} of {r['alone']['sent']} alone, "
                              f"{r['flooded']['accepted']} of {r['flooded']['sent']} with {r['flooded']['forged_sent']} "
@@ -621,7 +631,7 @@ def run(quick: bool = False, progress: Callable[[str], None] = print) -> dict:
             "epoch_10k_p99_lt_20ms": big["epoch_ms_p99"] < 20,
             "per_job_10k_within_1_5x_of_100": per_job[10000] <= 1.5 * per_job[100],
             "100k_reports_per_s_without_drops": (ingest["accepted"] == ingest["sent"] and ingest["kernel_drops"] == 0
-                                                 and ingest["accepted_per_s"] >= 0.95 * ingest["rate_offered"]),
+                                                 and ingest["accepted_per_s"] >= 100_000),
             "ingest_cpu_le_1_core": ingest["controller_cpu_cores"] <= 1.0,
             "forged_flood_spends_no_host_budget": (flood["flooded"]["dropped"].get("rate_limited", 0) == 0
                                                    and flood["flooded"]["accepted"] >= 0.99 * flood["alone"]["accepted"]),
