@@ -154,7 +154,8 @@ def trials(seeds: Sequence[int], scale: Scale, *, sections: Sequence[str] | None
                 for proto in ("atp", "tcp-es"):
                     params = {"msr": msr, "load": BACKGROUND_LOAD}
                     add(section, params, seed, TrialPlan(params, seed, proto,
-                                                         (JobPlan(1, 0, 1, job, msr, start_s=scale.lead_s),), bg))
+                                                         (JobPlan(1, 0, 1, job, msr, start_s=scale.lead_s),), bg,
+                                                         stop_with_jobs=True))
     if "coexist" in want:
         for seed in seeds:
             for proto in ("atp", "tcp-es"):

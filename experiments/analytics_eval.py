@@ -204,7 +204,7 @@ def fig15(seeds: Sequence[int], out: Path, progress: Callable[[str], None]) -> d
             jobs = (JobPlan(1, 0, 1, wl, msr, start_s=FLOW_LEAD_S, analytics=live),)
             if proto in TWO_STAGE:
                 jobs += (JobPlan(2, S2_HOSTS[0], S2_HOSTS[1], s2, 1.0, after=1),)
-            tp = TrialPlan(params, p.seed, proto, jobs, flows=flows)
+            tp = TrialPlan(params, p.seed, proto, jobs, flows=flows, stop_with_jobs=True)
             kind = switch_for(proto)
             by_kind.setdefault(kind, []).append((p, msr, dataclasses.replace(tp, switch=kind)))
     for kind, trials in by_kind.items():
@@ -553,7 +553,8 @@ def fig16_testbed(seeds: Sequence[int], out: Path, progress: Callable[[str], Non
                 flows = tuple(web_search_flows(seed, load=FLOW_LOAD, link_bps=scale.rate_bps, duration_s=dur,
                                                senders=[2], receivers=[1], size_scale=scale.flow_size_scale))
                 tp = TrialPlan({"figure": "fig16", "groups": grouped}, seed, "atp-s1",
-                               (JobPlan(1, 0, 1, wl, 0.2, start_s=FLOW_LEAD_S, analytics=str(job_file)),), flows=flows)
+                               (JobPlan(1, 0, 1, wl, 0.2, start_s=FLOW_LEAD_S, analytics=str(job_file)),), flows=flows,
+                               stop_with_jobs=True)
                 wd = out / "testbed" / "fig16"
                 try:
                     backend.run_trial(tp, wd)

@@ -120,7 +120,7 @@ def fig15_sources(seeds: Sequence[int], out: Path, progress: Callable[[str], Non
                 plan_jobs += (JobPlan(sources + 1, WORKER, reducer_host(sources), s2_workload(p.job, p.seed), 1.0,
                                       after=tuple(range(1, sources + 1))),)
             tp = TrialPlan({"figure": "fig15-sources", "e_max": p.e_max, "sources": sources}, p.seed, proto,
-                           plan_jobs, flows=flows)
+                           plan_jobs, flows=flows, stop_with_jobs=True)
             kind = switch_for(proto)
             by_kind.setdefault(kind, []).append((p, dataclasses.replace(tp, switch=kind)))
     rows_out: list[dict] = []

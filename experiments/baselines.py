@@ -27,6 +27,7 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import random
 import selectors
 import socket
@@ -312,14 +313,15 @@ def tcp_receive(bind: tuple[str, int], *, jobs: int = 1, timeout: float = 120.0,
 
 def udp_send(dest: tuple[str, int], job: JobWorkload, *, job_id: int, rate_bps: float, mtu: int = 1400,
              tlr: float | None = None, duration_s: float | None = None, end_copies: int = 5,
-             start_at: float | StartFile | None = None) -> dict:
+             start_at: float | StartFile | None = None, stop_file: str | None = None) -> dict:
     """Send every message of ``job`` as ATP-format DATA packets paced at ``rate_bps`` (UDP payload bits), through
     the one paced generator (``topo.trafgen.send_paced``).
 
     ``tlr``: mark packets APPROX with this TLR (switches queue them by TLR), else non-approximate.
     ``duration_s``: keep cycling through the job's messages until this much time has passed
-    (background traffic); by default each message is sent once, when it is ready. The end is announced with
-    ``end_copies`` DONE packets whose ``seq`` carries the number of DATA packets sent.
+    (background traffic); by default each message is sent once, when it is ready. ``stop_file``: no message
+    starts once that file exists (the trial's jobs are done: ``TrialPlan.stop_with_jobs``). The end is announced
+    with ``end_copies`` DONE packets whose ``seq`` carries the number of DATA packets sent.
     """
     if rate_bps <= 0:
         raise ValueError("rate must be positive")
@@ -340,6 +342,8 @@ def udp_send(dest: tuple[str, int], job: JobWorkload, *, job_id: int, rate_bps: 
         cycle = 0
         while True:
             for mid in range(job.n):
+                if stop_file is not None and os.path.exists(stop_file):
+                    return
                 size = job.sizes[mid]
                 cnt = max(1, math.ceil(size / chunk))
                 if duration_s is None:
@@ -486,6 +490,7 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("--mtu", type=int, default=1400)
     u.add_argument("--tlr", type=float, default=None, help="send as APPROX with this TLR")
     u.add_argument("--duration", type=float, default=None, help="cycle the job for this many seconds")
+    u.add_argument("--stop-file", help="send no message once this file exists")
     u.add_argument("--json")
     add_start_at(u)
     job_opts(u)
@@ -515,7 +520,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif args.cmd == "udp-send":
         out = udp_send(address(args.dest, UDP_DEFAULT_PORT), _job_from_args(args), job_id=args.job_id,
                        rate_bps=args.rate, mtu=args.mtu, tlr=args.tlr, duration_s=args.duration,
-                       start_at=args.start_at)
+                       start_at=args.start_at, stop_file=args.stop_file)
     else:
         out = udp_receive(address(args.bind, UDP_DEFAULT_PORT), jobs=args.jobs, msr=args.msr, n=args.n,
                           timeout=args.timeout, ready_file=args.ready_file)

@@ -329,6 +329,7 @@ class _TrialRun:
         self.senders: list[tuple[Proc, Path, JobPlan]] = []
         self.t_start = self.t_end = 0.0
         self.start_file = wd / "start"
+        self.jobs_done_file = wd / "jobs-done"  # written once every sender exited (``TrialPlan.stop_with_jobs``)
         self.codes: list = []
         self.rx_codes: list = []
         self.bg_codes: list = []
@@ -336,6 +337,7 @@ class _TrialRun:
     # 1. receivers, flow servers, background receivers
     def start_receivers(self) -> None:
         tb, wd, timeout, protocol, name = self.tb, self.wd, self.timeout, self.protocol, self.name
+        ready_files: list[Path] = []  # every program starts first, then all are waited for (not one by one)
         for dst, js in self.by_dst.items():
             out = wd / f"rx{dst}.json"
             ready = wd / f"rx{dst}.ready"
@@ -353,13 +355,13 @@ class _TrialRun:
                 args = ["tcp-recv", f"{tb.ip(dst)}:{TCP_DEFAULT_PORT}", "--jobs", str(len(js)), "--timeout",
                         str(timeout), "--json", str(out), "--ready-file", str(ready)]
                 self.receivers[dst] = tb.start_py(dst, "netapprox.experiments.baselines", args, f"{name}-rx{dst}")
-                tb.wait_file(ready)
+                ready_files.append(ready)
             else:
                 args = ["udp-recv", f"{tb.ip(dst)}:{UDP_DEFAULT_PORT}", "--jobs", str(len(js)), "--timeout",
                         str(timeout), "--msr", str(js[0].msr), "--n", str(js[0].workload.n), "--json", str(out),
                         "--ready-file", str(ready)]
                 self.receivers[dst] = tb.start_py(dst, "netapprox.experiments.baselines", args, f"{name}-rx{dst}")
-                tb.wait_file(ready)
+                ready_files.append(ready)
         span = self.plan.span_s
         for i, dst in enumerate(dict.fromkeys(dst for _, dst in self.flow_pairs)):
             ready = wd / f"fsrv{i}.ready"
@@ -367,7 +369,7 @@ class _TrialRun:
                                                  ["server", f"{tb.ip(dst)}:{FLOW_DEFAULT_PORT}", "--duration",
                                                   str(span + timeout + 5), "--ready-file", str(ready)],
                                                  f"{name}-fsrv{i}"))
-            tb.wait_file(ready)
+            ready_files.append(ready)
         # Approximate-looking background must use the ATP port to be queued by TLR; it goes to a second
         # address of the receiving host (same switch port), so no ATP receiver socket sees it. Segments to
         # the same (host, port) share one receiver that counts them as separate jobs.
@@ -382,6 +384,8 @@ class _TrialRun:
                                            ["udp-recv", f"{tb.alias_ip(dst)}:{port}", "--jobs", str(len(bs)),
                                             "--timeout", str(span_b + timeout), "--json", str(out),
                                             "--ready-file", str(ready)], f"{name}-bgrx{i}"), out))
+            ready_files.append(ready)
+        for ready in ready_files:
             tb.wait_file(ready)
         if is_atp(protocol):
             for dst in self.by_dst:
@@ -398,15 +402,18 @@ class _TrialRun:
                     "--json", str(wd / f"bgtx{i}.json"), "--start-at", self.start_arg(b.start_s)]
             if b.tlr is not None:
                 args += ["--tlr", str(b.tlr)]
+            if plan.stop_with_jobs:
+                args += ["--stop-file", str(self.jobs_done_file)]
             self.bg_tx.append(tb.start_py(b.src, "netapprox.experiments.baselines", args, f"{name}-bgtx{i}"))
         for i, ((src, dst), fl) in enumerate(self.flow_pairs.items()):
             sched = wd / f"flows{i}.json"
             sched.write_text(json.dumps([dataclasses.asdict(f) for f in fl]))
             out = wd / f"fcli{i}.json"
-            self.flow_clients.append((tb.start_py(src, "netapprox.experiments.flows",
-                                                  ["client", f"{tb.ip(dst)}:{FLOW_DEFAULT_PORT}", "--schedule",
-                                                   str(sched), "--timeout", str(timeout), "--json", str(out),
-                                                   "--start-at", self.start_arg(0.0)], f"{name}-fcli{i}"),
+            args = ["client", f"{tb.ip(dst)}:{FLOW_DEFAULT_PORT}", "--schedule", str(sched), "--timeout",
+                    str(timeout), "--json", str(out), "--start-at", self.start_arg(0.0)]
+            if plan.stop_with_jobs:
+                args += ["--stop-file", str(self.jobs_done_file)]
+            self.flow_clients.append((tb.start_py(src, "netapprox.experiments.flows", args, f"{name}-fcli{i}"),
                                       out, (src, dst)))
         for j in plan.jobs:
             module, args, out = self.sender_args(j)
@@ -461,6 +468,7 @@ class _TrialRun:
         lead = max(0.0, t_start - time.time())
         self.codes = tb.wait_all([s[0] for s in self.senders],
                                  lead + timeout + max((j.start_s for j in plan.jobs), default=0) + 10)
+        self.jobs_done_file.touch()
         self.rx_codes = tb.wait_all(list(self.receivers.values()), 15)
         tb.wait_all([c[0] for c in self.flow_clients], max(0.0, t_start - time.time()) + timeout + plan.span_s + 10)
         for s in self.flow_servers:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import selectors
 import socket
 import struct
@@ -44,9 +45,12 @@ class _ClientFlow:
 
 
 def run_client(dest: tuple[str, int], schedule: Sequence[dict], *, timeout: float = 60.0, cc: str | None = None,
-               tos: int | None = None, start_at: float | StartFile | None = None) -> dict:
+               tos: int | None = None, start_at: float | StartFile | None = None,
+               stop_file: str | None = None) -> dict:
     """Run every flow of ``schedule``; return per-flow FCTs (``None`` for flows that did not finish).
-    Flow start times count from ``start_at`` (the trial's start line, ``experiments.hostprog``)."""
+    Flow start times count from ``start_at`` (the trial's start line, ``experiments.hostprog``). ``stop_file``:
+    once that file exists no flow starts (those flows are left out of the result and counted as
+    ``not_started``); flows in flight finish."""
     cc = cc or pick_congestion_control()
     flows = [_ClientFlow(i, int(f["size"]), int(f.get("trace_size", f["size"])), float(f["start_s"]))
              for i, f in enumerate(sorted(schedule, key=lambda f: f["start_s"]))]
@@ -57,10 +61,13 @@ def run_client(dest: tuple[str, int], schedule: Sequence[dict], *, timeout: floa
     nxt = 0
     active = 0
     deadline = t0 + (flows[-1].start_s if flows else 0) + timeout
+    last = len(flows)  # flows[last:] never start (the stop file appeared)
     try:
-        while (nxt < len(flows) or active) and time.monotonic() < deadline:
+        while (nxt < last or active) and time.monotonic() < deadline:
             now = time.monotonic()
-            while nxt < len(flows) and t0 + flows[nxt].start_s <= now:
+            if stop_file is not None and nxt < last and os.path.exists(stop_file):
+                last = nxt
+            while nxt < last and t0 + flows[nxt].start_s <= now:
                 f = flows[nxt]
                 nxt += 1
                 s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -85,7 +92,7 @@ def run_client(dest: tuple[str, int], schedule: Sequence[dict], *, timeout: floa
                 sel.register(s, selectors.EVENT_WRITE | selectors.EVENT_READ, f)
                 active += 1
             wait = 0.05
-            if nxt < len(flows):
+            if nxt < last:
                 wait = min(wait, max(0.0, t0 + flows[nxt].start_s - time.monotonic()))
             for key, events in sel.select(timeout=wait):
                 f = key.data
@@ -124,7 +131,8 @@ def run_client(dest: tuple[str, int], schedule: Sequence[dict], *, timeout: floa
         "protocol": "tcp-flows", "cc": cc, "start_wall": start_wall, "late_start_s": late,
         "flows": [{"id": f.fid, "size": f.size, "trace_size": f.trace_size, "start_s": f.start_s,
                    "fct_s": (f.done - f.started) if f.done is not None else None, "error": f.error}
-                  for f in flows],
+                  for f in flows[:last]],
+        "not_started": len(flows) - last,
     }
 
 
@@ -192,6 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     c.add_argument("--timeout", type=float, default=60.0, help="seconds after the last start")
     c.add_argument("--tos", type=lambda x: int(x, 0), default=None)
     c.add_argument("--json")
+    c.add_argument("--stop-file", help="no flow starts once this file exists (flows in flight finish)")
     add_start_at(c)
     s = sub.add_parser("server")
     s.add_argument("bind")
@@ -201,7 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.cmd == "client":
         out = run_client(address(args.dest, FLOW_DEFAULT_PORT), json.loads(Path(args.schedule).read_text()), timeout=args.timeout,
-                         tos=args.tos, start_at=args.start_at)
+                         tos=args.tos, start_at=args.start_at, stop_file=args.stop_file)
     else:
         out = run_server(address(args.bind, FLOW_DEFAULT_PORT), duration=args.duration, ready_file=args.ready_file)
     emit_summary(out, args.json)

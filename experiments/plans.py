@@ -169,6 +169,10 @@ class TrialPlan:
     sample_queues: bool = False
     """Measure the backlog of the switch ports facing the receivers (the simulator always does; the emulated
     testbed samples every 20 ms when asked)."""
+    stop_with_jobs: bool = False
+    """True: the flows and the background end with the jobs. Once every job's sender has exited no flow starts
+    (flows in flight finish) and the background senders stop (the emulated testbed's ``--stop-file``). For
+    figures whose flows and background are only the jobs' surroundings, not where the flows' FCTs are measured."""
 
     @property
     def label(self) -> str:
@@ -192,4 +196,7 @@ class TrialPlan:
 
     def to_dict(self) -> dict:
         """The plan as JSON values (workloads in full): its identity in the trial cache."""
-        return dataclasses.asdict(self) | {"params": dict(self.params)}
+        d = dataclasses.asdict(self) | {"params": dict(self.params)}
+        if not self.stop_with_jobs:  # the default: the identity of trials cached before the field existed
+            del d["stop_with_jobs"]
+        return d

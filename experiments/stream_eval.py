@@ -126,7 +126,7 @@ def fig17(seeds: Sequence[int], out: Path, progress: Callable[[str], None],
                                            senders=[2], receivers=[1], size_scale=scale.flow_size_scale))
             for label, proto, switch in runs:
                 tp = TrialPlan({"figure": figure, "e_max": e, "run": label}, seed, proto, tuple(j[3] for j in jobs),
-                               flows=flows, switch=switch or switch_for(proto))
+                               flows=flows, switch=switch or switch_for(proto), stop_with_jobs=True)
                 by_kind.setdefault(tp.switch, []).append((p, jobs, tp, label))
     rows_out: list[dict] = []
     for kind, trials in by_kind.items():

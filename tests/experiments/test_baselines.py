@@ -121,6 +121,23 @@ def test_udp_blast_packets_are_atp_data_with_tlr():
     assert hdr.tlr == wire.tlr_to_q15(0.4) and len(payload) == job.sizes[0]
 
 
+def test_udp_blast_sends_no_message_once_the_stop_file_exists(tmp_path):
+    """Background cycling for ``duration_s`` ends early when the trial's jobs are done (``--stop-file``)."""
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.bind(("127.0.0.1", 0))
+    stop = tmp_path / "jobs-done"
+    job = make_job("fbkv", seed=1, n=3)
+    stop.touch()
+    out = b.udp_send(rx.getsockname(), job, job_id=78, rate_bps=1e6, duration_s=30.0, end_copies=1,
+                     stop_file=str(stop))
+    rx.close()
+    assert out["packets_sent"] == 0  # not 30 s of cycling
+    stop.unlink()
+    threading.Timer(0.2, stop.touch).start()
+    out = b.udp_send(("127.0.0.1", 9), job, job_id=79, rate_bps=1e6, duration_s=30.0, end_copies=1,
+                     stop_file=str(stop))
+    assert 0 < out["packets_sent"] and out["duration_s"] < 30.0
+
 def test_cli_writes_json(tmp_path):
     port = _free_port()
     rx_json, tx_json, ready = tmp_path / "rx.json", tmp_path / "tx.json", tmp_path / "ready"

@@ -1,6 +1,7 @@
 """Result records: spread over seeds, grouping, JSON with config and seeds, plots that exist."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 import threading
@@ -84,6 +85,38 @@ def test_flows_client_server_loopback(tmp_path):
     assert all(f["fct_s"] is not None and f["fct_s"] > 0 for f in out["flows"])
     assert box["srv"]["served"] == 3
 
+
+def test_flows_client_starts_no_flow_once_the_stop_file_exists(tmp_path):
+    """``--stop-file`` (``TrialPlan.stop_with_jobs``): flows scheduled after the trial's jobs are done never
+    start and are left out; the flow in flight when the file appears still finishes."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    ready, stop = tmp_path / "ready", tmp_path / "jobs-done"
+    box = {}
+    t = threading.Thread(target=lambda: box.setdefault("srv", flows.run_server(("127.0.0.1", port), duration=1.5,
+                                                                                ready_file=str(ready))))
+    t.start()
+    while not ready.exists():
+        pass
+    timer = threading.Timer(0.3, stop.touch)
+    timer.start()
+    sched = [{"start_s": 0.0, "size": 1000}, {"start_s": 0.05, "size": 1}, {"start_s": 30.0, "size": 1},
+             {"start_s": 31.0, "size": 1}]
+    out = flows.run_client(("127.0.0.1", port), sched, timeout=5, stop_file=str(stop))
+    timer.join()
+    t.join()
+    assert [f["id"] for f in out["flows"]] == [0, 1] and out["not_started"] == 2
+    assert all(f["fct_s"] is not None and f["error"] is None for f in out["flows"])
+    assert box["srv"]["served"] == 2
+
+
+def test_a_trials_cache_identity_names_stop_with_jobs_only_when_it_is_not_the_default():
+    from netapprox.experiments.plans import TrialPlan
+    plan = TrialPlan({"msr": 0.5}, 1, "atp", ())
+    assert "stop_with_jobs" not in plan.to_dict()  # trials cached before the field keep their identity
+    assert dataclasses.replace(plan, stop_with_jobs=True).to_dict()["stop_with_jobs"] is True
 
 # --- plots: every axis says what it shows and in which unit, every legend what its entries are -------------
 
