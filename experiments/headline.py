@@ -42,8 +42,14 @@ def leaves(value: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, 
 
 def bar_met(value: Any, bar: str | None) -> bool | None:
     """Whether every number of ``value`` (or of its leaves named ``leaf`` in a bar ``"leaf op limit"``) meets
-    ``bar``; None without a bar, a readable bar or a number to check."""
-    m = _BAR.match(bar or "")
+    ``bar``; a bar of several such parts separated by commas (``"median < 10, p99 < 20"``) is met when every part
+    is. None without a bar, a readable bar or a number to check."""
+    met = [_part_met(value, part) for part in (bar or "").split(",")]
+    return None if None in met else all(met)
+
+
+def _part_met(value: Any, bar: str) -> bool | None:
+    m = _BAR.match(bar)
     if m is None:
         return None
     op, limit, leaf = _OPS[m["op"]], float(m["limit"]), m["leaf"]

@@ -61,6 +61,9 @@ def test_a_new_headline_key_appears_with_its_bar_and_a_run_of_some_sections_keep
 def test_bars():
     assert H.bar_met({"0.5": 0.28, "0.9": 0.63}, "<= 0.5") is False
     assert H.bar_met({"median": 9.0, "p99": 14.5}, "median < 10") is True
+    assert H.bar_met({"median": 9.0, "p99": 14.5}, "median < 10, p99 < 20") is True
+    assert H.bar_met({"median": 9.0, "p99": 22.0}, "median < 10, p99 < 20") is False
+    assert H.bar_met({"median": 9.0}, "median < 10, p99 < 20") is None  # a part with nothing to check
     assert H.bar_met(90855, ">= 100000") is False
     assert H.bar_met(0.9, None) is None and H.bar_met({}, "<= 1") is None
 
