@@ -54,6 +54,10 @@ def test_leafspine_testbed_runs_an_atp_job_across_the_spines(tmp_path):
         switches = tb.runtime.core.switches
         assert set(switches) == {"leaf1", "leaf2", "spine1", "spine2"}
         assert all(s.ecmp_routes for s in switches.values())
+        for h in range(4):  # every host resolved every other before the first trial (Testbed._learn_fabric)
+            neigh = tb.lab.run(h, ["ip", "neigh", "show"], check=False).stdout.splitlines()
+            for other in (o for o in range(4) if o != h):
+                assert any(line.startswith(tb.ip(other) + " ") and "lladdr" in line for line in neigh), (h, neigh)
         m = run_on_testbed(tb, TrialPlan({"protocol": "atp"}, 1, "atp", (JobPlan(1, 0, 2, job, 0.5),)),
                            timeout=20)["jobs"][0]
         tb.wait_epochs(2)  # the job's last REPORTs may still wait on the controller's socket
