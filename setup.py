@@ -4,7 +4,10 @@ Each extension is optional: when it does not build (no compiler, no Python heade
 succeeds and the code falls back to its pure-Python path (each module says which). Add an extension by
 appending to ``NATIVE``; a C file added to hostlib/native/ is built into the native cores as it is.
 """
+import atexit
 import importlib.util
+import shutil
+import tempfile
 from glob import glob
 
 from setuptools import Extension, setup
@@ -29,4 +32,9 @@ NATIVE = [
                                   "-Wno-unused-parameter"]),
 ]
 
-setup(ext_modules=NATIVE)
+# Built outside the source tree: a wheel built from a checkout (`pip wheel .`, tests/test_installed.py) leaves no
+# build/ folder behind holding a second copy of every module. The folder goes when the build's process ends.
+BUILD_BASE = tempfile.mkdtemp(prefix="netapprox-build-")
+atexit.register(shutil.rmtree, BUILD_BASE, True)
+
+setup(ext_modules=NATIVE, options={"build": {"build_base": BUILD_BASE}})

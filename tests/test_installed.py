@@ -40,9 +40,12 @@ def installed(tmp_path_factory) -> Path:
     """A fresh venv with the wheel installed; returns its bin/ folder."""
     root = tmp_path_factory.mktemp("installed")
     wheels = root / "wheels"
+    before = {p: p.stat().st_mtime_ns for p in REPO.glob("build/*")}
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
                             "-w", str(wheels), str(REPO)], capture_output=True, text=True)
     assert build.returncode == 0, build.stderr[-2000:]
+    # setup.py builds outside the checkout: no build/lib.*, bdist.* or temp.* copy of the modules is left in it
+    assert {p: p.stat().st_mtime_ns for p in REPO.glob("build/*")} == before
     (wheel,) = wheels.glob("netapprox-*.whl")
     venv = root / "venv"
     base = getattr(sys, "_base_executable", sys.executable)
