@@ -117,14 +117,12 @@ class StratumPlan:
         return min(1.0, max(wanted, estimators.MIN_SAMPLE_PER_STRATUM / len(self.rows)))
 
 
-@dataclasses.dataclass(frozen=True)
-class Answer:
-    query: Query
-    group: int | None
-    e_max: float
-    estimate: Estimate | RankEstimate | None
-    note: str = ""
-    """Why there is no estimate (the sample cannot support one yet)."""
+class Bounded:
+    """What an answer with an ``estimate`` (or None) and an ``e_max`` says of its bound: ``error``, the estimate's
+    relative error bound (infinite without an estimate), and ``met``, whether it is within ``e_max``. A job's
+    ``Answer`` and a stream window's ``WindowAnswer`` (analytics.stream) alike."""
+
+    __slots__ = ()
 
     @property
     def error(self) -> float:
@@ -133,6 +131,16 @@ class Answer:
     @property
     def met(self) -> bool:
         return self.error <= self.e_max
+
+
+@dataclasses.dataclass(frozen=True)
+class Answer(Bounded):
+    query: Query
+    group: int | None
+    e_max: float
+    estimate: Estimate | RankEstimate | None
+    note: str = ""
+    """Why there is no estimate (the sample cannot support one yet)."""
 
     def as_dict(self) -> dict:
         return {"aggregate": self.query.name, "group": self.group, "e_max": self.e_max, "met": self.met,

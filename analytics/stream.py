@@ -27,7 +27,7 @@ from typing import Callable, Mapping, Sequence
 from netapprox.analytics import accuracy
 from netapprox.analytics.errors import AnalyticsError
 from netapprox.analytics.estimators import Estimate, Stratum
-from netapprox.analytics.job import AnalyticsJob, Query, Row
+from netapprox.analytics.job import AnalyticsJob, Bounded, Query, Row
 
 ALPHA = 0.5
 """Weight of the latest window in the sizer's exponentially weighted means (rates, shares)."""
@@ -174,7 +174,7 @@ class WindowPlan:
 
 
 @dataclasses.dataclass(frozen=True)
-class WindowAnswer:
+class WindowAnswer(Bounded):
     """A window's answer: the plan it ran with, its true N, the rows that arrived, the estimate with its bound
     (``None`` with a ``note`` when the window cannot support one)."""
 
@@ -186,14 +186,6 @@ class WindowAnswer:
     note: str = ""
     jct_s: float | None = None
     truth: float | None = None
-
-    @property
-    def error(self) -> float:
-        return self.estimate.relative_error if self.estimate is not None else math.inf
-
-    @property
-    def met(self) -> bool:
-        return self.error <= self.e_max
 
     @property
     def size_error(self) -> float:
