@@ -7,7 +7,6 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
-import threading
 import time
 
 import pytest
@@ -17,7 +16,7 @@ if shutil.which("redis-server") is None:
     pytest.skip("no redis-server on PATH (tools/setup-system.sh installs it)", allow_module_level=True)
 
 from netapprox.analytics import AnalyticsError, AnalyticsJob, Query, Row, broker, correlated_rows  # noqa: E402
-from netapprox.hostlib.api import ReceiverEndpoint  # noqa: E402
+from support.processes import counting_receiver  # noqa: E402
 
 
 def _port(kind: int) -> int:
@@ -52,13 +51,7 @@ def test_broker_feeder_sends_each_time_window_over_atp(broker_at):
     assert broker.produce(b, "trips", rows, times) == 2800
     dest = f"127.0.0.1:{_port(socket.SOCK_DGRAM)}"
     got: dict[int, int] = {}
-
-    def consumer():
-        with ReceiverEndpoint(dest, config=AnalyticsJob.config(), accept_jobs=3) as ep:
-            ep.serve(jobs=3, timeout=60, on_message=lambda ev: got.__setitem__(ev.job_id, got.get(ev.job_id, 0) + 1))
-
-    t = threading.Thread(target=consumer)
-    t.start()
+    t = counting_receiver(dest, 3, AnalyticsJob.config(), got)
     out = broker.feed(b, "trips", dest, Query("avg", 0.1), seconds=10.0, first=900, seed=9, wait_s=30)
     t.join(60)
     assert [a.rows for a in out] == [1000, 1000, 800]

@@ -151,21 +151,14 @@ def test_stream_windows_over_udp_with_the_live_msr():
     """Count windows over loopback to a plain ATP receiver, each starting at its planned MSR and then following its
     own estimate: every window's bound holds and the receiver has at least the rows of the look that stopped it."""
     import socket
-    import threading
 
     from netapprox.analytics import AnalyticsJob
-    from netapprox.hostlib.api import ReceiverEndpoint
+    from support.processes import counting_receiver
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind(("127.0.0.1", 0))
         dest = f"127.0.0.1:{s.getsockname()[1]}"
     got: dict[int, int] = {}
-
-    def consumer():
-        with ReceiverEndpoint(dest, config=AnalyticsJob.config(), accept_jobs=3) as ep:
-            ep.serve(jobs=3, timeout=60, on_message=lambda ev: got.__setitem__(ev.job_id, got.get(ev.job_id, 0) + 1))
-
-    t = threading.Thread(target=consumer)
-    t.start()
+    t = counting_receiver(dest, 3, AnalyticsJob.config(), got)
     rows = correlated_rows(6000, seed=11)
     out = stream.send_windows(dest, stream.count_windows(rows, 2000), Query("avg", 0.05), seed=11,
                               sizer=stream.WindowSizer("count", 2000), wait_s=30, adapt=True)

@@ -19,6 +19,7 @@ from netapprox.hostlib import aio, api, wire
 from netapprox.hostlib.config import AtpConfig, JobSpec, pattern_bytes
 from hostlib_sim import announce, token_of
 from support.ports import udp_port_bound
+from support.processes import stop_if_running
 
 pytestmark = pytest.mark.usefixtures("cores")
 
@@ -170,9 +171,7 @@ def test_cli_send_and_receive(tmp_path):
                      "--json", str(tmp_path / "s.json"), "--timeline", str(tmp_path / "t.jsonl"))
         out, err = rx.communicate(timeout=30)
     finally:
-        if rx.poll() is None:
-            rx.kill()
-            rx.wait()
+        stop_if_running(rx)
     assert tx.returncode == 0, tx.stderr
     assert rx.returncode == 0, err
     assert "job 35: MSR met" in tx.stdout and "group 1:" in tx.stdout and tx.stderr == ""
@@ -197,9 +196,7 @@ def test_cli_receiver_serves_until_sigterm_and_exits_cleanly():
         rx.send_signal(signal.SIGTERM)
         out, err = rx.communicate(timeout=10)
     finally:
-        if rx.poll() is None:
-            rx.kill()
-            rx.wait()
+        stop_if_running(rx)
     assert rx.returncode == 0 and "Traceback" not in err
 
 
@@ -249,9 +246,7 @@ def test_cli_receiver_rejects_an_oversized_job_with_exit_1():
         tx = run_cli("send", f"127.0.0.1:{port}", "--messages", "11", "--idle-timeout", "0.5")
         out, err = rx.communicate(timeout=20)
     finally:
-        if rx.poll() is None:
-            rx.kill()
-            rx.wait()
+        stop_if_running(rx)
     assert rx.returncode == 1 and "rejected" in err and "max_messages" in err and "Traceback" not in err
     assert tx.returncode == 1 and "rejecting job" in tx.stderr
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from support.processes import stop_if_running
 from support.skips import requires_root
 
 pytestmark = [requires_root, pytest.mark.root, pytest.mark.timeout(150), pytest.mark.usefixtures("cores")]
@@ -96,9 +97,7 @@ def test_atp_over_a_shaped_bridge_meets_the_msr_under_congestion_loss(shaped_pai
                             cwd=REPO, capture_output=True, text=True, timeout=90)
         out, err = rx.communicate(timeout=30)
     finally:
-        if rx.poll() is None:
-            rx.kill()
-            rx.wait()
+        stop_if_running(rx)
     assert tx.returncode == 0, tx.stderr
     assert rx.returncode == 0, err
     s = json.loads((tmp_path / "s.json").read_text())
