@@ -51,7 +51,9 @@ namespace netapprox
 {
 
 // What the peer transports share: a header of one word (magic, type, two bytes) and five big-endian 32-bit
-// fields; the first bytes of a peer datagram in a queue disc item; a test item; a bound UDP socket; a message.
+// fields; the first bytes of a peer datagram in a queue disc item; a test item; a bound UDP socket; a message;
+// and the bases of their queue discs (PeerQueueDisc, LeveledQueueDisc), senders (PeerSender) and receivers
+// (PeerReceiver).
 inline void
 PutPeerHeader(uint8_t* b, uint8_t magic, uint8_t type, uint8_t x, uint8_t y, const uint32_t (&v)[5])
 {
@@ -85,6 +87,16 @@ GetPeerHeader(const uint8_t* b, uint8_t magic, uint8_t lo, uint8_t hi, uint32_t 
 }
 
 constexpr uint32_t kPeerHeader = 24;
+
+// The words every peer header carries besides its fifth: the job, a packet index, the message's packets and the
+// packets its receiver needs (a prefix).
+struct PeerWords
+{
+    uint32_t job = 0;
+    uint32_t seq = 0;
+    uint32_t packets = 0;
+    uint32_t target = 0;
+};
 
 // The UDP header and peer header of a datagram to `port` in `item` into `b`, and its source address: false when
 // the item is something else.
@@ -129,6 +141,131 @@ BoundUdpSocket(ns3::Ptr<ns3::Node> node, ns3::Callback<void, ns3::Ptr<ns3::Socke
     return socket;
 }
 
+// What the peers' queue discs share: a port and a capacity (`Configure`), the trial's view of their counters in the
+// NetApproxQueueDisc's shape (`CountersSince`; no limits to set and no ATP header read: `SetLimits`, `BadVersion`),
+// when those counters start, and what every `CheckConfig` requires first (no classes, no filters, a capacity).
+class PeerQueueDisc : public ns3::QueueDisc
+{
+  public:
+    PeerQueueDisc()
+        : ns3::QueueDisc(ns3::QueueDiscSizePolicy::NO_LIMITS)
+    {
+    }
+
+    void Configure(uint32_t port, uint32_t capacity)
+    {
+        m_port = port;
+        m_capacity = capacity;
+    }
+
+    double CountersSince() const
+    {
+        return m_since;
+    }
+
+    void SetLimits(const std::vector<uint32_t>&)
+    {
+    }
+
+    // ATP packets of another version dropped (the NetApprox queue disc's counter): a peer's switch reads no ATP
+    // header, so none.
+    uint64_t BadVersion() const
+    {
+        return 0;
+    }
+
+  protected:
+    // CheckConfig's part every peer shares: no classes, no filters, a capacity; the internal queues made once by
+    // `add`, `queues` of them in the end.
+    template <typename Add>
+    bool ConfigWith(std::size_t queues, Add add)
+    {
+        if (GetNQueueDiscClasses() > 0 || GetNPacketFilters() > 0 || m_capacity == 0)
+        {
+            return false;
+        }
+        if (GetNInternalQueues() == 0)
+        {
+            add();
+        }
+        return GetNInternalQueues() == queues;
+    }
+
+    // A drop-tail internal queue of `packets` packets.
+    void AddFifo(uint32_t packets)
+    {
+        AddInternalQueue(ns3::CreateObjectWithAttributes<ns3::DropTailQueue<ns3::QueueDiscItem>>(
+            "MaxSize", ns3::QueueSizeValue(ns3::QueueSize(ns3::QueueSizeUnit::PACKETS, packets))));
+    }
+
+    void InitializeParams() override
+    {
+        m_last = m_since = ns3::Simulator::Now().GetSeconds();
+    }
+
+    uint32_t m_port = 0;
+    uint32_t m_capacity = 1;
+    double m_last = 0;
+    double m_since = 0;
+};
+
+// A peer's queue disc with a backlog and counters per switch queue (Homa's priority levels, Aeolus' FIFO and
+// credit queue).
+class LeveledQueueDisc : public PeerQueueDisc
+{
+  public:
+    uint32_t Backlog(int q) const
+    {
+        return m_len[q];
+    }
+
+    const QueueCounters& Counters(int q)
+    {
+        Account();
+        return m_counters[q];
+    }
+
+  protected:
+    void Account()
+    {
+        AccountBacklog(m_counters, m_len, kQueues, &m_last);
+    }
+
+    uint32_t m_len[kQueues] = {};
+    QueueCounters m_counters[kQueues];
+};
+
+// `qd` as `device`'s root queue disc, in place of the one there.
+template <class Disc>
+ns3::Ptr<Disc>
+AsRootQueueDisc(ns3::Ptr<ns3::NetDevice> device, ns3::Ptr<Disc> qd)
+{
+    auto tc = device->GetNode()->GetObject<ns3::TrafficControlLayer>();
+    if (tc->GetRootQueueDiscOnDevice(device))
+    {
+        tc->DeleteRootQueueDiscOnDevice(device);
+    }
+    tc->SetRootQueueDiscOnDevice(device, qd);
+    return qd;
+}
+
+// The next datagram on `s` (its sender into `*from` when given) whose first bytes are a valid `Header`, read into
+// `h`; false once none is left. Shorter datagrams and other headers are skipped.
+template <typename Header>
+bool
+NextPeerHeader(ns3::Ptr<ns3::Socket> s, Header& h, ns3::Address* from = nullptr)
+{
+    while (auto p = from ? s->RecvFrom(*from) : s->Recv())
+    {
+        uint8_t b[kPeerHeader];
+        if (p->CopyData(b, kPeerHeader) >= kPeerHeader && h.Read(b))
+        {
+            return true;
+        }
+    }
+    return false;
+}
+
 // The one message of a peer transport's sender: where it goes, its bytes in packets of `mss`, the first
 // `target` packets needed.
 struct PeerMessage
@@ -158,6 +295,108 @@ struct PeerMessage
     uint32_t m_target = 1;
 };
 
+// What the peers' senders share: their message, when they started and finished, what they sent, sent again and
+// timed out, their one timer (cancelled when the application stops) and whether they stop at the target.
+template <typename Derived>
+class PeerSender : public SocketApp<Derived>, protected PeerMessage
+{
+  public:
+    int64_t StartNs() const
+    {
+        return m_startNs;
+    }
+
+    int64_t DoneNs() const
+    {
+        return m_doneNs;
+    }
+
+    uint32_t Packets() const
+    {
+        return m_packets;
+    }
+
+    uint64_t Sent() const
+    {
+        return m_sent;
+    }
+
+    uint64_t Retransmissions() const
+    {
+        return m_retx;
+    }
+
+    uint64_t Timeouts() const
+    {
+        return m_timeouts;
+    }
+
+  protected:
+    void StopApplication() override
+    {
+        m_timer.Cancel();
+        SocketApp<Derived>::StopApplication();
+    }
+
+    // Done, and told to stop once the receiver holds the target (pFabric's sender has its own test).
+    bool Finished() const
+    {
+        return m_doneNs >= 0 && m_stopAtTarget;
+    }
+
+    // The receiver said the target prefix arrived: done from now on, no more timeouts.
+    void NoteDone()
+    {
+        if (m_doneNs < 0)
+        {
+            m_doneNs = ns3::Simulator::Now().GetNanoSeconds();
+        }
+        m_timer.Cancel();
+    }
+
+    // The next datagram on `s` with a valid `Header` for this sender's job, read into `h`; false once none is left.
+    template <typename Header>
+    bool NextOwnHeader(ns3::Ptr<ns3::Socket> s, Header& h)
+    {
+        bool found = NextPeerHeader(s, h);
+        while (found && h.job != m_job)
+        {
+            found = NextPeerHeader(s, h);
+        }
+        return found;
+    }
+
+    // The timeout `m_timeout` from now, until the target arrived; when it fires, the sender's `Timeout()` (Homa's,
+    // Aeolus'; pFabric's sender runs its own retransmission timer).
+    void Arm()
+    {
+        m_timer.Cancel();
+        if (m_doneNs < 0)
+        {
+            m_timer = ns3::Simulator::Schedule(m_timeout, &PeerSender::OnTimeout, this);
+        }
+    }
+
+    void OnTimeout()
+    {
+        if (m_doneNs >= 0)
+        {
+            return;
+        }
+        m_timeouts++;
+        static_cast<Derived*>(this)->Timeout();
+    }
+
+    ns3::Time m_timeout;
+    bool m_stopAtTarget = true;
+    uint64_t m_sent = 0;
+    uint64_t m_retx = 0;
+    uint64_t m_timeouts = 0;
+    int64_t m_startNs = -1;
+    int64_t m_doneNs = -1;
+    ns3::EventId m_timer;
+};
+
 constexpr uint16_t kPfPort = 7800;
 constexpr uint32_t kPfHeader = kPeerHeader;
 constexpr uint8_t kPfMagic = 'P';
@@ -166,15 +405,11 @@ constexpr uint8_t kPfAck = 2;
 constexpr uint8_t kPfProbe = 3;
 constexpr uint8_t kPfFlagDone = 1;
 
-struct PfHeader
+struct PfHeader : PeerWords
 {
     uint8_t type = 0;
     uint8_t flags = 0;
-    uint32_t job = 0;
-    uint32_t seq = 0;
     uint32_t remaining = 0;
-    uint32_t packets = 0;
-    uint32_t target = 0;
 
     void Write(uint8_t* b) const
     {
@@ -256,7 +491,7 @@ class PfabricStore : public ns3::Queue<ns3::QueueDiscItem>
     }
 };
 
-class PfabricQueueDisc : public ns3::QueueDisc
+class PfabricQueueDisc : public PeerQueueDisc
 {
   public:
     static ns3::TypeId GetTypeId()
@@ -265,17 +500,6 @@ class PfabricQueueDisc : public ns3::QueueDisc
                                      .SetParent<ns3::QueueDisc>()
                                      .SetGroupName("NetApprox");
         return tid;
-    }
-
-    PfabricQueueDisc()
-        : ns3::QueueDisc(ns3::QueueDiscSizePolicy::NO_LIMITS)
-    {
-    }
-
-    void Configure(uint32_t port, uint32_t capacity)
-    {
-        m_port = port;
-        m_capacity = capacity;
     }
 
     uint32_t Port() const
@@ -298,22 +522,6 @@ class PfabricQueueDisc : public ns3::QueueDisc
     {
         Account();
         return q == 0 ? m_counters : m_empty;
-    }
-
-    double CountersSince() const
-    {
-        return m_since;
-    }
-
-    void SetLimits(const std::vector<uint32_t>&)
-    {
-    }
-
-    // ATP packets of another version dropped (the NetApprox queue disc's counter): pFabric's switch reads no
-    // ATP header, so none.
-    uint64_t BadVersion() const
-    {
-        return 0;
     }
 
     // The priorities of the queued packets in queue order (tests).
@@ -455,32 +663,17 @@ class PfabricQueueDisc : public ns3::QueueDisc
 
     bool CheckConfig() override
     {
-        if (GetNQueueDiscClasses() > 0 || GetNPacketFilters() > 0 || m_capacity == 0)
-        {
-            return false;
-        }
-        if (GetNInternalQueues() == 0)
-        {
+        return ConfigWith(1, [this] {
             auto store = ns3::CreateObject<PfabricStore>();
             store->SetMaxSize(ns3::QueueSize(ns3::QueueSizeUnit::PACKETS, m_capacity + 1));
             AddInternalQueue(store);
-        }
-        return GetNInternalQueues() == 1;
-    }
-
-    void InitializeParams() override
-    {
-        m_last = m_since = ns3::Simulator::Now().GetSeconds();
+        });
     }
 
     std::deque<Meta> m_meta; // in the store's order
-    uint32_t m_port = 0;
-    uint32_t m_capacity = 1;
     QueueCounters m_counters;
     QueueCounters m_empty;
     std::vector<uint32_t> m_droppedPrios;
-    double m_last = 0;
-    double m_since = 0;
 };
 
 // A queue disc item as a switch port sees it (tests): a UDP datagram from srcIp to port `dport` whose payload
@@ -503,19 +696,13 @@ PfabricPriorityOf(ns3::Ptr<ns3::QueueDiscItem> item)
 inline ns3::Ptr<PfabricQueueDisc>
 InstallPfabricQueueDisc(ns3::Ptr<ns3::NetDevice> device, uint32_t port, uint32_t capacity)
 {
-    auto tc = device->GetNode()->GetObject<ns3::TrafficControlLayer>();
-    if (tc->GetRootQueueDiscOnDevice(device))
-    {
-        tc->DeleteRootQueueDiscOnDevice(device);
-    }
     auto qd = ns3::CreateObject<PfabricQueueDisc>();
     qd->Configure(port, capacity);
-    tc->SetRootQueueDiscOnDevice(device, qd);
-    return qd;
+    return AsRootQueueDisc(device, qd);
 }
 
 // One pFabric flow per job: see the file's comment.
-class PfabricSender : public SocketApp<PfabricSender>, private PeerMessage
+class PfabricSender : public PeerSender<PfabricSender>
 {
   public:
     static constexpr const char* kTypeName = "netapprox::PfabricSender";
@@ -535,36 +722,6 @@ class PfabricSender : public SocketApp<PfabricSender>, private PeerMessage
         m_outstanding.assign(m_packets, false);
     }
 
-    int64_t StartNs() const
-    {
-        return m_startNs;
-    }
-
-    int64_t DoneNs() const
-    {
-        return m_doneNs;
-    }
-
-    uint32_t Packets() const
-    {
-        return m_packets;
-    }
-
-    uint64_t Sent() const
-    {
-        return m_sent;
-    }
-
-    uint64_t Retransmissions() const
-    {
-        return m_retx;
-    }
-
-    uint64_t Timeouts() const
-    {
-        return m_timeouts;
-    }
-
     uint64_t Probes() const
     {
         return m_probes;
@@ -577,12 +734,6 @@ class PfabricSender : public SocketApp<PfabricSender>, private PeerMessage
         m_socket = BoundUdpSocket(GetNode(), ns3::MakeCallback(&PfabricSender::OnRecv, this));
         Pump();
         ArmTimer();
-    }
-
-    void StopApplication() override
-    {
-        m_timer.Cancel();
-        SocketApp::StopApplication();
     }
 
     bool Finished() const
@@ -694,11 +845,10 @@ class PfabricSender : public SocketApp<PfabricSender>, private PeerMessage
 
     void OnRecv(ns3::Ptr<ns3::Socket> s)
     {
-        while (auto p = s->Recv())
+        PfHeader h;
+        while (NextOwnHeader(s, h))
         {
-            uint8_t b[kPfHeader];
-            PfHeader h;
-            if (p->CopyData(b, kPfHeader) < kPfHeader || !h.Read(b) || h.type != kPfAck || h.job != m_job)
+            if (h.type != kPfAck)
             {
                 continue;
             }
@@ -734,7 +884,6 @@ class PfabricSender : public SocketApp<PfabricSender>, private PeerMessage
     double m_ssthresh = 1;
     ns3::Time m_rto;
     uint32_t m_probeAfter = 5;
-    bool m_stopAtTarget = true;
     std::vector<bool> m_acked;
     std::vector<bool> m_outstanding;
     std::deque<uint32_t> m_lost;
@@ -743,16 +892,66 @@ class PfabricSender : public SocketApp<PfabricSender>, private PeerMessage
     uint32_t m_ackedCount = 0;
     uint32_t m_consecutive = 0;
     bool m_probing = false;
-    uint64_t m_sent = 0;
-    uint64_t m_retx = 0;
-    uint64_t m_timeouts = 0;
     uint64_t m_probes = 0;
-    int64_t m_startNs = -1;
-    int64_t m_doneNs = -1;
+};
+
+// What the peers' receivers share: their address, their flows by (source address, job) with the packets of the
+// target prefix that arrived in order and when the whole prefix had, a socket on their port with a large buffer,
+// and a timer cancelled when the application stops (Homa's resends, Aeolus' credits; pFabric's receiver has none).
+template <typename Derived, typename Flow>
+class PeerReceiver : public SocketApp<Derived>
+{
+  public:
+    // Packets of the flow's prefix that arrived in order (from packet 0 on, without a gap).
+    uint32_t Contiguous(uint32_t srcIp, uint32_t job) const
+    {
+        auto it = m_flows.find(FlowKey(srcIp, job));
+        return it == m_flows.end() ? 0 : it->second.contiguous;
+    }
+
+    int64_t TargetNs(uint32_t srcIp, uint32_t job) const
+    {
+        auto it = m_flows.find(FlowKey(srcIp, job));
+        return it == m_flows.end() ? -1 : it->second.targetNs;
+    }
+
+  protected:
+    static uint64_t FlowKey(uint32_t srcIp, uint32_t job)
+    {
+        return (uint64_t(srcIp) << 32) | job;
+    }
+
+    // The receiving socket, on this host's address and `port`, delivering to `onRecv`.
+    void Listen(uint16_t port, ns3::Callback<void, ns3::Ptr<ns3::Socket>> onRecv)
+    {
+        auto socket = ns3::Socket::CreateSocket(this->GetNode(), ns3::UdpSocketFactory::GetTypeId());
+        socket->SetAttribute("RcvBufSize", ns3::UintegerValue(64u << 20));
+        socket->Bind(ns3::InetSocketAddress(ns3::Ipv4Address(m_ip), port));
+        socket->SetRecvCallback(onRecv);
+        this->m_socket = socket;
+    }
+
+    void StopApplication() override
+    {
+        m_timer.Cancel();
+        SocketApp<Derived>::StopApplication();
+    }
+
+    uint32_t m_ip = 0;
+    std::unordered_map<uint64_t, Flow> m_flows;
     ns3::EventId m_timer;
 };
 
-class PfabricReceiver : public SocketApp<PfabricReceiver>
+// A flow at a pFabric receiver: which of its packets arrived, how many of the target prefix.
+struct PfabricFlow
+{
+    std::vector<bool> got;
+    uint32_t inTarget = 0;
+    uint32_t contiguous = 0;
+    int64_t targetNs = -1;
+};
+
+class PfabricReceiver : public PeerReceiver<PfabricReceiver, PfabricFlow>
 {
   public:
     static constexpr const char* kTypeName = "netapprox::PfabricReceiver";
@@ -762,55 +961,29 @@ class PfabricReceiver : public SocketApp<PfabricReceiver>
         m_ip = ip;
     }
 
-    // Packets of the flow's prefix that arrived in order (from packet 0 on, without a gap).
-    uint32_t Contiguous(uint32_t srcIp, uint32_t job) const
-    {
-        auto it = m_flows.find((uint64_t(srcIp) << 32) | job);
-        return it == m_flows.end() ? 0 : it->second.contiguous;
-    }
-
-    int64_t TargetNs(uint32_t srcIp, uint32_t job) const
-    {
-        auto it = m_flows.find((uint64_t(srcIp) << 32) | job);
-        return it == m_flows.end() ? -1 : it->second.targetNs;
-    }
-
     uint64_t Duplicates() const
     {
         return m_duplicates;
     }
 
   private:
-    struct Flow
-    {
-        std::vector<bool> got;
-        uint32_t inTarget = 0;
-        uint32_t contiguous = 0;
-        int64_t targetNs = -1;
-    };
-
     void StartApplication() override
     {
-        m_socket = ns3::Socket::CreateSocket(GetNode(), ns3::UdpSocketFactory::GetTypeId());
-        m_socket->SetAttribute("RcvBufSize", ns3::UintegerValue(64u << 20));
-        m_socket->Bind(ns3::InetSocketAddress(ns3::Ipv4Address(m_ip), kPfPort));
-        m_socket->SetRecvCallback(ns3::MakeCallback(&PfabricReceiver::OnRecv, this));
+        Listen(kPfPort, ns3::MakeCallback(&PfabricReceiver::OnRecv, this));
     }
 
     void OnRecv(ns3::Ptr<ns3::Socket> s)
     {
         ns3::Address from;
-        while (auto p = s->RecvFrom(from))
+        PfHeader h;
+        while (NextPeerHeader(s, h, &from))
         {
-            uint8_t b[kPfHeader];
-            PfHeader h;
-            if (p->CopyData(b, kPfHeader) < kPfHeader || !h.Read(b) || h.type == kPfAck || h.packets == 0 ||
-                h.packets > (1u << 24) || h.target > h.packets)
+            if (h.type == kPfAck || h.packets == 0 || h.packets > (1u << 24) || h.target > h.packets)
             {
                 continue;
             }
             auto src = ns3::InetSocketAddress::ConvertFrom(from);
-            Flow& f = m_flows[(uint64_t(src.GetIpv4().Get()) << 32) | h.job];
+            PfabricFlow& f = m_flows[(uint64_t(src.GetIpv4().Get()) << 32) | h.job];
             if (f.got.empty())
             {
                 f.got.assign(h.packets, false);
@@ -846,8 +1019,6 @@ class PfabricReceiver : public SocketApp<PfabricReceiver>
         }
     }
 
-    uint32_t m_ip = 0;
-    std::unordered_map<uint64_t, Flow> m_flows;
     uint64_t m_duplicates = 0;
 };
 
@@ -876,15 +1047,11 @@ constexpr uint8_t kHomaGrant = 2;
 constexpr uint8_t kHomaResend = 3;
 constexpr uint8_t kHomaDone = 4;
 
-struct HomaHeader
+struct HomaHeader : PeerWords
 {
     uint8_t type = 0;
     uint8_t prio = 0;
     uint8_t grantPrio = 0;
-    uint32_t job = 0;
-    uint32_t seq = 0;
-    uint32_t packets = 0;
-    uint32_t target = 0;
     uint32_t value = 0;
 
     void Write(uint8_t* b) const
@@ -915,7 +1082,7 @@ HomaSend(ns3::Ptr<ns3::Socket> s, const HomaHeader& h, uint32_t payload, const n
     s->SendTo(ns3::Create<ns3::Packet>(buf.data(), buf.size()), 0, to);
 }
 
-class HomaQueueDisc : public ns3::QueueDisc
+class HomaQueueDisc : public LeveledQueueDisc
 {
   public:
     static ns3::TypeId GetTypeId()
@@ -924,43 +1091,6 @@ class HomaQueueDisc : public ns3::QueueDisc
                                      .SetParent<ns3::QueueDisc>()
                                      .SetGroupName("NetApprox");
         return tid;
-    }
-
-    HomaQueueDisc()
-        : ns3::QueueDisc(ns3::QueueDiscSizePolicy::NO_LIMITS)
-    {
-        std::fill(m_len, m_len + kQueues, 0u);
-    }
-
-    void Configure(uint32_t port, uint32_t capacity)
-    {
-        m_port = port;
-        m_capacity = capacity;
-    }
-
-    uint32_t Backlog(int q) const
-    {
-        return m_len[q];
-    }
-
-    const QueueCounters& Counters(int q)
-    {
-        Account();
-        return m_counters[q];
-    }
-
-    double CountersSince() const
-    {
-        return m_since;
-    }
-
-    void SetLimits(const std::vector<uint32_t>&)
-    {
-    }
-
-    uint64_t BadVersion() const
-    {
-        return 0; // reads no ATP header
     }
 
     // The queue of a packet: a Homa packet's prio byte, anything else 0.
@@ -973,11 +1103,6 @@ class HomaQueueDisc : public ns3::QueueDisc
     }
 
   private:
-    void Account()
-    {
-        AccountBacklog(m_counters, m_len, kQueues, &m_last);
-    }
-
     bool DoEnqueue(ns3::Ptr<ns3::QueueDiscItem> item) override
     {
         Account();
@@ -1023,48 +1148,23 @@ class HomaQueueDisc : public ns3::QueueDisc
 
     bool CheckConfig() override
     {
-        if (GetNQueueDiscClasses() > 0 || GetNPacketFilters() > 0 || m_capacity == 0)
-        {
-            return false;
-        }
-        if (GetNInternalQueues() == 0)
-        {
+        return ConfigWith(kQueues, [this] {
             for (int q = 0; q < kQueues; q++)
             {
-                auto queue = ns3::CreateObjectWithAttributes<ns3::DropTailQueue<ns3::QueueDiscItem>>(
-                    "MaxSize", ns3::QueueSizeValue(ns3::QueueSize(ns3::QueueSizeUnit::PACKETS, m_capacity + 1)));
-                AddInternalQueue(queue);
+                AddFifo(m_capacity + 1);
             }
-        }
-        return GetNInternalQueues() == kQueues;
+        });
     }
 
-    void InitializeParams() override
-    {
-        m_last = m_since = ns3::Simulator::Now().GetSeconds();
-    }
-
-    uint32_t m_port = 0;
-    uint32_t m_capacity = 1;
     uint32_t m_total = 0;
-    uint32_t m_len[kQueues];
-    QueueCounters m_counters[kQueues];
-    double m_last = 0;
-    double m_since = 0;
 };
 
 inline ns3::Ptr<HomaQueueDisc>
 InstallHomaQueueDisc(ns3::Ptr<ns3::NetDevice> device, uint32_t port, uint32_t capacity)
 {
-    auto tc = device->GetNode()->GetObject<ns3::TrafficControlLayer>();
-    if (tc->GetRootQueueDiscOnDevice(device))
-    {
-        tc->DeleteRootQueueDiscOnDevice(device);
-    }
     auto qd = ns3::CreateObject<HomaQueueDisc>();
     qd->Configure(port, capacity);
-    tc->SetRootQueueDiscOnDevice(device, qd);
-    return qd;
+    return AsRootQueueDisc(device, qd);
 }
 
 // A Homa packet as a switch port sees it (tests).
@@ -1088,7 +1188,7 @@ HomaLevelOf(ns3::Ptr<ns3::QueueDiscItem> item)
     return HomaQueueDisc::Level(item);
 }
 
-class HomaSender : public SocketApp<HomaSender>, private PeerMessage
+class HomaSender : public PeerSender<HomaSender>
 {
   public:
     static constexpr const char* kTypeName = "netapprox::HomaSender";
@@ -1105,34 +1205,9 @@ class HomaSender : public SocketApp<HomaSender>, private PeerMessage
         m_unsched = m_granted;
     }
 
-    int64_t StartNs() const
-    {
-        return m_startNs;
-    }
-
-    int64_t DoneNs() const
-    {
-        return m_doneNs;
-    }
-
-    uint64_t Sent() const
-    {
-        return m_sent;
-    }
-
-    uint64_t Retransmissions() const
-    {
-        return m_retx;
-    }
-
     uint64_t Grants() const
     {
         return m_grants;
-    }
-
-    uint64_t Timeouts() const
-    {
-        return m_timeouts;
     }
 
     uint32_t Granted() const
@@ -1147,23 +1222,14 @@ class HomaSender : public SocketApp<HomaSender>, private PeerMessage
     }
 
   private:
+    friend class PeerSender<HomaSender>; // Timeout()
+
     void StartApplication() override
     {
         m_startNs = ns3::Simulator::Now().GetNanoSeconds();
         m_socket = BoundUdpSocket(GetNode(), ns3::MakeCallback(&HomaSender::OnRecv, this));
         Pump();
         Arm();
-    }
-
-    void StopApplication() override
-    {
-        m_timer.Cancel();
-        SocketApp::StopApplication();
-    }
-
-    bool Finished() const
-    {
-        return m_doneNs >= 0 && m_stopAtTarget;
     }
 
     void SendData(uint32_t seq, bool retx)
@@ -1190,44 +1256,21 @@ class HomaSender : public SocketApp<HomaSender>, private PeerMessage
         }
     }
 
-    void Arm()
+    void Timeout()
     {
-        m_timer.Cancel();
-        if (!Finished() && !(m_doneNs >= 0))
-        {
-            m_timer = ns3::Simulator::Schedule(m_timeout, &HomaSender::OnTimeout, this);
-        }
-    }
-
-    void OnTimeout()
-    {
-        if (m_doneNs >= 0)
-        {
-            return;
-        }
-        m_timeouts++;
         SendData(0, true); // the receiver may know nothing of this message: it asks for the rest (RESEND)
         Arm();
     }
 
     void OnRecv(ns3::Ptr<ns3::Socket> s)
     {
-        while (auto p = s->Recv())
+        HomaHeader h;
+        while (NextOwnHeader(s, h))
         {
-            uint8_t b[kPfHeader];
-            HomaHeader h;
-            if (p->CopyData(b, kPfHeader) < kPfHeader || !h.Read(b) || h.job != m_job)
-            {
-                continue;
-            }
             Arm();
             if (h.type == kHomaDone)
             {
-                if (m_doneNs < 0)
-                {
-                    m_doneNs = ns3::Simulator::Now().GetNanoSeconds();
-                }
-                m_timer.Cancel();
+                NoteDone();
                 continue;
             }
             if (m_doneNs >= 0)
@@ -1257,19 +1300,26 @@ class HomaSender : public SocketApp<HomaSender>, private PeerMessage
     uint32_t m_next = 0;
     uint8_t m_unschedPrio = 0;
     uint8_t m_schedPrio = kQueues - 1;
-    ns3::Time m_timeout;
-    bool m_stopAtTarget = true;
-    uint64_t m_sent = 0;
-    uint64_t m_retx = 0;
     uint64_t m_grants = 0;
-    uint64_t m_timeouts = 0;
     uint64_t m_sentAt[kQueues] = {};
-    int64_t m_startNs = -1;
-    int64_t m_doneNs = -1;
-    ns3::EventId m_timer;
 };
 
-class HomaReceiver : public SocketApp<HomaReceiver>
+// A message at a Homa receiver: which of its packets arrived, how many of the target prefix, what was granted.
+struct HomaMsg
+{
+    ns3::Address from;
+    uint32_t job = 0;
+    std::vector<bool> got;
+    uint32_t received = 0;
+    uint32_t inTarget = 0;
+    uint32_t target = 0;
+    uint32_t contiguous = 0;
+    uint32_t granted = 0;
+    int64_t targetNs = -1;
+    int64_t progressNs = 0;
+};
+
+class HomaReceiver : public PeerReceiver<HomaReceiver, HomaMsg>
 {
   public:
     static constexpr const char* kTypeName = "netapprox::HomaReceiver";
@@ -1282,18 +1332,6 @@ class HomaReceiver : public SocketApp<HomaReceiver>
         m_overcommit = std::max<uint32_t>(1, overcommit);
         m_firstSched = std::min<uint8_t>(firstSched, kQueues - 1);
         m_resend = ns3::NanoSeconds(resendNs);
-    }
-
-    uint32_t Contiguous(uint32_t srcIp, uint32_t job) const
-    {
-        auto it = m_msgs.find((uint64_t(srcIp) << 32) | job);
-        return it == m_msgs.end() ? 0 : it->second.contiguous;
-    }
-
-    int64_t TargetNs(uint32_t srcIp, uint32_t job) const
-    {
-        auto it = m_msgs.find((uint64_t(srcIp) << 32) | job);
-        return it == m_msgs.end() ? -1 : it->second.targetNs;
     }
 
     uint64_t GrantsSent() const
@@ -1319,35 +1357,12 @@ class HomaReceiver : public SocketApp<HomaReceiver>
     }
 
   private:
-    struct Msg
-    {
-        ns3::Address from;
-        uint32_t job = 0;
-        std::vector<bool> got;
-        uint32_t received = 0;
-        uint32_t inTarget = 0;
-        uint32_t target = 0;
-        uint32_t contiguous = 0;
-        uint32_t granted = 0;
-        int64_t targetNs = -1;
-        int64_t progressNs = 0;
-    };
-
     void StartApplication() override
     {
-        m_socket = ns3::Socket::CreateSocket(GetNode(), ns3::UdpSocketFactory::GetTypeId());
-        m_socket->SetAttribute("RcvBufSize", ns3::UintegerValue(64u << 20));
-        m_socket->Bind(ns3::InetSocketAddress(ns3::Ipv4Address(m_ip), kHomaPort));
-        m_socket->SetRecvCallback(ns3::MakeCallback(&HomaReceiver::OnRecv, this));
+        Listen(kHomaPort, ns3::MakeCallback(&HomaReceiver::OnRecv, this));
     }
 
-    void StopApplication() override
-    {
-        m_timer.Cancel();
-        SocketApp::StopApplication();
-    }
-
-    void Reply(Msg& m, uint8_t type, uint8_t grantPrio, uint32_t seq, uint32_t value)
+    void Reply(HomaMsg& m, uint8_t type, uint8_t grantPrio, uint32_t seq, uint32_t value)
     {
         HomaHeader h;
         h.type = type;
@@ -1364,18 +1379,17 @@ class HomaReceiver : public SocketApp<HomaReceiver>
     void OnRecv(ns3::Ptr<ns3::Socket> s)
     {
         ns3::Address from;
-        while (auto p = s->RecvFrom(from))
+        HomaHeader h;
+        while (NextPeerHeader(s, h, &from))
         {
-            uint8_t b[kPfHeader];
-            HomaHeader h;
-            if (p->CopyData(b, kPfHeader) < kPfHeader || !h.Read(b) || h.type != kHomaData || h.packets == 0 ||
-                h.packets > (1u << 24) || h.target > h.packets || h.seq >= h.packets)
+            if (h.type != kHomaData || h.packets == 0 || h.packets > (1u << 24) || h.target > h.packets ||
+                h.seq >= h.packets)
             {
                 continue;
             }
             auto src = ns3::InetSocketAddress::ConvertFrom(from);
             uint64_t key = (uint64_t(src.GetIpv4().Get()) << 32) | h.job;
-            Msg& m = m_msgs[key];
+            HomaMsg& m = m_flows[key];
             if (m.got.empty())
             {
                 m.from = from;
@@ -1417,7 +1431,7 @@ class HomaReceiver : public SocketApp<HomaReceiver>
         std::vector<std::pair<uint32_t, uint64_t>> order;
         for (uint64_t key : m_active)
         {
-            Msg& m = m_msgs[key];
+            HomaMsg& m = m_flows[key];
             if (m.granted < m.got.size())
             {
                 order.push_back({uint32_t(m.got.size()) - m.received, key});
@@ -1428,7 +1442,7 @@ class HomaReceiver : public SocketApp<HomaReceiver>
         m_maxGrantedAtOnce = std::max(m_maxGrantedAtOnce, n);
         for (uint32_t i = 0; i < n; i++)
         {
-            Msg& m = m_msgs[order[i].second];
+            HomaMsg& m = m_flows[order[i].second];
             int level = int(kQueues) - int(n) + int(i);
             uint8_t prio = uint8_t(std::max<int>(m_firstSched, level));
             uint32_t limit = std::min<uint32_t>(uint32_t(m.got.size()), m.received + m_rtt);
@@ -1452,7 +1466,7 @@ class HomaReceiver : public SocketApp<HomaReceiver>
         int64_t now = ns3::Simulator::Now().GetNanoSeconds();
         for (uint64_t key : m_active)
         {
-            Msg& m = m_msgs[key];
+            HomaMsg& m = m_flows[key];
             if (now - m.progressNs < m_resend.GetNanoSeconds())
             {
                 continue;
@@ -1473,18 +1487,15 @@ class HomaReceiver : public SocketApp<HomaReceiver>
         }
     }
 
-    uint32_t m_ip = 0;
     uint32_t m_rtt = 1;
     uint32_t m_overcommit = 1;
     uint8_t m_firstSched = 1;
     ns3::Time m_resend;
-    std::unordered_map<uint64_t, Msg> m_msgs;
     std::vector<uint64_t> m_active;
     uint64_t m_grantsSent = 0;
     uint64_t m_resends = 0;
     uint32_t m_maxGrantedAtOnce = 0;
     uint64_t m_grantsAt[kQueues] = {};
-    ns3::EventId m_timer;
 };
 
 // Aeolus (Hu et al., SIGCOMM 2020) on ExpressPass-style credits (Cho et al., SIGCOMM 2017). Its packets are UDP
@@ -1523,14 +1534,10 @@ constexpr uint8_t kAeUnsched = 1;
 constexpr uint8_t kAeProbeAck = 1;
 constexpr uint32_t kAeCreditWire = kPeerHeader + kUdpHeader + 20 + 2; // a credit on the wire (IP, PPP)
 
-struct AeHeader
+struct AeHeader : PeerWords
 {
     uint8_t type = 0;
     uint8_t flags = 0;
-    uint32_t job = 0;
-    uint32_t seq = 0;
-    uint32_t packets = 0;
-    uint32_t target = 0;
     uint32_t value = 0;
 
     void Write(uint8_t* b) const
@@ -1567,7 +1574,7 @@ AeolusCreditGapNs(double bps, uint32_t mtu)
     return int64_t(std::ceil((mtu + 2 + kAeCreditWire) * 8.0 / bps * 1e9));
 }
 
-class AeolusQueueDisc : public ns3::QueueDisc
+class AeolusQueueDisc : public LeveledQueueDisc
 {
   public:
     static constexpr int kCreditQ = kQueues - 1;
@@ -1580,47 +1587,15 @@ class AeolusQueueDisc : public ns3::QueueDisc
         return tid;
     }
 
-    AeolusQueueDisc()
-        : ns3::QueueDisc(ns3::QueueDiscSizePolicy::NO_LIMITS)
-    {
-        std::fill(m_len, m_len + kQueues, 0u);
-    }
-
     // `wake`: the disc sits on a device and restarts itself when a credit waited for its gap (tests: false).
     void Configure(uint32_t port, uint32_t capacity, uint32_t threshold, uint32_t creditQueue, int64_t creditGapNs,
                    bool wake)
     {
-        m_port = port;
-        m_capacity = capacity;
+        LeveledQueueDisc::Configure(port, capacity);
         m_threshold = threshold;
         m_creditQueue = creditQueue;
         m_gapNs = creditGapNs;
         m_wake = wake;
-    }
-
-    uint32_t Backlog(int q) const
-    {
-        return m_len[q];
-    }
-
-    const QueueCounters& Counters(int q)
-    {
-        Account();
-        return m_counters[q];
-    }
-
-    double CountersSince() const
-    {
-        return m_since;
-    }
-
-    void SetLimits(const std::vector<uint32_t>&)
-    {
-    }
-
-    uint64_t BadVersion() const
-    {
-        return 0;
     }
 
     uint64_t UnscheduledDrops() const
@@ -1648,11 +1623,6 @@ class AeolusQueueDisc : public ns3::QueueDisc
     }
 
   private:
-    void Account()
-    {
-        AccountBacklog(m_counters, m_len, kQueues, &m_last);
-    }
-
     bool DoEnqueue(ns3::Ptr<ns3::QueueDiscItem> item) override
     {
         Account();
@@ -1722,24 +1692,10 @@ class AeolusQueueDisc : public ns3::QueueDisc
 
     bool CheckConfig() override
     {
-        if (GetNQueueDiscClasses() > 0 || GetNPacketFilters() > 0 || m_capacity == 0 || m_creditQueue == 0)
-        {
-            return false;
-        }
-        if (GetNInternalQueues() == 0)
-        {
-            for (uint32_t n : {m_capacity + 1, m_creditQueue + 1})
-            {
-                AddInternalQueue(ns3::CreateObjectWithAttributes<ns3::DropTailQueue<ns3::QueueDiscItem>>(
-                    "MaxSize", ns3::QueueSizeValue(ns3::QueueSize(ns3::QueueSizeUnit::PACKETS, n))));
-            }
-        }
-        return GetNInternalQueues() == 2;
-    }
-
-    void InitializeParams() override
-    {
-        m_last = m_since = ns3::Simulator::Now().GetSeconds();
+        return m_creditQueue > 0 && ConfigWith(2, [this] {
+            AddFifo(m_capacity + 1);     // the FIFO (queue 0)
+            AddFifo(m_creditQueue + 1);  // the credits (kCreditQ)
+        });
     }
 
     void DoDispose() override
@@ -1748,8 +1704,6 @@ class AeolusQueueDisc : public ns3::QueueDisc
         ns3::QueueDisc::DoDispose();
     }
 
-    uint32_t m_port = 0;
-    uint32_t m_capacity = 1;
     uint32_t m_threshold = 1;
     uint32_t m_creditQueue = 8;
     int64_t m_gapNs = 0;
@@ -1757,10 +1711,6 @@ class AeolusQueueDisc : public ns3::QueueDisc
     bool m_wake = false;
     ns3::EventId m_wakeEvent;
     uint64_t m_unschedDrops = 0;
-    uint32_t m_len[kQueues];
-    QueueCounters m_counters[kQueues];
-    double m_last = 0;
-    double m_since = 0;
 };
 
 // An Aeolus queue disc on `device`, its credit gap from the device's rate.
@@ -1770,16 +1720,10 @@ InstallAeolusQueueDisc(ns3::Ptr<ns3::NetDevice> device, uint32_t port, uint32_t 
 {
     ns3::DataRateValue rate;
     device->GetAttribute("DataRate", rate);
-    auto tc = device->GetNode()->GetObject<ns3::TrafficControlLayer>();
-    if (tc->GetRootQueueDiscOnDevice(device))
-    {
-        tc->DeleteRootQueueDiscOnDevice(device);
-    }
     auto qd = ns3::CreateObject<AeolusQueueDisc>();
     qd->Configure(port, capacity, threshold, creditQueue,
                   AeolusCreditGapNs(double(rate.Get().GetBitRate()), device->GetMtu()), true);
-    tc->SetRootQueueDiscOnDevice(device, qd);
-    return qd;
+    return AsRootQueueDisc(device, qd);
 }
 
 // An Aeolus packet as a switch port sees it (tests).
@@ -1804,7 +1748,7 @@ AeolusTypeOf(ns3::Ptr<ns3::QueueDiscItem> item)
     return AeolusQueueDisc::TypeOf(item, &flags);
 }
 
-class AeolusSender : public SocketApp<AeolusSender>, private PeerMessage
+class AeolusSender : public PeerSender<AeolusSender>
 {
   public:
     static constexpr const char* kTypeName = "netapprox::AeolusSender";
@@ -1819,31 +1763,6 @@ class AeolusSender : public SocketApp<AeolusSender>, private PeerMessage
         m_stopAtTarget = stopAtTarget;
         m_acked.assign(m_packets, false);
         m_queued.assign(m_packets, false);
-    }
-
-    int64_t StartNs() const
-    {
-        return m_startNs;
-    }
-
-    int64_t DoneNs() const
-    {
-        return m_doneNs;
-    }
-
-    uint64_t Sent() const
-    {
-        return m_sent;
-    }
-
-    uint64_t Retransmissions() const
-    {
-        return m_retx;
-    }
-
-    uint64_t Timeouts() const
-    {
-        return m_timeouts;
     }
 
     uint64_t Credits() const
@@ -1867,6 +1786,8 @@ class AeolusSender : public SocketApp<AeolusSender>, private PeerMessage
     }
 
   private:
+    friend class PeerSender<AeolusSender>; // Timeout()
+
     void StartApplication() override
     {
         m_startNs = ns3::Simulator::Now().GetNanoSeconds();
@@ -1883,17 +1804,6 @@ class AeolusSender : public SocketApp<AeolusSender>, private PeerMessage
         }
         MaybeStop();
         Arm();
-    }
-
-    void StopApplication() override
-    {
-        m_timer.Cancel();
-        SocketApp::StopApplication();
-    }
-
-    bool Finished() const
-    {
-        return m_doneNs >= 0 && m_stopAtTarget;
     }
 
     void Control(uint8_t type, uint8_t flags, uint32_t seq)
@@ -1974,22 +1884,8 @@ class AeolusSender : public SocketApp<AeolusSender>, private PeerMessage
         MaybeStop();
     }
 
-    void Arm()
+    void Timeout()
     {
-        m_timer.Cancel();
-        if (m_doneNs < 0)
-        {
-            m_timer = ns3::Simulator::Schedule(m_timeout, &AeolusSender::OnTimeout, this);
-        }
-    }
-
-    void OnTimeout()
-    {
-        if (m_doneNs >= 0)
-        {
-            return;
-        }
-        m_timeouts++;
         for (uint32_t q = 0; q < m_next; q++)
         {
             Lose(q);
@@ -2003,21 +1899,12 @@ class AeolusSender : public SocketApp<AeolusSender>, private PeerMessage
 
     void OnRecv(ns3::Ptr<ns3::Socket> s)
     {
-        while (auto p = s->Recv())
+        AeHeader h;
+        while (NextOwnHeader(s, h))
         {
-            uint8_t b[kPeerHeader];
-            AeHeader h;
-            if (p->CopyData(b, kPeerHeader) < kPeerHeader || !h.Read(b) || h.job != m_job)
-            {
-                continue;
-            }
             if (h.type == kAeDone)
             {
-                if (m_doneNs < 0)
-                {
-                    m_doneNs = ns3::Simulator::Now().GetNanoSeconds();
-                }
-                m_timer.Cancel();
+                NoteDone();
                 if (m_asking && m_stopAtTarget)
                 {
                     m_asking = false;
@@ -2061,21 +1948,26 @@ class AeolusSender : public SocketApp<AeolusSender>, private PeerMessage
     std::vector<bool> m_queued;
     std::deque<uint32_t> m_lost;
     bool m_asking = false;
-    ns3::Time m_timeout;
-    bool m_stopAtTarget = true;
-    uint64_t m_sent = 0;
-    uint64_t m_retx = 0;
-    uint64_t m_timeouts = 0;
     uint64_t m_credits = 0;
     uint64_t m_wasted = 0;
     uint64_t m_unschedSent = 0;
     uint64_t m_probeLosses = 0;
-    int64_t m_startNs = -1;
-    int64_t m_doneNs = -1;
-    ns3::EventId m_timer;
 };
 
-class AeolusReceiver : public SocketApp<AeolusReceiver>
+// A flow at an Aeolus receiver: which of its packets arrived, how many of the target prefix, whether it is credited.
+struct AeolusFlow
+{
+    ns3::Address from;
+    uint32_t job = 0;
+    std::vector<bool> got;
+    uint32_t inTarget = 0;
+    uint32_t target = 0;
+    uint32_t contiguous = 0;
+    int64_t targetNs = -1;
+    bool crediting = false;
+};
+
+class AeolusReceiver : public PeerReceiver<AeolusReceiver, AeolusFlow>
 {
   public:
     static constexpr const char* kTypeName = "netapprox::AeolusReceiver";
@@ -2086,51 +1978,18 @@ class AeolusReceiver : public SocketApp<AeolusReceiver>
         m_gap = ns3::NanoSeconds(std::max<int64_t>(1, creditGapNs));
     }
 
-    uint32_t Contiguous(uint32_t srcIp, uint32_t job) const
-    {
-        auto it = m_flows.find((uint64_t(srcIp) << 32) | job);
-        return it == m_flows.end() ? 0 : it->second.contiguous;
-    }
-
-    int64_t TargetNs(uint32_t srcIp, uint32_t job) const
-    {
-        auto it = m_flows.find((uint64_t(srcIp) << 32) | job);
-        return it == m_flows.end() ? -1 : it->second.targetNs;
-    }
-
     uint64_t CreditsSent() const
     {
         return m_creditsSent;
     }
 
   private:
-    struct Flow
-    {
-        ns3::Address from;
-        uint32_t job = 0;
-        std::vector<bool> got;
-        uint32_t inTarget = 0;
-        uint32_t target = 0;
-        uint32_t contiguous = 0;
-        int64_t targetNs = -1;
-        bool crediting = false;
-    };
-
     void StartApplication() override
     {
-        m_socket = ns3::Socket::CreateSocket(GetNode(), ns3::UdpSocketFactory::GetTypeId());
-        m_socket->SetAttribute("RcvBufSize", ns3::UintegerValue(64u << 20));
-        m_socket->Bind(ns3::InetSocketAddress(ns3::Ipv4Address(m_ip), kAeolusPort));
-        m_socket->SetRecvCallback(ns3::MakeCallback(&AeolusReceiver::OnRecv, this));
+        Listen(kAeolusPort, ns3::MakeCallback(&AeolusReceiver::OnRecv, this));
     }
 
-    void StopApplication() override
-    {
-        m_timer.Cancel();
-        SocketApp::StopApplication();
-    }
-
-    void Reply(Flow& f, uint8_t type, uint8_t flags, uint32_t seq)
+    void Reply(AeolusFlow& f, uint8_t type, uint8_t flags, uint32_t seq)
     {
         AeHeader h;
         h.type = type;
@@ -2144,7 +2003,7 @@ class AeolusReceiver : public SocketApp<AeolusReceiver>
 
     void Credit(uint64_t key, bool on)
     {
-        Flow& f = m_flows[key];
+        AeolusFlow& f = m_flows[key];
         if (on == f.crediting)
         {
             return;
@@ -2180,19 +2039,17 @@ class AeolusReceiver : public SocketApp<AeolusReceiver>
     void OnRecv(ns3::Ptr<ns3::Socket> s)
     {
         ns3::Address from;
-        while (auto p = s->RecvFrom(from))
+        AeHeader h;
+        while (NextPeerHeader(s, h, &from))
         {
-            uint8_t b[kPeerHeader];
-            AeHeader h;
-            if (p->CopyData(b, kPeerHeader) < kPeerHeader || !h.Read(b) || h.type == kAeCredit ||
-                h.type == kAeAck || h.type == kAeDone || h.packets == 0 || h.packets > (1u << 24) ||
-                h.target > h.packets || (h.type == kAeData && h.seq >= h.packets))
+            if (h.type == kAeCredit || h.type == kAeAck || h.type == kAeDone || h.packets == 0 ||
+                h.packets > (1u << 24) || h.target > h.packets || (h.type == kAeData && h.seq >= h.packets))
             {
                 continue;
             }
             auto src = ns3::InetSocketAddress::ConvertFrom(from);
             uint64_t key = (uint64_t(src.GetIpv4().Get()) << 32) | h.job;
-            Flow& f = m_flows[key];
+            AeolusFlow& f = m_flows[key];
             bool first = f.got.empty();
             if (first)
             {
@@ -2239,13 +2096,10 @@ class AeolusReceiver : public SocketApp<AeolusReceiver>
         }
     }
 
-    uint32_t m_ip = 0;
     ns3::Time m_gap;
-    std::unordered_map<uint64_t, Flow> m_flows;
     std::vector<uint64_t> m_active;
     size_t m_rr = 0;
     uint64_t m_creditsSent = 0;
-    ns3::EventId m_timer;
 };
 
 } // namespace netapprox
