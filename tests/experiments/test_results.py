@@ -66,18 +66,24 @@ def test_plots_write_png(tmp_path):
                         xlabel="", ylabel="") is None
 
 
-def test_flows_client_server_loopback(tmp_path):
+def _flow_server(tmp_path, duration: float) -> tuple[int, threading.Thread, dict]:
+    """A flow server on a free loopback port in a thread, ready: (port, thread, box whose "srv" is its summary)."""
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
     ready = tmp_path / "ready"
     box = {}
-    t = threading.Thread(target=lambda: box.setdefault("srv", flows.run_server(("127.0.0.1", port), duration=3,
+    t = threading.Thread(target=lambda: box.setdefault("srv", flows.run_server(("127.0.0.1", port), duration=duration,
                                                                                 ready_file=str(ready))))
     t.start()
     while not ready.exists():
         pass
+    return port, t, box
+
+
+def test_flows_client_server_loopback(tmp_path):
+    port, t, box = _flow_server(tmp_path, 3)
     sched = [{"start_s": 0.0, "size": 1000}, {"start_s": 0.05, "size": 200_000}, {"start_s": 0.1, "size": 1}]
     out = flows.run_client(("127.0.0.1", port), sched, timeout=5)
     t.join()
@@ -89,17 +95,8 @@ def test_flows_client_server_loopback(tmp_path):
 def test_flows_client_starts_no_flow_once_the_stop_file_exists(tmp_path):
     """``--stop-file`` (``TrialPlan.stop_with_jobs``): flows scheduled after the trial's jobs are done never
     start and are left out; the flow in flight when the file appears still finishes."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    ready, stop = tmp_path / "ready", tmp_path / "jobs-done"
-    box = {}
-    t = threading.Thread(target=lambda: box.setdefault("srv", flows.run_server(("127.0.0.1", port), duration=1.5,
-                                                                                ready_file=str(ready))))
-    t.start()
-    while not ready.exists():
-        pass
+    stop = tmp_path / "jobs-done"
+    port, t, box = _flow_server(tmp_path, 1.5)
     timer = threading.Timer(0.3, stop.touch)
     timer.start()
     sched = [{"start_s": 0.0, "size": 1000}, {"start_s": 0.05, "size": 1}, {"start_s": 30.0, "size": 1},
