@@ -22,6 +22,11 @@ NATIVE = [
     Extension("netapprox.controller._reportrx", ["controller/_reportrx.c", f"{NATIVE_DIR}/wire.c"],
               include_dirs=[NATIVE_DIR], depends=[f"{NATIVE_DIR}/wire.h"], optional=True,
               extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"]),
+    # controller/core.py: the epoch's decision loop (ControllerCore._decide_all) in C. -ffp-contract=off: its
+    # floating point is the Python loop's (tests/controller/test_ctl_decide_native.py).
+    Extension("netapprox.controller._decide", ["controller/_decide.c"], optional=True,
+              extra_compile_args=["-O2", "-ffp-contract=off", "-fno-fast-math", "-Wall", "-Wextra",
+                                  "-Wno-unused-parameter"]),
     # hostlib/core.py: the native ATP cores (hostlib/native/, one file per concern as in hostlib/; module.c lists
     # them). -ffp-contract=off keeps their floating point identical to the reference's
     # (tests/hostlib/test_hostlib_differential.py). source_hash: what it was built from (hostlib/buildinfo.py).

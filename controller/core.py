@@ -34,6 +34,16 @@ from netapprox.controller.model import JobRule, SwitchState, TableUpdates
 from netapprox.controller.reports import ReportIngest, udp_payload_from_frame
 from netapprox.hostlib.wire import Report
 
+try:
+    from netapprox.controller import _decide as _native
+except ImportError:  # not built (no compiler at install time): _decide_all's own loop
+    _native = None
+
+NATIVE = _native is not None
+"""True when the C decision loop (controller/_decide.c) is built: ``_decide_all`` runs it for modes ``netapprox``
+without pinned jobs (``ControllerCore.native_decide``)."""
+_REASONS = ("new", "moved", "promoted", "held", "tuned")  # _decide.c's reasons, in its order
+
 
 @dataclasses.dataclass(frozen=True)
 class EpochPlan:
@@ -125,6 +135,8 @@ class ControllerCore:
         self._dropped_mark = 0
         self._epoch = 0
         self._sources: dict[str, tuple[str, ...]] = {}
+        self.native_decide = NATIVE
+        """Decide in C where it can (``NATIVE``); False: always ``_decide_all``'s own loop (the differential test)."""
         self._setup(switches)
 
     def _setup(self, switches: Mapping[str, SwitchConfig]) -> None:
@@ -456,6 +468,13 @@ class ControllerCore:
         """``_decide`` and ``_set_queue`` for each of ``job_ids`` (live jobs), inlined: this loop runs for every
         job that changed, each epoch. Losing and promoted jobs go to ``urgent``. ``retuned``: the thresholds
         just changed, every job is placed afresh."""
+        if self.native_decide and not pinned and not self._adaptive:  # the same loop in C (controller/_decide.c)
+            upper, bands, margin, promote_after = self._placer.params()
+            params = (upper, bands, margin, promote_after, retuned and self._valued, self._valued, self._finish_s,
+                      policy.FINISH_VALUE, _REASONS, policy.JobChange)  # a retune acts on placement by value only
+            _native.decide(job_ids, self._jobs, self._losing, urgent, self._assignments, self._tables, deltas, changes,
+                           params)
+            return
         jobs, losing, assignments, tables = self._jobs, self._losing, self._assignments, self._tables
         place, margin = self._placer.place, self.config.policy.loss_margin
         new_change, job_change = tuple.__new__, policy.JobChange  # a JobChange without its __new__'s defaults

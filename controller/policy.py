@@ -365,6 +365,11 @@ class Placer:
         self._margin = config.loss_margin
         self._promote_after = config.promote_after_epochs
 
+    def params(self) -> tuple[tuple[float, ...], dict[int, tuple[float, float]], float, int]:
+        """(T_1 .. T_7, queue -> hysteresis band, loss margin, promotion streak): what the C decision loop
+        (controller/_decide.c) places with."""
+        return self._upper, self._bands, self._margin, self._promote_after
+
     def queue_for(self, tlr: float) -> int:
         """``queue_for_tlr`` (the largest k with T_k <= tlr, at least 1)."""
         return max(FIRST_APPROX_QUEUE, bisect.bisect_right(self._upper, tlr))
