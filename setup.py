@@ -27,6 +27,10 @@ NATIVE = [
     Extension("netapprox.controller._decide", ["controller/_decide.c"], optional=True,
               extra_compile_args=["-O2", "-ffp-contract=off", "-fno-fast-math", "-Wall", "-Wextra",
                                   "-Wno-unused-parameter"]),
+    # controller/p4runtime/write_queue.py: the write queue's loops over queue_by_job entries in C
+    # (tests/controller/test_ctl_writes_native.py).
+    Extension("netapprox.controller.p4runtime._jobwrites", ["controller/p4runtime/_jobwrites.c"], optional=True,
+              extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"]),
     # hostlib/core.py: the native ATP cores (hostlib/native/, one file per concern as in hostlib/; module.c lists
     # them). -ffp-contract=off keeps their floating point identical to the reference's
     # (tests/hostlib/test_hostlib_differential.py). source_hash: what it was built from (hostlib/buildinfo.py).

@@ -149,6 +149,12 @@ class Classification:
         """queue_by_job's size in the P4Info (None: not given)."""
         return self.queue_by_job.info.size or None
 
+    @property
+    def job_entries(self) -> dict[int, tuple[JobRule | None, Any]]:
+        """job id -> (rule, entry) of every queue_by_job entry installed: the live mapping ``installed_job``
+        reads, for the write queue's C loops (``commit_job``'s writes are theirs to make too)."""
+        return self.queue_by_job.installed
+
     def installed_jobs(self) -> KeysView[int]:
         """The jobs with a queue_by_job entry on the switch (as far as this controller knows)."""
         return self.queue_by_job.installed.keys()

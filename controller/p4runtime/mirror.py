@@ -229,7 +229,8 @@ class TableMirror:
 class Change:
     """One update of a batched Write, and how to record it in its table's mirror once the switch took it.
     ``payload``: the serialized Update when it was encoded directly (the queue_by_job hot path; ``entry`` is
-    then None). (A plain slotted class: one is made per update.)"""
+    then None). (A plain slotted class: one is made per update; the write queue's C loop, controller/p4runtime/
+    _jobwrites.c, makes queue_by_job's without calling ``__init__``, which must only store its arguments.)"""
 
     __slots__ = ("kind", "table", "key", "rule", "entry", "payload")
 

@@ -44,9 +44,19 @@ from netapprox.controller.p4runtime.mirror import (
 from netapprox.controller.p4runtime.options import P4RuntimeOptions
 from netapprox.controller.p4runtime.session import P4RuntimeSession
 
+try:
+    from netapprox.controller.p4runtime import _jobwrites as _native
+except ImportError:  # not built (no compiler at install time): the Python loops of WriteQueue
+    _native = None
+
 log = logging.getLogger("netapprox.controller.p4runtime")
 
+NATIVE = _native is not None
+"""True when the C loops over queue_by_job (controller/p4runtime/_jobwrites.c) are built: ``WriteQueue`` runs
+them (``WriteQueue.native``)."""
+
 INSERT, MODIFY, DELETE = p4runtime_pb2.Update.INSERT, p4runtime_pb2.Update.MODIFY, p4runtime_pb2.Update.DELETE
+_KINDS = (INSERT, MODIFY, DELETE)  # _jobwrites.c's order
 _UNSET = object()
 HEALABLE = frozenset({"ALREADY_EXISTS", "NOT_FOUND"})
 """Update errors the next write repairs (MODIFY instead of INSERT, INSERT instead of MODIFY). Every other code
@@ -97,6 +107,8 @@ class WriteQueue:
         self._no_room: dict[int, None] = {}  # jobs waiting for room in queue_by_job, oldest first
         self._adopted: set[int] = set()  # jobs found on the switch by a fresh controller, kept for a while
         self._adopted_until = 0.0
+        self.native = NATIVE
+        """queue_by_job's two hot loops in C (``NATIVE``); False: the Python loops (the differential test)."""
 
     @property
     def entries_refused(self) -> int:
@@ -263,6 +275,12 @@ class WriteQueue:
         changes: list[Change] = []
         encoded = self._encoded
         refused, adopted, inserts = self._refused, self._adopted, 0
+        if self.native and not refused:  # the loop below in C (controller/p4runtime/_jobwrites.c)
+            room = (self._job_capacity, len(self.classification.installed_jobs()) + self._inflight_inserts)
+            changes, inserts = _native.job_changes(order, dirty, jobs, self.classification.job_entries, inflight,
+                                                   adopted, encoded, budget, room, self._no_room_add,
+                                                   self._encode_job, Change, table, _KINDS)
+            order = ()
         for job in order:
             if job in inflight:
                 continue  # sent at its newest value once the switch has answered the earlier Write
@@ -401,7 +419,13 @@ class WriteQueue:
         """``_record`` of a Write the switch took whole (the hot path)."""
         jobs_table, commit_job = self._jobs_table, self.classification.commit_job
         want, dirty, urgent, inflight = self._jobs, self._dirty, self._urgent, self._inflight_jobs
-        for change in changes:
+        if self.native:  # the loop below in C (controller/p4runtime/_jobwrites.c)
+            _native.record_accepted(changes, jobs_table, self.classification.job_entries, want, dirty, urgent,
+                                    inflight, self._no_room, self._make_room, _KINDS)
+            changes_left: Sequence[Change] = ()
+        else:
+            changes_left = changes
+        for change in changes_left:
             if change.table is not jobs_table:
                 change.commit()
                 continue
