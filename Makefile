@@ -14,7 +14,7 @@ P4_DEFINES ?=
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml setup.py $(wildcard */*.c */*.h hostlib/native/*.[ch]) tools/setup-system.sh
+$(VENV)/.installed: pyproject.toml setup.py $(wildcard */*.c */*.h */*/*.c hostlib/native/*.[ch]) tools/setup-system.sh
 	./tools/setup-system.sh
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
