@@ -118,12 +118,17 @@ class DeliveryRate:
     the rate early; but a packet a full bottleneck queue dropped never took link time, so the sample is the smaller of
     the two (the in-order pairs leave the full queue back to back, at the link's rate): gaps cannot make it faster than
     the in-order pace. A window with no in-order pair does not raise the estimate, and the first sample waits for one
-    (at 90 % random loss, about five windows). Packets read in one batch of the socket arrive at one instant: the first
-    adds the time since the batch before, the others their bytes only if that time counted (the first batch's never
-    does), so a batch does not look infinitely fast. A sample closes once the window holds ``window_s`` of time, at an
-    instant later than the last (a batch counts whole); the first is the first packets' train: no grant goes out before
-    it. The estimate is the largest sample: the rate of the receiver's own link, which does not change; a window with
-    the senders idle gives a smaller sample that does not lower it. Measured over every arrival's bytes, or the last 10
+    (at 90 % random loss, about five windows). Before the first sample an in-order pair counts at most ``IDLE_FACTOR``
+    times the shortest time per byte between two arrivals so far (``quick``: no two arrivals come closer than the link
+    sends them): a pair spanning a wait of the senders is not the link's pace, and the first sample sizes the budget the
+    senders then keep to (at 90 % random loss one pair that spanned a sender's 8 ms wait made it 1.0-1.1 Mbit/s on a 20
+    Mbit/s link, and the sender, held to 2-4 packets, found its losses by the tail timeout for 6 s: docs/results.md,
+    "Loss at 0.9: one seed's tail"). Packets read in one batch of the socket arrive at one instant: the first adds the
+    time since the batch before, the others their bytes only if that time counted (the first batch's never does), so a
+    batch does not look infinitely fast. A sample closes once the window holds ``window_s`` of time, at an instant later
+    than the last (a batch counts whole); the first is the first packets' train: no grant goes out before it. The
+    estimate is the largest sample: the rate of the receiver's own link, which does not change; a window with the
+    senders idle gives a smaller sample that does not lower it. Measured over every arrival's bytes, or the last 10
     windows only (BBR's max filter), the estimate followed the losses down; over in-order pairs only, its first sample
     came late and low at 90 % random loss (docs/results.md, "Receiver grants sized by the delivery rate"). ``loss``: of
     what the window's link carried (the bytes with the gaps', at most the sample x the window's time), the share that
@@ -132,7 +137,7 @@ class DeliveryRate:
     (``rate_note``) is the same."""
 
     __slots__ = ("window_s", "last", "counted", "busy", "bytes", "at", "span", "sent", "got", "samples", "bps", "phase",
-                 "loss")
+                 "loss", "quick")
 
     def __init__(self, window_s: float) -> None:
         self.window_s = window_s
@@ -148,6 +153,7 @@ class DeliveryRate:
         self.bps: float | None = None  # the estimate (bit/s), ``None`` before the first window closed
         self.phase = 0  # index into RATE_GAINS
         self.loss = 0.0
+        self.quick = math.inf  # the shortest time per byte between two arrivals (of any job) so far
 
     def note(self, nbytes: int, now: float, skipped: int) -> None:
         """A DATA packet of ``nbytes`` on the wire arrived at ``now``, ``skipped`` sequence numbers past its job's
@@ -158,7 +164,7 @@ class DeliveryRate:
         if now > self.last and self.span >= self.window_s > 0 and (self.busy > 0 or self.bps is not None):
             self._close()
         credit = 1 + min(skipped, GAP_CREDIT_MAX)
-        dt = now - self.last
+        raw = dt = now - self.last
         if self.bps is not None:  # a pair slower than twice the estimate waited on an idle link: not the link's time
             dt = min(dt, IDLE_FACTOR * credit * 8 * nbytes / self.bps)
         if skipped >= 0 and now > self.last:
@@ -168,10 +174,13 @@ class DeliveryRate:
             self.sent += credit * nbytes
             self.got += nbytes
         if skipped == 0 and now > self.last:
-            self.busy += dt
+            # before the first sample, at most twice the quickest spacing so far: the pair may span the senders' wait
+            self.busy += dt if self.bps is not None else min(dt, IDLE_FACTOR * nbytes * self.quick)
             self.counted = now
         if skipped == 0 and now == self.counted:
             self.bytes += nbytes
+        if now > self.last:
+            self.quick = min(self.quick, raw / nbytes)
         self.last = max(self.last, now)
 
     def _close(self) -> None:

@@ -566,7 +566,7 @@ static void rate_note(DeliveryRate *d, long long nbytes, double now, long long s
     if (now > d->last && d->span >= d->window_s && d->window_s > 0 && (d->busy > 0 || d->samples > 0))
         rate_close(d);
     long long credit = 1 + (skipped < GAP_CREDIT_MAX ? skipped : GAP_CREDIT_MAX);
-    double dt = now - d->last;
+    double raw = now - d->last, dt = raw;
     if (d->samples > 0) { /* a pair slower than twice the estimate waited on an idle link: not the link's time */
         double idle = IDLE_FACTOR * (double)credit * (double)(8 * nbytes) / d->bps;
         if (idle < dt)
@@ -582,12 +582,18 @@ static void rate_note(DeliveryRate *d, long long nbytes, double now, long long s
         d->got += nbytes;
     }
     if (skipped == 0 && now > d->last) {
-        d->busy += dt;
+        /* before the first sample, at most twice the quickest spacing so far: the pair may span the senders' wait */
+        double quick = IDLE_FACTOR * (double)nbytes * d->quick;
+        d->busy += d->samples > 0 || !d->has_quick || dt < quick ? dt : quick;
         d->counted = now;
         d->has_counted = 1;
     }
     if (skipped == 0 && d->has_counted && now == d->counted)
         d->bytes += nbytes;
+    if (now > d->last && (!d->has_quick || raw / (double)nbytes < d->quick)) {
+        d->quick = raw / (double)nbytes;
+        d->has_quick = 1;
+    }
     if (now > d->last)
         d->last = now;
 }

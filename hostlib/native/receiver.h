@@ -121,8 +121,9 @@ typedef struct {
 /* receiver.py, DeliveryRate: a granting receiver not told its rate sizes its budget by the rate its link delivers */
 typedef struct {
     int on, started;             /* on: this receiver estimates; started: last is set */
-    int has_counted, has_at;
+    int has_counted, has_at, has_quick;
     double window_s, last;       /* the window's length (arrival time), the newest arrival */
+    double quick;                /* the shortest time per byte between two arrivals so far (has_quick) */
     double counted;              /* the newest instant whose time counted for the in-order pairs (has_counted) ... */
     double busy;                 /* ... their time and bytes in the window */
     long long bytes;

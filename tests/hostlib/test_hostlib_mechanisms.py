@@ -295,6 +295,31 @@ def test_the_delivery_rate_counts_the_packets_that_died_on_the_link_early_and_ne
     assert forged.bps == pytest.approx(20e6)
 
 
+def test_the_first_delivery_rate_sample_does_not_take_a_senders_wait_for_the_links_pace():
+    """Before its first sample the receiver has no estimate to tell a pair that spans an idle link by. At 90 % random
+    loss few pairs are in order, and the one that closes the first window may span a wait of the sender (its window
+    full: 8 ms on the loss benchmark's 20 Mbit/s path): counted whole, it made the first sample 1 Mbit/s, and the
+    budget sized by it held the sender to a few packets, every loss found by the tail timeout, for 6 s (docs/results.md,
+    "Loss at 0.9: one seed's tail"). Such a pair counts at most twice the quickest spacing of two arrivals so far;
+    the gaps' pace still bounds the sample, and a pair no slower than that counts whole."""
+    def first_sample(pattern: list[tuple[int, int]]) -> float | None:
+        """The estimate after arrivals ``(packet times after the one before, sequence numbers skipped)``."""
+        r = AtpReceiver(config=AtpConfig(receiver_grants=True))
+        r.receive_datagram(announce(1, [(0, 1.0, range(1000))], 1000, seq=100), SENDER_ADDR, 0.0)
+        t, seq = 0.001, 100
+        for after, skipped in pattern:
+            t += after * GAP
+            seq += 1 + skipped
+            r.receive_datagram(data(1, seq - 101, seq, size=1000), SENDER_ADDR, t)
+            answers(r)
+        return r.grant_rate_bps
+    dying = [(10, 9)] * 30  # nine packets in ten die after the link: an arrival every ten packet times
+    # two arrivals two packet times apart, then the in-order pair spans the sender's wait of 20 packet times
+    assert first_sample([(0, 0), (2, 1), *dying, (20, 0), (10, 9)]) == pytest.approx(20e6 / 4)
+    # the in-order pair that closes the window is as quick as the quickest pair: it counts whole
+    assert first_sample([(0, 0), (2, 1), *dying, (2, 0), (10, 9)]) == pytest.approx(20e6 / 2)
+
+
 def test_a_receiver_not_told_its_rate_grants_one_bdp_at_the_rate_its_link_delivers():
     """No ``max_rate_bps``: the budget is not one bandwidth-delay product at 1 Gbit/s and the 10 ms guess (867
     packets, which bounded nothing on a 20 Mbit/s testbed; docs/results.md), and no grant goes out until the first
