@@ -24,7 +24,8 @@ $(VENV)/.installed: pyproject.toml setup.py $(wildcard */*.c */*.h */*/*.c hostl
 	$(FLINK_VENV)/bin/python -m pip install -q -e '.[flink]'
 	touch $@
 
-# NETAPPROX_REQUIRE_NATIVE: hostlib's tests fail (not skip) when its native cores did not build, so both run.
+# NETAPPROX_REQUIRE_NATIVE: hostlib's tests fail (not skip) when its native cores did not build, so both run; so do
+# the tests of the controller's C loops (tests/support/skips.py, need_extension).
 test: setup
 	NETAPPROX_REQUIRE_NATIVE=1 $(PY) -P -m pytest
 

@@ -11,9 +11,13 @@ from netapprox.controller.config import ReportConfig, SwitchConfig
 from netapprox.controller.core import ControllerCore
 from netapprox.hostlib.wire import Report
 from support.paper_policy import ControllerConfig, PolicyConfig
+from support.skips import need_extension
 
-pytestmark = pytest.mark.skipif(not core_module.NATIVE, reason="the C decision loop (controller/_decide.c) is not "
-                                "built: `make setup` builds it when gcc and the Python headers are there")
+
+@pytest.fixture(autouse=True)
+def _built():
+    need_extension(core_module.NATIVE, "the C decision loop (controller/_decide.c)")
+
 
 REPORTS = ReportConfig(port=-1, rate_per_host=1e9, burst=10 ** 9)
 SWITCHES = (SwitchConfig("s1", job_sources=("10.0.1.0/24",)), SwitchConfig("s2", job_sources=("10.0.2.0/24",)),

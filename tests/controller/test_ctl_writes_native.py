@@ -12,10 +12,12 @@ from netapprox.controller.model import SwitchState, TableUpdates
 from netapprox.controller.p4runtime import write_queue
 from netapprox.controller.p4runtime.driver import P4RuntimeDriver
 from netapprox.controller.p4runtime.options import P4RuntimeOptions
+from support.skips import need_extension
 
-pytestmark = pytest.mark.skipif(not write_queue.NATIVE, reason="the write queue's C loops "
-                                "(controller/p4runtime/_jobwrites.c) are not built: `make setup` builds them when "
-                                "gcc and the Python headers are there")
+
+@pytest.fixture(autouse=True)
+def _built():
+    need_extension(write_queue.NATIVE, "the write queue's C loops (controller/p4runtime/_jobwrites.c)")
 
 
 class _Future:

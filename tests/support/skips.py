@@ -24,3 +24,14 @@ requires_p4testgen = pytest.mark.skipif(
 
 HAVE_NS3 = importlib.util.find_spec("ns3") is not None
 requires_ns3 = pytest.mark.skipif(not HAVE_NS3, reason="needs ns-3 from PyPI: pip install -e '.[sim]' (make test does)")
+
+
+def need_extension(built: bool, what: str) -> None:
+    """Call from a test needing the C extension ``what``: skip when it is not built, fail instead under
+    NETAPPROX_REQUIRE_NATIVE=1 (``make test``), so that a build that broke cannot pass as skipped tests."""
+    if built:
+        return
+    why = f"{what} is not built: `make setup` builds it when gcc and the Python headers are there"
+    if os.environ.get("NETAPPROX_REQUIRE_NATIVE") == "1":
+        pytest.fail(why + " (NETAPPROX_REQUIRE_NATIVE=1)")
+    pytest.skip(why)
