@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from netapprox.bench.controller import AcceptingSession, bench_p4info
-from netapprox.controller.model import SwitchState, TableUpdates
+from netapprox.controller.model import JobRule, SwitchState, TableUpdates
 from netapprox.controller.p4runtime import write_queue
 from netapprox.controller.p4runtime.driver import P4RuntimeDriver
 from netapprox.controller.p4runtime.options import P4RuntimeOptions
@@ -76,11 +76,18 @@ epochs = st.lists(st.tuples(st.dictionaries(st.integers(1, 12), st.none() | st.i
 
 @settings(max_examples=120, deadline=None)
 @given(epochs=epochs, capacity=st.sampled_from([None, 3, 6]), inflight=st.sampled_from([1, 2, 8]),
-       budget=st.sampled_from([0.0, 1e9]))
-def test_the_c_loops_write_as_the_python_loops(tmp_path_factory, epochs, capacity, inflight, budget):
+       budget=st.sampled_from([0.0, 1e9]), adopted=st.sets(st.integers(1, 12), max_size=4))
+def test_the_c_loops_write_as_the_python_loops(tmp_path_factory, epochs, capacity, inflight, budget, adopted):
     """Random epochs of queue_by_job moves and deletes, losing jobs, Writes answered late (in flight), a table
-    that fills up (jobs wait for room) and a write budget: the same Writes and the same state after each."""
+    that fills up (jobs wait for room), a write budget, and jobs adopted from the switch (kept until their hosts
+    report): the same Writes and the same state after each."""
     pair = drivers(tmp_path_factory.mktemp("w"), capacity, inflight, budget)
+    if adopted:  # as a controller that found these entries on the switch at its start
+        for driver in pair:
+            for job in sorted(adopted):
+                driver.writes.classification.commit_job(job, JobRule(job, 1), None)  # installed on the switch
+            driver.writes._adopted = set(adopted)
+            driver.writes._adopted_until = float("inf")  # kept all along (adopt_jobs_s not over)
     for jobs, urgent, answered, tokens in epochs:
         for driver in pair:
             driver.session.answer(answered)
