@@ -5,7 +5,7 @@
  * what they send and what they record.
  *
  *   job_changes(order, dirty, jobs, installed, inflight, adopted, encoded, budget, room, no_room_add, encode,
- *               change_type, table, kinds) -> (changes, inserts)
+ *               change_type, table, kinds) -> changes
  *
  * For each dirty job in ``order`` not in flight: drop it from ``dirty`` when its entry is already what is wanted
  * (or nothing is to be deleted), else make its Change (INSERT, MODIFY or DELETE) from the encoding cache
@@ -47,8 +47,8 @@ static PyObject *get(PyObject *dict, PyObject *key, int *err) { /* borrowed, NUL
 
 typedef struct {
     PyObject *dirty, *jobs, *installed, *inflight, *adopted, *encoded, *no_room_add, *encode, *change_type, *table;
-    Py_ssize_t budget, room_base;
-    PyObject *capacity;
+    Py_ssize_t budget, room_base, capacity; /* capacity: of queue_by_job, when has_capacity */
+    int has_capacity;
     long insert, modify, delete;
 } Queue;
 
@@ -69,33 +69,26 @@ static PyObject *new_change(const Queue *q, long kind, PyObject *job, PyObject *
     return change;
 }
 
-/* one dirty job: 1 a change appended, 0 nothing to send, -1 error */
-static int job_change(const Queue *q, PyObject *job, PyObject *changes, Py_ssize_t *inserts) {
-    int err, is_in;
-    PyObject *want = get(q->jobs, job, &err), *have, *hit, *rule, *change, *key;
+/* one dirty job, not in flight, whose entry is not what is wanted: ``want`` and ``have`` (an (rule, entry) pair)
+ * are its wanted queue and installed entry, borrowed, NULL when absent. 1 a change appended, 0 nothing to send,
+ * -1 error */
+static int job_change(const Queue *q, PyObject *job, PyObject *want, PyObject *have, PyObject *changes,
+                      Py_ssize_t *inserts) {
+    int err;
+    PyObject *hit, *rule, *change, *key;
     long kind, want_q = 0;
-    if (err || (have = get(q->installed, job, &err), err))
-        return -1;
-    if (have != NULL && (!PyTuple_Check(have) || PyTuple_GET_SIZE(have) != 2)) {
-        PyErr_SetString(PyExc_TypeError, "job_changes: an installed entry is not (rule, entry)");
-        return -1;
-    }
     if (want == NULL) {
-        if (have == NULL || (is_in = PySet_Contains(q->adopted, job)) != 0) /* adopted: kept until adopt_jobs_s */
-            return (have != NULL && is_in < 0) ? -1 : (PyDict_DelItem(q->dirty, job) < 0 ? -1 : 0);
+        int kept = have == NULL ? 1 : PySet_Contains(q->adopted, job); /* adopted: kept until adopt_jobs_s */
+        if (kept != 0)
+            return kept < 0 || PyDict_DelItem(q->dirty, job) < 0 ? -1 : 0;
         kind = q->delete;
     } else {
         if ((want_q = PyLong_AsLong(want)) == -1 && PyErr_Occurred())
             return -1;
-        if (have == NULL && q->capacity != Py_None) {
-            Py_ssize_t cap = PyLong_AsSsize_t(q->capacity);
-            if (cap == -1 && PyErr_Occurred())
-                return -1;
-            if (q->room_base + *inserts >= cap) { /* no room: the job waits for a delete */
-                PyObject *r = PyObject_CallOneArg(q->no_room_add, job);
-                Py_XDECREF(r);
-                return r == NULL ? -1 : 0;
-            }
+        if (have == NULL && q->has_capacity && q->room_base + *inserts >= q->capacity) {
+            PyObject *r = PyObject_CallOneArg(q->no_room_add, job); /* no room: the job waits for a delete */
+            Py_XDECREF(r);
+            return r == NULL ? -1 : 0;
         }
         if (have == NULL)
             *inserts += 1;
@@ -134,7 +127,7 @@ static int job_change(const Queue *q, PyObject *job, PyObject *changes, Py_ssize
 }
 
 static PyObject *job_changes(PyObject *self, PyObject *args) {
-    PyObject *order, *room, *kinds, *changes, *result;
+    PyObject *order, *room, *kinds, *changes;
     Queue q;
     Py_ssize_t inserts = 0;
     if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!O!nO!OOOOO!:job_changes", &PyList_Type, &order, &PyDict_Type, &q.dirty,
@@ -146,8 +139,12 @@ static PyObject *job_changes(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_TypeError, "job_changes: change_type is not a type");
         return NULL;
     }
-    if (!PyArg_ParseTuple(room, "On:room", &q.capacity, &q.room_base) ||
+    PyObject *capacity;
+    if (!PyArg_ParseTuple(room, "On:room", &capacity, &q.room_base) ||
         parse_kinds(kinds, &q.insert, &q.modify, &q.delete) < 0)
+        return NULL;
+    q.has_capacity = capacity != Py_None;
+    if (q.has_capacity && (q.capacity = PyLong_AsSsize_t(capacity)) == -1 && PyErr_Occurred())
         return NULL;
     if ((changes = PyList_New(0)) == NULL)
         return NULL;
@@ -162,7 +159,11 @@ static PyObject *job_changes(PyObject *self, PyObject *args) {
         Py_INCREF(job);
         want = get(q.jobs, job, &err);
         have = err ? NULL : get(q.installed, job, &err);
-        if (!err && have != NULL && want != NULL && PyTuple_Check(have) && PyTuple_GET_SIZE(have) == 2) {
+        if (!err && have != NULL && (!PyTuple_Check(have) || PyTuple_GET_SIZE(have) != 2)) {
+            PyErr_SetString(PyExc_TypeError, "job_changes: an installed entry is not (rule, entry)");
+            err = 1;
+        }
+        if (!err && have != NULL && want != NULL) {
             rc = rule_is(PyTuple_GET_ITEM(have, 0), want);
             if (rc != 0) { /* already installed as wanted */
                 rc = rc < 0 ? -1 : PyDict_DelItem(q.dirty, job);
@@ -178,13 +179,12 @@ static PyObject *job_changes(PyObject *self, PyObject *args) {
                 goto fail;
             break;
         }
-        rc = job_change(&q, job, changes, &inserts);
+        rc = job_change(&q, job, want, have, changes, &inserts);
         Py_DECREF(job);
         if (rc < 0)
             goto fail;
     }
-    result = Py_BuildValue("(Nn)", changes, inserts);
-    return result;
+    return changes;
 fail:
     Py_DECREF(changes);
     return NULL;

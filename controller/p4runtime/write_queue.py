@@ -255,8 +255,6 @@ class WriteQueue:
     def _job_changes(self, limit: int | None = None) -> list[Change]:
         """queue_by_job updates for the dirty jobs (not in flight) within the write budget and ``limit``: in the
         order they became dirty, except that when not all fit, the urgent ones (loss above TLR) go first."""
-        table = self._jobs_table
-        installed_job = self.classification.installed_job
         opts = self.options
         dirty, jobs, inflight = self._dirty, self._jobs, self._inflight_jobs
         budget = len(dirty) if limit is None else min(limit, len(dirty))
@@ -272,15 +270,28 @@ class WriteQueue:
             first = [job for job in dirty if job in urgent]
             order = first + [job for job in dirty if job not in urgent]
             self.write_stats["prioritised"] += min(budget, len(first))
-        changes: list[Change] = []
-        encoded = self._encoded
-        refused, adopted, inserts = self._refused, self._adopted, 0
-        if self.native and not refused:  # the loop below in C (controller/p4runtime/_jobwrites.c)
+        if self.native and not self._refused:  # _job_changes_of's loop in C (controller/p4runtime/_jobwrites.c)
             room = (self._job_capacity, len(self.classification.installed_jobs()) + self._inflight_inserts)
-            changes, inserts = _native.job_changes(order, dirty, jobs, self.classification.job_entries, inflight,
-                                                   adopted, encoded, budget, room, self._no_room_add,
-                                                   self._encode_job, Change, table, _KINDS)
-            order = ()
+            changes = _native.job_changes(order, dirty, jobs, self.classification.job_entries, inflight, self._adopted,
+                                          self._encoded, budget, room, self._no_room_add, self._encode_job, Change,
+                                          self._jobs_table, _KINDS)
+        else:
+            changes = self._job_changes_of(order, budget)
+        if opts.max_updates_per_s > 0:
+            self.tokens -= len(changes)
+        self.deferred_updates = len(dirty) - len(changes)
+        self.deferred_urgent = (len(urgent & dirty.keys()) - sum(1 for c in changes if c.key in urgent)
+                                if urgent and self.deferred_updates else 0)
+        return changes
+
+    def _job_changes_of(self, order: list[int], budget: int) -> list[Change]:
+        """``_job_changes``' loop: at most ``budget`` changes for the dirty jobs in ``order``; jobs whose entry is
+        already what is wanted (or refused as it is) leave the dirty set, jobs without room wait for it."""
+        table = self._jobs_table
+        installed_job = self.classification.installed_job
+        dirty, jobs, inflight, encoded = self._dirty, self._jobs, self._inflight_jobs, self._encoded
+        refused, adopted, inserts = self._refused, self._adopted, 0
+        changes: list[Change] = []
         for job in order:
             if job in inflight:
                 continue  # sent at its newest value once the switch has answered the earlier Write
@@ -310,11 +321,6 @@ class WriteQueue:
             if hit is None:
                 hit = self._encode_job(kind, job, want)
             changes.append(Change(kind, table, job, have[0] if kind == DELETE else hit[0], None, hit[1]))
-        if opts.max_updates_per_s > 0:
-            self.tokens -= len(changes)
-        self.deferred_updates = len(dirty) - len(changes)
-        self.deferred_urgent = (len(urgent & dirty.keys()) - sum(1 for c in changes if c.key in urgent)
-                                if urgent and self.deferred_updates else 0)
         return changes
 
     def _encode_job(self, kind: int, job: int, qid: int) -> tuple[JobRule | None, bytes]:
@@ -422,26 +428,24 @@ class WriteQueue:
         if self.native:  # the loop below in C (controller/p4runtime/_jobwrites.c)
             _native.record_accepted(changes, jobs_table, self.classification.job_entries, want, dirty, urgent,
                                     inflight, self._no_room, self._make_room, _KINDS)
-            changes_left: Sequence[Change] = ()
         else:
-            changes_left = changes
-        for change in changes_left:
-            if change.table is not jobs_table:
-                change.commit()
-                continue
-            job = change.key
-            if change.kind == DELETE:
-                commit_job(job, None, None)
-                have = None
-                if self._no_room:
-                    self._make_room()
-            else:
-                commit_job(job, change.rule, change.entry)
-                have = change.rule.qid
-            urgent.discard(job)
-            inflight.discard(job)
-            if want.get(job) != have and job not in dirty:
-                dirty[job] = None  # changed again while in flight: its newest value goes next
+            for change in changes:
+                if change.table is not jobs_table:
+                    change.commit()
+                    continue
+                job = change.key
+                if change.kind == DELETE:
+                    commit_job(job, None, None)
+                    have = None
+                    if self._no_room:
+                        self._make_room()
+                else:
+                    commit_job(job, change.rule, change.entry)
+                    have = change.rule.qid
+                urgent.discard(job)
+                inflight.discard(job)
+                if want.get(job) != have and job not in dirty:
+                    dirty[job] = None  # changed again while in flight: its newest value goes next
         if self._refused:
             for change in changes:
                 self._refused.pop((change.table.name, change.key), None)
