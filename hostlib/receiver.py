@@ -123,17 +123,20 @@ class DeliveryRate:
     sends them): a pair spanning a wait of the senders is not the link's pace, and the first sample sizes the budget the
     senders then keep to (at 90 % random loss one pair that spanned a sender's 8 ms wait made it 1.0-1.1 Mbit/s on a 20
     Mbit/s link, and the sender, held to 2-4 packets, found its losses by the tail timeout for 6 s: docs/results.md,
-    "Loss at 0.9: one seed's tail"). Packets read in one batch of the socket arrive at one instant: the first adds the
-    time since the batch before, the others their bytes only if that time counted (the first batch's never does), so a
-    batch does not look infinitely fast. A sample closes once the window holds ``window_s`` of time, at an instant later
-    than the last (a batch counts whole); the first is the first packets' train: no grant goes out before it. The
-    estimate is the largest sample: the rate of the receiver's own link, which does not change; a window with the
-    senders idle gives a smaller sample that does not lower it. Measured over every arrival's bytes, or the last 10
-    windows only (BBR's max filter), the estimate followed the losses down; over in-order pairs only, its first sample
-    came late and low at 90 % random loss (docs/results.md, "Receiver grants sized by the delivery rate"). ``loss``: of
-    what the window's link carried (the bytes with the gaps', at most the sample x the window's time), the share that
-    did not arrive: the packets that died after the bottleneck, not the ones a full queue dropped (the budget grows for
-    the first, ``gain``; growing it for the second would overflow the queue more). hostlib/native/receiver.c
+    "Loss at 0.9: one seed's tail"). The first sample's gaps' side counts at most ``IDLE_FACTOR`` times its bytes (with
+    the skipped ones) at the quickest spacing known at its close: its pairs span the senders' waits too (the first
+    window's packets dead, a sender's probes dying through its tail timeouts: 130-220 ms without an arrival), and the
+    first of them has no spacing before it to compare with. Packets read in one batch of the socket arrive at one
+    instant: the first adds the time since the batch before, the others their bytes only if that time counted (the first
+    batch's never does), so a batch does not look infinitely fast. A sample closes once the window holds ``window_s`` of
+    time, at an instant later than the last (a batch counts whole); the first is the first packets' train: no grant goes
+    out before it. The estimate is the largest sample: the rate of the receiver's own link, which does not change; a
+    window with the senders idle gives a smaller sample that does not lower it. Measured over every arrival's bytes, or
+    the last 10 windows only (BBR's max filter), the estimate followed the losses down; over in-order pairs only, its
+    first sample came late and low at 90 % random loss (docs/results.md, "Receiver grants sized by the delivery rate").
+    ``loss``: of what the window's link carried (the bytes with the gaps', at most the sample x the window's time), the
+    share that did not arrive: the packets that died after the bottleneck, not the ones a full queue dropped (the budget
+    grows for the first, ``gain``; growing it for the second would overflow the queue more). hostlib/native/receiver.c
     (``rate_note``) is the same."""
 
     __slots__ = ("window_s", "last", "counted", "busy", "bytes", "at", "span", "sent", "got", "samples", "bps", "phase",
@@ -184,6 +187,8 @@ class DeliveryRate:
         self.last = max(self.last, now)
 
     def _close(self) -> None:
+        if self.bps is None:  # the first sample: the gaps' side at most twice its bytes at the quickest spacing too
+            self.span = min(self.span, IDLE_FACTOR * self.sent * self.quick)
         sample = min(8 * self.sent / self.span, 8 * self.bytes / self.busy if self.busy > 0 else self.bps)
         self.bps = sample if self.bps is None else max(self.bps, sample)
         self.phase = self.samples % len(RATE_GAINS)

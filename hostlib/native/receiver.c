@@ -539,6 +539,9 @@ static const double RATE_GAINS[RATE_PHASES] = {1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1
 
 /* DeliveryRate._close: the window's sample (with the gaps, at most the in-order pace), the estimate, the loss */
 static void rate_close(DeliveryRate *d) {
+    /* the first sample: the gaps' side at most twice its bytes at the quickest spacing too (has_quick: span > 0) */
+    if (d->samples == 0 && d->has_quick && IDLE_FACTOR * (double)d->sent * d->quick < d->span)
+        d->span = IDLE_FACTOR * (double)d->sent * d->quick;
     double sample = (double)(8 * d->sent) / d->span;
     double bound = d->busy > 0 ? (double)(8 * d->bytes) / d->busy : d->bps; /* no in-order pair: not above it */
     if (bound < sample)
