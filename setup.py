@@ -27,6 +27,11 @@ NATIVE = [
     Extension("netapprox.controller._decide", ["controller/_decide.c"], optional=True,
               extra_compile_args=["-O2", "-ffp-contract=off", "-fno-fast-math", "-Wall", "-Wextra",
                                   "-Wno-unused-parameter"]),
+    # controller/core.py: the report loop (ControllerCore.ingest_batch) in C for known groups
+    # (tests/controller/test_ctl_ingest_native.py); -ffp-contract=off as for the decision loop.
+    Extension("netapprox.controller._ingest", ["controller/_ingest.c"], optional=True,
+              extra_compile_args=["-O2", "-ffp-contract=off", "-fno-fast-math", "-Wall", "-Wextra",
+                                  "-Wno-unused-parameter"]),
     # controller/p4runtime/write_queue.py: the write queue's loops over queue_by_job entries in C
     # (tests/controller/test_ctl_writes_native.py).
     Extension("netapprox.controller.p4runtime._jobwrites", ["controller/p4runtime/_jobwrites.c"], optional=True,

@@ -39,9 +39,17 @@ try:
 except ImportError:  # not built (no compiler at install time): _decide_all's own loop
     _native = None
 
+try:
+    from netapprox.controller import _ingest as _native_ingest
+except ImportError:  # not built: ingest_batch's own loop
+    _native_ingest = None
+
 NATIVE = _native is not None
 """True when the C decision loop (controller/_decide.c) is built: ``_decide_all`` runs it for modes ``netapprox``
 without pinned jobs (``ControllerCore.native_decide``)."""
+NATIVE_INGEST = _native_ingest is not None
+"""True when the C report loop (controller/_ingest.c) is built: ``ingest_batch`` runs it for the reports of known
+groups (``ControllerCore.native_ingest``)."""
 _REASONS = ("new", "moved", "promoted", "held", "tuned")  # _decide.c's reasons, in its order
 
 
@@ -137,6 +145,8 @@ class ControllerCore:
         self._sources: dict[str, tuple[str, ...]] = {}
         self.native_decide = NATIVE
         """Decide in C where it can (``NATIVE``); False: always ``_decide_all``'s own loop (the differential test)."""
+        self.native_ingest = NATIVE_INGEST
+        """Take reports in C where it can (``NATIVE_INGEST``); False: always ``ingest_batch``'s own loop."""
         self._setup(switches)
 
     def _setup(self, switches: Mapping[str, SwitchConfig]) -> None:
@@ -280,7 +290,14 @@ class ControllerCore:
 
     def ingest_batch(self, batch: Iterable[tuple[str, bytes | Report | str]], now: float) -> int:
         """``ingest`` each (source, report or reason) of ``reports.receive_batch``; returns how many
-        were accepted."""
+        were accepted. In C (controller/_ingest.c) when it is built: the same checks and bookkeeping for the
+        reports of groups already known, ``ingest`` for the rest, in order."""
+        if self.native_ingest and type(now) is float:
+            stats, config = self.ingest_stats, self.ingest_stats.config
+            return _native_ingest.ingest(batch, now, (
+                self._jobs, stats, stats._last_seq, stats._buckets, stats.dropped, self._dirty, self._reports,
+                policy._REQUIRED, policy._required, policy.GroupReport, Report, float(config.rate_per_host),
+                float(config.burst), self._valued, self._adaptive, self.ingest, self._value_moved))
         ingest = self.ingest
         accepted = 0
         for source, item in batch:
