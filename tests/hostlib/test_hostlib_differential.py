@@ -29,6 +29,10 @@ RECEIVER = ("10.0.0.2", 7600)
 
 
 def twin_run(job, config, receiver_config=None, collect=False, **paths):
+    """One job on fresh copies of ``paths`` (a path's queue, loss draws and datagram index start over): a path
+    shared between runs would carry its queue's busy time (virtual, from 0 in every run) into the next run, whose
+    every packet then waits behind it or is dropped from its full queue until the clock catches up."""
+    paths = {k: dataclasses.replace(v) if isinstance(v, Path) else v for k, v in paths.items()}
     run = run_job(job, config, receiver_config=receiver_config,
                   sender_cls=lambda job, **kw: TwinSender(job, **kw),
                   receiver_cls=lambda **kw: TwinReceiver(collect_messages=collect, **kw), **paths)
@@ -59,6 +63,7 @@ PATHS = {
     "reorder-dup": {"forward": Path(loss=0.05, jitter=0.003, duplicate=0.2, seed=13),
                     "reverse": Path(jitter=0.002, duplicate=0.2, seed=14)},
     "ack-loss": {"forward": Path(seed=15), "reverse": Path(loss=0.5, seed=16)},
+    "heavy-ack-loss": {"forward": Path(loss=0.1, rate_bps=20e6, seed=24), "reverse": Path(loss=0.88, seed=25)},
     "bottleneck": {"forward": Path(rate_bps=25e6, queue_packets=4, delay=0.0005, queue_byte=6, seed=17)},
     "burst-drop": {"forward": Path(drop=lambda h, i: i % 40 < 12, seed=18)},
     "trimming": {"forward": TrimmingPath(rate_bps=25e6, queue_packets=3, delay=0.0005, seed=19)},
