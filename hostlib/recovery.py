@@ -30,7 +30,10 @@ without an answer (bursts outlast the average), T does not double (a silence on 
 delay) and, from p = 1/3, T is max(min_loss_timeout, srtt + 4·rttvar, the time threshold). On a ``lossy`` path
 (loss measured, the latest RTT sample at the path's minimum: ``queued()``) the sender also sends copies of the
 needed packets in flight when it has nothing else to send (``copies()``), and the window neither shrinks for
-the loss nor grows slower for it (rate.py). With nothing ever acknowledged after two backed-off probes, every
+the loss nor grows slower for it (rate.py). When the answers die too (ACKs: ``answer_loss()``, measured once an ACK
+newly acknowledges more packets than one ACK covers or a SACK block acknowledges a packet the tail timeout
+declared), a probe must arrive and its ACK come back: ``probes()`` is round(1 / ((1 - p)(1 - a))), and the FIN
+goes as many times (``fin_copies()``). With nothing ever acknowledged after two backed-off probes, every
 overdue packet is declared (``unanswered()``). docs/hostlib.md, "Loss recovery at each loss rate", has the table.
 
 **Reordering** (model: RACK, RFC 8985). With ``adaptive_reorder`` (on), once the path is seen reordering, a
@@ -71,6 +74,11 @@ _MAX_TAIL_BACKOFF = 2
 _LOSS_MEMORY = 64
 _LOSS_MIN_SAMPLES = 1
 _MAX_LOSS = 0.95
+ACK_COVERS = 16
+"""The most packets a receiver covers with one ACK (docs/wire-format.md, ACK coalescing; ``wire.MAX_SACK_BLOCKS``):
+an ACK that newly acknowledges more says that an ACK before it did not arrive."""
+_MAX_COPIES = 20
+"""The most copies of one packet a round of answer probes sends (``copies``), as ``probes()`` is at most 20."""
 REORDER_PERSIST = 16
 """Losses declared by the packet or time threshold, none of them spurious, after which both go back to their
 defaults (RACK's reo_wnd_persist)."""
@@ -150,6 +158,13 @@ class LossRecovery:
         self.every_overdue = False
         """The last ``detect_lost`` declared every overdue packet (``unanswered``): the sender sends an announce part
         it declared twice."""
+        self.answers = LossEstimate(memory=_LOSS_MEMORY, min_samples=_LOSS_MIN_SAMPLES)
+        """The loss rate of the answers (``answer_loss``): of the packets acknowledged, over the last 64 to 128, the
+        share acknowledged only by another packet's ACK (a SACK block), not by an ACK echoing it."""
+        self.missed_answers = 0
+        """ACKs that newly acknowledged more than ``ACK_COVERS`` packets, and packets the tail timeout declared lost
+        that a SACK block acknowledged later, never an ACK of their own: answers that did not come back
+        (``answer_loss``)."""
         self.loss = LossEstimate(memory=_LOSS_MEMORY, min_samples=_LOSS_MIN_SAMPLES)
         """The loss rate of the counted packets (not control, not surplus) whose fate is known, over the last 64 to
         128 of them: how many of the packets a tail timeout finds unacknowledged it declares lost."""
@@ -170,10 +185,24 @@ class LossRecovery:
         return base * (1 << min(self.tail_backoff, _MAX_TAIL_BACKOFF))
 
     def probes(self) -> int:
-        """Packets a tail timeout declares lost: as many as the measured loss rate p needs for one of them to
-        arrive, round(1 / (1 - p)) (1 below p = 1/3, 2 up to 0.6, 10 at 0.9; at most 20)."""
+        """Packets a tail timeout declares lost: as many as the measured loss rates need for one of them to arrive
+        and be answered, round(1 / ((1 - p) (1 - a))) with p the data's loss rate and a the answers'
+        (``answer_loss``, 0 on a path that loses no answers: round(1 / (1 - p)), 1 below p = 1/3, 2 up to 0.6, 10 at
+        0.9); at most 20."""
         p = self.loss.value
-        return int(1.0 / (1.0 - min(p, _MAX_LOSS)) + 0.5) if p is not None and self.has_rtt_sample else 1
+        a = self.answer_loss()
+        if (p is None and not a) or not self.has_rtt_sample:
+            return 1
+        arrive = (1.0 - min(p or 0.0, _MAX_LOSS)) * (1.0 - min(a, _MAX_LOSS))
+        return int(min(1.0 / arrive, 1.0 / (1.0 - _MAX_LOSS)) + 0.5)
+
+    def answer_loss(self) -> float:
+        """The measured loss rate of the receiver's answers (ACKs): the share of acknowledged packets that no ACK of
+        their own acknowledged (``answers``), once an answer is known to have died (``missed_answers``: an ACK that
+        newly acknowledged more packets than one ACK may cover, or a packet the tail timeout declared lost that
+        arrived and was never answered); else 0. Until then a packet acknowledged by a block may have shared its ACK
+        with the packets that arrived with it (ACK coalescing), which is no loss."""
+        return (self.answers.value or 0.0) if self.missed_answers else 0.0
 
     def copies(self) -> int:
         """How many copies of each needed packet in flight the sender sends when it has nothing else to send: on a
@@ -183,7 +212,20 @@ class LossRecovery:
         (``spare_probes``). None below p = 1/3 until a tail timeout: most packets arrive, and a copy at each job's
         end costs a packet time on the link for a loss that is unlikely; with many short jobs (a DDP all-gather's
         buckets on 20 Mbit/s links) even one copy per job was 2 % of an iteration (docs/hostlib.md)."""
+        if self.answer_loss():  # answers die: the probes a tail timeout wanted beyond its packets go as copies too
+            data = self._data_probes() - 1 + self.tail_backoff if self.lossy() else 0
+            return max(data, _MAX_COPIES if self.spare_probes else 0)
         return self.probes() - 1 + self.tail_backoff if self.lossy() else self.spare_probes
+
+    def fin_copies(self) -> int:
+        """FINs the sender sends at a time: 1 on a path that loses no answers (``answer_loss``), else ``probes()``
+        (one of them must arrive and its DONE come back)."""
+        return self.probes() if self.answer_loss() else 1
+
+    def _data_probes(self) -> int:
+        """``probes()`` for the data's loss rate alone (copies make the data arrive; one answer acknowledges all)."""
+        p = self.loss.value
+        return int(1.0 / (1.0 - min(p, _MAX_LOSS)) + 0.5) if p is not None and self.has_rtt_sample else 1
 
     def unanswered(self) -> bool:
         """Nothing was ever acknowledged and the tail timeout has backed off to its longest: the path loses most of
@@ -248,7 +290,7 @@ class LossRecovery:
     # -- events ------------------------------------------------------------------------------------
 
     def on_packet_sent(self, packet: SentPacket) -> None:
-        if packet.copy and self.spare_probes and not self.lossy():
+        if packet.copy and self.spare_probes and (not self.lossy() or self.answer_loss()):
             self.spare_probes -= 1
         self.in_flight[packet.seq] = packet
         for listener in self.listeners:
@@ -270,6 +312,7 @@ class LossRecovery:
                 lost.append(pkt)
         elif pkt is not None:
             self._update_rtt(now - pkt.sent_time)
+            self.answers.on_acked()
             acked.append(pkt)
             if seq < prior_largest:  # it arrived after a packet sent later
                 self._reordered()
@@ -277,12 +320,17 @@ class LossRecovery:
             late = self._declared_lost.pop(seq, None)
             if late is not None:
                 self.late_acks += 1
+                self.answers.on_acked()
                 late_acked.append(late)
         largest = max([seq] + [last for _, last in blocks])
         if largest > self.largest_acked:
             self.largest_acked = largest
+        echoed = len(late_acked)
         for first, last in blocks:  # late ACKs of packets already declared lost
             self._late_in(first, last, late_acked)
+        for p in late_acked[echoed:]:  # acknowledged by a block, not by an ACK of their own: its answer died
+            self.answers.on_lost()
+            self.missed_answers += not p.by_threshold
         for p in late_acked:
             if p.by_threshold:
                 self._spurious(p, now)
@@ -295,6 +343,7 @@ class LossRecovery:
                 break
             self.in_flight.popitem(last=False)
             if any(first <= s <= last for first, last in blocks):
+                self.answers.on_lost()
                 acked.append(p)
                 if s < prior_largest:  # it arrived after a packet sent later: the packets after it are not lost
                     self._reordered()  # by the packet threshold (the time threshold of this ACK stays)
@@ -311,6 +360,8 @@ class LossRecovery:
         for p in reversed(keep):
             self.in_flight[p.seq] = p
             self.in_flight.move_to_end(p.seq, last=False)
+        if len(acked) + len(late_acked) > ACK_COVERS:  # more than one ACK's worth: an answer before it died
+            self.missed_answers += 1
         if acked or late_acked:  # progress: the tail timeout counts from now, at its base value
             self.tail_backoff, self._tail_at, self.spare_probes = 0, now, 0
         self._account(acked, lost, now, late_acked)

@@ -1208,7 +1208,10 @@ class AtpSender:
         self._queue_fin(now)
 
     def _queue_fin(self, now: float) -> None:
-        self._control.append((control.FIN_MSG_ID, 0))
+        """The FIN, once per tail timeout (at least ``_FIN_RETRY_MIN_S``) until a DONE comes: as many copies at a
+        time as the answers' loss needs for one DONE to come back (``LossRecovery.fin_copies``; one on a path that
+        loses no answers)."""
+        self._control.extend([(control.FIN_MSG_ID, 0)] * self.recovery.fin_copies())
         self._fin_next = None  # set when the FIN actually leaves
 
     def _on_done(self, header: wire.Header, payload: bytes, now: float) -> None:

@@ -100,6 +100,23 @@ static void loss_on_lost(Recovery *r) {
     }
 }
 
+/* recovery.py answers (rate.py LossEstimate, no late acknowledgements) */
+static void answers_on(Recovery *r, int answered) {
+    if (answered)
+        r->answers_acked += 1.0;
+    else
+        r->answers_lost += 1.0;
+    if (r->answers_acked + r->answers_lost > LOSS_MEMORY) {
+        r->answers_acked *= 0.5;
+        r->answers_lost *= 0.5;
+    }
+}
+
+double recovery_answer_loss(const Recovery *r) {
+    double n = r->answers_acked + r->answers_lost;
+    return r->missed_answers && n >= LOSS_MIN_SAMPLES ? r->answers_lost / n : 0.0;
+}
+
 /* loss.value: 1 and *out, or 0 for None */
 static int loss_value(const Recovery *r, double *out) {
     double n = r->loss_acked + r->loss_lost;
@@ -132,6 +149,8 @@ int recovery_init(Recovery *r, double initial_rtt_s, long long reorder_threshold
     r->tail_backoff = 0;
     r->tail_at = -INFINITY;
     r->loss_acked = r->loss_lost = 0.0;
+    r->answers_acked = r->answers_lost = 0.0;
+    r->missed_answers = 0;
     r->every_overdue = 0;
     r->spare_probes = 0;
     r->rate = rate;
@@ -149,23 +168,45 @@ void recovery_free(Recovery *r) {
 static inline double time_threshold(const Recovery *r);
 
 #define MAX_LOSS 0.95 /* recovery.py _MAX_LOSS */
+#define MAX_COPIES 20 /* recovery.py _MAX_COPIES */
+#define ACK_COVERS ATP_MAX_SACK_BLOCKS /* recovery.py ACK_COVERS */
 
 int recovery_lossy(const Recovery *r) {
     double rate = 0.0;
     return r->has_rtt_sample && loss_value(r, &rate) && rate != 0.0 && !recovery_queued(r);
 }
 
-long long recovery_probes(const Recovery *r) {
+/* recovery.py _data_probes: probes() for the data's loss rate alone */
+static long long data_probes(const Recovery *r) {
     double p;
     if (!loss_value(r, &p) || !r->has_rtt_sample)
         return 1;
     return (long long)(1.0 / (1.0 - (p < MAX_LOSS ? p : MAX_LOSS)) + 0.5);
 }
 
+long long recovery_probes(const Recovery *r) {
+    double p = 0.0, a = recovery_answer_loss(r);
+    int known = loss_value(r, &p);
+    if ((!known && a == 0.0) || !r->has_rtt_sample)
+        return 1;
+    double arrive = (1.0 - (p < MAX_LOSS ? p : MAX_LOSS)) * (1.0 - (a < MAX_LOSS ? a : MAX_LOSS));
+    double want = 1.0 / arrive, most = 1.0 / (1.0 - MAX_LOSS);
+    return (long long)((want < most ? want : most) + 0.5);
+}
+
 long long recovery_copies(const Recovery *r) {
+    if (recovery_answer_loss(r) != 0.0) { /* answers die: the probes a tail timeout wanted go as copies too */
+        long long data = recovery_lossy(r) ? data_probes(r) - 1 + r->tail_backoff : 0;
+        long long spare = r->spare_probes ? MAX_COPIES : 0;
+        return data > spare ? data : spare;
+    }
     if (!recovery_lossy(r))
         return r->spare_probes;
     return recovery_probes(r) - 1 + r->tail_backoff;
+}
+
+long long recovery_fin_copies(const Recovery *r) {
+    return recovery_answer_loss(r) != 0.0 ? recovery_probes(r) : 1;
 }
 
 double recovery_delivery(const Recovery *r) {
@@ -268,7 +309,7 @@ int recovery_loss_deadline(const Recovery *r, double *out) {
 }
 
 int recovery_on_sent(Recovery *r, const SentPkt *p) {
-    if (p->copy && r->spare_probes && !recovery_lossy(r))
+    if (p->copy && r->spare_probes && (!recovery_lossy(r) || recovery_answer_loss(r) != 0.0))
         r->spare_probes--;
     if (pmap_set(&r->in_flight, p) != 0)
         return -1;
@@ -358,12 +399,14 @@ int recovery_on_ack(Recovery *r, uint32_t seq, const SackBlock *blocks, int nblo
         }
     } else if (k >= 0) {
         update_rtt(r, now - r->in_flight.nodes.v[k].p.sent_time);
+        answers_on(r, 1);
         if (take(&r->in_flight, k, &r->acked) != 0)
             return -1;
         if ((int64_t)seq < prior_largest) /* it arrived after a packet sent later */
             reordered(r);
     } else if ((k = pmap_find(&r->declared_lost, seq)) >= 0) {
         r->late_acks++;
+        answers_on(r, 1);
         if (take(&r->declared_lost, k, &r->late) != 0)
             return -1;
     }
@@ -373,9 +416,14 @@ int recovery_on_ack(Recovery *r, uint32_t seq, const SackBlock *blocks, int nblo
             largest = blocks[i].last;
     if (largest > r->largest_acked)
         r->largest_acked = largest;
+    size_t echoed = r->late.n;
     for (int i = 0; i < nblocks; i++) /* late ACKs of packets already declared lost */
         if (late_in(r, blocks[i].first, blocks[i].last) != 0)
             return -1;
+    for (size_t i = echoed; i < r->late.n; i++) { /* acknowledged by a block, not an ACK of their own */
+        answers_on(r, 0);
+        r->missed_answers += !r->late.v[i].by_threshold;
+    }
     for (size_t i = 0; i < r->late.n; i++)
         if (r->late.v[i].by_threshold)
             spurious(r, &r->late.v[i], now);
@@ -394,6 +442,7 @@ int recovery_on_ack(Recovery *r, uint32_t seq, const SackBlock *blocks, int nblo
         if (covered) {
             if (q < prior_largest) /* it arrived after a packet sent later */
                 reordered(r);
+            answers_on(r, 0);
             if (take(&r->in_flight, cur, &r->acked) != 0)
                 return -1;
         } else if (by_packets || now - node->p.sent_time >= thr) {
@@ -407,6 +456,8 @@ int recovery_on_ack(Recovery *r, uint32_t seq, const SackBlock *blocks, int nblo
         }
         cur = next;
     }
+    if (r->acked.n + r->late.n > ACK_COVERS) /* more than one ACK's worth: an answer before it died */
+        r->missed_answers++;
     if (r->acked.n || r->late.n) { /* progress: the tail timeout counts from now, at its base value */
         r->tail_backoff = 0;
         r->tail_at = now;

@@ -49,6 +49,8 @@ typedef struct {
     int tail_backoff; /* tail timeouts since the last acknowledgement (recovery.py tail_backoff) */
     double tail_at;   /* the last tail declaration or acknowledgement, the later (recovery.py _tail_at) */
     double loss_acked, loss_lost; /* recovery.py loss: the LossEstimate of the counted packets */
+    double answers_acked, answers_lost; /* recovery.py answers: the LossEstimate of the receiver's answers */
+    int64_t missed_answers;             /* recovery.py missed_answers */
     int every_overdue;            /* recovery.py every_overdue */
     long long spare_probes;       /* recovery.py spare_probes */
     int64_t largest_acked;
@@ -80,6 +82,9 @@ int recovery_queued(const Recovery *r);
 int recovery_lossy(const Recovery *r);
 long long recovery_probes(const Recovery *r);
 long long recovery_copies(const Recovery *r);
+/* LossRecovery.answer_loss(), fin_copies() */
+double recovery_answer_loss(const Recovery *r);
+long long recovery_fin_copies(const Recovery *r);
 double recovery_delivery(const Recovery *r);
 double recovery_drain(const Recovery *r);
 /* LossRecovery.unanswered(): nothing ever acknowledged, the tail timeout backed off to its longest */

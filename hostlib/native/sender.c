@@ -672,6 +672,15 @@ static int end_epoch(Sender *s, double now) {
     return 0;
 }
 
+/* _queue_fin: the FIN, as many copies as the answers' loss needs (recovery_fin_copies) */
+static int queue_fin(Sender *s) {
+    for (long long i = recovery_fin_copies(&s->recovery); i > 0; i--)
+        if (sender_ctl_append(s, FIN_MSG_ID, 0) != 0)
+            return -1;
+    s->has_fin_next = 0; /* set when the FIN actually leaves */
+    return 0;
+}
+
 static int check_complete(Sender *s, double now) {
     if (s->state != S_SENDING)
         return 0;
@@ -687,10 +696,7 @@ static int check_complete(Sender *s, double now) {
     s->has_completed_at = 1;
     s->state = S_CLOSING;
     s->fin_deadline = now + s->fin_timeout_s;
-    if (sender_ctl_append(s, FIN_MSG_ID, 0) != 0) /* _queue_fin */
-        return -1;
-    s->has_fin_next = 0; /* set when the FIN actually leaves */
-    return 0;
+    return queue_fin(s);
 }
 
 int sender_set_msr(Sender *s, size_t gi, double msr, int64_t required, double now) {
@@ -1105,11 +1111,8 @@ int sender_handle_timer(Sender *s, double now) {
     if (s->state == S_CLOSING) {
         if (now >= s->fin_deadline)
             return finish(s, now, 0, NULL, 0);
-        if (s->has_fin_next && now >= s->fin_next) {
-            if (sender_ctl_append(s, FIN_MSG_ID, 0) != 0) /* _queue_fin */
-                return -1;
-            s->has_fin_next = 0;
-        }
+        if (s->has_fin_next && now >= s->fin_next)
+            return queue_fin(s);
     }
     return 0;
 }

@@ -754,7 +754,7 @@ static PyObject *get_rate_ns(Sender *s, void *c) {
 
 static PyObject *get_recovery(Sender *s, void *c) {
     const Recovery *r = &s->recovery;
-    return ns(Py_BuildValue("{s:d,s:d,s:d,s:d,s:O,s:L,s:L,s:L,s:L,s:n,s:{s:L,s:L,s:L,s:L},s:O,s:d,s:L}", "srtt", r->srtt, "rttvar",
+    return ns(Py_BuildValue("{s:d,s:d,s:d,s:d,s:O,s:L,s:L,s:L,s:L,s:n,s:{s:L,s:L,s:L,s:L},s:O,s:d,s:L,s:L,s:d}", "srtt", r->srtt, "rttvar",
                             r->rttvar, "latest_rtt", r->latest_rtt, "min_rtt", r->min_rtt, "has_rtt_sample",
                             r->has_rtt_sample ? Py_True : Py_False, "largest_acked", (long long)r->largest_acked,
                             "packets_acked", (long long)r->packets_acked, "packets_lost", (long long)r->packets_lost,
@@ -762,7 +762,8 @@ static PyObject *get_recovery(Sender *s, void *c) {
                             "lost_by", "reorder", (long long)r->lost_reorder, "time", (long long)r->lost_time, "tail",
                             (long long)r->lost_tail, "trim", (long long)r->lost_trim, "reordering",
                             r->reordering ? Py_True : Py_False, "reorder_window", r->reorder_window, "spurious_losses",
-                            (long long)r->spurious_losses));
+                            (long long)r->spurious_losses, "missed_answers", (long long)r->missed_answers,
+                            "answer_loss", recovery_answer_loss(r)));
 }
 
 static PyObject *get_refused(Sender *s, void *c) {

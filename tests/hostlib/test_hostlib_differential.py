@@ -126,6 +126,19 @@ def test_the_spraying_paths_go_through_the_adaptive_reorder_rule():
         assert run.sender.py.recovery.reordering or run.sender.py.recovery.spurious_losses > 0
 
 
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_answers_loss_sizes_the_tail_and_the_fin_alike(seed):
+    """test_hostlib_loss.py's ACK-path job (300 messages of 1000 B at 20 Mbit/s) with 80-90 % of the ACKs lost:
+    both cores measure the answers' loss alike (check_state compares ``missed_answers`` and ``answer_loss``) and size
+    the tail's probes and the FINs by it (every datagram compared)."""
+    job = JobSpec(job_id=7, messages=tuple(Message(bytes([i % 251]) * 1000, group_id=i % 2) for i in range(300)),
+                  group_msr=((0, 1.0), (1, 0.5)))
+    cfg = AtpConfig(max_rate_bps=20e6, initial_rtt_s=0.01, receiver_grants=False)
+    run = twin_run(job, cfg, until=600, forward=Path(delay=0.005, rate_bps=20e6, queue_packets=64, seed=seed),
+                   reverse=Path(delay=0.005, loss=0.8 + 0.05 * (seed - 1), seed=seed + 1))
+    assert run.sender.py.recovery.missed_answers > 0 and run.sender.py.recovery.answer_loss() > 0.5
+
+
 def test_receiver_limits_and_rejection():
     job = JOBS["groups"]
     tight = AtpConfig(memory_budget_bytes=64 << 10, max_jobs=2, max_packets_per_message=1)

@@ -97,10 +97,13 @@ class TwinSender(_Twin):
     def check_state(self):
         self.compare("state", "summary", "failure", "packets_sent", "retransmissions", "datagrams_ignored", "epoch",
                      "done", "start_time", "packets_surplus", "rejected", "new_token")
-        for name in ("reordering", "reorder_window", "spurious_losses", "late_acks", "largest_acked"):
+        for name in ("reordering", "reorder_window", "spurious_losses", "late_acks", "largest_acked", "missed_answers"):
             a, b = getattr(self.py.recovery, name), getattr(self.native.recovery, name)
             if a != b:
                 raise Divergence(f"recovery.{name}: python {a}, native {b}")
+        if self.py.recovery.answer_loss() != self.native.recovery.answer_loss:
+            raise Divergence(f"recovery.answer_loss: python {self.py.recovery.answer_loss()}, "
+                             f"native {self.native.recovery.answer_loss}")
 
     @property
     def done(self):
