@@ -101,9 +101,11 @@ longer than 64 has a chance of 0.1 %; a forged jump moves a window's count by no
 
 
 IDLE_FACTOR = 2.0
-"""A pair of arrivals counts at most this many times the time its packets (with those it skipped) take at the estimate:
-a longer one held a link the senders left idle (waiting for ACKs that were lost, or for a timer), which is not the
-link's rate."""
+"""A pair of arrivals counts at most this many times the time its packets (with those it skipped) take at the estimate,
+or at the quickest spacing of two arrivals so far when that is quicker (no two arrivals come closer than the link sends
+them): a longer one held a link the senders left idle (waiting for ACKs that were lost, or for a timer), which is not
+the link's rate. At the estimate alone, a first sample that came out low let the waits of the senders it held back into
+the samples that could raise it (docs/results.md, "Loss at 0.9: one seed's tail")."""
 
 
 class DeliveryRate:
@@ -168,8 +170,8 @@ class DeliveryRate:
             self._close()
         credit = 1 + min(skipped, GAP_CREDIT_MAX)
         raw = dt = now - self.last
-        if self.bps is not None:  # a pair slower than twice the estimate waited on an idle link: not the link's time
-            dt = min(dt, IDLE_FACTOR * credit * 8 * nbytes / self.bps)
+        if self.bps is not None:  # a pair slower than twice the quicker of the estimate and the quickest spacing waited
+            dt = min(dt, IDLE_FACTOR * credit * nbytes * min(8 / self.bps, self.quick))  # on an idle link
         if skipped >= 0 and now > self.last:
             self.span += dt
             self.at = now

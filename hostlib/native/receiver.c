@@ -570,8 +570,11 @@ static void rate_note(DeliveryRate *d, long long nbytes, double now, long long s
         rate_close(d);
     long long credit = 1 + (skipped < GAP_CREDIT_MAX ? skipped : GAP_CREDIT_MAX);
     double raw = now - d->last, dt = raw;
-    if (d->samples > 0) { /* a pair slower than twice the estimate waited on an idle link: not the link's time */
-        double idle = IDLE_FACTOR * (double)credit * (double)(8 * nbytes) / d->bps;
+    if (d->samples > 0) { /* slower than twice the quicker of the estimate and the quickest spacing: an idle link */
+        double per = 8 / d->bps;
+        if (d->has_quick && d->quick < per)
+            per = d->quick;
+        double idle = IDLE_FACTOR * (double)credit * (double)nbytes * per;
         if (idle < dt)
             dt = idle;
     }
