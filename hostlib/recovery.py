@@ -189,12 +189,7 @@ class LossRecovery:
         and be answered, round(1 / ((1 - p) (1 - a))) with p the data's loss rate and a the answers'
         (``answer_loss``, 0 on a path that loses no answers: round(1 / (1 - p)), 1 below p = 1/3, 2 up to 0.6, 10 at
         0.9); at most 20."""
-        p = self.loss.value
-        a = self.answer_loss()
-        if (p is None and not a) or not self.has_rtt_sample:
-            return 1
-        arrive = (1.0 - min(p or 0.0, _MAX_LOSS)) * (1.0 - min(a, _MAX_LOSS))
-        return int(min(1.0 / arrive, 1.0 / (1.0 - _MAX_LOSS)) + 0.5)
+        return self._probes(self.answer_loss())
 
     def answer_loss(self) -> float:
         """The measured loss rate of the receiver's answers (ACKs): the share of acknowledged packets that no ACK of
@@ -213,7 +208,7 @@ class LossRecovery:
         end costs a packet time on the link for a loss that is unlikely; with many short jobs (a DDP all-gather's
         buckets on 20 Mbit/s links) even one copy per job was 2 % of an iteration (docs/hostlib.md)."""
         if self.answer_loss():  # answers die: the probes a tail timeout wanted beyond its packets go as copies too
-            data = self._data_probes() - 1 + self.tail_backoff if self.lossy() else 0
+            data = self._probes(0.0) - 1 + self.tail_backoff if self.lossy() else 0
             return max(data, _MAX_COPIES if self.spare_probes else 0)
         return self.probes() - 1 + self.tail_backoff if self.lossy() else self.spare_probes
 
@@ -222,10 +217,14 @@ class LossRecovery:
         (one of them must arrive and its DONE come back)."""
         return self.probes() if self.answer_loss() else 1
 
-    def _data_probes(self) -> int:
-        """``probes()`` for the data's loss rate alone (copies make the data arrive; one answer acknowledges all)."""
+    def _probes(self, a: float) -> int:
+        """``probes()`` with the answers' loss rate ``a``; ``_probes(0.0)``: for the data's loss rate alone (copies
+        make the data arrive; one answer acknowledges all)."""
         p = self.loss.value
-        return int(1.0 / (1.0 - min(p, _MAX_LOSS)) + 0.5) if p is not None and self.has_rtt_sample else 1
+        if (p is None and not a) or not self.has_rtt_sample:
+            return 1
+        arrive = (1.0 - min(p or 0.0, _MAX_LOSS)) * (1.0 - min(a, _MAX_LOSS))
+        return int(min(1.0 / arrive, 1.0 / (1.0 - _MAX_LOSS)) + 0.5)
 
     def unanswered(self) -> bool:
         """Nothing was ever acknowledged and the tail timeout has backed off to its longest: the path loses most of

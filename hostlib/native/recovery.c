@@ -176,16 +176,9 @@ int recovery_lossy(const Recovery *r) {
     return r->has_rtt_sample && loss_value(r, &rate) && rate != 0.0 && !recovery_queued(r);
 }
 
-/* recovery.py _data_probes: probes() for the data's loss rate alone */
-static long long data_probes(const Recovery *r) {
-    double p;
-    if (!loss_value(r, &p) || !r->has_rtt_sample)
-        return 1;
-    return (long long)(1.0 / (1.0 - (p < MAX_LOSS ? p : MAX_LOSS)) + 0.5);
-}
-
-long long recovery_probes(const Recovery *r) {
-    double p = 0.0, a = recovery_answer_loss(r);
+/* recovery.py _probes: probes() with the answers' loss rate a (0: the data's loss rate alone) */
+static long long probes_at(const Recovery *r, double a) {
+    double p = 0.0;
     int known = loss_value(r, &p);
     if ((!known && a == 0.0) || !r->has_rtt_sample)
         return 1;
@@ -194,9 +187,11 @@ long long recovery_probes(const Recovery *r) {
     return (long long)((want < most ? want : most) + 0.5);
 }
 
+long long recovery_probes(const Recovery *r) { return probes_at(r, recovery_answer_loss(r)); }
+
 long long recovery_copies(const Recovery *r) {
     if (recovery_answer_loss(r) != 0.0) { /* answers die: the probes a tail timeout wanted go as copies too */
-        long long data = recovery_lossy(r) ? data_probes(r) - 1 + r->tail_backoff : 0;
+        long long data = recovery_lossy(r) ? probes_at(r, 0.0) - 1 + r->tail_backoff : 0;
         long long spare = r->spare_probes ? MAX_COPIES : 0;
         return data > spare ? data : spare;
     }
